@@ -1,0 +1,75 @@
+"""Boundary validation helpers: every message names the argument, what was given and what is expected."""
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+import torch
+
+
+def fail(name: str, given: Any, expected: str, exc: type[Exception] = ValueError) -> None:
+    raise exc(f"{name}: got {given!r}, expected {expected}")
+
+
+def check_tensor(name: str, x: Any, ndim: int | Iterable[int] | None = None,
+                 floating: bool = True, finite: bool = True) -> torch.Tensor:
+    """Type, rank, dtype and finiteness checks for a public tensor argument."""
+    if not isinstance(x, torch.Tensor):
+        fail(name, type(x).__name__, "a torch.Tensor", TypeError)
+    if ndim is not None:
+        allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
+        if x.ndim not in allowed:
+            fail(name, f"shape {tuple(x.shape)}", f"a tensor with {' or '.join(map(str, allowed))} dimensions")
+    if floating and not x.is_floating_point():
+        fail(name, f"dtype {x.dtype}", "a floating-point tensor", TypeError)
+    if finite and x.is_floating_point() and not bool(torch.isfinite(x).all()):
+        fail(name, "a tensor with NaN or inf entries", "finite values")
+    return x
+
+
+def check_int(name: str, v: Any, minimum: int | None = None, maximum: int | None = None) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        fail(name, v, "an integer", TypeError)
+    if minimum is not None and v < minimum:
+        fail(name, v, f"an integer >= {minimum}")
+    if maximum is not None and v > maximum:
+        fail(name, v, f"an integer <= {maximum}")
+    return v
+
+
+def check_float(name: str, v: Any, low: float | None = None, high: float | None = None,
+                low_open: bool = False, high_open: bool = False) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        fail(name, v, "a number", TypeError)
+    v = float(v)
+    if not math.isfinite(v):
+        fail(name, v, "a finite number")
+    lo_bad = low is not None and (v <= low if low_open else v < low)
+    hi_bad = high is not None and (v >= high if high_open else v > high)
+    if lo_bad or hi_bad:
+        lb = "(" if low_open else "["
+        hb = ")" if high_open else "]"
+        fail(name, v, f"a number in {lb}{low if low is not None else '-inf'}, {high if high is not None else 'inf'}{hb}")
+    return v
+
+
+def check_choice(name: str, v: Any, choices: Iterable[str]) -> str:
+    choices = list(choices)
+    if v not in choices:
+        fail(name, v, f"one of {', '.join(map(str, choices))}")
+    return v
+
+
+def check_attention_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """SDPA-shaped inputs: q (B, H, Nq, Dh), k (B, H, Nk, Dh), v (B, H, Nk, Dv)."""
+    check_tensor("q", q, 4)
+    check_tensor("k", k, 4)
+    check_tensor("v", v, 4)
+    if k.shape[-1] != q.shape[-1]:
+        fail("k", f"head dim {k.shape[-1]}", f"the head dim of q ({q.shape[-1]})")
+    if k.shape[-2] == 0:
+        fail("k", f"shape {tuple(k.shape)}", "at least one key (N_k >= 1)")
+    if v.shape[-2] != k.shape[-2]:
+        fail("v", f"{v.shape[-2]} positions", f"the {k.shape[-2]} positions of k")
+    if q.shape[:2] != k.shape[:2] or k.shape[:2] != v.shape[:2]:
+        fail("k", f"batch/head dims {tuple(k.shape[:2])}", f"those of q {tuple(q.shape[:2])}")

@@ -1,0 +1,100 @@
+"""Benchmark suite registry and timing helpers built on torch.utils.benchmark."""
+from __future__ import annotations
+
+import gc
+import importlib
+import math
+import pkgutil
+import resource
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+import torch.utils.benchmark as tbench
+
+from symformer.registry import Registry
+
+
+@dataclass
+class BenchResult:
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    ratios: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    figures: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class BenchContext:
+    out_dir: Path
+    quick: bool = True
+    device: str = "cpu"
+    seed: int = 0
+    progress: bool = True
+
+
+@dataclass
+class SuiteSpec:
+    name: str
+    fn: Callable[[BenchContext], BenchResult]
+    description: str
+
+
+SUITES: Registry[SuiteSpec] = Registry("benchmark suite")
+
+
+def suite(name: str, description: str = ""):
+    def deco(fn):
+        SUITES.register(name)(SuiteSpec(name, fn, description or (fn.__doc__ or "").strip().split("\n")[0]))
+        return fn
+    return deco
+
+
+def load_all() -> Registry[SuiteSpec]:
+    pkg = importlib.import_module("symformer.benchmarks")
+    for mod in pkgutil.iter_modules(pkg.__path__):
+        if not mod.name.startswith("_") and mod.name != "base":
+            importlib.import_module(f"symformer.benchmarks.{mod.name}")
+    return SUITES
+
+
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def median_seconds(fn: Callable[[], Any], min_run_time: float = 0.3, device: str = "cpu") -> float:
+    """Median wall time of `fn()` (torch.utils.benchmark handles warm-up and synchronisation)."""
+    fn()  # warm-up (allocations, lazy init)
+    _sync(device)
+    t = tbench.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
+    return float(t.blocked_autorange(min_run_time=min_run_time).median)
+
+
+def peak_memory_bytes(fn: Callable[[], Any], device: str = "cpu") -> int | None:
+    """Peak memory of one call: CUDA allocator stats on GPU; on CPU the growth of the process's
+    max RSS (a lower bound when an earlier call already reached a higher peak)."""
+    gc.collect()
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        fn()
+        torch.cuda.synchronize()
+        return int(torch.cuda.max_memory_allocated() - base)
+    from symformer.benchmarks._memory import traced_peak_bytes
+    return traced_peak_bytes(fn)
+
+
+def fit_exponent(ns: list[float], ts: list[float]) -> float:
+    """Least-squares slope of log t against log N."""
+    xs = [math.log(n) for n in ns]
+    ys = [math.log(t) for t in ts]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    num = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
+    den = sum((x - mx) ** 2 for x in xs)
+    return num / den
+
+
+def maxrss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -1,0 +1,219 @@
+"""The `symformer` command line: reproduce, bench, train, data (and facts)."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+try:  # typer >= 0.20 vendors click as typer._click; older typer depends on click
+    from typer._click import exceptions as click_exc
+except ImportError:  # pragma: no cover
+    from click import exceptions as click_exc
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Structured transformers: reproduce the papers' claims, benchmark, train.")
+data_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Data sets and where their files go.")
+app.add_typer(data_app, name="data")
+
+
+class CLIError(Exception):
+    """One line for the user; exit status 2."""
+
+
+def _threads() -> None:
+    import torch
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(max(1, min(os.cpu_count() or 1, 16)))
+
+
+def _check_names(kind: str, names: list[str], known: list[str]) -> None:
+    bad = [n for n in names if n not in known]
+    if bad:
+        raise CLIError(f"unknown {kind} {', '.join(repr(b) for b in bad)}: expected one of {', '.join(known) or '(none registered)'}")
+
+
+@app.command()
+def reproduce(names: Optional[List[str]] = typer.Argument(None, help="experiments to run (default: all)"),
+              quick: bool = typer.Option(False, "--quick", help="short runs (<= 3 minutes each on 2 cores)"),
+              out: Path = typer.Option(Path("out/reproduce"), "--out", help="folder for results and report.md"),
+              seed: int = typer.Option(0, "--seed"),
+              list_: bool = typer.Option(False, "--list", help="list the registered experiments and exit"),
+              data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="folder with data files (else $SYMFORMER_DATA)")):
+    """Run the papers' experiments and write OUT/<name>/results.json and OUT/report.md."""
+    from symformer.data.paths import MissingDataError, data_file
+    from symformer.experiments import RunContext, load_all
+    from symformer.report import write_index
+    from symformer.results import write_experiment
+    reg = load_all()
+    if list_:
+        for n in reg.names():
+            spec = reg.get(n)
+            files = f"  [data: {', '.join(spec.data_files)}]" if spec.data_files else ""
+            typer.echo(f"{n:12s} {spec.description}{files}")
+        return
+    chosen = list(names or reg.names())
+    _check_names("experiment", chosen, reg.names())
+    _threads()
+    entries = []
+    from tqdm import tqdm
+    for name in tqdm(chosen, desc="reproduce", disable=not sys.stderr.isatty()):
+        spec = reg.get(name)
+        try:
+            for f in spec.data_files:
+                data_file(f, data_dir)
+        except MissingDataError as e:
+            if names:
+                raise CLIError(str(e)) from None
+            entries.append({"name": name, "status": "skipped", "reason": str(e)})
+            continue
+        ctx = RunContext(out_dir=out / name, quick=quick, seed=seed, data_dir=data_dir)
+        t0 = time.perf_counter()
+        typer.echo(f"[{name}] running{' (quick)' if quick else ''} ...", err=True)
+        result = spec.fn(ctx)
+        secs = time.perf_counter() - t0
+        payload = write_experiment(out / name, name, quick, result, seconds=secs)
+        entries.append({"name": name, "status": "ran", "payload": payload, "seconds": secs})
+        typer.echo(f"[{name}] done in {secs:.1f}s -> {out / name / 'results.json'}", err=True)
+    path = write_index(out, entries, quick)
+    typer.echo(f"report: {path}")
+
+
+@app.command()
+def bench(suites: Optional[List[str]] = typer.Argument(None, help="suites to run (default: all)"),
+          quick: bool = typer.Option(False, "--quick"),
+          out: Path = typer.Option(Path("out/bench"), "--out"),
+          list_: bool = typer.Option(False, "--list", help="list the registered suites and exit"),
+          device: str = typer.Option("cpu", "--device", help="cpu or cuda")):
+    """Time implementations side by side in one process; write OUT/<suite>/results.json."""
+    from symformer.benchmarks import BenchContext, load_all
+    from symformer.benchmarks.report import write_bench
+    reg = load_all()
+    if list_:
+        for n in reg.names():
+            typer.echo(f"{n:12s} {reg.get(n).description}")
+        return
+    chosen = list(suites or reg.names())
+    _check_names("benchmark suite", chosen, reg.names())
+    if device not in ("cpu", "cuda"):
+        raise CLIError(f"--device: got {device!r}, expected cpu or cuda")
+    _threads()
+    for name in chosen:
+        typer.echo(f"[{name}] timing ...", err=True)
+        res = reg.get(name).fn(BenchContext(out_dir=out / name, quick=quick, device=device))
+        write_bench(out / name, name, quick, res, device)
+        typer.echo(f"[{name}] -> {out / name / 'results.json'}")
+
+
+def parse_kv(text: str, option: str) -> dict:
+    """'alpha=0.65,samples=16' -> {'alpha': 0.65, 'samples': 16}."""
+    out = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        if "=" not in part:
+            raise CLIError(f"{option}: got {part!r}, expected key=value pairs separated by commas")
+        k, v = (s.strip() for s in part.split("=", 1))
+        try:
+            out[k] = json.loads(v)
+        except json.JSONDecodeError:
+            out[k] = v
+    return out
+
+
+@app.command()
+def train(preset: Optional[str] = typer.Option(None, "--preset", help="a named setup (see --list-presets)"),
+          config: Optional[Path] = typer.Option(None, "--config", help="JSON/TOML with task, data, model, train"),
+          out: Path = typer.Option(Path("out/train"), "--out"),
+          resume: bool = typer.Option(False, "--resume", help="continue from OUT/checkpoint.pt"),
+          teleport: Optional[str] = typer.Option(None, "--teleport", help="e.g. alpha=0.65,samples=16,epoch=1,steps=4"),
+          seed: Optional[int] = typer.Option(None, "--seed"),
+          checkpoint_every: int = typer.Option(50, "--checkpoint-every", help="steps between checkpoints"),
+          data_dir: Optional[Path] = typer.Option(None, "--data-dir"),
+          list_presets: bool = typer.Option(False, "--list-presets")):
+    """Train a model from a preset or config file; write OUT/results.json and OUT/metrics.jsonl."""
+    import dataclasses
+
+    from symformer.registry import CALLBACKS
+    from symformer.results import environment, write_json
+    from symformer.train import Trainer
+    from symformer.train.presets import PRESETS, build, load_config, resolve, result_metrics
+    if list_presets:
+        for n in PRESETS:
+            typer.echo(n)
+        return
+    if (preset is None) == (config is None):
+        raise CLIError("train: give exactly one of --preset NAME or --config FILE")
+    spec = resolve(preset, load_config(config) if config else None)
+    _threads()
+    model, task, split, tcfg = build(spec, data_dir=data_dir, seed=seed)
+    tcfg = dataclasses.replace(tcfg, checkpoint_every=checkpoint_every, progress=True)
+    callbacks = []
+    if teleport:
+        import symformer.teleport  # noqa: F401  (registers the callback)
+        callbacks.append(CALLBACKS.build("teleport", model=model, **parse_kv(teleport, "--teleport")))
+    trainer = Trainer(model, task, split.train, split.val, tcfg, test=split.test, callbacks=callbacks, out_dir=out)
+    if resume and not trainer.ckpt_path.exists():
+        raise CLIError(f"--resume: no checkpoint at {trainer.ckpt_path}; run once without --resume first")
+    final = trainer.fit(resume=resume)
+    metrics = result_metrics(spec["task"], final)
+    write_json(out / "results.json", {"experiment": "train", "preset": preset, "metrics": metrics,
+                                      "config": {"spec": spec, "train": dataclasses.asdict(tcfg)},
+                                      "history": trainer.state.history, "environment": environment()})
+    typer.echo(json.dumps(metrics))
+
+
+@data_app.command("list")
+def data_list(data_dir: Optional[Path] = typer.Option(None, "--data-dir")):
+    """List data sets, the file each needs and whether it is found."""
+    from symformer.data import DATASETS, ENV_VAR
+    from symformer.data.paths import data_dir as resolve_dir
+    d = resolve_dir(data_dir)
+    typer.echo(f"data directory: {d if d else '(none: use --data-dir or ' + ENV_VAR + ')'}")
+    for name, (desc, fname) in DATASETS.items():
+        where = "built in" if fname is None else (f"{fname}: found" if d and (d / fname).is_file() else f"{fname}: MISSING")
+        typer.echo(f"{name:12s} {where:28s} {desc}")
+
+
+def _register_plugins() -> None:
+    """Sub-command groups that live beside their system (e.g. `symformer facts`)."""
+    try:
+        from symformer.facts.cli import app as facts_app
+    except ImportError:
+        return
+    app.add_typer(facts_app, name="facts")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from symformer.data.paths import MissingDataError
+    _register_plugins()
+    try:
+        app(args=argv, standalone_mode=False)
+    except (CLIError, MissingDataError, ValueError, TypeError) as e:
+        typer.echo(f"error: {e}", err=True)
+        return 2
+    except typer.Abort:
+        typer.echo("aborted", err=True)
+        return 130
+    except click_exc.UsageError as e:
+        if type(e).__name__ == "NoArgsIsHelpError" and e.ctx is not None:
+            typer.echo(e.ctx.get_help())
+            return 0
+        typer.echo(f"error: {e.format_message()} (see --help for what is accepted)", err=True)
+        return 2
+    except click_exc.ClickException as e:
+        typer.echo(f"error: {e.format_message()} (see --help)", err=True)
+        return 2
+    except SystemExit as e:  # typer.Exit inside a command
+        return int(e.code or 0)
+    return 0
+
+
+def entrypoint() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entrypoint()

@@ -1,0 +1,56 @@
+"""In-memory tensor datasets and deterministic batching (the order depends only on seed and epoch)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+
+
+@dataclass
+class TensorData:
+    """Inputs `x`, targets `y` and optional token positions `pos` ((N, C), shared by all samples)."""
+    x: torch.Tensor
+    y: torch.Tensor
+    pos: torch.Tensor | None = None
+
+    def __len__(self) -> int:
+        return int(self.x.shape[0])
+
+    def subset(self, idx: torch.Tensor) -> "TensorData":
+        return TensorData(self.x[idx], self.y[idx], self.pos)
+
+
+@dataclass
+class Split:
+    train: TensorData
+    val: TensorData
+    test: TensorData
+    meta: dict
+
+
+def epoch_order(n: int, seed: int, epoch: int, shuffle: bool = True) -> torch.Tensor:
+    if not shuffle:
+        return torch.arange(n)
+    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(n, generator=g)
+
+
+def batches(data: TensorData, batch_size: int, seed: int = 0, epoch: int = 0, shuffle: bool = True,
+            drop_last: bool = False, start: int = 0, rank: int = 0, world: int = 1) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Yield (x, y) batches of epoch `epoch`, beginning at batch `start` (resume).
+
+    With world > 1 every rank takes a contiguous slice of each global batch, so the union over
+    ranks is exactly the single-process batch (what DDP equivalence needs)."""
+    order = epoch_order(len(data), seed, epoch, shuffle)
+    nb = len(data) // batch_size if drop_last else -(-len(data) // batch_size)
+    for b in range(start, nb):
+        idx = order[b * batch_size:(b + 1) * batch_size]
+        if world > 1:
+            per = len(idx) // world
+            idx = idx[rank * per:(rank + 1) * per]
+        yield data.x[idx], data.y[idx]
+
+
+def n_batches(data: TensorData, batch_size: int, drop_last: bool = False) -> int:
+    return len(data) // batch_size if drop_last else -(-len(data) // batch_size)

@@ -1,0 +1,54 @@
+"""ETT (Informer protocol): 12/4/4-month train/val/test, standardisation fitted on train only,
+windows of input `seq_len`, decoder label `label_len` and horizon `pred_len`."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+
+from symformer._validation import check_int
+from symformer.data.base import Split, TensorData
+from symformer.data.paths import data_file
+
+HOURS_PER_MONTH = 30 * 24  # the Informer protocol's month
+
+
+def ett_borders(seq_len: int, unit: int = HOURS_PER_MONTH) -> tuple[list[int], list[int]]:
+    """Start/end rows of train/val/test; val and test start seq_len early so their first window
+    has a full input, exactly as Informer's Dataset_ETT_hour."""
+    b1 = [0, 12 * unit - seq_len, 16 * unit - seq_len]
+    b2 = [12 * unit, 16 * unit, 20 * unit]
+    return b1, b2
+
+
+def _windows(arr: torch.Tensor, stamps: torch.Tensor, seq_len: int, label_len: int, pred_len: int) -> TensorData:
+    n = arr.shape[0] - seq_len - pred_len + 1
+    s = torch.arange(n)
+    xi = s[:, None] + torch.arange(seq_len)[None]
+    yi = s[:, None] + seq_len - label_len + torch.arange(label_len + pred_len)[None]
+    # x: encoder input; y: decoder label window (label_len known steps + pred_len targets)
+    data = TensorData(arr[xi], arr[yi], torch.arange(seq_len, dtype=torch.float32)[:, None])
+    data.x_time = stamps[xi]  # type: ignore[attr-defined]
+    data.y_time = stamps[yi]  # type: ignore[attr-defined]
+    return data
+
+
+def load_ett(filename: str = "ETTh1.csv", seq_len: int = 96, label_len: int = 48, pred_len: int = 24,
+             data_dir=None, unit: int = HOURS_PER_MONTH) -> Split:
+    check_int("seq_len", seq_len, 1)
+    check_int("label_len", label_len, 0, seq_len)
+    check_int("pred_len", pred_len, 1)
+    df = pd.read_csv(data_file(filename, data_dir))
+    values = df[df.columns[1:]].to_numpy(dtype=np.float64)
+    b1, b2 = ett_borders(seq_len, unit)
+    train_raw = values[b1[0]:b2[0]]
+    mean, std = train_raw.mean(0), train_raw.std(0)  # fitted on train only
+    std = np.where(std > 0, std, 1.0)
+    scaled = torch.tensor((values - mean) / std, dtype=torch.float32)
+    t = pd.to_datetime(df[df.columns[0]])
+    stamps = torch.tensor(np.stack([t.dt.month / 12 - 0.5, t.dt.day / 31 - 0.5, t.dt.weekday / 6 - 0.5,
+                                    t.dt.hour / 23 - 0.5], axis=1), dtype=torch.float32)
+    parts = [_windows(scaled[a:b], stamps[a:b], seq_len, label_len, pred_len) for a, b in zip(b1, b2)]
+    return Split(*parts, {"n_vars": values.shape[1], "columns": list(df.columns[1:]), "mean": mean, "std": std,
+                          "borders": (b1, b2), "seq_len": seq_len, "label_len": label_len, "pred_len": pred_len,
+                          "coord_dim": 1})

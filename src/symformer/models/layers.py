@@ -1,0 +1,134 @@
+"""Building blocks: norms, feed-forward parts, multi-head attention over named parts, blocks."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from symformer._validation import check_int, fail
+from symformer.registry import ATTENTION, MLP, POSITIONAL
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d: int, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def make_norm(kind: str, d: int) -> nn.Module:
+    if kind == "layer":
+        return nn.LayerNorm(d)
+    if kind == "rms":
+        return RMSNorm(d)
+    fail("norm", kind, "'layer' or 'rms'")
+    raise AssertionError
+
+
+class FeedForward(nn.Module):
+    """up -> activation -> down (ReLU FFNs admit positive diagonal rescaling of hidden units)."""
+
+    def __init__(self, d_model: int, d_ff: int, activation: str = "gelu", dropout: float = 0.0, **_: object):
+        super().__init__()
+        self.up = nn.Linear(d_model, d_ff)
+        self.down = nn.Linear(d_ff, d_model)
+        self.activation = activation
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.relu(self.up(x)) if self.activation == "relu" else F.gelu(self.up(x))
+        return self.down(self.drop(h))
+
+
+class SwiGLU(nn.Module):
+    """down(silu(gate x) * up x): the gated shape the fact-storing constructions produce."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, bias: bool = False, **_: object):
+        super().__init__()
+        self.gate = nn.Linear(d_model, d_ff, bias=bias)
+        self.up = nn.Linear(d_model, d_ff, bias=bias)
+        self.down = nn.Linear(d_ff, d_model, bias=bias)
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(self.drop(F.silu(self.gate(x)) * self.up(x)))
+
+
+MLP.register("gelu")(lambda **kw: FeedForward(activation="gelu", **kw))
+MLP.register("relu")(lambda **kw: FeedForward(activation="relu", **kw))
+MLP.register("swiglu")(SwiGLU)
+
+
+class MultiHeadAttention(nn.Module):
+    """Projections q/k/v/o (nn.Linear, heads contiguous in the output features), an optional rotary
+    positional part acting on q/k, and an attention core chosen by name."""
+
+    def __init__(self, d_model: int, n_heads: int, attention: str = "softmax", positional: str = "none",
+                 coord_dim: int = 1, attention_kwargs: dict | None = None, positional_kwargs: dict | None = None,
+                 dropout: float = 0.0):
+        super().__init__()
+        check_int("d_model", d_model, 1)
+        check_int("n_heads", n_heads, 1)
+        if d_model % n_heads:
+            fail("n_heads", n_heads, f"a divisor of d_model={d_model}")
+        self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.k_proj = nn.Linear(d_model, d_model)
+        self.v_proj = nn.Linear(d_model, d_model)
+        self.o_proj = nn.Linear(d_model, d_model)
+        pos_cls = POSITIONAL.get(positional)
+        self.rotary = None
+        if getattr(pos_cls, "kind", None) == "rotary":
+            self.rotary = pos_cls(head_dim=self.head_dim, coord_dim=coord_dim, n_heads=n_heads, d_model=d_model,
+                                  **(positional_kwargs or {}))
+        self.core = ATTENTION.build(attention, head_dim=self.head_dim, n_heads=n_heads, d_model=d_model,
+                                    **(attention_kwargs or {}))
+        self.drop = nn.Dropout(dropout)
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, _ = x.shape
+        return x.view(b, n, self.n_heads, self.head_dim).transpose(1, 2)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None, context: torch.Tensor | None = None,
+                context_positions: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None,
+                is_causal: bool = False) -> torch.Tensor:
+        src = x if context is None else context
+        q, k, v = self._heads(self.q_proj(x)), self._heads(self.k_proj(src)), self._heads(self.v_proj(src))
+        scale = None
+        if self.rotary is not None:
+            kp = positions if context is None else context_positions
+            q, k = self.rotary(q, k, positions, kp)
+            scale = self.rotary.scale
+        y = self.core(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale)
+        b, h, n, dv = y.shape
+        return self.drop(self.o_proj(y.transpose(1, 2).reshape(b, n, h * dv)))
+
+
+class Block(nn.Module):
+    """Self-attention, optional cross-attention, feed-forward; pre- or post-norm residuals."""
+
+    def __init__(self, cfg, cross: bool = False):
+        super().__init__()
+        self.prenorm = cfg.prenorm
+        mk = dict(d_model=cfg.d_model, n_heads=cfg.n_heads, attention=cfg.attention, positional=cfg.positional,
+                  coord_dim=cfg.coord_dim, attention_kwargs=dict(cfg.attention_kwargs),
+                  positional_kwargs=dict(cfg.positional_kwargs), dropout=cfg.dropout)
+        self.attn = MultiHeadAttention(**mk)
+        self.norm1 = make_norm(cfg.norm, cfg.d_model)
+        self.cross = MultiHeadAttention(**mk) if cross else None
+        self.norm_c = make_norm(cfg.norm, cfg.d_model) if cross else None
+        self.mlp = MLP.build(cfg.mlp, d_model=cfg.d_model, d_ff=cfg.ff_dim, dropout=cfg.dropout)
+        self.norm2 = make_norm(cfg.norm, cfg.d_model)
+
+    def _res(self, x: torch.Tensor, norm: nn.Module, f) -> torch.Tensor:
+        return x + f(norm(x)) if self.prenorm else norm(x + f(x))
+
+    def forward(self, x, positions=None, is_causal=False, context=None, context_positions=None):
+        x = self._res(x, self.norm1, lambda h: self.attn(h, positions, is_causal=is_causal))
+        if self.cross is not None:
+            x = self._res(x, self.norm_c, lambda h: self.cross(h, positions, context=context,
+                                                               context_positions=context_positions))
+        return self._res(x, self.norm2, self.mlp)

@@ -1,0 +1,82 @@
+"""A transformer built from named parts (nanoGPT-style: one config dataclass, plain modules)."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from symformer._validation import check_choice, check_int, fail
+from symformer.models.layers import Block, make_norm
+from symformer.registry import ATTENTION, MLP, POSITIONAL
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    d_model: int = 64
+    n_heads: int = 4
+    n_layers: int = 2
+    d_ff: int | None = None          # default 4 * d_model
+    positional: str = "rope"          # none | sinusoidal | learned | rope | string | espr ...
+    positional_kwargs: dict[str, Any] = field(default_factory=dict)
+    attention: str = "softmax"        # softmax | naive | favor | plash ...
+    attention_kwargs: dict[str, Any] = field(default_factory=dict)
+    mlp: str = "gelu"                 # gelu | relu | swiglu
+    norm: str = "layer"               # layer | rms
+    prenorm: bool = True
+    dropout: float = 0.0
+    coord_dim: int = 1
+    max_len: int = 1024               # learned PE table size per axis
+
+    def __post_init__(self) -> None:
+        check_int("d_model", self.d_model, 1)
+        check_int("n_heads", self.n_heads, 1)
+        check_int("n_layers", self.n_layers, 1)
+        check_int("coord_dim", self.coord_dim, 1)
+        if self.d_model % self.n_heads:
+            fail("n_heads", self.n_heads, f"a divisor of d_model={self.d_model}")
+        check_choice("positional", self.positional, POSITIONAL.names())
+        check_choice("attention", self.attention, ATTENTION.names())
+        check_choice("mlp", self.mlp, MLP.names())
+        check_choice("norm", self.norm, ("layer", "rms"))
+
+    @property
+    def ff_dim(self) -> int:
+        return self.d_ff or 4 * self.d_model
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Encoder(nn.Module):
+    """Additive PE (if any) + blocks + final norm. Rotary parts live inside each attention layer."""
+
+    def __init__(self, cfg: TransformerConfig, cross: bool = False, n_layers: int | None = None):
+        super().__init__()
+        self.cfg = cfg
+        pos_cls = POSITIONAL.get(cfg.positional)
+        self.additive = None
+        if getattr(pos_cls, "kind", None) == "additive":
+            self.additive = pos_cls(d_model=cfg.d_model, coord_dim=cfg.coord_dim, max_len=cfg.max_len,
+                                    **dict(cfg.positional_kwargs))
+        self.blocks = nn.ModuleList(Block(cfg, cross=cross) for _ in range(n_layers or cfg.n_layers))
+        self.norm = make_norm(cfg.norm, cfg.d_model) if cfg.prenorm else nn.Identity()
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, is_causal: bool = False,
+                context: torch.Tensor | None = None, context_positions: torch.Tensor | None = None) -> torch.Tensor:
+        if self.additive is not None:
+            x = self.additive(x, positions)
+        for blk in self.blocks:
+            x = blk(x, positions, is_causal=is_causal, context=context, context_positions=context_positions)
+        return self.norm(x)
+
+
+def attention_layers(model: nn.Module):
+    """Every MultiHeadAttention in a model (teleportation and diagnostics walk these)."""
+    from symformer.models.layers import MultiHeadAttention
+    return [m for m in model.modules() if isinstance(m, MultiHeadAttention)]

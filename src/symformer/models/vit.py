@@ -1,0 +1,26 @@
+"""ViT-style classifier over patch tokens with C-dimensional positions (mean pooling, no CLS token,
+so every token has a real position)."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from symformer._validation import check_int, check_tensor, fail
+from symformer.models.transformer import Encoder, TransformerConfig
+
+
+class ViTClassifier(nn.Module):
+    def __init__(self, cfg: TransformerConfig, token_dim: int, n_classes: int):
+        super().__init__()
+        self.cfg = cfg
+        self.token_dim = check_int("token_dim", token_dim, 1)
+        self.embed = nn.Linear(token_dim, cfg.d_model)
+        self.encoder = Encoder(cfg)
+        self.head = nn.Linear(cfg.d_model, check_int("n_classes", n_classes, 2))
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        check_tensor("tokens", tokens, 3)
+        if tokens.shape[-1] != self.token_dim:
+            fail("tokens", f"shape {tuple(tokens.shape)}", f"last dimension {self.token_dim}")
+        h = self.encoder(self.embed(tokens), positions)
+        return self.head(h.mean(dim=1))

@@ -1,0 +1,59 @@
+"""Additive absolute positional encodings: sinusoidal (any C) and learned (axial tables)."""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from symformer._validation import check_int, fail
+from symformer.positional.base import AdditivePositional, check_positions
+
+
+def sinusoidal_table(positions: torch.Tensor, dim: int, base: float = 10000.0) -> torch.Tensor:
+    """Vaswani et al. sinusoid of scalar positions (..., N) -> (..., N, dim)."""
+    half = dim // 2
+    freq = torch.exp(-math.log(base) * torch.arange(half, dtype=positions.dtype, device=positions.device) / half)
+    ang = positions[..., None] * freq
+    return torch.cat((ang.sin(), ang.cos()), dim=-1)
+
+
+class SinusoidalPE(AdditivePositional):
+    """Each of the C coordinates gets d_model/C dimensions of sinusoids."""
+
+    def __init__(self, d_model: int, coord_dim: int = 1, base: float = 10000.0, **_: object):
+        super().__init__()
+        check_int("d_model", d_model, 2)
+        self.coord_dim = check_int("coord_dim", coord_dim, 1)
+        per = d_model // coord_dim
+        if per % 2 or per * coord_dim != d_model:
+            fail("d_model", d_model, f"a multiple of 2*C = {2 * coord_dim} for a {coord_dim}-D sinusoidal encoding")
+        self.d_model, self.per, self.base = d_model, per, base
+
+    def encoding(self, positions: torch.Tensor) -> torch.Tensor:
+        return torch.cat([sinusoidal_table(positions[..., c], self.per, self.base) for c in range(self.coord_dim)], dim=-1)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        check_positions(positions, self.coord_dim, x.shape[-2])
+        return x + self.encoding(positions.to(x.dtype))
+
+
+class LearnedPE(AdditivePositional):
+    """Sum of one learned table per axis, indexed by the (integer) coordinate: standard learned PE for
+    C = 1, axial learned PE on grids."""
+
+    def __init__(self, d_model: int, coord_dim: int = 1, max_len: int = 1024, **_: object):
+        super().__init__()
+        self.coord_dim = check_int("coord_dim", coord_dim, 1)
+        self.max_len = check_int("max_len", max_len, 1)
+        self.tables = nn.Parameter(torch.randn(coord_dim, max_len, d_model) * 0.02)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        check_positions(positions, self.coord_dim, x.shape[-2])
+        idx = positions.round().long()
+        if bool((idx < 0).any()) or bool((idx >= self.max_len).any()) or not torch.equal(idx.to(positions.dtype), positions):
+            fail("positions", "non-integer or out-of-range coordinates", f"integers in [0, {self.max_len}) for a learned table")
+        out = x
+        for c in range(self.coord_dim):
+            out = out + self.tables[c][idx[..., c]]
+        return out

@@ -1,0 +1,137 @@
+"""The results format of design.md: OUT/<name>/results.json, report.md and figures.
+
+A verdict is always computed from the numbers of the run (see `verdict`), never written as a constant.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import subprocess
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+VERDICTS = ("holds", "fails", "inconclusive")
+
+
+@dataclass
+class Claim:
+    id: str
+    statement: str
+    paper: str
+    measured: str
+    verdict: str
+    evidence: str = ""
+
+    def __post_init__(self) -> None:
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"verdict: got {self.verdict!r}, expected one of {', '.join(VERDICTS)}")
+
+
+def verdict(ok: bool | None) -> str:
+    """Map a measured comparison to a verdict; None means the run could not decide."""
+    if ok is None:
+        return "inconclusive"
+    return "holds" if ok else "fails"
+
+
+@dataclass
+class ExperimentResult:
+    metrics: dict[str, Any] = field(default_factory=dict)
+    claims: list[Claim] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)
+    figures: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def git_sha() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).resolve().parent)
+        return out.stdout.strip() or "unknown"
+    except Exception:
+        return "unknown"
+
+
+def environment(device: str = "cpu") -> dict[str, Any]:
+    return {"torch": torch.__version__, "threads": torch.get_num_threads(), "git_sha": git_sha(),
+            "device": device, "python": platform.python_version(), "machine": platform.machine(),
+            "cpu_count": os.cpu_count()}
+
+
+def _jsonable(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, torch.Tensor):
+        return _jsonable(x.tolist())
+    if hasattr(x, "item") and callable(x.item) and not isinstance(x, (str, bytes)):
+        try:
+            return _jsonable(x.item())
+        except Exception:
+            pass
+    if isinstance(x, float) and not math.isfinite(x):
+        return str(x)
+    if isinstance(x, (str, int, float, bool)) or x is None:
+        return x
+    return str(x)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_json(path: Path, obj: Any) -> None:
+    atomic_write_text(Path(path), json.dumps(_jsonable(obj), indent=2) + "\n")
+
+
+def fmt(x: Any) -> str:
+    if isinstance(x, float):
+        if x == 0 or 1e-3 <= abs(x) < 1e5:
+            return f"{x:.4g}"
+        return f"{x:.3e}"
+    if isinstance(x, dict):
+        return ", ".join(f"{k}: {fmt(v)}" for k, v in x.items())
+    return str(x)
+
+
+def _md_escape(s: str) -> str:
+    return str(s).replace("|", "\\|").replace("\n", " ")
+
+
+def claims_table(claims: list[Claim]) -> str:
+    lines = ["| id | statement | paper | measured | verdict |", "|---|---|---|---|---|"]
+    for c in claims:
+        lines.append("| " + " | ".join(_md_escape(x) for x in (c.id, c.statement, c.paper, c.measured, f"**{c.verdict}**")) + " |")
+    return "\n".join(lines)
+
+
+def write_experiment(out_dir: Path, name: str, quick: bool, result: ExperimentResult, device: str = "cpu",
+                     seconds: float | None = None) -> dict[str, Any]:
+    out_dir = Path(out_dir)
+    payload = {"experiment": name, "quick": quick, "metrics": result.metrics,
+               "claims": [asdict(c) for c in result.claims], "config": result.config,
+               "environment": environment(device)}
+    if seconds is not None:
+        payload["seconds"] = round(seconds, 2)
+    write_json(out_dir / "results.json", payload)
+    md = [f"# {name}{' (quick)' if quick else ''}", ""]
+    if result.claims:
+        md += ["## Claims", "", claims_table(result.claims), ""]
+        md += ["### Evidence", ""] + [f"- **{c.id}**: {_md_escape(c.evidence)}" for c in result.claims if c.evidence] + [""]
+    md += ["## Metrics", ""] + [f"- `{k}`: {fmt(v)}" for k, v in result.metrics.items()] + [""]
+    if result.figures:
+        md += ["## Figures", ""] + [f"![{f}]({f})" for f in result.figures] + [""]
+    if result.notes:
+        md += ["## Notes", ""] + [f"- {n}" for n in result.notes] + [""]
+    md += ["## Environment", "", "```", json.dumps(payload["environment"], indent=1), "```", ""]
+    atomic_write_text(out_dir / "report.md", "\n".join(md))
+    return payload

@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+def pytest_addoption(parser):
+    parser.addoption("--runslow", action="store_true", default=False, help="run tests marked slow")
+
+
+def pytest_configure(config):
+    torch.set_num_threads(1)
+    if not os.environ.get("SYMFORMER_DATA") and SHARED_DATA.is_dir():
+        os.environ["SYMFORMER_DATA"] = str(SHARED_DATA)
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--runslow") or "slow" in (config.getoption("-m") or ""):
+        return
+    skip = pytest.mark.skip(reason="slow: run with --runslow")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def data_dir() -> Path:
+    d = Path(os.environ.get("SYMFORMER_DATA", SHARED_DATA))
+    if not (d / "ETTh1.csv").is_file():
+        pytest.skip(f"shared data not found at {d}")
+    return d
