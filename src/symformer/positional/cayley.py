@@ -1,0 +1,63 @@
+"""Cayley transform between skew-symmetric matrices and SO(n) (ESPR Tier 3).
+
+`cayley(S) = (I - S)(I + S)^{-1}` (T3.1) lies in SO(n) for every skew S (T3.2); `inverse_cayley`
+maps back every Q in SO(n) without eigenvalue -1 (T3.3). Both use `torch.linalg.solve`, never an
+explicit inverse, and are differentiable (gradcheck in tests/positional/test_cayley.py).
+"""
+from __future__ import annotations
+
+import torch
+
+from symformer._validation import check_tensor, fail
+
+
+def skew(a: torch.Tensor) -> torch.Tensor:
+    """a - a^T on the last two dims: the unconstrained parametrisation of skew matrices."""
+    return a - a.transpose(-1, -2)
+
+
+def check_square(name: str, m: torch.Tensor) -> torch.Tensor:
+    check_tensor(name, m)
+    if m.ndim < 2 or m.shape[-1] != m.shape[-2]:
+        fail(name, f"shape {tuple(m.shape)}", "a (..., n, n) square matrix (batch of square matrices)")
+    return m
+
+
+def skew_error(s: torch.Tensor) -> torch.Tensor:
+    """max |S + S^T| (0 for an exactly skew matrix)."""
+    return (s + s.transpose(-1, -2)).abs().amax() if s.numel() else s.new_zeros(())
+
+
+def check_skew(name: str, s: torch.Tensor, tol: float | None = None) -> torch.Tensor:
+    """ValueError unless s is (a batch of) square skew-symmetric matrices up to `tol`
+    (default: 1e3 * machine epsilon of its dtype times max(1, max|s|))."""
+    check_square(name, s)
+    if tol is None:
+        scale = max(1.0, float(s.abs().amax())) if s.numel() else 1.0
+        tol = 1e3 * torch.finfo(s.dtype).eps * scale
+    err = float(skew_error(s))
+    if err > tol:
+        fail(name, f"a matrix with max|S + S^T| = {err:.3g}", f"a skew-symmetric matrix (S^T = -S, tolerance {tol:.3g})")
+    return s
+
+
+def cayley(s: torch.Tensor, check: bool = True) -> torch.Tensor:
+    """P = (I - S)(I + S)^{-1} for skew S of shape (..., n, n)  (T3.1; in SO(n) by T3.2).
+
+    I + S is invertible because sigma(S) lies on the imaginary axis (T3.1), and (I - S) commutes with
+    (I + S)^{-1}, so P = (I + S)^{-1}(I - S) = solve(I + S, I - S)."""
+    if check:
+        check_skew("S", s)
+    eye = torch.eye(s.shape[-1], dtype=s.dtype, device=s.device)
+    return torch.linalg.solve(eye + s, eye - s)
+
+
+def inverse_cayley(q: torch.Tensor) -> torch.Tensor:
+    """S_Q = (I - Q)(I + Q)^{-1} (T3.3): skew, with cayley(S_Q) = Q when -1 is not an eigenvalue of Q.
+    Raises ValueError when I + Q is singular (Q has eigenvalue -1)."""
+    check_square("Q", q)
+    eye = torch.eye(q.shape[-1], dtype=q.dtype, device=q.device)
+    sol, info = torch.linalg.solve_ex(eye + q, eye - q)
+    if bool((info != 0).any()):
+        fail("Q", "a matrix with eigenvalue -1 (I + Q singular)", "an orthogonal matrix without eigenvalue -1 (T3.3)")
+    return sol

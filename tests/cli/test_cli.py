@@ -1,0 +1,122 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from symformer import cli
+from symformer.experiments import base as ebase
+from symformer.results import Claim, ExperimentResult, verdict
+
+
+@pytest.fixture
+def fake_experiments(monkeypatch):
+    """Replace the experiment registry with two tiny experiments, one needing a data file."""
+    reg = ebase.Registry("experiment")
+    monkeypatch.setattr(ebase, "EXPERIMENTS", reg)
+    monkeypatch.setattr("symformer.experiments.load_all", lambda: reg)
+
+    def ok(ctx):
+        x = 1.0 + 1e-16
+        return ExperimentResult(metrics={"err": x - 1.0},
+                                claims=[Claim("C1", "one is one", "exact", f"{x - 1.0:g}", verdict(x == 1.0))])
+
+    def needs(ctx):
+        ctx.data_file("nonexistent.csv")
+        return ExperimentResult()
+
+    reg.register("alpha")(ebase.ExperimentSpec("alpha", ok, "a tiny check"))
+    reg.register("beta")(ebase.ExperimentSpec("beta", needs, "needs a file", ("nonexistent.csv",)))
+    return reg
+
+
+def run(capsys, *argv):
+    code = cli.main(list(argv))
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def test_list(capsys, fake_experiments):
+    code, out, _ = run(capsys, "reproduce", "--list")
+    assert code == 0 and "alpha" in out and "beta" in out and "nonexistent.csv" in out
+
+
+def test_unknown_name_one_line_exit_2(capsys, fake_experiments):
+    code, out, err = run(capsys, "reproduce", "gamma")
+    assert code == 2 and err.strip().count("\n") == 0
+    assert "gamma" in err and "alpha" in err and "beta" in err
+
+
+def test_missing_data_named_exit_2(capsys, fake_experiments, tmp_path):
+    code, _, err = run(capsys, "reproduce", "beta", "--data-dir", str(tmp_path), "--out", str(tmp_path / "o"))
+    assert code == 2 and "SYMFORMER_DATA" in err and "nonexistent.csv" in err and err.strip().count("\n") == 0
+
+
+def test_run_all_skips_missing_and_writes_format(capsys, fake_experiments, tmp_path):
+    out = tmp_path / "o"
+    code, stdout, _ = run(capsys, "reproduce", "--quick", "--out", str(out), "--data-dir", str(tmp_path))
+    assert code == 0
+    res = json.loads((out / "alpha" / "results.json").read_text())
+    assert res["experiment"] == "alpha" and res["quick"] is True
+    assert set(res) >= {"metrics", "claims", "config", "environment"}
+    assert set(res["environment"]) >= {"torch", "threads", "git_sha", "device"}
+    assert res["claims"][0]["verdict"] in ("holds", "fails", "inconclusive")
+    assert (out / "alpha" / "report.md").exists()
+    index = (out / "report.md").read_text()
+    assert "[alpha](alpha/report.md)" in index and "skipped" in index and "SYMFORMER_DATA" in index
+    assert not (out / "beta" / "results.json").exists()
+
+
+def test_bad_option_one_line(capsys):
+    code, _, err = run(capsys, "train", "--bogus")
+    assert code == 2 and "--bogus" in err and err.strip().count("\n") == 0
+    code, _, err = run(capsys, "train", "--preset", "nope")
+    assert code == 2 and "digits-vit" in err
+    code, _, err = run(capsys, "train", "--preset", "digits-vit", "--teleport", "alpha")
+    assert code == 2 and "--teleport" in err
+
+
+def test_bench_list_and_unknown(capsys):
+    code, out, _ = run(capsys, "bench", "--list")
+    assert code == 0
+    code, _, err = run(capsys, "bench", "no-such-suite")
+    assert code == 2 and "no-such-suite" in err
+
+
+def test_data_list(capsys, tmp_path):
+    code, out, _ = run(capsys, "data", "list", "--data-dir", str(tmp_path))
+    assert code == 0 and "ETTh1.csv: MISSING" in out and "digits" in out
+
+
+def test_train_config_file_writes_results(capsys, tmp_path):
+    cfg = {"task": "digits", "model": {"d_model": 16, "n_heads": 2, "n_layers": 1},
+           "train": {"epochs": 1, "batch_size": 64}}
+    (tmp_path / "c.json").write_text(json.dumps(cfg))
+    code, out, _ = run(capsys, "train", "--config", str(tmp_path / "c.json"), "--out", str(tmp_path / "t"))
+    assert code == 0
+    res = json.loads((tmp_path / "t" / "results.json").read_text())
+    assert 0 <= res["metrics"]["test_accuracy"] <= 1
+    assert (tmp_path / "t" / "metrics.jsonl").exists() and (tmp_path / "t" / "checkpoint.pt").exists()
+    # resume of a finished run is a no-op that reproduces the same metrics
+    code, out2, _ = run(capsys, "train", "--config", str(tmp_path / "c.json"), "--out", str(tmp_path / "t"), "--resume")
+    assert code == 0 and json.loads(out2.strip().splitlines()[-1]) == res["metrics"]
+
+
+def test_resume_without_checkpoint_is_an_error(capsys, tmp_path):
+    cfg = {"task": "digits", "train": {"epochs": 1}}
+    (tmp_path / "c.json").write_text(json.dumps(cfg))
+    code, _, err = run(capsys, "train", "--config", str(tmp_path / "c.json"), "--out", str(tmp_path / "x"), "--resume")
+    assert code == 2 and "checkpoint" in err
+
+
+def test_entrypoint_subprocess_no_traceback(tmp_path):
+    p = subprocess.run([sys.executable, "-m", "symformer.cli", "reproduce", "definitely-not-registered"],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_digits_vit_preset_reaches_090(capsys, tmp_path):
+    """The foundation's 'done when': the digits-vit preset reaches >= 0.90 test accuracy."""
+    code, out, _ = run(capsys, "train", "--preset", "digits-vit", "--out", str(tmp_path / "d"))
+    assert code == 0
+    assert json.loads((tmp_path / "d" / "results.json").read_text())["metrics"]["test_accuracy"] >= 0.90
