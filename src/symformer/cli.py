@@ -148,6 +148,8 @@ def train(preset: Optional[str] = typer.Option(None, "--preset", help="a named s
         raise CLIError("train: give exactly one of --preset NAME or --config FILE")
     spec = resolve(preset, load_config(config) if config else None)
     _threads()
+    from symformer.train import distributed
+    distributed.init_from_env()  # no-op unless launched by torchrun
     model, task, split, tcfg = build(spec, data_dir=data_dir, seed=seed)
     tcfg = dataclasses.replace(tcfg, checkpoint_every=checkpoint_every, progress=True)
     callbacks = []
@@ -159,6 +161,8 @@ def train(preset: Optional[str] = typer.Option(None, "--preset", help="a named s
         raise CLIError(f"--resume: no checkpoint at {trainer.ckpt_path}; run once without --resume first")
     final = trainer.fit(resume=resume)
     metrics = result_metrics(spec["task"], final)
+    if not distributed.is_main():
+        return
     write_json(out / "results.json", {"experiment": "train", "preset": preset, "metrics": metrics,
                                       "config": {"spec": spec, "train": dataclasses.asdict(tcfg)},
                                       "history": trainer.state.history, "environment": environment()})

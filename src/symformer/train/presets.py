@@ -18,7 +18,7 @@ from symformer.train.trainer import TrainConfig
 TASKS = ("digits", "mnist1d", "shakespeare", "etth1")
 
 PRESETS: dict[str, dict[str, Any]] = {
-    # ~1 minute on 2 cores; reaches >= 0.90 test accuracy (see tests/slow and the README).
+    # ~15 s on 2 cores; reaches >= 0.90 test accuracy (tests/cli/test_cli.py checks it).
     "digits-vit": {"task": "digits", "data": {"patch": 2},
                    "model": {"d_model": 64, "n_heads": 4, "n_layers": 2, "positional": "rope", "coord_dim": 2},
                    "train": {"epochs": 30, "batch_size": 64, "optimizer": "adamw", "lr": 3e-3, "weight_decay": 1e-2,
@@ -27,9 +27,9 @@ PRESETS: dict[str, dict[str, Any]] = {
                     "model": {"d_model": 64, "n_heads": 4, "n_layers": 2, "positional": "rope", "coord_dim": 1},
                     "train": {"epochs": 30, "batch_size": 128, "optimizer": "adamw", "lr": 3e-3, "weight_decay": 1e-2,
                               "warmup_steps": 50}},
-    "shakespeare-char": {"task": "shakespeare", "data": {"block": 64, "max_chars": 300_000},
+    "shakespeare-char": {"task": "shakespeare", "data": {"block": 64, "max_chars": 300_000, "stride": 32},
                          "model": {"d_model": 96, "n_heads": 4, "n_layers": 2, "positional": "rope", "coord_dim": 1},
-                         "train": {"epochs": 2, "batch_size": 32, "optimizer": "adamw", "lr": 2e-3,
+                         "train": {"epochs": 2, "batch_size": 32, "optimizer": "adamw", "lr": 3e-3,
                                    "warmup_steps": 50, "eval_batch_size": 128}},
     "etth1-informer": {"task": "etth1", "data": {"seq_len": 96, "label_len": 48, "pred_len": 24},
                        "model": {"d_model": 64, "n_heads": 4, "n_layers": 2, "positional": "sinusoidal", "coord_dim": 1},

@@ -204,8 +204,11 @@ class Trainer:
             cb.on_train_start(self)
         bar = None
         if self.cfg.progress and D.is_main():
+            import sys
+
             from tqdm import tqdm
-            bar = tqdm(total=self.total_steps, initial=self.state.step, desc="train", leave=False)
+            bar = tqdm(total=self.total_steps, initial=self.state.step, desc="train", leave=False,
+                       disable=not sys.stderr.isatty())
         while self.state.epoch < self.cfg.epochs and self.state.step < self.total_steps:
             self._run_epoch(bar)
         if bar is not None:
