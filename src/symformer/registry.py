@@ -2,6 +2,7 @@
 themselves with a decorator, so adding one never edits the model or the CLI."""
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
 T = TypeVar("T")
@@ -35,7 +36,27 @@ class Registry(Generic[T]):
         return iter(self.names())
 
     def build(self, name: str, **kwargs: Any) -> Any:
-        return self.get(name)(**kwargs)
+        """Call the factory of `name`. Context keys the host always offers (STANDARD_KEYS: head_dim,
+        d_model, ...) are passed only where the factory's signature takes them; any other keyword the
+        factory does not take is an error, so a misspelt option is never silently ignored."""
+        factory = self.get(name)
+        try:
+            params = inspect.signature(factory).parameters
+        except (TypeError, ValueError):  # builtins without a signature: pass everything
+            return factory(**kwargs)
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            return factory(**kwargs)
+        unknown = sorted(k for k in kwargs if k not in params and k not in STANDARD_KEYS)
+        if unknown:
+            accepted = [k for k, p in params.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL
+                        and k not in STANDARD_KEYS and k != "self"]
+            raise TypeError(f"{self.kind} {name!r}: got unknown option(s) {', '.join(unknown)}, "
+                            f"expected some of {', '.join(accepted) or '(none)'}")
+        return factory(**{k: v for k, v in kwargs.items() if k in params})
+
+
+#: keys a host (attention layer, encoder) offers every part; a part takes those its signature names
+STANDARD_KEYS = frozenset({"head_dim", "n_heads", "d_model", "coord_dim", "d_ff", "dropout", "max_len"})
 
 
 #: positional encodings: factory(d_model=, n_heads=, head_dim=, coord_dim=, **kw) -> module

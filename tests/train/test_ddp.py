@@ -46,8 +46,12 @@ def _free_port():
 
 
 @pytest.mark.skipif(not dist.is_available(), reason="torch.distributed unavailable")
-def test_two_process_gloo_matches_single(tmp_path):
+def test_two_process_gloo_matches_single(tmp_path, monkeypatch):
     out = tmp_path / "ddp.pt"
+    # spawned interpreters copy this sys.path and re-import this module by name: make it importable
+    here = os.path.dirname(os.path.abspath(__file__))
+    monkeypatch.syspath_prepend(here)
+    monkeypatch.syspath_prepend(os.path.dirname(os.path.dirname(here)))
     mp.spawn(_worker, args=(2, _free_port(), str(out)), nprocs=2, join=True)
     single = Trainer(_model(), Classification(), _data(), None, _cfg())
     single.fit()

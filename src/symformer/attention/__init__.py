@@ -7,4 +7,12 @@ from symformer.registry import ATTENTION
 ATTENTION.register("softmax")(SoftmaxAttention)
 ATTENTION.register("naive")(NaiveAttention)
 
-__all__ = ["AttentionCore", "SoftmaxAttention", "NaiveAttention", "naive_attention"]
+from symformer.attention.plash import PlashAttention  # noqa: E402
+
+ATTENTION.register("plash")(PlashAttention)
+
+from symformer.attention.favor import FavorAttention  # noqa: E402
+
+ATTENTION.register("favor")(FavorAttention)
+
+__all__ = ["FavorAttention", "AttentionCore", "SoftmaxAttention", "NaiveAttention", "naive_attention", "PlashAttention"]

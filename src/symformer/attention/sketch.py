@@ -37,32 +37,45 @@ def is_prime(n: int) -> bool:
     return True
 
 
-def _randint(high: int, generator: torch.Generator, size: int) -> torch.Tensor:
-    return torch.randint(0, high, (size,), generator=generator, dtype=torch.int64)
+def _randint(high: int, generator: torch.Generator, *size: int) -> torch.Tensor:
+    return torch.randint(0, high, size, generator=generator, dtype=torch.int64)
 
 
 def poly_mod_p(coef: torch.Tensor, x: torch.Tensor, p: int) -> torch.Tensor:
-    """Horner evaluation of sum_i coef[i] x^i mod p (int64; p < 2^31 keeps products in range)."""
-    out = torch.zeros_like(x)
-    for c in coef.flip(0).tolist():
-        out = (out * x + c) % p
+    """Horner evaluation of sum_i coef[..., i] x^i mod p; coef (..., deg+1), x (d,) -> (..., d).
+    int64 with p < 2^31 keeps every product in range."""
+    out = torch.zeros(*coef.shape[:-1], x.shape[-1], dtype=torch.int64)
+    for i in range(coef.shape[-1] - 1, -1, -1):
+        out = (out * x + coef[..., i:i + 1]) % p
     return out
 
 
-def bucket_hash(in_dim: int, out_dim: int, generator: torch.Generator, prime: int = MERSENNE_31,
-                max_tries: int = 1000) -> torch.Tensor:
-    """3-wise independent h: [in_dim] -> [out_dim] (Construction C.3 step 1), as an int64 tensor."""
+def bucket_hashes(n: int, in_dim: int, out_dim: int, generator: torch.Generator, prime: int = MERSENNE_31,
+                  max_tries: int = 1000) -> torch.Tensor:
+    """n independent 3-wise independent hashes h: [in_dim] -> [out_dim] (Construction C.3 step 1): a
+    uniform degree-2 polynomial over F_prime, `mod out_dim`, the whole polynomial redrawn while any value
+    falls in the rejection region [out_dim * floor(prime / out_dim), prime). Returns int64 (n, in_dim)."""
     check_int("in_dim", in_dim, 1)
     check_int("out_dim", out_dim, 1)
     if not is_prime(prime) or prime < max(in_dim, out_dim) or prime >= 2**31:
         fail("prime", prime, f"a prime in [max(in_dim, out_dim) = {max(in_dim, out_dim)}, 2^31)")
     x = torch.arange(in_dim, dtype=torch.int64)
     limit = out_dim * (prime // out_dim)
+    out = torch.empty(n, in_dim, dtype=torch.int64)
+    todo = torch.arange(n)
     for _ in range(max_tries):
-        vals = poly_mod_p(_randint(prime, generator, 3), x, prime)
-        if bool((vals < limit).all()):  # rejection keeps h uniform on [out_dim]
-            return vals % out_dim
-    raise RuntimeError(f"bucket_hash: no accepted polynomial in {max_tries} tries (prime={prime}, out_dim={out_dim})")
+        vals = poly_mod_p(_randint(prime, generator, len(todo), 3), x, prime)
+        ok = (vals < limit).all(-1)
+        out[todo[ok]] = vals[ok] % out_dim
+        todo = todo[~ok]
+        if len(todo) == 0:
+            return out
+    raise RuntimeError(f"bucket_hashes: no accepted polynomial in {max_tries} tries (prime={prime}, out_dim={out_dim})")
+
+
+def bucket_hash(in_dim: int, out_dim: int, generator: torch.Generator, prime: int = MERSENNE_31) -> torch.Tensor:
+    """One 3-wise independent bucket hash, int64 (in_dim,)."""
+    return bucket_hashes(1, in_dim, out_dim, generator, prime)[0]
 
 
 def gf2_mul(a: torch.Tensor, b: torch.Tensor, w: int) -> torch.Tensor:
@@ -72,9 +85,9 @@ def gf2_mul(a: torch.Tensor, b: torch.Tensor, w: int) -> torch.Tensor:
     out = torch.zeros_like(a)
     a = a.clone()
     for i in range(w):
-        out ^= torch.where((b >> i) & 1 == 1, a, torch.zeros_like(a))
+        out ^= a * ((b >> i) & 1)
         a = a << 1
-        a = torch.where((a >> w) & 1 == 1, a ^ mod, a)
+        a ^= mod * ((a >> w) & 1)
     return out
 
 
@@ -83,32 +96,46 @@ def field_bits(in_dim: int) -> int:
     return max(1, (in_dim - 1).bit_length())
 
 
-def sign_hash(in_dim: int, generator: torch.Generator, w: int | None = None) -> torch.Tensor:
-    """4-wise independent s: [in_dim] -> {+-1} (Construction C.3 step 2), as a float tensor."""
+def sign_from_coefficients(coef: torch.Tensor, x: torch.Tensor, w: int) -> torch.Tensor:
+    """(-1)^{lowest bit of b0 + b1 x + b2 x^2 + b3 x^3 in GF(2^w)}, Horner form; coef (..., 4) -> int64 (..., d)."""
+    acc = torch.zeros(*coef.shape[:-1], x.shape[-1], dtype=torch.int64)
+    for i in range(coef.shape[-1] - 1, -1, -1):
+        acc = gf2_mul(acc, x, w) ^ coef[..., i:i + 1]
+    return 1 - 2 * (acc & 1)
+
+
+def sign_hashes(n: int, in_dim: int, generator: torch.Generator, w: int | None = None) -> torch.Tensor:
+    """n independent 4-wise independent signs s: [in_dim] -> {+-1} (Construction C.3 step 2); float (n, in_dim)."""
     check_int("in_dim", in_dim, 1)
     w = field_bits(in_dim) if w is None else w
     if w not in IRREDUCIBLE or 2**w < in_dim:
         fail("w", w, f"an integer in [1, 16] with 2^w >= in_dim = {in_dim}")
     x = torch.arange(in_dim, dtype=torch.int64)
-    return sign_from_coefficients(_randint(2**w, generator, 4), x, w).to(torch.get_default_dtype())
+    return sign_from_coefficients(_randint(2**w, generator, n, 4), x, w).to(torch.get_default_dtype())
 
 
-def sign_from_coefficients(coef: torch.Tensor, x: torch.Tensor, w: int) -> torch.Tensor:
-    """(-1)^{lowest bit of b0 + b1 x + b2 x^2 + b3 x^3 in GF(2^w)}, Horner form; int64 +-1."""
-    acc = torch.zeros_like(x)
-    for c in coef.flip(0).tolist():
-        acc = gf2_mul(acc, x, w) ^ c
-    return 1 - 2 * (acc & 1)
+def sign_hash(in_dim: int, generator: torch.Generator, w: int | None = None) -> torch.Tensor:
+    """One 4-wise independent sign hash, float (in_dim,)."""
+    return sign_hashes(1, in_dim, generator, w)[0]
 
 
 def count_sketch(x: torch.Tensor, h: torch.Tensor, s: torch.Tensor, out_dim: int) -> torch.Tensor:
-    """c(x)_b = sum_{i: h(i) = b} s(i) x_i (eq. 39), over the last axis."""
-    out = x.new_zeros(*x.shape[:-1], out_dim)
-    return out.index_add(-1, h, x * s.to(x.dtype))
+    """c(x)_b = sum_{i: h(i) = b} s(i) x_i (eq. 39), over the last axis. h, s: (d',) or a batch
+    (..., d') of independent hash pairs broadcast against x."""
+    if h.ndim == 1:  # one hash pair: row adds over the leading axis of the transposed input (fast on CPU)
+        flat = (x * s.to(x.dtype)).reshape(-1, x.shape[-1]).t()
+        out = flat.new_zeros(out_dim, flat.shape[1]).index_add(0, h, flat)
+        return out.t().reshape(*x.shape[:-1], out_dim)
+    # a batch of hash pairs (..., d') broadcast against x (..., d')
+    vals = x * s.to(x.dtype)
+    hb = h.expand(vals.shape)
+    return x.new_zeros(*vals.shape[:-1], out_dim).scatter_add(-1, hb, vals)
 
 
 def tensor_sketch(x: torch.Tensor, h: torch.Tensor, s: torch.Tensor, out_dim: int) -> torch.Tensor:
-    """TS_k(x; D) = IFFT(prod_t FFT(C_t x)) (eq. 42); h, s of shape (k, d')."""
+    """TS_k(x; D) = IFFT(prod_t FFT(C_t x)) (eq. 42); h, s of shape (k, d') or (k, ..., d')."""
+    if h.shape[0] == 1:  # TS_1 is the CountSketch itself
+        return count_sketch(x, h[0], s[0], out_dim)
     spec = None
     for t in range(h.shape[0]):
         f = torch.fft.rfft(count_sketch(x, h[t], s[t], out_dim), n=out_dim, dim=-1)
@@ -178,8 +205,8 @@ class TensorSketch(nn.Module):
         self.in_dim, self.out_dim = check_int("in_dim", in_dim, 1), check_int("out_dim", out_dim, 1)
         self.degree = check_int("degree", degree, 1)
         g = _generator(seed)
-        self.register_buffer("h", torch.stack([bucket_hash(in_dim, out_dim, g) for _ in range(degree)]))
-        self.register_buffer("s", torch.stack([sign_hash(in_dim, g) for _ in range(degree)]))
+        self.register_buffer("h", bucket_hashes(degree, in_dim, out_dim, g))
+        self.register_buffer("s", sign_hashes(degree, in_dim, g))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         _check_last(x, self.in_dim)

@@ -24,7 +24,7 @@ class AttentionCore(nn.Module):
 class SoftmaxAttention(AttentionCore):
     """F.scaled_dot_product_attention (fused kernels where available)."""
 
-    def __init__(self, dropout: float = 0.0, **_: object):
+    def __init__(self, dropout: float = 0.0):
         super().__init__()
         self.dropout = dropout
 
@@ -49,7 +49,7 @@ def naive_attention(q, k, v, attn_mask=None, is_causal=False, scale=None):
 class NaiveAttention(AttentionCore):
     """softmax(q k^T * scale) v written out: the reference the other variants are tested against."""
 
-    def __init__(self, **_: object):
+    def __init__(self):
         super().__init__()
 
     def forward(self, q, k, v, attn_mask=None, is_causal=False, scale=None):

@@ -46,7 +46,7 @@ def load_ett(filename: str = "ETTh1.csv", seq_len: int = 96, label_len: int = 48
     std = np.where(std > 0, std, 1.0)
     scaled = torch.tensor((values - mean) / std, dtype=torch.float32)
     t = pd.to_datetime(df[df.columns[0]])
-    stamps = torch.tensor(np.stack([t.dt.month / 12 - 0.5, t.dt.day / 31 - 0.5, t.dt.dayofweek / 6 - 0.5,
+    stamps = torch.tensor(np.stack([t.dt.month / 12 - 0.5, t.dt.day / 31 - 0.5, t.dt.day_of_week / 6 - 0.5,
                                     t.dt.hour / 23 - 0.5], axis=1), dtype=torch.float32)
     parts = [_windows(scaled[a:b], stamps[a:b], seq_len, label_len, pred_len) for a, b in zip(b1, b2)]
     return Split(*parts, {"n_vars": values.shape[1], "columns": list(df.columns[1:]), "mean": mean, "std": std,

@@ -31,7 +31,7 @@ def make_norm(kind: str, d: int) -> nn.Module:
 class FeedForward(nn.Module):
     """up -> activation -> down (ReLU FFNs admit positive diagonal rescaling of hidden units)."""
 
-    def __init__(self, d_model: int, d_ff: int, activation: str = "gelu", dropout: float = 0.0, **_: object):
+    def __init__(self, d_model: int, d_ff: int, activation: str = "gelu", dropout: float = 0.0):
         super().__init__()
         self.up = nn.Linear(d_model, d_ff)
         self.down = nn.Linear(d_ff, d_model)
@@ -46,7 +46,7 @@ class FeedForward(nn.Module):
 class SwiGLU(nn.Module):
     """down(silu(gate x) * up x): the gated shape the fact-storing constructions produce."""
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, bias: bool = False, **_: object):
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.0, bias: bool = False):
         super().__init__()
         self.gate = nn.Linear(d_model, d_ff, bias=bias)
         self.up = nn.Linear(d_model, d_ff, bias=bias)
@@ -57,8 +57,16 @@ class SwiGLU(nn.Module):
         return self.down(self.drop(F.silu(self.gate(x)) * self.up(x)))
 
 
-MLP.register("gelu")(lambda **kw: FeedForward(activation="gelu", **kw))
-MLP.register("relu")(lambda **kw: FeedForward(activation="relu", **kw))
+def gelu_ffn(d_model: int, d_ff: int, dropout: float = 0.0) -> FeedForward:
+    return FeedForward(d_model, d_ff, "gelu", dropout)
+
+
+def relu_ffn(d_model: int, d_ff: int, dropout: float = 0.0) -> FeedForward:
+    return FeedForward(d_model, d_ff, "relu", dropout)
+
+
+MLP.register("gelu")(gelu_ffn)
+MLP.register("relu")(relu_ffn)
 MLP.register("swiglu")(SwiGLU)
 
 
@@ -79,11 +87,10 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(d_model, d_model)
         self.v_proj = nn.Linear(d_model, d_model)
         self.o_proj = nn.Linear(d_model, d_model)
-        pos_cls = POSITIONAL.get(positional)
         self.rotary = None
-        if getattr(pos_cls, "kind", None) == "rotary":
-            self.rotary = pos_cls(head_dim=self.head_dim, coord_dim=coord_dim, n_heads=n_heads, d_model=d_model,
-                                  **(positional_kwargs or {}))
+        if getattr(POSITIONAL.get(positional), "kind", None) == "rotary":
+            self.rotary = POSITIONAL.build(positional, head_dim=self.head_dim, coord_dim=coord_dim, n_heads=n_heads,
+                                           d_model=d_model, **(positional_kwargs or {}))
         self.core = ATTENTION.build(attention, head_dim=self.head_dim, n_heads=n_heads, d_model=d_model,
                                     **(attention_kwargs or {}))
         self.drop = nn.Dropout(dropout)

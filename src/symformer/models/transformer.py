@@ -59,11 +59,10 @@ class Encoder(nn.Module):
     def __init__(self, cfg: TransformerConfig, cross: bool = False, n_layers: int | None = None):
         super().__init__()
         self.cfg = cfg
-        pos_cls = POSITIONAL.get(cfg.positional)
         self.additive = None
-        if getattr(pos_cls, "kind", None) == "additive":
-            self.additive = pos_cls(d_model=cfg.d_model, coord_dim=cfg.coord_dim, max_len=cfg.max_len,
-                                    **dict(cfg.positional_kwargs))
+        if getattr(POSITIONAL.get(cfg.positional), "kind", None) == "additive":
+            self.additive = POSITIONAL.build(cfg.positional, d_model=cfg.d_model, coord_dim=cfg.coord_dim,
+                                             max_len=cfg.max_len, **dict(cfg.positional_kwargs))
         self.blocks = nn.ModuleList(Block(cfg, cross=cross) for _ in range(n_layers or cfg.n_layers))
         self.norm = make_norm(cfg.norm, cfg.d_model) if cfg.prenorm else nn.Identity()
 

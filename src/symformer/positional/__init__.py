@@ -1,15 +1,27 @@
-"""Positional parts: additive (sinusoidal, learned) and rotary (RoPE; STRING and ESPR register here too)."""
+"""Positional parts: additive (sinusoidal, learned) and rotary (RoPE, STRING, circulant-STRING, ESPR)."""
 from __future__ import annotations
 
 from symformer.positional.absolute import LearnedPE, SinusoidalPE
-from symformer.positional.base import AdditivePositional, NoPositional, RotaryPositional, check_positions
-from symformer.positional.rope import RoPE, pair_indices, rotate_pairs
+from symformer.positional.base import (
+    AdditivePositional,
+    NoPositional,
+    RotaryPositional,
+    check_positions,
+)
+from symformer.positional.cayley import cayley, check_skew, inverse_cayley, skew
+from symformer.positional.espr import ESPR, positional_penalty
+from symformer.positional.rope import RoPE, apply_rotation, pair_indices, rotate_pairs
+from symformer.positional.string import STRING, CirculantSTRING, fold_string
 from symformer.registry import POSITIONAL
 
 POSITIONAL.register("none")(NoPositional)
 POSITIONAL.register("sinusoidal")(SinusoidalPE)
 POSITIONAL.register("learned")(LearnedPE)
 POSITIONAL.register("rope")(RoPE)
+POSITIONAL.register("string")(STRING)
+POSITIONAL.register("circulant_string")(CirculantSTRING)
+POSITIONAL.register("espr")(ESPR)
 
 __all__ = ["AdditivePositional", "RotaryPositional", "NoPositional", "SinusoidalPE", "LearnedPE", "RoPE",
-           "pair_indices", "rotate_pairs", "check_positions"]
+           "STRING", "CirculantSTRING", "ESPR", "cayley", "inverse_cayley", "skew", "check_skew",
+           "fold_string", "positional_penalty", "apply_rotation", "pair_indices", "rotate_pairs", "check_positions"]

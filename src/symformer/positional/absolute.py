@@ -21,7 +21,7 @@ def sinusoidal_table(positions: torch.Tensor, dim: int, base: float = 10000.0) -
 class SinusoidalPE(AdditivePositional):
     """Each of the C coordinates gets d_model/C dimensions of sinusoids."""
 
-    def __init__(self, d_model: int, coord_dim: int = 1, base: float = 10000.0, **_: object):
+    def __init__(self, d_model: int, coord_dim: int = 1, base: float = 10000.0):
         super().__init__()
         check_int("d_model", d_model, 2)
         self.coord_dim = check_int("coord_dim", coord_dim, 1)
@@ -42,7 +42,7 @@ class LearnedPE(AdditivePositional):
     """Sum of one learned table per axis, indexed by the (integer) coordinate: standard learned PE for
     C = 1, axial learned PE on grids."""
 
-    def __init__(self, d_model: int, coord_dim: int = 1, max_len: int = 1024, **_: object):
+    def __init__(self, d_model: int, coord_dim: int = 1, max_len: int = 1024):
         super().__init__()
         self.coord_dim = check_int("coord_dim", coord_dim, 1)
         self.max_len = check_int("max_len", max_len, 1)

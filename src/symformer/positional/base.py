@@ -53,5 +53,5 @@ class RotaryPositional(nn.Module):
 class NoPositional(nn.Module):
     kind = "none"
 
-    def __init__(self, **_: object):
+    def __init__(self):
         super().__init__()

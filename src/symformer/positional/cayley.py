@@ -33,9 +33,9 @@ def check_skew(name: str, s: torch.Tensor, tol: float | None = None) -> torch.Te
     (default: 1e3 * machine epsilon of its dtype times max(1, max|s|))."""
     check_square(name, s)
     if tol is None:
-        scale = max(1.0, float(s.abs().amax())) if s.numel() else 1.0
+        scale = max(1.0, float(s.detach().abs().amax())) if s.numel() else 1.0
         tol = 1e3 * torch.finfo(s.dtype).eps * scale
-    err = float(skew_error(s))
+    err = float(skew_error(s.detach()))
     if err > tol:
         fail(name, f"a matrix with max|S + S^T| = {err:.3g}", f"a skew-symmetric matrix (S^T = -S, tolerance {tol:.3g})")
     return s

@@ -79,6 +79,15 @@ def lr_factor(cfg: TrainConfig, step: int, total: int, steps_per_epoch: int) -> 
     return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(t, 1.0)))
 
 
+def penalties(model: torch.nn.Module) -> torch.Tensor | float:
+    """Sum of `penalty()` over submodules that define one (e.g. ESPR's eps_comm / eta_mix terms)."""
+    total: torch.Tensor | float = 0.0
+    for m in model.modules():
+        if m is not model and callable(getattr(m, "penalty", None)):
+            total = total + m.penalty()
+    return total
+
+
 @dataclass
 class TrainState:
     epoch: int = 0
@@ -173,8 +182,9 @@ class Trainer:
         for cb in self.callbacks:
             cb.on_batch_start(self, idx)
         self.optimizer.zero_grad(set_to_none=True)
-        loss = self.task.loss(self.model, self.train_data, idx)
+        loss = self.task.loss(self.model, self.train_data, idx) + penalties(self.raw_model)
         loss.backward()
+        self.last_loss = loss.detach()  # the batch loss, for callbacks (teleport checks invariance against it)
         for cb in self.callbacks:
             cb.on_after_backward(self, idx)
         if self.cfg.grad_clip:

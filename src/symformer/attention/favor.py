@@ -1,0 +1,334 @@
+"""FAVOR+: softmax attention estimated with positive random features (ESPR Tier 7).
+
+With q^ = sqrt(scale) q and k^ = sqrt(scale) k the logit is the plain dot product
+alpha_ij = q^_i . k^_j (T7.2; scale = 1/sqrt(d_act) for ESPR, so sqrt(scale) = d_act^(-1/4)).
+The positive feature phi_w(x) = exp(w.x - |x|^2/2) / sqrt(m) with w ~ N(0, I) gives
+E[phi_w(x) phi_w(y)] = exp(x.y) / m (T7.3), hence with m features
+exp(alpha_ij) ~= phi(q^_i) . phi(k^_j), and the attention output
+y_i = sum_j phi(q^_i).phi(k^_j) v_j / sum_j phi(q^_i).phi(k^_j)
+costs O(N m D) instead of O(N^2 D).
+
+Stabiliser. We subtract a constant c_i from the log-features of query i and one constant c from the
+log-features of all keys of a (batch, head) before exponentiating. The kernel estimate of every pair
+(i, j) is then multiplied by exp(-c_i - c), a factor common to the numerator and the denominator of
+y_i, so the normalised attention is unchanged exactly -- the stabiliser introduces no bias. A
+constant that varied with the key j would not cancel; that is why the key stabiliser is a max over
+all keys and features, never a per-key max. For the same reason the query term -|q^_i|^2/2 is a
+per-query constant and is dropped altogether (it only matters when kernel_eps > 0).
+
+performer-pytorch adds kernel_eps = 1e-4 to every feature after stabilising, and its causal form adds
+1e-6 to the running key sum; both shift the estimate (by an amount that depends on the stabiliser),
+so ours default to 0. Set kernel_eps=1e-4 (and denominator_eps=1e-6 for causal) to reproduce
+performer-pytorch's FastAttention exactly.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from symformer._validation import check_float, check_int, check_tensor, fail
+from symformer.attention.softmax import AttentionCore
+
+__all__ = ["FavorAttention", "draw_features", "positive_features", "favor_noncausal", "favor_noncausal_streamed",
+           "favor_causal"]
+
+
+def _gaussian(shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
+    return torch.randn(*shape, generator=generator, dtype=torch.float64)
+
+
+def _haar_block(d: int, generator: torch.Generator) -> torch.Tensor:
+    """A Haar-random orthogonal d x d matrix (rows orthonormal). The sign fix makes the QR factor
+    exactly Haar-distributed (Mezzadri 2007); without it LAPACK's Q is biased in its signs and the
+    rows would not be marginally uniform on the sphere, which would bias T7.3."""
+    qm, r = torch.linalg.qr(_gaussian((d, d), generator))
+    signs = torch.where(torch.diagonal(r) >= 0, 1.0, -1.0).to(qm.dtype)
+    return (qm * signs).T
+
+
+def draw_features(n_features: int, dim: int, orthogonal: bool = True,
+                  generator: torch.Generator | None = None) -> torch.Tensor:
+    """(n_features, dim) float64 matrix W whose rows are marginally N(0, I_dim) (T7.1).
+
+    orthogonal=True: blocks of `dim` mutually orthogonal directions, each row rescaled by the norm of an
+    independent Gaussian vector, so every row is still exactly N(0, I) (unbiasedness is preserved) while
+    rows of a block are orthogonal (the variance-reducing ORF construction of FAVOR+)."""
+    check_int("n_features", n_features, 1)
+    check_int("dim", dim, 1)
+    g = generator if generator is not None else torch.Generator().manual_seed(0)
+    if not orthogonal:
+        return _gaussian((n_features, dim), g)
+    blocks = [_haar_block(dim, g) for _ in range(-(-n_features // dim))]
+    directions = torch.cat(blocks)[:n_features]
+    norms = _gaussian((n_features, dim), g).norm(dim=-1, keepdim=True)
+    return directions * norms
+
+
+def positive_features(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """phi_w(x) = exp(w.x - |x|^2/2) / sqrt(m) for x (..., d), w (m, d): the unstabilised map of T7.1
+    (reference for tests; the attention uses the stabilised form below)."""
+    return torch.exp(x @ w.T - 0.5 * x.pow(2).sum(-1, keepdim=True)) / math.sqrt(w.shape[0])
+
+
+def _half_sq_norm(x: torch.Tensor, scale: float) -> torch.Tensor:
+    """|x^|^2 / 2 with x^ = sqrt(scale) x (one fused pass)."""
+    return (0.5 * scale) * torch.linalg.vector_norm(x, dim=-1, keepdim=True).square()
+
+
+def _query_features(q: torch.Tensor, w: torch.Tensor, scale: float, kernel_eps: float) -> torch.Tensor:
+    """Stabilised features of q^ = sqrt(scale) q (T7.2); the factor sqrt(scale) is folded into w.
+
+    Without eps any positive per-query factor cancels (module doc), so phi(q^_i) is taken up to the factor
+    exp(|q^_i|^2/2 + max_l q^_i.w_l) sqrt(m): exp(q^_i.w_l - max_l q^_i.w_l), largest entry 1 in every row.
+    Computed in place on the GEMM output: on CPU a fresh N x m tensor costs more (page faults) than the exp."""
+    proj = q @ (w * math.sqrt(scale)).T
+    stab = proj.detach().amax(dim=-1, keepdim=True)
+    if kernel_eps == 0:
+        return proj.sub_(stab).exp_()
+    # performer-pytorch: m^-1/2 (exp(q^.w - |q^|^2/2 - max_l q^.w_l) + eps), max detached
+    log_ratio = -0.5 * math.log(w.shape[0])
+    return torch.exp(proj - _half_sq_norm(q, scale) - (stab - log_ratio)) + kernel_eps * math.exp(log_ratio)
+
+
+def _key_features(k: torch.Tensor, w: torch.Tensor, scale: float, kernel_eps: float) -> torch.Tensor:
+    """Stabilised features exp(k^.w - |k^|^2/2 - c) / sqrt(m) of k^ = sqrt(scale) k, up to the factor
+    sqrt(m) exp(-c) common to all keys of a (batch, head); a factor varying with the key would not cancel.
+    c = max over keys and features of the log-feature, so the largest feature is 1 and none overflows."""
+    half_sq = _half_sq_norm(k, scale)
+    proj = k @ (w * math.sqrt(scale)).T
+    if kernel_eps == 0:
+        # c from the row maxima (no pass over the N x m block besides amax); subtract |k^|^2/2 + c in one go
+        c = (proj.detach().amax(dim=-1, keepdim=True) - half_sq.detach()).amax(dim=-2, keepdim=True)
+        return proj.sub_(half_sq + c).exp_()
+    # performer-pytorch: the constant is max_{j,l} k^_j.w_l (detached), then eps is added
+    log_ratio = -0.5 * math.log(w.shape[0])
+    stab = proj.detach().amax(dim=(-1, -2), keepdim=True)
+    return torch.exp(proj - half_sq - (stab - log_ratio)) + kernel_eps * math.exp(log_ratio)
+
+
+def _with_ones(v: torch.Tensor) -> torch.Tensor:
+    """[v, 1]: one matmul then gives numerator and denominator together."""
+    return torch.cat((v, v.new_ones(1).expand(*v.shape[:-1], 1)), dim=-1)
+
+
+def _needs_grad(*ts: torch.Tensor) -> bool:
+    return torch.is_grad_enabled() and any(t.requires_grad for t in ts)
+
+
+def favor_noncausal(qf: torch.Tensor, kf: torch.Tensor, v: torch.Tensor, denominator_eps: float = 0.0) -> torch.Tensor:
+    """y_i = phi(q_i) (phi(K)^T V) / phi(q_i).(phi(K)^T 1): O(N m Dv) time, O(m Dv) extra memory."""
+    kv = kf.transpose(-1, -2) @ v  # (B, H, m, Dv)
+    ksum = kf.sum(dim=-2, keepdim=True).transpose(-1, -2)  # (B, H, m, 1)
+    if denominator_eps:
+        ksum = ksum + denominator_eps
+    out = qf @ kv
+    den = qf @ ksum
+    return out / den if _needs_grad(qf, kf, v) else out.div_(den)
+
+
+def _block_rows(x: torch.Tensor, m: int) -> int:
+    """Rows per streamed block, so one block of features is ~4 MB: fresh N x m tensors are large enough for
+    glibc to mmap them, and faulting in their pages cost more than the exp itself; blocks below the
+    threshold are recycled by the allocator and stay in cache between the GEMM, the exp and the next GEMM."""
+    return max(64, (1 << 20) // (max(1, math.prod(x.shape[:-2])) * m))
+
+
+def favor_noncausal_streamed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: torch.Tensor, scale: float,
+                             keep: torch.Tensor | None = None, denominator_eps: float = 0.0,
+                             block_rows: int | None = None) -> torch.Tensor:
+    """Non-causal FAVOR+ (kernel_eps = 0) in row blocks: memory O(rows m + m Dv) besides q, k, v and the output.
+
+    Keys: the per-(batch, head) stabiliser c is a running maximum; when it grows, the accumulated
+    phi(K)^T V and phi(K)^T 1 are multiplied by exp(c_old - c_new), so every key ends up scaled by the same
+    exp(-c_final), which cancels in the normalised attention (module doc): exact, not an approximation."""
+    ws = (w * math.sqrt(scale)).T
+    rows = block_rows or _block_rows(k, w.shape[0])
+    kv = ksum = c = None
+    for s in range(0, k.shape[-2], rows):
+        kb = k[..., s:s + rows, :]
+        logf = (kb @ ws).sub_(_half_sq_norm(kb, scale))  # log phi(k^_j) + log sqrt(m)
+        c_new = logf.detach().amax(dim=(-1, -2), keepdim=True)
+        c_new = c_new if c is None else torch.maximum(c, c_new)
+        f = logf.sub_(c_new).exp_()
+        if keep is not None:
+            f = f * keep[..., s:s + rows, :]
+        kvb, sb = f.transpose(-1, -2) @ v[..., s:s + rows, :], f.sum(dim=-2, keepdim=True)
+        if c is None:
+            kv, ksum = kvb, sb
+        else:
+            r = torch.exp(c - c_new)
+            kv, ksum = kv * r + kvb, ksum * r + sb
+        c = c_new
+    ksum = ksum.transpose(-1, -2) + denominator_eps if denominator_eps else ksum.transpose(-1, -2)
+    grad = _needs_grad(q, k, v)
+    outs = []
+    for s in range(0, q.shape[-2], rows):
+        qf = q[..., s:s + rows, :] @ ws
+        qf = qf.sub_(qf.detach().amax(dim=-1, keepdim=True)).exp_()  # per-query constant: cancels
+        num, den = qf @ kv, qf @ ksum
+        outs.append(num / den if grad else num.div_(den))
+    return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-2)
+
+
+def favor_causal(qf: torch.Tensor, kf: torch.Tensor, v: torch.Tensor, chunk_size: int = 128,
+                 denominator_eps: float = 0.0) -> torch.Tensor:
+    """Causal y_i = sum_{j<=i} ... with chunked prefix sums: within a chunk the C x C masked kernel, across
+    chunks an exclusive prefix sum of per-chunk phi(K)^T [V, 1]. Memory O(N (C + m Dv / C)), linear in N."""
+    b, h, n, m = qf.shape
+    c = min(chunk_size, n)
+    pad = (-n) % c
+    vv = _with_ones(v)
+    if pad:  # zero key features on padding rows contribute nothing; padded query rows are dropped
+        qf, kf, vv = (F.pad(t, (0, 0, 0, pad)) for t in (qf, kf, vv))
+    nc = (n + pad) // c
+    qc, kc, vc = (t.reshape(b, h, nc, c, t.shape[-1]) for t in (qf, kf, vv))
+    kv = kc.transpose(-1, -2) @ vc  # (B, H, nc, m, Dv + 1) per-chunk sums
+    prev = torch.cumsum(kv, dim=2) - kv  # exclusive prefix over chunks
+    if denominator_eps:
+        prev = prev + F.pad(torch.full_like(prev[..., :1], denominator_eps), (prev.shape[-1] - 1, 0))
+    local = (qc @ kc.transpose(-1, -2)).tril()  # (B, H, nc, C, C) keys j <= i inside the chunk
+    out = (qc @ prev + local @ vc).reshape(b, h, nc * c, -1)[:, :, :n]
+    return out[..., :-1] / out[..., -1:]
+
+
+def _all_finite(x: torch.Tensor) -> bool:
+    """One fused min/max pass (NaN and +-inf propagate into it), ~5x cheaper than isfinite(x).all()."""
+    return x.numel() == 0 or all(math.isfinite(float(e)) for e in torch.aminmax(x.detach()))
+
+
+def _check_finite_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """Finiteness is tested on the output: a NaN/inf in q, k or v always reaches it (an inf entry times a
+    Gaussian feature gives +-inf projections; after the max is subtracted, inf - inf is NaN). Validating all three inputs up front
+    would cost as much as one FAVOR+ GEMM, so the inputs are scanned only when the output is not finite,
+    to name the argument."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not _all_finite(t):
+            fail(name, "a tensor with NaN or inf entries", "finite values")
+    fail("q, k", "finite inputs whose random-feature estimate overflows", "inputs of moderate magnitude")
+
+
+def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """The shape checks of _validation.check_attention_inputs (finiteness: see _check_finite_inputs)."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_tensor(name, t, 4, finite=False)
+    if k.shape[-1] != q.shape[-1]:
+        fail("k", f"head dim {k.shape[-1]}", f"the head dim of q ({q.shape[-1]})")
+    if q.shape[:2] != k.shape[:2] or k.shape[:2] != v.shape[:2]:
+        fail("k", f"batch/head dims {tuple(k.shape[:2])}", f"those of q {tuple(q.shape[:2])}")
+    if k.shape[-2] == 0:
+        fail("k", f"shape {tuple(k.shape)}", "at least one key (N_k >= 1)")
+    if v.shape[-2] != k.shape[-2]:
+        fail("v", f"{v.shape[-2]} positions", f"the {k.shape[-2]} positions of k")
+
+
+class FavorAttention(AttentionCore):
+    """FAVOR+ attention core with the SDPA call shape.
+
+    n_features: m (FAVOR+ default 256 for head_dim 64-128). orthogonal: block-orthogonal features.
+    redraw_every: redraw the features every k training forward calls (None: fixed buffer).
+    chunk_size: chunk length of the causal prefix sums. block_rows: rows per block of the streamed non-causal
+    form (None: ~4 MB of features per block). kernel_eps / denominator_eps: see module doc.
+    attn_mask: only a boolean key-padding mask (True = keep) of shape broadcastable to (B, H, 1, Nk) can be
+    honoured (by zeroing the masked keys' features); any other mask raises ValueError.
+    """
+
+    supports_causal = True
+    supports_mask = False
+
+    def __init__(self, head_dim: int, n_features: int = 256, orthogonal: bool = True, redraw_every: int | None = None,
+                 chunk_size: int = 128, kernel_eps: float = 0.0, denominator_eps: float = 0.0, seed: int = 0,
+                 block_rows: int | None = None):
+        super().__init__()
+        self.head_dim = check_int("head_dim", head_dim, 1)
+        self.n_features = check_int("n_features", n_features, 1)
+        self.orthogonal = bool(orthogonal)
+        self.redraw_every = None if redraw_every is None else check_int("redraw_every", redraw_every, 1)
+        self.chunk_size = check_int("chunk_size", chunk_size, 1)
+        self.block_rows = None if block_rows is None else check_int("block_rows", block_rows, 1)
+        self.kernel_eps = check_float("kernel_eps", kernel_eps, 0.0)
+        self.denominator_eps = check_float("denominator_eps", denominator_eps, 0.0)
+        check_int("seed", seed)
+        # fixed features are a buffer (a state_dict reproduces the module); seed and the number of draws are
+        # buffers too, so redraws after load_state_dict continue the same deterministic sequence
+        self.register_buffer("seed", torch.tensor(seed, dtype=torch.long))
+        self.register_buffer("draws", torch.zeros((), dtype=torch.long))
+        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
+        self.register_buffer("features", self._draw(0).to(torch.get_default_dtype()))
+
+    def _draw(self, index: int) -> torch.Tensor:
+        g = torch.Generator().manual_seed(int(self.seed) * 1_000_003 + index)
+        return draw_features(self.n_features, self.head_dim, self.orthogonal, g)
+
+    @torch.no_grad()
+    def redraw(self) -> None:
+        """Draw fresh features (deterministic given seed and the number of earlier draws)."""
+        self.draws += 1
+        self.features.copy_(self._draw(int(self.draws)))
+
+    @torch.no_grad()
+    def set_features(self, w: torch.Tensor) -> None:
+        """Use a given (n_features, head_dim) projection, e.g. performer-pytorch's `projection_matrix`."""
+        check_tensor("w", w, 2)
+        if tuple(w.shape) != tuple(self.features.shape):
+            fail("w", f"shape {tuple(w.shape)}", f"shape {tuple(self.features.shape)} (n_features, head_dim)")
+        self.features.copy_(w)
+
+    def _maybe_redraw(self) -> None:
+        if self.redraw_every is None or not self.training:
+            return
+        if int(self.calls) >= self.redraw_every:
+            self.redraw()
+            self.calls.zero_()
+        self.calls += 1
+
+    def _key_keep(self, attn_mask: torch.Tensor | None, k: torch.Tensor) -> torch.Tensor | None:
+        """(B|1, H|1, Nk, 1) float keep-mask from a boolean key-padding mask, else ValueError."""
+        if attn_mask is None:
+            return None
+        check_tensor("attn_mask", attn_mask, floating=False, finite=False)
+        nk = k.shape[-2]
+        ok = (attn_mask.dtype == torch.bool and attn_mask.ndim <= 4 and attn_mask.shape[-1] == nk
+              and (attn_mask.ndim < 2 or attn_mask.shape[-2] == 1))
+        if ok:
+            try:
+                torch.broadcast_shapes(attn_mask.shape, (*k.shape[:2], 1, nk))
+            except RuntimeError:
+                ok = False
+        if not ok:
+            fail("attn_mask", f"{attn_mask.dtype} mask of shape {tuple(attn_mask.shape)}",
+                 f"a boolean key-padding mask broadcastable to {(*k.shape[:2], 1, nk)}: random features can only drop "
+                 "keys, not per-query logits (use attention='softmax' for general masks)")
+        keep = attn_mask.reshape((1,) * (4 - attn_mask.ndim) + tuple(attn_mask.shape))
+        return keep.transpose(-1, -2).to(k.dtype)
+
+    def forward(self, q, k, v, attn_mask=None, is_causal=False, scale=None):
+        _check_inputs(q, k, v)
+        if q.shape[-1] != self.head_dim:
+            fail("q", f"head dim {q.shape[-1]}", f"the head_dim {self.head_dim} the features were drawn for")
+        if is_causal and q.shape[-2] != k.shape[-2]:
+            fail("is_causal", f"True with {q.shape[-2]} queries and {k.shape[-2]} keys", "equal query and key lengths")
+        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else check_float("scale", scale, 0.0, low_open=True)
+        keep = self._key_keep(attn_mask, k)
+        self._maybe_redraw()
+        w = self.features.to(q.dtype)
+        # T7.2: q^ = sqrt(scale) q, k^ = sqrt(scale) k, so q^.k^ is the logit exactly
+        if not is_causal and self.kernel_eps == 0:
+            y = favor_noncausal_streamed(q, k, v, w, scale, keep, self.denominator_eps, self.block_rows)
+        else:
+            qf = _query_features(q, w, scale, self.kernel_eps)
+            kf = _key_features(k, w, scale, self.kernel_eps)
+            if keep is not None:
+                kf = kf * keep
+            if is_causal:
+                y = favor_causal(qf, kf, v, self.chunk_size, self.denominator_eps)
+            else:
+                y = favor_noncausal(qf, kf, v, self.denominator_eps)
+        if not _all_finite(y):  # cheap test on the output; name the culprit only when it fails
+            _check_finite_inputs(q, k, v)
+        return y
+
+    def extra_repr(self) -> str:
+        return (f"head_dim={self.head_dim}, n_features={self.n_features}, orthogonal={self.orthogonal}, "
+                f"redraw_every={self.redraw_every}")

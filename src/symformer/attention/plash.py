@@ -1,0 +1,215 @@
+"""PLASH: linear-time attention over M learned, sketch-enriched summaries (plash-attention.txt, Alg. 1).
+
+Stage I   S = K P^T, A = softmax(S / tau) over the M prototypes, K~ = A^T K, V~ = A^T V  (eqs. 2-5)
+Stage II  G = psi([K~ || V~]), G~ = G / (max(||G||, eps_g) tau_g), v = (+)_k beta_k TS_k(G~; D_k),
+          Y_enh = W_out v, Z = Mixer(Y_enh) (post-LN encoder over the M items)        (eqs. 6-11)
+Stage III K_g = Z W_K, V_g = Z W_V, Y = softmax(Q K_g^T * scale) V_g (exact)         (eq. 12)
+
+Heads are folded into the batch (one set of weights shared by all heads). Stages I and III stream over
+the sequence in chunks, so working memory is O(M d) plus one chunk.
+
+The paper's block is non-causal (every query reads summaries of all keys). `is_causal=True` runs our
+causal variant, chunked prefix compression (not in the paper): the sequence is cut into blocks of
+`causal_block` tokens; a query in block b reads, in one softmax, (i) the PLASH summaries (Stages I-II)
+of the keys of blocks 0..b-1 (exclusive prefix sums of A^T K, A^T V) and (ii) the keys of its own block
+up to itself, exactly. Guarantee: output i depends only on keys / values j <= i (tested by perturbation);
+it is exact causal softmax attention whenever N <= causal_block. The Thm H.3 certificate does not cover it.
+Cost O(N (c + M) d + (N / c) M^2 d).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from symformer._validation import check_attention_inputs, check_float, check_int, fail
+from symformer.attention.sketch import (
+    MERSENNE_31,
+    bucket_hashes,
+    convolution_power,
+    sign_hashes,
+    tensor_sketch,
+)
+from symformer.attention.softmax import AttentionCore
+
+
+def _degrees(degrees) -> tuple[int, ...]:
+    if isinstance(degrees, int) and not isinstance(degrees, bool):
+        degrees = (degrees,)
+    if not isinstance(degrees, (list, tuple)) or len(degrees) == 0:
+        fail("degrees", degrees, "a non-empty sequence of integers >= 1")
+    out = tuple(check_int("degrees", k, 1) for k in degrees)
+    if len(set(out)) != len(out):
+        fail("degrees", degrees, "distinct degrees")
+    return out
+
+
+def _budgets(D_k, n: int) -> tuple[int, ...]:
+    if isinstance(D_k, int) and not isinstance(D_k, bool):
+        D_k = (D_k,) * n
+    if not isinstance(D_k, (list, tuple)) or len(D_k) != n:
+        fail("D_k", D_k, f"an integer >= 1 or one per degree ({n})")
+    return tuple(check_int("D_k", d, 1) for d in D_k)
+
+
+@dataclass
+class PlashTrace:
+    """Intermediates of one forward pass (used by the certificate)."""
+    k_tilde: torch.Tensor
+    v_tilde: torch.Tensor
+    g_tilde: torch.Tensor
+    y_enh: torch.Tensor
+    z: torch.Tensor
+    k_g: torch.Tensor
+    v_g: torch.Tensor
+    out: torch.Tensor
+
+
+class PlashAttention(AttentionCore):
+    supports_causal = True   # through the chunked-prefix variant (module docstring)
+    supports_mask = False
+
+    def __init__(self, head_dim: int, n_heads: int = 1, d_model: int | None = None, M: int = 64,
+                 degrees: Sequence[int] = (1, 2), D_k: int | Sequence[int] = 128, tau: float = 1.0,
+                 tau_g: float = 1.0, eps_g: float = 1e-6, width: int | None = None, mixer_layers: int = 1,
+                 mixer_heads: int = 4, mixer_ff: int | None = None, mixer_dropout: float = 0.0,
+                 dropout: float = 0.0, chunk_size: int = 4096, causal_block: int = 64, seed: int = 0):
+        super().__init__()
+        self.head_dim = check_int("head_dim", head_dim, 1)
+        self.M = check_int("M", M, 1)
+        self.degrees = _degrees(degrees)
+        self.D_k = _budgets(D_k, len(self.degrees))
+        self.tau = check_float("tau", tau, 0.0, low_open=True)
+        self.tau_g = check_float("tau_g", tau_g, 0.0, low_open=True)
+        self.eps_g = check_float("eps_g", eps_g, 0.0, low_open=True)
+        self.chunk_size = check_int("chunk_size", chunk_size, 1)
+        self.causal_block = check_int("causal_block", causal_block, 1)
+        self.dropout = check_float("dropout", dropout, 0.0, 1.0, high_open=True)
+        # NOTES.md defaults: d = d_model of the host layer; 1 post-LN mixer layer, 4 heads, d_ff = 4d, ReLU.
+        d = width if width is not None else (d_model if d_model is not None else head_dim * n_heads)
+        self.width = check_int("width", d, 1)
+        check_int("mixer_layers", mixer_layers, 1)
+        if d % check_int("mixer_heads", mixer_heads, 1):
+            fail("mixer_heads", mixer_heads, f"a divisor of the width d={d}")
+        g = torch.Generator().manual_seed(int(seed))
+        self.prototypes = nn.Parameter(torch.randn(M, head_dim, generator=g) / math.sqrt(head_dim))
+        self.psi = nn.Linear(2 * head_dim, d)  # pre-map psi: R^{d_k + d_v} -> R^d (NOTES default)
+        self.beta = nn.Parameter(torch.ones(len(self.degrees)))  # learned beta_k, init 1
+        for i, (k, dk) in enumerate(zip(self.degrees, self.D_k)):
+            # Assumption C.2.3: independent (h_t, s_t) per (k, t); stored as buffers (state_dict reproduces).
+            self.register_buffer(f"hash_{i}", bucket_hashes(k, d, dk, g, MERSENNE_31))
+            self.register_buffer(f"sign_{i}", sign_hashes(k, d, g))
+        self.w_out = nn.Linear(sum(self.D_k), d, bias=False)
+        layer = nn.TransformerEncoderLayer(d, mixer_heads, mixer_ff or 4 * d, mixer_dropout, activation="relu",
+                                           batch_first=True, norm_first=False)
+        self.mixer = nn.TransformerEncoder(layer, mixer_layers, enable_nested_tensor=False)
+        self.w_k = nn.Linear(d, head_dim, bias=False)
+        self.w_v = nn.Linear(d, head_dim, bias=False)
+
+    # ------------------------------------------------------------------ stages
+    def compress(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Stage I, streamed over N_k: (n, N_k, d_k), (n, N_k, d_v) -> K~ (n, M, d_k), V~ (n, M, d_v)."""
+        p = self.prototypes.to(k.dtype).t() / self.tau
+        kt = vt = None
+        for s in range(0, k.shape[-2], self.chunk_size):
+            kc, vc = k[:, s:s + self.chunk_size], v[:, s:s + self.chunk_size]
+            a = torch.softmax(kc @ p, dim=-1).transpose(-1, -2)  # A^T, rows sum over keys (weighted sums)
+            kt = a @ kc if kt is None else kt + a @ kc
+            vt = a @ vc if vt is None else vt + a @ vc
+        return kt, vt
+
+    def normalized_features(self, k_tilde: torch.Tensor, v_tilde: torch.Tensor) -> torch.Tensor:
+        """G~ = psi([K~ || V~]) / (max(||.||, eps_g) tau_g)  (eqs. 6-7, Lemma D.2: ||G~_j|| <= 1/tau_g)."""
+        g = self.psi(torch.cat([k_tilde, v_tilde], dim=-1))
+        return g / (g.norm(dim=-1, keepdim=True).clamp_min(self.eps_g) * self.tau_g)
+
+    def sketch_features(self, g_tilde: torch.Tensor) -> list[torch.Tensor]:
+        """z^ts_k = TS_k(G~; D_k) = IFFT(prod_t FFT(C_t G~)) per degree (eqs. 8, 42)."""
+        return [tensor_sketch(g_tilde, getattr(self, f"hash_{i}"), getattr(self, f"sign_{i}"), dk)
+                for i, dk in enumerate(self.D_k)]
+
+    def deterministic_features(self, g_tilde: torch.Tensor) -> list[torch.Tensor]:
+        """z^det_k = G~ * ... * G~ (k-fold circular convolution, zero-padded / truncated to D_k; eq. 70)."""
+        return [convolution_power(g_tilde, k, dk) for k, dk in zip(self.degrees, self.D_k)]
+
+    def embed(self, feats: list[torch.Tensor]) -> torch.Tensor:
+        """Y_enh = W_out (+)_k beta_k z_k  (eqs. 8-10)."""
+        return self.w_out(torch.cat([b * z for b, z in zip(self.beta, feats)], dim=-1))
+
+    def readout(self, q: torch.Tensor, y_enh: torch.Tensor, scale: float | None):
+        """Mixer, projections and the exact softmax readout streamed over N_q (eqs. 11-12)."""
+        z = self.mixer(y_enh)
+        k_g, v_g = self.w_k(z), self.w_v(z)
+        p = self.dropout if self.training else 0.0
+        outs = [F.scaled_dot_product_attention(q[:, s:s + self.chunk_size], k_g, v_g, dropout_p=p, scale=scale)
+                for s in range(0, q.shape[-2], self.chunk_size)]
+        return (outs[0] if len(outs) == 1 else torch.cat(outs, dim=-2)), z, k_g, v_g
+
+    def trace(self, q, k, v, scale=None, deterministic: bool = False) -> PlashTrace:
+        """Folded (n, N, d) inputs -> every intermediate; `deterministic` swaps sketches for z^det."""
+        kt, vt = self.compress(k, v)
+        gt = self.normalized_features(kt, vt)
+        feats = self.deterministic_features(gt) if deterministic else self.sketch_features(gt)
+        y_enh = self.embed(feats)
+        out, z, k_g, v_g = self.readout(q, y_enh, scale)
+        return PlashTrace(kt, vt, gt, y_enh, z, k_g, v_g, out)
+
+    def forward(self, q, k, v, attn_mask=None, is_causal=False, scale=None):
+        check_attention_inputs(q, k, v)
+        if is_causal and q.shape[-2] != k.shape[-2]:
+            fail("is_causal", f"True with N_q={q.shape[-2]} != N_k={k.shape[-2]}", "N_q == N_k for causal PLASH")
+        if attn_mask is not None:
+            fail("attn_mask", "a mask", "None: PLASH has no masked variant")
+        if q.shape[-1] != self.head_dim or v.shape[-1] != self.head_dim:
+            fail("q", f"head dim {q.shape[-1]} (v: {v.shape[-1]})", f"head_dim={self.head_dim} for q, k and v")
+        b, h, nq, dh = q.shape
+        def fold(x):
+            return x.reshape(b * h, x.shape[-2], x.shape[-1])
+        if is_causal:
+            return self.causal(fold(q), fold(k), fold(v), scale).reshape(b, h, nq, -1)
+        kt, vt = self.compress(fold(k), fold(v))
+        y_enh = self.embed(self.sketch_features(self.normalized_features(kt, vt)))
+        out = self.readout(fold(q), y_enh, scale)[0]
+        return out.reshape(b, h, nq, -1)
+
+    def causal(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None) -> torch.Tensor:
+        """Chunked prefix compression on folded (n, N, d) inputs (module docstring)."""
+        n, length, _ = q.shape
+        c = self.causal_block
+        nb = -(-length // c)
+        pad = nb * c - length  # padded positions sit after every real one: the causal mask hides them
+
+        def blocks(x):
+            return F.pad(x, (0, 0, 0, pad)).unflatten(1, (nb, c))
+        qb, kb, vb = blocks(q), blocks(k), blocks(v)
+        a = torch.softmax(kb @ (self.prototypes.to(k.dtype).t() / self.tau), dim=-1).transpose(-1, -2)
+        ck, cv = a @ kb, a @ vb  # per-block A^T K, A^T V: (n, nb, M, d)
+        pk, pv = ck.cumsum(1) - ck, cv.cumsum(1) - cv  # exclusive prefix: blocks < b only
+        y_enh = self.embed(self.sketch_features(self.normalized_features(pk.flatten(0, 1), pv.flatten(0, 1))))
+        z = self.mixer(y_enh)
+        k_g, v_g = self.w_k(z).unflatten(0, (n, nb)), self.w_v(z).unflatten(0, (n, nb))
+        s = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+        lg = (qb @ k_g.transpose(-1, -2)) * s
+        lg[:, 0] = float("-inf")  # block 0 has no prefix
+        ll = (qb @ kb.transpose(-1, -2)) * s
+        ll = ll.masked_fill(~torch.ones(c, c, dtype=torch.bool, device=q.device).tril(), float("-inf"))
+        w = torch.softmax(torch.cat([lg, ll], dim=-1), dim=-1)
+        if self.training and self.dropout > 0:
+            w = F.dropout(w, self.dropout)
+        out = w[..., :self.M] @ v_g + w[..., self.M:] @ vb
+        return out.flatten(1, 2)[:, :length]
+
+    def flops(self, n_q: int, n_k: int, batch_heads: int = 1) -> int:
+        """Multiply-add count x 2 of one forward (matmuls only; FFTs and softmax excluded)."""
+        dh, m, d = self.head_dim, self.M, self.width
+        stage1 = 2 * n_k * m * dh * 3                      # K P^T, A^T K, A^T V
+        stage3 = 2 * n_q * m * dh * 2 + 2 * m * d * dh * 2  # Q K_g^T, A V_g, W_K, W_V
+        layers = len(self.mixer.layers)
+        ff = self.mixer.layers[0].linear1.out_features
+        mixer = layers * (2 * m * d * d * 4 + 2 * m * m * d * 2 + 2 * m * d * ff * 2)
+        stage2 = 2 * m * 2 * dh * d + 2 * m * sum(self.D_k) * d + mixer
+        return batch_heads * (stage1 + stage2 + stage3)

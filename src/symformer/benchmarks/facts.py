@@ -1,0 +1,64 @@
+"""Benchmark suite `facts`: Bin+JL construction time and peak memory, the rho solve, our solver vs cvxpy."""
+from __future__ import annotations
+
+import time
+
+from symformer.benchmarks.base import BenchContext, BenchResult, maxrss_bytes, suite
+from symformer.facts.capacity import build_fact_mlp
+from symformer.facts.decodability import decodability, rho_reference_cvxpy
+from symformer.facts.embeddings import make_fact_set
+
+
+def _once(fn) -> tuple[float, object]:
+    t = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t, out
+
+
+def _binjl_row(d: int, F: int, m: int, seed: int) -> tuple[dict, object]:
+    """One full Bin+JL construction, timed in its two phases (the rho / U* solve, then decoder + gadgets +
+    the accuracy check); memory = the whole process's high-water RSS after it (python and torch
+    included, so an upper bound; one run only)."""
+    fs = make_fact_set(F, d, seed=seed)
+    t_rho, info = _once(lambda: decodability(fs.values))
+    t_build, mlp = _once(lambda: build_fact_mlp(fs.keys, fs.values, fs.facts, "bin+jl", m=m, seed=seed,
+                                                strict=False, info=info))
+    peak = maxrss_bytes()            # the process's high-water mark after the run: an upper bound
+    return ({"method": "bin+jl", "d": d, "F": F, "m": m, "seconds": t_rho + t_build, "rho_seconds": t_rho,
+             "gadget_seconds": t_build, "process_peak_rss_bytes": peak, "params": mlp.n_params(),
+             "accuracy": mlp.accuracy}, info)
+
+
+@suite("facts", "fact-storing MLPs: Bin+JL construction, rho solver, solver vs cvxpy")
+def run(ctx: BenchContext) -> BenchResult:
+    res = BenchResult()
+    # decoder widths that store every fact at these sizes (capacity search: m^ = 37 at d = 64, F = 1024)
+    row, info64 = _binjl_row(64, 1024, 96, ctx.seed)
+    res.rows.append(row)
+    row, _ = _binjl_row(128, 4096, 128, ctx.seed)
+    res.rows.append(row)
+    res.ratios["binjl_d128_f4096_seconds"] = row["seconds"]
+    res.ratios["binjl_d128_f4096_rho_seconds"] = row["rho_seconds"]
+    res.ratios["binjl_d128_f4096_peak_gb"] = row["process_peak_rss_bytes"] / 2 ** 30
+    res.ratios["binjl_d128_f4096_accuracy"] = row["accuracy"]
+    res.rows.append({"method": "rho-solver", "d": 128, "F": 4096, "seconds": row["rho_seconds"]})
+    ours = res.rows[0]["rho_seconds"]
+    res.rows.append({"method": "rho-solver", "d": 64, "F": 1024, "seconds": ours, "rho": info64.rho})
+    try:
+        import cvxpy  # noqa: F401
+    except ImportError:
+        res.notes.append("cvxpy not installed: solver-vs-cvxpy row skipped")
+        return res
+    V = make_fact_set(1024, 64, seed=ctx.seed).values
+    n_anchor = 32 if ctx.quick else 128
+    anchors = list(range(n_anchor))
+    cv, ref = _once(lambda: rho_reference_cvxpy(V, anchors))
+    cv_full = cv * V.shape[0] / n_anchor
+    err = float(((info64.rho_i[anchors] - ref).abs() / ref.abs()).max())
+    res.rows.append({"method": "cvxpy", "d": 64, "F": 1024, "seconds": cv_full, "anchors_timed": n_anchor,
+                     "max_rel_err_vs_ours": err})
+    res.ratios["rho_solver_vs_cvxpy_speedup"] = cv_full / ours
+    res.ratios["rho_solver_vs_cvxpy_max_rel_err"] = err
+    res.notes.append(f"cvxpy timed on {n_anchor} of 1024 anchors (one QP each, default solver) and scaled to 1024.")
+    res.notes.append("peak memory: the process's max RSS after the construction (interpreter and torch included).")
+    return res

@@ -1,0 +1,32 @@
+"""Fact-storing MLPs (fact-storing-mlps.txt; NOTES.md §3): fact sets and embeddings, decodability rho,
+closed-form encoders/decoders, baselines, and the capacity search."""
+from symformer.facts.capacity import (
+                                      BASELINES,
+                                      METHODS,
+                                      BuildOptions,
+                                      CapacityResult,
+                                      FactStorageError,
+                                      build_fact_mlp,
+                                      capacity_search,
+                                      method_capacity,
+)
+from symformer.facts.decodability import Decodability, decodability, require_vertices
+from symformer.facts.decoders import Decoder, gd_decoder, jl_decoder
+from symformer.facts.embeddings import (
+                                      FactSet,
+                                      coherence,
+                                      fold_whitening,
+                                      make_fact_set,
+                                      random_fact_map,
+                                      sample_embeddings,
+                                      set_condition_number,
+                                      validate_fact_set,
+                                      whitening_matrix,
+)
+from symformer.facts.mlp import FactMLP, count_params, fact_accuracy, fact_margin
+
+__all__ = ["BASELINES", "METHODS", "BuildOptions", "CapacityResult", "Decodability", "Decoder", "FactMLP",
+           "FactSet", "FactStorageError", "build_fact_mlp", "capacity_search", "coherence", "count_params",
+           "decodability", "fact_accuracy", "fact_margin", "fold_whitening", "gd_decoder", "jl_decoder",
+           "make_fact_set", "method_capacity", "random_fact_map", "require_vertices", "sample_embeddings",
+           "set_condition_number", "validate_fact_set", "whitening_matrix"]

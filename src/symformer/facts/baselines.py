@@ -1,0 +1,124 @@
+"""Baselines (App. A.1.3, B.3.1): naive, NTK (Nichani et al., Alg. 5), gradient-trained MLPs, GD encoder."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from symformer._validation import check_choice, check_float, check_int, fail
+from symformer.facts.decodability import Decodability, require_vertices
+from symformer.facts.embeddings import validate_fact_set
+from symformer.facts.mlp import FactMLP
+
+
+def naive_mlp(keys: torch.Tensor, values: torch.Tensor, facts: torch.Tensor,
+              info: Decodability | None = None) -> FactMLP:
+    """App. B.3.1: g(x) = W ReLU(K x - b), hidden |K|, Theta(d |K|) parameters. b_j in (beta_j, alpha_j)
+    with alpha_j = |k_j|^2, beta_j = max_{i != j} <k_j, k_i>; column j of W = u*_{f(j)} / (alpha_j - b_j)."""
+    validate_fact_set(keys, values, facts)
+    K = keys.double()
+    n, d = K.shape
+    gram = K @ K.T
+    alpha = gram.diagonal().clone()
+    beta = gram.fill_diagonal_(float("-inf")).max(1).values if n > 1 else alpha - 1
+    if bool((alpha <= beta).any()):
+        bad = (alpha <= beta).nonzero().flatten()[:10].tolist()
+        fail("keys", f"keys {bad} with <k_j, k_i> >= |k_j|^2 for some i != j",
+             "keys that each have the largest inner product with themselves (general position for the naive MLP)")
+    b = 0.5 * (alpha + beta)
+    U = require_vertices(values, info).U.double()
+    mlp = FactMLP(d, n, activation="relu", gated=False, bias=True)
+    with torch.no_grad():
+        mlp.up.weight.copy_(K)
+        mlp.up.bias.copy_(-b)
+        mlp.down.weight.copy_((U[facts] / (alpha - b)[:, None]).T)
+    return mlp
+
+
+def hermite(z: torch.Tensor, k: int) -> torch.Tensor:
+    """Normalised probabilists' Hermite polynomial He_k(z) / sqrt(k!) by the three-term recurrence."""
+    h0, h1 = torch.ones_like(z), z
+    if k == 0:
+        return h0
+    for n in range(1, k):
+        h0, h1 = h1, z * h1 - n * h0
+    return h1 / math.sqrt(math.factorial(k))
+
+
+def ntk_mlp(keys: torch.Tensor, values: torch.Tensor, facts: torch.Tensor, h: int, degree: int = 2,
+            margin_optimal: bool = False, activation: str = "silu", seed: int = 0,
+            info: Decodability | None = None) -> FactMLP:
+    """Alg. 5 (the gated form of Nichani et al.): g(x) = P (sigma(W_gate x) * (W_up x)),
+    W_up = (1/h) (H * (Y P))^T K with Hermite features H = He_k(K W_gate^T); optional Y = U*[f]."""
+    validate_fact_set(keys, values, facts)
+    check_int("h", h, 1)
+    check_int("degree", degree, 0)
+    K = keys.double()
+    n, d = K.shape
+    g = torch.Generator().manual_seed(seed)
+    W_gate = torch.randn(h, d, generator=g, dtype=torch.float64)
+    P = torch.randn(d, h, generator=g, dtype=torch.float64)
+    P = P / P.norm(dim=0, keepdim=True)
+    Y = (require_vertices(values, info).U.double() if margin_optimal else values.double())[facts]
+    H = hermite(K @ W_gate.T, degree)
+    W_up = (H * (Y @ P)).T @ K / h
+    mlp = FactMLP(d, h, activation=activation, gated=True)
+    with torch.no_grad():
+        mlp.gate.weight.copy_(W_gate)
+        mlp.up.weight.copy_(W_up)
+        mlp.down.weight.copy_(P)
+    return mlp
+
+
+def train_mlp(keys: torch.Tensor, values: torch.Tensor, facts: torch.Tensor, h: int, activation: str = "silu",
+              max_epochs: int = 20000, lr: float = 1e-3, final_lr: float = 1e-6, seed: int = 0,
+              check_every: int = 25, dtype: torch.dtype = torch.float32) -> FactMLP:
+    """GD MLP (App. A.1.3): SwiGLU (activation "silu") or a plain ReLU MLP (activation "relu", the paper's
+    ReLU fact MLPs of Sec. 5) with biases, cross-entropy on g(K) V^T, full-batch Adam, cosine lr -> final_lr,
+    stopped as soon as every fact is stored."""
+    validate_fact_set(keys, values, facts)
+    check_int("h", h, 1)
+    check_choice("activation", activation, ("silu", "relu"))
+    check_int("max_epochs", max_epochs, 1)
+    check_float("lr", lr, 0.0, low_open=True)
+    torch.manual_seed(seed)
+    d = keys.shape[1]
+    mlp = FactMLP(d, h, activation=activation, gated=activation == "silu", bias=True, out_bias=True, dtype=dtype)
+    K, V = keys.to(dtype), values.to(dtype)
+    opt = torch.optim.Adam(mlp.parameters(), lr=lr)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, max_epochs, eta_min=final_lr)
+    for epoch in range(max_epochs):
+        opt.zero_grad()
+        s = mlp.down(mlp.hidden(K)) @ V.T
+        if epoch % check_every == 0 and bool((s.argmax(1) == facts).all()):
+            break
+        torch.nn.functional.cross_entropy(s, facts).backward()
+        opt.step()
+        sched.step()
+    return mlp
+
+
+def gd_encoder(keys: torch.Tensor, codes: torch.Tensor, h: int, steps: int = 1000, lr: float = 1e-2,
+               key_noise: float = 1e-7, seed: int = 0, dtype: torch.dtype = torch.float32) -> FactMLP:
+    """GD encoder (App. A.1.3): gated MLP R^d -> R^m with a dense E (m x h), MSE to the codes with key
+    noise 1e-7, Adam lr 1e-2, 1000 steps. Returned with D = 0 (attach a decoder)."""
+    check_int("h", h, 1)
+    check_int("steps", steps, 1)
+    torch.manual_seed(seed)
+    n, d = keys.shape
+    m = codes.shape[1]
+    enc = FactMLP(d, h, activation="silu", gated=True, bias=True, m=m, dense_codes=True, code_bias=True, dtype=dtype)
+    with torch.no_grad():
+        enc.down.E.normal_(0, 1 / math.sqrt(h))
+    params = [p for n_, p in enc.named_parameters() if not n_.endswith(".D")]
+    opt = torch.optim.Adam(params, lr=lr)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps, eta_min=lr * 0.01)
+    K, T = keys.to(dtype), codes.to(dtype)
+    scale = float(T.pow(2).mean().sqrt().clamp_min(1e-30))
+    for _ in range(steps):
+        opt.zero_grad()
+        out = enc.down.codes(enc.hidden(K + key_noise * torch.randn_like(K)))
+        (((out - T) / scale).pow(2).sum(1).mean()).backward()
+        opt.step()
+        sched.step()
+    return enc

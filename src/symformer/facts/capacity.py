@@ -1,0 +1,205 @@
+"""Full constructions (Alg. 1, Thm 4.3.1) by method name, and the capacity binary search (App. A.1.1-A.1.2)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import torch
+
+from symformer._validation import check_choice, check_float, check_int, fail
+from symformer.facts import baselines, decoders, encoders
+from symformer.facts.decodability import Decodability, decodability, require_vertices
+from symformer.facts.embeddings import FactSet, fold_whitening, validate_fact_set, whitening_matrix
+from symformer.facts.mlp import FactMLP, count_params, fact_accuracy
+
+ENCODERS = ("bin", "bin-bias", "cd", "lagrangian", "two-hot", "two-hot-gated", "gd")
+DECODERS = ("jl", "jl-sign", "gd")
+BASELINES = ("naive", "ntk", "ntk-mo", "gd-swiglu", "gd-relu")
+METHODS = tuple(f"{e}+{d}" for e in ENCODERS for d in DECODERS) + BASELINES
+# which integer knob the capacity search moves (App. A.1.1): m for constructions, h for NTK / GD MLPs
+KNOB = {**{m: "m" for m in METHODS if "+" in m}, "ntk": "h", "ntk-mo": "h", "gd-swiglu": "h", "gd-relu": "h",
+        "naive": None}
+
+
+class FactStorageError(ValueError):
+    """A construction that does not store every fact says so instead of returning the MLP."""
+
+
+@dataclass
+class BuildOptions:
+    h_mult: float = 1.0            # encoder width multiplier (h~ = ceil(mult |K|/d~))
+    decoder_steps: int = 1000      # GD decoder (App. A.1.3)
+    encoder_steps: int = 1000      # GD encoder
+    train_epochs: int = 20000      # GD MLPs
+    train_lr: float = 1e-3
+    ntk_degree: int = 2
+    whiten: float = 0.0            # partial ZCA strength alpha (App. A.1.3)
+
+
+def _decoder(values: torch.Tensor, kind: str, m: int, seed: int, info: Decodability | None,
+             opts: BuildOptions) -> decoders.Decoder:
+    if kind == "gd":
+        return decoders.gd_decoder(values, m, steps=opts.decoder_steps, seed=seed)
+    return decoders.jl_decoder(values, m, "sign" if kind == "jl-sign" else "gaussian", seed=seed, info=info)
+
+
+def _encoder(keys: torch.Tensor, codes: torch.Tensor, kind: str, seed: int, opts: BuildOptions) -> FactMLP:
+    n, d = keys.shape
+    if kind == "gd":
+        m = codes.shape[1]
+        return baselines.gd_encoder(keys, codes, h=max(1, math.ceil(m * n / d * opts.h_mult)),
+                                    steps=opts.encoder_steps, seed=seed)
+    if kind == "two-hot":
+        return encoders.two_hot_encoder(keys, codes)
+    if kind == "two-hot-gated":
+        return encoders.two_hot_gated_encoder(keys, codes)
+    bias = kind in ("bin-bias", "lagrangian")
+    base = encoders.gadget_hidden(n, d, bias) * (2 if kind == "lagrangian" else 1)
+    ht = max(base, math.ceil(opts.h_mult * base))
+    if kind == "cd":
+        return encoders.central_difference_encoder(keys, codes, ht, seed=seed)
+    if kind == "lagrangian":
+        return encoders.relu_lagrangian_encoder(keys, codes, ht, seed=seed)
+    return encoders.gated_encoder(keys, codes, ht, bias=bias, seed=seed)
+
+
+def build_fact_mlp(keys: torch.Tensor, values: torch.Tensor, facts: torch.Tensor, method: str = "bin+jl",
+                   m: int | None = None, h: int | None = None, seed: int = 0, strict: bool = True,
+                   info: Decodability | None = None, options: BuildOptions | None = None) -> FactMLP:
+    """Build an MLP storing f (eq. 1) with `method` (see METHODS). Returns the FactMLP with `.accuracy`
+    and `.method`; with strict=True a method that does not store every fact raises FactStorageError."""
+    validate_fact_set(keys, values, facts)
+    check_choice("method", method, METHODS)
+    opts = options or BuildOptions()
+    check_float("whiten", opts.whiten, 0.0, 1.0)
+    Kw, Vw, Tk, Tv = keys.double(), values.double(), None, None
+    if opts.whiten > 0:
+        Tk, Tv = whitening_matrix(Kw, opts.whiten), whitening_matrix(Vw, opts.whiten)
+        Kw, Vw, info = Kw @ Tk, Vw @ Tv, None
+    knob = KNOB[method]
+    if knob == "m" and m is None:
+        fail("m", m, f"a decoder width m >= 1 for method {method!r}")
+    if knob == "h" and h is None:
+        fail("h", h, f"a hidden size h >= 1 for method {method!r}")
+    if method in BASELINES:
+        mlp = _baseline(Kw, Vw, facts, method, h, seed, info, opts)
+    else:
+        check_int("m", m, 1)
+        enc_kind, dec_kind = method.split("+")
+        if dec_kind != "gd":
+            info = require_vertices(Vw, info)
+        dec = _decoder(Vw, dec_kind, m, seed, info, opts)
+        mlp = _encoder(Kw, dec.C[facts], enc_kind, seed, opts)
+        with torch.no_grad():
+            mlp.down.D.copy_(dec.D.to(mlp.dtype))
+    if Tk is not None:
+        fold_whitening(mlp, Tk, Tv)
+    mlp.method = method
+    mlp.accuracy = fact_accuracy(mlp, keys, values, facts)
+    if strict and mlp.accuracy < 1.0:
+        raise FactStorageError(f"method {method!r} (m={m}, h={h}) stores {mlp.accuracy:.2%} of the "
+                               f"{len(facts)} facts, expected all of them: increase m or h")
+    return mlp
+
+
+def _baseline(K, V, facts, method, h, seed, info, opts) -> FactMLP:
+    if method == "naive":
+        return baselines.naive_mlp(K, V, facts, info=info)
+    if method in ("ntk", "ntk-mo"):
+        return baselines.ntk_mlp(K, V, facts, h, degree=opts.ntk_degree, margin_optimal=method == "ntk-mo",
+                                 seed=seed, info=info)
+    return baselines.train_mlp(K, V, facts, h, activation="silu" if method == "gd-swiglu" else "relu",
+                               max_epochs=opts.train_epochs, lr=opts.train_lr, seed=seed)
+
+
+# ---- capacity --------------------------------------------------------------------------------------
+
+@dataclass
+class CapacityResult:
+    method: str
+    size: int | None                 # smallest knob value storing every fact (None: not found <= max)
+    params: int | None
+    n_facts: int
+    n_values: int
+    facts_per_param: float | None
+    bits_per_param: float | None     # F log2 |V| / params
+    info_bits: float                 # the information-theoretic content F log2 |V| (Prop. 2.1.1)
+    evaluations: dict = field(default_factory=dict)   # knob -> (min accuracy over seeds, params)
+
+
+def capacity_search(evaluate: Callable[[int, int], tuple[float, int]], n_seeds: int, lo: int, hi: int,
+                    max_size: int | None = None) -> tuple[int | None, dict]:
+    """Smallest integer knob in [lo, max_size] whose minimum accuracy over seeds is 1.0 (App. A.1.2),
+    assuming success is monotone in the knob. `evaluate(size, seed) -> (accuracy, params)`."""
+    check_int("lo", lo, 1)
+    check_int("hi", hi, lo)
+    max_size = max_size or 16 * hi
+    seen: dict[int, tuple[float, int]] = {}
+
+    def ok(size: int) -> bool:
+        if size not in seen:
+            worst, params = 1.0, 0
+            for s in range(n_seeds):
+                acc, params = evaluate(size, s)
+                worst = min(worst, acc)
+                if worst < 1.0:
+                    break
+            seen[size] = (worst, params)
+        return seen[size][0] >= 1.0
+
+    while not ok(hi):
+        if hi >= max_size:
+            return None, seen
+        lo, hi = hi + 1, min(max_size, 2 * hi)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi, seen
+
+
+def method_capacity(method: str, fact_sets: Sequence[FactSet], lo: int, hi: int, max_size: int | None = None,
+                    options: BuildOptions | None = None, infos: Sequence[Decodability] | None = None) -> CapacityResult:
+    """Capacity of one method over fact sets (one per seed): smallest knob, its parameter count, facts and
+    bits per parameter."""
+    check_choice("method", method, METHODS)
+    for fs in fact_sets:
+        validate_fact_set(fs.keys, fs.values, fs.facts)
+    opts = options or BuildOptions()
+    if infos is None and opts.whiten == 0 and method.split("+")[-1] in ("jl", "jl-sign", "naive", "ntk-mo"):
+        infos = [decodability(fs.values) for fs in fact_sets]
+
+    def evaluate(size: int, s: int) -> tuple[float, int]:
+        fs = fact_sets[s]
+        kw = {KNOB[method]: size} if KNOB[method] else {}
+        try:
+            mlp = build_fact_mlp(fs.keys, fs.values, fs.facts, method, seed=s, strict=False,
+                                 info=infos[s] if infos else None, options=opts, **kw)
+        except (torch.linalg.LinAlgError, ValueError):   # a gadget system that is not solvable
+            return 0.0, 0
+        return mlp.accuracy, count_params(mlp)
+
+    size, seen = capacity_search(evaluate, len(fact_sets), lo, hi, max_size)
+    params = seen[size][1] if size is not None else None
+    if size is not None and method.startswith("gd+"):
+        # two-step search for GD encoders (App. A.1.3): fix m = m^, then the smallest width multiplier
+        # in (0, 2] (steps of 1/8) that still stores every fact
+        m_hat = size
+
+        def evaluate_width(k: int, s: int) -> tuple[float, int]:
+            fs = fact_sets[s]
+            o = BuildOptions(**{**opts.__dict__, "h_mult": k / 8})
+            mlp = build_fact_mlp(fs.keys, fs.values, fs.facts, method, m=m_hat, seed=s, strict=False, options=o)
+            return mlp.accuracy, count_params(mlp)
+
+        k, seen_w = capacity_search(evaluate_width, len(fact_sets), 1, 16, 16)
+        if k is not None and seen_w[k][1] < params:
+            params = seen_w[k][1]
+            seen = {**seen, **{f"h_mult={kk / 8}": v for kk, v in seen_w.items()}}
+    F, nv = fact_sets[0].keys.shape[0], fact_sets[0].values.shape[0]
+    bits = F * math.log2(max(nv, 2))
+    return CapacityResult(method, size, params, F, nv, F / params if params else None,
+                          bits / params if params else None, bits, seen)

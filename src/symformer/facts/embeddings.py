@@ -1,0 +1,170 @@
+"""Fact sets, key/value embeddings and partial ZCA whitening (fact-storing paper, App. A.1.1, A.1.3, B.7).
+
+A fact set is a map f: [|K|] -> [|V|] stored as a LongTensor `facts` of length |K| (facts[i] = f(i)).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from symformer._validation import check_choice, check_float, check_int, check_tensor, fail
+
+EMBEDDING_KINDS = ("sphere", "gaussian")
+
+
+def _gen(seed: int | torch.Generator | None) -> torch.Generator:
+    if isinstance(seed, torch.Generator):
+        return seed
+    g = torch.Generator()
+    g.manual_seed(0 if seed is None else int(seed))
+    return g
+
+
+def random_fact_map(n_keys: int, n_values: int | None = None, bijective: bool = True,
+                    seed: int | torch.Generator | None = 0) -> torch.Tensor:
+    """A random fact set f: [n_keys] -> [n_values]; bijective (a permutation, App. A.1.1) or i.i.d. uniform."""
+    check_int("n_keys", n_keys, 1)
+    n_values = n_keys if n_values is None else check_int("n_values", n_values, 1)
+    g = _gen(seed)
+    if bijective:
+        if n_values != n_keys:
+            fail("n_values", n_values, f"n_values == n_keys ({n_keys}) for a bijective fact map")
+        return torch.randperm(n_keys, generator=g)
+    return torch.randint(0, n_values, (n_keys,), generator=g)
+
+
+def sample_embeddings(n: int, d: int, kind: str = "sphere", kappa: float = 1.0,
+                      seed: int | torch.Generator | None = 0, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """n embeddings in R^d: uniform on the unit sphere or standard Gaussian, then made anisotropic with
+    condition number `kappa` by a log-affine rescaling of the singular values (App. A.1.1)."""
+    check_int("n", n, 1)
+    check_int("d", d, 1)
+    check_choice("kind", kind, EMBEDDING_KINDS)
+    check_float("kappa", kappa, 1.0)
+    x = torch.randn(n, d, generator=_gen(seed), dtype=torch.float64)
+    if kind == "sphere":
+        x = x / torch.linalg.vector_norm(x, dim=1, keepdim=True)
+    if kappa != 1.0:
+        x = set_condition_number(x, kappa)
+    return x.to(dtype)
+
+
+def set_condition_number(x: torch.Tensor, kappa: float) -> torch.Tensor:
+    """Keep the singular vectors, map log s affinely so that s_max is preserved and s_max/s_min = kappa."""
+    check_tensor("x", x, 2)
+    check_float("kappa", kappa, 1.0)
+    u, s, vh = torch.linalg.svd(x, full_matrices=False)
+    ls = torch.log(s)
+    span = ls[0] - ls[-1]
+    if span <= 0:
+        fail("x", "a matrix with equal singular values", "distinct singular values to rescale")
+    new = ls[0] - (ls[0] - ls) / span * torch.log(torch.tensor(kappa, dtype=s.dtype))
+    return (u * torch.exp(new)) @ vh
+
+
+def condition_number(x: torch.Tensor) -> float:
+    s = torch.linalg.svdvals(x)
+    return float(s[0] / s[-1])
+
+
+def coherence(x: torch.Tensor) -> float:
+    """Mutual coherence max_{i != j} |<x_i, x_j>| / (|x_i| |x_j|) (App. B.5, the classical definition)."""
+    xn = x / torch.linalg.vector_norm(x, dim=1, keepdim=True)
+    c = (xn @ xn.T).abs()
+    c.fill_diagonal_(0.0)
+    return float(c.max())
+
+
+@dataclass
+class FactSet:
+    keys: torch.Tensor      # (|K|, d)
+    values: torch.Tensor    # (|V|, d)
+    facts: torch.Tensor     # (|K|,) long, facts[i] = f(i)
+
+
+def make_fact_set(n_facts: int, d: int, kind: str = "sphere", kappa: float = 1.0, tied: bool = True,
+                  bijective: bool = True, n_values: int | None = None, seed: int = 0) -> FactSet:
+    """The paper's default task: F keys = values (tied) on the sphere, a random bijection (App. A.1.1)."""
+    g = _gen(seed)
+    n_values = n_facts if n_values is None else n_values
+    values = sample_embeddings(n_values, d, kind, kappa, seed=g)
+    if tied:
+        if n_values != n_facts:
+            fail("n_values", n_values, f"n_values == n_facts ({n_facts}) for tied embeddings")
+        keys = values.clone()
+    else:
+        keys = sample_embeddings(n_facts, d, kind, kappa, seed=g)
+    facts = random_fact_map(n_facts, n_values, bijective=bijective, seed=g)
+    return FactSet(keys, values, facts)
+
+
+def validate_fact_set(keys: torch.Tensor, values: torch.Tensor, facts: torch.Tensor) -> None:
+    """Shapes, ranges and consistency: duplicate keys must not map to different values."""
+    check_tensor("keys", keys, 2)
+    check_tensor("values", values, 2)
+    if not isinstance(facts, torch.Tensor):
+        fail("facts", type(facts).__name__, "a LongTensor of value indices", TypeError)
+    if facts.ndim != 1 or facts.dtype not in (torch.int64, torch.int32):
+        fail("facts", f"shape {tuple(facts.shape)} dtype {facts.dtype}", "a 1-D integer tensor")
+    if keys.shape[1] != values.shape[1]:
+        fail("values", f"width {values.shape[1]}", f"the key width d = {keys.shape[1]}")
+    if facts.shape[0] != keys.shape[0]:
+        fail("facts", f"{facts.shape[0]} entries", f"one value index per key ({keys.shape[0]})")
+    if len(facts) and (int(facts.min()) < 0 or int(facts.max()) >= values.shape[0]):
+        fail("facts", f"indices in [{int(facts.min())}, {int(facts.max())}]", f"indices in [0, {values.shape[0] - 1}]")
+    _, inv = torch.unique(keys, dim=0, return_inverse=True)
+    if inv.numel() and int(inv.max()) + 1 < keys.shape[0]:
+        # the same key listed twice is a key mapped to two values unless both rows agree on the target
+        first = torch.full((int(inv.max()) + 1,), -1, dtype=torch.long)
+        for i, g in enumerate(inv.tolist()):
+            t = int(facts[i])
+            if first[g] < 0:
+                first[g] = t
+            elif first[g] != t:
+                fail("facts", f"key row {i} duplicating an earlier key but mapped to value {t} (earlier: {int(first[g])})",
+                     "each distinct key mapped to exactly one value")
+
+
+def fact_pairs_to_map(pairs: list[tuple[int, int]], n_keys: int) -> torch.Tensor:
+    """(key, value) pairs -> facts tensor; a key listed with two values is an error."""
+    out = torch.full((n_keys,), -1, dtype=torch.long)
+    for k, v in pairs:
+        if not 0 <= k < n_keys:
+            fail("facts", f"key index {k}", f"an index in [0, {n_keys - 1}]")
+        if out[k] >= 0 and int(out[k]) != v:
+            fail("facts", f"key {k} mapped to two values ({int(out[k])} and {v})", "a function: one value per key")
+        out[k] = v
+    if bool((out < 0).any()):
+        fail("facts", f"no value for key(s) {(out < 0).nonzero().flatten()[:10].tolist()}", "a value for every key")
+    return out
+
+
+# ---- whitening (App. A.1.3; Thm B.7.1) -------------------------------------------------------------
+
+def whitening_matrix(x: torch.Tensor, alpha: float = 1.0, ridge: float = 1e-6) -> torch.Tensor:
+    """Partial ZCA W_alpha = (Q Lambda^{-1/2} Q^T)^alpha of the second moment Sigma = X^T X / n + ridge I."""
+    check_tensor("x", x, 2)
+    check_float("alpha", alpha, 0.0, 1.0)
+    x64 = x.double()
+    sigma = x64.T @ x64 / x64.shape[0] + ridge * torch.eye(x.shape[1], dtype=torch.float64)
+    lam, q = torch.linalg.eigh(sigma)
+    return ((q * lam.pow(-0.5 * alpha)) @ q.T).to(x.dtype)
+
+
+def fold_whitening(mlp, key_transform: torch.Tensor | None, value_transform: torch.Tensor | None):
+    """Turn an MLP built on whitened embeddings (k~ = W_k k, v~ = W_v v, rows: E W) into one on the raw ones.
+
+    Embedding rows transform as E T, i.e. columns as k~ = T_k^T k. Scores <g~(T_k^T k), T_v^T v_j> =
+    <T_v g~(T_k^T k), v_j>, so the input maps fold as `weight @ T_k^T` and the output as `T_v @ down`
+    (= W_alpha B for symmetric ZCA, Thm B.7.1 with T_v^T = W_alpha^{-1} in its inverse convention). The appendix's `W_alpha^{-1} B` does not preserve the scores (NOTES.md §3);
+    tests/facts check both numerically. Modifies `mlp` in place and returns it.
+    """
+    with torch.no_grad():
+        if key_transform is not None:
+            for lin in (mlp.gate, mlp.up):
+                if lin is not None:
+                    lin.weight.copy_(lin.weight @ key_transform.to(lin.weight.dtype).T)
+        if value_transform is not None:
+            mlp.down.left_multiply(value_transform.to(mlp.dtype))
+    return mlp

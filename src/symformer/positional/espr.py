@@ -1,0 +1,249 @@
+"""ESPR: equivariant structured positional rotations with non-commuting generators (ESPR Tiers 1-4).
+
+R_sp(r) = exp(A(r)) P with A(r) = sum_k r_k L_k (T1.3, T1.6), learnable skew generators L_k = G_k - G_k^T
+that need not commute, and a Cayley post-rotation P = (I - S)(I + S)^{-1} (T3.1, T3.5).
+Queries and keys are q~ = Pi_act R_sp(r) Pi_act q (T4.3) with the logit scale 1/sqrt(d_act) (T4.4).
+
+Reading: Pi_act is fixed to the projector onto the FIRST d_act coordinates (U = I in T2.10, as in T8'.7);
+with `commuting_init=True` the generators start as RoPE's block-diagonal generators on that block and
+zero on the null block, so at init L_k commute, P = I lies in the set A (T3.4) and the model is exactly
+RoPE on d_act coordinates. Training may move it away; `penalty()` pulls it back towards STRING.
+
+Efficiency: torch.linalg.matrix_exp runs once per DISTINCT position of the call (a grid or a token range
+repeats across the batch), shared by queries and keys, and is cached across calls when no gradient is
+needed; P is multiplied in per distinct position, so the rotation is one small batched matmul per token
+(O(N d_act^2) per head).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from symformer._validation import check_choice, check_float, check_int, fail
+from symformer.positional.base import RotaryPositional, check_positions
+from symformer.positional.cayley import cayley, check_skew, skew
+from symformer.positional.rope import generators_from_beta, rope_frequencies
+
+
+def distinct_positions(positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(reps (U, C), inverse (...,)): the distinct rows of positions (..., C) and, for each row, the index
+    of its distinct value. reps are gathered from `positions`, so gradients still reach positions."""
+    flat = positions.reshape(-1, positions.shape[-1])
+    _, inv = torch.unique(flat.detach(), dim=0, return_inverse=True)
+    n_u = int(inv.max()) + 1 if inv.numel() else 0
+    ar = torch.arange(flat.shape[0], device=flat.device)
+    first = torch.full((n_u,), flat.shape[0], device=flat.device, dtype=ar.dtype)
+    first = first.scatter_reduce(0, inv, ar, reduce="amin", include_self=True)
+    return flat[first], inv.view(positions.shape[:-1])
+
+
+def _power_table(e1: torch.Tensor, count: int) -> torch.Tensor:
+    """[e1^0, e1^1, ..., e1^(count-1)] (count, n, n) by doubling: ~count batched products in log2 rounds."""
+    table = torch.eye(e1.shape[-1], dtype=e1.dtype, device=e1.device)[None]
+    power = e1  # e1^(len(table))
+    while table.shape[0] < count:
+        table = torch.cat((table, power @ table), 0)
+        power = power @ power
+    return table[:count]
+
+
+class ESPR(RotaryPositional):
+    """ESPR rotation on (B, H, N, Dh) queries/keys for C-dimensional positions.
+
+    Args: head_dim; coord_dim C; d_act (even, <= head_dim; default head_dim); commuting_init (start from
+    RoPE's commuting generators on the active block, else add `init_scale` Gaussian noise, default 0.02,
+    which makes them non-commuting); post_rotation (learn P, else P = I); eps_comm_penalty /
+    eta_mix_penalty (weights of `penalty()`); base, mode (RoPE frequencies of the commuting init);
+    learnable; seed (initial noise); exp_method ("auto": 1-D integer positions use exp(nL) = exp(L)^n,
+    everything else one matrix_exp per distinct position; "matrix_exp": always the latter).
+
+    `forward` returns q~, k~ of shape (B, H, N, Dh) with zeros on the null coordinates (so any attention
+    core built for Dh works); the attention must use `scale` = 1/sqrt(d_act) (T4.4)."""
+
+    def __init__(self, head_dim: int, coord_dim: int = 1, d_act: int | None = None, commuting_init: bool = True,
+                 post_rotation: bool = True, eps_comm_penalty: float = 0.0, eta_mix_penalty: float = 0.0,
+                 base: float = 10000.0, mode: str | None = None, init_scale: float | None = None,
+                 learnable: bool = True, seed: int = 0, exp_method: str = "auto"):
+        super().__init__()
+        self.head_dim = check_int("head_dim", head_dim, 2)
+        self.coord_dim = check_int("coord_dim", coord_dim, 1)
+        if d_act is None:
+            if head_dim % 2:
+                fail("head_dim", head_dim, "an even head dimension when d_act is not given (d_act = 2m, T2.10)")
+            d_act = head_dim
+        check_int("d_act", d_act, 2)
+        if d_act > head_dim:
+            fail("d_act", d_act, f"an active dimension <= head_dim={head_dim} (T2.10)")
+        if d_act % 2:
+            fail("d_act", d_act, "an even active dimension d_act = 2m (T2.10)")
+        self.d_act = d_act
+        self.eps_comm_penalty = check_float("eps_comm_penalty", eps_comm_penalty, 0.0)
+        self.eta_mix_penalty = check_float("eta_mix_penalty", eta_mix_penalty, 0.0)
+        noise = 0.0 if commuting_init and init_scale is None else (0.02 if init_scale is None else init_scale)
+        check_float("init_scale", noise, 0.0)
+        mode = mode or ("mixed" if coord_dim > 1 else "axial")
+        beta = rope_frequencies(d_act, coord_dim, base, mode)
+        g0 = beta.new_zeros(coord_dim, head_dim, head_dim)
+        g0[:, :d_act, :d_act] = generators_from_beta(beta, d_act, "interleaved") / 2  # G - G^T = L0
+        gen = torch.Generator().manual_seed(seed)
+        g0 = g0 + noise * torch.randn(g0.shape, generator=gen, dtype=g0.dtype)
+        dt = torch.get_default_dtype()
+        self.gen_param = nn.Parameter(g0.to(dt), requires_grad=learnable)
+        self.exp_method = check_choice("exp_method", exp_method, ("auto", "matrix_exp"))
+        self.use_post_rotation = bool(post_rotation)
+        if self.use_post_rotation:
+            self.skew_param = nn.Parameter(torch.zeros(head_dim, head_dim, dtype=dt), requires_grad=learnable)
+        else:
+            self.register_parameter("skew_param", None)
+
+    # ----- accessors -------------------------------------------------------------------------
+    @property
+    def scale(self) -> float:
+        return 1.0 / math.sqrt(self.d_act)  # T4.4
+
+    def generators(self) -> torch.Tensor:
+        """Skew generators L (C, Dh, Dh) (T1.1 without the commuting hypothesis)."""
+        return skew(self.gen_param)
+
+    def skew_matrix(self) -> torch.Tensor:
+        """The Cayley parameter S of P (zeros without post-rotation)."""
+        if self.skew_param is None:
+            return self.gen_param.new_zeros(self.head_dim, self.head_dim)
+        return skew(self.skew_param)
+
+    def post_rotation(self) -> torch.Tensor:
+        """P = cayley(S) in SO(Dh) (T3.2); the identity without post-rotation."""
+        if self.skew_param is None:
+            return torch.eye(self.head_dim, dtype=self.gen_param.dtype, device=self.gen_param.device)
+        return cayley(self.skew_matrix(), check=False)
+
+    def projector(self) -> torch.Tensor:
+        """Pi_act = diag(I_{d_act}, 0) (T2.10 with U = I)."""
+        diag = torch.zeros(self.head_dim, dtype=self.gen_param.dtype, device=self.gen_param.device)
+        diag[: self.d_act] = 1
+        return torch.diag(diag)
+
+    @torch.no_grad()
+    def set_generators(self, generators: torch.Tensor) -> None:
+        """Load skew generators (C, Dh, Dh) (ValueError if not skew or of the wrong shape)."""
+        check_skew("generators", generators)
+        if tuple(generators.shape) != (self.coord_dim, self.head_dim, self.head_dim):
+            fail("generators", f"shape {tuple(generators.shape)}", f"({self.coord_dim}, {self.head_dim}, {self.head_dim})")
+        self.gen_param.copy_(generators / 2)
+
+    @torch.no_grad()
+    def set_skew(self, s: torch.Tensor) -> None:
+        """Load the Cayley parameter S (Dh, Dh) of the post-rotation."""
+        check_skew("S", s)
+        if self.skew_param is None:
+            fail("S", "a post-rotation parameter", "post_rotation=True at construction")
+        if tuple(s.shape) != (self.head_dim, self.head_dim):
+            fail("S", f"shape {tuple(s.shape)}", f"({self.head_dim}, {self.head_dim})")
+        self.skew_param.copy_(s / 2)
+
+    # ----- rotations -------------------------------------------------------------------------
+    def exp_generator(self, positions: torch.Tensor) -> torch.Tensor:
+        """R_STR(r) = exp(A(r)) (..., Dh, Dh) for positions (..., C) (T1.6), one matrix_exp per row."""
+        a = torch.einsum("...c,cij->...ij", positions.to(self.gen_param.dtype), self.generators())
+        return torch.linalg.matrix_exp(a)
+
+    def _exp_distinct(self, reps: torch.Tensor) -> torch.Tensor:
+        """exp(A(r)) for distinct positions (U, C). 1-D integer positions (token indices) use the exact
+        identity exp(nL) = exp(L)^n (one generator commutes with itself, T0.11): one matrix_exp and
+        log-depth batched products, much cheaper than a matrix_exp (and its backward) per position."""
+        if self.exp_method == "matrix_exp" or self.coord_dim != 1 or reps.requires_grad or reps.numel() == 0:
+            return self.exp_generator(reps)
+        r = reps[:, 0]
+        n = r.round()
+        hi = int(n.abs().max())
+        if not torch.equal(n, r) or hi + 1 > 4 * r.numel() + 64:
+            return self.exp_generator(reps)
+        table = _power_table(torch.linalg.matrix_exp(self.generators()[0]), hi + 1)
+        idx = n.long()
+        e = table[idx.abs()]
+        return torch.where((idx < 0)[:, None, None], e.transpose(-1, -2), e)  # exp(-nL) = exp(nL)^T
+
+    def matrix(self, positions: torch.Tensor) -> torch.Tensor:
+        """R_sp(r) = exp(A(r)) P (..., N, Dh, Dh) (T3.5). forward applies Pi_act R_sp(r) Pi_act."""
+        check_positions(positions, self.coord_dim)
+        return self.exp_generator(positions) @ self.post_rotation()
+
+    def active_matrix(self, positions: torch.Tensor) -> torch.Tensor:
+        """Pi_act R_sp(r) Pi_act restricted to the active block (..., N, d_act, d_act) (T4.3)."""
+        d = self.d_act
+        return self.matrix(positions)[..., :d, :d]
+
+    def _token_maps(self, positions: torch.Tensor) -> torch.Tensor:
+        """Per token, (Pi_act exp(A(r)) P Pi_act)^T on the active block: (..., N, d_act, d_act), stored
+        transposed and contiguous (the layout bmm wants). exp(A(r)) P costs one matrix_exp and one
+        (d_act x Dh)(Dh x d_act) product per DISTINCT position; cached when no gradient is needed."""
+        params = [p for p in (self.gen_param, self.skew_param) if p is not None]
+        needs_graph = torch.is_grad_enabled() and (any(p.requires_grad for p in params) or positions.requires_grad)
+        key = (positions.device, positions.dtype, tuple((p._version, p.data_ptr()) for p in params))
+        hit = getattr(self, "_cache", None)
+        if (not needs_graph and hit is not None and hit[0] == key and hit[1].shape == positions.shape
+                and torch.equal(hit[1], positions)):
+            return hit[2]
+        if positions.requires_grad:  # learned positions: each token needs its own d/dr, so no sharing
+            reps, inv = positions.reshape(-1, self.coord_dim), torch.arange(positions[..., 0].numel()).view(positions.shape[:-1])
+        else:
+            reps, inv = distinct_positions(positions)
+        d = self.d_act
+        rows = self._exp_distinct(reps)[:, :d, :]  # Pi_act exp(A(r)), (U, d, Dh)
+        m = rows @ self.post_rotation()[:, :d] if self.use_post_rotation else rows[..., :d]  # T4.3
+        maps = m.transpose(-1, -2).contiguous()[inv]
+        if not needs_graph:
+            self._cache = (key, positions.detach().clone(), maps)
+        return maps
+
+    def _rotate_active(self, x: torch.Tensor, maps: torch.Tensor) -> torch.Tensor:
+        """q~ = Pi_act exp(A(r)) P Pi_act q for x (B, H, N, Dh) (T4.3); maps from _token_maps."""
+        d = self.d_act
+        v = x[..., :d]
+        maps_t = maps.to(x.dtype)
+        b, h, n, _ = v.shape
+        if maps.ndim == 3:  # shared positions: N batched (B*H x d) @ (d x d) products
+            out = torch.bmm(v.permute(2, 0, 1, 3).reshape(n, b * h, d), maps_t)
+            out = out.view(n, b, h, d).permute(1, 2, 0, 3)
+        else:  # batched positions (B, N, d, d): B*N products (H x d) @ (d x d)
+            out = (v.transpose(1, 2) @ maps_t).transpose(1, 2)
+        return F.pad(out, (0, self.head_dim - d)) if d < self.head_dim else out
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor,
+                key_positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        kp = self._check_qk(q, k, positions, key_positions)
+        mq = self._token_maps(positions)
+        mk = mq if key_positions is None else self._token_maps(kp)
+        return self._rotate_active(q, mq), self._rotate_active(k, mk)
+
+    def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """q~ for x (B, H, N, Dh) without validation."""
+        return self._rotate_active(x, self._token_maps(positions))
+
+    # ----- regularisation --------------------------------------------------------------------
+    def penalty(self) -> torch.Tensor:
+        """eps_comm_penalty * eps_comm(L) + eta_mix_penalty * eta_mix(P) (T6'.0): add to the training loss
+        to move between STRING (both 0) and free ESPR."""
+        from symformer.positional import diagnostics as dg
+        total = self.gen_param.new_zeros(())
+        if self.eps_comm_penalty > 0:
+            total = total + self.eps_comm_penalty * dg.eps_comm(self.generators())
+        if self.eta_mix_penalty > 0 and self.d_act < self.head_dim:
+            total = total + self.eta_mix_penalty * dg.eta_mix(self.post_rotation(), self.d_act)
+        return total
+
+    def extra_repr(self) -> str:
+        return (f"head_dim={self.head_dim}, coord_dim={self.coord_dim}, d_act={self.d_act}, "
+                f"post_rotation={self.use_post_rotation}")
+
+
+def positional_penalty(model: nn.Module) -> torch.Tensor | float:
+    """Sum of `penalty()` over every ESPR part of a model (0.0 if there is none)."""
+    total: torch.Tensor | float = 0.0
+    for mod in model.modules():
+        if isinstance(mod, ESPR):
+            total = total + mod.penalty()
+    return total

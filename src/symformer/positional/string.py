@@ -1,0 +1,181 @@
+"""STRING positional rotations (Schenck et al., "Learning the RoPEs", ICML 2025; ESPR Tier 2).
+
+* `STRING` (Cayley-STRING): R(r) = P R_rope(r) P^T with learnable frequencies beta (Dh/2, C) and a
+  learnable orthogonal P = cayley(S) (T3.1). Its generators L_k = P ((+)_u beta_{u,k} J) P^T commute,
+  so logits are exactly relative (T2.9). Because R(r_i)^T R(r_j) = P R_rope(r_j - r_i) P^T, the outer P
+  cancels in every logit: `forward` returns R_rope(r) P^T q = P^T R(r) q (same logits as R(r) q, at the
+  cost of RoPE plus one shared Dh x Dh product), and `fold_into` merges P^T into W_Q / W_K so that
+  inference costs exactly RoPE.
+* `CirculantSTRING`: generators L_k = circ(c_k) - circ(c_k)^T (circulant, hence commuting); the
+  rotation exp(A(r)) is diagonal in the Fourier basis and is applied with torch.fft in O(Dh log Dh).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from symformer._validation import check_int, fail
+from symformer.positional.base import RotaryPositional
+from symformer.positional.cayley import cayley, skew
+from symformer.positional.rope import RoPE, apply_rotation
+
+
+class STRING(RotaryPositional):
+    """Cayley-STRING on (B, H, N, Dh) queries/keys for C-dimensional positions.
+
+    Args: head_dim (even), coord_dim C, base (RoPE frequency base of the initial beta), learnable (learn
+    beta and P), pairing ("interleaved" | "half"), mode (initial beta: "axial" or "mixed"; default mixed
+    for C > 1, the RoPE-mixed initialisation of Cayley-STRING), init_scale (std of the initial skew
+    parameter; 0 gives P = I, i.e. exactly RoPE at init)."""
+
+    def __init__(self, head_dim: int, coord_dim: int = 1, base: float = 10000.0, learnable: bool = True,
+                 pairing: str = "interleaved", mode: str | None = None, init_scale: float = 0.0,
+                 seed: int = 0):
+        super().__init__()
+        mode = mode or ("mixed" if coord_dim > 1 else "axial")
+        # one RoPE implementation: STRING = RoPE(beta) conjugated by a learned orthogonal P
+        self.rope = RoPE(head_dim, coord_dim, base, pairing, mode, learnable=learnable)
+        self.head_dim, self.coord_dim, self.pairing = head_dim, coord_dim, pairing
+        g = torch.Generator().manual_seed(seed)
+        a = torch.randn(head_dim, head_dim, generator=g, dtype=torch.float64) * float(init_scale)
+        self.skew_param = nn.Parameter(a.to(torch.get_default_dtype()), requires_grad=learnable)
+        self.register_buffer("folded", torch.zeros((), dtype=torch.bool))
+
+    @property
+    def beta(self) -> torch.Tensor:
+        return self.rope.beta
+
+    def skew_matrix(self) -> torch.Tensor:
+        """S = A - A^T, the Cayley parameter of P."""
+        return skew(self.skew_param)
+
+    def orthogonal(self) -> torch.Tensor:
+        """P = (I - S)(I + S)^{-1} in SO(Dh) (T3.2)."""
+        return cayley(self.skew_matrix(), check=False)
+
+    def generators(self) -> torch.Tensor:
+        """L_k = P ((+)_u beta_{u,k} J) P^T (C, Dh, Dh): commuting and skew (T1.1, T2.3 with U = P)."""
+        p = self.orthogonal()
+        return p @ self.rope.generators() @ p.T
+
+    def matrix(self, positions: torch.Tensor) -> torch.Tensor:
+        """R(r) = P R_rope(r) P^T (..., N, Dh, Dh) (T2.7)."""
+        p = self.orthogonal()
+        return p @ self.rope.matrix(positions) @ p.T
+
+    def _to_rope_basis(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if bool(self.folded):
+            return q, k  # P^T already merged into W_Q / W_K by fold_into
+        p = self.orthogonal().to(q.dtype)  # one Cayley solve per call, shared by q and k
+        return q @ p, k @ p  # row form of P^T x
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor,
+                key_positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Returns (R_rope(r) P^T q, R_rope(r') P^T k): the logits equal those of (R(r) q, R(r') k)."""
+        kp = self._check_qk(q, k, positions, key_positions)
+        rq = self.rope.rotation(positions, q.dtype)
+        rk = rq if key_positions is None else self.rope.rotation(kp, k.dtype)
+        q, k = self._to_rope_basis(q, k)
+        return apply_rotation(q, rq, self.pairing), apply_rotation(k, rk, self.pairing)
+
+    @torch.no_grad()
+    def fold_into(self, q_linear: nn.Linear, k_linear: nn.Linear) -> None:
+        """Merge P^T into the query/key projections (every head: rows h*Dh:(h+1)*Dh of W and b) for
+        inference. Afterwards `forward` skips P, so it costs exactly RoPE; logits are unchanged.
+        Folding twice would apply P^T twice, so a folded module refuses a second fold."""
+        for name, lin in (("q_linear", q_linear), ("k_linear", k_linear)):
+            if not isinstance(lin, nn.Linear):
+                fail(name, type(lin).__name__, "an nn.Linear", TypeError)
+            if lin.out_features % self.head_dim:
+                fail(name, f"{lin.out_features} output features", f"a multiple of head_dim={self.head_dim}")
+        if bool(self.folded):
+            fail("self", "a STRING module already folded", "an unfolded module (fold_into merges P^T once)")
+        pt = self.orthogonal().T
+        for lin in (q_linear, k_linear):
+            w = lin.weight.unflatten(0, (-1, self.head_dim))  # (H, Dh, D)
+            lin.weight.copy_((pt.to(w.dtype) @ w).flatten(0, 1))
+            if lin.bias is not None:
+                b = lin.bias.unflatten(0, (-1, self.head_dim))
+                lin.bias.copy_((b @ pt.T.to(b.dtype)).flatten())
+        self.folded.fill_(True)
+
+    def extra_repr(self) -> str:
+        return f"head_dim={self.head_dim}, coord_dim={self.coord_dim}, pairing={self.pairing}, folded={bool(self.folded)}"
+
+
+def fold_string(model: nn.Module) -> int:
+    """Fold P^T of every STRING attention layer of `model` into its W_Q / W_K; returns how many."""
+    from symformer.models.transformer import attention_layers
+    n = 0
+    for layer in attention_layers(model):
+        if isinstance(layer.rotary, STRING) and not bool(layer.rotary.folded):
+            layer.rotary.fold_into(layer.q_proj, layer.k_proj)
+            n += 1
+    return n
+
+
+class CirculantSTRING(RotaryPositional):
+    """Circulant-STRING: L_k = circ(c_k) - circ(c_k)^T, R(r) x = IFFT(exp(FFT(a(r))) * FFT(x)).
+
+    A real skew circulant matrix circ(a) (a_j = -a_{-j}) has purely imaginary eigenvalues
+    i * theta_f = rfft(a)_f, so exp(A(r)) multiplies frequency f of x by e^{i theta_f(r)} with
+    theta(r) = r @ Im rfft(a_k): linear in r, hence exactly relative (T2.9). Any Dh >= 2 works (no pairs).
+    The initial first columns are chosen so that the frequencies are log-spaced like RoPE's."""
+
+    def __init__(self, head_dim: int, coord_dim: int = 1, base: float = 10000.0, learnable: bool = True,
+                 seed: int = 0):
+        super().__init__()
+        self.head_dim = check_int("head_dim", head_dim, 2)
+        self.coord_dim = check_int("coord_dim", coord_dim, 1)
+        nf = head_dim // 2 + 1
+        g = torch.Generator().manual_seed(seed)
+        freqs = torch.zeros(coord_dim, nf, dtype=torch.float64)
+        inner = torch.arange(1, (head_dim + 1) // 2)  # DC and (even Dh) Nyquist stay real: theta = 0
+        mags = base ** (-(inner - 1).double() / max(len(inner), 1))
+        sign = torch.where(torch.rand(coord_dim, len(inner), generator=g) < 0.5, -1.0, 1.0).double()
+        freqs[:, inner] = mags * sign / math.sqrt(coord_dim)
+        a = torch.fft.irfft(1j * freqs, n=head_dim)  # skew circulant first column with these angles
+        self.c = nn.Parameter((a / 2).to(torch.get_default_dtype()), requires_grad=learnable)  # a = c - c^T
+
+    def columns(self) -> torch.Tensor:
+        """a_k = first column of L_k = c_k - c_k[(-j) mod Dh] (C, Dh)."""
+        flip = torch.roll(torch.flip(self.c, dims=(-1,)), 1, dims=-1)
+        return self.c - flip
+
+    def angles(self, positions: torch.Tensor) -> torch.Tensor:
+        """theta(r) (..., N, Dh//2+1) = r @ Im rfft(a_k)."""
+        spec = torch.fft.rfft(self.columns(), dim=-1).imag  # (C, F); the real part is 0 for skew columns
+        return positions.to(spec.dtype) @ spec
+
+    def generators(self) -> torch.Tensor:
+        """Dense (C, Dh, Dh) circulant generators (analysis only)."""
+        a = self.columns()
+        idx = (torch.arange(self.head_dim)[:, None] - torch.arange(self.head_dim)[None, :]) % self.head_dim
+        return a[:, idx]
+
+    def _rotate_fourier(self, x: torch.Tensor, th: torch.Tensor) -> torch.Tensor:
+        rot = torch.polar(torch.ones_like(th), th)
+        return torch.fft.irfft(torch.fft.rfft(x, dim=-1) * rot, n=self.head_dim, dim=-1).to(x.dtype)
+
+    def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        th = self.angles(positions)
+        return self._rotate_fourier(x, th.unsqueeze(1) if th.ndim == 3 and x.ndim == 4 else th)
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor,
+                key_positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        kp = self._check_qk(q, k, positions, key_positions)
+        return self.rotate(q, positions), self.rotate(k, kp)
+
+    def matrix(self, positions: torch.Tensor) -> torch.Tensor:
+        """R(r) (..., N, Dh, Dh): rotate the basis vectors (rows of I give R^T)."""
+        th = self.angles(positions)[..., None, :]
+        eye = torch.eye(self.head_dim, dtype=th.dtype, device=th.device)
+        return self._rotate_fourier(eye.expand(*th.shape[:-2], self.head_dim, self.head_dim), th).transpose(-1, -2)
+
+    def extra_repr(self) -> str:
+        return f"head_dim={self.head_dim}, coord_dim={self.coord_dim}"
+
+
+__all__ = ["STRING", "CirculantSTRING", "fold_string"]

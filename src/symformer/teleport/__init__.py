@@ -1,0 +1,31 @@
+"""Symmetry teleportation for transformers: the symmetry group of any symformer model (no PE, additive PE,
+RoPE in both pairings, STRING, ESPR; ReLU FFNs; head permutations) and Alg. 1 as a Trainer callback."""
+from __future__ import annotations
+
+from symformer.teleport.groups import (
+    CommutantGroup,
+    GroupElement,
+    HGroup,
+    QKGroup,
+    SymmetryGroup,
+    commutant_basis,
+    relative_rotations,
+    symmetry_group,
+)
+from symformer.teleport.teleport import (
+    STATE_POLICIES,
+    TeleportCallback,
+    TeleportOutcome,
+    TeleportSchedule,
+    brute_force_norms,
+    closed_form_norms,
+    make_teleport,
+    teleport_step,
+    update_optimizer_state,
+    zhao_teleport,
+)
+
+__all__ = ["CommutantGroup", "GroupElement", "HGroup", "QKGroup", "SymmetryGroup", "commutant_basis",
+           "relative_rotations", "symmetry_group", "STATE_POLICIES", "TeleportCallback", "TeleportOutcome",
+           "TeleportSchedule", "brute_force_norms", "closed_form_norms", "make_teleport", "teleport_step",
+           "update_optimizer_state", "zhao_teleport"]

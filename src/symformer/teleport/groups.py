@@ -1,0 +1,445 @@
+"""Symmetry groups of multi-head attention (and ReLU FFNs) acting on symformer models.
+
+Paper layout is `x W` with W_i in R^{d x d_h}; here every projection is an nn.Linear (weight out x in,
+head h owns output features h*Dh:(h+1)*Dh of q/k/v and the same input features of o). Per head:
+  Q rows <- U @ rows,  K rows <- U^{-T} @ rows,  V rows <- V @ rows,  O columns <- cols @ V^{-1},
+biases of Q/K/V like their rows, output bias unchanged (paper Sec. 3, G_Att = S_h x (GL x GL)^h).
+Which U are allowed depends on the positional encoding:
+  * none / additive PE: GL(d_h) (eq. (5)-(6));
+  * RoPE: H(d_h) of eq. (9), block-diagonal scaled rotations on exactly the pairs the RoPE rotates;
+  * STRING (R = P R_rope P^T): P H(d_h) P^T  (not in the paper);
+  * ESPR: the commutant of every relative rotation R(r_i)^T R(r_j), computed numerically (not in the
+    paper; we prove nothing beyond q^T U^T M U^{-T} k = q^T M k when U^T commutes with M).
+V/O always get GL(d_h): positions never touch values. ReLU FFN hidden units admit positive rescaling.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from symformer._validation import check_float, check_int, fail
+
+SUPPORTED_CORES = ("SoftmaxAttention", "NaiveAttention")
+
+
+# ---------------------------------------------------------------- per-layer Q/K groups
+class QKGroup:
+    """The group acting on one head's (Q, K) pair: U with q -> U q, k -> U^{-T} k, scores unchanged.
+
+    Every group here is the set of invertible elements of a matrix algebra A (closed under products,
+    containing I); `basis` (k, Dh, Dh) spans A, so elements near the identity are I + sum c_k B_k."""
+
+    kind = "gl"
+
+    def __init__(self, head_dim: int, basis: torch.Tensor | None = None):
+        self.head_dim = head_dim
+        self._basis = basis
+
+    @property
+    def dimension(self) -> int:
+        return self.head_dim ** 2 if self._basis is None else int(self._basis.shape[0])
+
+    def basis(self, dtype=torch.float64) -> torch.Tensor:
+        if self._basis is None:
+            return torch.eye(self.head_dim ** 2, dtype=dtype).view(-1, self.head_dim, self.head_dim)
+        return self._basis.to(dtype)
+
+    def from_coeffs(self, c: torch.Tensor) -> torch.Tensor:
+        """I + sum_k c_k B_k for coefficients c (..., k) -> (..., Dh, Dh); differentiable in c."""
+        eye = torch.eye(self.head_dim, dtype=c.dtype, device=c.device)
+        if self._basis is None:
+            return eye + c.reshape(*c.shape[:-1], self.head_dim, self.head_dim)
+        return eye + torch.einsum("...k,kij->...ij", c, self._basis.to(c.dtype).to(c.device))
+
+    def random(self, shape: tuple[int, ...], gen: torch.Generator, dtype=torch.float64, scale: float = 0.5) -> torch.Tensor:
+        """A generic (not near-identity, not diagonal) element, for invariance checks."""
+        c = scale * torch.randn(*shape, self.dimension, generator=gen, dtype=dtype)
+        return self.from_coeffs(c)
+
+    def near_identity(self, shape: tuple[int, ...], alpha: float, gen: torch.Generator, dtype=torch.float64) -> torch.Tensor:
+        """Sec. 4: diag(x_1..x_n) with x_i ~ U[1 - alpha, 1 + alpha]."""
+        x = 1 + alpha * (2 * torch.rand(*shape, self.head_dim, generator=gen, dtype=dtype) - 1)
+        return torch.diag_embed(x)
+
+    def contains(self, u: torch.Tensor, rel: torch.Tensor) -> torch.Tensor:
+        """max |U^T M - M U^T| over relative rotations rel (R, Dh, Dh); for tests and diagnostics."""
+        ut = u.transpose(-1, -2)[..., None, :, :]
+        return (ut @ rel - rel @ ut).abs().amax()
+
+
+class HGroup(QKGroup):
+    """H(d_h), eq. (9): on each rotary pair (i, j) the block [[a, -b], [b, a]]; `orth` conjugates it
+    (STRING: P H P^T)."""
+
+    kind = "h"
+
+    def __init__(self, head_dim: int, pairs: torch.Tensor, orth: torch.Tensor | None = None):
+        self.head_dim = head_dim
+        self.pairs = pairs.long()
+        self.orth = orth
+        if orth is not None:
+            self.kind = "string"
+        super().__init__(head_dim, self._make_basis())
+
+    def _make_basis(self) -> torch.Tensor:
+        d, m = self.head_dim, self.pairs.shape[0]
+        b = torch.zeros(2 * m, d, d, dtype=torch.float64)
+        for u, (i, j) in enumerate(self.pairs.tolist()):
+            b[2 * u, i, i] = b[2 * u, j, j] = 1.0          # a_u P_u
+            b[2 * u + 1, j, i], b[2 * u + 1, i, j] = 1.0, -1.0  # b_u J_u (J = [[0, -1], [1, 0]])
+        if self.orth is not None:
+            p = self.orth.to(torch.float64)
+            b = p @ b @ p.T
+        return b
+
+    def near_identity(self, shape, alpha, gen, dtype=torch.float64):
+        """NOTES 4: one scale a_u ~ U[1 - alpha, 1 + alpha] per rotary pair, b_u = 0."""
+        a = 1 + alpha * (2 * torch.rand(*shape, self.pairs.shape[0], generator=gen, dtype=dtype) - 1)
+        c = torch.zeros(*shape, 2 * self.pairs.shape[0], dtype=dtype)
+        c[..., 0::2] = a - 1
+        return self.from_coeffs(c)
+
+
+class CommutantGroup(QKGroup):
+    """ESPR: U^T must commute with every relative rotation M = R(r_i)^T R(r_j); the commutant is the
+    null space of X -> X M - M X (orthonormal basis in the Frobenius inner product)."""
+
+    kind = "espr"
+
+    def near_identity(self, shape, alpha, gen, dtype=torch.float64):
+        # near the identity only: coefficients in U[-alpha, alpha] on a Frobenius-orthonormal basis,
+        # the same radius as the GL diagonal sampling (whose basis E_rr is orthonormal too)
+        c = alpha * (2 * torch.rand(*shape, self.dimension, generator=gen, dtype=dtype) - 1)
+        return self.from_coeffs(c)
+
+
+def commutant_basis(rel: torch.Tensor, tol: float = 1e-9) -> torch.Tensor:
+    """Orthonormal basis (k, D, D) of {X : X M = M X for all M in rel (R, D, D)}."""
+    rel = rel.to(torch.float64)
+    d = rel.shape[-1]
+    eye = torch.eye(d, dtype=torch.float64)
+    # vec(X M - M X) = (M^T kron I - I kron M) vec(X) with row-major vec: use the Gram of the stacked maps
+    gram = torch.zeros(d * d, d * d, dtype=torch.float64)
+    for m in rel:
+        k = torch.kron(eye, m.T.contiguous()) - torch.kron(m.contiguous(), eye)
+        gram += k.T @ k
+    evals, evecs = torch.linalg.eigh(gram)
+    null = evecs[:, evals <= tol * max(float(evals.abs().max()), 1.0)]
+    return null.T.reshape(-1, d, d)
+
+
+def relative_rotations(rotary: nn.Module, positions: torch.Tensor) -> torch.Tensor:
+    """All R(r_i)^T R(r_j) for the given positions (N, C) -> (N*N, Dh, Dh) in float64."""
+    with torch.no_grad():
+        r = rotary.matrix(positions.to(rotary_dtype(rotary))).to(torch.float64)
+        if hasattr(rotary, "projector"):  # ESPR rotates Pi_act R_sp(r) Pi_act (T4.3)
+            pi = rotary.projector().to(torch.float64)
+            r = pi @ r @ pi
+        if r.ndim > 3:  # per-head or batched matrices: fold leading dims
+            r = r.reshape(-1, *r.shape[-3:])
+            return (r.transpose(-1, -2)[:, :, None] @ r[:, None, :]).reshape(-1, r.shape[-1], r.shape[-1])
+        return (r.transpose(-1, -2)[:, None] @ r[None, :]).reshape(-1, r.shape[-1], r.shape[-1])
+
+
+def rotary_dtype(rotary: nn.Module) -> torch.dtype:
+    return next((p.dtype for p in list(rotary.parameters()) + list(rotary.buffers()) if p.is_floating_point()),
+                torch.get_default_dtype())
+
+
+def default_positions(coord_dim: int, n: int = 12, seed: int = 0) -> torch.Tensor:
+    """Generic positions for the commutant: random points in [-4, 4]^C (fixed seed)."""
+    g = torch.Generator().manual_seed(seed)
+    return 8 * torch.rand(n, coord_dim, generator=g, dtype=torch.float64) - 4
+
+
+def qk_group_for(rotary: nn.Module | None, head_dim: int, positions: torch.Tensor | None = None) -> QKGroup:
+    """The Q/K group allowed by a layer's rotary part (None: no rotation, GL(d_h))."""
+    if rotary is None:
+        return QKGroup(head_dim)
+    name = type(rotary).__name__
+    if name == "RoPE":
+        from symformer.positional import pair_indices
+        return HGroup(head_dim, pair_indices(head_dim, rotary.pairing))
+    if name == "STRING":
+        from symformer.positional import pair_indices
+        if bool(getattr(rotary, "folded", False)):  # P^T already merged into W_Q / W_K: logits see R_rope only
+            return HGroup(head_dim, pair_indices(head_dim, rotary.pairing))
+        with torch.no_grad():
+            p = rotary.orthogonal().detach().to(torch.float64)
+        return HGroup(head_dim, pair_indices(head_dim, rotary.pairing), orth=p)
+    if name in ("ESPR", "CirculantSTRING"):
+        pos = default_positions(rotary.coord_dim) if positions is None else positions
+        return CommutantGroup(head_dim, commutant_basis(relative_rotations(rotary, pos)))
+    fail("positional", name, "a positional encoding with a known symmetry group "
+         "(none, sinusoidal, learned, RoPE, STRING, ESPR)")
+    raise AssertionError
+
+
+# ---------------------------------------------------------------- the whole-model group
+@dataclass
+class AttentionSite:
+    name: str
+    module: nn.Module
+    qk: QKGroup
+
+    @property
+    def n_heads(self) -> int:
+        return self.module.n_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.module.head_dim
+
+
+@dataclass
+class GroupElement:
+    """One element per attention layer: qk (H, Dh, Dh), vo (H, Dh, Dh), optional head permutation (H,);
+    per ReLU FFN an optional positive scaling (d_ff,). Action: first the per-head matrices, then the
+    permutation (new head i = transformed old head perm[i])."""
+
+    qk: list[torch.Tensor]
+    vo: list[torch.Tensor]
+    perm: list[torch.Tensor | None] = field(default_factory=list)
+    ffn: list[torch.Tensor] = field(default_factory=list)
+
+
+def _heads_rows(w: torch.Tensor, h: int) -> torch.Tensor:
+    return w.reshape(h, -1, *w.shape[1:])  # (H*Dh, ...) -> (H, Dh, ...)
+
+
+class SymmetryGroup:
+    """The symmetry group of a model: per attention layer S_h x (G_QK x GL(d_h))^h, plus positive
+    diagonal rescaling of ReLU FFN hidden units."""
+
+    def __init__(self, sites: list[AttentionSite], ffns: list[nn.Module], positions: torch.Tensor | None = None):
+        self.sites, self.ffns, self.positions = sites, ffns, positions
+
+    def dependent_parameters(self) -> list[nn.Parameter]:
+        """Trainable parameters the group itself depends on (STRING's P, ESPR generators). L(g theta, phi) =
+        L(theta, phi) holds only at the current phi, so their gradient is NOT a linear image of the old one:
+        the teleport criterion leaves them out and the gradient is recomputed after a teleport."""
+        out = []
+        for s in self.sites:
+            rot = s.module.rotary
+            if rot is not None and type(rot).__name__ != "RoPE":
+                out += [p for p in rot.parameters() if p.requires_grad]
+        return out
+
+    def refresh(self) -> None:
+        """Recompute the Q/K groups that depend on learned rotations (STRING's P, ESPR's generators):
+        the group is the stabiliser of the *current* positional parameters, which training moves."""
+        for s in self.sites:
+            rot = s.module.rotary
+            if rot is not None and type(rot).__name__ != "RoPE" and any(p.requires_grad for p in rot.parameters()):
+                s.qk = qk_group_for(rot, s.head_dim, self.positions)
+
+    def __repr__(self) -> str:
+        kinds = sorted({s.qk.kind for s in self.sites})
+        return f"SymmetryGroup(layers={len(self.sites)}, qk={kinds}, relu_ffns={len(self.ffns)})"
+
+    def qk_dimensions(self) -> list[int]:
+        return [s.qk.dimension for s in self.sites]
+
+    # ---- elements
+    def identity(self, dtype=torch.float64) -> GroupElement:
+        def eye(s):
+            return torch.eye(s.head_dim, dtype=dtype).expand(s.n_heads, -1, -1).clone()
+        return GroupElement([eye(s) for s in self.sites], [eye(s) for s in self.sites], [None] * len(self.sites),
+                            [torch.ones(f.up.out_features, dtype=dtype) for f in self.ffns])
+
+    def random(self, gen: torch.Generator, dtype=torch.float64, scale: float = 0.5, permute: bool = True,
+               ffn: bool = True) -> GroupElement:
+        """A generic element (general GL / H / commutant matrices, random permutations and scalings)."""
+        qk = [s.qk.random((s.n_heads,), gen, dtype, scale) for s in self.sites]
+        vo = [QKGroup(s.head_dim).random((s.n_heads,), gen, dtype, scale) for s in self.sites]
+        perm = [torch.randperm(s.n_heads, generator=gen) if permute else None for s in self.sites]
+        sc = [torch.exp(scale * torch.randn(f.up.out_features, generator=gen, dtype=dtype)) if ffn
+              else torch.ones(f.up.out_features, dtype=dtype) for f in self.ffns]
+        return GroupElement(qk, vo, perm, sc)
+
+    def sample(self, n: int, alpha: float, gen: torch.Generator, dtype=torch.float64, ffn: bool = False) -> GroupElement:
+        """n candidates near the identity (Sec. 4, eq. (14)): every tensor gets a leading dim n."""
+        check_int("samples", n, 1)
+        check_float("alpha", alpha, 0.0, 1.0, low_open=True, high_open=True)
+        qk = [s.qk.near_identity((n, s.n_heads), alpha, gen, dtype) for s in self.sites]
+        vo = [QKGroup(s.head_dim).near_identity((n, s.n_heads), alpha, gen, dtype) for s in self.sites]
+        sc = [1 + alpha * (2 * torch.rand(n, f.up.out_features, generator=gen, dtype=dtype) - 1) if ffn
+              else torch.ones(n, f.up.out_features, dtype=dtype) for f in self.ffns]
+        return GroupElement(qk, vo, [None] * len(self.sites), sc)
+
+    @staticmethod
+    def pick(cands: GroupElement, i: int) -> GroupElement:
+        return GroupElement([u[i] for u in cands.qk], [v[i] for v in cands.vo], [None] * len(cands.qk),
+                            [s[i] for s in cands.ffn])
+
+    def inverse(self, g: GroupElement) -> GroupElement:
+        qk, vo, perm = [], [], []
+        for u, v, p in zip(g.qk, g.vo, g.perm or [None] * len(g.qk), strict=True):
+            ui, vi = torch.linalg.inv(u), torch.linalg.inv(v)
+            if p is not None:  # derivation in the class docstring: U'_i = U_{perm[i]}^{-1}, perm' = perm^{-1}
+                ui, vi, p = ui[p], vi[p], torch.argsort(p)
+            qk.append(ui)
+            vo.append(vi)
+            perm.append(p)
+        return GroupElement(qk, vo, perm, [1 / s for s in g.ffn])  # [] stays []
+
+    # ---- action on parameters
+    def transformed(self, g: GroupElement) -> dict[int, torch.Tensor]:
+        """New values of every acted-on parameter (keyed by id(param)); differentiable in g."""
+        out: dict[int, torch.Tensor] = {}
+        for site, u, v, p in zip(self.sites, g.qk, g.vo, g.perm or [None] * len(g.qk), strict=True):
+            m, h = site.module, site.n_heads
+            dt = m.q_proj.weight.dtype
+            u, v = u.to(dt), v.to(dt)
+            u_it, v_inv = torch.linalg.inv(u).transpose(-1, -2), torch.linalg.inv(v)
+            for lin, a in ((m.q_proj, u), (m.k_proj, u_it), (m.v_proj, v)):
+                w = a @ _heads_rows(lin.weight, h)
+                b = None if lin.bias is None else (a @ _heads_rows(lin.bias, h)[..., None])[..., 0]
+                if p is not None:
+                    w, b = w[p], None if b is None else b[p]
+                out[id(lin.weight)] = w.reshape(lin.weight.shape)
+                if b is not None:
+                    out[id(lin.bias)] = b.reshape(lin.bias.shape)
+            wo = m.o_proj.weight.reshape(m.o_proj.weight.shape[0], h, -1).transpose(0, 1) @ v_inv  # (H, d, Dh)
+            if p is not None:
+                wo = wo[p]
+            out[id(m.o_proj.weight)] = wo.transpose(0, 1).reshape(m.o_proj.weight.shape)
+        for f, s in zip(self.ffns, g.ffn or [None] * len(self.ffns), strict=True):
+            if s is None:  # element without FFN part: identity there
+                continue
+            s = s.to(f.up.weight.dtype)
+            out[id(f.up.weight)] = f.up.weight * s[:, None]
+            if f.up.bias is not None:
+                out[id(f.up.bias)] = f.up.bias * s
+            out[id(f.down.weight)] = f.down.weight / s[None, :]
+        return out
+
+    def parameters(self) -> list[nn.Parameter]:
+        """Every parameter the group acts on (o_proj biases and FFN down biases are fixed by it)."""
+        ps = []
+        for s in self.sites:
+            m = s.module
+            ps += [m.q_proj.weight, m.k_proj.weight, m.v_proj.weight, m.o_proj.weight]
+            ps += [lin.bias for lin in (m.q_proj, m.k_proj, m.v_proj) if lin.bias is not None]
+        for f in self.ffns:
+            ps += [f.up.weight, f.down.weight] + ([f.up.bias] if f.up.bias is not None else [])
+        return ps
+
+    @torch.no_grad()
+    def apply(self, model: nn.Module, g: GroupElement) -> None:
+        """theta <- g theta, in place."""
+        new = self.transformed(g)
+        for p in self.parameters():
+            p.copy_(new[id(p)])
+
+    # ---- action on gradients (and anything living in gradient space, e.g. momentum)
+    def grad_action(self, g: GroupElement, tensors: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
+        """Gradient at g theta from the gradient at theta (the loss is invariant and the action linear):
+        Q rows U^{-T} G, K rows U G, V rows V^{-T} G, O columns G V^T; FFN up rows G / s, down cols G s.
+        `tensors` maps id(param) -> gradient-like tensor; missing entries are skipped."""
+        out: dict[int, torch.Tensor] = {}
+        for site, u, v, p in zip(self.sites, g.qk, g.vo, g.perm or [None] * len(g.qk), strict=True):
+            m, h = site.module, site.n_heads
+            dt = m.q_proj.weight.dtype
+            u, v = u.to(dt), v.to(dt)
+            u_it, v_it = torch.linalg.inv(u).transpose(-1, -2), torch.linalg.inv(v).transpose(-1, -2)
+            for lin, a in ((m.q_proj, u_it), (m.k_proj, u), (m.v_proj, v_it)):
+                for par in (lin.weight, lin.bias):
+                    if par is None or id(par) not in tensors:
+                        continue
+                    t = tensors[id(par)]
+                    rows = _heads_rows(t, h)
+                    r = a @ rows if t.ndim == 2 else (a @ rows[..., None])[..., 0]
+                    out[id(par)] = (r if p is None else r[p]).reshape(t.shape)
+            t = tensors.get(id(m.o_proj.weight))
+            if t is not None:
+                go = t.reshape(t.shape[0], h, -1).transpose(0, 1) @ v.transpose(-1, -2)
+                out[id(m.o_proj.weight)] = (go if p is None else go[p]).transpose(0, 1).reshape(t.shape)
+        for f, s in zip(self.ffns, g.ffn or [None] * len(self.ffns), strict=True):
+            if s is None:  # element without FFN part: identity there
+                continue
+            s = s.to(f.up.weight.dtype)
+            for par, fac in ((f.up.weight, 1 / s[:, None]), (f.up.bias, 1 / s), (f.down.weight, s[None, :])):
+                if par is not None and id(par) in tensors:
+                    out[id(par)] = tensors[id(par)] * fac
+        return out
+
+    # ---- closed-form norms of the transformed gradient for many candidates (one backward pass)
+    def candidate_sq_norms(self, grads: dict[int, torch.Tensor], cands: GroupElement) -> torch.Tensor:
+        """sum over acted-on params of ||grad at g_i theta||^2 for each candidate i (leading dim M).
+
+        ||A G||_F^2 = <A^T A, G G^T>: per head one Gram matrix of the gradient, then O(Dh^3) per
+        candidate, independent of d_model and batch size."""
+        total = 0.0
+        for site, u, v in zip(self.sites, cands.qk, cands.vo, strict=True):
+            m, h = site.module, site.n_heads
+            sq, sk, sv = (self._gram_rows(lin, grads, h) for lin in (m.q_proj, m.k_proj, m.v_proj))
+            go = grads.get(id(m.o_proj.weight))
+            so = 0 if go is None else (lambda c: c.transpose(-1, -2) @ c)(
+                go.to(torch.float64).reshape(go.shape[0], h, -1).transpose(0, 1))
+            u, v = u.to(torch.float64), v.to(torch.float64)
+            utu, vtv = u.transpose(-1, -2) @ u, v.transpose(-1, -2) @ v
+            # Q: A = U^{-T}, A^T A = (U^T U)^{-1};  K: A = U;  V: A = V^{-T};  O (right): <V^T V, G_o^T G_o>
+            total = total + _inner(torch.linalg.inv(utu), sq) + _inner(utu, sk) + _inner(torch.linalg.inv(vtv), sv) \
+                + _inner(vtv, so)
+        for f, s in zip(self.ffns, cands.ffn or [None] * len(self.ffns), strict=True):
+            if s is None:  # element without FFN part: identity there
+                continue
+            s = s.to(torch.float64)
+            ru = _row_sq(grads.get(id(f.up.weight))) + _vec_sq(grads.get(id(f.up.bias)))
+            rd = 0 if grads.get(id(f.down.weight)) is None else grads[id(f.down.weight)].to(torch.float64).pow(2).sum(0)
+            total = total + (ru / s ** 2).sum(-1) + (rd * s ** 2).sum(-1)
+        return total
+
+    @staticmethod
+    def _gram_rows(lin: nn.Linear, grads: dict[int, torch.Tensor], h: int):
+        gw = grads.get(id(lin.weight))
+        if gw is None:
+            return 0
+        rows = _heads_rows(gw.to(torch.float64), h)  # (H, Dh, d)
+        gb = None if lin.bias is None else grads.get(id(lin.bias))
+        if gb is not None:
+            rows = torch.cat((rows, _heads_rows(gb.to(torch.float64), h)[..., None]), dim=-1)
+        return rows @ rows.transpose(-1, -2)
+
+
+def _inner(a: torch.Tensor, s) -> torch.Tensor | float:
+    """<a, s> over the last two dims, summed over heads: a (..., H, D, D), s (H, D, D) -> (...)."""
+    if isinstance(s, int):
+        return 0.0
+    return (a * s).sum((-1, -2, -3))
+
+
+def _row_sq(t):
+    return 0 if t is None else t.to(torch.float64).pow(2).sum(-1)
+
+
+def _vec_sq(t):
+    return 0 if t is None else t.to(torch.float64).pow(2)
+
+
+def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn: bool = True) -> SymmetryGroup:
+    """Inspect a model and return its symmetry group.
+
+    positions: (N, C) positions used to compute the ESPR commutant (default: random generic points).
+    ffn: include positive rescaling of ReLU FeedForward hidden units (GELU/SwiGLU have none)."""
+    from symformer.models import FeedForward, attention_layers
+    if not isinstance(model, nn.Module):
+        fail("model", type(model).__name__, "a torch.nn.Module", TypeError)
+    layers = attention_layers(model)
+    if not layers:
+        fail("model", type(model).__name__, "a model with at least one MultiHeadAttention layer")
+    names = {id(m): n for n, m in model.named_modules()}
+    sites = []
+    for m in layers:
+        core = type(m.core).__name__
+        if core not in SUPPORTED_CORES:
+            fail("attention", core, f"an exact softmax core ({', '.join(SUPPORTED_CORES)}): "
+                 "approximate kernels are not invariant under GL(d_h)")
+        if m.v_proj.out_features != m.n_heads * m.head_dim:
+            fail("model", "value dim != n_heads * head_dim", "square per-head value blocks")
+        sites.append(AttentionSite(names[id(m)], m, qk_group_for(m.rotary, m.head_dim, positions)))
+    ffns = [f for f in model.modules() if isinstance(f, FeedForward) and f.activation == "relu"] if ffn else []
+    return SymmetryGroup(sites, ffns, positions)

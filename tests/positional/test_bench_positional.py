@@ -1,0 +1,40 @@
+"""The `positional` benchmark suite: registration, fixed ratio names, ratio arithmetic (no timing asserts)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from symformer.benchmarks.base import BenchResult, load_all
+from symformer.benchmarks.positional import _ratios, _rotators
+
+
+def test_registered():
+    assert "positional" in load_all()
+
+
+def test_ratio_names_and_values():
+    cells = {("rot", "rope", "S1", "fwd"): 1.0, ("rot", "rotary_embedding_torch", "S1", "fwd"): 4.0,
+             ("rot", "rope", "S2", "fwd+bwd"): 3.0, ("rot", "rotary_embedding_torch", "S2", "fwd+bwd"): 6.0,
+             ("layer", "rope", "S1", "train fwd+bwd"): 2.0, ("layer", "espr", "S1", "train fwd+bwd"): 2.5,
+             ("layer", "rope", "S1", "infer fwd"): 1.0, ("layer", "string_folded", "S1", "infer fwd"): 1.02}
+    res = BenchResult()
+    _ratios(res, cells)
+    assert res.ratios["rope_vs_rotary_embedding_torch"] == pytest.approx(0.5)  # worst cell
+    assert res.ratios["rope_vs_rotary_embedding_torch[S1,fwd]"] == pytest.approx(0.25)
+    assert res.ratios["espr_layer_vs_rope_layer"] == pytest.approx(1.25)
+    assert res.ratios["string_folded_layer_vs_rope_layer"] == pytest.approx(1.02)
+
+
+def test_rotators_agree_on_logits():
+    # every timed rotation computes the same kind of thing: RoPE and rotary-embedding-torch give equal outputs
+    torch.manual_seed(0)
+    rots = _rotators(8, "cpu")
+    q, k = torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8)
+    pos = torch.arange(5.0)[:, None]
+    ours = rots["rope"](q, k, pos)
+    if "rotary_embedding_torch" in rots:
+        theirs = rots["rotary_embedding_torch"](q, k, pos)
+        assert (ours[0] - theirs[0]).abs().max() <= 1e-5
+    for name in ("string_unfolded", "string_folded", "espr_cached_exp", "rope_half"):
+        a, b = rots[name](q, k, pos)
+        assert a.shape == q.shape and b.shape == k.shape

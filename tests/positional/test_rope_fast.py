@@ -1,0 +1,74 @@
+"""The fast RoPE path (complex multiply, cached tables) against the reference cos/sin arithmetic."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from symformer.positional import RoPE, apply_rotation, rotate_pairs
+from symformer.positional.rope import generators_from_beta
+
+
+@pytest.mark.parametrize("pairing", ["interleaved", "half"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("grad", [False, True])
+def test_apply_rotation_matches_rotate_pairs(pairing, dtype, grad):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, 5, 8, generator=g, dtype=dtype).requires_grad_(grad)
+    th = torch.randn(5, 4, generator=g, dtype=dtype)
+    ref = rotate_pairs(x, th.cos(), th.sin(), pairing)
+    out = apply_rotation(x, torch.polar(torch.ones_like(th), th), pairing)
+    tol = 1e-14 if dtype == torch.float64 else 1e-6
+    assert (out - ref).abs().max() <= tol
+    assert out.requires_grad == grad
+
+
+def test_apply_rotation_non_contiguous_and_low_precision():
+    g = torch.Generator().manual_seed(1)
+    base = torch.randn(2, 5, 3, 9, generator=g, dtype=torch.float64)
+    x = base[..., 1:].transpose(1, 2)  # odd storage offset, non-contiguous
+    th = torch.randn(5, 4, generator=g, dtype=torch.float64)
+    rot = torch.polar(torch.ones_like(th), th)
+    ref = rotate_pairs(x, th.cos(), th.sin(), "interleaved")
+    assert (apply_rotation(x, rot, "interleaved") - ref).abs().max() <= 1e-14
+    xb = x.to(torch.bfloat16)
+    out = apply_rotation(xb, rot, "half")
+    assert out.dtype == torch.bfloat16
+
+
+def test_generators_exponentiate_to_matrix():
+    for pairing in ("interleaved", "half"):
+        rope = RoPE(8, 2, pairing=pairing, mode="mixed").double()
+        pos = torch.randn(6, 2, dtype=torch.float64)
+        a = torch.einsum("nc,cij->nij", pos, rope.generators())
+        assert (torch.linalg.matrix_exp(a) - rope.matrix(pos)).abs().max() <= 1e-13
+
+
+def test_cache_hit_and_invalidation():
+    rope = RoPE(8, 1).double()
+    pos = torch.arange(6, dtype=torch.float64)[:, None]
+    r1 = rope.rotation(pos)
+    assert rope.rotation(pos.clone()) is r1  # same values: cached table reused
+    r2 = rope.rotation(pos + 1)
+    assert r2 is not r1 and not torch.equal(r2, r1)
+    with torch.no_grad():
+        rope.beta.mul_(2)  # in-place change of beta bumps its version: the cache must not be reused
+    r3 = rope.rotation(pos + 1)
+    assert not torch.equal(r3, r2)
+    th = (pos + 1) @ rope.beta.T
+    assert (r3 - torch.polar(torch.ones_like(th), th)).abs().max() <= 1e-15
+
+
+def test_learnable_rope_gets_gradients_not_cache():
+    rope = RoPE(8, 1, learnable=True).double()
+    pos = torch.arange(4, dtype=torch.float64)[:, None]
+    q = torch.randn(1, 1, 4, 8, dtype=torch.float64)
+    for _ in range(2):
+        qr, kr = rope(q, q, pos + 0.5)
+        (qr @ kr.mT).sum().backward()
+    assert rope.beta.grad is not None and rope.beta.grad.abs().sum() > 0
+
+
+def test_generators_from_beta_skew():
+    beta = torch.randn(4, 3, dtype=torch.float64)
+    L = generators_from_beta(beta, 8, "half")
+    assert (L + L.mT).abs().max() == 0

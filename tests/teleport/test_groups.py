@@ -1,0 +1,183 @@
+"""Symmetry groups: invariance in float64, negative checks, inverse, gradient action, closed-form norms."""
+from __future__ import annotations
+
+import pytest
+import torch
+from tests.teleport._models import KINDS, batch, tiny_model
+from torch import nn
+
+from symformer.models import attention_layers
+from symformer.positional import RoPE, pair_indices
+from symformer.positional.base import RotaryPositional
+from symformer.teleport import (
+    HGroup,
+    QKGroup,
+    brute_force_norms,
+    closed_form_norms,
+    commutant_basis,
+    relative_rotations,
+    symmetry_group,
+)
+
+
+def rel_err(a, b):
+    return float((a - b).norm() / b.norm())
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_invariance_and_inverse(kind):
+    m = tiny_model(kind)
+    x, pos, _ = batch()
+    y0 = m(x, pos).detach()
+    before = [p.detach().clone() for p in m.parameters()]
+    G = symmetry_group(m)
+    g = G.random(torch.Generator().manual_seed(1))  # generic element with head permutations and FFN scaling
+    G.apply(m, g)
+    moved = max(float((a - b.detach()).abs().max()) for a, b in zip(before, m.parameters(), strict=True))
+    assert moved > 1e-2  # the element really moves the parameters
+    assert rel_err(m(x, pos).detach(), y0) <= 1e-10
+    G.apply(m, G.inverse(g))
+    assert max(float((a - b.detach()).abs().max()) for a, b in zip(before, m.parameters(), strict=True)) <= 1e-12
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_near_identity_samples_are_symmetries(kind):
+    m = tiny_model(kind)
+    x, pos, _ = batch()
+    y0 = m(x, pos).detach()
+    G = symmetry_group(m)
+    cands = G.sample(4, 0.65, torch.Generator().manual_seed(2), ffn=True)
+    for i in range(4):
+        G.apply(m, G.pick(cands, i))
+    assert rel_err(m(x, pos).detach(), y0) <= 1e-10
+
+
+def _apply_qk(model, make_u):
+    with torch.no_grad():
+        for a in attention_layers(model):
+            h, d = a.n_heads, a.head_dim
+            u = make_u(d).to(torch.float64)
+            wq = (u @ a.q_proj.weight.view(h, d, -1)).reshape(a.q_proj.weight.shape)
+            bq = (u @ a.q_proj.bias.view(h, d, 1)).reshape(-1)
+            uit = torch.linalg.inv(u).T
+            wk = (uit @ a.k_proj.weight.view(h, d, -1)).reshape(a.k_proj.weight.shape)
+            bk = (uit @ a.k_proj.bias.view(h, d, 1)).reshape(-1)
+            a.q_proj.weight.copy_(wq), a.q_proj.bias.copy_(bq), a.k_proj.weight.copy_(wk), a.k_proj.bias.copy_(bk)
+
+
+@pytest.mark.parametrize("pairing", ["interleaved", "half"])
+def test_rope_negative_checks(pairing):
+    """A generic diagonal U breaks RoPE; H built on the other pairing breaks it too (paper Sec. 3.2)."""
+    x, pos, _ = batch()
+    m = tiny_model(f"rope-{pairing}")
+    y0 = m(x, pos).detach()
+    g = torch.Generator().manual_seed(4)
+    _apply_qk(m, lambda d: torch.diag(1 + 0.5 * torch.rand(d, generator=g, dtype=torch.float64)))
+    assert rel_err(m(x, pos).detach(), y0) > 1e-3
+    m = tiny_model(f"rope-{pairing}")
+    wrong = HGroup(8, pair_indices(8, "half" if pairing == "interleaved" else "interleaved"))
+    _apply_qk(m, lambda d: wrong.random((), torch.Generator().manual_seed(5)))
+    assert rel_err(m(x, pos).detach(), y0) > 1e-3
+    # the right pairing keeps it
+    m = tiny_model(f"rope-{pairing}")
+    right = HGroup(8, pair_indices(8, pairing))
+    _apply_qk(m, lambda d: right.random((), torch.Generator().manual_seed(5)))
+    assert rel_err(m(x, pos).detach(), y0) <= 1e-10
+
+
+@pytest.mark.parametrize("pairing", ["interleaved", "half"])
+def test_rope_commutant_is_h(pairing):
+    """The numerical commutant of RoPE's relative rotations is exactly H(d_h) (dimension d_h)."""
+    rope = RoPE(8, coord_dim=1, pairing=pairing).to(torch.float64)
+    basis = commutant_basis(relative_rotations(rope, torch.arange(7.0)[:, None]))
+    assert basis.shape[0] == 8
+    h = HGroup(8, pair_indices(8, pairing)).basis()
+    # span(H) == span(commutant): projecting H's basis onto the commutant loses nothing
+    flat = basis.reshape(8, -1)
+    proj = (h.reshape(8, -1) @ flat.T) @ flat
+    assert float((proj - h.reshape(8, -1)).abs().max()) < 1e-10
+
+
+def test_commutant_of_nothing_is_everything_and_group_dimensions():
+    assert commutant_basis(torch.eye(4, dtype=torch.float64)[None]).shape[0] == 16
+    assert QKGroup(4).dimension == 16
+    m = tiny_model("espr-noncommuting")
+    assert symmetry_group(m).qk_dimensions() == [1, 1]  # generic non-commuting generators: scalars only
+
+
+@pytest.mark.parametrize("kind", ["none", "rope-half", "string", "espr"])
+def test_grad_action_matches_autograd(kind):
+    """grad L(g theta) is the linear image of grad L(theta) (NOTES 4)."""
+    m = tiny_model(kind)
+    x, pos, y = batch()
+    G = symmetry_group(m)
+    loss = nn.functional.cross_entropy(m(x, pos), y)
+    grads = dict(zip([id(p) for p in G.parameters()], torch.autograd.grad(loss, G.parameters()), strict=True))
+    g = G.random(torch.Generator().manual_seed(6))
+    pred = G.grad_action(g, grads)
+    G.apply(m, g)
+    new = torch.autograd.grad(nn.functional.cross_entropy(m(x, pos), y), G.parameters())
+    for p, t in zip(G.parameters(), new, strict=True):
+        assert float((pred[id(p)] - t).abs().max()) <= 1e-10 * max(1.0, float(t.abs().max()))
+
+
+@pytest.mark.parametrize("kind", ["learned", "rope-interleaved", "rope-half", "string", "circulant-string", "espr"])
+def test_closed_form_norms_equal_brute_force(kind):
+    m = tiny_model(kind)
+    x, pos, y = batch()
+    G = symmetry_group(m)
+
+    def loss_fn():
+        return nn.functional.cross_entropy(m(x, pos), y)
+    m.zero_grad()
+    loss_fn().backward()
+    cands = G.sample(16, 0.65, torch.Generator().manual_seed(7), ffn=True)
+    cf, bf = closed_form_norms(m, G, cands), brute_force_norms(m, G, cands, loss_fn)
+    assert float(((cf - bf).abs() / bf).max()) <= 1e-8
+    assert float(bf.std()) > 1e-4  # candidates differ: the check is not vacuous
+
+
+def test_transformed_is_differentiable_gradcheck():
+    """The differentiable action used by the Zhao baseline: gradcheck in float64 (tiny sizes)."""
+    m = tiny_model("rope-interleaved", n_layers=1)
+    G = symmetry_group(m, ffn=False)
+    s = G.sites[0]
+    wq = s.module.q_proj.weight
+
+    def f(cq, cv):
+        g = G.identity()
+        g.qk[0] = s.qk.from_coeffs(cq)
+        g.vo[0] = torch.eye(8, dtype=torch.float64) + cv.view(2, 8, 8)
+        new = G.transformed(g)
+        return new[id(wq)], new[id(s.module.k_proj.weight)], new[id(s.module.o_proj.weight)]
+    cq = (0.1 * torch.randn(2, 8, dtype=torch.float64)).requires_grad_()
+    cv = (0.1 * torch.randn(2, 64, dtype=torch.float64)).requires_grad_()
+    assert torch.autograd.gradcheck(f, (cq, cv))
+
+
+class _Unknown(RotaryPositional):
+    def __init__(self, head_dim, **_):
+        super().__init__()
+        self.head_dim, self.coord_dim = head_dim, 2
+
+    def forward(self, q, k, positions, key_positions=None):
+        return q, k
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match="model"):
+        symmetry_group(nn.Sequential(nn.Linear(3, 3)))
+    with pytest.raises(TypeError, match="model"):
+        symmetry_group("not a model")
+    m = tiny_model("rope-half")
+    for a in attention_layers(m):
+        a.rotary = _Unknown(8)
+    with pytest.raises(ValueError, match="positional"):
+        symmetry_group(m)
+    G = symmetry_group(tiny_model("none"))
+    gen = torch.Generator().manual_seed(0)
+    for alpha in (0.0, 1.0, -0.2, 1.5):
+        with pytest.raises(ValueError, match="alpha"):
+            G.sample(4, alpha, gen)
+    with pytest.raises(ValueError, match="samples"):
+        G.sample(0, 0.5, gen)
