@@ -1,7 +1,12 @@
 """Attention cores with the SDPA call shape `forward(q, k, v, attn_mask=None, is_causal=False, scale=None)`."""
 from __future__ import annotations
 
-from symformer.attention.softmax import AttentionCore, NaiveAttention, SoftmaxAttention, naive_attention
+from symformer.attention.softmax import (
+    AttentionCore,
+    NaiveAttention,
+    SoftmaxAttention,
+    naive_attention,
+)
 from symformer.registry import ATTENTION
 
 ATTENTION.register("softmax")(SoftmaxAttention)
