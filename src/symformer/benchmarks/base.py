@@ -96,5 +96,20 @@ def fit_exponent(ns: list[float], ts: list[float]) -> float:
     return num / den
 
 
+def fix_malloc_thresholds() -> bool:
+    """Pin glibc's mmap/trim thresholds (process-wide, irreversible) so large tensors are reused from the
+    heap instead of being mmapped and page-faulted afresh on every call. With glibc's dynamic default the
+    cost of those page faults depends on the allocation history of the process, which makes CPU timings
+    of allocation-heavy code vary by up to 2x between runs. Returns False where glibc is absent."""
+    import ctypes
+    import ctypes.util
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        m_trim_threshold, m_mmap_threshold = -1, -3
+        return bool(libc.mallopt(m_mmap_threshold, 1 << 30)) and bool(libc.mallopt(m_trim_threshold, (1 << 31) - 1))
+    except (OSError, AttributeError):
+        return False
+
+
 def maxrss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
