@@ -43,13 +43,17 @@ def batches(data: TensorData, batch_size: int, seed: int = 0, epoch: int = 0, sh
     With world > 1 every rank takes a contiguous slice of each global batch, so the union over
     ranks is exactly the single-process batch (what DDP equivalence needs)."""
     order = epoch_order(len(data), seed, epoch, shuffle)
-    nb = len(data) // batch_size if drop_last else -(-len(data) // batch_size)
-    for b in range(start, nb):
-        idx = order[b * batch_size:(b + 1) * batch_size]
-        if world > 1:
-            per = len(idx) // world
-            idx = idx[rank * per:(rank + 1) * per]
+    for b in range(start, n_batches(data, batch_size, drop_last)):
+        idx = shard(order[b * batch_size:(b + 1) * batch_size], rank, world)
         yield data.x[idx], data.y[idx]
+
+
+def shard(idx: torch.Tensor, rank: int, world: int) -> torch.Tensor:
+    """Rank `rank`'s contiguous slice of a global batch: the union over ranks is the batch itself."""
+    if world == 1:
+        return idx
+    per = len(idx) // world
+    return idx[rank * per:(rank + 1) * per]
 
 
 def n_batches(data: TensorData, batch_size: int, drop_last: bool = False) -> int:

@@ -147,12 +147,6 @@ class RoPE(RotaryPositional):
             self._cache = (key, positions.detach().clone(), rot)
         return rot
 
-    def _cos_sin(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        th = self.angles(positions)
-        if th.ndim == 3:  # (B, N, m) -> (B, 1, N, m) to broadcast over heads
-            th = th.unsqueeze(1)
-        return th.cos().to(dtype), th.sin().to(dtype)
-
     def forward(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor,
                 key_positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         kp = self._check_qk(q, k, positions, key_positions)

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from symformer._validation import check_choice, check_float, check_int, fail
-from symformer.data.base import TensorData, epoch_order, n_batches
+from symformer.data.base import TensorData, epoch_order, n_batches, shard
 from symformer.train import distributed as D
 from symformer.train.callbacks import Callback
 from symformer.train.checkpoint import load, save_atomic
@@ -170,12 +170,10 @@ class Trainer:
 
     # ---------------------------------------------------------------- loop
     def _batch_indices(self, epoch: int, b: int) -> torch.Tensor:
+        if getattr(self, "_order", (None,))[0] != epoch:  # one permutation per epoch, not per step
+            self._order = (epoch, epoch_order(len(self.train_data), self.cfg.seed, epoch))
         bs = self.cfg.batch_size
-        idx = epoch_order(len(self.train_data), self.cfg.seed, epoch)[b * bs:(b + 1) * bs]
-        if self.world > 1:
-            per = len(idx) // self.world
-            idx = idx[self.rank * per:(self.rank + 1) * per]
-        return idx
+        return shard(self._order[1][b * bs:(b + 1) * bs], self.rank, self.world)
 
     def train_step(self, idx: torch.Tensor) -> float:
         self.model.train()
