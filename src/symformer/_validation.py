@@ -22,14 +22,16 @@ def check_tensor(name: str, x: Any, ndim: int | Iterable[int] | None = None,
             fail(name, f"shape {tuple(x.shape)}", f"a tensor with {' or '.join(map(str, allowed))} dimensions")
     if floating and not x.is_floating_point():
         fail(name, f"dtype {x.dtype}", "a floating-point tensor", TypeError)
-    if finite and x.is_floating_point() and x.numel() and not _all_finite(x):
+    if finite and x.is_floating_point() and x.numel() and not all_finite(x):
         fail(name, "a tensor with NaN or inf entries", "finite values")
     return x
 
 
-def _all_finite(x: torch.Tensor) -> bool:
+def all_finite(x: torch.Tensor) -> bool:
     """All entries finite iff min and max are: NaN propagates through aminmax and an inf is an extreme.
     One vectorised reduction, ~15x faster on CPU than isfinite(x).all() (which allocates a bool tensor)."""
+    if x.numel() == 0:
+        return True
     lo, hi = torch.aminmax(x.detach())
     return bool(torch.isfinite(lo) & torch.isfinite(hi))
 
@@ -67,11 +69,15 @@ def check_choice(name: str, v: Any, choices: Iterable[str]) -> str:
     return v
 
 
-def check_attention_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    """SDPA-shaped inputs: q (B, H, Nq, Dh), k (B, H, Nk, Dh), v (B, H, Nk, Dv)."""
+def check_attention_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, finite_kv: bool = True) -> None:
+    """SDPA-shaped inputs: q (B, H, Nq, Dh), k (B, H, Nk, Dh), v (B, H, Nk, Dv).
+
+    finite_kv=False skips the finiteness scan of k and v for a core that checks a cheaper quantity that
+    any non-finite key or value reaches (PLASH checks its M x d Stage I summaries) and then calls
+    `check_finite_kv` to name the culprit."""
     check_tensor("q", q, 4)
-    check_tensor("k", k, 4)
-    check_tensor("v", v, 4)
+    check_tensor("k", k, 4, finite=finite_kv)
+    check_tensor("v", v, 4, finite=finite_kv)
     if k.shape[-1] != q.shape[-1]:
         fail("k", f"head dim {k.shape[-1]}", f"the head dim of q ({q.shape[-1]})")
     if k.shape[-2] == 0:
@@ -80,3 +86,10 @@ def check_attention_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) ->
         fail("v", f"{v.shape[-2]} positions", f"the {k.shape[-2]} positions of k")
     if q.shape[:2] != k.shape[:2] or k.shape[:2] != v.shape[:2]:
         fail("k", f"batch/head dims {tuple(k.shape[:2])}", f"those of q {tuple(q.shape[:2])}")
+
+
+def check_finite_kv(k: torch.Tensor, v: torch.Tensor, derived: str) -> None:
+    """Raise naming k or v after `derived` (computed from them) came out non-finite."""
+    check_tensor("k", k)
+    check_tensor("v", v)
+    fail("k", f"finite keys whose {derived} overflow to inf/NaN", "keys and values of moderate magnitude")

@@ -43,7 +43,9 @@ def reproduce(names: Optional[List[str]] = typer.Argument(None, help="experiment
               out: Path = typer.Option(Path("out/reproduce"), "--out", help="folder for results and report.md"),
               seed: int = typer.Option(0, "--seed"),
               list_: bool = typer.Option(False, "--list", help="list the registered experiments and exit"),
-              data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="folder with data files (else $SYMFORMER_DATA)")):
+              data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="folder with data files (else $SYMFORMER_DATA)"),
+              jobs: int = typer.Option(1, "--jobs", help="worker processes for experiments made of independent runs (teleport)"),
+              resume: bool = typer.Option(False, "--resume", help="reuse the runs an interrupted call recorded under OUT/<name>/runs")):
     """Run the papers' experiments and write OUT/<name>/results.json and OUT/report.md."""
     from symformer.data.paths import MissingDataError, data_file
     from symformer.experiments import RunContext, load_all
@@ -58,6 +60,8 @@ def reproduce(names: Optional[List[str]] = typer.Argument(None, help="experiment
         return
     chosen = list(names or reg.names())
     _check_names("experiment", chosen, reg.names())
+    if jobs < 1:
+        raise CLIError(f"--jobs: got {jobs}, expected an integer >= 1")
     _threads()
     entries = []
     from tqdm import tqdm
@@ -71,7 +75,7 @@ def reproduce(names: Optional[List[str]] = typer.Argument(None, help="experiment
                 raise CLIError(str(e)) from None
             entries.append({"name": name, "status": "skipped", "reason": str(e)})
             continue
-        ctx = RunContext(out_dir=out / name, quick=quick, seed=seed, data_dir=data_dir)
+        ctx = RunContext(out_dir=out / name, quick=quick, seed=seed, data_dir=data_dir, jobs=jobs, resume=resume)
         t0 = time.perf_counter()
         typer.echo(f"[{name}] running{' (quick)' if quick else ''} ...", err=True)
         result = spec.fn(ctx)

@@ -158,3 +158,35 @@ def test_causal_gradcheck():
     m = _small(causal_block=2)
     q, k, v = (x.requires_grad_() for x in _qkv(b=1, h=1, nq=5, nk=5))
     assert torch.autograd.gradcheck(lambda q, k, v: m(q, k, v, is_causal=True), (q, k, v), eps=1e-6, atol=1e-6)
+
+
+def test_streamed_readout_equals_autograd_path():
+    """No-grad forward writes chunks in place; the autograd path concatenates. Same numbers."""
+    m = _small(chunk_size=2)
+    q, k, v = _qkv(nq=9, nk=13)
+    with torch.no_grad():
+        streamed = m(q, k, v)
+    tracked = m(q.clone().requires_grad_(), k, v)
+    assert tracked.requires_grad
+    assert torch.allclose(streamed, tracked.detach(), atol=1e-14)
+
+
+@pytest.mark.parametrize("arg", ["k", "v"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_keys_or_values_are_named(arg, value):
+    """k and v are checked through the M x d Stage I summaries; the error still names the argument."""
+    m = _small()
+    q, k, v = _qkv()
+    bad = {"k": k.clone(), "v": v.clone()}
+    bad[arg][1, 0, 3, 2] = value
+    with pytest.raises(ValueError, match=f"^{arg}: "):
+        m(q, bad["k"], bad["v"])
+
+
+def test_overflowing_finite_keys_raise():
+    m = _small().float()
+    q, k, v = (x.float() for x in _qkv())
+    huge = torch.full_like(k, 3e38)  # finite, but K P^T and A^T K overflow float32
+    assert torch.isfinite(huge).all()
+    with pytest.raises(ValueError, match="^k: .*overflow"):
+        m(q, huge, v)

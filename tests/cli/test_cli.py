@@ -120,3 +120,16 @@ def test_digits_vit_preset_reaches_090(capsys, tmp_path):
     code, out, _ = run(capsys, "train", "--preset", "digits-vit", "--out", str(tmp_path / "d"))
     assert code == 0
     assert json.loads((tmp_path / "d" / "results.json").read_text())["metrics"]["test_accuracy"] >= 0.90
+
+
+def test_reproduce_jobs_and_resume_reach_the_context(capsys, fake_experiments, tmp_path):
+    seen = {}
+
+    def probe(ctx):
+        seen.update(jobs=ctx.jobs, resume=ctx.resume)
+        return ExperimentResult()
+    fake_experiments.register("probe")(ebase.ExperimentSpec("probe", probe, "records its context"))
+    code, _, _ = run(capsys, "reproduce", "probe", "--jobs", "3", "--resume", "--out", str(tmp_path))
+    assert code == 0 and seen == {"jobs": 3, "resume": True}
+    code, _, err = run(capsys, "reproduce", "probe", "--jobs", "0", "--out", str(tmp_path))
+    assert code == 2 and "--jobs" in err and err.strip().count("\n") == 0

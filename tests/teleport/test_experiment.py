@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from symformer.experiments.teleport import (
     closed_form_checks,
     epochs_to_reach,
@@ -41,8 +43,8 @@ def test_pipeline_metrics_and_verdicts_with_fake_runs(tmp_path, monkeypatch):
                 "tele_seconds": 0.0 if arm == "base" else 0.01, "overhead_pct": 0.0 if arm == "base" else 0.25,
                 "first_epoch_overhead_pct": 1.0, "grad_norms": [1.0, 2.0], "log": [{"applied": True}]}
     monkeypatch.setattr(E, "train_arm", fake_arm)
-    monkeypatch.setattr(E, "lm_arm", lambda pe, tele, quick, seed, f: {
-        "points": [(10, 3.0), (20, 2.5)] if not tele else [(10, 2.4), (20, 2.3)], "final_val_loss": 2.5})
+    monkeypatch.setattr(E, "lm_arm", lambda pe, teleport, quick, seed, data_file: {
+        "points": [(10, 3.0), (20, 2.5)] if not teleport else [(10, 2.4), (20, 2.3)], "final_val_loss": 2.5})
     monkeypatch.setattr(E, "invariance_checks", lambda trials: {"errs": {"rope": 1e-15}, "dims": {"rope": 8},
                                                                 "diag": 0.1, "wrong": 0.2})
     monkeypatch.setattr(E, "closed_form_checks", lambda: 1e-15)
@@ -55,5 +57,19 @@ def test_pipeline_metrics_and_verdicts_with_fake_runs(tmp_path, monkeypatch):
     v = {c.id: c.verdict for c in res.claims}
     assert v["G-inv"] == v["G-neg"] == v["CF"] == v["OVH"] == "holds"
     assert v["SPD-rope"] == "inconclusive"  # one seed cannot decide
+    assert v["ACC-rope"] == "inconclusive"
     assert v["LM"] == "holds"
     assert all((tmp_path / f).is_file() for f in res.figures)
+
+
+@pytest.mark.parametrize("deltas, expected", [([0.02, 0.03, 0.025], "holds"), ([-0.1, -0.12, -0.09], "fails"),
+                                              ([0.05, -0.05, 0.01], "inconclusive"), ([0.02], "inconclusive")])
+def test_accuracy_claim_paired_two_standard_errors(deltas, expected):
+    import symformer.experiments.teleport as E
+    from symformer.results import ExperimentResult
+    base = [{"test_acc": 0.8 + 0.01 * i} for i in range(len(deltas))]
+    tele = [{"test_acc": b["test_acc"] + d} for b, d in zip(base, deltas)]
+    res = ExperimentResult()
+    E._accuracy_claim(res, {("mnist1d", "rope", "base", "sgd"): base, ("mnist1d", "rope", "tele", "sgd"): tele},
+                      "rope", 97.8, 98.41)
+    assert res.claims[0].id == "ACC-rope" and res.claims[0].verdict == expected

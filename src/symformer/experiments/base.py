@@ -27,6 +27,8 @@ class RunContext:
     data_dir: Path | None = None
     device: str = "cpu"
     progress: bool = True
+    jobs: int = 1          # worker processes for experiments made of independent sub-runs (experiments/jobs.py)
+    resume: bool = False   # reuse sub-runs recorded under out_dir/runs by an earlier, interrupted run
     extra: dict = field(default_factory=dict)
 
     def data_file(self, name: str) -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 
 import torch
 
@@ -11,6 +12,7 @@ from symformer.attention.certificate import cert_rate, certified, certify, combi
 from symformer.attention.plash import PlashAttention
 from symformer.attention.sketch import bucket_hashes, sign_hashes, tensor_sketch
 from symformer.experiments.base import RunContext, experiment
+from symformer.experiments.jobs import Job, run_jobs
 from symformer.registry import ATTENTION
 from symformer.results import Claim, ExperimentResult, verdict
 
@@ -89,17 +91,28 @@ def cert_simulation(quick: bool, seed: int) -> dict:
 
 
 # ------------------------------------------------------------------------------------ (c, d) forecasting
-def forecast(ctx: RunContext, attention: str, pred_len: int, seed: int, steps: int | None, epochs: int,
-             attention_kwargs: dict | None = None, lr: float = 1e-4) -> tuple[float, float]:
+def _forecast_job(ctx: RunContext, attention: str, pred_len: int, seed: int, steps: int | None, epochs: int,
+                  attention_kwargs: dict | None, lr: float) -> Job:
+    kw = "" if not attention_kwargs else "_" + "_".join(f"{k}{v}" for k, v in sorted(attention_kwargs.items()))
+    key = f"etth1_{attention}{kw}_h{pred_len}_s{seed}_lr{lr}_" + (f"steps{steps}" if steps else f"e{epochs}")
+    return Job(key, forecast, dict(data_dir=None if ctx.data_dir is None else str(ctx.data_dir), quick=ctx.quick,
+                                   attention=attention, pred_len=pred_len, seed=seed, steps=steps, epochs=epochs,
+                                   attention_kwargs=attention_kwargs, lr=lr))
+
+
+def forecast(data_dir: str | None, quick: bool, attention: str, pred_len: int, seed: int, steps: int | None,
+             epochs: int, attention_kwargs: dict | None = None, lr: float = 1e-4) -> tuple[float, float]:
+    """One ETTh1 training run -> (test MSE, test MAE); plain arguments so a worker process can run it."""
     from symformer.data import load_ett
     from symformer.models import Forecaster, TransformerConfig
     from symformer.train import Trainer
     from symformer.train.tasks import Forecasting
     from symformer.train.trainer import TrainConfig
-    key = (pred_len, str(ctx.data_dir))
+    key = (pred_len, str(data_dir))
     if key not in _SPLITS:  # one load per horizon and run
         _SPLITS.clear()
-        _SPLITS[key] = load_ett(seq_len=96, label_len=48, pred_len=pred_len, data_dir=ctx.data_dir)
+        _SPLITS[key] = load_ett(seq_len=96, label_len=48, pred_len=pred_len,
+                                data_dir=None if data_dir is None else Path(data_dir))
     split = _SPLITS[key]
     torch.manual_seed(seed)
     akw = {"dropout": 0.05, **(attention_kwargs or {})}  # attention dropout 0.05 (Sec. 4)
@@ -110,7 +123,7 @@ def forecast(ctx: RunContext, attention: str, pred_len: int, seed: int, steps: i
     tcfg = TrainConfig(epochs=epochs, batch_size=32, optimizer="adamw", lr=lr, schedule="exponential",
                        decay_gamma=0.5, grad_clip=None, seed=seed, max_steps=steps)
     val, test = split.val, split.test
-    if ctx.quick:  # quick: no per-epoch validation; test MSE on 192 evenly spaced test windows
+    if quick:  # quick: no per-epoch validation; test MSE on 192 evenly spaced test windows
         val, test = None, test.subset(torch.linspace(0, len(test) - 1, 192).long())
     final = Trainer(model, Forecasting(pred_len), split.train, val, tcfg, test=test).fit()
     return final["test_mse"], final["test_mae"]
@@ -176,13 +189,14 @@ def run(ctx: RunContext) -> ExperimentResult:
     # quick: one short epoch at a larger step size (the paper's lr 1e-4 barely moves a model in 150 steps)
     steps, epochs, lr = (150, 1, 5e-4) if ctx.quick else (None, 6, 1e-4)
     mse, mae = {}, {}
-    runs: dict = {m: [] for m in _methods()}
-    for hor in horizons:  # same model size and training budget for every method
-        for meth in runs:
-            runs[meth] += [forecast(ctx, meth, hor, s, steps, epochs, lr=lr) for s in seeds]
-            if ctx.progress:
-                print(f"[plash] etth1 H={hor} {meth}: mse {runs[meth][-1][0]:.4f} {time.perf_counter() - t0:.0f}s",
-                      flush=True)
+    # every training run is a Job (experiments/jobs.py): --jobs runs them in parallel processes and a killed
+    # full run (45 + 16 trainings) resumes from its per-run records with --resume
+    jobs = {(meth, hor, s): _forecast_job(ctx, meth, hor, s, steps, epochs, None, lr)
+            for hor in horizons for meth in _methods() for s in seeds}  # same model and budget for every method
+    got = run_jobs(list(jobs.values()), ctx.out_dir / "runs", ctx.jobs, ctx.resume)
+    runs: dict = {m: [tuple(got[j.key]) for (meth, _, _), j in jobs.items() if meth == m] for m in _methods()}
+    if ctx.progress:
+        print(f"[plash] etth1 done {time.perf_counter() - t0:.0f}s", flush=True)
     for meth, rs in runs.items():
         mse[meth] = sum(r[0] for r in rs) / len(rs)
         mae[meth] = sum(r[1] for r in rs) / len(rs)
@@ -200,9 +214,10 @@ def run(ctx: RunContext) -> ExperimentResult:
     # (d) (M, D_k) sweep at horizon 24; quick reuses the default (64, 128) run and adds one small config
     sweep_grid = [(16, 32)] if ctx.quick else [(m, d) for m in (64, 128, 256, 512) for d in (64, 128, 256, 512)]
     sweep = {"M=64,D_k=128": mse["plash"]} if ctx.quick else {}
-    for m_, d_ in sweep_grid:
-        sweep[f"M={m_},D_k={d_}"] = forecast(ctx, "plash", 24, ctx.seed, steps, epochs,
-                                             {"M": m_, "D_k": d_}, lr=lr)[0]
+    sjobs = {f"M={m_},D_k={d_}": _forecast_job(ctx, "plash", 24, ctx.seed, steps, epochs, {"M": m_, "D_k": d_}, lr)
+             for m_, d_ in sweep_grid}
+    got = run_jobs(list(sjobs.values()), ctx.out_dir / "runs", ctx.jobs, ctx.resume)
+    sweep.update({name: got[j.key][0] for name, j in sjobs.items()})
     res.metrics["sweep_mse_h24"] = sweep
     res.config = {"quick": ctx.quick, "steps": steps if ctx.quick else "6 epochs", "lr": lr, "horizons": horizons, "seeds": seeds, "model": "d_model 64, 4 heads, 2+1 layers",
                   "cert_eta": 0.99, "seconds": time.perf_counter() - t0}

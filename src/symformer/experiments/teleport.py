@@ -15,11 +15,13 @@ import functools
 import math
 import statistics
 import time
+from pathlib import Path
 
 import torch
 from torch import nn
 
 from symformer.experiments.base import RunContext, experiment
+from symformer.experiments.jobs import Job, run_jobs
 from symformer.results import Claim, ExperimentResult, verdict
 from symformer.train.callbacks import Callback
 
@@ -27,6 +29,7 @@ PE_KINDS = ["none", "sinusoidal", "learned", "rope-interleaved", "rope-half", "s
 DIGITS_PATCH = 4  # 4 tokens of 4x4 pixels: SGD makes no progress on 2x2 patches in a short run
 BATCH = {"digits": 16, "mnist1d": 64}  # small data: small batches give SGD enough steps per epoch
 PAPER_SPEEDUP = {"learned": 43.4, "rope": 59.0}  # Table 1, MNIST ViT (APE / RoPE)
+PAPER_ACC = {"learned": (98.03, 98.38), "rope": (97.80, 98.41)}  # Table 1, MNIST ViT test accuracy %: base -> tele
 
 
 # ---------------------------------------------------------------- (a), (b) exactness in float64
@@ -145,7 +148,7 @@ def _vit_setup(dataset: str, pe: str, quick: bool, seed: int):
 
 
 def train_arm(dataset: str, pe: str, arm: str, seed: int, quick: bool, lr: float, epochs: int,
-              alpha: float = 0.65, steps: int = 4, optimizer: str = "sgd") -> dict:
+              alpha: float = 0.65, steps: int = 4, optimizer: str = "sgd", state_policy: str = "keep") -> dict:
     """One training run. arm: base | tele | zhao. Returns val-acc curve, test acc, timings, grad norms."""
     import symformer.teleport  # noqa: F401  (registers the callback)
     from symformer.registry import CALLBACKS
@@ -159,7 +162,7 @@ def train_arm(dataset: str, pe: str, arm: str, seed: int, quick: bool, lr: float
     cbs, tele = [], None
     if arm != "base":
         tele = CALLBACKS.build("teleport", model=model, alpha=alpha, samples=16, epoch=1, steps=steps, seed=seed,
-                               method="zhao" if arm == "zhao" else "sample")
+                               method="zhao" if arm == "zhao" else "sample", state_policy=state_policy)
         cbs.append(tele)
     gl = GradNormLog()
     cbs.append(gl)
@@ -198,12 +201,6 @@ def _mean_std(xs: list[float]) -> tuple[float, float]:
     return statistics.fmean(ok), (statistics.stdev(ok) if len(ok) > 1 else 0.0)
 
 
-def choose_lr(dataset: str, pe: str, grid: list[float], epochs: int, quick: bool) -> float:
-    """Learning rate of the baseline picked on VALIDATION accuracy (never the test split)."""
-    best = max(grid, key=lambda lr: train_arm(dataset, pe, "base", 0, quick, lr, epochs)["val_acc"])
-    return best
-
-
 # ---------------------------------------------------------------- (e) character LM
 class ValLossLog(Callback):
     """Validation loss on a fixed subset every `every` steps (curves finer than epochs)."""
@@ -221,14 +218,14 @@ class ValLossLog(Callback):
             trainer.raw_model.train()
 
 
-def lm_arm(pe: str, teleport: bool, quick: bool, seed: int, data_file) -> dict:
+def lm_arm(pe: str, teleport: bool, quick: bool, seed: int, data_file: str | Path) -> dict:
     from symformer import data as D
     from symformer.models import CausalLM, TransformerConfig
     from symformer.teleport import TeleportCallback
     from symformer.train import TrainConfig, Trainer
     from symformer.train.tasks import LanguageModeling
     block = 32 if quick else 64
-    split = D.load_char_text(block=block, data_dir=data_file.parent, max_chars=80_000 if quick else 1_000_000)
+    split = D.load_char_text(block=block, data_dir=Path(data_file).parent, max_chars=80_000 if quick else 1_000_000)
     torch.manual_seed(2000 + seed)
     cfg = TransformerConfig(d_model=48 if quick else 128, n_heads=4, n_layers=2 if quick else 4, positional=pe,
                             max_len=block)
@@ -256,7 +253,7 @@ def _figures(ctx: RunContext, runs: dict, lm: dict) -> list[str]:
     fig, axes = plt.subplots(1, len(datasets), figsize=(5 * len(datasets), 4), squeeze=False)
     for ax, ds in zip(axes[0], datasets, strict=True):
         for (d, pe, arm, opt), rs in sorted(runs.items()):
-            if d != ds or opt != "sgd" or arm.startswith("abl"):
+            if d != ds or opt != "sgd" or arm.startswith(("abl", "policy")):
                 continue
             ax.plot(range(1, len(rs[0]["curve"]) + 1), rs[0]["curve"], label=f"{pe}/{arm}",
                     ls="-" if arm == "tele" else ("--" if arm == "base" else ":"))
@@ -297,35 +294,64 @@ def _plan(quick: bool) -> dict:
         # digits {0.05, 0.1, 0.15}; the full run re-selects it per dataset and PE on validation data
         return {"seeds": [0], "epochs": {"mnist1d": 5, "digits": 6}, "lr": {"mnist1d": 0.05, "digits": 0.1},
                 "lr_grid": None, "pes": ["learned", "rope", "string"], "trials": 1,
-                "ablation": [(0.3, 4), (0.9, 4)], "extras_on": ["mnist1d"], "zhao_pes": ["rope"]}
+                "ablation": [(0.3, 4), (0.9, 4)], "ablation_seeds": [0], "policies": [], "extras_on": ["mnist1d"], "zhao_pes": ["rope"]}
     return {"seeds": [0, 1, 2, 3, 4], "epochs": {"mnist1d": 20, "digits": 30}, "lr": None,
             "lr_grid": [0.015, 0.05, 0.15], "pes": ["learned", "rope", "string"], "trials": 20,
             "ablation": [(0.9, 4), (0.5, 4), (0.5, 8), (0.3, 8), (0.3, 16), (0.65, 2), (0.65, 6), (0.65, 8)],
-            "extras_on": ["mnist1d", "digits"], "zhao_pes": ["learned", "rope"]}
+            "ablation_seeds": [0, 1, 2], "policies": ["transform", "reset"], "extras_on": ["mnist1d", "digits"], "zhao_pes": ["learned", "rope"]}
+
+
+def _arm_job(ds: str, pe: str, arm: str, seed: int, quick: bool, lr: float, epochs: int, alpha: float = 0.65,
+             steps: int = 4, optimizer: str = "sgd", state_policy: str = "keep") -> Job:
+    key = f"{ds}_{pe}_{arm}_{optimizer}_lr{lr}_a{alpha}_k{steps}_e{epochs}_s{seed}"
+    kw = dict(dataset=ds, pe=pe, arm=arm, seed=seed, quick=quick, lr=lr, epochs=epochs, alpha=alpha, steps=steps,
+              optimizer=optimizer)
+    if state_policy != "keep":  # the paper's policy (and the records of runs made before the option) stay keyless
+        key, kw["state_policy"] = f"{key}_{state_policy}", state_policy
+    return Job(key, train_arm, kw)
 
 
 def _run_training(ctx: RunContext, plan: dict, notes: list[str]) -> dict:
-    runs: dict = {}
+    """All ViT runs as independent jobs (experiments/jobs.py: --jobs workers, --resume). Identical runs share a
+    key, so the lr-selection run of the chosen lr is also seed 0 of the baseline."""
+    done: dict = {}
+
+    def run(jobs: list[Job]) -> None:
+        fresh = list({j.key: j for j in jobs if j.key not in done}.values())
+        done.update(run_jobs(fresh, ctx.out_dir / "runs", ctx.jobs, ctx.resume))
+
+    lrs: dict = {}
+    for ds in ("mnist1d", "digits"):
+        for pe in plan["pes"]:
+            lrs[ds, pe] = [plan["lr"][ds]] if plan["lr"] else plan["lr_grid"]
+    # the baseline's lr is chosen on VALIDATION accuracy (never the test split), per dataset and PE
+    run([_arm_job(ds, pe, "base", 0, ctx.quick, lr, plan["epochs"][ds]) for (ds, pe), grid in lrs.items() for lr in grid])
+    chosen = {(ds, pe): max(grid, key=lambda lr, ds=ds, pe=pe: done[_arm_job(ds, pe, "base", 0, ctx.quick, lr,
+                                                                             plan["epochs"][ds]).key]["val_acc"])
+              for (ds, pe), grid in lrs.items()}
+    spec: dict = {}  # (ds, pe, arm, opt) -> jobs over seeds
     for ds in ("mnist1d", "digits"):
         ep = plan["epochs"][ds]
         for pe in plan["pes"]:
-            lr = plan["lr"][ds] if plan["lr"] else choose_lr(ds, pe, plan["lr_grid"], ep, ctx.quick)
+            lr = chosen[ds, pe]
             arms = ["base", "tele"] + (["zhao"] if ds in plan["extras_on"] and pe in plan["zhao_pes"] else [])
             for arm in arms:
-                runs[(ds, pe, arm, "sgd")] = [train_arm(ds, pe, arm, s, ctx.quick, lr, ep)
-                                              for s in plan["seeds"]]
-            notes.append(f"{ds}/{pe}: SGD lr {lr} ({'fixed for quick mode' if plan['lr'] else 'chosen on validation'})")
+                spec[ds, pe, arm, "sgd"] = [_arm_job(ds, pe, arm, s, ctx.quick, lr, ep) for s in plan["seeds"]]
+            notes.append(f"{ds}/{pe}: SGD lr {lr} ({'fixed for quick mode' if plan['lr'] else 'chosen on validation from ' + str(plan['lr_grid'])})")
         if ds in plan["extras_on"]:  # AdamW variant (App. D) on RoPE
             for arm in ("base", "tele"):
-                runs[(ds, "rope", arm, "adamw")] = [train_arm(ds, "rope", arm, s, ctx.quick, 3e-3, ep, optimizer="adamw")
-                                                 for s in plan["seeds"]]
-    ds, pe = "mnist1d", "rope"
-    lr = plan["lr"][ds] if plan["lr"] else 0.05
-    for alpha, k in plan["ablation"]:
-        runs[(ds, pe, f"abl_a{alpha}_k{k}", "sgd")] = [train_arm(ds, pe, "tele", s, ctx.quick, lr, plan["epochs"][ds],
-                                                                 alpha=alpha, steps=k)
-                                                       for s in plan["seeds"]]
-    return runs
+                spec[ds, "rope", arm, "adamw"] = [_arm_job(ds, "rope", arm, s, ctx.quick, 3e-3, ep, optimizer="adamw")
+                                                  for s in plan["seeds"]]
+    for alpha, k in plan["ablation"]:  # Table 2 style, MNIST-1D RoPE at the chosen lr
+        spec["mnist1d", "rope", f"abl_a{alpha}_k{k}", "sgd"] = [
+            _arm_job("mnist1d", "rope", "tele", s, ctx.quick, chosen["mnist1d", "rope"], plan["epochs"]["mnist1d"],
+                     alpha=alpha, steps=k) for s in plan["ablation_seeds"]]
+    for policy in plan["policies"]:  # optimizer state after a teleport: the paper keeps it (NOTES 4)
+        spec["mnist1d", "rope", f"policy_{policy}", "sgd"] = [
+            _arm_job("mnist1d", "rope", "tele", s, ctx.quick, chosen["mnist1d", "rope"], plan["epochs"]["mnist1d"],
+                     state_policy=policy) for s in plan["ablation_seeds"]]
+    run([j for jobs in spec.values() for j in jobs])
+    return {key: [done[j.key] for j in jobs] for key, jobs in spec.items()}
 
 
 @experiment("teleport", "Symmetry groups of attention for every PE, and teleportation speed-ups (SGD, ViT, char LM)")
@@ -374,7 +400,7 @@ def _speedup_metrics(res: ExperimentResult, runs: dict) -> None:
         m["final_val_acc"][key] = statistics.fmean(r["val_acc"] for r in rs)
         if arm == "base":
             continue
-        base = runs[(ds, pe, "base", opt)]
+        base = runs[(ds, pe, "base", opt)][:len(rs)]  # the ablation's seeds are a prefix of the seeds
         sp = [speedup_pct(b["curve"], t["curve"]) for b, t in zip(base, rs, strict=True)]
         m["speedup_pct_mean"][key], m["speedup_pct_std"][key] = _mean_std(sp)  # over seeds that reached it
         m["speedup_na_seeds"][key] = sum(math.isnan(x) for x in sp)
@@ -394,10 +420,11 @@ def _lm_part(ctx: RunContext, res: ExperimentResult) -> dict:
     except (MissingDataError, FileNotFoundError, ValueError) as e:
         res.notes.append(f"LM arm skipped: {e}")
         return {}
-    lm = {}
-    for pe in ("sinusoidal", "rope"):
-        for tele in (False, True):
-            lm[f"{pe}/{'tele' if tele else 'base'}"] = lm_arm(pe, tele, ctx.quick, ctx.seed, f)
+    jobs = [Job(f"lm_{pe}_{'tele' if tele else 'base'}_s{ctx.seed}", lm_arm,
+                dict(pe=pe, teleport=tele, quick=ctx.quick, seed=ctx.seed, data_file=str(f)))
+            for pe in ("sinusoidal", "rope") for tele in (False, True)]
+    got = run_jobs(jobs, ctx.out_dir / "runs", ctx.jobs, ctx.resume)
+    lm = {f"{j.kwargs['pe']}/{'tele' if j.kwargs['teleport'] else 'base'}": got[j.key] for j in jobs}
     m = res.metrics
     m["lm_final_val_loss"] = {k: v["final_val_loss"] for k, v in lm.items()}
     m["lm_speedup_pct"] = {}
@@ -442,6 +469,8 @@ def _claims(res: ExperimentResult, runs: dict, lm: dict, n_seeds: int) -> None:
                                 f"N/A (never reached the baseline) in {na}",
                                 verdict(ok), "speed-up = relative reduction of epochs to reach the baseline's final "
                                 "validation accuracy; verdict needs >= 3 seeds, no N/A seed and mean - std > 0"))
+    for pe, (b_acc, t_acc) in PAPER_ACC.items():
+        _accuracy_claim(res, runs, pe, b_acc, t_acc)
     zk, tk = "mnist1d/rope/zhao/sgd", "mnist1d/rope/tele/sgd"
     if zk in m["speedup_pct_mean"]:
         z, t = m["speedup_pct_mean"][zk], m["speedup_pct_mean"][tk]
@@ -451,10 +480,12 @@ def _claims(res: ExperimentResult, runs: dict, lm: dict, n_seeds: int) -> None:
                                 "MNIST-1D, RoPE"))
     ak = "mnist1d/rope/tele/adamw"
     if ak in m["speedup_pct_mean"]:
-        a = m["speedup_pct_mean"][ak]
-        ok = None if n_seeds < 3 or math.isnan(a) else a < m["speedup_pct_mean"][tk]
+        a, t = m["speedup_pct_mean"][ak], m["speedup_pct_mean"][tk]
+        ok = None if n_seeds < 3 or math.isnan(a) or math.isnan(t) else a < t  # NaN: no seed reached it
         res.claims.append(Claim("ADAMW", "With AdamW the gains are smaller than with SGD", "6-21% (App. D)",
-                                f"adamw {a:.1f}% vs sgd {m['speedup_pct_mean'][tk]:.1f}%", verdict(ok), "MNIST-1D, RoPE"))
+                                f"adamw {a:.1f}% vs sgd {t:.1f}%", verdict(ok),
+                                f"MNIST-1D, RoPE; N/A seeds: adamw {m['speedup_na_seeds'][ak]}, "
+                                f"sgd {m['speedup_na_seeds'][tk]}"))
     if lm:
         sp = m["lm_speedup_pct"]
         ok = None if any(math.isnan(v) for v in sp.values()) else all(v > 0 for v in sp.values())
@@ -462,3 +493,22 @@ def _claims(res: ExperimentResult, runs: dict, lm: dict, n_seeds: int) -> None:
                                 "18.7% / 21.1% on WikiText-103 (Table 1)",
                                 ", ".join(f"{k}: {v:.1f}%" for k, v in sp.items()), verdict(ok),
                                 "steps to reach the baseline's final validation loss (one seed)"))
+
+
+def _accuracy_claim(res: ExperimentResult, runs: dict, pe: str, paper_base: float, paper_tele: float) -> None:
+    """Paired (same seed) test-accuracy difference tele - base on MNIST-1D: holds when its mean is above 0 by
+    more than 2 standard errors, fails when below 0 by more than 2, inconclusive otherwise (or < 3 seeds)."""
+    base, tele = runs.get(("mnist1d", pe, "base", "sgd")), runs.get(("mnist1d", pe, "tele", "sgd"))
+    if not base or not tele:
+        return
+    diffs = [100 * (t["test_acc"] - b["test_acc"]) for b, t in zip(base, tele, strict=True)]
+    mean = statistics.fmean(diffs)
+    se = statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else float("nan")
+    ok = None if len(diffs) < 3 else (True if mean - 2 * se > 0 else (False if mean + 2 * se < 0 else None))
+    res.claims.append(Claim(f"ACC-{pe}", f"Teleportation raises the final test accuracy of SGD training ({pe}, MNIST-1D)",
+                            f"{paper_base} -> {paper_tele}% on MNIST (Table 1)",
+                            f"{100 * statistics.fmean(b['test_acc'] for b in base):.2f} -> "
+                            f"{100 * statistics.fmean(t['test_acc'] for t in tele):.2f}% "
+                            f"(paired difference {mean:+.2f} +- {se:.2f} points, {len(diffs)} seed(s))",
+                            verdict(ok), "holds / fails when the mean paired difference is more than 2 standard "
+                            "errors above / below 0"))
