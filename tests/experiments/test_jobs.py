@@ -25,7 +25,9 @@ def test_resume_reuses_only_matching_records(tmp_path):
     rec = json.loads((tmp_path / "a.json").read_text())
     rec["result"] = -1.0  # a marker: a reused record returns it, a fresh run does not
     (tmp_path / "a.json").write_text(json.dumps(rec))
-    assert run_jobs(_jobs(), tmp_path, resume=True)["a"] == -1.0
+    stats = {}
+    assert run_jobs(_jobs(), tmp_path, resume=True, stats=stats)["a"] == -1.0
+    assert stats == {"reused": 2, "ran": 0}
     assert run_jobs(_jobs(), tmp_path, resume=False)["a"] == 50.0  # without --resume: always fresh
     (tmp_path / "a.json").write_text(json.dumps(rec))
     changed = [Job("a", speedup_pct, {"base": [0.1, 0.5], "tele": [0.1, 0.5]})]

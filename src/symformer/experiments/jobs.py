@@ -57,8 +57,10 @@ def _call(job: Job) -> Any:
     return job.fn(**job.kwargs)
 
 
-def run_jobs(jobs: list[Job], record_dir: Path | None = None, n_workers: int = 1, resume: bool = False) -> dict[str, Any]:
-    """{key: fn(**kwargs)} for every job; results must be JSON-serialisable when record_dir is given."""
+def run_jobs(jobs: list[Job], record_dir: Path | None = None, n_workers: int = 1, resume: bool = False,
+             stats: dict | None = None) -> dict[str, Any]:
+    """{key: fn(**kwargs)} for every job; results must be JSON-serialisable when record_dir is given.
+    `stats`, when given, accumulates how many jobs were "reused" from records and how many "ran"."""
     check_int("n_workers", n_workers, 1)
     keys = [j.key for j in jobs]
     if len(set(keys)) != len(keys):
@@ -74,6 +76,9 @@ def run_jobs(jobs: list[Job], record_dir: Path | None = None, n_workers: int = 1
             if got is not None:
                 out[j.key] = got
     todo = [j for j in jobs if j.key not in out]
+    if stats is not None:
+        stats["reused"] = stats.get("reused", 0) + len(out)
+        stats["ran"] = stats.get("ran", 0) + len(todo)
 
     def done(job: Job, result: Any) -> None:
         out[job.key] = result

@@ -193,7 +193,8 @@ def run(ctx: RunContext) -> ExperimentResult:
     # full run (45 + 16 trainings) resumes from its per-run records with --resume
     jobs = {(meth, hor, s): _forecast_job(ctx, meth, hor, s, steps, epochs, None, lr)
             for hor in horizons for meth in _methods() for s in seeds}  # same model and budget for every method
-    got = run_jobs(list(jobs.values()), ctx.out_dir / "runs", ctx.jobs, ctx.resume)
+    stats: dict = {}
+    got = run_jobs(list(jobs.values()), ctx.out_dir / "runs", ctx.jobs, ctx.resume, stats)
     runs: dict = {m: [tuple(got[j.key]) for (meth, _, _), j in jobs.items() if meth == m] for m in _methods()}
     if ctx.progress:
         print(f"[plash] etth1 done {time.perf_counter() - t0:.0f}s", flush=True)
@@ -216,7 +217,9 @@ def run(ctx: RunContext) -> ExperimentResult:
     sweep = {"M=64,D_k=128": mse["plash"]} if ctx.quick else {}
     sjobs = {f"M={m_},D_k={d_}": _forecast_job(ctx, "plash", 24, ctx.seed, steps, epochs, {"M": m_, "D_k": d_}, lr)
              for m_, d_ in sweep_grid}
-    got = run_jobs(list(sjobs.values()), ctx.out_dir / "runs", ctx.jobs, ctx.resume)
+    got = run_jobs(list(sjobs.values()), ctx.out_dir / "runs", ctx.jobs, ctx.resume, stats)
+    res.notes.append(f"ETTh1 runs: {stats['ran']} ran in this call, {stats['reused']} reused from the records under "
+                     "runs/ (--resume)")
     sweep.update({name: got[j.key][0] for name, j in sjobs.items()})
     res.metrics["sweep_mse_h24"] = sweep
     res.config = {"quick": ctx.quick, "steps": steps if ctx.quick else "6 epochs", "lr": lr, "horizons": horizons, "seeds": seeds, "model": "d_model 64, 4 heads, 2+1 layers",

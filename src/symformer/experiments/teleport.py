@@ -315,10 +315,11 @@ def _run_training(ctx: RunContext, plan: dict, notes: list[str]) -> dict:
     """All ViT runs as independent jobs (experiments/jobs.py: --jobs workers, --resume). Identical runs share a
     key, so the lr-selection run of the chosen lr is also seed 0 of the baseline."""
     done: dict = {}
+    stats: dict = {}
 
     def run(jobs: list[Job]) -> None:
         fresh = list({j.key: j for j in jobs if j.key not in done}.values())
-        done.update(run_jobs(fresh, ctx.out_dir / "runs", ctx.jobs, ctx.resume))
+        done.update(run_jobs(fresh, ctx.out_dir / "runs", ctx.jobs, ctx.resume, stats))
 
     lrs: dict = {}
     for ds in ("mnist1d", "digits"):
@@ -351,7 +352,13 @@ def _run_training(ctx: RunContext, plan: dict, notes: list[str]) -> dict:
             _arm_job("mnist1d", "rope", "tele", s, ctx.quick, chosen["mnist1d", "rope"], plan["epochs"]["mnist1d"],
                      state_policy=policy) for s in plan["ablation_seeds"]]
     run([j for jobs in spec.values() for j in jobs])
+    notes.append(_reuse_note("ViT", stats))
     return {key: [done[j.key] for j in jobs] for key, jobs in spec.items()}
+
+
+def _reuse_note(what: str, stats: dict) -> str:
+    return (f"{what} runs: {stats.get('ran', 0)} ran in this call, {stats.get('reused', 0)} reused from the records "
+            "under runs/ (--resume); the seconds below count only this call")
 
 
 @experiment("teleport", "Symmetry groups of attention for every PE, and teleportation speed-ups (SGD, ViT, char LM)")
@@ -423,7 +430,9 @@ def _lm_part(ctx: RunContext, res: ExperimentResult) -> dict:
     jobs = [Job(f"lm_{pe}_{'tele' if tele else 'base'}_s{ctx.seed}", lm_arm,
                 dict(pe=pe, teleport=tele, quick=ctx.quick, seed=ctx.seed, data_file=str(f)))
             for pe in ("sinusoidal", "rope") for tele in (False, True)]
-    got = run_jobs(jobs, ctx.out_dir / "runs", ctx.jobs, ctx.resume)
+    stats: dict = {}
+    got = run_jobs(jobs, ctx.out_dir / "runs", ctx.jobs, ctx.resume, stats)
+    res.notes.append(_reuse_note("LM", stats))
     lm = {f"{j.kwargs['pe']}/{'tele' if j.kwargs['teleport'] else 'base'}": got[j.key] for j in jobs}
     m = res.metrics
     m["lm_final_val_loss"] = {k: v["final_val_loss"] for k, v in lm.items()}
