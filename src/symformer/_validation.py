@@ -88,8 +88,9 @@ def check_attention_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, fi
         fail("k", f"batch/head dims {tuple(k.shape[:2])}", f"those of q {tuple(q.shape[:2])}")
 
 
-def check_finite_kv(k: torch.Tensor, v: torch.Tensor, derived: str) -> None:
-    """Raise naming k or v after `derived` (computed from them) came out non-finite."""
+def check_finite_kv(k: torch.Tensor, v: torch.Tensor, culprit: str, derived: str) -> None:
+    """Raise after `derived` (computed from k and v) came out non-finite: name the input holding a NaN/inf,
+    else `culprit` ("k" or "v"), the input whose finite values overflowed."""
     check_tensor("k", k)
     check_tensor("v", v)
-    fail("k", f"finite keys whose {derived} overflow to inf/NaN", "keys and values of moderate magnitude")
+    fail(culprit, f"finite values whose {derived} overflow to inf/NaN", "keys and values of moderate magnitude")

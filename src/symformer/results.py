@@ -83,9 +83,13 @@ def _jsonable(x: Any) -> Any:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
+    """Temporary file in the same folder, fsync, os.replace: readers see the old or the new file, never a torn one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
 
 

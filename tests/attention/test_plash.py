@@ -190,3 +190,11 @@ def test_overflowing_finite_keys_raise():
     assert torch.isfinite(huge).all()
     with pytest.raises(ValueError, match="^k: .*overflow"):
         m(q, huge, v)
+
+
+def test_overflowing_finite_values_name_v():
+    m = _small().float()
+    q, k, v = (x.float() for x in _qkv())
+    huge = torch.full_like(v, 3e38)  # finite, but A^T V sums past float32's range
+    with pytest.raises(ValueError, match="^v: .*overflow"):
+        m(q, k, huge)

@@ -202,8 +202,10 @@ class PlashAttention(AttentionCore):
         if is_causal:
             return self.causal(fold(q), fold(k), fold(v), scale).reshape(b, h, nq, -1)
         kt, vt = self.compress(fold(k), fold(v))
-        if not (all_finite(kt) and all_finite(vt)):
-            check_finite_kv(k, v, "Stage I summaries K~, V~")
+        if not all_finite(kt):  # the keys set the routing weights, so they reach both summaries
+            check_finite_kv(k, v, "k", "Stage I summary K~")
+        if not all_finite(vt):
+            check_finite_kv(k, v, "v", "Stage I summary V~")
         y_enh = self.embed(self.sketch_features(self.normalized_features(kt, vt)))
         out = self.readout(fold(q), y_enh, scale)[0]
         return out.reshape(b, h, nq, -1)

@@ -10,7 +10,6 @@ runs, so per-run wall-time ratios (teleport overhead) stay meaningful."""
 from __future__ import annotations
 
 import json
-import os
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from multiprocessing import get_context
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from symformer._validation import check_int, fail
+from symformer.results import atomic_write_text
 
 
 @dataclass(frozen=True)
@@ -28,15 +28,6 @@ class Job:
 
     def signature(self) -> dict:
         return {"fn": f"{self.fn.__module__}.{self.fn.__qualname__}", "kwargs": self.kwargs}
-
-
-def _write_atomic(path: Path, payload: dict) -> None:
-    tmp = path.with_suffix(".json.tmp")
-    with open(tmp, "w") as f:
-        json.dump(payload, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _load(path: Path, job: Job) -> Any:
@@ -83,7 +74,8 @@ def run_jobs(jobs: list[Job], record_dir: Path | None = None, n_workers: int = 1
     def done(job: Job, result: Any) -> None:
         out[job.key] = result
         if record_dir is not None:
-            _write_atomic(record_dir / f"{job.key}.json", {"signature": job.signature(), "result": result})
+            # json.dumps, not results.write_json: NaN must read back as NaN, not as the string "nan"
+            atomic_write_text(record_dir / f"{job.key}.json", json.dumps({"signature": job.signature(), "result": result}))
 
     if n_workers == 1 or len(todo) <= 1:
         for j in todo:
@@ -95,3 +87,9 @@ def run_jobs(jobs: list[Job], record_dir: Path | None = None, n_workers: int = 1
             for f in as_completed(futures):
                 done(futures[f], f.result())
     return {k: out[k] for k in keys}
+
+
+def reuse_note(what: str, stats: dict) -> str:
+    """A report line saying how many of `what` runs this call made and how many it took from records."""
+    return (f"{what} runs: {stats.get('ran', 0)} ran in this call, {stats.get('reused', 0)} reused from the records "
+            "under runs/ (--resume); the seconds reported count only this call")

@@ -12,7 +12,7 @@ from symformer.attention.certificate import cert_rate, certified, certify, combi
 from symformer.attention.plash import PlashAttention
 from symformer.attention.sketch import bucket_hashes, sign_hashes, tensor_sketch
 from symformer.experiments.base import RunContext, experiment
-from symformer.experiments.jobs import Job, run_jobs
+from symformer.experiments.jobs import Job, reuse_note, run_jobs
 from symformer.registry import ATTENTION
 from symformer.results import Claim, ExperimentResult, verdict
 
@@ -218,8 +218,7 @@ def run(ctx: RunContext) -> ExperimentResult:
     sjobs = {f"M={m_},D_k={d_}": _forecast_job(ctx, "plash", 24, ctx.seed, steps, epochs, {"M": m_, "D_k": d_}, lr)
              for m_, d_ in sweep_grid}
     got = run_jobs(list(sjobs.values()), ctx.out_dir / "runs", ctx.jobs, ctx.resume, stats)
-    res.notes.append(f"ETTh1 runs: {stats['ran']} ran in this call, {stats['reused']} reused from the records under "
-                     "runs/ (--resume)")
+    res.notes.append(reuse_note("ETTh1", stats))
     sweep.update({name: got[j.key][0] for name, j in sjobs.items()})
     res.metrics["sweep_mse_h24"] = sweep
     res.config = {"quick": ctx.quick, "steps": steps if ctx.quick else "6 epochs", "lr": lr, "horizons": horizons, "seeds": seeds, "model": "d_model 64, 4 heads, 2+1 layers",

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from symformer.experiments.base import RunContext, experiment
-from symformer.experiments.jobs import Job, run_jobs
+from symformer.experiments.jobs import Job, reuse_note, run_jobs
 from symformer.results import Claim, ExperimentResult, verdict
 from symformer.train.callbacks import Callback
 
@@ -249,6 +249,13 @@ def _figures(ctx: RunContext, runs: dict, lm: dict) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     names = []
+
+    def save(fig, name: str) -> None:
+        fig.tight_layout()
+        fig.savefig(ctx.out_dir / name, dpi=90)
+        plt.close(fig)
+        names.append(name)
+
     datasets = sorted({k[0] for k in runs})
     fig, axes = plt.subplots(1, len(datasets), figsize=(5 * len(datasets), 4), squeeze=False)
     for ax, ds in zip(axes[0], datasets, strict=True):
@@ -259,10 +266,7 @@ def _figures(ctx: RunContext, runs: dict, lm: dict) -> list[str]:
                     ls="-" if arm == "tele" else ("--" if arm == "base" else ":"))
         ax.set(title=f"{ds}: validation accuracy (seed 0)", xlabel="epoch", ylabel="accuracy")
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(ctx.out_dir / "teleport_accuracy.png", dpi=90)
-    names.append("teleport_accuracy.png")
-    plt.close(fig)
+    save(fig, "teleport_accuracy.png")
     fig, ax = plt.subplots(figsize=(6, 4))
     for key in (("mnist1d", "rope", "base", "sgd"), ("mnist1d", "rope", "tele", "sgd"), ("mnist1d", "rope", "zhao", "sgd")):
         if key in runs:
@@ -270,20 +274,14 @@ def _figures(ctx: RunContext, runs: dict, lm: dict) -> list[str]:
             ax.plot(range(len(n)), n, label="/".join(key[1:3]))
     ax.set(title="MNIST-1D RoPE: gradient norm (first steps)", xlabel="step", ylabel="||grad||")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(ctx.out_dir / "teleport_gradnorm.png", dpi=90)
-    names.append("teleport_gradnorm.png")
-    plt.close(fig)
+    save(fig, "teleport_gradnorm.png")
     if lm:
         fig, ax = plt.subplots(figsize=(6, 4))
         for key, r in lm.items():
             ax.plot([p[0] for p in r["points"]], [p[1] for p in r["points"]], label=key)
         ax.set(title="tiny Shakespeare: validation loss", xlabel="step", ylabel="loss (nats)")
         ax.legend()
-        fig.tight_layout()
-        fig.savefig(ctx.out_dir / "teleport_lm_loss.png", dpi=90)
-        names.append("teleport_lm_loss.png")
-        plt.close(fig)
+        save(fig, "teleport_lm_loss.png")
     return names
 
 
@@ -321,15 +319,12 @@ def _run_training(ctx: RunContext, plan: dict, notes: list[str]) -> dict:
         fresh = list({j.key: j for j in jobs if j.key not in done}.values())
         done.update(run_jobs(fresh, ctx.out_dir / "runs", ctx.jobs, ctx.resume, stats))
 
-    lrs: dict = {}
-    for ds in ("mnist1d", "digits"):
-        for pe in plan["pes"]:
-            lrs[ds, pe] = [plan["lr"][ds]] if plan["lr"] else plan["lr_grid"]
     # the baseline's lr is chosen on VALIDATION accuracy (never the test split), per dataset and PE
-    run([_arm_job(ds, pe, "base", 0, ctx.quick, lr, plan["epochs"][ds]) for (ds, pe), grid in lrs.items() for lr in grid])
-    chosen = {(ds, pe): max(grid, key=lambda lr, ds=ds, pe=pe: done[_arm_job(ds, pe, "base", 0, ctx.quick, lr,
-                                                                             plan["epochs"][ds]).key]["val_acc"])
-              for (ds, pe), grid in lrs.items()}
+    trials = {(ds, pe): [_arm_job(ds, pe, "base", 0, ctx.quick, lr, plan["epochs"][ds])
+                         for lr in ([plan["lr"][ds]] if plan["lr"] else plan["lr_grid"])]
+              for ds in ("mnist1d", "digits") for pe in plan["pes"]}
+    run([j for js in trials.values() for j in js])
+    chosen = {cell: max(js, key=lambda j: done[j.key]["val_acc"]).kwargs["lr"] for cell, js in trials.items()}
     spec: dict = {}  # (ds, pe, arm, opt) -> jobs over seeds
     for ds in ("mnist1d", "digits"):
         ep = plan["epochs"][ds]
@@ -352,13 +347,8 @@ def _run_training(ctx: RunContext, plan: dict, notes: list[str]) -> dict:
             _arm_job("mnist1d", "rope", "tele", s, ctx.quick, chosen["mnist1d", "rope"], plan["epochs"]["mnist1d"],
                      state_policy=policy) for s in plan["ablation_seeds"]]
     run([j for jobs in spec.values() for j in jobs])
-    notes.append(_reuse_note("ViT", stats))
+    notes.append(reuse_note("ViT", stats))
     return {key: [done[j.key] for j in jobs] for key, jobs in spec.items()}
-
-
-def _reuse_note(what: str, stats: dict) -> str:
-    return (f"{what} runs: {stats.get('ran', 0)} ran in this call, {stats.get('reused', 0)} reused from the records "
-            "under runs/ (--resume); the seconds below count only this call")
 
 
 @experiment("teleport", "Symmetry groups of attention for every PE, and teleportation speed-ups (SGD, ViT, char LM)")
@@ -432,7 +422,7 @@ def _lm_part(ctx: RunContext, res: ExperimentResult) -> dict:
             for pe in ("sinusoidal", "rope") for tele in (False, True)]
     stats: dict = {}
     got = run_jobs(jobs, ctx.out_dir / "runs", ctx.jobs, ctx.resume, stats)
-    res.notes.append(_reuse_note("LM", stats))
+    res.notes.append(reuse_note("LM", stats))
     lm = {f"{j.kwargs['pe']}/{'tele' if j.kwargs['teleport'] else 'base'}": got[j.key] for j in jobs}
     m = res.metrics
     m["lm_final_val_loss"] = {k: v["final_val_loss"] for k, v in lm.items()}
