@@ -10,6 +10,8 @@ from typing import List, Optional
 
 import typer
 
+from symformer._io import check_writable_dir
+
 try:  # typer >= 0.20 vendors click as typer._click; older typer depends on click
     from typer._click import exceptions as click_exc
 except ImportError:  # pragma: no cover
@@ -45,7 +47,8 @@ def reproduce(names: Optional[List[str]] = typer.Argument(None, help="experiment
               list_: bool = typer.Option(False, "--list", help="list the registered experiments and exit"),
               data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="folder with data files (else $SYMFORMER_DATA)"),
               jobs: int = typer.Option(1, "--jobs", help="worker processes for experiments made of independent runs (teleport)"),
-              resume: bool = typer.Option(False, "--resume", help="reuse the runs an interrupted call recorded under OUT/<name>/runs")):
+              resume: bool = typer.Option(False, "--resume", help="reuse the runs an interrupted call recorded under OUT/<name>/runs"),
+              set_: Optional[List[str]] = typer.Option(None, "--set", help="experiment option NAME.option=value (see --list), repeatable")):
     """Run the papers' experiments and write OUT/<name>/results.json and OUT/report.md."""
     from symformer.data.paths import MissingDataError, data_file
     from symformer.experiments import RunContext, load_all
@@ -57,11 +60,15 @@ def reproduce(names: Optional[List[str]] = typer.Argument(None, help="experiment
             spec = reg.get(n)
             files = f"  [data: {', '.join(spec.data_files)}]" if spec.data_files else ""
             typer.echo(f"{n:12s} {spec.description}{files}")
+            for opt, (default, text) in getattr(spec, "options", {}).items():
+                typer.echo(f"{'':12s}   --set {n}.{opt}={json.dumps(default)}  {text}")
         return
     chosen = list(names or reg.names())
     _check_names("experiment", chosen, reg.names())
     if jobs < 1:
         raise CLIError(f"--jobs: got {jobs}, expected an integer >= 1")
+    options = experiment_options(reg, chosen, set_ or [])
+    check_writable_dir(out, "--out")  # before any work: an unwritable --out costs one line, not a lost run
     _threads()
     entries = []
     from tqdm import tqdm
@@ -75,16 +82,43 @@ def reproduce(names: Optional[List[str]] = typer.Argument(None, help="experiment
                 raise CLIError(str(e)) from None
             entries.append({"name": name, "status": "skipped", "reason": str(e)})
             continue
-        ctx = RunContext(out_dir=out / name, quick=quick, seed=seed, data_dir=data_dir, jobs=jobs, resume=resume)
+        ctx = RunContext(out_dir=out / name, quick=quick, seed=seed, data_dir=data_dir, jobs=jobs, resume=resume,
+                         options=options[name])
         t0 = time.perf_counter()
         typer.echo(f"[{name}] running{' (quick)' if quick else ''} ...", err=True)
         result = spec.fn(ctx)
+        if ctx.options:
+            result.config = {**result.config, "options": ctx.options}
         secs = time.perf_counter() - t0
         payload = write_experiment(out / name, name, quick, result, seconds=secs)
         entries.append({"name": name, "status": "ran", "payload": payload, "seconds": secs})
         typer.echo(f"[{name}] done in {secs:.1f}s -> {out / name / 'results.json'}", err=True)
     path = write_index(out, entries, quick)
     typer.echo(f"report: {path}")
+
+
+def experiment_options(reg, chosen: list[str], items: list[str]) -> dict[str, dict]:
+    """`--set NAME.option=value` (or `option=value` when one experiment runs) -> {name: resolved options}.
+    Values are JSON where they parse, else strings; unknown names and options name the closest valid one."""
+    import difflib
+
+    from symformer.train.presets import parse_set
+    given: dict[str, dict] = {n: {} for n in chosen}
+    for item in items:
+        path, value = parse_set(item)
+        if len(path) == 1 and len(chosen) == 1:
+            path = [chosen[0], path[0]]
+        if len(path) != 2:
+            raise CLIError(f"--set: got {item!r}, expected EXPERIMENT.option=value (see reproduce --list)")
+        name, opt = path
+        if name not in chosen:
+            close = difflib.get_close_matches(name, reg.names(), n=1)
+            why = (f"this call does not run {name}" if name in reg.names()
+                   else f"no experiment {name!r}" + (f"; did you mean {close[0]}?" if close else ""))
+            raise CLIError(f"--set: got {item!r}, expected an option of an experiment this call runs ({why})")
+        given[name][opt] = value
+    return {n: reg.get(n).resolve_options(given[n]) if hasattr(reg.get(n), "resolve_options") else {}
+            for n in chosen}
 
 
 @app.command()
@@ -105,6 +139,7 @@ def bench(suites: Optional[List[str]] = typer.Argument(None, help="suites to run
     _check_names("benchmark suite", chosen, reg.names())
     if device not in ("cpu", "cuda"):
         raise CLIError(f"--device: got {device!r}, expected cpu or cuda")
+    check_writable_dir(out, "--out")
     _threads()
     for name in chosen:
         typer.echo(f"[{name}] timing ...", err=True)
@@ -129,7 +164,8 @@ def parse_kv(text: str, option: str) -> dict:
 
 @app.command()
 def train(preset: Optional[str] = typer.Option(None, "--preset", help="a named setup (see --list-presets)"),
-          config: Optional[Path] = typer.Option(None, "--config", help="JSON/TOML with task, data, model, train"),
+          config: Optional[Path] = typer.Option(None, "--config", help="JSON/TOML with task, data, model, train (applied after --preset)"),
+          set_: Optional[List[str]] = typer.Option(None, "--set", help="key.sub=value, applied last (e.g. train.lr=3e-3), repeatable"),
           out: Path = typer.Option(Path("out/train"), "--out"),
           resume: bool = typer.Option(False, "--resume", help="continue from OUT/checkpoint.pt"),
           teleport: Optional[str] = typer.Option(None, "--teleport", help="e.g. alpha=0.65,samples=16,epoch=1,steps=4"),
@@ -142,15 +178,18 @@ def train(preset: Optional[str] = typer.Option(None, "--preset", help="a named s
 
     from symformer.registry import CALLBACKS
     from symformer.results import environment, write_json
-    from symformer.train import Trainer
+    from symformer.train import CheckpointError, Trainer
     from symformer.train.presets import PRESETS, build, load_config, resolve, result_metrics
     if list_presets:
         for n in PRESETS:
             typer.echo(n)
         return
-    if (preset is None) == (config is None):
-        raise CLIError("train: give exactly one of --preset NAME or --config FILE")
-    spec = resolve(preset, load_config(config) if config else None)
+    if preset is None and config is None:
+        raise CLIError("train: give --preset NAME, --config FILE or both (then --set key.sub=value to adjust)")
+    spec = resolve(preset, load_config(config) if config else None, set_ or [])
+    if seed is not None:  # recorded in OUT/config.json, so --config OUT/config.json repeats this run
+        spec["train"] = {**spec.get("train", {}), "seed": seed}
+    check_writable_dir(out, "--out")
     _threads()
     from symformer.train import distributed
     distributed.init_from_env()  # no-op unless launched by torchrun
@@ -163,7 +202,12 @@ def train(preset: Optional[str] = typer.Option(None, "--preset", help="a named s
     trainer = Trainer(model, task, split.train, split.val, tcfg, test=split.test, callbacks=callbacks, out_dir=out)
     if resume and not trainer.ckpt_path.exists():
         raise CLIError(f"--resume: no checkpoint at {trainer.ckpt_path}; run once without --resume first")
-    final = trainer.fit(resume=resume)
+    if distributed.is_main():
+        write_json(out / "config.json", spec)  # the resolved config: --config OUT/config.json repeats the run
+    try:
+        final = trainer.fit(resume=resume)
+    except CheckpointError as e:
+        raise CLIError(f"--resume: {e}") from None
     metrics = result_metrics(spec["task"], final)
     if not distributed.is_main():
         return

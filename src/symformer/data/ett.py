@@ -3,14 +3,15 @@ windows of input `seq_len`, decoder label `label_len` and horizon `pred_len`."""
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import torch
 
 from symformer._validation import check_int
 from symformer.data.base import Split, TensorData
+from symformer.data.files import need_rows, read_table
 from symformer.data.paths import data_file
 
 HOURS_PER_MONTH = 30 * 24  # the Informer protocol's month
+ETT_COLUMNS = ("HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT")  # after `date`, in every ETT file
 
 
 def ett_borders(seq_len: int, unit: int = HOURS_PER_MONTH) -> tuple[list[int], list[int]]:
@@ -33,22 +34,33 @@ def _windows(arr: torch.Tensor, stamps: torch.Tensor, seq_len: int, label_len: i
     return data
 
 
+def _check_lengths(path, n_rows: int, b1: list[int], b2: list[int], seq_len: int, pred_len: int) -> None:
+    """Every split must hold one full window and the file every row up to the last border."""
+    for name, a, b in zip(("train", "val", "test"), b1, b2):
+        if b - a < seq_len + pred_len:
+            raise ValueError(f"seq_len + pred_len: got {seq_len} + {pred_len} = {seq_len + pred_len}, expected at most "
+                             f"the {b - a} rows of the {name} split (rows {a}..{b})")
+    need_rows(path, n_rows, b2[-1], f"the Informer train/val/test borders end at row {b2[-1]}")
+
+
 def load_ett(filename: str = "ETTh1.csv", seq_len: int = 96, label_len: int = 48, pred_len: int = 24,
              data_dir=None, unit: int = HOURS_PER_MONTH) -> Split:
     check_int("seq_len", seq_len, 1)
     check_int("label_len", label_len, 0, seq_len)
     check_int("pred_len", pred_len, 1)
-    df = pd.read_csv(data_file(filename, data_dir))
-    values = df[df.columns[1:]].to_numpy(dtype=np.float64)
+    path = data_file(filename, data_dir)
+    df = read_table(path, ETT_COLUMNS, date_column="date")  # one line per defect: column and first bad row
+    values = df[list(ETT_COLUMNS)].to_numpy(dtype=np.float64)
     b1, b2 = ett_borders(seq_len, unit)
+    _check_lengths(path, len(df), b1, b2, seq_len, pred_len)
     train_raw = values[b1[0]:b2[0]]
     mean, std = train_raw.mean(0), train_raw.std(0)  # fitted on train only
     std = np.where(std > 0, std, 1.0)
     scaled = torch.tensor((values - mean) / std, dtype=torch.float32)
-    t = pd.to_datetime(df[df.columns[0]])
+    t = df["date"]
     stamps = torch.tensor(np.stack([t.dt.month / 12 - 0.5, t.dt.day / 31 - 0.5, t.dt.day_of_week / 6 - 0.5,
                                     t.dt.hour / 23 - 0.5], axis=1), dtype=torch.float32)
     parts = [_windows(scaled[a:b], stamps[a:b], seq_len, label_len, pred_len) for a, b in zip(b1, b2)]
-    return Split(*parts, {"n_vars": values.shape[1], "columns": list(df.columns[1:]), "mean": mean, "std": std,
+    return Split(*parts, {"n_vars": values.shape[1], "columns": list(ETT_COLUMNS), "mean": mean, "std": std,
                           "borders": (b1, b2), "seq_len": seq_len, "label_len": label_len, "pred_len": pred_len,
                           "coord_dim": 1})

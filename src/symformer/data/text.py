@@ -5,6 +5,7 @@ import torch
 
 from symformer._validation import check_int
 from symformer.data.base import Split, TensorData
+from symformer.data.files import need_rows, read_text
 from symformer.data.paths import data_file
 
 
@@ -22,14 +23,33 @@ def windows(ids: torch.Tensor, block: int, stride: int) -> TensorData:
     return TensorData(w[:, :-1], w[:, 1:], torch.arange(block, dtype=torch.float32)[:, None])
 
 
+def _split_sizes(n: int) -> tuple[int, int, int]:
+    a, b = int(0.9 * n), int(0.95 * n)
+    return a, b - a, n - b
+
+
+def min_chars(block: int) -> int:
+    """Fewest characters whose 90/5/5 split holds one window of block + 1 characters in every part."""
+    n = 20 * (block + 1)
+    while min(_split_sizes(n)) < block + 1:
+        n += 1
+    return n
+
+
 def load_char_text(block: int = 64, data_dir=None, filename: str = "tinyshakespeare.txt",
                    max_chars: int | None = None, stride: int | None = None) -> Split:
     """Contiguous train/val/test thirds of 90/5/5 so no window crosses a split boundary."""
     check_int("block", block, 2)
-    text = data_file(filename, data_dir).read_text(encoding="utf-8")
+    path = data_file(filename, data_dir)
+    text = read_text(path, "a text corpus")  # empty or not UTF-8: one line naming the byte offset
+    need = min_chars(block)
+    if max_chars is not None:
+        check_int("max_chars", max_chars, need)
+    need_rows(path, len(text), need, f"block={block} needs a window of {block + 1} characters in each of the "
+              "90/5/5 train/val/test parts", unit="characters")
     ids, vocab = encode_text(text)
     if max_chars is not None:
-        ids = ids[:check_int("max_chars", max_chars, 3 * (block + 2))]
+        ids = ids[:max_chars]
     n = len(ids)
     a, b = int(0.9 * n), int(0.95 * n)
     stride = stride or block

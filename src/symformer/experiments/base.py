@@ -1,11 +1,13 @@
 """Experiment registry and run context."""
 from __future__ import annotations
 
+import difflib
+import functools
 import importlib
 import pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from symformer.registry import Registry
 from symformer.results import ExperimentResult
@@ -17,6 +19,30 @@ class ExperimentSpec:
     fn: Callable[["RunContext"], ExperimentResult]
     description: str
     data_files: tuple[str, ...] = ()
+    # Options a user may change with `symformer reproduce NAME --set NAME.option=value`:
+    # {option: (default, one-line help)}. Defaults are what a plain run uses.
+    options: dict[str, tuple[Any, str]] = field(default_factory=dict)
+
+    def resolve_options(self, overrides: dict[str, Any]) -> dict[str, Any]:
+        """Defaults updated by `overrides`; an unknown option or a value of another JSON type is a
+        ValueError/TypeError naming the option (and, for a typo, the closest valid one)."""
+        out = {k: d for k, (d, _) in self.options.items()}
+        for key, val in overrides.items():
+            if key not in self.options:
+                known = sorted(self.options)
+                close = difflib.get_close_matches(key, known, n=1)
+                hint = f"; did you mean {self.name}.{close[0]}?" if close else ""
+                raise ValueError(f"--set: got unknown option {self.name}.{key}, expected one of "
+                                 f"{', '.join(f'{self.name}.{k}' for k in known) or '(this experiment has no options)'}"
+                                 f"{hint}")
+            default = self.options[key][0]
+            ok = default is None or (type(val) is type(default)) or (type(default) is float and type(val) is int)
+            if not ok:
+                kind = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false",
+                        "list": "a JSON list", "dict": "a JSON object"}.get(type(default).__name__, type(default).__name__)
+                raise TypeError(f"--set: got {self.name}.{key}={val!r}, expected {kind} like the default {default!r}")
+            out[key] = float(val) if type(default) is float else val
+        return out
 
 
 @dataclass
@@ -30,6 +56,7 @@ class RunContext:
     jobs: int = 1          # worker processes for experiments made of independent sub-runs (experiments/jobs.py)
     resume: bool = False   # reuse sub-runs recorded under out_dir/runs by an earlier, interrupted run
     extra: dict = field(default_factory=dict)
+    options: dict = field(default_factory=dict)  # the experiment's options (ExperimentSpec.options), resolved
 
     def data_file(self, name: str) -> Path:
         from symformer.data.paths import data_file
@@ -39,11 +66,22 @@ class RunContext:
 EXPERIMENTS: Registry[ExperimentSpec] = Registry("experiment")
 
 
-def experiment(name: str, description: str = "", data_files: tuple[str, ...] = ()):
-    """Register `fn(ctx) -> ExperimentResult` as experiment `name`; `data_files` are checked before it runs."""
+def experiment(name: str, description: str = "", data_files: tuple[str, ...] = (),
+               options: dict[str, tuple[Any, str]] | None = None):
+    """Register `fn(ctx) -> ExperimentResult` as experiment `name`; `data_files` are checked before it runs.
+    `options` {name: (default, help)} are what `reproduce --set NAME.option=value` may change; the
+    registered function sees every option in `ctx.options` (defaults filled in, also for direct calls)."""
     def deco(fn):
-        EXPERIMENTS.register(name)(ExperimentSpec(name, fn, description or (fn.__doc__ or "").strip().split("\n")[0], tuple(data_files)))
-        return fn
+        desc = description or (fn.__doc__ or "").strip().split("\n")[0]
+        spec = ExperimentSpec(name, fn, desc, tuple(data_files), dict(options or {}))
+
+        @functools.wraps(fn)
+        def with_options(ctx: RunContext) -> ExperimentResult:
+            ctx.options = spec.resolve_options(ctx.options)
+            return fn(ctx)
+        spec.fn = with_options
+        EXPERIMENTS.register(name)(spec)
+        return with_options
     return deco
 
 

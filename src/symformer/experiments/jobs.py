@@ -33,7 +33,9 @@ class Job:
 def _load(path: Path, job: Job) -> Any:
     try:
         rec = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError):  # absent, torn or not JSON: run the job again
+        return None
+    if not isinstance(rec, dict) or "result" not in rec:
         return None
     same = rec.get("signature") == json.loads(json.dumps(job.signature()))
     return rec["result"] if same else None
@@ -77,9 +79,19 @@ def run_jobs(jobs: list[Job], record_dir: Path | None = None, n_workers: int = 1
             # json.dumps, not results.write_json: NaN must read back as NaN, not as the string "nan"
             atomic_write_text(record_dir / f"{job.key}.json", json.dumps({"signature": job.signature(), "result": result}))
 
-    if n_workers == 1 or len(todo) <= 1:
+    if n_workers == 1:
         for j in todo:
             done(j, _call(j))
+    elif len(todo) == 1:
+        # in this process but with the workers' single thread, so a job's numbers do not depend on how many
+        # jobs were left (a resumed run must reproduce an uninterrupted one bit for bit)
+        import torch
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            done(todo[0], _call(todo[0]))
+        finally:
+            torch.set_num_threads(threads)
     else:
         with ProcessPoolExecutor(min(n_workers, len(todo)), mp_context=get_context("spawn"),
                                  initializer=_init_worker) as pool:

@@ -8,6 +8,7 @@ from typing import Optional
 import torch
 import typer
 
+from symformer._io import save_atomic
 from symformer._validation import fail
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -15,25 +16,31 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 
 
 def load_matrix(path: Path, name: str) -> torch.Tensor:
-    """A 2-D float matrix from .pt (a tensor) or .npy."""
-    path = Path(path)
-    if not path.is_file():
-        fail(name, str(path), "an existing .pt or .npy file")
-    if path.suffix == ".npy":
-        import numpy as np
-        x = torch.from_numpy(np.load(path, allow_pickle=False))
-    elif path.suffix == ".pt":
-        x = torch.load(path, map_location="cpu", weights_only=True)
-    else:
-        fail(name, str(path), "a file ending in .pt or .npy")
-    if not isinstance(x, torch.Tensor) or x.ndim != 2 or not x.is_floating_point():
-        fail(name, f"{type(x).__name__} {tuple(getattr(x, 'shape', ()))}", "a 2-D floating-point matrix")
+    """A 2-D float matrix from .pt (a tensor, loaded with weights_only=True) or .npy (allow_pickle=False)."""
+    from symformer.data.files import load_array
+    x = load_array(path, name)
+    if x.ndim != 2 or not x.is_floating_point():
+        fail(name, f"{path}: a {x.dtype} tensor of shape {tuple(x.shape)}", "a 2-D floating-point matrix")
     return x.double()
+
+
+def _json_pairs(path: Path) -> list[tuple[int, int]]:
+    from symformer.data.files import read_text
+    try:
+        pairs = json.loads(read_text(path, "a JSON list of [key, value] pairs"))
+    except json.JSONDecodeError as e:
+        fail("--facts", f"{path} ({e.msg} at line {e.lineno})", "valid JSON: [[key, value], ...]")
+    ok = isinstance(pairs, list) and all(isinstance(p, list) and len(p) == 2 and all(
+        isinstance(x, int) and not isinstance(x, bool) for x in p) for p in pairs)
+    if not ok:
+        fail("--facts", f"{path}: a JSON value that is not a list of integer [key, value] pairs", "[[key, value], ...]")
+    return [(k, v) for k, v in pairs]
 
 
 def load_facts(path: Optional[Path], n_keys: int, n_values: int) -> torch.Tensor:
     """Facts as a 1-D integer array (.pt/.npy: facts[i] = f(i)) or a JSON list of [key, value] pairs;
     default: the identity map (requires |K| = |V|)."""
+    from symformer.data.files import load_array
     from symformer.facts.embeddings import fact_pairs_to_map
     if path is None:
         if n_keys != n_values:
@@ -43,18 +50,17 @@ def load_facts(path: Optional[Path], n_keys: int, n_values: int) -> torch.Tensor
     if not path.is_file():
         fail("--facts", str(path), "an existing .json, .pt or .npy file")
     if path.suffix == ".json":
-        pairs = json.loads(path.read_text())
-        if not isinstance(pairs, list) or not all(isinstance(p, list) and len(p) == 2 for p in pairs):
-            fail("--facts", "a JSON value that is not a list of [key, value] pairs", "[[key, value], ...]")
-        return fact_pairs_to_map([(int(k), int(v)) for k, v in pairs], n_keys)
-    if path.suffix == ".npy":
-        import numpy as np
-        f = torch.from_numpy(np.load(path, allow_pickle=False))
-    else:
-        f = torch.load(path, map_location="cpu", weights_only=True)
-    if not isinstance(f, torch.Tensor) or f.ndim != 1 or f.is_floating_point():
-        fail("--facts", f"{type(f).__name__} {tuple(getattr(f, 'shape', ()))}", "a 1-D integer array")
+        return fact_pairs_to_map(_json_pairs(path), n_keys)
+    f = load_array(path, "--facts")
+    if f.ndim != 1 or f.is_floating_point():
+        fail("--facts", f"{path}: a {f.dtype} tensor of shape {tuple(f.shape)}", "a 1-D integer array")
     return f.long()
+
+
+def _check_out_file(out: Path) -> None:
+    """Before any work: OUT must be a file we can create (its folder writable, not a folder itself)."""
+    from symformer._io import check_writable_file
+    check_writable_file(out, "--out")
 
 
 @app.command()
@@ -78,6 +84,7 @@ def build(keys: Path = typer.Option(..., "--keys", help="key embeddings |K| x d 
     from symformer.facts.embeddings import FactSet, validate_fact_set
     if method not in METHODS:
         fail("--method", method, f"one of {', '.join(METHODS)}")
+    _check_out_file(out)
     K, V = load_matrix(keys, "--keys"), load_matrix(values, "--values")
     f = load_facts(facts, K.shape[0], V.shape[0])
     validate_fact_set(K, V, f)
@@ -92,7 +99,8 @@ def build(keys: Path = typer.Option(..., "--keys", help="key embeddings |K| x d 
     mlp = build_fact_mlp(K, V, f, method, m=m, h=h, seed=seed, options=opts)
     cfg = {"method": method, "m": m, "h": mlp.h, "d": mlp.d, "gated": mlp.gated, "activation": mlp.activation,
            "params": mlp.n_params(), "accuracy": mlp.accuracy, "n_facts": int(f.numel())}
-    torch.save({"config": cfg, "state_dict": mlp.state_dict()}, out)
+    # plain dict of numbers/strings + tensors: loads with torch.load(weights_only=True), like checkpoints
+    save_atomic({"config": cfg, "state_dict": mlp.state_dict()}, out)
     typer.echo(json.dumps({**cfg, "out": str(out)}))
 
 
@@ -101,9 +109,11 @@ def rho(values: Path = typer.Option(..., "--values", help="value embeddings |V| 
         out: Optional[Path] = typer.Option(None, "--out", help="save rho_i and U* here (.pt)")):
     """Decodability rho(V) (eq. 3); lists the values that are not vertices (never decodable)."""
     from symformer.facts.decodability import decodability
+    if out is not None:
+        _check_out_file(out)
     V = load_matrix(values, "--values")
     info = decodability(V)
     if out is not None:
-        torch.save({"rho": info.rho, "rho_i": info.rho_i, "U": info.U}, out)
+        save_atomic({"rho": float(info.rho), "rho_i": torch.as_tensor(info.rho_i), "U": torch.as_tensor(info.U)}, out)
     typer.echo(json.dumps({"rho": info.rho, "n_values": V.shape[0], "d": V.shape[1],
                            "not_vertices": info.not_vertices}))

@@ -4,6 +4,7 @@ A config file (JSON, or TOML on Python >= 3.11) has the same four keys as a pres
 optional and falls back to the task's defaults."""
 from __future__ import annotations
 
+import difflib
 import json
 from pathlib import Path
 from typing import Any
@@ -39,32 +40,125 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
+    from symformer.data.files import read_text
     path = Path(path)
     if not path.is_file():
         fail("--config", str(path), "an existing JSON or TOML file")
+    text = read_text(path, "a JSON or TOML config")
     if path.suffix == ".toml":
         import tomllib
-        return tomllib.loads(path.read_text())
+        try:
+            return tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            fail("--config", f"{path} ({e})", "valid TOML")
     try:
-        return json.loads(path.read_text())
+        return json.loads(text)
     except json.JSONDecodeError as e:
         fail("--config", f"{path} ({e.msg} at line {e.lineno})", "valid JSON")
         raise AssertionError from e
 
 
-def resolve(preset: str | None = None, config: dict[str, Any] | None = None) -> dict[str, Any]:
+SECTIONS = ("data", "model", "train")
+
+
+def _loader(task: str):
+    from symformer import data as D
+    return {"digits": D.load_digits_patches, "mnist1d": D.load_mnist1d, "shakespeare": D.load_char_text,
+            "etth1": D.load_ett}[task]
+
+
+def valid_keys(task: str | None) -> dict[str, list[str]]:
+    """The keys each section accepts: the data loader's arguments, TransformerConfig and TrainConfig fields."""
+    import dataclasses
+    import inspect
+    data = [] if task not in TASKS else [p for p in inspect.signature(_loader(task)).parameters if p != "data_dir"]
+    return {"data": data, "model": [f.name for f in dataclasses.fields(TransformerConfig)],
+            "train": [f.name for f in dataclasses.fields(TrainConfig)]}
+
+
+def _unknown(source: str, key: str, known: list[str]) -> None:
+    """An unknown (dotted) key: name it, the closest valid key (difflib) and the valid keys."""
+    head, _, rest = key.partition(".")
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.5)
+    if rest and head not in SECTIONS:  # a typo in the section: 'modl.d_model' -> 'model.d_model'
+        sec = difflib.get_close_matches(head, SECTIONS, n=1, cutoff=0.5)
+        close = [f"{sec[0]}.{rest}"] if sec else close
+    hint = f"did you mean {close[0]}? " if close else ""
+    raise ValueError(f"{source}: unknown key {key!r}; {hint}(valid: {', '.join(known)})")
+
+
+def parse_set(item: str) -> tuple[list[str], Any]:
+    """'train.lr=3e-3' -> (['train', 'lr'], 0.003): the value as JSON where it parses, else the string."""
+    if not isinstance(item, str) or "=" not in item:
+        fail("--set", item, "key.sub=value (e.g. train.lr=3e-3)")
+    key, raw = item.split("=", 1)
+    path = key.strip().split(".")
+    if not all(path):
+        fail("--set", item, "a dotted key without empty parts (e.g. model.d_model=32)")
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return path, value
+
+
+def _merge(spec: dict[str, Any], config: dict[str, Any], source: str) -> None:
+    if not isinstance(config, dict):
+        fail(source, type(config).__name__, "a table/object with keys among task, data, model, train, seed", TypeError)
+    for key, val in config.items():
+        if key not in ("task", "seed", *SECTIONS):
+            _unknown(source, str(key), ["task", "seed", *SECTIONS])
+        if key in SECTIONS:
+            if not isinstance(val, dict):
+                fail(f"{source}: {key}", val, "a table/object of settings", TypeError)
+            spec[key] = {**spec.get(key, {}), **val}
+        else:
+            spec[key] = val
+
+
+def _apply_set(spec: dict[str, Any], path: list[str], value: Any) -> None:
+    if len(path) == 1:
+        _merge(spec, {path[0]: value}, "--set")
+        return
+    if path[0] not in SECTIONS:
+        _unknown("--set", ".".join(path), ["task", "seed", *SECTIONS])
+    node = spec.setdefault(path[0], {})
+    for part in path[1:-1]:  # deeper keys go into dict-valued settings (e.g. model.attention_kwargs.M=64)
+        if not isinstance(node.get(part, {}), dict):
+            fail("--set", ".".join(path), f"a key below a table, but {part} is {node[part]!r}")
+        node = node.setdefault(part, {})
+    node[path[-1]] = value
+
+
+def _check_keys(spec: dict[str, Any], source: str) -> None:
+    known = valid_keys(spec["task"])
+    for sec in SECTIONS:
+        for key in spec.get(sec, {}):
+            if key not in known[sec]:
+                _unknown(source, f"{sec}.{key}", [f"{sec}.{k}" for k in known[sec]])
+
+
+def resolve(preset: str | None = None, config: dict[str, Any] | None = None,
+            sets: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+    """The run's {task, data, model, train}: preset, then the config file, then each `--set key.sub=value`,
+    in that order. Unknown keys are errors naming the closest valid key (difflib)."""
     if preset is not None:
         check_choice("--preset", preset, PRESETS)
         spec = json.loads(json.dumps(PRESETS[preset]))
     else:
         spec = {}
-    for key, val in (config or {}).items():
-        if key not in ("task", "data", "model", "train", "seed"):
-            fail("config", key, "keys among task, data, model, train, seed")
-        spec[key] = {**spec.get(key, {}), **val} if isinstance(val, dict) else val
+    _merge(spec, config or {}, "config")
     if "task" not in spec:
         fail("config", "no task", f"a task among {', '.join(TASKS)}")
     check_choice("task", spec["task"], TASKS)
+    _check_keys(spec, "config")
+    for item in sets:
+        _apply_set(spec, *parse_set(item))
+    check_choice("task", spec["task"], TASKS)
+    _check_keys(spec, "--set")
+    if "seed" in spec:
+        from symformer._validation import check_int
+        check_int("seed", spec["seed"])
     return spec
 
 
@@ -73,6 +167,7 @@ def build(spec: dict[str, Any], data_dir=None, seed: int | None = None):
     from symformer import data as D
     t, dkw, mkw = spec["task"], dict(spec.get("data", {})), dict(spec.get("model", {}))
     tkw = dict(spec.get("train", {}))
+    seed = spec.get("seed") if seed is None else seed  # --seed, else the config's top-level seed
     if seed is not None:
         tkw["seed"] = seed
     tcfg = TrainConfig(**tkw)

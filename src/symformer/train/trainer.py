@@ -21,7 +21,16 @@ from symformer._validation import check_choice, check_float, check_int, fail
 from symformer.data.base import TensorData, epoch_order, n_batches, shard
 from symformer.train import distributed as D
 from symformer.train.callbacks import Callback
-from symformer.train.checkpoint import load, save_atomic
+from symformer.train.checkpoint import (
+    FORMAT,
+    VERSION,
+    CheckpointError,
+    check_compatible,
+    load_checkpoint,
+    rng_state,
+    save_atomic,
+    set_rng_state,
+)
 from symformer.train.tasks import Task
 
 
@@ -53,6 +62,19 @@ class TrainConfig:
         check_float("lr", self.lr, 0.0, low_open=True)
         check_int("warmup_steps", self.warmup_steps, 0)
         check_int("checkpoint_every", self.checkpoint_every, 0)
+        check_float("momentum", self.momentum, 0.0, 1.0)
+        check_float("weight_decay", self.weight_decay, 0.0)
+        check_float("min_lr_ratio", self.min_lr_ratio, 0.0, 1.0)
+        check_float("decay_gamma", self.decay_gamma, 0.0, 1.0, low_open=True)
+        if self.grad_clip is not None:
+            check_float("grad_clip", self.grad_clip, 0.0)
+        check_int("seed", self.seed)
+        check_int("eval_batch_size", self.eval_batch_size, 1)
+        if self.max_steps is not None:
+            check_int("max_steps", self.max_steps, 1)
+        for name in ("drop_last", "progress"):
+            if not isinstance(getattr(self, name), bool):
+                fail(name, getattr(self, name), "true or false", TypeError)
 
 
 def seed_everything(seed: int) -> None:
@@ -97,6 +119,10 @@ class TrainState:
     epoch_losses: list[float] = field(default_factory=list)  # losses of the unfinished epoch
 
 
+# TrainConfig fields that do not change the trajectory, so a resumed run may change them
+_RESUME_FREE = ("progress", "checkpoint_every", "eval_batch_size")
+
+
 class Trainer:
     def __init__(self, model: torch.nn.Module, task: Task, train: TensorData, val: TensorData | None,
                  cfg: TrainConfig, test: TensorData | None = None, callbacks: list[Callback] | None = None,
@@ -132,26 +158,32 @@ class Trainer:
     def checkpoint(self) -> None:
         if self.ckpt_path is None or not D.is_main():
             return
-        save_atomic({"model": self.raw_model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                     "scheduler": self.scheduler.state_dict(), "state": asdict(self.state),
-                     "rng": torch.get_rng_state(), "np_rng": np.random.get_state(), "py_rng": random.getstate(),
+        # only tensors, numbers, strings and plain containers: the file loads with weights_only=True
+        save_atomic({"format": FORMAT, "version": VERSION, "model": self.raw_model.state_dict(),
+                     "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                     "state": asdict(self.state), "rng": rng_state(),
                      "callbacks": [cb.state_dict() for cb in self.callbacks], "config": asdict(self.cfg)},
                     self.ckpt_path)
 
     def resume(self) -> bool:
-        """Load the checkpoint in out_dir if there is one; True when training state was restored."""
+        """Load the checkpoint in out_dir if there is one; True when training state was restored.
+        A file that is not a safe symformer checkpoint of this model and config raises CheckpointError."""
         if self.ckpt_path is None or not self.ckpt_path.exists():
             return False
-        ck = load(self.ckpt_path)
-        self.raw_model.load_state_dict(ck["model"])
-        self.optimizer.load_state_dict(ck["optimizer"])
-        self.scheduler.load_state_dict(ck["scheduler"])
-        self.state = TrainState(**ck["state"])
-        torch.set_rng_state(ck["rng"])
-        np.random.set_state(ck["np_rng"])
-        random.setstate(ck["py_rng"])
-        for cb, st in zip(self.callbacks, ck["callbacks"]):
-            cb.load_state_dict(st)
+        path = self.ckpt_path
+        ck = load_checkpoint(path)
+        check_compatible(path, ck, self.raw_model, asdict(self.cfg), ignore=_RESUME_FREE)
+        try:
+            self.raw_model.load_state_dict(ck["model"])
+            self.optimizer.load_state_dict(ck["optimizer"])
+            self.scheduler.load_state_dict(ck["scheduler"])
+            self.state = TrainState(**ck["state"])
+            set_rng_state(ck["rng"])
+            for cb, st in zip(self.callbacks, ck["callbacks"]):
+                cb.load_state_dict(st)
+        except (KeyError, TypeError, ValueError, RuntimeError, AttributeError, IndexError) as e:
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise CheckpointError(f"{path} is not a usable symformer checkpoint ({type(e).__name__}: {first})") from None
         self._rewrite_log()
         return True
 
