@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import symformer.positional  # noqa: F401  (registers the parts)
@@ -119,8 +119,12 @@ def _valid(pos, c, n):
 
 
 @pytest.mark.parametrize("name", PARTS)
-@FAST
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=positions_case())
+@example(case=(2, 3, torch.tensor([[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]], dtype=torch.float64)))  # valid, shared
+@example(case=(1, 4, torch.arange(8, dtype=torch.float32).view(2, 4, 1)))  # valid, batched, float32
+@example(case=(1, 2, torch.tensor([[0.0], [math.nan]], dtype=torch.float64)))  # NaN
+@example(case=(1, 2, torch.tensor([[0], [1]])))  # integer dtype
 def test_positions_accepted_correctly_or_rejected_by_name(name, case):
     c, n, pos = case
     kind, part = _part(name, c)

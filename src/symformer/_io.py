@@ -53,5 +53,12 @@ def check_writable_file(path: str | os.PathLike, option: str = "--out") -> Path:
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{option}: got {str(path)!r}, expected a file name (a folder of that name is in the way)")
-    check_writable_dir(path.parent if str(path.parent) else Path("."), option)
+    folder = path.parent
+    blocker = next((p for p in [folder, *folder.parents] if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise ValueError(f"{option}: got {str(path)!r}, expected a file name in a folder ({blocker} is a file)")
+    try:
+        check_writable_dir(folder, option)
+    except ValueError as e:
+        raise ValueError(f"{option}: got {str(path)!r}, expected a file we can write ({str(e).split(': ', 1)[1]})") from None
     return path

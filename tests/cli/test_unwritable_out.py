@@ -29,10 +29,9 @@ def _no_work(monkeypatch):
     def boom(*a, **k):
         raise AssertionError("work started before the --out check")
     monkeypatch.setattr(cli, "_threads", boom)
-    import symformer.facts.decodability as dec
-    monkeypatch.setattr(dec, "decodability", boom)
-    import symformer.facts.capacity as cap
-    monkeypatch.setattr(cap, "build_fact_mlp", boom)
+    import importlib
+    monkeypatch.setattr(importlib.import_module("symformer.facts.decodability"), "decodability", boom)
+    monkeypatch.setattr(importlib.import_module("symformer.facts.capacity"), "build_fact_mlp", boom)
 
 
 @pytest.mark.parametrize("cmd", ["train", "reproduce", "bench", "facts build", "facts rho"])

@@ -31,20 +31,20 @@ def test_ett_too_few_rows_says_how_many(tmp_path):
     p = _ett(tmp_path, HEADER + ROW)
     with pytest.raises(DataFileError) as e:
         load_ett(data_dir=tmp_path)
-    _one_line(e, str(p), "has 1 data rows", "at least 14400")
+    _one_line(e, str(p), "has 1 row;", "at least 14400")
     # a small month unit: the borders need 20 units of rows
     _ett(tmp_path, HEADER + ROW * 50)
     with pytest.raises(DataFileError) as e:
         load_ett(data_dir=tmp_path, seq_len=4, label_len=2, pred_len=2, unit=3)
-    _one_line(e, "has 50 data rows", "at least 60")
+    _one_line(e, "has 50 rows;", "at least 60")
     assert len(load_ett(data_dir=tmp_path, seq_len=4, label_len=2, pred_len=2, unit=2).train) == 24 - 6 + 1
 
 
 def test_ett_lengths_longer_than_a_split(tmp_path):
     _ett(tmp_path, HEADER + ROW * 60)
     with pytest.raises(ValueError) as e:
-        load_ett(data_dir=tmp_path, seq_len=8, label_len=2, pred_len=8, unit=3)
-    _one_line(e, "seq_len + pred_len: got 8 + 8 = 16", "the 12 rows of the val split")
+        load_ett(data_dir=tmp_path, seq_len=8, label_len=2, pred_len=13, unit=3)
+    _one_line(e, "seq_len + pred_len: got 8 + 13 = 21", "at most the 20 rows of the val split")
 
 
 def test_ett_missing_columns(tmp_path):
@@ -164,7 +164,7 @@ def test_pt_with_code_or_non_tensor_rejected(tmp_path):
     torch.save(Evil(marker), tmp_path / "evil.pt")
     with pytest.raises(DataFileError) as e:
         load_array(tmp_path / "evil.pt", "--keys")
-    _one_line(e, "--keys:", "builtins.open", "never runs code")
+    _one_line(e, "--keys:", "would import and call io.open", "never runs code")
     assert not marker.exists()
     torch.save({"a": torch.ones(2)}, tmp_path / "d.pt")
     with pytest.raises(DataFileError) as e:

@@ -71,9 +71,10 @@ def _first_bad(path: Path, column: str, raw, bad: np.ndarray, expected: str) -> 
         raise DataFileError(f"{path}: column {column}, row {i + 1} (line {i + 2}): got {got}, expected {expected}")
 
 
-def need_rows(path: str | Path, have: int, need: int, why: str, unit: str = "data rows") -> None:
+def need_rows(path: str | Path, have: int, need: int, why: str, unit: str = "rows") -> None:
     if have < need:
-        raise DataFileError(f"{path} has {have} {unit}; expected at least {need} ({why})")
+        unit_n = unit[:-1] if have == 1 and unit.endswith("s") else unit
+        raise DataFileError(f"{path} has {have} {unit_n}; expected at least {need} ({why})")
 
 
 # ---------------------------------------------------------------- arrays (.npy, .pt)
@@ -103,7 +104,7 @@ def _torch_reason(e: BaseException) -> str:
             return f"not a torch file: its bytes are not a torch pickle ({detail})"
         return f"it holds objects other than tensors and plain containers ({detail})"
     first = (text.strip().splitlines() or [type(e).__name__])[0].split(". ")[0].rstrip(".")
-    if isinstance(e, (EOFError, zipfile.BadZipFile)) or "zip archive" in first or "central directory" in first:
+    if isinstance(e, (EOFError, OSError, zipfile.BadZipFile)) or "zip archive" in first or "central directory" in first:
         return f"truncated or not a torch file: {first}"
     return f"{type(e).__name__}: {first}"
 
