@@ -54,6 +54,7 @@ def reproduce(names: Optional[List[str]] = typer.Argument(None, help="experiment
     from symformer.experiments import RunContext, load_all
     from symformer.report import write_index
     from symformer.results import write_experiment
+    from symformer.train.trainer import seed_everything
     reg = load_all()
     if list_:
         for n in reg.names():
@@ -86,6 +87,9 @@ def reproduce(names: Optional[List[str]] = typer.Argument(None, help="experiment
                          options=options[name])
         t0 = time.perf_counter()
         typer.echo(f"[{name}] running{' (quick)' if quick else ''} ...", err=True)
+        # torch's default generator starts from a random seed in every process: seed the global RNGs so a
+        # part drawn from them (e.g. default nn.Linear init) is the same in a resumed and an uninterrupted run
+        seed_everything(seed)
         result = spec.fn(ctx)
         if ctx.options:
             result.config = {**result.config, "options": ctx.options}

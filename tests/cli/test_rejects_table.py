@@ -154,3 +154,17 @@ def test_message_matches_table(tmp_path, capsys, entry, given, message):
     assert _pattern(message, tmp_path).fullmatch(err.strip()), f"\n  got:   {err.strip()}\n  table: {message}"
     assert not (tmp_path / "PWNED").exists()  # no crafted file ever ran code
     json.dumps(argv)  # (the case built plain arguments)
+
+
+@pytest.mark.parametrize("case", [("symformer train --resume", "a crafted pickle checkpoint (its `__reduce__` calls `open`)"),
+                                  ("symformer train", "an ETT CSV with `abc` in a cell")])
+def test_installed_entrypoint_prints_one_line(tmp_path, case):
+    """The same through `python -m symformer.cli` in a fresh process: one line, exit 2, no traceback."""
+    import os
+    import subprocess
+    import sys
+    argv = [str(a) for a in CASES[case](tmp_path)]
+    p = subprocess.run([sys.executable, "-m", "symformer.cli", *argv], capture_output=True, text=True,
+                       env={**os.environ, "PYTHONPATH": str(REPO / "src")}, timeout=600)
+    assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+    assert not (tmp_path / "PWNED").exists()
