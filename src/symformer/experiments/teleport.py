@@ -243,8 +243,8 @@ def _operating_points(ctx: RunContext, plan: dict, run: _Runner, m: dict) -> dic
 
 def _select_lr(ctx: RunContext, plan: dict, run: _Runner, ops: dict, m: dict, notes: list[str]) -> dict:
     """Per (data set, PE) and arm (base, guarded teleport): the lr with the best mean VALIDATION accuracy over
-    the selection seeds (never the test split)."""
-    chosen, table = {}, {}
+    the selection seeds (never the test split). All cells go to one run_jobs call (one worker pool)."""
+    chosen, grids = {}, {}
     for ds in plan["datasets"]:
         for pe in plan["pes"]:
             if plan["lr"]:
@@ -252,12 +252,14 @@ def _select_lr(ctx: RunContext, plan: dict, run: _Runner, ops: dict, m: dict, no
                 continue
             tele = dict(alpha=m["chosen_alpha"][f"{ds}/{pe}"], steps=ops[ds]["consecutive"], max_ratio=RATIO_BOUND)
             for arm, kind, kw in (("base", "base", {}), ("tele", "tele", tele)):
-                grid = {lr: [_arm_job(ds, pe, kind, s, ctx.quick, lr, plan["epochs"][ds], **kw)
-                             for s in plan["lr_seeds"]] for lr in plan["lr_grid"]}
-                done = run([j for js in grid.values() for j in js])
-                acc = {lr: statistics.fmean(done[j.key]["val_acc"] for j in js) for lr, js in grid.items()}
-                table[f"{ds}/{pe}/{arm}"] = acc
-                chosen[ds, pe, arm] = max(acc, key=acc.get)
+                grids[ds, pe, arm] = {lr: [_arm_job(ds, pe, kind, s, ctx.quick, lr, plan["epochs"][ds], **kw)
+                                           for s in plan["lr_seeds"]] for lr in plan["lr_grid"]}
+    done = run([j for g in grids.values() for js in g.values() for j in js])
+    table = {}
+    for (ds, pe, arm), grid in grids.items():
+        acc = {lr: statistics.fmean(done[j.key]["val_acc"] for j in js) for lr, js in grid.items()}
+        table[f"{ds}/{pe}/{arm}"] = acc
+        chosen[ds, pe, arm] = max(acc, key=acc.get)
     m["chosen_lr"] = {f"{ds}/{pe}/{arm}": lr for (ds, pe, arm), lr in chosen.items()}
     m["lr_selection_val_acc"] = table
     rule = "fixed for quick mode" if plan["lr"] else (f"chosen per arm on mean validation accuracy over seeds "
