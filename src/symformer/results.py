@@ -26,6 +26,8 @@ class Claim:
     measured: str
     verdict: str
     evidence: str = ""
+    setting: str = ""        # ours: model size, data set, seeds ... (design.md results format)
+    paper_setting: str = ""  # the paper's, for the same claim
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:

@@ -32,17 +32,39 @@ def test_exactness_parts_of_the_experiment():
     assert closed_form_checks(samples=4) <= 1e-8
 
 
+def _fake_log(n_better, ratios, bound=None):
+    cum, out = 1.0, []
+    for i, r in enumerate(ratios):
+        ok = bound is None or cum * r <= bound
+        cum *= r if ok else 1.0
+        out.append({"step": i, "applied": ok, "n_better": n_better, "cum_ratio": cum,
+                    "rejected_by_guard": not ok})
+    return out
+
+
 def test_pipeline_metrics_and_verdicts_with_fake_runs(tmp_path, monkeypatch):
-    """Reporting logic on canned curves: metric names of the issue, verdicts from the numbers."""
+    """Reporting logic on canned runs: metric names of the issues, operating point, verdicts from the numbers."""
     import symformer.experiments.teleport as E
     from symformer.experiments.base import RunContext
+    calls = []
 
-    def fake_arm(dataset, pe, arm, seed, quick, lr, epochs, alpha=0.65, steps=4, optimizer="sgd"):
-        curve = [0.5, 0.8, 0.9, 0.9] if arm == "base" else [0.6, 0.9, 0.95, 0.95]
-        return {"curve": curve, "test_acc": curve[-1], "val_acc": curve[-1], "epoch_seconds": [1.0] * 4,
+    def fake_arm(dataset, pe, arm, seed, quick, lr, epochs, alpha=0.65, steps=4, optimizer="sgd", max_ratio=None,
+                 epoch_at=1):
+        calls.append((arm, alpha, max_ratio))
+        curve = [0.5, 0.8, 0.9] if arm == "base" else [0.6, 0.9, 0.95]
+        log = [] if arm == "base" else _fake_log(15, [1.02, 1.02, 1.3, 1.005] if alpha == 0.65 else [1.01] * 4,
+                                                 max_ratio)
+        return {"curve": curve, "test_acc": curve[-1], "val_acc": curve[-1], "epoch_seconds": [1.0] * 3,
                 "tele_seconds": 0.0 if arm == "base" else 0.01, "overhead_pct": 0.0 if arm == "base" else 0.25,
-                "first_epoch_overhead_pct": 1.0, "grad_norms": [1.0, 2.0], "log": [{"applied": True}]}
+                "first_epoch_overhead_pct": 1.0, "grad_norms": [1.0, 2.0], "log": log, "seconds": 3.0}
+
+    def fake_probe(dataset, pe, quick, alpha, steps, epochs):  # ratio grows with alpha: 0.2 is the last <= 1.05
+        return {"cum_ratio": 1.0 + alpha / 4, "step_ratios": [], "n_better": [12] * steps}
     monkeypatch.setattr(E, "train_arm", fake_arm)
+    monkeypatch.setattr(E, "operating_point_probe", fake_probe)
+    monkeypatch.setattr(E, "schedule_for", lambda ds, quick: {"n_train": 3200, "batch_size": 32,
+                                                              "steps_per_epoch": 100, "consecutive": 4,
+                                                              "k_fraction": 0.04})
     monkeypatch.setattr(E, "lm_arm", lambda pe, teleport, quick, seed, data_file: {
         "points": [(10, 3.0), (20, 2.5)] if not teleport else [(10, 2.4), (20, 2.3)], "final_val_loss": 2.5})
     monkeypatch.setattr(E, "invariance_checks", lambda trials: {"errs": {"rope": 1e-15}, "dims": {"rope": 8},
@@ -51,25 +73,49 @@ def test_pipeline_metrics_and_verdicts_with_fake_runs(tmp_path, monkeypatch):
     res = E.run(RunContext(out_dir=tmp_path, quick=True))
     m = res.metrics
     for name in ("invariance_max_rel_err", "rope_generic_diagonal_err", "rope_wrong_pairing_err",
-                 "closed_form_max_rel_err", "overhead_pct", "speedup_pct_mean", "speedup_pct_std", "final_acc"):
+                 "closed_form_max_rel_err", "overhead_pct", "speedup_pct_mean", "speedup_pct_std", "final_acc",
+                 "norm_ratio_cumulative_max", "norm_ratio_cumulative_max_unguarded",
+                 "candidates_beating_reference_mean", "teleports_rejected_by_guard", "k_fraction_of_epoch",
+                 "chosen_alpha"):
         assert name in m
+    assert m["chosen_alpha"] == {"mnist1d/learned": 0.2, "mnist1d/rope": 0.2}
+    assert m["k_fraction_of_epoch"]["mnist1d"] == 4 / 100  # quick: 3200 samples, batch 32
+    assert ("tele", 0.2, 1.05) in calls and ("tele", 0.2, None) in calls and ("tele", 0.65, 1.05) in calls
+    assert m["teleports_rejected_by_guard"]["mnist1d/rope/guard_a0.65/sgd"] == 1  # the 1.3 step
+    assert m["norm_ratio_cumulative_max"]["mnist1d/rope/guard_a0.65/sgd"] <= 1.05
+    assert m["norm_ratio_cumulative_max_unguarded"]["mnist1d/rope/tele_a0.65/sgd"] > 1.05
+    assert m["candidates_beating_reference_mean"]["mnist1d/rope/guarded/sgd"] == 15
     assert m["speedup_pct_mean"]["mnist1d/rope/tele/sgd"] == 100 * (3 - 2) / 3
     v = {c.id: c.verdict for c in res.claims}
-    assert v["G-inv"] == v["G-neg"] == v["CF"] == v["OVH"] == "holds"
+    assert v["G-inv"] == v["G-neg"] == v["CF"] == v["OVH"] == v["GUARD-bound"] == "holds"
     assert v["SPD-rope"] == "inconclusive"  # one seed cannot decide
-    assert v["ACC-rope"] == "inconclusive"
+    assert v["ACC-rope"] == v["GUARD-ACC-rope"] == "inconclusive"
     assert v["LM"] == "holds"
+    assert all(c.setting and c.paper_setting for c in res.claims)
     assert all((tmp_path / f).is_file() for f in res.figures)
 
 
 @pytest.mark.parametrize("deltas, expected", [([0.02, 0.03, 0.025], "holds"), ([-0.1, -0.12, -0.09], "fails"),
                                               ([0.05, -0.05, 0.01], "inconclusive"), ([0.02], "inconclusive")])
 def test_accuracy_claim_paired_two_standard_errors(deltas, expected):
-    import symformer.experiments.teleport as E
+    from symformer.experiments.teleport_claims import accuracy_claim
     from symformer.results import ExperimentResult
     base = [{"test_acc": 0.8 + 0.01 * i} for i in range(len(deltas))]
     tele = [{"test_acc": b["test_acc"] + d} for b, d in zip(base, deltas)]
     res = ExperimentResult()
-    E._accuracy_claim(res, {("mnist1d", "rope", "base", "sgd"): base, ("mnist1d", "rope", "tele", "sgd"): tele},
-                      "rope", 97.8, 98.41)
+    accuracy_claim(res, {("mnist1d", "rope", "base", "sgd"): base, ("mnist1d", "rope", "tele", "sgd"): tele},
+                   "rope", 97.8, 98.41)
     assert res.claims[0].id == "ACC-rope" and res.claims[0].verdict == expected
+
+
+def test_operating_point_rules():
+    """App. G: |K| at 2-4% of an epoch with 4-16 consecutive steps; the largest alpha with ratio <= 1.05."""
+    from symformer.experiments.teleport_runs import batch_size_for, choose_alpha, consecutive_for
+    assert batch_size_for(16000) == 128 and batch_size_for(3200) == 32 and batch_size_for(1078) == 8
+    for spe in (100, 125, 134, 200, 300, 400):
+        k = consecutive_for(spe)
+        assert 4 <= k <= 16 and 0.02 <= k / spe <= 0.04
+    assert consecutive_for(50) == 4 and consecutive_for(2000) == 16  # clipped to App. G's 4-16
+    ratios = {0.05: 1.004, 0.1: 1.012, 0.2: 1.049, 0.3: 1.08, 0.5: 1.3, 0.65: 2.9}
+    assert choose_alpha(ratios) == (0.2, True)
+    assert choose_alpha({0.05: 1.06, 0.1: 1.2}) == (0.05, False)  # none meets it: the smallest, flagged

@@ -13,6 +13,7 @@ from symformer.teleport.groups import (
     symmetry_group,
 )
 from symformer.teleport.teleport import (
+    DEFAULT_MAX_CUMULATIVE_RATIO,
     STATE_POLICIES,
     TeleportCallback,
     TeleportOutcome,
@@ -26,6 +27,7 @@ from symformer.teleport.teleport import (
 )
 
 __all__ = ["CommutantGroup", "GroupElement", "HGroup", "QKGroup", "SymmetryGroup", "commutant_basis",
-           "relative_rotations", "symmetry_group", "STATE_POLICIES", "TeleportCallback", "TeleportOutcome",
+           "relative_rotations", "symmetry_group", "DEFAULT_MAX_CUMULATIVE_RATIO", "STATE_POLICIES",
+           "TeleportCallback", "TeleportOutcome",
            "TeleportSchedule", "brute_force_norms", "closed_form_norms", "make_teleport", "teleport_step",
            "update_optimizer_state", "zhao_teleport"]

@@ -7,6 +7,12 @@ At a scheduled step, with the gradient of the current batch present: draw M elem
 the majority rule) apply the best one, theta <- g* theta, before the ordinary optimizer step. Since the loss is
 invariant and the action linear, grad L(g theta) is a fixed linear image of grad L(theta) (NOTES 4), so all
 M norms and the new gradient come from the one backward pass the trainer already did.
+
+The callback adds the ratio guard of App. G (the cumulative ||grad after|| / ||grad before|| over a run of
+consecutive teleport steps stays <= 1.05 on small data sets) on top of the majority rule: with U[1-alpha,
+1+alpha] diagonal samples nearly every candidate raises the norm (E[u^-2] > 1), so the majority rule alone
+almost never refuses a step (NOTES 4). The guard bounds the sampling methods ("sample", "brute"); the Zhao
+et al. ascent is recorded but not bounded.
 """
 from __future__ import annotations
 
@@ -113,10 +119,22 @@ def update_optimizer_state(optimizer: torch.optim.Optimizer | None, group: Symme
 class TeleportOutcome:
     applied: bool
     ref_norm: float
-    best_norm: float
-    n_better: int
+    best_norm: float         # the applied candidate's norm; the largest candidate norm when none was applied
+    n_better: int            # candidates whose norm beats the reference (eq. (15))
     skipped_invariance: int = 0
     seconds: float = 0.0
+    max_norm: float = 0.0    # the largest candidate norm (the unguarded choice)
+    skipped_guard: int = 0   # candidates beating the reference that the ratio guard refused (App. G)
+
+    @property
+    def chosen_norm(self) -> float:
+        """||grad|| after this step's decision: the applied candidate's norm, else the reference."""
+        return self.best_norm if self.applied else self.ref_norm
+
+    @property
+    def rejected_by_guard(self) -> bool:
+        """The majority rule passed, but every candidate that beat the reference broke the ratio bound."""
+        return not self.applied and self.skipped_guard > 0
 
 
 def loss_tolerance(dtype: torch.dtype) -> float:
@@ -127,23 +145,28 @@ def loss_tolerance(dtype: torch.dtype) -> float:
 def teleport_step(model: nn.Module, group: SymmetryGroup, loss_fn: Callable[[], torch.Tensor], alpha: float,
                   samples: int, gen: torch.Generator, optimizer: torch.optim.Optimizer | None = None,
                   state_policy: str = "keep", ffn: bool = False, brute_force: bool = False,
-                  loss_before: float | None = None) -> TeleportOutcome:
+                  loss_before: float | None = None, max_ratio: float = math.inf) -> TeleportOutcome:
     """Alg. 1 lines 3-7 with the gradient of the current batch in .grad; on success the parameters become g* theta
     and .grad becomes grad L(g* theta) (closed form), ready for the optimizer step. loss_before: the batch loss
-    at theta when the caller has it (saves one forward pass)."""
+    at theta when the caller has it (saves one forward pass). max_ratio: the largest ||grad after|| / ||grad
+    before|| this step may take (the ratio guard, App. G); candidates above it are refused and the next best
+    one is tried; inf is the paper's unguarded Alg. 1."""
     t0 = time.perf_counter()
     cands = group.sample(samples, alpha, gen, ffn=ffn)
     ref = math.sqrt(grad_sq_norm(model, group))
     norms = brute_force_norms(model, group, cands, loss_fn) if brute_force else closed_form_norms(model, group, cands)
     better = int((norms > ref).sum())
-    out = TeleportOutcome(False, ref, float(norms.max()), better)
-    if better > samples / 2:  # eq. (16): majority rule
+    out = TeleportOutcome(False, ref, float(norms.max()), better, max_norm=float(norms.max()))
+    if better > samples / 2:  # eq. (16): majority rule, on all M candidates as in the paper
         if loss_before is None:
             with torch.no_grad():
                 loss_before = float(loss_fn())
         for i in torch.argsort(norms, descending=True).tolist():
             if float(norms[i]) <= ref:
                 break
+            if float(norms[i]) > max_ratio * ref:  # App. G: would push the cumulative ratio over the bound
+                out.skipped_guard += 1
+                continue
             g = group.pick(cands, i)
             if _apply_checked(model, group, g, loss_fn, loss_before):
                 update_optimizer_state(optimizer, group, g, state_policy)
@@ -268,7 +291,11 @@ class TeleportSchedule:
         return [(e - 1) * steps_per_epoch for e in self.epochs]
 
     def validate(self, total_steps: int, steps_per_epoch: int, n_epochs: int) -> None:
-        """A schedule beyond the end of the run is an error, not a silent no-op."""
+        """A schedule beyond the end of the run is an error, not a silent no-op; so is a run of consecutive
+        steps longer than an epoch (App. G: |K| is a few % of an epoch)."""
+        if self.consecutive > steps_per_epoch:
+            fail("steps", self.consecutive, f"at most the {steps_per_epoch} steps of one epoch "
+                 f"({self.consecutive} consecutive teleport steps > {steps_per_epoch} steps per epoch)")
         if self.step is None:
             for e in self.epochs:
                 if e > n_epochs:
@@ -279,23 +306,50 @@ class TeleportSchedule:
                 fail(name, s + self.consecutive, f"teleport steps ending within the run's {total_steps} steps")
 
     def contains(self, step: int, steps_per_epoch: int) -> bool:
-        return any(s <= step < s + self.consecutive for s in self.starts(steps_per_epoch))
+        return self.phase_start(step, steps_per_epoch) is not None
+
+    def phase_start(self, step: int, steps_per_epoch: int) -> int | None:
+        """First step of the run of consecutive teleport steps that holds `step` (None: not a teleport step)."""
+        return next((s for s in self.starts(steps_per_epoch) if s <= step < s + self.consecutive), None)
+
+
+DEFAULT_MAX_CUMULATIVE_RATIO = 1.05  # App. G: cumulative ratio below 1.05 on small data sets
+
+
+def check_max_cumulative_ratio(value: object) -> float:
+    """The ratio guard's bound: a number > 1; None, inf or "inf"/"none" give the paper's unguarded Alg. 1."""
+    if value is None or (isinstance(value, str) and value.lower() in ("none", "inf", "infinity")):
+        return math.inf
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value == math.inf:
+        return math.inf
+    return check_float("max_cumulative_ratio", value, 1.0, low_open=True)
 
 
 class TeleportCallback(Callback):
-    """Trainer callback: teleport on the scheduled steps (on_after_backward, before clipping and the step)."""
+    """Trainer callback: teleport on the scheduled steps (on_after_backward, before clipping and the step).
+
+    Ratio guard (App. G, "the cumulative ratio of gradient norms (after teleportation / before teleportation)
+    across consecutive steps should remain below 1.05 for small datasets"): within one run of consecutive
+    teleport steps the product of the applied steps' ||grad after|| / ||grad before|| is kept at or below
+    `max_cumulative_ratio`; a candidate that would push it higher is not applied (the next best is tried; if
+    none fits, the step is not teleported). max_cumulative_ratio=None (or inf) is the paper's unguarded
+    Alg. 1. Every teleport step adds a record to `log` and a row {"step", "teleport": {...}} to the
+    trainer's metric history (metrics.jsonl): reference norm, chosen norm, candidates beating the
+    reference, applied or not, refused by the guard or not, cumulative ratio."""
 
     def __init__(self, model: nn.Module | None = None, alpha: float = 0.65, samples: int = 16,
                  epoch: int | list[int] | None = 1, step: int | None = None, steps: int = 4, seed: int = 0,
                  method: str = "sample", state_policy: str = "keep", ffn: bool = False, zhao_lr: float = 1e-4,
-                 zhao_steps: int = 10, positions: torch.Tensor | None = None, **unknown: object):
+                 zhao_steps: int = 10, positions: torch.Tensor | None = None,
+                 max_cumulative_ratio: float | None = DEFAULT_MAX_CUMULATIVE_RATIO, **unknown: object):
         if unknown:
             fail("teleport option", sorted(unknown), "options among alpha, samples, epoch, step, steps, seed, method, "
-                 "state_policy, ffn, zhao_lr, zhao_steps")
+                 "state_policy, ffn, zhao_lr, zhao_steps, max_cumulative_ratio")
         self.alpha = check_float("alpha", alpha, 0.0, 1.0, low_open=True, high_open=True)  # radius of B_G(alpha)
         self.samples = check_int("samples", samples, 1)
         self.method = check_choice("method", method, ("sample", "zhao", "brute"))
         self.state_policy = check_choice("state_policy", state_policy, STATE_POLICIES)
+        self.max_cumulative_ratio = check_max_cumulative_ratio(max_cumulative_ratio)
         self.ffn = bool(ffn)
         self.zhao_lr, self.zhao_steps = zhao_lr, check_int("zhao_steps", zhao_steps, 1)
         epochs = () if step is not None else ((epoch,) if isinstance(epoch, int) else tuple(epoch or (1,)))
@@ -305,6 +359,12 @@ class TeleportCallback(Callback):
         self.group = None if model is None else symmetry_group(model, positions, ffn=self.ffn)
         self.log: list[dict] = []
         self.seconds = 0.0
+        self._phase: int | None = None   # first step of the current run of consecutive teleport steps
+        self._cum = 1.0                  # its cumulative ||grad after|| / ||grad before|| so far
+
+    @property
+    def guarded(self) -> bool:
+        return math.isfinite(self.max_cumulative_ratio)
 
     def on_train_start(self, trainer) -> None:
         if self.group is None:
@@ -313,8 +373,11 @@ class TeleportCallback(Callback):
 
     def on_after_backward(self, trainer, idx) -> None:
         step = trainer.state.step
-        if not self.schedule.contains(step, trainer.steps_per_epoch):
+        phase = self.schedule.phase_start(step, trainer.steps_per_epoch)
+        if phase is None:
             return
+        if phase != self._phase:  # a new run of consecutive steps: the cumulative ratio starts afresh
+            self._phase, self._cum = phase, 1.0
         model = trainer.raw_model
         self.group.refresh()
 
@@ -324,20 +387,31 @@ class TeleportCallback(Callback):
         if self.method == "zhao":
             out = zhao_teleport(model, self.group, loss_fn, self.zhao_lr, self.zhao_steps, trainer.optimizer,
                                 self.state_policy)
-        else:
+        else:  # the per-step bound that keeps the cumulative ratio within max_cumulative_ratio
             out = teleport_step(model, self.group, loss_fn, self.alpha, self.samples, self.gen, trainer.optimizer,
                                 self.state_policy, self.ffn, brute_force=self.method == "brute",
-                                loss_before=_last_loss(trainer))
+                                loss_before=_last_loss(trainer), max_ratio=self.max_cumulative_ratio / self._cum)
+        if out.applied and out.ref_norm > 0:
+            self._cum *= out.chosen_norm / out.ref_norm
         self.seconds += out.seconds
-        self.log.append({"step": step, "applied": out.applied, "ref_norm": out.ref_norm, "best_norm": out.best_norm,
-                         "n_better": out.n_better, "skipped": out.skipped_invariance, "seconds": out.seconds})
+        rec = {"step": step, "phase_start": phase, "applied": out.applied, "ref_norm": out.ref_norm,
+               "chosen_norm": out.chosen_norm, "best_norm": out.best_norm, "max_norm": out.max_norm,
+               "n_better": out.n_better, "samples": self.samples, "skipped": out.skipped_invariance,
+               "skipped_guard": out.skipped_guard, "rejected_by_guard": out.rejected_by_guard,
+               "cum_ratio": self._cum, "seconds": out.seconds}
+        self.log.append(rec)
+        log_row = getattr(trainer, "_log", None)  # the run's metric history (and metrics.jsonl when it has one)
+        if callable(log_row):
+            log_row({"step": step, "teleport": {k: v for k, v in rec.items() if k != "step"}})
 
     def state_dict(self) -> dict:
-        return {"gen": self.gen.get_state(), "log": list(self.log), "seconds": self.seconds}
+        return {"gen": self.gen.get_state(), "log": list(self.log), "seconds": self.seconds,
+                "phase": self._phase, "cum": self._cum}
 
     def load_state_dict(self, state: dict) -> None:
         self.gen.set_state(state["gen"])
         self.log, self.seconds = list(state["log"]), state["seconds"]
+        self._phase, self._cum = state.get("phase"), state.get("cum", 1.0)
 
 
 def _last_loss(trainer) -> float | None:
@@ -347,5 +421,6 @@ def _last_loss(trainer) -> float | None:
 
 @CALLBACKS.register("teleport")
 def make_teleport(model: nn.Module | None = None, **kw) -> TeleportCallback:
-    """`symformer train --teleport alpha=0.65,samples=16,epoch=1,steps=4`."""
+    """`symformer train --teleport alpha=0.65,samples=16,epoch=1,steps=4` (guarded at 1.05 by default;
+    `max_cumulative_ratio=null` or `=Infinity` for the paper's unguarded Alg. 1)."""
     return TeleportCallback(model=model, **kw)
