@@ -203,8 +203,23 @@ def _subsolve(sub: _Working, w: torch.Tensor, iters: int) -> tuple[torch.Tensor,
             wb, used = _newton(sb, wb, C, iters)
             its += used
         wp[bad] = wb
-        alpha[bad] = INFEASIBLE_STAGES[-1] * torch.relu(1 - sb.margins(wb))
+        a_pen = INFEASIBLE_STAGES[-1] * torch.relu(1 - sb.margins(wb))
+        a_ex = _nonvertex_polish(sb.X, a_pen)
+        better = _dual_upper(sb.X, a_ex) < _dual_upper(sb.X, a_pen)
+        alpha[bad] = torch.where(better[:, None], a_ex, a_pen)
     return wp, alpha, its
+
+
+def _nonvertex_polish(X: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    """On the support of the penalty multipliers, the exact a with X^T a = 0, 1^T a = 1 (least squares);
+    it certifies a non-vertex to rounding where it is >= 0 (else the caller keeps the penalty multipliers)."""
+    mask = (alpha > 0).to(X.dtype)
+    s = X.abs().amax((1, 2)).clamp_min(1.0)
+    M = torch.cat([X.transpose(1, 2) * mask[:, None, :], (s[:, None] * mask)[:, None, :]], 1)
+    rhs = torch.zeros(M.shape[0], M.shape[1], 1, dtype=X.dtype)
+    rhs[:, -1, 0] = s
+    a = torch.linalg.lstsq(M, rhs, driver="gelsd").solution.squeeze(-1) * mask
+    return a.clamp_min(0)
 
 
 def _initial(ch: _Chunk, V: torch.Tensor) -> torch.Tensor:
@@ -281,6 +296,56 @@ def _check_values(values: torch.Tensor) -> torch.Tensor:
     return V
 
 
+def _wolfe_min_norm_point(X: torch.Tensor, iters: int = 2000) -> tuple[torch.Tensor, torch.Tensor]:
+    """Wolfe's (1976) min-norm point of conv{rows of X}, exact and finite: the fallback for the anchors the
+    batched solver could not certify (non-vertices near rounding, nearly collinear values).
+    Returns (p, lam) with p = X^T lam, lam >= 0 on the simplex; dist(0, conv) = |p|."""
+    S = [int((X @ X.mean(0)).argmin())]
+    lam = torch.ones(1, dtype=X.dtype)
+    p = X[S[0]].clone()
+    for _ in range(iters):
+        m = X @ p
+        j = int(m.argmin())
+        pp = float(p @ p)
+        if pp <= NV_TOL ** 2 or pp - float(m[j]) <= 1e-3 * GAP_TOL * pp ** 0.5 or j in S:
+            break
+        S.append(j)
+        lam = torch.cat([lam, lam.new_zeros(1)])
+        for _ in range(len(S) + 1):                  # minor cycles: at most one drop each
+            # affine minimiser of span S: p = y_k + D mu', D = [y_i - y_k] (least squares on D, not on the
+            # normal equations, whose squared condition number loses the tiny |p| of nearly degenerate sets)
+            Y = X[S]
+            D = (Y[:-1] - Y[-1]).T
+            mu = torch.linalg.lstsq(D, -Y[-1][:, None], driver="gelsd").solution[:, 0] if len(S) > 1 else Y.new_zeros(0)
+            mu = torch.cat([mu, (1 - mu.sum())[None]])
+            if bool((mu > 1e-14).all()):
+                lam = mu
+                break
+            neg = (mu <= 1e-14) & (lam - mu > 0)
+            theta = float((lam[neg] / (lam[neg] - mu[neg])).min()) if bool(neg.any()) else 1.0
+            lam = theta * mu + (1 - theta) * lam
+            keep = lam > 1e-14
+            S = [s for s, k_ in zip(S, keep.tolist()) if k_]
+            lam = lam[keep] / lam[keep].sum()
+        p = X[S].T @ lam
+    full = torch.zeros(X.shape[0], dtype=X.dtype)
+    full[S] = lam
+    return p, full
+
+
+def _fallback(V: torch.Tensor, i: int) -> tuple[float, torch.Tensor, float, bool, bool]:
+    """One anchor by Wolfe's method: (rho_i, u, gap, vertex, certified)."""
+    diff = V[i] - torch.cat([V[:i], V[i + 1:]])
+    X = diff / diff.norm(dim=1, keepdim=True)
+    p, _ = _wolfe_min_norm_point(X)
+    upper = float(p.norm())
+    u = p / upper if upper > 0 else p
+    lower = float((X @ u).min()) if upper > 0 else 0.0
+    if lower > 0:
+        return lower, u, upper - lower, True, upper - lower <= GAP_TOL
+    return 0.0, u, upper, False, upper <= NV_TOL
+
+
 def _single_thread() -> None:
     torch.set_num_threads(1)
 
@@ -323,6 +388,8 @@ def decodability(values: torch.Tensor, chunk: int | None = None, newton_iters: i
         return k
 
     its = sum(_parallel_chunks(solve, n, chunk))
+    for i in (~certified).nonzero().flatten().tolist():
+        rho_i[i], U[i], gap[i], vertex[i], certified[i] = _fallback(V, i)
     if not bool(certified.all()):
         bad = (~certified).nonzero().flatten()
         raise DecodabilityNotConverged(bad.tolist(), gap[bad].tolist())
@@ -340,18 +407,4 @@ def require_vertices(values: torch.Tensor, info: Decodability | None = None, nam
     return info
 
 
-def rho_reference_cvxpy(values: torch.Tensor, anchors: list[int] | None = None) -> torch.Tensor:
-    """Reference rho_i from cvxpy (tests and the benchmark only): min |w|^2 s.t. X_i w >= 1."""
-    import cvxpy as cp
-    import numpy as np
-    V = values.detach().double().numpy()
-    n, d = V.shape
-    out = []
-    for i in (range(n) if anchors is None else anchors):
-        diff = V[i] - np.delete(V, i, axis=0)
-        X = diff / np.linalg.norm(diff, axis=1, keepdims=True)
-        w = cp.Variable(d)
-        prob = cp.Problem(cp.Minimize(cp.sum_squares(w)), [X @ w >= 1])
-        prob.solve()
-        out.append(1.0 / float(np.linalg.norm(w.value)) if prob.status in ("optimal", "optimal_inaccurate") else -1.0)
-    return torch.tensor(out, dtype=torch.float64)
+from symformer.facts.reference import rho_reference_cvxpy  # noqa: E402,F401  (kept importable from here)
