@@ -55,9 +55,21 @@ def hull_vertex_lp(values: torch.Tensor, anchors: list[int] | None = None) -> to
         others = np.delete(V, i, axis=0)
         A_eq = np.vstack([others.T, np.ones((1, n - 1))])
         b_eq = np.concatenate([V[i], [1.0]])
-        res = linprog(np.zeros(n - 1), A_eq=A_eq, b_eq=b_eq, bounds=(0, None), method="highs")
-        out.append(res.status == 2)                 # 2: infeasible -> no convex combination -> a vertex
+        out.append(_lp_vertex(linprog, np.zeros(n - 1), A_eq, b_eq, i))
     return torch.tensor(out)
+
+
+def _lp_vertex(linprog, c, A_eq, b_eq, i: int) -> bool:
+    """Status 2 (infeasible): a vertex; status 0 with a verified combination: not one. HiGHS' default
+    sometimes ends with an unknown model status on these LPs; then its other algorithms are tried."""
+    import numpy as np
+    for method in ("highs", "highs-ipm", "highs-ds"):
+        res = linprog(c, A_eq=A_eq, b_eq=b_eq, bounds=(0, None), method=method)
+        if res.status == 2:
+            return True
+        if res.status == 0 and float(np.abs(A_eq @ res.x - b_eq).max()) <= 1e-9:
+            return False
+    raise RuntimeError(f"hull LP undecided for anchor {i} (last status {res.status}: {res.message})")
 
 
 def solver_check(values: torch.Tensor, rho_i: torch.Tensor, anchors: list[int]) -> dict:
