@@ -20,7 +20,8 @@ from symformer.facts.decodability import decodability
 from symformer.facts.embeddings import FactSet, coherence, make_fact_set, whitening_matrix
 from symformer.results import Claim
 
-BRACKET = {"bin+jl": (2, 64), "gd-swiglu": (2, 64), "ntk": (64, 2048), "ntk-mo": (64, 2048)}
+# gd-swiglu starts at hi = 8: a GD evaluation costs ~ h, and the search doubles hi where 8 does not store
+BRACKET = {"bin+jl": (2, 64), "gd-swiglu": (2, 8), "ntk": (64, 2048), "ntk-mo": (64, 2048)}
 
 
 @dataclass

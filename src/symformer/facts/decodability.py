@@ -27,10 +27,11 @@ from dataclasses import dataclass, field
 import torch
 
 from symformer._validation import check_int, check_tensor, fail
-from symformer.facts._working_set import dual_upper, subsolve
 
 GAP_TOL = 1e-8    # certified |upper - lower| on rho_i (rho_i in [-1, 1]): far below the 1e-6 of issue #11
 NV_TOL = 1e-9     # a non-vertex: the distance from 0 to conv{x_ij} is at most this
+STAGES = (1e2, 1e4)          # penalty continuation; the polish makes the working-set solution exact
+INFEASIBLE_STAGES = (1e6, 1e8, 1e10)   # where the polish fails: drive |X^T a| / 1^T a -> 0 (a non-vertex)
 
 
 class DecodabilityNotConverged(RuntimeError):
@@ -79,6 +80,148 @@ class _Chunk:
         return (self.A[:, None, :] - self.V[jj]) * self.inv.gather(1, jj)[..., None]
 
 
+class _Working:
+    """The same problem restricted to a working set of K constraints per anchor (materialised rows)."""
+
+    def __init__(self, X: torch.Tensor):
+        self.X = X
+        self.self_mask = torch.zeros(X.shape[:2], dtype=torch.bool)
+
+    def margins(self, W: torch.Tensor) -> torch.Tensor:
+        return (self.X @ W[..., None]).squeeze(-1)
+
+    def rows(self, jj: torch.Tensor) -> torch.Tensor:
+        return self.X.gather(1, jj[..., None].expand(-1, -1, self.X.shape[2]))
+
+    def subset(self, rows: torch.Tensor) -> _Working:
+        return _Working(self.X[rows])
+
+
+def _penalty(w: torch.Tensor, m: torch.Tensor, C: float) -> torch.Tensor:
+    return 0.5 * (w * w).sum(-1) + 0.5 * C * torch.relu(1 - m).pow(2).sum(-1)
+
+
+def _newton_step(X: torch.Tensor, g: torch.Tensor, C: float) -> torch.Tensor:
+    """-(I + C X^T X)^{-1} g; by Woodbury, -(g - X^T (I/C + X X^T)^{-1} X g), when the active rows are few."""
+    k, d = X.shape[1], X.shape[2]
+    if k < d:
+        S = X @ X.transpose(1, 2) + torch.eye(k, dtype=X.dtype) / C
+        z = torch.cholesky_solve((X @ g[..., None]), torch.linalg.cholesky(S))
+        return -(g - (X.transpose(1, 2) @ z).squeeze(-1))
+    H = torch.eye(d, dtype=X.dtype) + C * X.transpose(1, 2) @ X
+    return -torch.cholesky_solve(g[..., None], torch.linalg.cholesky(H)).squeeze(-1)
+
+
+def _newton(sub: _Working, w: torch.Tensor, C: float, iters: int) -> tuple[torch.Tensor, int]:
+    """Finite Newton on the squared-hinge penalty (Hessian I + C X_A^T X_A on the active rows only)."""
+    used = 0
+    m = sub.margins(w)
+    for _ in range(iters):
+        used += 1
+        r = torch.relu(1 - m)
+        k = max(1, int((r > 0).sum(1).max()))
+        rv, jj = r.topk(k, dim=1)
+        X = sub.rows(jj) * (rv > 0)[..., None]
+        g = w - C * (X.transpose(1, 2) @ rv[..., None]).squeeze(-1)
+        dw = _newton_step(X, g, C)
+        # margins are linear in w: the line search and the next margins need no further matmuls
+        sm = sub.margins(dw)
+        ww, wd, dd = (w * w).sum(-1), (w * dw).sum(-1), (dw * dw).sum(-1)
+        f0, slope = _penalty(w, m, C), (g * dw).sum(-1)
+        t = torch.ones(w.shape[0], dtype=w.dtype)
+        todo = torch.ones_like(t, dtype=torch.bool)
+        for _ in range(50):  # Armijo backtracking, per anchor
+            ft = 0.5 * (ww + 2 * t * wd + t * t * dd) + 0.5 * C * torch.relu(1 - m - t[:, None] * sm).pow(2).sum(-1)
+            todo = todo & ~(ft <= f0 + 1e-4 * t * slope)
+            if not bool(todo.any()):
+                break
+            t = torch.where(todo, t * 0.5, t)
+        step = t[:, None] * dw
+        w = w + step
+        m = m + t[:, None] * sm
+        if float((step.norm(dim=1) / w.norm(dim=1).clamp_min(1e-300)).max()) < 1e-13:
+            break
+    return w, used
+
+
+def _polish(sub: _Working, w: torch.Tensor, rounds: int = 24, tol: float = 1e-10):
+    """Exact hard-margin solution on the support by a primal active-set method.
+
+    Returns (w, alpha, ok): alpha (B, K) the multipliers on the working set, ok where KKT holds."""
+    B, K = sub.X.shape[:2]
+    m = sub.margins(w)
+    support = m < 1 + 1e-7
+    ok = torch.zeros(B, dtype=torch.bool)
+    best, best_alpha = w.clone(), torch.zeros(B, K, dtype=w.dtype)
+    rows = torch.arange(B)
+    for _ in range(rounds):
+        k = max(1, int(support.sum(1).max()))
+        sv, jj = support.to(w.dtype).topk(k, dim=1)
+        mask = sv > 0
+        X = sub.rows(jj) * mask[..., None]
+        G = X @ X.transpose(1, 2) + torch.diag_embed((~mask).to(w.dtype))
+        alpha = torch.linalg.lstsq(G, mask.to(w.dtype)[..., None], driver="gelsd").solution.squeeze(-1) * mask
+        wn = (X.transpose(1, 2) @ alpha[..., None]).squeeze(-1)
+        neg = (alpha < -1e-9 * alpha.abs().amax(1, keepdim=True)) & mask
+        mn = sub.margins(wn)
+        viol = mn.min(1).values < 1 - tol
+        good = ~neg.any(1) & ~viol & (wn.norm(dim=1) > 0) & ~ok
+        best[good] = wn[good]
+        best_alpha[good] = torch.zeros(int(good.sum()), K, dtype=w.dtype).scatter(
+            1, jj[good], alpha[good].clamp_min(0))
+        ok |= good
+        if bool(ok.all()):
+            break
+        # drop the most negative multiplier, else add the most violated constraint
+        drop_at = torch.where(neg, alpha, torch.zeros_like(alpha)).argmin(1)
+        has_neg = neg.any(1)
+        support[rows[has_neg], jj[rows[has_neg], drop_at[has_neg]]] = False
+        add = ~has_neg & viol
+        support[rows[add], mn[add].argmin(1)] = True
+    return best, best_alpha, ok
+
+
+def _dual_upper(X: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    """|X^T a| / 1^T a for a >= 0: a point of conv{x_ij}, hence an upper bound on rho_i (or 0 for none)."""
+    s = alpha.sum(1)
+    p = (X.transpose(1, 2) @ alpha[..., None]).squeeze(-1)
+    return torch.where(s > 0, p.norm(dim=1) / s.clamp_min(1e-300), torch.full_like(s, float("inf")))
+
+
+def _subsolve(sub: _Working, w: torch.Tensor, iters: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Solve on the working set; returns (w, alpha >= 0, Newton iterations)."""
+    its = 0
+    for C in STAGES:
+        w, used = _newton(sub, w, C, iters)
+        its += used
+    wp, alpha, ok = _polish(sub, w)
+    if bool((~ok).any()):
+        # polish failed: likely infeasible (a non-vertex); the penalty multipliers C (1 - m)_+ certify it
+        bad = (~ok).nonzero().flatten()
+        sb, wb = sub.subset(bad), w[bad]
+        for C in INFEASIBLE_STAGES:
+            wb, used = _newton(sb, wb, C, iters)
+            its += used
+        wp[bad] = wb
+        a_pen = INFEASIBLE_STAGES[-1] * torch.relu(1 - sb.margins(wb))
+        a_ex = _nonvertex_polish(sb.X, a_pen)
+        better = _dual_upper(sb.X, a_ex) < _dual_upper(sb.X, a_pen)
+        alpha[bad] = torch.where(better[:, None], a_ex, a_pen)
+    return wp, alpha, its
+
+
+def _nonvertex_polish(X: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    """On the support of the penalty multipliers, the exact a with X^T a = 0, 1^T a = 1 (least squares);
+    it certifies a non-vertex to rounding where it is >= 0 (else the caller keeps the penalty multipliers)."""
+    mask = (alpha > 0).to(X.dtype)
+    s = X.abs().amax((1, 2)).clamp_min(1.0)
+    M = torch.cat([X.transpose(1, 2) * mask[:, None, :], (s[:, None] * mask)[:, None, :]], 1)
+    rhs = torch.zeros(M.shape[0], M.shape[1], 1, dtype=X.dtype)
+    rhs[:, -1, 0] = s
+    a = torch.linalg.lstsq(M, rhs, driver="gelsd").solution.squeeze(-1) * mask
+    return a.clamp_min(0)
+
+
 def _initial(ch: _Chunk, V: torch.Tensor) -> torch.Tensor:
     """Warm start: the direction away from the centroid, scaled to margin 1 where it already separates."""
     u0 = ch.A - V.mean(0)
@@ -108,10 +251,10 @@ def _solve_chunk(V: torch.Tensor, idx: torch.Tensor, newton_iters: int, K: int, 
     for _ in range(rounds):
         sub_ch = ch.subset(act)
         X = sub_ch.rows(S)
-        w_act, alpha, k = subsolve(X, w[act], newton_iters)
+        w_act, alpha, k = _subsolve(_Working(X), w[act], newton_iters)
         its += k
         w[act] = w_act
-        upper[act] = torch.minimum(upper[act], dual_upper(X, alpha))
+        upper[act] = torch.minimum(upper[act], _dual_upper(X, alpha))
         m = sub_ch.margins(w_act)
         # done: feasible for all F constraints, or a subset of them is already infeasible (a non-vertex)
         done = (m.min(1).values >= 1 - 1e-10) | (upper[act] <= NV_TOL)
