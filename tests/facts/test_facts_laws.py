@@ -21,7 +21,7 @@ def test_loglog_recovers_a_power_law():
 
 
 def test_offset_family_moves_coherence_not_rho():
-    fs = make_fact_set(48, 8, kappa=10.0, seed=2)
+    fs = make_fact_set(32, 32, kappa=10.0, seed=2)
     base = decodability(fs.values)
     shifted = offset(fs, 3.0, seed=1)
     moved = decodability(shifted.values)
