@@ -153,13 +153,25 @@ def test_rho_certificate_and_direction(small):
 
 def test_rho_reports_non_vertices():
     V = sample_embeddings(20, 3, seed=4)
-    V = torch.cat([V, 0.2 * V[:3].mean(0, keepdim=True), V[5:6]])   # an interior point and a duplicate
+    V = torch.cat([V, 0.2 * V[:3].mean(0, keepdim=True), V[:2].mean(0, keepdim=True)])  # interior, on an edge
     info = decodability(V)
-    assert 20 in info.not_vertices and 21 in info.not_vertices and 5 in info.not_vertices
-    assert info.rho <= 0
+    assert info.not_vertices == [20, 21] and info.rho == 0.0
+    assert float(info.rho_i[:20].min()) > 0 and info.max_gap <= 1e-8
     K = sample_embeddings(22, 3, seed=9)
-    with pytest.raises(ValueError, match=r"values \[5, 20, 21\] that are not vertices"):
+    with pytest.raises(ValueError, match=r"values \[20, 21\] that are not vertices"):
         build_fact_mlp(K, V, torch.arange(22), "bin+jl", m=8)
+
+
+def test_rho_pinned_high_anisotropy():
+    """Issue #11: the old solver dropped the support from its working set, cycled, and gave anchor 235 -0.51."""
+    fs = make_fact_set(256, 32, kappa=1000.0, seed=7)
+    info = decodability(fs.values)
+    assert info.not_vertices == [] and info.max_gap <= 1e-8
+    # reference value from cvxpy (CLARABEL, default tolerances) for this anchor: 0.21330...
+    assert abs(float(info.rho_i[235]) - 0.2133) < 5e-5
+    X = fs.values[235] - torch.cat([fs.values[:235], fs.values[236:]])
+    X = X / X.norm(dim=1, keepdim=True)
+    assert abs(float((X @ info.U[235].double()).min()) - float(info.rho_i[235])) < 1e-12
 
 
 def test_rho_bad_input():
@@ -169,6 +181,27 @@ def test_rho_bad_input():
         decodability(torch.ones(1, 3))
     with pytest.raises(ValueError, match="values"):
         decodability(torch.ones(3))
+    V = sample_embeddings(8, 3, seed=0)
+    for bad, what in [(float("nan"), r"NaN or inf in row\(s\) \[2\]"), (float("inf"), r"NaN or inf in row\(s\) \[2\]")]:
+        W = V.clone()
+        W[2, 1] = bad
+        with pytest.raises(ValueError, match=what):
+            decodability(W)
+    W = V.clone()
+    W[4] = 0.0
+    with pytest.raises(ValueError, match=r"all-zero row\(s\) \[4\]"):
+        decodability(W)
+    W = torch.cat([V, V[1:2], V[5:6], V[1:2]])
+    with pytest.raises(ValueError, match=r"duplicated rows \[\[1, 8, 10\], \[5, 9\]\]"):
+        decodability(W)
+
+
+def test_rho_not_converged_names_anchors(monkeypatch):
+    import importlib
+    mod = importlib.import_module("symformer.facts.decodability")
+    monkeypatch.setattr(mod, "GAP_TOL", -1.0)       # nothing can be certified: the error must name the anchors
+    with pytest.raises(mod.DecodabilityNotConverged, match=r"anchor\(s\) 0 \(gap"):
+        decodability(sample_embeddings(6, 3, seed=1))
 
 
 # ---- encoders -------------------------------------------------------------------------------------

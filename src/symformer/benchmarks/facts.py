@@ -6,7 +6,7 @@ import time
 from symformer.benchmarks.base import BenchContext, BenchResult, maxrss_bytes, suite
 from symformer.facts.capacity import build_fact_mlp
 from symformer.facts.decodability import decodability, rho_reference_cvxpy
-from symformer.facts.embeddings import make_fact_set
+from symformer.facts.embeddings import make_fact_set, sentence_like_embeddings
 
 
 def _once(fn) -> tuple[float, object]:
@@ -42,6 +42,13 @@ def run(ctx: BenchContext) -> BenchResult:
     res.ratios["binjl_d128_f4096_peak_gb"] = row["process_peak_rss_bytes"] / 2 ** 30
     res.ratios["binjl_d128_f4096_accuracy"] = row["accuracy"]
     res.rows.append({"method": "rho-solver", "d": 128, "F": 4096, "seconds": row["rho_seconds"]})
+    # issue #11: real widths, anisotropic like sentence-model embeddings (kappa 15 after centring)
+    for d in (384, 768):
+        V = sentence_like_embeddings(4096, d, seed=ctx.seed)
+        t, info = _once(lambda V=V: decodability(V))
+        res.rows.append({"method": "rho-solver", "d": d, "F": 4096, "seconds": t, "rho": info.rho,
+                         "max_gap": info.max_gap, "embeddings": "sentence-like (gaussian, kappa 15 centred)"})
+        res.ratios[f"rho_d{d}_f4096_seconds"] = t
     ours = res.rows[0]["rho_seconds"]
     res.rows.append({"method": "rho-solver", "d": 64, "F": 1024, "seconds": ours, "rho": info64.rho})
     try:

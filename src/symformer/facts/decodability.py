@@ -1,46 +1,75 @@
 """Decodability rho(V) and the margin-optimal output directions U* (eqs. 3-4, Def. 3.2.1).
 
 Per anchor i, with unit rows x_ij = (v_i - v_j)/|v_i - v_j| (j != i):
-    rho_i = max_{|u| <= 1} min_j <x_ij, u>,   rho = min_i rho_i.
+    rho_i = max_{|u| = 1} min_j <x_ij, u>,   rho = min_i rho_i.
 When rho_i > 0 this is the hard-margin SVM through the origin  min |w| s.t. X_i w >= 1, with
-u_i* = w/|w| and rho_i = 1/|w| (NOTES.md §3, reading). It is infeasible exactly when v_i is not a
-vertex of conv(V); such a value can never be decoded (eq. 1).
+u_i* = w/|w| and rho_i = 1/|w| (NOTES.md §3, reading); equivalently rho_i is the distance from 0 to
+conv{x_ij}. It is infeasible exactly when v_i is not a vertex of conv(V); such a value can never be decoded.
 
-Solver (all anchors of a chunk at once): Newton on the squared-hinge penalty
-    f_C(w) = |w|^2/2 + C/2 sum_j max(0, 1 - <x_ij, w>)^2
-with continuation in C (finite Newton; Hessian I + C X_A^T X_A on the active rows only), then an exact
-active-set polish: w = X_S^T alpha with (X_S X_S^T) alpha = 1 on the support S, alpha >= 0, X w >= 1.
-The reported rho_i is always min_j <x_ij, u_i> of the returned direction, i.e. a certified value.
+Solver (all anchors of a chunk at once), a cutting-plane method on a working set of K constraints:
+  1. on the working set, Newton on the squared-hinge penalty |w|^2/2 + C/2 sum_j max(0, 1 - <x_ij, w>)^2
+     with continuation in C, then an exact active-set polish (X_S X_S^T alpha = 1, alpha >= 0);
+  2. one pass over all F constraints; anchors with a violated one get a new working set that KEEPS the
+     support of step 1 and fills up with the tightest constraints. Keeping the support makes the working-set
+     optimum strictly increase round to round, so the method cannot cycle (the old code replaced the working
+     set by the K tightest constraints, dropped the support, and cycled: the wrong-sign rho_i of issue #11).
+Every returned rho_i is certified by a primal-dual pair: lower = min_j <x_ij, u_i> of the returned unit
+direction (a feasible point of eq. 3) and upper = |X^T a| / 1^T a for the multipliers a >= 0 (a point of
+conv{x_ij}, so an upper bound on the distance). `gap` = upper - lower; a vertex is reported only when
+lower > 0 and the gap is below `GAP_TOL`, a non-vertex only when upper <= `NV_TOL` (0 is in the hull up to
+rounding). Anything else raises `DecodabilityNotConverged` naming the anchors.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 import torch
 
 from symformer._validation import check_int, check_tensor, fail
 
+GAP_TOL = 1e-8    # certified |upper - lower| on rho_i (rho_i in [-1, 1]): far below the 1e-6 of issue #11
+NV_TOL = 1e-9     # a non-vertex: the distance from 0 to conv{x_ij} is at most this
+STAGES = (1e2, 1e4)          # penalty continuation; the polish makes the working-set solution exact
+INFEASIBLE_STAGES = (1e6, 1e8, 1e10)   # where the polish fails: drive |X^T a| / 1^T a -> 0 (a non-vertex)
+
+
+class DecodabilityNotConverged(RuntimeError):
+    """The solver could not certify rho_i (nor a non-vertex) for the named anchors."""
+
+    def __init__(self, anchors: list[int], gaps: list[float]):
+        self.anchors = anchors
+        shown = ", ".join(f"{a} (gap {g:.2e})" for a, g in zip(anchors[:20], gaps[:20]))
+        super().__init__(f"decodability: rho_i not certified for anchor(s) {shown}"
+                         f"{'...' if len(anchors) > 20 else ''}; expected a duality gap <= {GAP_TOL:g}")
+
 
 @dataclass
 class Decodability:
     rho: float                  # min_i rho_i (eq. 3)
-    rho_i: torch.Tensor         # (|V|,) per-anchor values; <= 0 for non-vertices
+    rho_i: torch.Tensor         # (|V|,) certified per-anchor values; 0 for non-vertices
     U: torch.Tensor             # (|V|, d) unit margin-optimal directions u_i* (eq. 4)
-    not_vertices: list[int]     # indices i with rho_i <= 0 (never decodable)
+    not_vertices: list[int]     # indices i that are not vertices of conv(V) (never decodable)
     iterations: int = 0
+    gap: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.float64))  # upper - lower
+    max_gap: float = 0.0        # max certified duality gap over the anchors
 
 
 class _Chunk:
     """Margins <x_ij, w_i> against all F values for a chunk of anchors without materialising X (B x F x d)."""
 
-    def __init__(self, V: torch.Tensor, idx: torch.Tensor):
+    def __init__(self, V: torch.Tensor, idx: torch.Tensor, inv: torch.Tensor | None = None):
         self.V, self.idx = V, idx
         self.A = V[idx]                                                     # (B, d) anchors
-        dist = torch.cdist(self.A, V, compute_mode="donot_use_mm_for_euclid_dist")
-        self.self_mask = torch.zeros_like(dist, dtype=torch.bool)
-        self.self_mask[torch.arange(len(idx)), idx] = True
-        self.duplicate = ((dist == 0) & ~self.self_mask).any(1)             # v_i repeated: not a vertex
-        self.inv = torch.where((dist > 0) & ~self.self_mask, 1.0 / dist.clamp_min(1e-300), torch.zeros_like(dist))
+        if inv is None:
+            dist = torch.cdist(self.A, V, compute_mode="donot_use_mm_for_euclid_dist")
+            dist[torch.arange(len(idx)), idx] = float("inf")                # the anchor itself: no constraint
+            inv = 1.0 / dist                                                # rows are distinct (validated)
+        self.inv = inv
+        self.self_mask = inv == 0
+
+    def subset(self, rows: torch.Tensor) -> _Chunk:
+        return _Chunk(self.V, self.idx[rows], self.inv[rows])
 
     def margins(self, W: torch.Tensor) -> torch.Tensor:
         m = ((self.A * W).sum(-1, keepdim=True) - W @ self.V.T) * self.inv
@@ -64,6 +93,9 @@ class _Working:
     def rows(self, jj: torch.Tensor) -> torch.Tensor:
         return self.X.gather(1, jj[..., None].expand(-1, -1, self.X.shape[2]))
 
+    def subset(self, rows: torch.Tensor) -> _Working:
+        return _Working(self.X[rows])
+
 
 def _penalty(w: torch.Tensor, m: torch.Tensor, C: float) -> torch.Tensor:
     return 0.5 * (w * w).sum(-1) + 0.5 * C * torch.relu(1 - m).pow(2).sum(-1)
@@ -80,19 +112,20 @@ def _newton_step(X: torch.Tensor, g: torch.Tensor, C: float) -> torch.Tensor:
     return -torch.cholesky_solve(g[..., None], torch.linalg.cholesky(H)).squeeze(-1)
 
 
-def _newton(ch: _Chunk, w: torch.Tensor, C: float, cap: int, iters: int) -> tuple[torch.Tensor, int]:
+def _newton(sub: _Working, w: torch.Tensor, C: float, iters: int) -> tuple[torch.Tensor, int]:
+    """Finite Newton on the squared-hinge penalty (Hessian I + C X_A^T X_A on the active rows only)."""
     used = 0
-    m = ch.margins(w)
+    m = sub.margins(w)
     for _ in range(iters):
         used += 1
         r = torch.relu(1 - m)
-        k = max(1, min(cap, int((r > 0).sum(1).max())))
+        k = max(1, int((r > 0).sum(1).max()))
         rv, jj = r.topk(k, dim=1)
-        X = ch.rows(jj) * (rv > 0)[..., None]
+        X = sub.rows(jj) * (rv > 0)[..., None]
         g = w - C * (X.transpose(1, 2) @ rv[..., None]).squeeze(-1)
         dw = _newton_step(X, g, C)
         # margins are linear in w: the line search and the next margins need no further matmuls
-        sm = ch.margins(dw).masked_fill(ch.self_mask, 0.0)
+        sm = sub.margins(dw)
         ww, wd, dd = (w * w).sum(-1), (w * dw).sum(-1), (dw * dw).sum(-1)
         f0, slope = _penalty(w, m, C), (g * dw).sum(-1)
         t = torch.ones(w.shape[0], dtype=w.dtype)
@@ -106,102 +139,262 @@ def _newton(ch: _Chunk, w: torch.Tensor, C: float, cap: int, iters: int) -> tupl
         step = t[:, None] * dw
         w = w + step
         m = m + t[:, None] * sm
-        if float((step.norm(dim=1) / w.norm(dim=1).clamp_min(1e-300)).max()) < 1e-12:
+        if float((step.norm(dim=1) / w.norm(dim=1).clamp_min(1e-300)).max()) < 1e-13:
             break
     return w, used
 
 
-def _polish(ch: _Chunk, w: torch.Tensor, rounds: int = 12, tol: float = 1e-10) -> tuple[torch.Tensor, torch.Tensor]:
-    """Exact hard-margin solution on the support: returns (w, ok) with ok where KKT holds."""
-    B, d = w.shape
-    m = ch.margins(w)
-    support = (m < 1 + 1e-7) & ~ch.self_mask
+def _polish(sub: _Working, w: torch.Tensor, rounds: int = 24, tol: float = 1e-10):
+    """Exact hard-margin solution on the support by a primal active-set method.
+
+    Returns (w, alpha, ok): alpha (B, K) the multipliers on the working set, ok where KKT holds."""
+    B, K = sub.X.shape[:2]
+    m = sub.margins(w)
+    support = m < 1 + 1e-7
     ok = torch.zeros(B, dtype=torch.bool)
-    best = w.clone()
+    best, best_alpha = w.clone(), torch.zeros(B, K, dtype=w.dtype)
+    rows = torch.arange(B)
     for _ in range(rounds):
         k = max(1, int(support.sum(1).max()))
         sv, jj = support.to(w.dtype).topk(k, dim=1)
         mask = sv > 0
-        X = ch.rows(jj) * mask[..., None]
+        X = sub.rows(jj) * mask[..., None]
         G = X @ X.transpose(1, 2) + torch.diag_embed((~mask).to(w.dtype))
         alpha = torch.linalg.lstsq(G, mask.to(w.dtype)[..., None], driver="gelsd").solution.squeeze(-1) * mask
         wn = (X.transpose(1, 2) @ alpha[..., None]).squeeze(-1)
         neg = (alpha < -1e-9 * alpha.abs().amax(1, keepdim=True)) & mask
-        mn = ch.margins(wn)
+        mn = sub.margins(wn)
         viol = mn.min(1).values < 1 - tol
-        good = ~neg.any(1) & ~viol & (wn.norm(dim=1) > 0)
-        newly = good & ~ok
-        best[newly] = wn[newly]
+        good = ~neg.any(1) & ~viol & (wn.norm(dim=1) > 0) & ~ok
+        best[good] = wn[good]
+        best_alpha[good] = torch.zeros(int(good.sum()), K, dtype=w.dtype).scatter(
+            1, jj[good], alpha[good].clamp_min(0))
         ok |= good
         if bool(ok.all()):
             break
         # drop the most negative multiplier, else add the most violated constraint
         drop_at = torch.where(neg, alpha, torch.zeros_like(alpha)).argmin(1)
         has_neg = neg.any(1)
-        rows = torch.arange(B)
         support[rows[has_neg], jj[rows[has_neg], drop_at[has_neg]]] = False
         add = ~has_neg & viol
         support[rows[add], mn[add].argmin(1)] = True
-    return best, ok
+    return best, best_alpha, ok
 
 
-STAGES = (1e2, 1e4)   # continuation: the penalty optimum nears the hard-margin one; the polish makes it exact
+def _dual_upper(X: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    """|X^T a| / 1^T a for a >= 0: a point of conv{x_ij}, hence an upper bound on rho_i (or 0 for none)."""
+    s = alpha.sum(1)
+    p = (X.transpose(1, 2) @ alpha[..., None]).squeeze(-1)
+    return torch.where(s > 0, p.norm(dim=1) / s.clamp_min(1e-300), torch.full_like(s, float("inf")))
 
 
-def _solve_working(ch: _Chunk, w: torch.Tensor, K: int, newton_iters: int) -> tuple[torch.Tensor, int]:
-    """Solve on the K tightest constraints of each anchor; exact overall iff nothing else is violated."""
-    J = ch.margins(w).topk(K, dim=1, largest=False).indices
-    sub = _Working(ch.rows(J))
+def _subsolve(sub: _Working, w: torch.Tensor, iters: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Solve on the working set; returns (w, alpha >= 0, Newton iterations)."""
     its = 0
     for C in STAGES:
-        w, used = _newton(sub, w, C, K, newton_iters)
+        w, used = _newton(sub, w, C, iters)
         its += used
-    w, _ = _polish(sub, w)
-    return w, its
+    wp, alpha, ok = _polish(sub, w)
+    if bool((~ok).any()):
+        # polish failed: likely infeasible (a non-vertex); the penalty multipliers C (1 - m)_+ certify it
+        bad = (~ok).nonzero().flatten()
+        sb, wb = sub.subset(bad), w[bad]
+        for C in INFEASIBLE_STAGES:
+            wb, used = _newton(sb, wb, C, iters)
+            its += used
+        wp[bad] = wb
+        a_pen = INFEASIBLE_STAGES[-1] * torch.relu(1 - sb.margins(wb))
+        a_ex = _nonvertex_polish(sb.X, a_pen)
+        better = _dual_upper(sb.X, a_ex) < _dual_upper(sb.X, a_pen)
+        alpha[bad] = torch.where(better[:, None], a_ex, a_pen)
+    return wp, alpha, its
 
 
-def _solve_chunk(V: torch.Tensor, idx: torch.Tensor, newton_iters: int, outer: int = 8):
-    ch = _Chunk(V, idx)
-    n, d = V.shape
+def _nonvertex_polish(X: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
+    """On the support of the penalty multipliers, the exact a with X^T a = 0, 1^T a = 1 (least squares);
+    it certifies a non-vertex to rounding where it is >= 0 (else the caller keeps the penalty multipliers)."""
+    mask = (alpha > 0).to(X.dtype)
+    s = X.abs().amax((1, 2)).clamp_min(1.0)
+    M = torch.cat([X.transpose(1, 2) * mask[:, None, :], (s[:, None] * mask)[:, None, :]], 1)
+    rhs = torch.zeros(M.shape[0], M.shape[1], 1, dtype=X.dtype)
+    rhs[:, -1, 0] = s
+    a = torch.linalg.lstsq(M, rhs, driver="gelsd").solution.squeeze(-1) * mask
+    return a.clamp_min(0)
+
+
+def _initial(ch: _Chunk, V: torch.Tensor) -> torch.Tensor:
+    """Warm start: the direction away from the centroid, scaled to margin 1 where it already separates."""
     u0 = ch.A - V.mean(0)
     small = u0.norm(dim=1, keepdim=True) <= 1e-12 * ch.A.norm(dim=1, keepdim=True).clamp_min(1e-300)
     u0 = torch.where(small, ch.A, u0)
     m0 = ch.margins(u0).min(1).values
-    w = torch.where(m0[:, None] > 0, u0 / m0.clamp_min(1e-300)[:, None], u0 / u0.norm(dim=1, keepdim=True))
-    K = min(n - 1, 2 * d + 16)
-    w, its = _solve_working(ch, w, K, newton_iters)
-    for _ in range(outer - 1):
-        todo = (ch.margins(w).min(1).values < 1 - 1e-9).nonzero().flatten()
-        if todo.numel() == 0:
-            break
-        # re-solve only the anchors whose working set missed a constraint, warm-started
-        w[todo], k = _solve_working(_Chunk(V, idx[todo]), w[todo], K, newton_iters)
+    return torch.where(m0[:, None] > 0, u0 / m0.clamp_min(1e-300)[:, None], u0 / u0.norm(dim=1, keepdim=True))
+
+
+def _next_working_set(m: torch.Tensor, S: torch.Tensor, alpha: torch.Tensor, K: int) -> tuple[torch.Tensor, int]:
+    """Keep the support (alpha > 0) of the last working set, fill up with the tightest of all constraints."""
+    n_supp = int((alpha > 0).sum(1).max())
+    if n_supp > K // 2:          # the support crowds the working set: give the new cuts room
+        K = min(m.shape[1] - 1, 2 * K)
+    key = m.clone()
+    key.scatter_(1, S, torch.where(alpha > 0, float("-inf"), m.gather(1, S)))
+    return key.topk(K, dim=1, largest=False).indices, K
+
+
+def _solve_chunk(V: torch.Tensor, idx: torch.Tensor, newton_iters: int, K: int, rounds: int = 40):
+    """Cutting-plane rounds on the anchors idx; returns (chunk, w, upper bound on rho_i, Newton iterations)."""
+    ch = _Chunk(V, idx)
+    w = _initial(ch, V)
+    S = ch.margins(w).topk(K, dim=1, largest=False).indices
+    upper = torch.full((len(idx),), float("inf"), dtype=V.dtype)
+    act, its = torch.arange(len(idx)), 0
+    for _ in range(rounds):
+        sub_ch = ch.subset(act)
+        X = sub_ch.rows(S)
+        w_act, alpha, k = _subsolve(_Working(X), w[act], newton_iters)
         its += k
+        w[act] = w_act
+        upper[act] = torch.minimum(upper[act], _dual_upper(X, alpha))
+        m = sub_ch.margins(w_act)
+        # done: feasible for all F constraints, or a subset of them is already infeasible (a non-vertex)
+        done = (m.min(1).values >= 1 - 1e-10) | (upper[act] <= NV_TOL)
+        if bool(done.all()):
+            break
+        keep = ~done
+        S, K = _next_working_set(m[keep], S[keep], alpha[keep], K)
+        act = act[keep]
+    return ch, w, upper, its
+
+
+def _certify(ch: _Chunk, w: torch.Tensor, upper: torch.Tensor):
+    """(rho_i, U, gap, vertex, certified) per anchor from the primal-dual pair (module docstring)."""
     u = w / w.norm(dim=1, keepdim=True).clamp_min(1e-300)
-    r = ch.margins(u).min(1).values
-    return torch.where(ch.duplicate, torch.zeros_like(r), r), u, its
+    lower = ch.margins(u).min(1).values
+    vertex = lower > 0
+    gap = torch.where(vertex, upper - lower, upper)
+    certified = torch.where(vertex, gap <= GAP_TOL, upper <= NV_TOL)
+    return torch.where(vertex, lower, torch.zeros_like(lower)), u, gap, vertex, certified
+
+
+def _check_values(values: torch.Tensor) -> torch.Tensor:
+    """Boundary checks: finite, nonzero and pairwise distinct rows (issue #11), at least 2 of them."""
+    check_tensor("values", values, 2, finite=False)
+    n = values.shape[0]
+    if n < 2:
+        fail("values", f"{n} value(s)", "at least 2 values")
+    V = values.detach().double()
+    bad = (~torch.isfinite(V).all(1)).nonzero().flatten().tolist()
+    if bad:
+        fail("values", f"NaN or inf in row(s) {bad[:20]}", "finite values")
+    zero = (V.abs().amax(1) == 0).nonzero().flatten().tolist()
+    if zero:
+        fail("values", f"all-zero row(s) {zero[:20]}", "nonzero value embeddings")
+    _, inv, counts = torch.unique(V, dim=0, return_inverse=True, return_counts=True)
+    if bool((counts > 1).any()):
+        groups = sorted((inv == g).nonzero().flatten().tolist() for g in (counts > 1).nonzero().flatten().tolist())[:10]
+        fail("values", f"duplicated rows {groups}", "distinct values (a repeated value is never a vertex)")
+    return V
+
+
+def _wolfe_min_norm_point(X: torch.Tensor, iters: int = 2000) -> tuple[torch.Tensor, torch.Tensor]:
+    """Wolfe's (1976) min-norm point of conv{rows of X}, exact and finite: the fallback for the anchors the
+    batched solver could not certify (non-vertices near rounding, nearly collinear values).
+    Returns (p, lam) with p = X^T lam, lam >= 0 on the simplex; dist(0, conv) = |p|."""
+    S = [int((X @ X.mean(0)).argmin())]
+    lam = torch.ones(1, dtype=X.dtype)
+    p = X[S[0]].clone()
+    for _ in range(iters):
+        m = X @ p
+        j = int(m.argmin())
+        pp = float(p @ p)
+        if pp <= NV_TOL ** 2 or pp - float(m[j]) <= 1e-3 * GAP_TOL * pp ** 0.5 or j in S:
+            break
+        S.append(j)
+        lam = torch.cat([lam, lam.new_zeros(1)])
+        for _ in range(len(S) + 1):                  # minor cycles: at most one drop each
+            # affine minimiser of span S: p = y_k + D mu', D = [y_i - y_k] (least squares on D, not on the
+            # normal equations, whose squared condition number loses the tiny |p| of nearly degenerate sets)
+            Y = X[S]
+            D = (Y[:-1] - Y[-1]).T
+            mu = torch.linalg.lstsq(D, -Y[-1][:, None], driver="gelsd").solution[:, 0] if len(S) > 1 else Y.new_zeros(0)
+            mu = torch.cat([mu, (1 - mu.sum())[None]])
+            if bool((mu > 1e-14).all()):
+                lam = mu
+                break
+            neg = (mu <= 1e-14) & (lam - mu > 0)
+            theta = float((lam[neg] / (lam[neg] - mu[neg])).min()) if bool(neg.any()) else 1.0
+            lam = theta * mu + (1 - theta) * lam
+            keep = lam > 1e-14
+            S = [s for s, k_ in zip(S, keep.tolist()) if k_]
+            lam = lam[keep] / lam[keep].sum()
+        p = X[S].T @ lam
+    full = torch.zeros(X.shape[0], dtype=X.dtype)
+    full[S] = lam
+    return p, full
+
+
+def _fallback(V: torch.Tensor, i: int) -> tuple[float, torch.Tensor, float, bool, bool]:
+    """One anchor by Wolfe's method: (rho_i, u, gap, vertex, certified)."""
+    diff = V[i] - torch.cat([V[:i], V[i + 1:]])
+    X = diff / diff.norm(dim=1, keepdim=True)
+    p, _ = _wolfe_min_norm_point(X)
+    upper = float(p.norm())
+    u = p / upper if upper > 0 else p
+    lower = float((X @ u).min()) if upper > 0 else 0.0
+    if lower > 0:
+        return lower, u, upper - lower, True, upper - lower <= GAP_TOL
+    return 0.0, u, upper, False, upper <= NV_TOL
+
+
+def _single_thread() -> None:
+    torch.set_num_threads(1)
+
+
+def _parallel_chunks(fn, n: int, chunk: int) -> list:
+    """Run fn over anchor chunks on torch.get_num_threads() workers, each with ONE intra-op thread.
+
+    The solver's kernels are many and small; with 2 intra-op threads each one ends in a barrier, and when
+    another process holds a core the barrier waits on a descheduled thread (issue #11: 10x slower beside a
+    second 2-thread process). Chunk-level parallelism has no such barriers."""
+    workers = torch.get_num_threads()
+    chunk = max(1, min(chunk, -(-n // workers)))
+    idxs = [torch.arange(s, min(n, s + chunk)) for s in range(0, n, chunk)]
+    try:
+        torch.set_num_threads(1)
+        if workers == 1 or len(idxs) == 1:
+            return [fn(i) for i in idxs]
+        with ThreadPoolExecutor(min(workers, len(idxs)), initializer=_single_thread) as pool:
+            return list(pool.map(fn, idxs))
+    finally:
+        torch.set_num_threads(workers)
 
 
 def decodability(values: torch.Tensor, chunk: int | None = None, newton_iters: int = 60) -> Decodability:
-    """rho(V), the per-anchor rho_i and U* for all anchors by the batched solver above."""
-    check_tensor("values", values, 2)
-    n, d = values.shape
-    if n < 2:
-        fail("values", f"{n} value(s)", "at least 2 values")
+    """rho(V), the certified per-anchor rho_i and U* for all anchors by the batched solver above."""
+    V = _check_values(values)
+    n, d = V.shape
     if chunk is not None:
         check_int("chunk", chunk, 1)
-    V = values.detach().double()
+    K = min(n - 1, max(32, min(2 * d + 16, 128)))
     # ~32 MB per (B, F) slab and per (B, K, d) working set
-    chunk = chunk or max(1, min(n, (1 << 22) // n, (1 << 22) // ((2 * d + 16) * d)))
-    rho_i = torch.empty(n, dtype=torch.float64)
+    chunk = chunk or max(1, min(n, (1 << 22) // n, (1 << 22) // (K * d)))
+    rho_i, gap = torch.empty(n, dtype=torch.float64), torch.empty(n, dtype=torch.float64)
     U = torch.empty(n, d, dtype=torch.float64)
-    its = 0
-    for s in range(0, n, chunk):
-        idx = torch.arange(s, min(n, s + chunk))
-        rho_i[idx], U[idx], k = _solve_chunk(V, idx, newton_iters)
-        its += k
-    bad = (rho_i <= 0).nonzero().flatten().tolist()
-    return Decodability(float(rho_i.min()), rho_i, U.to(values.dtype), bad, its)
+    vertex, certified = torch.empty(n, dtype=torch.bool), torch.empty(n, dtype=torch.bool)
+
+    def solve(idx: torch.Tensor) -> int:
+        ch, w, upper, k = _solve_chunk(V, idx, newton_iters, K)
+        rho_i[idx], U[idx], gap[idx], vertex[idx], certified[idx] = _certify(ch, w, upper)
+        return k
+
+    its = sum(_parallel_chunks(solve, n, chunk))
+    for i in (~certified).nonzero().flatten().tolist():
+        rho_i[i], U[i], gap[i], vertex[i], certified[i] = _fallback(V, i)
+    if not bool(certified.all()):
+        bad = (~certified).nonzero().flatten()
+        raise DecodabilityNotConverged(bad.tolist(), gap[bad].tolist())
+    return Decodability(float(rho_i.min()), rho_i, U.to(values.dtype), (~vertex).nonzero().flatten().tolist(),
+                        its, gap, float(gap.max()))
 
 
 def require_vertices(values: torch.Tensor, info: Decodability | None = None, name: str = "values") -> Decodability:
@@ -214,18 +407,4 @@ def require_vertices(values: torch.Tensor, info: Decodability | None = None, nam
     return info
 
 
-def rho_reference_cvxpy(values: torch.Tensor, anchors: list[int] | None = None) -> torch.Tensor:
-    """Reference rho_i from cvxpy (tests and the benchmark only): min |w|^2 s.t. X_i w >= 1."""
-    import cvxpy as cp
-    import numpy as np
-    V = values.detach().double().numpy()
-    n, d = V.shape
-    out = []
-    for i in (range(n) if anchors is None else anchors):
-        diff = V[i] - np.delete(V, i, axis=0)
-        X = diff / np.linalg.norm(diff, axis=1, keepdims=True)
-        w = cp.Variable(d)
-        prob = cp.Problem(cp.Minimize(cp.sum_squares(w)), [X @ w >= 1])
-        prob.solve()
-        out.append(1.0 / float(np.linalg.norm(w.value)) if prob.status in ("optimal", "optimal_inaccurate") else -1.0)
-    return torch.tensor(out, dtype=torch.float64)
+from symformer.facts.reference import rho_reference_cvxpy  # noqa: E402,F401  (kept importable from here)

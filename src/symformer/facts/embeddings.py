@@ -63,6 +63,21 @@ def set_condition_number(x: torch.Tensor, kappa: float) -> torch.Tensor:
     return (u * torch.exp(new)) @ vh
 
 
+def sentence_like_embeddings(n: int, d: int, kappa: float = 15.0, seed: int = 0,
+                             dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """Gaussian rows whose CENTRED matrix has condition number `kappa` (about 15 for sentence-model
+    embeddings, issue #11), plus a common offset of the rows' typical norm (the shared direction such
+    embeddings have; rho depends on differences only, so it does not change rho)."""
+    check_int("n", n, 2)
+    check_int("d", d, 1)
+    check_float("kappa", kappa, 1.0)
+    g = _gen(seed)
+    x = torch.randn(n, d, generator=g, dtype=torch.float64)
+    x = set_condition_number(x - x.mean(0), kappa)
+    c = torch.randn(d, generator=g, dtype=torch.float64)
+    return (x + c / c.norm() * x.norm(dim=1).mean()).to(dtype)
+
+
 def condition_number(x: torch.Tensor) -> float:
     s = torch.linalg.svdvals(x)
     return float(s[0] / s[-1])

@@ -1,0 +1,44 @@
+"""Helpers of the `facts` experiment's rho-size, coherence and whitening rows (issue #11)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from symformer.experiments.facts_laws import FactsClaim, loglog, offset, r2
+from symformer.facts.decodability import decodability
+from symformer.facts.embeddings import coherence, make_fact_set, sentence_like_embeddings
+
+
+def test_loglog_recovers_a_power_law():
+    rho = [0.05, 0.1, 0.2, 0.4, 0.8]
+    size = [3.0 * r ** -1.5 for r in rho]
+    fit, slope = loglog(rho, size)
+    assert fit == pytest.approx(1.0, abs=1e-12) and slope == pytest.approx(-1.5, abs=1e-12)
+    noisy = [s * (1.3 if i % 2 else 0.7) for i, s in enumerate(size)]
+    assert loglog(rho, noisy)[0] < 0.99
+    assert r2([1.0, 2.0], [1.0, 2.0]) is None and loglog([1.0, 2.0], [1.0, 2.0]) == (None, None)
+
+
+def test_offset_family_moves_coherence_not_rho():
+    fs = make_fact_set(32, 32, kappa=10.0, seed=2)
+    base = decodability(fs.values)
+    shifted = offset(fs, 3.0, seed=1)
+    moved = decodability(shifted.values)
+    assert float((moved.rho_i - base.rho_i).abs().max()) <= 1e-9
+    assert coherence(shifted.values) > coherence(fs.values) + 0.05
+
+
+def test_claim_rows_carry_their_setting():
+    c = FactsClaim("x", "s", "p", "m", "holds", "ev", "ours: d=16", "paper: d=256")
+    assert c.setting == "ours: d=16" and c.paper_setting == "paper: d=256" and "paper: d=256" in c.evidence
+    with pytest.raises(ValueError, match="verdict"):
+        FactsClaim("x", "s", "p", "m", "maybe", "", "a", "b")
+
+
+def test_sentence_like_embeddings_condition_number():
+    from symformer.facts.embeddings import condition_number
+    x = sentence_like_embeddings(200, 24, seed=0)
+    assert math.isclose(condition_number(x - x.mean(0)), 15.0, rel_tol=1e-9)
+    with pytest.raises(ValueError, match="kappa"):
+        sentence_like_embeddings(10, 4, kappa=0.5)
