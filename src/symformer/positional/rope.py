@@ -89,8 +89,11 @@ class _RotateHalf(torch.autograd.Function):
 
 def apply_tables(x: torch.Tensor, tables: tuple, pairing: str) -> torch.Tensor:
     """Rotate the pairs of x (..., Dh) with tables from `RoPE.tables`: ("complex", rot) for interleaved
-    float32/float64 (one complex multiply per pair, T0.17) or ("cos", [cos, cos], sin) otherwise."""
+    pairing (one complex multiply per pair, T0.17; low precision computed in float32) or
+    ("cos", [cos, cos], sin) for half pairing."""
     if tables[0] == "complex":
+        if x.dtype not in (torch.float32, torch.float64):  # bfloat16 / float16: the complex multiply in float32
+            return torch.view_as_real(_complex_view(x.float()) * tables[1]).flatten(-2).to(x.dtype)
         return torch.view_as_real(_complex_view(x) * tables[1]).flatten(-2)
     cos2, sin = tables[1], tables[2]
     m = x.shape[-1] // 2
@@ -188,8 +191,8 @@ class RoPE(RotaryPositional):
         """What `apply_tables` needs to rotate a `dtype` tensor in this pairing, cached per position set:
         the complex table for interleaved float32/float64, contiguous [cos, cos] and sin otherwise
         (reading the strided .real/.imag of a complex table in the hot path is what made half slow)."""
-        if self.pairing == "interleaved" and dtype in (torch.float32, torch.float64):
-            return ("complex", self.rotation(positions, dtype))
+        if self.pairing == "interleaved":  # low precision too: upcast, one complex multiply, cast back
+            return ("complex", self.rotation(positions, dtype if dtype == torch.float64 else torch.float32))
         return self._cached(("cos", dtype, positions.device), positions,
                             lambda: half_tables(self._theta(positions), dtype))
 
