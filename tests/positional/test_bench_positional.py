@@ -38,3 +38,24 @@ def test_rotators_agree_on_logits():
     for name in ("string_unfolded", "string_folded", "espr_cached_exp", "rope_half"):
         a, b = rots[name](q, k, pos)
         assert a.shape == q.shape and b.shape == k.shape
+
+
+def test_half_pairing_and_espr2d_ratio_names():
+    from symformer.benchmarks.positional import HEADLINE
+    cells = {("rot", "rope", HEADLINE, "fwd"): 1.0, ("rot", "rope_half", HEADLINE, "fwd"): 1.2,
+             ("rot", "rotary_embedding_torch", HEADLINE, "fwd"): 6.0,
+             ("rot", "rope", "S2", "fwd"): 1.0, ("rot", "rope_half", "S2", "fwd"): 3.0,  # not the cell
+             ("layer", "rope_grid2d", "S1", "train fwd+bwd"): 2.0, ("layer", "espr_grid2d", "S1", "train fwd+bwd"): 3.0}
+    res = BenchResult()
+    _ratios(res, cells)
+    assert res.ratios["rope_half_vs_interleaved"] == pytest.approx(1.2)
+    assert res.ratios["rope_half_vs_interleaved[S2,fwd]"] == pytest.approx(3.0)
+    assert res.ratios["rope_half_vs_rotary_embedding_torch"] == pytest.approx(0.2)
+    assert res.ratios["espr2d_train_vs_rope_layer"] == pytest.approx(1.5)
+
+
+def test_interleaved_ratio_is_a_positive_number():
+    from symformer.benchmarks.positional import interleaved_ratio
+    x = torch.randn(64, 64)
+    r = interleaved_ratio(lambda: x @ x, lambda: x + x, 3)
+    assert r > 0 and r == r

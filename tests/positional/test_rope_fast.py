@@ -72,3 +72,49 @@ def test_generators_from_beta_skew():
     beta = torch.randn(4, 3, dtype=torch.float64)
     L = generators_from_beta(beta, 8, "half")
     assert (L + L.mT).abs().max() == 0
+
+
+def test_half_tables_path_matches_reference_and_gradcheck():
+    """Half pairing with cached [cos, cos]/sin tables and the hand-written backward R^T = R(-theta)."""
+    from symformer.positional.rope import _RotateHalf, apply_tables, half_tables
+
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(2, 3, 5, 8, generator=g, dtype=torch.float64, requires_grad=True)
+    th = torch.randn(5, 4, generator=g, dtype=torch.float64)
+    tab = half_tables(th, torch.float64)
+    ref = rotate_pairs(x, th.cos(), th.sin(), "half")
+    out = apply_tables(x, tab, "half")
+    assert (out - ref).abs().max() <= 1e-14
+    gout = torch.randn_like(out)
+    (gx,) = torch.autograd.grad(out, x, gout)
+    (gref,) = torch.autograd.grad(ref, x, gout)
+    assert (gx - gref).abs().max() <= 1e-14
+    assert torch.autograd.gradcheck(lambda t: _RotateHalf.apply(t, tab[1], tab[2]), (x,))
+    with torch.no_grad():
+        assert (apply_tables(x, tab, "half") - ref).abs().max() <= 1e-14
+
+
+@pytest.mark.parametrize("pairing", ["interleaved", "half"])
+def test_bfloat16_matches_float64_reference(pairing):
+    rope = RoPE(16, 1, pairing=pairing)
+    pos = torch.arange(7, dtype=torch.float32)[:, None]
+    x = torch.randn(2, 2, 7, 16, dtype=torch.float64)
+    ref = rope.double().rotate(x, pos.double())
+    out = rope.float().rotate(x.to(torch.bfloat16), pos)
+    assert out.dtype == torch.bfloat16
+    assert (out.double() - ref).abs().max() <= 0.05  # bf16 has 8 significant bits
+
+
+def test_value_cache_works_in_inference_mode_for_learnable_beta():
+    rope = RoPE(8, 1, pairing="half", learnable=True).double()
+    pos = torch.arange(5, dtype=torch.float64)[:, None]
+    with torch.inference_mode():
+        t1 = rope.tables(pos, torch.float64)
+        assert rope.tables(pos.clone(), torch.float64) is t1  # learnable beta, yet cached in inference
+    x = torch.randn(1, 1, 5, 8, dtype=torch.float64, requires_grad=True)
+    with torch.no_grad():
+        t2 = rope.tables(pos, torch.float64)
+    assert t2 is not t1 and not t2[1].is_inference()  # inference tensors are never handed to autograd code
+    rope.rotate(x, pos).sum().backward()  # training after inference: gradients reach beta
+    assert rope.beta.grad is not None and rope.beta.grad.abs().sum() > 0
+    assert "_tables_cache" not in rope.state_dict()

@@ -144,6 +144,11 @@ def favor_noncausal_streamed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     phi(K)^T V and phi(K)^T 1 are multiplied by exp(c_old - c_new), so every key ends up scaled by the same
     exp(-c_final), which cancels in the normalised attention (module doc): exact, not an approximation."""
     ws = (w * math.sqrt(scale)).T
+    grad = _needs_grad(q, k, v)
+    if grad and block_rows is None:
+        # Under autograd every block's features are saved for the backward anyway, so blocks save no memory and
+        # only add the running-max rescaling and a concatenation (costly at short N, e.g. N ~ 100 in forecasting)
+        return _favor_one_block(q, k, v, ws, scale, keep, denominator_eps)
     rows = block_rows or _block_rows(k, w.shape[0])
     kv = ksum = c = None
     for s in range(0, k.shape[-2], rows):
@@ -162,7 +167,6 @@ def favor_noncausal_streamed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
             kv, ksum = kv * r + kvb, ksum * r + sb
         c = c_new
     ksum = ksum.transpose(-1, -2) + denominator_eps if denominator_eps else ksum.transpose(-1, -2)
-    grad = _needs_grad(q, k, v)
     outs = []
     for s in range(0, q.shape[-2], rows):
         qf = q[..., s:s + rows, :] @ ws
@@ -170,6 +174,24 @@ def favor_noncausal_streamed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
         num, den = qf @ kv, qf @ ksum
         outs.append(num / den if grad else num.div_(den))
     return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-2)
+
+
+def _favor_one_block(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ws: torch.Tensor, scale: float,
+                     keep: torch.Tensor | None, denominator_eps: float) -> torch.Tensor:
+    """The training form of favor_noncausal_streamed (same estimator, same stabilisers): one block, and the
+    numerator and denominator from one GEMM per side, phi(K)^T [V, 1] then phi(Q) [phi(K)^T V, phi(K)^T 1],
+    so the backward accumulates no separate feature-sized gradients of a key sum and a second query GEMM."""
+    logf = (k @ ws).sub_(_half_sq_norm(k, scale))  # log phi(k^_j) + log sqrt(m)
+    f = logf.sub_(logf.detach().amax(dim=(-1, -2), keepdim=True)).exp_()  # one constant per (batch, head)
+    if keep is not None:
+        f = f * keep
+    kvs = f.transpose(-1, -2) @ _with_ones(v)  # (B, H, m, Dv + 1): [phi(K)^T V, phi(K)^T 1]
+    if denominator_eps:
+        kvs = torch.cat((kvs[..., :-1], kvs[..., -1:] + denominator_eps), dim=-1)
+    qf = q @ ws
+    qf = qf.sub_(qf.detach().amax(dim=-1, keepdim=True)).exp_()  # per-query constant: cancels
+    out = qf @ kvs
+    return out[..., :-1] / out[..., -1:]
 
 
 def favor_causal(qf: torch.Tensor, kf: torch.Tensor, v: torch.Tensor, chunk_size: int = 128,

@@ -9,9 +9,10 @@ with `commuting_init=True` the generators start as RoPE's block-diagonal generat
 zero on the null block, so at init L_k commute, P = I lies in the set A (T3.4) and the model is exactly
 RoPE on d_act coordinates. Training may move it away; `penalty()` pulls it back towards STRING.
 
-Efficiency: torch.linalg.matrix_exp runs once per DISTINCT position of the call (a grid or a token range
-repeats across the batch), shared by queries and keys, and is cached across calls when no gradient is
-needed; P is multiplied in per distinct position, so the rotation is one small batched matmul per token
+Efficiency: the exponential (expm.expm_skew: scaling-and-squaring Pade whose backward is ~2x its forward,
+where torch.linalg.matrix_exp's is ~7x) runs once per DISTINCT position of the call (a grid or a token
+range repeats across the batch), shared by queries and keys, and is cached across calls (value-keyed,
+_cache.ValueCache) when no gradient is needed; P is multiplied in per distinct position, so the rotation is one small batched matmul per token
 (O(N d_act^2) per head).
 """
 from __future__ import annotations
@@ -23,8 +24,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from symformer._validation import check_choice, check_float, check_int, fail
+from symformer.positional._cache import ValueCache
 from symformer.positional.base import RotaryPositional, check_positions
 from symformer.positional.cayley import cayley, check_skew, skew
+from symformer.positional.expm import SUPPORTED, expm_skew
 from symformer.positional.rope import generators_from_beta, rope_frequencies
 
 
@@ -58,7 +61,8 @@ class ESPR(RotaryPositional):
     which makes them non-commuting); post_rotation (learn P, else P = I); eps_comm_penalty /
     eta_mix_penalty (weights of `penalty()`); base, mode (RoPE frequencies of the commuting init);
     learnable; seed (initial noise); exp_method ("auto": 1-D integer positions use exp(nL) = exp(L)^n,
-    everything else one matrix_exp per distinct position; "matrix_exp": always the latter).
+    everything else one Pade exponential (expm_skew) per distinct position; "pade": always the latter;
+    "matrix_exp": always torch.linalg.matrix_exp, the reference).
 
     `forward` returns q~, k~ of shape (B, H, N, Dh) with zeros on the null coordinates (so any attention
     core built for Dh works); the attention must use `scale` = 1/sqrt(d_act) (T4.4)."""
@@ -92,7 +96,8 @@ class ESPR(RotaryPositional):
         g0 = g0 + noise * torch.randn(g0.shape, generator=gen, dtype=g0.dtype)
         dt = torch.get_default_dtype()
         self.gen_param = nn.Parameter(g0.to(dt), requires_grad=learnable)
-        self.exp_method = check_choice("exp_method", exp_method, ("auto", "matrix_exp"))
+        self.exp_method = check_choice("exp_method", exp_method, ("auto", "pade", "matrix_exp"))
+        check_skew("generators", self.generators().detach())  # skew by construction; checked once, not per call
         self.use_post_rotation = bool(post_rotation)
         if self.use_post_rotation:
             self.skew_param = nn.Parameter(torch.zeros(head_dim, head_dim, dtype=dt), requires_grad=learnable)
@@ -148,20 +153,27 @@ class ESPR(RotaryPositional):
     def exp_generator(self, positions: torch.Tensor) -> torch.Tensor:
         """R_STR(r) = exp(A(r)) (..., Dh, Dh) for positions (..., C) (T1.6), one matrix_exp per row."""
         a = torch.einsum("...c,cij->...ij", positions.to(self.gen_param.dtype), self.generators())
-        return torch.linalg.matrix_exp(a)
+        return self._expm(a)
+
+    def _expm(self, a: torch.Tensor) -> torch.Tensor:
+        if self.exp_method == "matrix_exp":
+            return torch.linalg.matrix_exp(a)
+        if a.dtype not in SUPPORTED:  # bfloat16 / float16 parameters: exponentiate in float32
+            return expm_skew(a.float()).to(a.dtype)
+        return expm_skew(a)
 
     def _exp_distinct(self, reps: torch.Tensor) -> torch.Tensor:
         """exp(A(r)) for distinct positions (U, C). 1-D integer positions (token indices) use the exact
         identity exp(nL) = exp(L)^n (one generator commutes with itself, T0.11): one matrix_exp and
         log-depth batched products, much cheaper than a matrix_exp (and its backward) per position."""
-        if self.exp_method == "matrix_exp" or self.coord_dim != 1 or reps.requires_grad or reps.numel() == 0:
+        if self.exp_method != "auto" or self.coord_dim != 1 or reps.requires_grad or reps.numel() == 0:
             return self.exp_generator(reps)
         r = reps[:, 0]
         n = r.round()
         hi = int(n.abs().max())
         if not torch.equal(n, r) or hi + 1 > 4 * r.numel() + 64:
             return self.exp_generator(reps)
-        table = _power_table(torch.linalg.matrix_exp(self.generators()[0]), hi + 1)
+        table = _power_table(self._expm(self.generators()[0]), hi + 1)
         idx = n.long()
         e = table[idx.abs()]
         return torch.where((idx < 0)[:, None, None], e.transpose(-1, -2), e)  # exp(-nL) = exp(nL)^T
@@ -180,13 +192,13 @@ class ESPR(RotaryPositional):
         """Per token, (Pi_act exp(A(r)) P Pi_act)^T on the active block: (..., N, d_act, d_act), stored
         transposed and contiguous (the layout bmm wants). exp(A(r)) P costs one matrix_exp and one
         (d_act x Dh)(Dh x d_act) product per DISTINCT position; cached when no gradient is needed."""
-        params = [p for p in (self.gen_param, self.skew_param) if p is not None]
+        params = tuple(p for p in (self.gen_param, self.skew_param) if p is not None)
         needs_graph = torch.is_grad_enabled() and (any(p.requires_grad for p in params) or positions.requires_grad)
-        key = (positions.device, positions.dtype, tuple((p._version, p.data_ptr()) for p in params))
-        hit = getattr(self, "_cache", None)
-        if (not needs_graph and hit is not None and hit[0] == key and hit[1].shape == positions.shape
-                and torch.equal(hit[1], positions)):
-            return hit[2]
+        cache = self.__dict__.setdefault("_maps_cache", ValueCache(2))
+        if not needs_graph:
+            hit = cache.lookup("maps", (positions, *params))
+            if hit is not None:
+                return hit
         if positions.requires_grad:  # learned positions: each token needs its own d/dr, so no sharing
             reps, inv = positions.reshape(-1, self.coord_dim), torch.arange(positions[..., 0].numel()).view(positions.shape[:-1])
         else:
@@ -195,9 +207,7 @@ class ESPR(RotaryPositional):
         rows = self._exp_distinct(reps)[:, :d, :]  # Pi_act exp(A(r)), (U, d, Dh)
         m = rows @ self.post_rotation()[:, :d] if self.use_post_rotation else rows[..., :d]  # T4.3
         maps = m.transpose(-1, -2).contiguous()[inv]
-        if not needs_graph:
-            self._cache = (key, positions.detach().clone(), maps)
-        return maps
+        return maps if needs_graph else cache.store("maps", (positions, *params), maps)
 
     def _rotate_active(self, x: torch.Tensor, maps: torch.Tensor) -> torch.Tensor:
         """q~ = Pi_act exp(A(r)) P Pi_act q for x (B, H, N, Dh) (T4.3); maps from _token_maps."""

@@ -6,8 +6,10 @@ The angle of pair u is theta_u(r) = beta_u . r (ESPR T2.4-T2.7 with U = I); 1-D 
 log-spaced beta; "axial" splits the pairs among the C axes; "mixed" learns beta (RoPE-mixed).
 
 Speed: a rotation by theta of pair (x1, x2) is the complex product (x1 + i x2) e^{i theta} (T0.17), so
-`apply_rotation` does one complex multiply per pair on a table e^{i theta(r)} that `RoPE.rotation` caches
-for repeated positions (same idea as rotary-embedding-torch's cached freqs; see benchmarks/positional.py).
+interleaved float32/float64 does one complex multiply per pair on a table e^{i theta(r)}; half pairing
+(and bfloat16) uses contiguous [cos, cos] / sin tables with a hand-written backward R^T = R(-theta).
+`RoPE.tables` caches them per position set (same idea as rotary-embedding-torch's cached freqs; see
+benchmarks/positional.py).
 STRING (string.py) reuses this class for its RoPE part: one implementation.
 """
 from __future__ import annotations
@@ -16,6 +18,7 @@ import torch
 from torch import nn
 
 from symformer._validation import check_choice, check_float, check_int, fail
+from symformer.positional._cache import ValueCache
 from symformer.positional.base import RotaryPositional
 
 PAIRINGS = ("interleaved", "half")
@@ -59,34 +62,66 @@ def _complex_view(x: torch.Tensor) -> torch.Tensor:
     return torch.view_as_complex(x.unflatten(-1, (x.shape[-1] // 2, 2)))
 
 
+def _half_kernel(x: torch.Tensor, cos2: torch.Tensor, sin: torch.Tensor, sign: float = 1.0) -> torch.Tensor:
+    """Half pairing R(theta) x (sign=+1) or R(theta)^T x (sign=-1), no autograd: one contiguous multiply by
+    the (..., Dh) table [cos, cos], then the sin terms as two fused multiply-adds on the halves."""
+    m = x.shape[-1] // 2
+    out = torch.mul(x, cos2)
+    out[..., :m].addcmul_(x[..., m:], sin, value=-sign)
+    out[..., m:].addcmul_(x[..., :m], sin, value=sign)
+    return out
+
+
+class _RotateHalf(torch.autograd.Function):
+    """Half pairing with fixed tables: the backward is the inverse rotation R(theta)^T = R(-theta), the
+    same kernel with the sine negated (no saved activations, no autograd graph of five ops)."""
+
+    @staticmethod
+    def forward(ctx, x, cos2, sin):
+        ctx.save_for_backward(cos2, sin)
+        return _half_kernel(x, cos2, sin)
+
+    @staticmethod
+    def backward(ctx, g):
+        cos2, sin = ctx.saved_tensors
+        return _half_kernel(g, cos2, sin, -1.0), None, None
+
+
+def apply_tables(x: torch.Tensor, tables: tuple, pairing: str) -> torch.Tensor:
+    """Rotate the pairs of x (..., Dh) with tables from `RoPE.tables`: ("complex", rot) for interleaved
+    pairing (one complex multiply per pair, T0.17; low precision computed in float32) or
+    ("cos", [cos, cos], sin) for half pairing."""
+    if tables[0] == "complex":
+        if x.dtype not in (torch.float32, torch.float64):  # bfloat16 / float16: the complex multiply in float32
+            return torch.view_as_real(_complex_view(x.float()) * tables[1]).flatten(-2).to(x.dtype)
+        return torch.view_as_real(_complex_view(x) * tables[1]).flatten(-2)
+    cos2, sin = tables[1], tables[2]
+    m = x.shape[-1] // 2
+    if pairing == "interleaved":
+        return rotate_pairs(x, cos2[..., :m], sin, pairing)
+    if cos2.requires_grad or sin.requires_grad:  # learnable frequencies: differentiable arithmetic
+        return rotate_pairs(x, cos2[..., :m], sin, pairing)
+    if torch.is_grad_enabled() and x.requires_grad:
+        return _RotateHalf.apply(x, cos2, sin)
+    return _half_kernel(x, cos2, sin)
+
+
+def half_tables(th: torch.Tensor, dtype: torch.dtype) -> tuple:
+    """("cos", [cos, cos] (..., Dh), sin (..., Dh/2)) contiguous in `dtype` for angles th (..., Dh/2)."""
+    c = th.cos()
+    return ("cos", torch.cat((c, c), -1).to(dtype).contiguous(), th.sin().to(dtype).contiguous())
+
+
 def apply_rotation(x: torch.Tensor, rot: torch.Tensor, pairing: str) -> torch.Tensor:
     """Rotate the pairs of x (..., Dh) by the unit complex numbers rot (broadcastable to (..., Dh/2)).
 
-    One complex multiply per pair (R_2(theta) acting on (x1, x2) is multiplication by e^{i theta}, T0.17):
-    a single vectorised kernel, several times faster than the cos/sin/rotate-half arithmetic of
-    rotary-embedding-torch (benchmarks/positional.py). Half pairing is permuted to interleaved and back."""
-    if x.dtype not in (torch.float32, torch.float64):
-        return rotate_pairs(x, rot.real.to(x.dtype), rot.imag.to(x.dtype), pairing)
-    m = x.shape[-1] // 2
-    if pairing == "interleaved":
-        return torch.view_as_real(_complex_view(x) * rot).flatten(-2)
-    if not (torch.is_grad_enabled() and (x.requires_grad or rot.requires_grad)):
-        return _rotate_half_inplace(x, rot)
-    xc = torch.view_as_complex(x.unflatten(-1, (2, m)).transpose(-1, -2).contiguous())
-    return torch.view_as_real(xc * rot).transpose(-1, -2).flatten(-2)
-
-
-def _rotate_half_inplace(x: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
-    """Inference path for half pairing: two fused multiply-adds per half written into one output."""
-    m = x.shape[-1] // 2
+    Interleaved float32/float64: one complex multiply per pair (R_2(theta) acting on (x1, x2) is
+    multiplication by e^{i theta}, T0.17). Otherwise the cos/sin tables are read off rot once (uncached:
+    `RoPE.tables` caches them per position set)."""
+    if pairing == "interleaved" and x.dtype in (torch.float32, torch.float64):
+        return apply_tables(x, ("complex", rot), pairing)
     c, s = rot.real, rot.imag
-    out = torch.empty(torch.broadcast_shapes(x.shape, (*rot.shape[:-1], 2 * m)), dtype=x.dtype, device=x.device)
-    x1, x2, o1, o2 = x[..., :m], x[..., m:], out[..., :m], out[..., m:]
-    torch.mul(x1, c, out=o1)
-    o1.addcmul_(x2, s, value=-1)
-    torch.mul(x2, c, out=o2)
-    o2.addcmul_(x1, s)
-    return out
+    return apply_tables(x, ("cos", torch.cat((c, c), -1).to(x.dtype), s.to(x.dtype).contiguous()), pairing)
 
 
 def pair_indices(head_dim: int, pairing: str) -> torch.Tensor:
@@ -126,37 +161,51 @@ class RoPE(RotaryPositional):
         """The commuting skew generators L_k = (+)_u beta_{u,k} J (C, Dh, Dh) in this pairing (T2.3 with U = I)."""
         return generators_from_beta(self.beta, self.head_dim, self.pairing)
 
-    def rotation(self, positions: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-        """e^{i theta(r)} as a complex tensor (..., N, Dh/2), (B, 1, N, Dh/2) for batched positions.
+    def _needs_graph(self, positions: torch.Tensor) -> bool:
+        return torch.is_grad_enabled() and (self.beta.requires_grad or positions.requires_grad)
 
-        Cached for repeated positions (the same grid or token range every step) while no gradient has
-        to flow into beta; the cache is keyed by the position values, dtype and beta's version."""
+    def _cached(self, kind: tuple, positions: torch.Tensor, build) -> object:
+        """Tables for repeated positions (the same grid or token range every step) come from a value-keyed
+        cache (positions and beta compared by value, _cache.ValueCache) while no gradient must reach beta."""
+        if self._needs_graph(positions):
+            return build()
+        cache = self.__dict__.setdefault("_tables_cache", ValueCache())
+        hit = cache.lookup(kind, (positions, self.beta))
+        return hit if hit is not None else cache.store(kind, (positions, self.beta), build())
+
+    def _theta(self, positions: torch.Tensor) -> torch.Tensor:
+        th = self.angles(positions)
+        return th.unsqueeze(1) if th.ndim == 3 else th  # (B, N, m) -> (B, 1, N, m) to broadcast over heads
+
+    def rotation(self, positions: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """e^{i theta(r)} as a complex tensor (..., N, Dh/2), (B, 1, N, Dh/2) for batched positions; cached."""
         dtype = dtype or self.beta.dtype
         cdt = torch.complex128 if dtype == torch.float64 else torch.complex64
-        needs_graph = torch.is_grad_enabled() and (self.beta.requires_grad or positions.requires_grad)
-        key = (cdt, positions.device, self.beta._version, self.beta.data_ptr())
-        hit = getattr(self, "_cache", None)
-        if (not needs_graph and hit is not None and hit[0] == key and hit[1].shape == positions.shape
-                and hit[1].dtype == positions.dtype and torch.equal(hit[1], positions)):
-            return hit[2]
-        th = self.angles(positions)
-        if th.ndim == 3:  # (B, N, m) -> (B, 1, N, m) to broadcast over heads
-            th = th.unsqueeze(1)
-        rot = torch.polar(torch.ones_like(th), th).to(cdt)
-        if not needs_graph:
-            self._cache = (key, positions.detach().clone(), rot)
-        return rot
+
+        def build():
+            th = self._theta(positions)
+            return torch.polar(torch.ones_like(th), th).to(cdt)
+        return self._cached(("rot", cdt, positions.device), positions, build)
+
+    def tables(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple:
+        """What `apply_tables` needs to rotate a `dtype` tensor in this pairing, cached per position set:
+        the complex table for interleaved float32/float64, contiguous [cos, cos] and sin otherwise
+        (reading the strided .real/.imag of a complex table in the hot path is what made half slow)."""
+        if self.pairing == "interleaved":  # low precision too: upcast, one complex multiply, cast back
+            return ("complex", self.rotation(positions, dtype if dtype == torch.float64 else torch.float32))
+        return self._cached(("cos", dtype, positions.device), positions,
+                            lambda: half_tables(self._theta(positions), dtype))
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor,
                 key_positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         kp = self._check_qk(q, k, positions, key_positions)
-        rq = self.rotation(positions, q.dtype)
-        rk = rq if key_positions is None else self.rotation(kp, k.dtype)
-        return apply_rotation(q, rq, self.pairing), apply_rotation(k, rk, self.pairing)
+        tq = self.tables(positions, q.dtype)
+        tk = tq if key_positions is None and k.dtype == q.dtype else self.tables(kp, k.dtype)
+        return apply_tables(q, tq, self.pairing), apply_tables(k, tk, self.pairing)
 
     def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """R(r) x for x (..., N, Dh), without validation (inner loops)."""
-        return apply_rotation(x, self.rotation(positions, x.dtype), self.pairing)
+        return apply_tables(x, self.tables(positions, x.dtype), self.pairing)
 
     def matrix(self, positions: torch.Tensor) -> torch.Tensor:
         """R(r) of shape (..., N, Dh, Dh): column j is the rotation of basis vector e_j."""

@@ -17,9 +17,10 @@ import torch
 from torch import nn
 
 from symformer._validation import check_int, fail
+from symformer.positional._cache import ValueCache
 from symformer.positional.base import RotaryPositional
 from symformer.positional.cayley import cayley, skew
-from symformer.positional.rope import RoPE, apply_rotation
+from symformer.positional.rope import RoPE, apply_tables
 
 
 class STRING(RotaryPositional):
@@ -55,6 +56,13 @@ class STRING(RotaryPositional):
         """P = (I - S)(I + S)^{-1} in SO(Dh) (T3.2)."""
         return cayley(self.skew_matrix(), check=False)
 
+    def _orthogonal_cached(self, dtype: torch.dtype) -> torch.Tensor:
+        if torch.is_grad_enabled() and self.skew_param.requires_grad:
+            return self.orthogonal().to(dtype)
+        cache = self.__dict__.setdefault("_p_cache", ValueCache(2))
+        hit = cache.lookup(dtype, (self.skew_param,))
+        return hit if hit is not None else cache.store(dtype, (self.skew_param,), self.orthogonal().to(dtype))
+
     def generators(self) -> torch.Tensor:
         """L_k = P ((+)_u beta_{u,k} J) P^T (C, Dh, Dh): commuting and skew (T1.1, T2.3 with U = P)."""
         p = self.orthogonal()
@@ -68,17 +76,17 @@ class STRING(RotaryPositional):
     def _to_rope_basis(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if bool(self.folded):
             return q, k  # P^T already merged into W_Q / W_K by fold_into
-        p = self.orthogonal().to(q.dtype)  # one Cayley solve per call, shared by q and k
+        p = self._orthogonal_cached(q.dtype)  # one Cayley solve per call (or per change of S), shared by q and k
         return q @ p, k @ p  # row form of P^T x
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor,
                 key_positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns (R_rope(r) P^T q, R_rope(r') P^T k): the logits equal those of (R(r) q, R(r') k)."""
         kp = self._check_qk(q, k, positions, key_positions)
-        rq = self.rope.rotation(positions, q.dtype)
-        rk = rq if key_positions is None else self.rope.rotation(kp, k.dtype)
+        tq = self.rope.tables(positions, q.dtype)  # cached per position set whenever no grad reaches beta
+        tk = tq if key_positions is None and k.dtype == q.dtype else self.rope.tables(kp, k.dtype)
         q, k = self._to_rope_basis(q, k)
-        return apply_rotation(q, rq, self.pairing), apply_rotation(k, rk, self.pairing)
+        return apply_tables(q, tq, self.pairing), apply_tables(k, tk, self.pairing)
 
     @torch.no_grad()
     def fold_into(self, q_linear: nn.Linear, k_linear: nn.Linear) -> None:
