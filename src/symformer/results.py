@@ -26,6 +26,8 @@ class Claim:
     measured: str
     verdict: str
     evidence: str = ""
+    setting: str = ""          # ours: what this run measured (sizes, seeds, budget)
+    paper_setting: str = ""    # the paper's setting for the same statement
 
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
@@ -112,9 +114,10 @@ def _md_escape(s: str) -> str:
 
 
 def claims_table(claims: list[Claim]) -> str:
-    lines = ["| id | statement | paper | measured | verdict |", "|---|---|---|---|---|"]
+    lines = ["| id | statement | paper | measured | verdict | setting | paper setting |", "|---|---|---|---|---|---|---|"]
     for c in claims:
-        lines.append("| " + " | ".join(_md_escape(x) for x in (c.id, c.statement, c.paper, c.measured, f"**{c.verdict}**")) + " |")
+        lines.append("| " + " | ".join(_md_escape(x) for x in (c.id, c.statement, c.paper, c.measured, f"**{c.verdict}**",
+                                                                 c.setting, c.paper_setting)) + " |")
     return "\n".join(lines)
 
 

@@ -20,3 +20,47 @@ class Callback:
         return {}
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class EarlyStopping(Callback):
+    """Stop when `monitor` has not improved for `patience` epochs and restore the best weights before the
+    final evaluation (Informer's EarlyStopping: patience 3 on validation MSE, best checkpoint reloaded for
+    the test). The best weights are kept in memory and in state_dict, so a resumed run restores them too."""
+
+    def __init__(self, patience: int = 3, monitor: str = "val_loss", higher_is_better: bool = False):
+        from symformer._validation import check_int
+        self.patience, self.monitor, self.higher = check_int("patience", patience, 1), monitor, higher_is_better
+        self.best: float | None = None
+        self.best_epoch: int | None = None
+        self.best_state: dict[str, Any] | None = None
+        self.bad_epochs = 0
+
+    def on_train_start(self, trainer) -> None:
+        if self.bad_epochs >= self.patience:  # resumed after the stop
+            trainer.stop_training = True
+
+    def on_epoch_end(self, trainer, epoch: int, metrics: dict[str, Any]) -> None:
+        if self.monitor not in metrics:
+            from symformer._validation import fail
+            fail("monitor", self.monitor, f"a metric among {', '.join(sorted(metrics))}")
+        v = float(metrics[self.monitor])
+        better = self.best is None or (v > self.best if self.higher else v < self.best)
+        if better:
+            self.best, self.best_epoch, self.bad_epochs = v, epoch, 0
+            self.best_state = {k: t.detach().clone() for k, t in trainer.raw_model.state_dict().items()}
+        else:
+            self.bad_epochs += 1
+            if self.bad_epochs >= self.patience:
+                trainer.stop_training = True
+
+    def on_train_end(self, trainer) -> None:
+        if self.best_state is not None:
+            trainer.raw_model.load_state_dict(self.best_state)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"best": self.best, "best_epoch": self.best_epoch, "best_state": self.best_state,
+                "bad_epochs": self.bad_epochs}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.best, self.best_epoch = state["best"], state["best_epoch"]
+        self.best_state, self.bad_epochs = state["best_state"], state["bad_epochs"]
