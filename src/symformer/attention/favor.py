@@ -268,6 +268,14 @@ class FavorAttention(AttentionCore):
         self.features.copy_(self._draw(int(self.draws)))
 
     @torch.no_grad()
+    def reseed(self, seed: int) -> None:
+        """Restart the feature sequence from `seed` (per-layer draws: train/callbacks.FeatureRedraw gives every
+        layer its own seed, as performer-pytorch draws one projection per layer)."""
+        self.seed.fill_(check_int("seed", seed))
+        self.draws.zero_()
+        self.features.copy_(self._draw(0))
+
+    @torch.no_grad()
     def set_features(self, w: torch.Tensor) -> None:
         """Use a given (n_features, head_dim) projection, e.g. performer-pytorch's `projection_matrix`."""
         check_tensor("w", w, 2)
