@@ -25,7 +25,7 @@ def train_lm(ctx: RunContext, attention: str, epochs: int) -> dict:
     from symformer.train import LanguageModeling, TrainConfig, Trainer
     from symformer.train.callbacks import FeatureRedraw, LearningCurve
 
-    data = load_char_text(block=64, data_dir=ctx.data_dir, max_chars=300_000 if ctx.quick else None, stride=32)
+    data = load_char_text(block=64, data_dir=ctx.data_dir, max_chars=200_000 if ctx.quick else None, stride=32)
     kw = {"n_features": N_FEATURES} if attention == "favor" else {}
     cfg = TransformerConfig(d_model=64, n_heads=4, n_layers=2, positional="rope", attention=attention,
                             attention_kwargs=kw)
@@ -77,9 +77,9 @@ def lm_part(ctx: RunContext, metrics: dict, claims: list, figures: list) -> dict
         "favor_lm_curves.png and lm_curves",
         f"ours: d_model 64, 4 heads, 2 layers, RoPE, block 64, m = {N_FEATURES} features drawn per layer and "
         f"redrawn every {REDRAW_EVERY} steps, 1 seed, budgets {small} and {large} epochs"
-        + (" of 300k characters" if ctx.quick else " of tiny Shakespeare"),
+        + (" of 200k characters" if ctx.quick else " of tiny Shakespeare"),
         "Performer (Sec. 4): protein sequence and ImageNet64 models, far larger than ours"))
     plot_curves(ctx.out_dir / "favor_lm_curves.png", runs)
     figures.append("favor_lm_curves.png")
     return {"d_model": 64, "n_heads": 4, "n_layers": 2, "block": 64, "stride": 32, "n_features": N_FEATURES,
-            "redraw_every": REDRAW_EVERY, "max_chars": 300_000 if ctx.quick else None, "epochs": [small, large]}
+            "redraw_every": REDRAW_EVERY, "max_chars": 200_000 if ctx.quick else None, "epochs": [small, large]}

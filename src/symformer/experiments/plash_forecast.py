@@ -29,7 +29,7 @@ _SPLITS: dict = {}
 def protocol(ctx: RunContext) -> dict:
     """The forecasting setting of this run: sizes, horizons, seeds, budget (JSON, goes into every Job)."""
     from symformer.models.informer import PAPER_SIZE, SMALL_SIZE
-    full_size = bool(getattr(ctx, "full", False))
+    full_size = bool(ctx.extra.get("full", False))  # `reproduce --full`: the paper's Informer size
     size = PAPER_SIZE if full_size else (QUICK_SIZE if ctx.quick else SMALL_SIZE)
     return {"size": dict(size), "horizons": (24,) if ctx.quick else RECORDED_HORIZONS,
             "seeds": (ctx.seed,) if ctx.quick else tuple(ctx.seed + i for i in range(3)),
