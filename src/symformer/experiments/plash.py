@@ -69,11 +69,14 @@ def sketch_part(ctx: RunContext, res: ExperimentResult) -> None:
 
 
 # ----------------------------------------------------------------------------------------- certification
-def _shape_ok(cs: dict) -> tuple[bool, bool]:
-    """(CertRate never falls as tau_g grows for any M, grid-mean CertRate at the largest M > at the smallest M)."""
+def _shape_ok(cs: dict) -> tuple[bool, bool | None]:
+    """(CertRate never falls as tau_g grows for any M, grid-mean CertRate at the largest M > at the smallest M;
+    None when the two means tie, i.e. the grid cannot resolve an M effect)."""
     rising_tau = all(all(b >= a for a, b in zip(r, r[1:])) for r in cs["certrate"].values())
     ms = sorted(cs["certrate"])
     mean = {m: sum(cs["certrate"][m]) / len(cs["certrate"][m]) for m in ms}
+    if math.isclose(mean[ms[-1]], mean[ms[0]], abs_tol=1e-12):
+        return rising_tau, None
     return rising_tau, mean[ms[-1]] > mean[ms[0]]
 
 
@@ -91,6 +94,7 @@ def cert_part(ctx: RunContext, res: ExperimentResult) -> None:
         "median_C_at_tau_g_ends": cs["median_C"], "sizing_rule_delta": cs["delta"]}
     rising_tau, rising_m = _shape_ok(cs)
     triv = max(cs["trivial_bound_median"].values())
+    own = max(cs["median_eps_I_plus_det"].values())
     setting = (f"ours: {len(ms)} M values {ms}, {cs['draws']} draws, {len(cs['tau_grid'])} x {len(cs['eps_grid'])} "
                f"log grid tau_g in [631, 1e5], eps_out in [520, 853]; PLASH at our defaults (random init, mixer "
                f"width 32, LayerNorm eps 1e-5)")
@@ -99,14 +103,15 @@ def cert_part(ctx: RunContext, res: ExperimentResult) -> None:
         "Sec. H.5, Fig. 2/4",
         "tau_g*(M) where CertRate crosses 0.5: " + ", ".join(f"M={m}: {cs['tau_star'][m]:.3g}" for m in ms)
         + f"; non-decreasing in tau_g: {rising_tau}; grid-mean rises with M: {rising_m}",
-        verdict(rising_tau and rising_m),
+        verdict(False if not rising_tau else rising_m),
         "a shape comparison only: the absolute rate depends on constants the paper does not report (the block's "
         "initialisation, the mixer width, the LayerNorm eps), and at ours the certificate triggers near tau_g "
         "~2-3e4, above the paper's window; median constant C falls from "
         + ", ".join(f"{v['tau_g_min']:.2g}" for v in cs["median_C"].values()) + " (tau_g = 631) to "
         + ", ".join(f"{v['tau_g_max']:.2g}" for v in cs["median_C"].values()) + " (tau_g = 1e5). The trivial bound "
         f"||Y_soft|| + ||Y_PLASH|| (median <= {triv:.1f}) is {520 / triv:.0f}-{853 / triv:.0f}x below the paper's "
-        "eps_out window, so every eps_out there is certified by the triangle inequality alone",
+        "eps_out window, so every eps_out there is certified by the triangle inequality alone; the certificate's "
+        f"own eps_I + eps_det (median up to {own:.1f}) is already of the size of that trivial bound",
         setting, PAPER_CERT))
     n_cert, n_viol = cs["certified_cells"], cs["violations"]
     res.claims.append(Claim("H.3-sound", "certified draws have ||Y_soft - Y_PLASH||_F <= eps_out", "Thm H.3",
@@ -163,7 +168,8 @@ def forecast_part(ctx: RunContext, res: ExperimentResult) -> None:
     ratios = res.metrics["plash_vs_softmax_mse_ratio"]
     rel = avg["plash"] / avg["softmax"] - 1
     res.claims.append(Claim(
-        "T1-etth1", "PLASH (M=64, D_k=128) test MSE within 5% of Informer's vanilla attention, averaged over horizons",
+        "T1-etth1", f"PLASH (M={pk['M']}, D_k={pk['D_k']}) test MSE within 5% of Informer's vanilla attention, "
+        "averaged over horizons",
         "Table 1: Vanilla 0.5553, PLASH(64,128) 0.5747 (+3.5%), best 0.4553",
         f"softmax {avg['softmax']:.4f}, plash {avg['plash']:.4f} ({100 * rel:+.1f}%); per horizon plash/softmax: "
         + ", ".join(f"{k}: {v:.3f}" for k, v in ratios.items()), verdict(rel <= 0.05),
