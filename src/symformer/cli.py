@@ -48,7 +48,8 @@ def reproduce(names: Optional[List[str]] = typer.Argument(None, help="experiment
               data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="folder with data files (else $SYMFORMER_DATA)"),
               jobs: int = typer.Option(1, "--jobs", help="worker processes for experiments made of independent runs (teleport)"),
               resume: bool = typer.Option(False, "--resume", help="reuse the runs an interrupted call recorded under OUT/<name>/runs"),
-              set_: Optional[List[str]] = typer.Option(None, "--set", help="experiment option NAME.option=value (see --list), repeatable")):
+              set_: Optional[List[str]] = typer.Option(None, "--set", help="experiment option NAME.option=value (see --list), repeatable"),
+              full: bool = typer.Option(False, "--full", help="paper-size models where an experiment has them (plash: Informer 512/8/2+1/2048)")):
     """Run the papers' experiments and write OUT/<name>/results.json and OUT/report.md."""
     from symformer.data.paths import MissingDataError, data_file
     from symformer.experiments import RunContext, load_all
@@ -84,7 +85,7 @@ def reproduce(names: Optional[List[str]] = typer.Argument(None, help="experiment
             entries.append({"name": name, "status": "skipped", "reason": str(e)})
             continue
         ctx = RunContext(out_dir=out / name, quick=quick, seed=seed, data_dir=data_dir, jobs=jobs, resume=resume,
-                         options=options[name])
+                         options=options[name], extra={"full": full})
         t0 = time.perf_counter()
         typer.echo(f"[{name}] running{' (quick)' if quick else ''} ...", err=True)
         # torch's default generator starts from a random seed in every process: seed the global RNGs so a

@@ -133,6 +133,6 @@ def test_reproduce_list_shows_options(capsys, optioned):
     assert code == 0 and "--set knobs.steps=10" in out
 
 
-def test_plash_declares_quick_steps():
+def test_plash_declares_quick_epochs():
     spec = ebase.load_all().get("plash")
-    assert spec.resolve_options({"quick_steps": 5}) == {"quick_steps": 5}
+    assert spec.resolve_options({"quick_epochs": 5}) == {"quick_epochs": 5}

@@ -119,10 +119,10 @@ CASES = {
     ("symformer train", "`--config` file with invalid JSON"):
         lambda t: ((t / "c.json").write_text('{"task": "digits",}'),
                    ["train", "--config", t / "c.json", "--out", t / "out"])[1],
-    ("symformer reproduce", "`--set plash.quik_steps=5`"):
-        lambda t: ["reproduce", "plash", "--set", "plash.quik_steps=5", "--out", t / "out"],
-    ("symformer reproduce", "`--set plash.quick_steps=many`"):
-        lambda t: ["reproduce", "plash", "--set", "plash.quick_steps=many", "--out", t / "out"],
+    ("symformer reproduce", "`--set plash.quik_epochs=5`"):
+        lambda t: ["reproduce", "plash", "--set", "plash.quik_epochs=5", "--out", t / "out"],
+    ("symformer reproduce", "`--set plash.quick_epochs=many`"):
+        lambda t: ["reproduce", "plash", "--set", "plash.quick_epochs=many", "--out", t / "out"],
     ("symformer train", "`--out` is an existing file"): lambda t: _blocked(t, "train", "--preset", "digits-vit"),
     ("symformer reproduce", "`--out` is an existing file"): lambda t: _blocked(t, "reproduce", "plash"),
     ("symformer bench", "`--out` is an existing file"): lambda t: _blocked(t, "bench", "attention"),

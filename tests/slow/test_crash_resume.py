@@ -1,7 +1,7 @@
 """Crash safety of a whole `reproduce` run: SIGKILL `reproduce plash --quick --jobs 2` once its first per-run
 records exist, resume it with --resume, and compare with an uninterrupted run.
 
-plash is the cheapest experiment made of jobs (ETTh1 trainings); `--set plash.quick_steps=20` shrinks each
+plash is the cheapest experiment made of jobs (ETTh1 trainings); `--set plash.quick_epochs=1 plash.quick_train_windows=128` shrink each
 training so the three runs fit in a few minutes on 2 cores."""
 import json
 import os
@@ -15,7 +15,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 CMD = [sys.executable, "-m", "symformer.cli", "reproduce", "plash", "--quick", "--jobs", "2",
-       "--set", "plash.quick_steps=20"]
+       "--set", "plash.quick_epochs=1", "--set", "plash.quick_train_windows=128"]
 TIMINGS = ("seconds",)  # results.json fields that are wall-clock times
 
 

@@ -11,6 +11,8 @@ from symformer.registry import ATTENTION
 
 ATTENTION.register("softmax")(SoftmaxAttention)
 ATTENTION.register("naive")(NaiveAttention)
+# Informer's "vanilla" FullAttention (ProbSparse off): exact softmax with attention dropout
+ATTENTION.register("full")(SoftmaxAttention)
 
 from symformer.attention.plash import PlashAttention  # noqa: E402
 

@@ -256,8 +256,13 @@ class FavorAttention(AttentionCore):
 
     def __init__(self, head_dim: int, n_features: int = 256, orthogonal: bool = True, redraw_every: int | None = None,
                  chunk_size: int = 128, kernel_eps: float = 0.0, denominator_eps: float = 0.0, seed: int = 0,
-                 block_rows: int | None = None):
+                 block_rows: int | None = None, dropout: float = 0.0):
         super().__init__()
+        # explicit, not silently dropped: FAVOR+ never forms the attention matrix, so there is no attention
+        # weight to drop (Performer has none either); use the host layer's output/residual dropout instead
+        if check_float("dropout", dropout, 0.0, 1.0, high_open=True) != 0.0:
+            fail("dropout", dropout, "0.0: FAVOR+ has no attention matrix to apply dropout to (set the "
+                 "attention's dropout to 0; residual and feed-forward dropout still apply)")
         self.head_dim = check_int("head_dim", head_dim, 1)
         self.n_features = check_int("n_features", n_features, 1)
         self.orthogonal = bool(orthogonal)
@@ -283,6 +288,14 @@ class FavorAttention(AttentionCore):
         """Draw fresh features (deterministic given seed and the number of earlier draws)."""
         self.draws += 1
         self.features.copy_(self._draw(int(self.draws)))
+
+    @torch.no_grad()
+    def reseed(self, seed: int) -> None:
+        """Restart the feature sequence from `seed` (per-layer draws: train/callbacks.FeatureRedraw gives every
+        layer its own seed, as performer-pytorch draws one projection per layer)."""
+        self.seed.fill_(check_int("seed", seed))
+        self.draws.zero_()
+        self.features.copy_(self._draw(0))
 
     @torch.no_grad()
     def set_features(self, w: torch.Tensor) -> None:

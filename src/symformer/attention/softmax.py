@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from symformer._validation import check_attention_inputs
+from symformer._validation import check_attention_inputs, fail
 
 
 class AttentionCore(nn.Module):
@@ -49,8 +49,10 @@ def naive_attention(q, k, v, attn_mask=None, is_causal=False, scale=None):
 class NaiveAttention(AttentionCore):
     """softmax(q k^T * scale) v written out: the reference the other variants are tested against."""
 
-    def __init__(self):
+    def __init__(self, dropout: float = 0.0):
         super().__init__()
+        if dropout != 0.0:  # the reference is deterministic: reject the option rather than ignore it
+            fail("dropout", dropout, "0.0 (the naive reference has no dropout; use attention='softmax')")
 
     def forward(self, q, k, v, attn_mask=None, is_causal=False, scale=None):
         check_attention_inputs(q, k, v)

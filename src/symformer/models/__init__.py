@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 from symformer.models.forecaster import Forecaster
+from symformer.models.informer import Informer, InformerConfig
 from symformer.models.layers import Block, FeedForward, MultiHeadAttention, RMSNorm, SwiGLU
 from symformer.models.lm import CausalLM
 from symformer.models.transformer import Encoder, TransformerConfig, attention_layers
 from symformer.models.vit import ViTClassifier
 
 __all__ = ["TransformerConfig", "Encoder", "Block", "MultiHeadAttention", "FeedForward", "SwiGLU", "RMSNorm",
-           "ViTClassifier", "CausalLM", "Forecaster", "attention_layers"]
+           "ViTClassifier", "CausalLM", "Forecaster", "Informer", "InformerConfig",
+           "attention_layers"]

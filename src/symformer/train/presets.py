@@ -12,7 +12,15 @@ from typing import Any
 import torch
 
 from symformer._validation import check_choice, fail
-from symformer.models import CausalLM, Forecaster, TransformerConfig, ViTClassifier
+from symformer.models import (
+    CausalLM,
+    Forecaster,
+    Informer,
+    InformerConfig,
+    TransformerConfig,
+    ViTClassifier,
+)
+from symformer.models.informer import SMALL_SIZE
 from symformer.train.tasks import Classification, Forecasting, LanguageModeling
 from symformer.train.trainer import TrainConfig
 
@@ -32,11 +40,23 @@ PRESETS: dict[str, dict[str, Any]] = {
                          "model": {"d_model": 96, "n_heads": 4, "n_layers": 2, "positional": "rope", "coord_dim": 1},
                          "train": {"epochs": 2, "batch_size": 32, "optimizer": "adamw", "lr": 3e-3,
                                    "warmup_steps": 50, "eval_batch_size": 128}},
-    "etth1-informer": {"task": "etth1", "data": {"seq_len": 96, "label_len": 48, "pred_len": 24},
-                       "model": {"d_model": 64, "n_heads": 4, "n_layers": 2, "positional": "sinusoidal", "coord_dim": 1},
+    # Informer (models/informer.py) at the smaller size SMALL_SIZE; seq_len/label_len follow the horizon
+    # (INFORMER_LENGTHS). Adam (AdamW, weight decay 0) lr 1e-4, lradj type1, batch 32, <= 6 epochs, patience 3.
+    "etth1-informer": {"task": "etth1", "data": {"pred_len": 24},
+                       "model": {"arch": "informer", **SMALL_SIZE, "attention": "full"},
                        "train": {"epochs": 6, "batch_size": 32, "optimizer": "adamw", "lr": 1e-4,
-                                 "schedule": "exponential", "decay_gamma": 0.5}},
+                                 "schedule": "informer", "decay_gamma": 0.5, "grad_clip": None, "patience": 3}},
 }
+
+#: Informer's scripts/ETTh1.sh: pred_len -> (seq_len, label_len)
+INFORMER_LENGTHS = {24: (48, 48), 48: (96, 48), 168: (168, 168), 336: (168, 168), 720: (336, 336)}
+
+
+def informer_lengths(pred_len: int) -> tuple[int, int]:
+    """(seq_len, label_len) of Informer's ETTh1 script for a horizon it runs; ValueError otherwise."""
+    if pred_len not in INFORMER_LENGTHS:
+        fail("pred_len", pred_len, f"a horizon of Informer's ETTh1 script: {', '.join(map(str, INFORMER_LENGTHS))}")
+    return INFORMER_LENGTHS[pred_len]
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
@@ -182,6 +202,16 @@ def build(spec: dict[str, Any], data_dir=None, seed: int | None = None):
         mkw.setdefault("max_len", dkw.get("block", 64))
         model = CausalLM(TransformerConfig(**mkw), split.meta["vocab_size"])
         return model, LanguageModeling(), split, tcfg
+    arch = mkw.pop("arch", "transformer")
+    check_choice("model.arch", arch, ("transformer", "informer"))
+    if arch == "informer":
+        seq, lab = informer_lengths(dkw.get("pred_len", 24))
+        dkw.setdefault("seq_len", seq)
+        dkw.setdefault("label_len", lab)
+        split = D.load_ett(data_dir=data_dir, **dkw)
+        model = Informer(InformerConfig(**mkw), split.meta["n_vars"], split.meta["seq_len"],
+                         split.meta["label_len"], split.meta["pred_len"])
+        return model, Forecasting(split.meta["pred_len"]), split, tcfg
     split = D.load_ett(data_dir=data_dir, **dkw)
     model = Forecaster(TransformerConfig(**mkw), split.meta["n_vars"], split.meta["seq_len"],
                        split.meta["label_len"], split.meta["pred_len"])

@@ -42,7 +42,7 @@ class TrainConfig:
     lr: float = 1e-3
     momentum: float = 0.9
     weight_decay: float = 0.0
-    schedule: str = "cosine"         # cosine | constant | exponential
+    schedule: str = "cosine"         # cosine | constant | exponential | informer
     warmup_steps: int = 0
     min_lr_ratio: float = 0.0        # cosine floor as a fraction of lr
     decay_gamma: float = 0.5         # per-epoch factor of the exponential schedule (Informer uses 0.5)
@@ -53,12 +53,15 @@ class TrainConfig:
     eval_batch_size: int = 512
     max_steps: int | None = None     # stop early after this many steps (smoke runs)
     progress: bool = False
+    patience: int | None = None      # early stopping on the validation primary metric; best weights restored
 
     def __post_init__(self) -> None:
         check_int("epochs", self.epochs, 1)
         check_int("batch_size", self.batch_size, 1)
         check_choice("optimizer", self.optimizer, ("sgd", "adamw"))
-        check_choice("schedule", self.schedule, ("cosine", "constant", "exponential"))
+        check_choice("schedule", self.schedule, ("cosine", "constant", "exponential", "informer"))
+        if self.patience is not None:
+            check_int("patience", self.patience, 1)
         check_float("lr", self.lr, 0.0, low_open=True)
         check_int("warmup_steps", self.warmup_steps, 0)
         check_int("checkpoint_every", self.checkpoint_every, 0)
@@ -97,6 +100,10 @@ def lr_factor(cfg: TrainConfig, step: int, total: int, steps_per_epoch: int) -> 
         return 1.0
     if cfg.schedule == "exponential":
         return cfg.decay_gamma ** (step // max(steps_per_epoch, 1))
+    if cfg.schedule == "informer":
+        # Informer's lradj 'type1' (utils/tools.py): after epoch e (1-based) lr = lr0 * 0.5^(e-1), so epochs
+        # 1 and 2 run at lr0 and each later epoch halves it
+        return cfg.decay_gamma ** max(step // max(steps_per_epoch, 1) - 1, 0)
     t = (step - cfg.warmup_steps) / max(total - cfg.warmup_steps, 1)
     return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(t, 1.0)))
 
@@ -132,6 +139,10 @@ class Trainer:
         self.cfg, self.task = cfg, task
         self.train_data, self.val_data, self.test_data = train, val, test
         self.callbacks = list(callbacks or [])
+        if cfg.patience is not None and val is not None:
+            from symformer.train.callbacks import EarlyStopping
+            self.callbacks.append(EarlyStopping(cfg.patience, f"val_{task.primary}", task.higher_is_better))
+        self.stop_training = False  # a callback (early stopping) sets it at an epoch end
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.rank, self.world = D.world()
         if cfg.batch_size % self.world:
@@ -249,7 +260,7 @@ class Trainer:
             from tqdm import tqdm
             bar = tqdm(total=self.total_steps, initial=self.state.step, desc="train", leave=False,
                        disable=not sys.stderr.isatty())
-        while self.state.epoch < self.cfg.epochs and self.state.step < self.total_steps:
+        while self.state.epoch < self.cfg.epochs and self.state.step < self.total_steps and not self.stop_training:
             self._run_epoch(bar)
         if bar is not None:
             bar.close()
