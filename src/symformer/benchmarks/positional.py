@@ -137,6 +137,10 @@ def run(ctx: BenchContext) -> BenchResult:
         if not ctx.quick:
             _time_layers(res, cells, ctx, (b, h, n, dh), x0, _grid(n, ctx.device), mrt)
     _ratios(res, cells)
+    from symformer.benchmarks.positional_hf import (
+        hf_rows,  # HF Llama rows (extra `hf`): benchmarks/positional_hf.py
+    )
+    hf_rows(res, ctx)
     res.config = {"shapes": [list(s) for s in SHAPES], "dtype": "float32",
                   "positions": "1-D token indices; full mode adds 2-D grids (sqrt(N) x sqrt(N)) for the *_grid2d layers",
                   "layer_shapes": [list(SHAPES[-1])] if ctx.quick else [list(s) for s in SHAPES],
