@@ -7,7 +7,7 @@ import torch
 
 pytest.importorskip("transformers")
 
-from tests.integrations._hf_models import ids, tiny  # noqa: E402
+from tests.integrations._hf_models import float64_reference, ids, tiny  # noqa: E402
 
 from symformer.integrations import hf  # noqa: E402
 from symformer.teleport import GroupElement, brute_force_norms, closed_form_norms, symmetry_group  # noqa: E402
@@ -18,7 +18,8 @@ CASES = [("llama", None, {}), ("llama", "rope", {}), ("mistral", "string", {"ini
 
 def _model(family, positional, opts, kv_heads=2):
     model = tiny(family, torch.float64, kv_heads=kv_heads, attention_bias=family == "llama")
-    return model if positional is None else hf.patch_positional(model, positional, **opts)
+    model = model if positional is None else hf.patch_positional(model, positional, **opts)
+    return float64_reference(model)  # float64 norms and rotary table: invariance is then read at float64 rounding
 
 
 def _loss(model, x):
