@@ -200,3 +200,13 @@ def test_patch_bad_input():
     with pytest.raises(ValueError, match="d_act"):
         hf.patch_positional(fresh, "espr", d_act=12)
     assert not hasattr(fresh.model.layers[0].self_attn, "rotary")  # a failed patch leaves the model alone
+
+
+def test_generation_with_cache():
+    """Decoding with the KV cache: patched RoPE generates the native model's tokens; FAVOR+ decodes (Nq = 1)."""
+    x = ids(n=8)
+    native = tiny("llama").generate(x, max_new_tokens=6, do_sample=False)
+    assert torch.equal(_patched("llama", "rope", torch.float32).generate(x, max_new_tokens=6, do_sample=False), native)
+    hf.register()
+    favor = hf.configure(tiny("mistral"), "favor", n_features=32)
+    assert favor.generate(x, max_new_tokens=3, do_sample=False).shape == (2, 11)

@@ -103,12 +103,12 @@ def train_runs(ctx: RunContext) -> dict:
     split = load_char_text(block=block, data_dir=ctx.data_file("tinyshakespeare.txt").parent,
                            max_chars=300_000 if quick else None)
     spec = TinyLlama(hidden_size=64, n_layers=2, n_heads=4, n_kv_heads=2, intermediate_size=160) if quick else TinyLlama()
-    steps = 120 if quick else 600
+    steps = 60 if quick else 600
     out = {}
     for pos in POSITIONALS:
         model = tiny_llama(split.meta["vocab_size"], spec, pos, seed=ctx.seed, **TRAIN_POSITIONALS[pos])
-        curve = train_lm(model, split, steps, batch_size=16, lr=3e-3, eval_every=max(steps // 4, 1), seed=ctx.seed,
-                         eval_batches=8 if quick else 32)
+        curve = train_lm(model, split, steps, batch_size=8 if quick else 16, lr=3e-3, eval_every=max(steps // 3, 1),
+                         seed=ctx.seed, eval_batches=4 if quick else 32)
         out[pos] = {"val_loss": curve.val_loss, "steps": curve.steps, "seconds": curve.seconds,
                     "params": n_parameters(model)}
         if ctx.progress:
@@ -123,6 +123,7 @@ def _figure(ctx: RunContext, runs: dict) -> str | None:
         import matplotlib.pyplot as plt
     except ImportError:  # pragma: no cover
         return None
+    ctx.out_dir.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for pos, r in runs.items():
         ax.plot(r["steps"], r["val_loss"], marker="o", label=pos)
@@ -144,8 +145,13 @@ def run(ctx: RunContext) -> ExperimentResult:
     t0 = time.perf_counter()
     res = ExperimentResult(config={"transformers": tf.__version__, "model": "LlamaForCausalLM from LlamaConfig, "
                                    "GQA 4 query / 2 key heads, Dh 8"})
-    par, fav, tel = parity(ctx.seed), favor_convergence(ctx.seed), teleport_invariance(ctx.seed)
-    tr = train_runs(ctx)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny models: intra-op threads only add synchronisation (as experiments/teleport.py)
+    try:
+        par, fav, tel = parity(ctx.seed), favor_convergence(ctx.seed), teleport_invariance(ctx.seed)
+        tr = train_runs(ctx)
+    finally:
+        torch.set_num_threads(threads)
     res.metrics.update({
         "hf_rope_parity_max_abs_err_f32": par["f32"],
         "hf_rope_parity_max_abs_err_f64": par["f64"],
@@ -185,7 +191,7 @@ def run(ctx: RunContext) -> ExperimentResult:
     fig = _figure(ctx, tr["runs"])
     if fig:
         res.figures.append(fig)
-    res.notes.append(f"training: {tr['steps']} steps, block {tr['block']}, batch 16, AdamW 3e-3, spec {tr['spec']}, "
+    res.notes.append(f"training: {tr['steps']} steps, block {tr['block']}, batch {8 if ctx.quick else 16}, AdamW 3e-3, spec {tr['spec']}, "
                      f"{tr['runs']['rope']['params']} parameters; one seed, so val-loss differences between "
                      "positional parts are not significance-tested; timings under a shared 2-core CPU")
     res.notes.append(f"wall time {time.perf_counter() - t0:.0f}s")

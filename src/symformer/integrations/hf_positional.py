@@ -71,7 +71,7 @@ def _interface(name, eager):
 
 
 def _positions(position_ids, cache_position, cache, q) -> torch.Tensor:
-    """Token positions (B|1, N, 1) as floats in the rotary's dtype: what the model passes as position_ids."""
+    """Token positions (B, N, 1), or (N, 1) when the batch shares them, as floats: the model's position_ids."""
     n = q.shape[-2]
     if position_ids is None:
         if cache_position is not None:
@@ -79,6 +79,8 @@ def _positions(position_ids, cache_position, cache, q) -> torch.Tensor:
         else:
             start = cache.get_seq_length() if cache is not None else 0
             position_ids = torch.arange(start, start + n, device=q.device)[None]
+    if position_ids.shape[0] == 1:  # positions shared by the batch: (N, 1), the parts' shared-table path
+        position_ids = position_ids[0]
     return position_ids[..., None].to(q.dtype)
 
 
