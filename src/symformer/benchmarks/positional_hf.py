@@ -46,10 +46,18 @@ def hf_rows(res: BenchResult, ctx: BenchContext) -> None:
         steps[name], params[name] = _step_fn(model, x.to(ctx.device), y.to(ctx.device)), n_parameters(model)
     mrt = 0.5 if ctx.quick else 2.0
     best: dict[str, float] = {}
-    for _ in range(2 if ctx.quick else 3):
-        for name, fn in steps.items():
-            t = median_seconds(fn, mrt, ctx.device)
-            best[name] = min(best.get(name, t), t)
+    threads = torch.get_num_threads()
+    if ctx.device == "cpu":
+        # one thread: a ~2M-parameter model's many small kernels gain nothing from intra-op threads, and on a
+        # loaded machine each pays OpenMP synchronisation (2 threads at load 12: ESPR's ratio read 6.5, not 1.3)
+        torch.set_num_threads(1)
+    try:
+        for _ in range(2 if ctx.quick else 3):
+            for name, fn in steps.items():
+                t = median_seconds(fn, mrt, ctx.device)
+                best[name] = min(best.get(name, t), t)
+    finally:
+        torch.set_num_threads(threads)
     shape = f"B{batch}_N{block}_d{spec.hidden_size}_L{spec.n_layers}_H{spec.n_heads}_Hkv{spec.n_kv_heads}"
     for name, t in best.items():
         res.rows.append({"kind": "hf llama train step", "method": name, "shape": shape, "mode": "train fwd+bwd+adamw",
@@ -57,8 +65,8 @@ def hf_rows(res: BenchResult, ctx: BenchContext) -> None:
     res.ratios["hf_llama_string_step_vs_rope"] = best["hf_llama_string"] / best["hf_llama_native_rope"]
     res.ratios["hf_llama_espr_step_vs_rope"] = best["hf_llama_espr"] / best["hf_llama_native_rope"]
     res.notes.append(f"hf_llama_* rows: transformers LlamaForCausalLM from a config ({params['hf_llama_native_rope']:,} "
-                     f"parameters, sdpa attention), one training step on {batch} x {block} tokens; fastest of "
-                     "alternating rounds of medians")
+                     f"parameters, sdpa attention), one training step on {batch} x {block} tokens, one CPU thread; "
+                     "fastest of alternating rounds of medians")
 
 
 __all__ = ["hf_rows", "METHODS"]
