@@ -31,7 +31,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--out", default="out/hf_example")
+    ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads (1 suits this tiny model)")
     args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     split = load_char_text(block=args.block, data_dir=args.data_dir)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
