@@ -186,6 +186,10 @@ def run(ctx: BenchContext) -> BenchResult:
                  runs)
     _ratios(res, cells)
     _interleaved_headlines(res, runs, ctx)
+    from symformer.benchmarks.positional_hf import (
+        hf_rows,  # HF Llama rows (extra `hf`): benchmarks/positional_hf.py
+    )
+    hf_rows(res, ctx)
     res.config = {"shapes": [list(s) for s in SHAPES], "dtype": "float32 (bfloat16 rows marked 'bf16')",
                   "positions": "1-D token indices; 2-D grids (sqrt(N) x sqrt(N)) for the *_grid2d layers",
                   "layer_shape": list(LAYER_SHAPE), "inference": "torch.inference_mode()",

@@ -22,6 +22,9 @@ from torch import nn
 from symformer._validation import check_float, check_int, fail
 
 SUPPORTED_CORES = ("SoftmaxAttention", "NaiveAttention")
+#: builders (model, positions, ffn) -> SymmetryGroup | None for models of other libraries, tried first by
+#: symmetry_group; symformer.integrations registers here (this layer never imports it)
+EXTERNAL_BUILDERS: list = []
 
 
 # ---------------------------------------------------------------- per-layer Q/K groups
@@ -426,6 +429,10 @@ def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn:
     positions: (N, C) positions used to compute the ESPR commutant (default: random generic points).
     ffn: include positive rescaling of ReLU FeedForward hidden units (GELU/SwiGLU have none)."""
     from symformer.models import FeedForward, attention_layers
+    for build in EXTERNAL_BUILDERS:
+        group = build(model, positions, ffn)
+        if group is not None:
+            return group
     if not isinstance(model, nn.Module):
         fail("model", type(model).__name__, "a torch.nn.Module", TypeError)
     layers = attention_layers(model)

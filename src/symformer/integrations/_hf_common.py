@@ -1,0 +1,58 @@
+"""Shared helpers of the Hugging Face integration: the optional import and the model families we know."""
+from __future__ import annotations
+
+import importlib
+
+from torch import nn
+
+from symformer._validation import fail
+
+#: config.model_type -> attention class of the families that share Llama's rotary code path
+FAMILIES = {"llama": "LlamaAttention", "mistral": "MistralAttention", "qwen2": "Qwen2Attention"}
+MIN_VERSION = (4, 48)  # the release that introduced AttentionInterface
+
+
+def require_transformers():
+    """Import transformers, or raise ImportError naming the extra that installs it."""
+    try:
+        tf = importlib.import_module("transformers")
+    except ImportError as exc:
+        raise ImportError("symformer.integrations.hf needs Hugging Face transformers (>= 4.48): "
+                          "install the extra with `pip install 'symformer[hf]'`") from exc
+    major, minor = (int(x) for x in tf.__version__.split(".")[:2])
+    if (major, minor) < MIN_VERSION:
+        raise ImportError(f"symformer.integrations.hf needs transformers >= 4.48 (AttentionInterface), found "
+                          f"{tf.__version__}: install the extra with `pip install -U 'symformer[hf]'`")
+    return tf
+
+
+def model_family(model: nn.Module) -> str:
+    """config.model_type of a supported model, else ValueError naming the class and the supported families."""
+    config = getattr(model, "config", None)
+    family = getattr(config, "model_type", None)
+    if not isinstance(model, nn.Module) or family not in FAMILIES:
+        fail("model", f"{type(model).__name__} (model_type={family!r})",
+             "a Hugging Face model of a supported family: " + ", ".join(
+                 f"{k} ({v})" for k, v in FAMILIES.items()))
+    return family
+
+
+def attention_modules(model: nn.Module) -> list[nn.Module]:
+    """The self-attention module of every decoder layer, in order."""
+    family = model_family(model)
+    base = FAMILIES[family]
+    out = [m for m in model.modules() if any(c.__name__ == base for c in type(m).__mro__)]
+    if not out:
+        fail("model", type(model).__name__, f"a {family} model with {base} layers")
+    return out
+
+
+def rope_theta(config) -> float:
+    """The rotary base: config.rope_parameters["rope_theta"] (transformers 5) or config.rope_theta (4.x)."""
+    params = getattr(config, "rope_parameters", None) or {}
+    theta = params.get("rope_theta") if isinstance(params, dict) else None
+    return float(theta if theta is not None else getattr(config, "rope_theta", 10000.0))
+
+
+def n_kv_heads(config) -> int:
+    return int(getattr(config, "num_key_value_heads", None) or config.num_attention_heads)

@@ -1,0 +1,31 @@
+"""Hugging Face transformers integration (optional extra `hf`): symformer's attention cores, rotary parts and
+teleportation on Llama-family models (Llama, Mistral, Qwen2), built from configs, no download needed.
+
+    from symformer.integrations import hf
+    hf.register()                                   # "symformer_favor", "symformer_plash" in AttentionInterface
+    model = LlamaForCausalLM(LlamaConfig(..., attn_implementation="symformer_favor"))
+    hf.configure(model, attention="favor", n_features=512)      # options (saved in config.json)
+    model = hf.patch_positional(LlamaForCausalLM(cfg), "string")  # STRING in every attention layer
+    group = hf.symmetry_group(model)                # teleportation, grouped-query attention included
+    tele = hf.HFTeleport(model, optimizer, loss_fn, total_steps=300, step=10)
+
+Importing this module needs transformers only when a function is called; `register()` without it raises an
+ImportError naming the extra. Importing it also lets `symformer.teleport.symmetry_group` (and so
+`TeleportCallback(model=hf_model)`) understand these models.
+"""
+from __future__ import annotations
+
+from symformer.integrations._hf_common import FAMILIES, require_transformers
+from symformer.integrations.hf_attention import IMPLEMENTATIONS, configure, mask_structure, register
+from symformer.integrations.hf_exact import exact_float64
+from symformer.integrations.hf_positional import (
+           POSITIONALS,
+           from_pretrained,
+           patch_positional,
+           rotary_parts,
+)
+from symformer.integrations.hf_teleport import GQASymmetryGroup, HFTeleport, symmetry_group
+
+__all__ = ["FAMILIES", "IMPLEMENTATIONS", "POSITIONALS", "GQASymmetryGroup", "HFTeleport", "configure", "exact_float64",
+           "from_pretrained", "mask_structure", "patch_positional", "register", "require_transformers",
+           "rotary_parts", "symmetry_group"]

@@ -1,0 +1,182 @@
+"""symformer attention cores as Hugging Face `AttentionInterface` implementations.
+
+`register()` adds "symformer_favor" (FAVOR+, ESPR Tier 7) and "symformer_plash" (PLASH, Alg. 1) to
+`transformers.AttentionInterface`, and sdpa's boolean mask builder under the same names to
+`AttentionMaskInterface` (without one, transformers hands a custom implementation no mask at all, so
+padding would be dropped silently).
+
+Options: `configure(model, attention="favor", n_features=1024, ...)` records them in
+`config.symformer_attention` (saved in config.json), switches the model to the implementation and gives every
+attention layer its own core (`self_attn.symformer_core`, a submodule: its buffers and parameters train, save
+and load). A model built with `attn_implementation="symformer_favor"` and never configured builds its FAVOR+
+cores on first use from `config.symformer_attention` (or the defaults); PLASH has trainable parameters that
+must exist before the optimizer, so it requires `configure`.
+
+Masks: what a core can honour is read off the boolean (B, 1, Nq, Nk) mask and anything else raises
+ValueError, never a silent fallback. FAVOR+: causal, key padding (left or right), both, or none. PLASH: causal
+or none (the paper's block has no masked form). Not supported: sliding windows, packed-sequence masks,
+additive bias masks, causal attention with fewer queries than keys except single-token decoding.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from symformer._validation import check_choice, fail
+from symformer.integrations._hf_common import attention_modules, require_transformers
+
+IMPLEMENTATIONS = {"favor": "symformer_favor", "plash": "symformer_plash"}
+
+
+# ---------------------------------------------------------------- masks
+def mask_structure(mask: torch.Tensor | None, nq: int, nk: int, causal_default: bool):
+    """(is_causal, keep) with keep a (B, 1, 1, Nk) boolean key mask or None, read off an HF attention mask.
+
+    A mask equal to keep broadcast over queries is key padding; one equal to tril & keep (Nq == Nk) is causal
+    with key padding; anything else (sliding window, packed sequences, per-query masks) is a ValueError."""
+    if mask is None:  # sdpa_mask skips a pure causal mask (or a mask with nothing to hide)
+        if causal_default and nq > 1 and nq != nk:
+            fail("attention_mask", f"None with {nq} queries and {nk} keys",
+                 "equal query and key lengths or single-token decoding for a causal symformer core")
+        return causal_default and nq > 1, None
+    if mask.dtype != torch.bool:  # additive float mask (eager style): 0 keeps, a huge negative drops
+        floor = torch.finfo(mask.dtype).min / 2 if mask.is_floating_point() else -1
+        if not bool(((mask == 0) | (mask <= floor)).all()):
+            fail("attention_mask", "an additive bias mask", "a boolean or 0/-inf mask (symformer cores drop keys only)")
+        mask = mask == 0
+    if mask.ndim != 4 or mask.shape[-2:] != (nq, nk):
+        fail("attention_mask", f"shape {tuple(mask.shape)}", f"(B, 1, {nq}, {nk})")
+    if mask.shape[1] != 1 and not bool((mask == mask[:, :1]).all()):
+        fail("attention_mask", "a per-head mask", "one mask for all heads")
+    m = mask[:, :1]
+    keep = m.any(dim=-2, keepdim=True)  # (B, 1, 1, Nk): keys some query may read
+    if bool((m == keep).all()):
+        return False, None if bool(keep.all()) else keep
+    tril = torch.ones(nq, nk, dtype=torch.bool, device=m.device).tril()
+    if nq == nk and bool((m == (tril & keep)).all()):
+        return True, None if bool(keep.all()) else keep
+    fail("attention_mask", "a mask that is neither causal nor key padding (sliding window, packed sequences, ...)",
+         "causal and/or key-padding masks: the random-feature and summary cores cannot honour per-query masks")
+    raise AssertionError
+
+
+def _roll_to_first_kept(x: torch.Tensor, shift: torch.Tensor, inverse: bool = False) -> torch.Tensor:
+    """Rotate each sequence of x (B, H, N, D) left by shift[b] (right when inverse)."""
+    n = x.shape[-2]
+    idx = (torch.arange(n, device=x.device)[None] + (-shift[:, None] if inverse else shift[:, None])) % n
+    return x.gather(-2, idx[:, None, :, None].expand(x.shape[0], x.shape[1], n, x.shape[-1]))
+
+
+# ---------------------------------------------------------------- the cores on a layer
+def _options(module: nn.Module) -> dict:
+    return dict(getattr(module.config, "symformer_attention", None) or {})
+
+
+def _make_core(kind: str, module: nn.Module, options: dict) -> nn.Module:
+    from symformer.attention.favor import FavorAttention
+    from symformer.attention.plash import PlashAttention
+    opts = {k: v for k, v in options.items() if k != "attention"}
+    cfg = module.config
+    if kind == "favor":
+        opts.setdefault("seed", int(getattr(module, "layer_idx", 0) or 0))  # independent features per layer
+        core = FavorAttention(module.head_dim, **opts)
+    else:
+        core = PlashAttention(module.head_dim, n_heads=cfg.num_attention_heads, d_model=cfg.hidden_size, **opts)
+    w = module.q_proj.weight
+    return core.to(device=w.device, dtype=w.dtype)
+
+
+def _core(module: nn.Module, kind: str) -> nn.Module:
+    core = getattr(module, "symformer_core", None)
+    if core is None:
+        if kind == "plash":
+            fail("model", "a symformer_plash model without PLASH cores",
+                 "symformer.integrations.hf.configure(model, attention='plash', ...) before the forward "
+                 "(PLASH's parameters must exist before the optimizer is built)", RuntimeError)
+        module.symformer_core = core = _make_core(kind, module, _options(module))
+    want = "FavorAttention" if kind == "favor" else "PlashAttention"
+    if type(core).__name__ != want:
+        fail("attn_implementation", IMPLEMENTATIONS[kind], f"the implementation of the configured core "
+             f"{type(core).__name__} (call configure(model, attention=...) to switch)")
+    return core
+
+
+def _repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
+    return x if groups == 1 else x.repeat_interleave(groups, dim=1)
+
+
+def _symformer_attention(kind: str, module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                         sliding_window=None, **kwargs):
+    """HF attention signature -> (output (B, N, H, Dv), None). Dropout on attention weights does not exist
+    for these cores (FAVOR+ never forms them; PLASH has its own `dropout` option), so dropout > 0 is refused."""
+    if dropout:
+        fail("attention_dropout", dropout, "0.0 (set the core's own options through configure)")
+    core = _core(module, kind)
+    groups = query.shape[1] // key.shape[1]  # grouped-query attention: each key head serves `groups` query heads
+    k, v = _repeat_kv(key, groups), _repeat_kv(value, groups)
+    nq, nk = query.shape[-2], k.shape[-2]
+    causal, keep = mask_structure(attention_mask, nq, nk, bool(getattr(module, "is_causal", True)))
+    if attention_mask is None and sliding_window is not None and nk > sliding_window:  # a window sdpa_mask skipped
+        fail("sliding_window", sliding_window, f">= the {nk} keys: symformer cores attend to all earlier keys")
+    if kind == "plash" and keep is not None:
+        fail("attention_mask", "a key-padding mask", "no padding for symformer_plash (PLASH has no masked form)")
+    shift = None
+    if causal and keep is not None and not bool(keep[..., 0].all()):
+        # a query before the first kept key would see no key (0/0); rolling each sequence so that it starts at
+        # its first kept key keeps the causal order among every kept key and query (the skipped positions are
+        # all padding), and the rotary positions were applied before, so the outputs of real tokens are exact
+        shift = keep[:, 0, 0].to(torch.int64).argmax(-1)
+        query, k, v = (_roll_to_first_kept(t, shift) for t in (query, k, v))
+        keep = _roll_to_first_kept(keep.transpose(-1, -2).expand(-1, 1, -1, 1), shift).transpose(-1, -2)
+    out = core(query, k, v, attn_mask=keep, is_causal=causal, scale=scaling)
+    if shift is not None:
+        out = _roll_to_first_kept(out, shift, inverse=True)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def favor_attention(module, query, key, value, attention_mask, **kwargs):
+    """`AttentionInterface` entry "symformer_favor"."""
+    return _symformer_attention("favor", module, query, key, value, attention_mask, **kwargs)
+
+
+def plash_attention(module, query, key, value, attention_mask, **kwargs):
+    """`AttentionInterface` entry "symformer_plash"."""
+    return _symformer_attention("plash", module, query, key, value, attention_mask, **kwargs)
+
+
+def register() -> None:
+    """Add "symformer_favor" and "symformer_plash" to transformers' AttentionInterface (and their mask
+    builder to AttentionMaskInterface). Idempotent. ImportError naming the extra `hf` without transformers."""
+    tf = require_transformers()
+    tf.AttentionInterface.register(IMPLEMENTATIONS["favor"], favor_attention)
+    tf.AttentionInterface.register(IMPLEMENTATIONS["plash"], plash_attention)
+    try:
+        from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    except ImportError:  # 4.48-4.52 build masks from _attn_implementation without a registry
+        return
+    for name in IMPLEMENTATIONS.values():
+        AttentionMaskInterface.register(name, sdpa_mask)
+
+
+def configure(model: nn.Module, attention: str = "favor", **options) -> nn.Module:
+    """Run `attention` ("favor" | "plash") in every attention layer of a Llama-family model, with `options`
+    passed to the core (FavorAttention: n_features, orthogonal, redraw_every, chunk_size, seed, ...;
+    PlashAttention: M, degrees, D_k, causal_block, ...). Records them in config.symformer_attention, builds
+    one core per layer (seeds differ per layer unless `seed` is given) and switches the implementation."""
+    register()
+    check_choice("attention", attention, tuple(IMPLEMENTATIONS))
+    layers = attention_modules(model)
+    record = {"attention": attention, **options}
+    cores = [_make_core(attention, m, options) for m in layers]  # constructor errors surface before any edit
+    for m, core in zip(layers, cores, strict=True):
+        m.symformer_core = core
+    model.config.symformer_attention = record
+    name = IMPLEMENTATIONS[attention]
+    if hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation(name)
+    else:  # 4.48-4.5x
+        model.config._attn_implementation = name
+    return model
+
+
+__all__ = ["IMPLEMENTATIONS", "register", "configure", "favor_attention", "plash_attention", "mask_structure"]

@@ -1,0 +1,49 @@
+"""Float64 checks on HF models that really run in float64.
+
+HF's Llama-family models compute two things in float32 whatever the model dtype: the rotary cos/sin table
+(LlamaRotaryEmbedding casts position_ids and inv_freq to float32) and every RMSNorm (it upcasts to float32 and
+casts back, so a float64 model is rounded to float32 at each norm). A float64 parity or invariance check on an
+untouched model therefore reads 0 or ~1e-7, by luck of the float32 rounding, never the float64 error.
+`exact_float64(model)` evaluates the same formulas in the input dtype; it changes nothing in float32."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+_NORMS: dict[type, type] = {}
+
+
+class Float64Table(nn.Module):
+    """HF's cos/sin table (cat(freqs, freqs), freqs = position * inv_freq) evaluated in float64."""
+
+    def __init__(self, inv_freq: torch.Tensor):
+        super().__init__()
+        self.register_buffer("inv_freq", inv_freq.detach().to(torch.float64), persistent=False)
+
+    def forward(self, x, position_ids):
+        f = position_ids[..., None].to(torch.float64) * self.inv_freq
+        emb = torch.cat((f, f), dim=-1)
+        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+
+def _norm_forward(self, hidden_states):
+    """RMSNorm (Zhang & Sennrich 2019) in the input dtype: w * x / sqrt(mean(x^2) + eps)."""
+    var = hidden_states.pow(2).mean(-1, keepdim=True)
+    return self.weight * (hidden_states * torch.rsqrt(var + self.variance_epsilon))
+
+
+def exact_float64(model: nn.Module) -> nn.Module:
+    """Replace the model's rotary table and RMSNorms by the same formulas in the input dtype (in place)."""
+    for name, mod in list(model.named_modules()):
+        if type(mod).__name__.endswith("RotaryEmbedding") and isinstance(getattr(mod, "inv_freq", None), torch.Tensor):
+            parent = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model
+            setattr(parent, name.rsplit(".", 1)[-1], Float64Table(mod.inv_freq))
+        elif type(mod).__name__.endswith("RMSNorm") and hasattr(mod, "variance_epsilon"):
+            cls = type(mod)
+            if cls not in _NORMS:
+                _NORMS[cls] = type(cls.__name__ + "InputDtype", (cls,), {"forward": _norm_forward})
+            mod.__class__ = _NORMS[cls]
+    return model
+
+
+__all__ = ["exact_float64", "Float64Table"]

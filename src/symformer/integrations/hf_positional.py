@@ -1,0 +1,204 @@
+"""symformer rotary parts in the attention layers of Llama-family Hugging Face models.
+
+`patch_positional(model, "string")` gives every attention layer its own symformer part (`self_attn.rotary`,
+a `RotaryPositional`: forward(q, k, positions) -> (q, k), property `scale`) and makes the layer apply it to
+its queries and keys instead of the model's cos/sin table. The model's rotary table stays in place (other
+code may read it) but is no longer applied. The part's parameters are submodules of the model, so they
+train and go through `state_dict`, `save_pretrained` and `from_pretrained`:
+
+* the patch is recorded in `config.symformer_positional` (saved in config.json);
+* the model's class becomes a subclass (same name prefixed `Symformer`) whose constructor re-applies the
+  patch recorded in its config, so `type(model).from_pretrained(folder)` or
+  `symformer.integrations.hf.from_pretrained(LlamaForCausalLM, folder)` rebuilds the patched model and loads
+  the part's parameters with the rest.
+
+Every part starts from the model's own rotary frequencies (its `inv_freq`, i.e. `rope_theta` and the rope
+scaling type), in the model's "half" pairing: "rope" is exactly the model's RoPE, "string" with its Cayley
+factor P = I too (T3.1: cayley(0) = I), and "espr" (d_act = head_dim) starts from the same commuting
+generators (T2.3 with U = I), so an ESPR-patched model is the unpatched one until training moves it.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+from torch import nn
+
+from symformer._validation import check_choice, fail
+from symformer.integrations._hf_common import (
+    attention_modules,
+    model_family,
+    n_kv_heads,
+    require_transformers,
+    rope_theta,
+)
+
+POSITIONALS = ("rope", "string", "circulant_string", "espr")
+_ATTN_CLASSES: dict[type, type] = {}
+_MODEL_CLASSES: dict[type, type] = {}
+
+
+# ---------------------------------------------------------------- the patched attention forward
+def _attention_forward(self, hidden_states, position_embeddings=None, attention_mask=None, past_key_values=None,
+                       cache_position=None, position_ids=None, **kwargs):
+    """The family's attention forward with `self.rotary` in place of apply_rotary_pos_emb."""
+    input_shape = hidden_states.shape[:-1]
+    hidden_shape = (*input_shape, -1, self.head_dim)
+    q = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+    k = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+    v = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+    past_key_values = kwargs.pop("past_key_value", past_key_values)  # the 4.x name
+    positions = _positions(position_ids, cache_position, past_key_values, q)
+    q, k = self.rotary(q, k, positions)  # RotaryPositional: (B, H, N, Dh) and (B, H_kv, N, Dh)
+    if past_key_values is not None:
+        k, v = past_key_values.update(k, v, self.layer_idx, {"cache_position": cache_position})
+    module = sys.modules[type(self).__mro__[1].__module__]
+    interface = _interface(self.config._attn_implementation, module.eager_attention_forward)
+    scale = self.rotary.scale if self.rotary.scale is not None else self.scaling  # ESPR: 1/sqrt(d_act), T4.4
+    if self.config.model_type != "llama":  # Mistral / Qwen2 pass their sliding window on
+        kwargs.setdefault("sliding_window", getattr(self, "sliding_window", getattr(self.config, "sliding_window", None)))
+    out, weights = interface(self, q, k, v, attention_mask, dropout=0.0 if not self.training else self.attention_dropout,
+                             scaling=scale, **kwargs)
+    return self.o_proj(out.reshape(*input_shape, -1).contiguous()), weights
+
+
+def _interface(name, eager):
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    if hasattr(ALL_ATTENTION_FUNCTIONS, "get_interface"):
+        return ALL_ATTENTION_FUNCTIONS.get_interface(name, eager)
+    return eager if name == "eager" else ALL_ATTENTION_FUNCTIONS[name]  # 4.48-4.5x
+
+
+def _positions(position_ids, cache_position, cache, q) -> torch.Tensor:
+    """Token positions (B, N, 1), or (N, 1) when the batch shares them, as floats: the model's position_ids."""
+    n = q.shape[-2]
+    if position_ids is None:
+        if cache_position is not None:
+            position_ids = cache_position[None]
+        else:
+            start = cache.get_seq_length() if cache is not None else 0
+            position_ids = torch.arange(start, start + n, device=q.device)[None]
+    if position_ids.shape[0] == 1:  # positions shared by the batch: (N, 1), the parts' shared-table path
+        position_ids = position_ids[0]
+    return position_ids[..., None].to(q.dtype)
+
+
+def _patched_attention_class(cls: type) -> type:
+    if cls not in _ATTN_CLASSES:
+        _ATTN_CLASSES[cls] = type("Symformer" + cls.__name__, (cls,), {"forward": _attention_forward,
+                                                                       "__module__": __name__})
+    return _ATTN_CLASSES[cls]
+
+
+def _patched_model_init(self, config, *args, **kwargs):
+    type(self).__mro__[1].__init__(self, config, *args, **kwargs)
+    spec = getattr(config, "symformer_positional", None)
+    if spec:
+        spec = dict(spec)
+        config.symformer_positional = None  # patch_positional records it again
+        patch_positional(self, **spec)
+
+
+def _patched_model_class(cls: type) -> type:
+    if cls in _MODEL_CLASSES.values():
+        return cls
+    if cls not in _MODEL_CLASSES:
+        _MODEL_CLASSES[cls] = type("Symformer" + cls.__name__, (cls,), {"__init__": _patched_model_init,
+                                                                        "__module__": __name__})
+    return _MODEL_CLASSES[cls]
+
+
+# ---------------------------------------------------------------- building the parts
+def _rope_table(model: nn.Module) -> tuple[torch.Tensor | None, float]:
+    """(inv_freq, attention_scaling) of the model's rotary embedding (None if it has none we can read)."""
+    for m in model.modules():
+        inv = getattr(m, "inv_freq", None)
+        if isinstance(inv, torch.Tensor) and inv.device.type != "meta":
+            return inv.detach().to(torch.float64).cpu(), float(getattr(m, "attention_scaling", 1.0))
+    return None, 1.0
+
+
+def _half_generators(inv_freq: torch.Tensor, head_dim: int) -> torch.Tensor:
+    """(1, Dh, Dh) RoPE generator in the half pairing: beta_u J on coordinates (u, u + Dh/2) (T2.3, U = I)."""
+    from symformer.positional.rope import generators_from_beta
+    return generators_from_beta(inv_freq[:, None], head_dim, "half")
+
+
+def _build_part(positional: str, attn: nn.Module, config, inv_freq, options: dict) -> nn.Module:
+    from symformer.positional import POSITIONAL  # registers the parts
+    head_dim = int(attn.head_dim)
+    opts = dict(options)
+    if positional in ("rope", "string"):
+        opts.setdefault("pairing", "half")  # HF's rotate-half layout
+    opts.setdefault("base", rope_theta(config))
+    part = POSITIONAL.build(positional, head_dim=head_dim, coord_dim=1, n_heads=config.num_attention_heads,
+                            d_model=config.hidden_size, **opts)
+    w = attn.q_proj.weight
+    part = part.to(device=w.device, dtype=w.dtype)
+    with torch.no_grad():
+        own_freqs = inv_freq is not None and "base" not in options and inv_freq.numel() == head_dim // 2
+        if own_freqs and positional in ("rope", "string") and getattr(part, "pairing", None) == "half":
+            beta = part.rope.beta if positional == "string" else part.beta
+            beta.copy_(inv_freq[:, None].to(beta.dtype))  # the model's own frequencies, not a recomputation
+        if own_freqs and positional == "espr" and part.d_act == head_dim and options.get("commuting_init", True) \
+                and options.get("init_scale") is None:
+            part.set_generators(_half_generators(inv_freq, head_dim).to(part.gen_param.dtype))
+    return part
+
+
+def _check_options(options: dict) -> None:
+    try:
+        json.dumps(options)
+    except TypeError:
+        fail("options", options, "JSON-serialisable values (they are saved in config.json)", TypeError)
+
+
+def patch_positional(model: nn.Module, positional: str = "rope", **options) -> nn.Module:
+    """Replace the rotary embedding of every attention layer of a Llama / Mistral / Qwen2 model by a symformer
+    part ("rope" | "string" | "circulant_string" | "espr"; `options` go to the part's constructor, e.g.
+    init_scale=0.1 for STRING, d_act=32 for ESPR). Grouped-query attention works (the part rotates the H query
+    heads and the H_kv key heads alike). Returns the model (patched in place).
+
+    ValueError: an unsupported model family, a model patched already, a head_dim the part cannot take (odd
+    head_dim for RoPE-like parts, d_act > head_dim), or a rope scaling type whose cos/sin carry a magnitude
+    factor (yarn, longrope: not a pure rotation)."""
+    require_transformers()
+    model_family(model)
+    check_choice("positional", positional, POSITIONALS)
+    _check_options(options)
+    config = model.config
+    layers = attention_modules(model)
+    if any(hasattr(a, "rotary") for a in layers):  # the layers, not the config: HF models share config objects
+        fail("model", f"a model already patched with {getattr(config, 'symformer_positional', None)}",
+             "an unpatched model (patch_positional replaces the native rotary embedding once)")
+    inv_freq, attn_scale = _rope_table(model)
+    rope_type = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
+    if attn_scale != 1.0 or str(rope_type).startswith("dynamic"):
+        fail("config.rope_parameters", f"rope_type={rope_type!r} (attention_scaling={attn_scale})",
+             "a rope type whose cos/sin are a pure, fixed rotation (default, linear, llama3)")
+    kv = n_kv_heads(config)
+    if config.num_attention_heads % kv:
+        fail("config.num_key_value_heads", kv, f"a divisor of num_attention_heads={config.num_attention_heads}")
+    parts = [_build_part(positional, attn, config, inv_freq, options) for attn in layers]  # raises before editing
+    for attn, part in zip(layers, parts, strict=True):
+        attn.rotary = part
+        attn.__class__ = _patched_attention_class(type(attn))
+    config.symformer_positional = {"positional": positional, **options}
+    model.__class__ = _patched_model_class(type(model))
+    return model
+
+
+def from_pretrained(model_class: type, path, **kwargs) -> nn.Module:
+    """`model_class.from_pretrained(path)` that re-applies a recorded symformer patch before the weights load,
+    so the parts' parameters load too (local folders; nothing is downloaded unless `path` is a hub id)."""
+    require_transformers()
+    return _patched_model_class(model_class).from_pretrained(path, **kwargs)
+
+
+def rotary_parts(model: nn.Module) -> list[nn.Module]:
+    """The patched parts, one per attention layer (empty for an unpatched model)."""
+    return [a.rotary for a in attention_modules(model) if hasattr(a, "rotary")]
+
+
+__all__ = ["POSITIONALS", "patch_positional", "from_pretrained", "rotary_parts"]

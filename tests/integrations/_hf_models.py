@@ -1,0 +1,30 @@
+"""Tiny config-built Llama-family models (no download) for the integration tests."""
+from __future__ import annotations
+
+import torch
+
+FAMILIES = ("llama", "mistral", "qwen2")
+
+
+def tiny(family: str = "llama", dtype=torch.float32, seed: int = 0, kv_heads: int = 2, init: float = 0.2, **kw):
+    """d_model 32, 4 query heads of Dh 8 reading `kv_heads` key heads (GQA when < 4), 2 layers, vocab 40.
+    init: weight std (0.2 makes attention move the logits; HF's 0.02 leaves them almost attention-free)."""
+    import transformers as tf
+    cls = {"llama": (tf.LlamaConfig, tf.LlamaForCausalLM), "mistral": (tf.MistralConfig, tf.MistralForCausalLM),
+           "qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM)}[family]
+    args = dict(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=kv_heads, max_position_embeddings=128, initializer_range=init,
+                bos_token_id=None, eos_token_id=None)
+    args.update(kw)
+    torch.manual_seed(seed)
+    return cls[1](cls[0](**args)).to(dtype).eval()
+
+
+def float64_reference(model):
+    """HF runs its rotary table and RMSNorms in float32 for every dtype; exact_float64 makes float64 mean float64."""
+    from symformer.integrations.hf import exact_float64
+    return exact_float64(model)
+
+
+def ids(batch: int = 2, n: int = 16, vocab: int = 40, seed: int = 1) -> torch.Tensor:
+    return torch.randint(0, vocab, (batch, n), generator=torch.Generator().manual_seed(seed))

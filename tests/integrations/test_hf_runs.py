@@ -1,0 +1,34 @@
+"""Experiment `hf` and the `positional` bench's HF rows end to end (slow: training and timing runs)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+
+
+def test_hf_experiment_is_registered():
+    from symformer.experiments.base import load_all
+    assert "hf" in load_all()
+
+
+@pytest.mark.slow
+def test_hf_experiment_quick_reports_fixed_metrics(tmp_path):
+    from symformer.experiments.base import RunContext, load_all
+    res = load_all().get("hf").fn(RunContext(tmp_path, quick=True, progress=False))
+    for name in ("hf_rope_parity_max_abs_err_f32", "hf_rope_parity_max_abs_err_f64",
+                 "hf_string_identity_parity_max_abs_err", "hf_teleport_invariance_max_rel_err"):
+        assert isinstance(res.metrics[name], float)
+    assert set(res.metrics["hf_val_loss"]) == {"rope", "string", "espr"}
+    assert res.metrics["hf_rope_parity_max_abs_err_f64"] <= 1e-10
+
+
+@pytest.mark.slow
+def test_positional_bench_hf_rows(tmp_path):
+    from symformer.benchmarks.base import BenchContext, BenchResult
+    from symformer.benchmarks.positional_hf import hf_rows
+    res = BenchResult()
+    hf_rows(res, BenchContext(Path(tmp_path), quick=True))
+    assert {"hf_llama_string_step_vs_rope", "hf_llama_espr_step_vs_rope"} <= set(res.ratios)
+    assert {r["method"] for r in res.rows} == {"hf_llama_native_rope", "hf_llama_string", "hf_llama_espr"}
