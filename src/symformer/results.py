@@ -114,9 +114,10 @@ def _md_escape(s: str) -> str:
 
 
 def claims_table(claims: list[Claim]) -> str:
-    lines = ["| id | statement | paper | measured | verdict |", "|---|---|---|---|---|"]
+    lines = ["| id | statement | paper | measured | verdict | setting | paper setting |", "|---|---|---|---|---|---|---|"]
     for c in claims:
-        lines.append("| " + " | ".join(_md_escape(x) for x in (c.id, c.statement, c.paper, c.measured, f"**{c.verdict}**")) + " |")
+        lines.append("| " + " | ".join(_md_escape(x) for x in (c.id, c.statement, c.paper, c.measured, f"**{c.verdict}**",
+                                                                 c.setting, c.paper_setting)) + " |")
     return "\n".join(lines)
 
 
