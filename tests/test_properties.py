@@ -56,7 +56,7 @@ def test_resolve_accepts_or_names_the_problem(preset, config, sets):
         return
     # accepted: a known task, known keys only, and the last --set of each key wins
     assert spec["task"] in TASKS
-    known = valid_keys(spec["task"])
+    known = valid_keys(spec["task"], spec.get("model", {}).get("arch"))
     for sec in SECTIONS:
         assert set(spec.get(sec, {})) <= set(known[sec])
     # accepted train settings either build a TrainConfig or are rejected naming the field

@@ -135,4 +135,4 @@ def test_reproduce_list_shows_options(capsys, optioned):
 
 def test_plash_declares_quick_epochs():
     spec = ebase.load_all().get("plash")
-    assert spec.resolve_options({"quick_epochs": 5}) == {"quick_epochs": 5}
+    assert spec.resolve_options({"quick_epochs": 5}) == {"quick_epochs": 5, "quick_train_windows": 1024}

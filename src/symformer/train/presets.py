@@ -87,13 +87,15 @@ def _loader(task: str):
             "etth1": D.load_ett}[task]
 
 
-def valid_keys(task: str | None) -> dict[str, list[str]]:
-    """The keys each section accepts: the data loader's arguments, TransformerConfig and TrainConfig fields."""
+def valid_keys(task: str | None, arch: str | None = None) -> dict[str, list[str]]:
+    """The keys each section accepts: the data loader's arguments, the model config's fields (InformerConfig
+    for `model.arch: informer`, else TransformerConfig; forecasting tasks also take `arch`) and TrainConfig's."""
     import dataclasses
     import inspect
     data = [] if task not in TASKS else [p for p in inspect.signature(_loader(task)).parameters if p != "data_dir"]
-    return {"data": data, "model": [f.name for f in dataclasses.fields(TransformerConfig)],
-            "train": [f.name for f in dataclasses.fields(TrainConfig)]}
+    model_cfg = InformerConfig if (task == "etth1" and arch == "informer") else TransformerConfig
+    model = (["arch"] if task == "etth1" else []) + [f.name for f in dataclasses.fields(model_cfg)]
+    return {"data": data, "model": model, "train": [f.name for f in dataclasses.fields(TrainConfig)]}
 
 
 def _unknown(source: str, key: str, known: list[str]) -> None:
@@ -151,7 +153,7 @@ def _apply_set(spec: dict[str, Any], path: list[str], value: Any) -> None:
 
 
 def _check_keys(spec: dict[str, Any], source: str) -> None:
-    known = valid_keys(spec["task"])
+    known = valid_keys(spec["task"], spec.get("model", {}).get("arch"))
     for sec in SECTIONS:
         for key in spec.get(sec, {}):
             if key not in known[sec]:
