@@ -194,6 +194,7 @@ def train(preset: Optional[str] = typer.Option(None, "--preset", help="a named s
     spec = resolve(preset, load_config(config) if config else None, set_ or [])
     if seed is not None:  # recorded in OUT/config.json, so --config OUT/config.json repeats this run
         spec["train"] = {**spec.get("train", {}), "seed": seed}
+    tele_kw = parse_kv(teleport, "--teleport") if teleport else None  # bad options: one line before any work
     check_writable_dir(out, "--out")
     _threads()
     from symformer.train import distributed
@@ -203,7 +204,7 @@ def train(preset: Optional[str] = typer.Option(None, "--preset", help="a named s
     callbacks = []
     if teleport:
         import symformer.teleport  # noqa: F401  (registers the callback)
-        callbacks.append(CALLBACKS.build("teleport", model=model, **parse_kv(teleport, "--teleport")))
+        callbacks.append(CALLBACKS.build("teleport", model=model, **tele_kw))
     trainer = Trainer(model, task, split.train, split.val, tcfg, test=split.test, callbacks=callbacks, out_dir=out)
     if resume and not trainer.ckpt_path.exists():
         raise CLIError(f"--resume: no checkpoint at {trainer.ckpt_path}; run once without --resume first")

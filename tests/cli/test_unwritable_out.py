@@ -69,7 +69,7 @@ def test_read_only_folder(capsys, tmp_path, monkeypatch, cmd):
         if cmd == "train" or cmd == "reproduce" or cmd == "bench":
             out = ro  # an existing read-only folder
         code, err = run(capsys, *_commands(out, tmp_path)[cmd])
-        assert code == 2 and err.count("\n") == 1 and "--out: cannot write to" in err
+        assert code == 2 and err.count("\n") == 1 and err.startswith("error: --out: ") and "cannot write to" in err
         assert "expected a writable folder" in err
     finally:
         os.chmod(ro, 0o755)
