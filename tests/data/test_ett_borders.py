@@ -6,13 +6,13 @@ import pandas as pd
 import pytest
 
 from symformer.data import load_ett
-from symformer.data.ett import time_features
+from symformer.data.ett import ETT_COLUMNS, time_features
 
 
 def _csv(path, n, freq):
     t = pd.date_range("2016-07-01", periods=n, freq=freq)
     rng = np.random.default_rng(0)
-    df = pd.DataFrame(rng.normal(size=(n, 3)), columns=["HUFL", "LULL", "OT"])
+    df = pd.DataFrame(rng.normal(size=(n, len(ETT_COLUMNS))), columns=list(ETT_COLUMNS))  # every ETT file's columns
     df.insert(0, "date", t.strftime("%Y-%m-%d %H:%M:%S"))
     df.to_csv(path, index=False)
 
