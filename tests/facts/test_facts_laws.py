@@ -5,9 +5,10 @@ import math
 
 import pytest
 
-from symformer.experiments.facts_laws import FactsClaim, loglog, offset, r2
+from symformer.experiments.facts_laws import loglog, offset, r2
 from symformer.facts.decodability import decodability
 from symformer.facts.embeddings import coherence, make_fact_set, sentence_like_embeddings
+from symformer.results import Claim, claims_table
 
 
 def test_loglog_recovers_a_power_law():
@@ -30,10 +31,11 @@ def test_offset_family_moves_coherence_not_rho():
 
 
 def test_claim_rows_carry_their_setting():
-    c = FactsClaim("x", "s", "p", "m", "holds", "ev", "ours: d=16", "paper: d=256")
-    assert c.setting == "ours: d=16" and c.paper_setting == "paper: d=256" and "paper: d=256" in c.evidence
+    c = Claim("x", "s", "p", "m", "holds", "ev", "ours: d=16", "paper: d=256")
+    assert c.setting == "ours: d=16" and c.paper_setting == "paper: d=256"
+    assert "| ours: d=16 | paper: d=256 |" in claims_table([c])  # the report shows both next to the verdict
     with pytest.raises(ValueError, match="verdict"):
-        FactsClaim("x", "s", "p", "m", "maybe", "", "a", "b")
+        Claim("x", "s", "p", "m", "maybe", "", "a", "b")
 
 
 def test_sentence_like_embeddings_condition_number():

@@ -18,12 +18,11 @@ import torch
 
 from symformer.experiments import facts_laws as laws
 from symformer.experiments.base import RunContext, experiment
-from symformer.experiments.facts_laws import FactsClaim
 from symformer.facts.capacity import build_fact_mlp, method_capacity
 from symformer.facts.decodability import decodability
 from symformer.facts.embeddings import make_fact_set, random_fact_map, sample_embeddings
 from symformer.facts.encoders import two_hot_keys
-from symformer.results import ExperimentResult, verdict
+from symformer.results import Claim, ExperimentResult, verdict
 
 PAPER = {"gd_vs_binjl": 20.0, "gdgd_vs_gd": 4.0, "ntk_lo": 5.0, "ntk_hi": 150.0}
 # search brackets (lo, hi) of each method's knob, per d (doubling past hi when needed)
@@ -122,7 +121,7 @@ def _claims_a(res: ExperimentResult, acc: dict) -> None:
     res.metrics["construction_store_accuracy_min"] = min(acc.values())
     res.metrics["construction_store_accuracy"] = acc
     worst = min(acc, key=acc.get)
-    res.claims.append(FactsClaim(
+    res.claims.append(Claim(
         "a/Thm4.3.1", "every construction stores 100% of the facts where its conditions hold",
         "100% (Thm 4.3.1, Constructions 4.1/B.1, Alg. 5/8)", f"min accuracy {min(acc.values()):.4f} over {len(acc)} (method, d)",
         verdict(min(acc.values()) >= 1.0), f"worst {worst}: {acc[worst]:.4f}; all: {acc}",
@@ -145,14 +144,14 @@ def _claims_ratios(res: ExperimentResult, rows: list[dict], gd_methods: list[str
     fmt = lambda x: f"{x:.3g}x" if x else "n/a"  # noqa: E731
     ps = "Fig. 2b/2c: d up to 256, F up to 16k, several seeds"
     res.claims += [
-        FactsClaim("e/Fig2b-gd", "GD MLPs need ~20x fewer parameters than Bin+JL", "~20x", fmt(r_gd),
+        Claim("e/Fig2b-gd", "GD MLPs need ~20x fewer parameters than Bin+JL", "~20x", fmt(r_gd),
                    verdict(None if r_gd is None else PAPER["gd_vs_binjl"] / 2 <= r_gd <= 2 * PAPER["gd_vs_binjl"]),
                    f"{at}; holds if within a factor 2 of 20x", setting, ps),
-        FactsClaim("e/Fig2c-gdgd", "GD+GD within 4x of the GD-trained MLP's parameter count", "~4x", fmt(r_gdgd),
+        Claim("e/Fig2c-gdgd", "GD+GD within 4x of the GD-trained MLP's parameter count", "~4x", fmt(r_gdgd),
                    verdict(None if r_gdgd is None else r_gdgd <= PAPER["gdgd_vs_gd"]), at, setting, ps),
-        FactsClaim("e/Fig2b-ntk", "constructed MLPs need 5-150x fewer parameters than NTK MLPs", "5-150x", fmt(r_ntk),
+        Claim("e/Fig2b-ntk", "constructed MLPs need 5-150x fewer parameters than NTK MLPs", "5-150x", fmt(r_ntk),
                    verdict(None if r_ntk is None else PAPER["ntk_lo"] <= r_ntk <= PAPER["ntk_hi"]), at, setting, ps),
-        FactsClaim("A.1.4/Fig5", "margin-optimal targets U* improve NTK MLPs 2-4x", "2-4x", fmt(r_mo),
+        Claim("A.1.4/Fig5", "margin-optimal targets U* improve NTK MLPs 2-4x", "2-4x", fmt(r_mo),
                    verdict(None if r_mo is None else r_mo >= 2.0), f"{at}; kappa = 1; holds if NTK(V) / NTK(U*) >= 2 "
                    "(the kappa sweep is row A.1.4/Fig5-kappa)", setting, "Fig. 5: kappa sweep, d up to 256")]
 
@@ -166,7 +165,7 @@ def _claims_scaling(res: ExperimentResult, rows: list[dict], setting: str) -> No
             slopes[method] = fit_exponent([f for f, _ in pts], [q for _, q in pts])
     res.metrics["scaling_exponent"] = slopes
     ok = None if {"bin+jl", "gd-swiglu"} - set(slopes) else abs(slopes["bin+jl"] - slopes["gd-swiglu"]) <= 0.3
-    res.claims.append(FactsClaim(
+    res.claims.append(Claim(
         "b/Fig2c", "constructed MLPs scale like GD MLPs as F grows (across d)", "same slope of params against F",
         f"exponents {slopes}", verdict(ok), "holds if the log-log slopes of Bin+JL and GD differ by <= 0.3",
         setting, "Fig. 2c: d up to 256, F up to 16k"))

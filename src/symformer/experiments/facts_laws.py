@@ -10,7 +10,6 @@ log(params) = a + b log(rho) and report R^2 and the exponent b. The bound fit st
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
@@ -24,15 +23,6 @@ from symformer.results import Claim
 BRACKET = {"bin+jl": (2, 64), "gd-swiglu": (2, 8), "ntk": (64, 2048), "ntk-mo": (64, 2048)}
 
 
-@dataclass
-class FactsClaim(Claim):
-    """A claim row with the setting it was measured in next to the paper's (design.md, issue #11 item 7)."""
-    setting: str = ""
-    paper_setting: str = ""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self.evidence = f"{self.evidence} [setting: {self.setting}; paper_setting: {self.paper_setting}]"
 
 
 def r2(x: list[float], y: list[float]) -> float | None:
@@ -124,14 +114,14 @@ def claims_rho_size(rows: list[dict], d: int, F: int, n_seeds: int, metrics: dic
         metrics[f"rho_size_loglog_r2_{key}"], metrics[f"rho_size_exponent_{key}"] = r2_ll, slope
         bound = r2([r["rho"] ** -2 * F * math.log(F) for r in ok], [r[method] for r in ok])
         metrics[f"rho_size_r2_{key}"] = bound
-        claims.append(FactsClaim(
+        claims.append(Claim(
             f"c/Fig2a-{key}", f"{key} MLP size scales inversely with rho at fixed F (log-log fit)",
             "R^2 > 0.97, size ~ rho^-b", "n/a" if r2_ll is None else f"R^2 = {r2_ll:.3f}, exponent b = {-slope:.2f}",
             _verdict(r2_ll, 0.97), f"{len(ok)} points (log params against log rho); holds if R^2 > 0.97",
             setting, paper_setting))
         if key == "constructed":
             # a bound size = O(rho^-2 F log F): at fixed F its rho-dependence must not be steeper than rho^-2
-            claims.append(FactsClaim(
+            claims.append(Claim(
                 "c/B.6.1-bound", "constructed MLP size is O(rho^-2 F log F) (the bound of Construction B.6.1, "
                 "not the paper's fitted law)", "a bound: size grows no faster than rho^-2 at fixed F",
                 "n/a" if bound is None else f"linear fit on rho^-2 F log F: R^2 = {bound:.3f}; exponent b = {-slope:.2f}",
@@ -155,7 +145,7 @@ def claims_coherence(rows: list[dict], metrics: dict, setting: str) -> list[Clai
         metrics[f"rho_size_loglog_r2_decoupled_{key}"] = p2
         ev.append((key, c2, p2, len(dec)))
     ok = None if any(c is None or p is None for _, c, p, _ in ev) else all(c < p for _, c, p, _ in ev)
-    claims.append(FactsClaim(
+    claims.append(Claim(
         "c/Fig6", "coherence predicts size worse than rho", "R^2 0.10 (GD) / 0.44 (constructed) vs 0.97",
         "; ".join(f"{k}: R^2 coherence {_f(c)} vs rho {_f(p)}" for k, c, p, _ in ev), _verdict_bool(ok),
         "log-log fits on the same points: the kappa sweep (raw + whitened) plus a coherence-only family "
@@ -207,7 +197,7 @@ def claims_whiten(rows: list[dict], metrics: dict, quick: bool) -> list[Claim]:
     gmax = max(vals) if vals else None
     metrics["whitening_gain_max"], metrics["whitening_gain"], metrics["whitening_gain_lower_bounds"] = gmax, gain, bound
     dims, kap = sorted({r["d"] for r in rows}), sorted({r["kappa"] for r in rows})
-    return [FactsClaim(
+    return [Claim(
         "d/Fig2a", "embedding whitening cuts the constructed cost by up to 32x", "up to 32x",
         "n/a" if gmax is None else f"max {gmax:.3g}x{' (a lower bound)' if bound and gmax == max(bound.values()) else ''}",
         _verdict_bool(None if gmax is None else gmax >= 16.0),
@@ -239,7 +229,7 @@ def claims_ntk(rows: list[dict], metrics: dict, d: int, F: int) -> list[Claim]:
     got = [g for g in gains.values() if g]
     gmax = max(got) if got else None
     metrics["ntk_mo_gain"], metrics["ntk_mo_gain_max"] = gains, gmax
-    return [FactsClaim(
+    return [Claim(
         "A.1.4/Fig5-kappa", "margin-optimal targets U* improve NTK MLPs 2-4x (across a kappa sweep)", "2-4x",
         "n/a" if gmax is None else f"max {gmax:.3g}x; per kappa {gains}", _verdict_bool(None if gmax is None else gmax >= 2.0),
         "gain = NTK(V) / NTK(U*) parameters at the smallest hidden size storing every fact; holds if the max >= 2",
