@@ -23,8 +23,6 @@ from symformer.results import Claim
 BRACKET = {"bin+jl": (2, 64), "gd-swiglu": (2, 8), "ntk": (64, 2048), "ntk-mo": (64, 2048)}
 
 
-
-
 def r2(x: list[float], y: list[float]) -> float | None:
     """R^2 of the least-squares line y = a x + b (None with < 3 points or no spread)."""
     if len(x) < 3:
