@@ -48,3 +48,18 @@ def make_rotary(kind: str):
 def batch(seed: int = 1, b: int = 5, n: int = 6):
     g = torch.Generator().manual_seed(seed)
     return torch.randn(b, n, 4, generator=g, dtype=torch.float64), positions(n), torch.randint(0, 3, (b,), generator=g)
+
+
+def setup(kind: str = "rope-interleaved"):
+    """(model, its symmetry group, a loss closure) with the gradient of that loss in place."""
+    from torch import nn
+
+    from symformer.teleport import symmetry_group
+    m = tiny_model(kind)
+    x, pos, y = batch()
+
+    def loss_fn():
+        return nn.functional.cross_entropy(m(x, pos), y)
+    m.zero_grad()
+    loss_fn().backward()
+    return m, symmetry_group(m), loss_fn

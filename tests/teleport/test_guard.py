@@ -5,26 +5,14 @@ import math
 
 import pytest
 import torch
-from tests.teleport._models import batch, tiny_model
-from torch import nn
+from tests.teleport._models import batch, setup, tiny_model
 
 import symformer.teleport.teleport as T
 from symformer.data.base import TensorData
-from symformer.teleport import TeleportCallback, TeleportSchedule, symmetry_group, teleport_step
+from symformer.teleport import TeleportCallback, TeleportSchedule, teleport_step
 from symformer.train import TrainConfig, Trainer
 from symformer.train.callbacks import Callback
 from symformer.train.tasks import Classification
-
-
-def setup(kind="rope-interleaved"):
-    m = tiny_model(kind)
-    x, pos, y = batch()
-
-    def loss_fn():
-        return nn.functional.cross_entropy(m(x, pos), y)
-    m.zero_grad()
-    loss_fn().backward()
-    return m, symmetry_group(m), loss_fn
 
 
 def _fake_norms(monkeypatch, ref, ratios):

@@ -5,7 +5,7 @@ import warnings
 
 import pytest
 import torch
-from tests.teleport._models import batch, tiny_model
+from tests.teleport._models import batch, setup, tiny_model
 from torch import nn
 
 import symformer.teleport.teleport as T
@@ -14,24 +14,12 @@ from symformer.registry import CALLBACKS
 from symformer.teleport import (
     TeleportCallback,
     TeleportSchedule,
-    symmetry_group,
     teleport_step,
     update_optimizer_state,
     zhao_teleport,
 )
 from symformer.train import TrainConfig, Trainer
 from symformer.train.tasks import Classification
-
-
-def setup(kind="rope-interleaved"):
-    m = tiny_model(kind)
-    x, pos, y = batch()
-
-    def loss_fn():
-        return nn.functional.cross_entropy(m(x, pos), y)
-    m.zero_grad()
-    loss_fn().backward()
-    return m, symmetry_group(m), loss_fn
 
 
 def params(m):
