@@ -84,6 +84,12 @@ def reproduce(names: Optional[List[str]] = typer.Argument(None, help="experiment
                 raise CLIError(str(e)) from None
             entries.append({"name": name, "status": "skipped", "reason": str(e)})
             continue
+        missing = spec.missing_requirement()
+        if missing:  # an optional extra not installed: skipped like a missing data file
+            if names:
+                raise CLIError(f"experiment {name}: {missing}")
+            entries.append({"name": name, "status": "skipped", "reason": missing})
+            continue
         ctx = RunContext(out_dir=out / name, quick=quick, seed=seed, data_dir=data_dir, jobs=jobs, resume=resume,
                          options=options[name], extra={"full": full})
         t0 = time.perf_counter()

@@ -136,3 +136,28 @@ def test_reproduce_list_shows_options(capsys, optioned):
 def test_plash_declares_quick_epochs():
     spec = ebase.load_all().get("plash")
     assert spec.resolve_options({"quick_epochs": 5}) == {"quick_epochs": 5, "quick_train_windows": 1024}
+
+
+def test_experiment_needing_a_missing_extra_is_skipped_or_named(capsys, tmp_path, monkeypatch):
+    reg = ebase.Registry("experiment")
+    monkeypatch.setattr(ebase, "EXPERIMENTS", reg)
+    monkeypatch.setattr("symformer.experiments.load_all", lambda: reg)
+    ran = []
+
+    @ebase.experiment("needs", "needs a module that is not installed", requires={"no_such_module_xyz": "hf"})
+    def needs(ctx):
+        ran.append("needs")
+        return ExperimentResult()
+
+    @ebase.experiment("plain", "no requirement")
+    def plain(ctx):
+        ran.append("plain")
+        return ExperimentResult()
+    # all experiments: the one missing its extra is skipped with the reason, the others run
+    code, _, _ = run(capsys, "reproduce", "--out", tmp_path / "all")
+    assert code == 0 and ran == ["plain"]
+    assert "needs no_such_module_xyz (pip install 'symformer[hf]')" in (tmp_path / "all" / "report.md").read_text()
+    # named explicitly: one line, exit 2, nothing run
+    code, _, err = run(capsys, "reproduce", "needs", "--out", tmp_path / "one")
+    assert code == 2 and err.count("\n") == 1 and "experiment needs: needs no_such_module_xyz" in err
+    assert ran == ["plain"]

@@ -22,6 +22,17 @@ class ExperimentSpec:
     # Options a user may change with `symformer reproduce NAME --set NAME.option=value`:
     # {option: (default, one-line help)}. Defaults are what a plain run uses.
     options: dict[str, tuple[Any, str]] = field(default_factory=dict)
+    # {importable module: optional extra that installs it}: checked beside data_files, so a run of every
+    # experiment skips this one (with the reason) where the extra is not installed
+    requires: dict[str, str] = field(default_factory=dict)
+
+    def missing_requirement(self) -> str | None:
+        """None when every required module imports, else the reason this experiment cannot run here."""
+        import importlib.util
+        for mod, extra in self.requires.items():
+            if importlib.util.find_spec(mod) is None:
+                return f"needs {mod} (pip install 'symformer[{extra}]')"
+        return None
 
     def resolve_options(self, overrides: dict[str, Any]) -> dict[str, Any]:
         """Defaults updated by `overrides`; an unknown option or a value of another JSON type is a
@@ -67,13 +78,13 @@ EXPERIMENTS: Registry[ExperimentSpec] = Registry("experiment")
 
 
 def experiment(name: str, description: str = "", data_files: tuple[str, ...] = (),
-               options: dict[str, tuple[Any, str]] | None = None):
+               options: dict[str, tuple[Any, str]] | None = None, requires: dict[str, str] | None = None):
     """Register `fn(ctx) -> ExperimentResult` as experiment `name`; `data_files` are checked before it runs.
     `options` {name: (default, help)} are what `reproduce --set NAME.option=value` may change; the
     registered function sees every option in `ctx.options` (defaults filled in, also for direct calls)."""
     def deco(fn):
         desc = description or (fn.__doc__ or "").strip().split("\n")[0]
-        spec = ExperimentSpec(name, fn, desc, tuple(data_files), dict(options or {}))
+        spec = ExperimentSpec(name, fn, desc, tuple(data_files), dict(options or {}), dict(requires or {}))
 
         @functools.wraps(fn)
         def with_options(ctx: RunContext) -> ExperimentResult:

@@ -138,7 +138,7 @@ def _figure(ctx: RunContext, runs: dict) -> str | None:
 
 
 @experiment("hf", "symformer parts in Hugging Face Llama models: parity, FAVOR+, teleport invariance, training",
-            data_files=("tinyshakespeare.txt",))
+            data_files=("tinyshakespeare.txt",), requires={"transformers": "hf"})
 def run(ctx: RunContext) -> ExperimentResult:
     from symformer.integrations.hf import require_transformers
     tf = require_transformers()
