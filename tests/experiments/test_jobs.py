@@ -18,6 +18,16 @@ def test_serial_results_and_records(tmp_path):
     rec = json.loads((tmp_path / "a.json").read_text())
     assert rec["result"] == 50.0 and rec["signature"]["fn"].endswith("speedup_pct")
     assert not list(tmp_path.glob("*.tmp"))
+    prov = rec["provenance"]  # a run spanning sessions says, per record, which commit and machine made it
+    assert set(prov) == {"git_sha", "host", "machine", "seconds", "finished_at"} and prov["seconds"] >= 0
+
+
+def test_provenance_never_decides_reuse(tmp_path):
+    run_jobs(_jobs(), tmp_path)
+    rec = json.loads((tmp_path / "a.json").read_text())
+    rec["result"], rec["provenance"]["git_sha"] = -1.0, "0" * 40  # recorded at another commit
+    (tmp_path / "a.json").write_text(json.dumps(rec))
+    assert run_jobs(_jobs(), tmp_path, resume=True)["a"] == -1.0
 
 
 def test_resume_reuses_only_matching_records(tmp_path):

@@ -10,14 +10,17 @@ runs, so per-run wall-time ratios (teleport overhead) stay meaningful."""
 from __future__ import annotations
 
 import json
+import platform
+import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Callable
 
 from symformer._validation import check_int, fail
-from symformer.results import atomic_write_text
+from symformer.results import atomic_write_text, git_sha
 
 
 @dataclass(frozen=True)
@@ -46,8 +49,17 @@ def _init_worker() -> None:
     torch.set_num_threads(1)
 
 
-def _call(job: Job) -> Any:
-    return job.fn(**job.kwargs)
+def _call(job: Job) -> tuple[Any, float]:
+    t0 = time.perf_counter()
+    result = job.fn(**job.kwargs)
+    return result, time.perf_counter() - t0
+
+
+def _provenance(seconds: float) -> dict:
+    """Where a record came from: a resumed run may span sessions and commits, so each record says its own
+    (outside the signature: it never decides reuse)."""
+    return {"git_sha": git_sha(), "host": platform.node(), "machine": platform.machine(), "seconds": seconds,
+            "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
 
 def run_jobs(jobs: list[Job], record_dir: Path | None = None, n_workers: int = 1, resume: bool = False,
@@ -73,11 +85,13 @@ def run_jobs(jobs: list[Job], record_dir: Path | None = None, n_workers: int = 1
         stats["reused"] = stats.get("reused", 0) + len(out)
         stats["ran"] = stats.get("ran", 0) + len(todo)
 
-    def done(job: Job, result: Any) -> None:
+    def done(job: Job, called: tuple[Any, float]) -> None:
+        result, seconds = called
         out[job.key] = result
         if record_dir is not None:
             # json.dumps, not results.write_json: NaN must read back as NaN, not as the string "nan"
-            atomic_write_text(record_dir / f"{job.key}.json", json.dumps({"signature": job.signature(), "result": result}))
+            rec = {"signature": job.signature(), "result": result, "provenance": _provenance(seconds)}
+            atomic_write_text(record_dir / f"{job.key}.json", json.dumps(rec))
 
     if n_workers == 1:
         for j in todo:
