@@ -46,6 +46,13 @@ def test_resume_reuses_only_matching_records(tmp_path):
     assert run_jobs(_jobs(), tmp_path, resume=True)["b"] == pytest.approx(100 / 3)  # unreadable: rerun
 
 
+def test_resume_with_workers_when_every_record_is_reused(tmp_path):
+    first = run_jobs(_jobs(), tmp_path, n_workers=2)
+    stats = {}
+    assert run_jobs(_jobs(), tmp_path, n_workers=2, resume=True, stats=stats) == first
+    assert stats == {"reused": 2, "ran": 0}
+
+
 def test_worker_processes_give_the_same_results(tmp_path):
     assert run_jobs(_jobs(), tmp_path, n_workers=2) == run_jobs(_jobs(), None)
 

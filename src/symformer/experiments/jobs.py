@@ -93,7 +93,9 @@ def run_jobs(jobs: list[Job], record_dir: Path | None = None, n_workers: int = 1
             rec = {"signature": job.signature(), "result": result, "provenance": _provenance(seconds)}
             atomic_write_text(record_dir / f"{job.key}.json", json.dumps(rec))
 
-    if n_workers == 1:
+    if not todo:  # everything reused (a resumed batch that had finished): no pool of zero workers
+        pass
+    elif n_workers == 1:
         for j in todo:
             done(j, _call(j))
     elif len(todo) == 1:
