@@ -212,7 +212,6 @@ def model_ir(model, offs, cfg: OODConfig) -> dict | None:
 def ood_job(arm: str, seed: int, lr: float, cfg: dict) -> dict:
     """One recorded run (a Job): train, then test at every offset; JSON in and out."""
     c = OODConfig.from_dict(cfg)
-    torch.set_num_threads(1)  # a 16-token ViT: one intra-op thread is as fast and does not oversubscribe
     model, info = train_model(arm, seed, lr, c)
     offs = offsets(c.offset_stride)
     ev = evaluate_offsets(model, offs)

@@ -144,7 +144,6 @@ def lm_job(part: str, seed: int, cfg: dict, data_dir: str | None = None) -> dict
     from symformer.train.tasks import LanguageModeling
 
     c = ExtrapolationConfig.from_dict(cfg)
-    torch.set_num_threads(1)
     split = load_char_text(block=c.train_context, data_dir=data_dir)
     spe = len(split.train) // c.batch
     tc = TrainConfig(
@@ -289,6 +288,16 @@ def config_for(quick: bool) -> ExtrapolationConfig:
     data_files=(DATA,),
 )
 def run(ctx: RunContext) -> ExperimentResult:
+    # small models: one intra-op thread per process (as run_jobs' workers use) is as fast and does not oversubscribe
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _run(ctx)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(ctx: RunContext) -> ExperimentResult:
     t0 = time.time()
     cfg = config_for(ctx.quick)
     cfg = ExtrapolationConfig.from_dict({**asdict(cfg), "seeds": [ctx.seed + s for s in cfg.seeds]})
