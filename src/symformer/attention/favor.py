@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from symformer._validation import all_finite, check_float, check_int, check_tensor, fail
 from symformer.attention.softmax import AttentionCore
 
-__all__ = ["FavorAttention", "draw_features", "positive_features", "favor_noncausal", "favor_noncausal_streamed",
+__all__ = ["FavorAttention", "draw_features", "haar_orthogonal", "positive_features", "favor_noncausal", "favor_noncausal_streamed",
            "favor_causal"]
 
 
@@ -39,13 +39,19 @@ def _gaussian(shape: tuple[int, ...], generator: torch.Generator) -> torch.Tenso
     return torch.randn(*shape, generator=generator, dtype=torch.float64)
 
 
+def haar_orthogonal(d: int, generator: torch.Generator, n: int | None = None) -> torch.Tensor:
+    """Haar-random orthogonal float64 matrices: (d, d), or (n, d, d) when n is given (columns orthonormal).
+    The sign fix makes the QR factor exactly Haar-distributed (Mezzadri 2007); without it LAPACK's Q is
+    biased in its signs and the rows would not be marginally uniform on the sphere, which would bias T7.3."""
+    check_int("d", d, 1)
+    qm, r = torch.linalg.qr(_gaussian((d, d) if n is None else (check_int("n", n, 1), d, d), generator))
+    signs = torch.where(torch.diagonal(r, dim1=-2, dim2=-1) >= 0, 1.0, -1.0).to(qm.dtype)
+    return qm * signs.unsqueeze(-2)
+
+
 def _haar_block(d: int, generator: torch.Generator) -> torch.Tensor:
-    """A Haar-random orthogonal d x d matrix (rows orthonormal). The sign fix makes the QR factor
-    exactly Haar-distributed (Mezzadri 2007); without it LAPACK's Q is biased in its signs and the
-    rows would not be marginally uniform on the sphere, which would bias T7.3."""
-    qm, r = torch.linalg.qr(_gaussian((d, d), generator))
-    signs = torch.where(torch.diagonal(r) >= 0, 1.0, -1.0).to(qm.dtype)
-    return (qm * signs).T
+    """A Haar-random orthogonal d x d matrix with orthonormal rows."""
+    return haar_orthogonal(d, generator).T
 
 
 def draw_features(n_features: int, dim: int, orthogonal: bool = True,

@@ -18,9 +18,12 @@ class ViTClassifier(nn.Module):
         self.encoder = Encoder(cfg)
         self.head = nn.Linear(cfg.d_model, check_int("n_classes", n_classes, 2))
 
-    def forward(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    def features(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """(B, d_model) pooled features z that the head reads (mean over tokens)."""
         check_tensor("tokens", tokens, 3)
         if tokens.shape[-1] != self.token_dim:
             fail("tokens", f"shape {tuple(tokens.shape)}", f"last dimension {self.token_dim}")
-        h = self.encoder(self.embed(tokens), positions)
-        return self.head(h.mean(dim=1))
+        return self.encoder(self.embed(tokens), positions).mean(dim=1)
+
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(tokens, positions))

@@ -43,8 +43,12 @@ from symformer._validation import check_float, check_int, check_tensor, fail
 from symformer.positional.cayley import check_skew
 
 
-def _opnorm(m: torch.Tensor) -> torch.Tensor:
+def operator_norm(m: torch.Tensor) -> torch.Tensor:
+    """Operator (spectral) norm of the last two dims (T0.9)."""
     return torch.linalg.matrix_norm(m, ord=2)
+
+
+_opnorm = operator_norm
 
 
 def _check_generators(L: torch.Tensor, check: bool = True) -> torch.Tensor:
