@@ -76,6 +76,7 @@ class FactRecallConfig:
     moe: bool = False                  # App. A.3.2: 2-expert MoE (fact expert + low-rank language expert)
     lang_rank: int = 32                # rank of the language expert (ours; the paper does not give it)
     qk_hidden: int = 256               # hidden width of the Q/K MLPs and the router (ours)
+    log_scale_init: float = 0.0        # initial log read-out temperature (ours; learnable)
 
     def __post_init__(self) -> None:
         check_int("vocab_size", self.vocab_size, 2)
@@ -134,7 +135,7 @@ class FactRecallTransformer(nn.Module):
             self.router = nn.Sequential(nn.Linear(d, cfg.qk_hidden), nn.GELU(), nn.Linear(cfg.qk_hidden, 2))
             self.lang = nn.Sequential(nn.Linear(d, cfg.lang_rank, bias=False), nn.Linear(cfg.lang_rank, d))
         self.unembed = None if cfg.tied else nn.Linear(d, cfg.vocab_size, bias=False)
-        self.log_scale = nn.Parameter(torch.zeros(()))   # read-out temperature (ours: the MLP is frozen)
+        self.log_scale = nn.Parameter(torch.full((), float(cfg.log_scale_init)))   # read-out temperature (ours: the MLP is frozen)
 
     def embedding_table(self) -> torch.Tensor:
         return self.emb + self.emb_delta * self.trainable_rows[:, None].to(self.emb_delta.dtype)
