@@ -4,7 +4,12 @@ import torch
 
 from symformer.data.ssfr import make_ssfr
 from symformer.facts import FactMLP, build_fact_mlp
-from symformer.models import FactRecallConfig, FactRecallTransformer, TransformerConfig, swap_fact_mlp
+from symformer.models import (
+    FactRecallConfig,
+    FactRecallTransformer,
+    TransformerConfig,
+    swap_fact_mlp,
+)
 from symformer.models.transformer import Encoder
 from symformer.train.fact_recall import (
     SSFRTrainConfig,

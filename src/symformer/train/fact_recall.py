@@ -79,3 +79,22 @@ def fact_adaptive_accuracy(model: FactRecallTransformer, task_new: SSFRTask, mlp
         return ssfr_accuracy(model, task_new)
     finally:
         model.fact.swap(old)
+
+
+def lipschitz_estimate(mlp: nn.Module, keys: torch.Tensor, values: torch.Tensor, n: int = 100, seed: int = 0) -> float:
+    """Eq. (8): max over n random keys k_i of sigma_1(J(k_i)), J = d V^T MLP(norm(x)) / dx at x = k_i, with the
+    frozen pre-MLP norm (projection to the sphere, App. A.2.5: 100 samples)."""
+    from symformer.models.fact_recall import SphereNorm
+    norm = SphereNorm()
+    V = values.to(mlp.dtype)
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randperm(keys.shape[0], generator=g)[:n]
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return V @ mlp(norm(x))
+
+    best = 0.0
+    for i in idx.tolist():
+        J = torch.func.jacrev(f)(keys[i].to(mlp.dtype))
+        best = max(best, float(torch.linalg.matrix_norm(J, ord=2)))
+    return best
