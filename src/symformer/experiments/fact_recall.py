@@ -18,7 +18,7 @@ from symformer.experiments.jobs import Job, reuse_note, run_jobs
 from symformer.results import Claim, ExperimentResult, verdict
 
 PAPER_SETTING_SSFR = "d=128, F in 2^8..2^14, 4 seeds (max), AdamW lr 2e-4 for 4.8M sequences, 5 MLP kinds"
-START = {"gd-swiglu": 8, "gd-relu": 8, "bin+jl": 16, "bin+gd": 8, "ntk": 256}
+START = {"gd-swiglu": 2, "gd-relu": 2, "bin+jl": 16, "bin+gd": 8, "ntk": 256}
 OPTIONS = {
     "kinds": (["gd-swiglu"], "SSFR MLP kinds in quick mode (full: bin+jl, bin+gd, gd-swiglu, gd-relu, ntk)"),
     "full_facts": ([256, 512, 1024, 2048, 4096], "SSFR fact-set sizes F in full mode"),

@@ -159,9 +159,9 @@ def _with_mlp(model: FactRecallTransformer, mlp, fn):
 
 
 def run_editors(model: FactRecallTransformer, task: BooksTask, split: EditSplit, new_mlp, quick: bool = True,
-                methods: tuple[str, ...] = METHODS) -> dict:
+                methods: tuple[str, ...] = METHODS, configs: dict[str, list[dict]] | None = None) -> dict:
     """Every method's best configuration over its grid (by score) with its efficacy/paraphrase/specificity.
-    `new_mlp` is the MLP trained on the full edited fact set (MLP swapping)."""
+    `new_mlp` is the MLP trained on the full edited fact set (MLP swapping); `configs` overrides the grids."""
     out: dict = {}
     if "swap" in methods:
         out["swap"] = {"config": {}, **_with_mlp(model, new_mlp, lambda: edit_scores(model, task, split)), "n_configs": 1}
@@ -172,7 +172,7 @@ def run_editors(model: FactRecallTransformer, task: BooksTask, split: EditSplit,
     cache: dict = {}
     for method in (m for m in methods if m != "swap"):
         best, n = None, 0
-        for hp in grid_configs(method, quick):
+        for hp in (configs or {}).get(method) or grid_configs(method, quick):
             zkey = (hp["train_steps"], hp["lr"], hp.get("clip_norm"), hp.get("wd", 0.0), hp.get("early_stopping_loss"))
             if zkey not in cache:
                 cache[zkey] = target_values(model, tok, mask, targets, hp["train_steps"], hp["lr"], zkey[2], zkey[3], zkey[4])
