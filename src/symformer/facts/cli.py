@@ -128,7 +128,12 @@ def edit(model: Path = typer.Option(..., "--model", help="a fact-recall checkpoi
     """Edit facts by MLP swapping (Sec. 5.4): build an MLP storing the edited fact set, swap it in, verify
     that the model recalls the edited facts, and only then write OUT (exit 2 with the accuracy otherwise)."""
     from symformer.data.files import read_text
-    from symformer.train.fact_checkpoint import edit_by_swap, load_fact_model, parse_edits, save_fact_model
+    from symformer.train.fact_checkpoint import (
+        edit_by_swap,
+        load_fact_model,
+        parse_edits,
+        save_fact_model,
+    )
     _check_out_file(out)
     if not model.is_file():
         fail("--model", str(model), "an existing checkpoint file")

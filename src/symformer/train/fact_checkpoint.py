@@ -5,7 +5,6 @@ A checkpoint is a dict of tensors and plain values (torch.load(weights_only=True
 unpickled). The task is rebuilt from its seed, so key and value names come back as they were."""
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 
 import torch
