@@ -80,3 +80,25 @@ def test_cli_rejects_bad_edit_file_in_one_line(trained_ckpt, tmp_path, capsys):
                str(tmp_path / "o.pt")])
     err = capsys.readouterr().err
     assert rc == 2 and "keys with two values" in err and len(err.strip().splitlines()) == 1
+
+
+class _Evil:
+    def __reduce__(self):
+        return (open, ("/nonexistent-symformer-test", "r"))
+
+
+def test_edit_never_unpickles_a_crafted_checkpoint(tmp_path, capsys):
+    bad = tmp_path / "evil.pt"
+    torch.save({"x": _Evil()}, bad)
+    (tmp_path / "new.json").write_text("[]")
+    rc = main(["facts", "edit", "--model", str(bad), "--facts", str(tmp_path / "new.json"), "--out", str(tmp_path / "o.pt")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "never runs code" in err and len(err.strip().splitlines()) == 1
+
+
+def test_edit_rejects_a_torch_file_from_elsewhere(tmp_path, capsys):
+    other = tmp_path / "other.pt"
+    torch.save({"a": torch.zeros(2)}, other)
+    (tmp_path / "new.json").write_text("[]")
+    rc = main(["facts", "edit", "--model", str(other), "--facts", str(tmp_path / "new.json"), "--out", str(tmp_path / "o.pt")])
+    assert rc == 2 and "--model" in capsys.readouterr().err
