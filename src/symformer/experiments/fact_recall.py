@@ -24,6 +24,7 @@ OPTIONS = {
     "full_facts": ([256, 512, 1024, 2048, 4096], "SSFR fact-set sizes F in full mode"),
     "seeds": (1, "seeds per SSFR size in full mode (the paper: 4, max over seeds)"),
     "lm_facts": (1024, "books in the full-mode LM (quick: 128)"),
+    "paper_budget": (False, "full mode: train SSFR transformers the paper's way (AdamW 2e-4, 4.8M sequences)"),
 }
 
 
@@ -38,7 +39,8 @@ def _ssfr_jobs(ctx: RunContext) -> list[Job]:
     seeds = 1 if ctx.quick else ctx.options["seeds"]
     return [Job(f"ssfr_{k.replace('+', '-')}_F={F}", R.ssfr_search,
                 dict(kind=k, n_facts=F, d=128, seeds=seeds, quick=ctx.quick, start=START.get(k, 8),
-                     max_size=START.get(k, 8) * 2 ** (4 if ctx.quick else 9), bisect=not ctx.quick))
+                     max_size=START.get(k, 8) * 2 ** (4 if ctx.quick else 9), bisect=not ctx.quick,
+                     paper_budget=bool(ctx.options["paper_budget"]) and not ctx.quick))
             for k in kinds for F in Fs]
 
 
@@ -47,19 +49,27 @@ def _ssfr_claims(res: ExperimentResult, out: dict, quick: bool) -> None:
     mp = {f"{r['kind']}/F={r['n_facts']}": r["min_params"] for r in out.values()}
     res.metrics["ssfr_fact_adaptive_accuracy"] = faa
     res.metrics["ssfr_min_params_99"] = mp
-    setting = ("ours: d=128, " + ("F=256, 1 seed, AdamW lr 2e-3 <= 400 steps x 256 sequences, sizes by doubling"
-               if quick else "F as listed, AdamW lr 1e-3 <= 3000 steps x 256 sequences, doubling then bisection"))
+    paper_budget = all(r.get("paper_budget") for r in out.values())
+    train = ("AdamW lr 2e-4, <= 4.8M sequences" if paper_budget else
+             "AdamW lr 2e-3 <= 400 steps x 256 sequences" if quick else "AdamW lr 1e-3 <= 3000 steps x 256 sequences")
+    setting = f"ours: d=128, {'F=256, 1 seed, ' if quick else 'F as listed, '}{train}, " + (
+        "sizes by doubling" if quick else "doubling then bisection")
     best = max(faa.values())
     res.claims.append(Claim(
         "S5.1", "a 1-layer transformer with the four changes uses a frozen fact MLP for recall (>99% fact-adaptive accuracy)",
         "> 99% for constructed and GD MLPs", f"best fact-adaptive accuracy per kind/F: {faa}",
-        verdict(best >= R.TARGET), "holds if some MLP kind reaches >= 0.99 after the swap", setting, PAPER_SETTING_SSFR))
+        verdict(True if best >= R.TARGET else (False if paper_budget else None)),
+        "holds if some MLP kind reaches >= 0.99 after the swap (a miss: 'fails' only under the paper's budget)",
+        setting, PAPER_SETTING_SSFR))
     cons = {k: v for k, v in faa.items() if k.startswith("bin")}
+    reached = bool(cons) and max(cons.values()) >= R.TARGET
+    # a miss is a "fails" only when trained the paper's way; with our shorter budget it cannot decide
     res.claims.append(Claim(
         "S5.1-constructed", "a constructed (Bin+JL / Bin+GD) MLP is usable: >= 99% fact-adaptive accuracy",
         ">= 99% (Fig. 3a)", str(cons) if cons else "not run (quick mode runs one kind)",
-        verdict(None if not cons else max(cons.values()) >= R.TARGET),
-        "holds if a constructed kind reaches 0.99 at some size <= the search cap", setting, PAPER_SETTING_SSFR))
+        verdict(True if reached else (False if cons and paper_budget else None)),
+        "holds if a constructed kind reaches 0.99 at some size <= the search cap; a miss is 'fails' only under "
+        "the paper's training budget (--set fact-recall.paper_budget=true), else inconclusive", setting, PAPER_SETTING_SSFR))
     slopes = {}
     for kind in {r["kind"] for r in out.values()}:
         pts = sorted((r["n_facts"], r["min_params"]) for r in out.values() if r["kind"] == kind and r["min_params"])
