@@ -96,5 +96,5 @@ def lipschitz_estimate(mlp: nn.Module, keys: torch.Tensor, values: torch.Tensor,
     best = 0.0
     for i in idx.tolist():
         J = torch.func.jacrev(f)(keys[i].to(mlp.dtype))
-        best = max(best, float(torch.linalg.matrix_norm(J, ord=2)))
+        best = max(best, float(torch.linalg.matrix_norm(J.detach(), ord=2)))
     return best
