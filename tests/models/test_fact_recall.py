@@ -104,3 +104,22 @@ def test_transformer_uses_a_swapped_gd_mlp():
     assert after > max(0.9, before + 0.3)
     assert fact_adaptive_accuracy(model, t.with_facts(f2), mlp2) > 0.9
     assert model.fact.mlp is mlp        # the swap check restores the model's own MLP
+
+
+def test_lipschitz_estimate_matches_the_closed_form():
+    """Eq. (8) on an MLP that is linear on the keys (ReLU of positive inputs): J = V W (I - x x^T/|x|^2) / |x|."""
+    from symformer.train.fact_recall import lipschitz_estimate
+    g = torch.Generator().manual_seed(0)
+    mlp = FactMLP(4, 4, activation="relu", gated=False)
+    W = torch.randn(4, 4, generator=g, dtype=torch.float64)
+    with torch.no_grad():
+        mlp.up.weight.copy_(torch.eye(4, dtype=torch.float64))
+        mlp.down.weight.copy_(W)
+    keys = torch.rand(6, 4, generator=g, dtype=torch.float64) + 0.1
+    V = torch.randn(5, 4, generator=g, dtype=torch.float64)
+    ref = 0.0
+    for x in keys:
+        n = x.norm()
+        J = V @ W @ (torch.eye(4, dtype=torch.float64) - torch.outer(x, x) / n ** 2) / n
+        ref = max(ref, float(torch.linalg.svdvals(J)[0]))
+    assert lipschitz_estimate(mlp, keys, V, n=100) == pytest.approx(ref, rel=1e-12)
