@@ -115,6 +115,14 @@ def _usability_claims(res: ExperimentResult, pts: list[dict]) -> None:
         verdict(None if rho_l is None else rho_l <= -0.5), "holds if the rank correlation is <= -0.5", setting, ps))
 
 
+QUICK_MISS = "; a miss is 'fails' only in full mode (quick: 128 facts, reduced grid -> inconclusive)"
+
+
+def _miss_verdict(ok: bool, quick: bool) -> str:
+    """A quick run is far from the paper's setting: it can confirm a claim but not refute it."""
+    return verdict(True if ok else (None if quick else False))
+
+
 def _lm_claims(res: ExperimentResult, lm: dict, quick: bool) -> None:
     sw = lm["swap"]
     res.metrics["lm_swap_new_fact_accuracy"] = sw["new_fact_accuracy"]
@@ -126,8 +134,8 @@ def _lm_claims(res: ExperimentResult, lm: dict, quick: bool) -> None:
         "non-fact cross-entropy rises only ~3%", "> 99%; ~3%",
         f"new-fact accuracy {sw['new_fact_accuracy']:.4f}; non-fact CE {sw['nonfact_ce_before']:.4f} -> "
         f"{sw['nonfact_ce_after']:.4f} ({sw['nonfact_ce_change_pct']:+.2f}%)",
-        verdict(sw["new_fact_accuracy"] > R.TARGET and sw["nonfact_ce_change_pct"] <= 5.0),
-        "holds if accuracy > 0.99 and the CE change is <= 5%", setting, "16,000 books, d=256, GPT-2 tokens"))
+        _miss_verdict(sw["new_fact_accuracy"] > R.TARGET and sw["nonfact_ce_change_pct"] <= 5.0, quick),
+        "holds if accuracy > 0.99 and the CE change is <= 5%" + QUICK_MISS, setting, "16,000 books, d=256, GPT-2 tokens"))
     scores, ratios = {}, {}
     for frac, e in lm["edits"].items():
         m = e["methods"]
@@ -143,7 +151,8 @@ def _lm_claims(res: ExperimentResult, lm: dict, quick: bool) -> None:
     res.claims.append(Claim(
         "Fig4", "MLP swapping doubles the editing score of the best of ROME, MEMIT and AlphaEdit at 10% altered",
         "~2x", f"swap / best baseline per altered fraction: {ratios}",
-        verdict(None if r10 is None else r10 >= 1.5), "holds if the ratio at 10% is >= 1.5 (harmonic-mean score)",
+        verdict(None) if r10 is None else _miss_verdict(r10 >= 1.5, quick),
+        "holds if the ratio at 10% is >= 1.5 (harmonic-mean score)" + QUICK_MISS,
         setting + ("; quick grid: 25 steps, lr 0.5" if quick else "; App. A.3.4 grids"),
         "16,000 facts; (6554, 1638) preserved/altered; grids of App. A.3.4"))
 
