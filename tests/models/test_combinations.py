@@ -24,6 +24,10 @@ def test_vit_2d(positional, attention, mlp):
     cfg = TransformerConfig(d_model=16, n_heads=2, n_layers=1, positional=positional, attention=attention,
                             mlp=mlp, coord_dim=2, max_len=8)
     m = ViTClassifier(cfg, token_dim=4, n_classes=3)
+    if mlp == "fact":  # an empty fact slot refuses to run: fill it with a (frozen) fact MLP of the model width
+        from symformer.facts import FactMLP
+        from symformer.models import swap_fact_mlp
+        swap_fact_mlp(m, FactMLP(16, 8, dtype=torch.float32))
     pos = torch.stack(torch.meshgrid(torch.arange(3.0), torch.arange(3.0), indexing="ij"), -1).reshape(9, 2)
     out = m(torch.randn(2, 9, 4), pos)
     assert out.shape == (2, 3)

@@ -117,3 +117,42 @@ def rho(values: Path = typer.Option(..., "--values", help="value embeddings |V| 
         save_atomic({"rho": float(info.rho), "rho_i": torch.as_tensor(info.rho_i), "U": torch.as_tensor(info.U)}, out)
     typer.echo(json.dumps({"rho": info.rho, "n_values": V.shape[0], "d": V.shape[1],
                            "not_vertices": info.not_vertices}))
+
+
+@app.command()
+def edit(model: Path = typer.Option(..., "--model", help="a fact-recall checkpoint (train.fact_checkpoint)"),
+         facts: Path = typer.Option(..., "--facts", help="JSON [[key, value], ...] by name or index"),
+         out: Path = typer.Option(..., "--out", help="where to write the edited checkpoint"),
+         min_accuracy: float = typer.Option(0.99, "--min-accuracy", help="recall needed on the edited facts"),
+         seed: int = typer.Option(0, "--seed")):
+    """Edit facts by MLP swapping (Sec. 5.4): build an MLP storing the edited fact set, swap it in, verify
+    that the model recalls the edited facts, and only then write OUT (exit 2 with the accuracy otherwise)."""
+    from symformer.data.files import read_text
+    from symformer.train.fact_checkpoint import (
+        edit_by_swap,
+        load_fact_model,
+        parse_edits,
+        save_fact_model,
+    )
+    _check_out_file(out)
+    if not model.is_file():
+        fail("--model", str(model), "an existing checkpoint file")
+    if not facts.is_file():
+        fail("--facts", str(facts), "an existing JSON file of [key, value] pairs")
+    try:
+        pairs = json.loads(read_text(facts, "a JSON list of [key, value] pairs"))
+    except json.JSONDecodeError as e:
+        fail("--facts", f"{facts} ({e.msg} at line {e.lineno})", "valid JSON: [[key, value], ...]")
+    if not (isinstance(pairs, list) and all(isinstance(p, list) and len(p) == 2 for p in pairs)):
+        fail("--facts", f"{facts}: not a list of [key, value] pairs", "[[key, value], ...]")
+    net, task, ck = load_fact_model(model)
+    edits = parse_edits(pairs, task)
+    report = edit_by_swap(net, task, ck, edits, seed)
+    new_facts = report.pop("new_facts")
+    if report["mlp_stores"] < 1.0 or report["edited_accuracy"] < min_accuracy:
+        # a ValueError: main() prints this one line and exits 2
+        fail("--facts", f"an edit after which the model recalls {report['edited_accuracy']:.4f} of the edited facts "
+             f"and its new MLP stores {report['mlp_stores']:.4f} of all facts",
+             f"recall >= {min_accuracy} and an MLP storing every fact ({out} was not written)")
+    save_fact_model(out, net, ck["task_kind"], ck["task_args"], new_facts, ck["mlp_build"])
+    typer.echo(json.dumps({**report, "out": str(out)}))

@@ -1,6 +1,12 @@
 """Models built from named parts: ViT classifier, causal LM, Informer-style forecaster."""
 from __future__ import annotations
 
+from symformer.models.fact_recall import (
+    FactRecallConfig,
+    FactRecallTransformer,
+    FactSlot,
+    swap_fact_mlp,
+)
 from symformer.models.forecaster import Forecaster
 from symformer.models.informer import Informer, InformerConfig
 from symformer.models.layers import Block, FeedForward, MultiHeadAttention, RMSNorm, SwiGLU
@@ -10,4 +16,4 @@ from symformer.models.vit import ViTClassifier
 
 __all__ = ["TransformerConfig", "Encoder", "Block", "MultiHeadAttention", "FeedForward", "SwiGLU", "RMSNorm",
            "ViTClassifier", "CausalLM", "Forecaster", "Informer", "InformerConfig",
-           "attention_layers"]
+           "attention_layers", "FactRecallConfig", "FactRecallTransformer", "FactSlot", "swap_fact_mlp"]

@@ -1,0 +1,190 @@
+"""The fact-recall transformer of fact-storing-mlps.txt Sec. 5.1 (App. A.2.2) and its LM variant (App. A.3.2).
+
+A 1-layer GPT-style block (RoPE, RMSNorm, single head) whose MLP slot holds a frozen fact-storing MLP
+from `symformer.facts`. The paper's four changes are config switches so each can be ablated:
+(i) `tied`: transformer and MLP embeddings tied (the read-out is the token embedding table);
+(ii) `residual=False`: no residual connections;
+(iii) `frozen_norm`: the pre-MLP RMSNorm frozen, i.e. a projection to the unit sphere;
+(iv) `identity_vo`: W_V and W_O frozen to the identity.
+The LM variant (App. A.3.2) replaces the MLP by a 2-expert MoE (frozen fact expert + trainable low-rank
+language expert, MLP router) and parametrises Q and K with MLPs.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from symformer._validation import check_int, check_tensor, fail
+from symformer.models.layers import RMSNorm
+from symformer.positional.rope import RoPE
+from symformer.registry import MLP
+
+
+class FactSlot(nn.Module):
+    """An MLP slot holding a frozen fact MLP (any `symformer.facts.FactMLP`). `swap` replaces it whole."""
+
+    def __init__(self, d_model: int, d_ff: int | None = None):
+        super().__init__()
+        self.d_model = check_int("d_model", d_model, 1)
+        self.mlp: nn.Module | None = None
+
+    def swap(self, mlp: nn.Module) -> nn.Module | None:
+        """Put `mlp` in the slot (frozen) and return the MLP it replaces."""
+        width = getattr(mlp, "d", None)
+        if width is None:
+            fail("fact_mlp", type(mlp).__name__, "a FactMLP (with its width attribute d)", TypeError)
+        if width != self.d_model:
+            fail("fact_mlp", f"an MLP of width d={width}", f"the model width d_model={self.d_model}")
+        for p in mlp.parameters():
+            p.requires_grad_(False)
+        old, self.mlp = self.mlp, mlp
+        return old
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.mlp is None:
+            fail("fact_mlp", None, "a fact MLP in the slot (call swap(mlp) first)")
+        return self.mlp(x).to(x.dtype)
+
+
+@MLP.register("fact")
+def fact_slot(d_model: int, d_ff: int | None = None) -> FactSlot:
+    """`mlp="fact"`: an empty slot; fill it with `symformer.models.swap_fact_mlp(model, mlp)`."""
+    return FactSlot(d_model, d_ff)
+
+
+def swap_fact_mlp(model: nn.Module, mlp: nn.Module) -> list[nn.Module | None]:
+    """Swap `mlp` into every FactSlot of `model` (MLP swapping, Sec. 5.4); returns the replaced MLPs."""
+    slots = [m for m in model.modules() if isinstance(m, FactSlot)]
+    if not slots:
+        fail("model", type(model).__name__, "a model with a fact MLP slot (mlp='fact')")
+    return [s.swap(mlp) for s in slots]
+
+
+@dataclass(frozen=True)
+class FactRecallConfig:
+    vocab_size: int
+    d_model: int = 128                 # App. A.2.3: d = 128
+    tied: bool = True                  # change (i)
+    residual: bool = False             # change (ii): no residual connections
+    frozen_norm: bool = True           # change (iii)
+    identity_vo: bool = True           # change (iv)
+    rope_base: float = 10000.0
+    qk_mlp: bool = False               # App. A.3.2: Q, K parametrised with MLPs
+    moe: bool = False                  # App. A.3.2: 2-expert MoE (fact expert + low-rank language expert)
+    lang_rank: int = 32                # rank of the language expert (ours; the paper does not give it)
+    qk_hidden: int = 256               # hidden width of the Q/K MLPs and the router (ours)
+    log_scale_init: float = 0.0        # initial log read-out temperature (ours; learnable)
+
+    def __post_init__(self) -> None:
+        check_int("vocab_size", self.vocab_size, 2)
+        check_int("d_model", self.d_model, 2)
+        if self.d_model % 2:
+            fail("d_model", self.d_model, "an even width (RoPE rotates pairs)")
+        check_int("lang_rank", self.lang_rank, 1)
+        check_int("qk_hidden", self.qk_hidden, 1)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _proj(d: int, hidden: int, mlp: bool) -> nn.Module:
+    if not mlp:
+        return nn.Linear(d, d)
+    return nn.Sequential(nn.Linear(d, hidden), nn.GELU(), nn.Linear(hidden, d))
+
+
+class SphereNorm(nn.Module):
+    """Change (iii): the frozen pre-MLP norm, x -> x / |x| (App. A.2.2 step 3: MLP keys on the unit sphere)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+
+
+class FactRecallTransformer(nn.Module):
+    """tokens (B, N) -> next-token logits (B, N, vocab), or (B, vocab) at the last position."""
+
+    def __init__(self, cfg: FactRecallConfig, embeddings: torch.Tensor, trainable_tokens: torch.Tensor | None = None):
+        super().__init__()
+        check_tensor("embeddings", embeddings, 2)
+        if tuple(embeddings.shape) != (cfg.vocab_size, cfg.d_model):
+            fail("embeddings", f"shape {tuple(embeddings.shape)}", f"({cfg.vocab_size}, {cfg.d_model})")
+        self.cfg = cfg
+        d = cfg.d_model
+        # App. A.2.2: key and value embeddings frozen; other rows (template words) may train
+        self.register_buffer("emb", embeddings.detach().float().clone())
+        rows = torch.zeros(cfg.vocab_size, dtype=torch.bool) if trainable_tokens is None else trainable_tokens.bool()
+        self.register_buffer("trainable_rows", rows.clone())
+        self.emb_delta = nn.Parameter(torch.zeros(cfg.vocab_size, d))
+        self.attn_norm = RMSNorm(d)
+        self.q_proj = _proj(d, cfg.qk_hidden, cfg.qk_mlp)
+        self.k_proj = _proj(d, cfg.qk_hidden, cfg.qk_mlp)
+        self.v_proj = nn.Identity() if cfg.identity_vo else nn.Linear(d, d)
+        self.o_proj = nn.Identity() if cfg.identity_vo else nn.Linear(d, d)
+        self.rope = RoPE(d, base=cfg.rope_base)
+        if cfg.frozen_norm:
+            self.mlp_norm: nn.Module = SphereNorm()
+        else:  # trainable, started at the sphere projection's scale (|RMSNorm(x)| = sqrt(d) |w|)
+            self.mlp_norm = RMSNorm(d)
+            with torch.no_grad():
+                self.mlp_norm.weight.fill_(d ** -0.5)
+        self.fact = FactSlot(d)
+        if cfg.moe:
+            self.router = nn.Sequential(nn.Linear(d, cfg.qk_hidden), nn.GELU(), nn.Linear(cfg.qk_hidden, 2))
+            self.lang = nn.Sequential(nn.Linear(d, cfg.lang_rank, bias=False), nn.Linear(cfg.lang_rank, d))
+        self.unembed = None if cfg.tied else nn.Linear(d, cfg.vocab_size, bias=False)
+        self.log_scale = nn.Parameter(torch.full((), float(cfg.log_scale_init)))   # read-out temperature (ours: the MLP is frozen)
+
+    def embedding_table(self) -> torch.Tensor:
+        return self.emb + self.emb_delta * self.trainable_rows[:, None].to(self.emb_delta.dtype)
+
+    def attend(self, x: torch.Tensor, mask: torch.Tensor | None, last_only: bool) -> torch.Tensor:
+        """Single-head causal attention with RoPE; padded positions (mask False) are never attended."""
+        B, N, d = x.shape
+        h = self.attn_norm(x)
+        q, k, v = self.q_proj(h), self.k_proj(h), self.v_proj(x if self.cfg.identity_vo else h)
+        pos = torch.arange(N, dtype=torch.float32).view(N, 1)
+        q, k = self.rope(q[:, None], k[:, None], pos)
+        allowed = torch.ones(N, N, dtype=torch.bool).tril()
+        if mask is not None:
+            allowed = allowed[None] & mask[:, None, :]
+            allowed = allowed | torch.eye(N, dtype=torch.bool)[None]   # pads attend to themselves (no NaN rows)
+            allowed = allowed[:, None]
+        if last_only:
+            q, allowed = q[..., -1:, :], allowed[..., -1:, :]
+        y = F.scaled_dot_product_attention(q, k, v[:, None], attn_mask=allowed)[:, 0]
+        return self.o_proj(y)
+
+    def mixer(self, h: torch.Tensor, fact_delta: torch.Tensor | None = None) -> torch.Tensor:
+        """The MLP slot (Sec. 5.1) or the 2-expert MoE (App. A.3.2). `fact_delta` (B, d) is added to the
+        fact MLP's output at the last position: the residual updates of the editors (App. A.3.4)."""
+        fact = self.fact(self.mlp_norm(h))
+        if fact_delta is not None:
+            fact = torch.cat([fact[:, :-1], fact[:, -1:] + fact_delta[:, None]], 1)
+        if not self.cfg.moe:
+            return fact
+        gate = torch.softmax(self.router(h), dim=-1)
+        return gate[..., :1] * fact + gate[..., 1:] * self.lang(h)
+
+    def features(self, tokens: torch.Tensor, mask: torch.Tensor | None = None, last_only: bool = False,
+                 mlp_out_delta: torch.Tensor | None = None) -> torch.Tensor:
+        """The vector read out at each position (see `mixer` for `mlp_out_delta`)."""
+        x = F.embedding(tokens, self.embedding_table())
+        h = self.attend(x, mask, last_only)
+        if self.cfg.residual:
+            h = h + (x[:, -1:] if last_only else x)
+        y = self.mixer(h, mlp_out_delta)
+        return y + h if self.cfg.residual else y
+
+    def logits(self, y: torch.Tensor) -> torch.Tensor:
+        table = self.embedding_table() if self.unembed is None else self.unembed.weight
+        return self.log_scale.exp() * (y @ table.T)
+
+    def forward(self, tokens: torch.Tensor, mask: torch.Tensor | None = None, last_only: bool = False,
+                mlp_out_delta: torch.Tensor | None = None) -> torch.Tensor:
+        if tokens.ndim != 2 or tokens.dtype != torch.long:
+            fail("tokens", f"shape {tuple(tokens.shape)} dtype {tokens.dtype}", "a (B, N) LongTensor")
+        out = self.logits(self.features(tokens, mask, last_only, mlp_out_delta))
+        return out[:, -1] if last_only else out

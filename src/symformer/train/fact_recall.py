@@ -1,0 +1,100 @@
+"""Training and evaluation loops for the fact-recall transformer on SSFR (App. A.2.2)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from symformer._validation import check_float, check_int
+from symformer.data.ssfr import SSFRTask
+from symformer.models.fact_recall import FactRecallConfig, FactRecallTransformer, swap_fact_mlp
+
+
+@dataclass
+class SSFRTrainConfig:
+    steps: int = 2000
+    batch_size: int = 256
+    lr: float = 2e-4            # App. A.2.2: AdamW, lr 2e-4 (4.8M sequences or until convergence)
+    weight_decay: float = 0.0
+    seed: int = 0
+    stop_accuracy: float = 1.0  # stop early once a whole-task evaluation reaches this
+    eval_every: int = 250
+
+
+def build_recall_model(task: SSFRTask, mlp: nn.Module, seed: int = 0, **switches) -> FactRecallTransformer:
+    """The Sec. 5.1 transformer on the task's (frozen) embeddings with `mlp` in its slot."""
+    torch.manual_seed(seed)
+    cfg = FactRecallConfig(vocab_size=task.vocab_size, d_model=task.d, **switches)
+    model = FactRecallTransformer(cfg, task.embeddings)
+    swap_fact_mlp(model, mlp)
+    return model
+
+
+def value_logits(model: FactRecallTransformer, task: SSFRTask, tok: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Logits of the value tokens at the last position. Reading: a fact MLP stores f only among the values
+    (eq. 1), so the prediction is decoded among the value tokens (the paper does not say)."""
+    return model(tok, mask, last_only=True)[:, task.value_slice]
+
+
+@torch.no_grad()
+def ssfr_accuracy(model: FactRecallTransformer, task: SSFRTask, batch: int = 2048) -> float:
+    """Accuracy over every sequence of SSFR[f] (all keys x all junk pairs), argmax over the values."""
+    keys, pairs = task.all_pairs()
+    hits = 0
+    for s in range(0, len(keys), batch):
+        tok, mask, tgt = task.batch(keys[s:s + batch], pairs[s:s + batch])
+        hits += int((value_logits(model, task, tok, mask).argmax(-1) == tgt).sum())
+    return hits / len(keys)
+
+
+def train_ssfr(model: FactRecallTransformer, task: SSFRTask, cfg: SSFRTrainConfig) -> dict:
+    """AdamW on next-value cross-entropy at the last position; the fact MLP and embeddings stay frozen."""
+    check_int("steps", cfg.steps, 1)
+    check_int("batch_size", cfg.batch_size, 1)
+    check_float("lr", cfg.lr, 0.0, low_open=True)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    g = torch.Generator().manual_seed(cfg.seed)
+    acc, step, loss = float("nan"), 0, float("nan")
+    for step in range(1, cfg.steps + 1):
+        tok, mask, tgt = task.sample(cfg.batch_size, g)
+        out = F.cross_entropy(value_logits(model, task, tok, mask), tgt)
+        opt.zero_grad()
+        out.backward()
+        opt.step()
+        loss = float(out.detach())
+        if step % cfg.eval_every == 0 or step == cfg.steps:
+            acc = ssfr_accuracy(model, task)
+            if acc >= cfg.stop_accuracy:
+                break
+    return {"steps": step, "train_accuracy": acc, "final_loss": loss, "sequences": step * cfg.batch_size}
+
+
+def fact_adaptive_accuracy(model: FactRecallTransformer, task_new: SSFRTask, mlp_new: nn.Module) -> float:
+    """Sec. 5.1: swap in an MLP storing f' and measure accuracy on SSFR[f'] (the model is not changed)."""
+    old = model.fact.swap(mlp_new)
+    try:
+        return ssfr_accuracy(model, task_new)
+    finally:
+        model.fact.swap(old)
+
+
+def lipschitz_estimate(mlp: nn.Module, keys: torch.Tensor, values: torch.Tensor, n: int = 100, seed: int = 0) -> float:
+    """Eq. (8): max over n random keys k_i of sigma_1(J(k_i)), J = d V^T MLP(norm(x)) / dx at x = k_i, with the
+    frozen pre-MLP norm (projection to the sphere, App. A.2.5: 100 samples)."""
+    from symformer.models.fact_recall import SphereNorm
+    norm = SphereNorm()
+    V = values.to(mlp.dtype)
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randperm(keys.shape[0], generator=g)[:n]
+
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return V @ mlp(norm(x))
+
+    best = 0.0
+    for i in idx.tolist():
+        J = torch.func.jacrev(f)(keys[i].to(mlp.dtype))
+        best = max(best, float(torch.linalg.matrix_norm(J.detach(), ord=2)))
+    return best

@@ -1,0 +1,65 @@
+"""Experiment `fact-recall`: metric names, verdicts computed from the records, and a slow quick run."""
+import json
+
+import pytest
+
+from symformer.experiments import fact_recall as X
+from symformer.experiments.base import RunContext
+from symformer.results import ExperimentResult
+
+
+def _lm(swap_score, base_score, ce_change=2.0, new_acc=1.0):
+    m = {"swap": {"score": swap_score, "efficacy": 1, "paraphrase": 1, "specificity": 1, "config": {}}}
+    for k in ("rome", "memit", "alphaedit"):
+        m[k] = {"score": base_score, "efficacy": 1, "paraphrase": 1, "specificity": 1, "config": {}}
+    return {"n_facts": 8, "d": 8, "mlp_hidden": 8, "train": {"steps": 1},
+            "swap": {"new_fact_accuracy": new_acc, "nonfact_ce_before": 1.0, "nonfact_ce_after": 1 + ce_change / 100,
+                     "nonfact_ce_change_pct": ce_change}, "edits": {"0.1": {"methods": m}}}
+
+
+def test_lm_claims_follow_the_numbers():
+    res = ExperimentResult()
+    X._lm_claims(res, _lm(0.9, 0.4), quick=True)
+    assert res.metrics["edit_score_swap_vs_best_baseline"]["0.1"] == pytest.approx(2.25)
+    assert res.metrics["edit_score"]["rome/0.1"] == 0.4
+    assert {c.id: c.verdict for c in res.claims} == {"S5.4-swap": "holds", "Fig4": "holds"}
+    res = ExperimentResult()
+    X._lm_claims(res, _lm(0.9, 0.9, ce_change=30.0), quick=False)
+    assert {c.id: c.verdict for c in res.claims} == {"S5.4-swap": "fails", "Fig4": "fails"}
+    res = ExperimentResult()
+    X._lm_claims(res, _lm(0.9, 0.9, ce_change=30.0), quick=True)
+    assert {c.id: c.verdict for c in res.claims} == {"S5.4-swap": "inconclusive", "Fig4": "inconclusive"}
+    assert all(c.setting and c.paper_setting for c in res.claims)
+
+
+def test_ssfr_claims_and_metric_names():
+    out = {"a": {"kind": "gd-swiglu", "n_facts": 256, "best_fact_adaptive_accuracy": 0.995, "min_params": 100}}
+    res = ExperimentResult()
+    X._ssfr_claims(res, out, quick=True)
+    assert res.metrics["ssfr_fact_adaptive_accuracy"] == {"gd-swiglu/F=256": 0.995}
+    assert res.metrics["ssfr_min_params_99"] == {"gd-swiglu/F=256": 100}
+    v = {c.id: c.verdict for c in res.claims}
+    assert v == {"S5.1": "holds", "S5.1-constructed": "inconclusive", "S5.1-scaling": "inconclusive"}
+
+
+def test_usability_claims_rank_correlation():
+    pts = [{"kappa": 1.1, "whiten": a, "capacity_new": 0.5 + a / 2, "fact_adaptive_accuracy": 0.5 - a / 4,
+            "usability": (0.5 - a / 4) / (0.5 + a / 2), "lipschitz": 1 + 10 * a} for a in (0.0, 0.1, 0.5, 1.0)]
+    res = ExperimentResult()
+    X._usability_claims(res, pts)
+    assert res.metrics["usability_lipschitz_spearman"] == pytest.approx(-1.0)
+    assert {c.id: c.verdict for c in res.claims} == {"S5.2": "holds", "S5.3": "holds"}
+
+
+@pytest.mark.slow
+def test_quick_run_writes_results(tmp_path):
+    from symformer.experiments.base import EXPERIMENTS, load_all
+    from symformer.results import write_experiment
+    load_all()
+    ctx = RunContext(out_dir=tmp_path, quick=True, progress=False)
+    res = EXPERIMENTS.get("fact-recall").fn(ctx)
+    write_experiment(tmp_path, "fact-recall", True, res)
+    data = json.loads((tmp_path / "results.json").read_text())
+    for name in ("ssfr_fact_adaptive_accuracy", "ssfr_min_params_99", "lm_swap_new_fact_accuracy",
+                 "lm_swap_nonfact_ce_change_pct", "edit_score", "edit_score_swap_vs_best_baseline"):
+        assert name in data["metrics"]

@@ -1,0 +1,125 @@
+"""SSFR task and the fact-recall transformer (fact-storing-mlps.txt Sec. 5.1, App. A.2)."""
+import pytest
+import torch
+
+from symformer.data.ssfr import make_ssfr
+from symformer.facts import FactMLP, build_fact_mlp
+from symformer.models import (
+    FactRecallConfig,
+    FactRecallTransformer,
+    TransformerConfig,
+    swap_fact_mlp,
+)
+from symformer.models.transformer import Encoder
+from symformer.train.fact_recall import (
+    SSFRTrainConfig,
+    build_recall_model,
+    fact_adaptive_accuracy,
+    ssfr_accuracy,
+    train_ssfr,
+)
+
+
+def test_ssfr_sequences_follow_app_a21():
+    t = make_ssfr(32, 16, seed=1)
+    assert t.vocab_size == 32 + 32 + 16 and len(t.prefixes) == 16
+    assert all(8 <= len(p) <= 16 for p in t.prefixes + t.suffixes)
+    keys, pairs = t.all_pairs()
+    tok, mask, tgt = t.batch(keys, pairs)
+    assert len(keys) == 32 * 16
+    for b in (0, 17, 300):
+        seq = tok[b][mask[b]]
+        p = int(pairs[b])
+        expect = torch.cat([t.prefixes[p], torch.tensor([int(keys[b])]), t.suffixes[p]])
+        assert torch.equal(seq, expect)
+        assert bool(mask[b, -1]) and int(tgt[b]) == int(t.facts[keys[b]])
+    junk = tok[mask & (tok >= 64)]
+    assert junk.min() >= 64 and junk.max() < 80
+
+
+def test_ssfr_kappa_conditions_key_and_value_blocks():
+    t = make_ssfr(64, 16, kappa=100.0, seed=0, dtype=torch.float64)
+    for block in (t.key_embeddings, t.value_embeddings):
+        s = torch.linalg.svdvals(block)
+        assert float(s[0] / s[-1]) == pytest.approx(100.0, rel=1e-9)
+
+
+def test_fact_mlp_width_mismatch_names_both():
+    t = make_ssfr(16, 8, seed=0)
+    mlp = FactMLP(8, 4)
+    cfg = FactRecallConfig(vocab_size=t.vocab_size, d_model=16)
+    model = FactRecallTransformer(cfg, torch.randn(t.vocab_size, 16))
+    with pytest.raises(ValueError, match=r"fact_mlp: got 'an MLP of width d=8', expected the model width d_model=16"):
+        swap_fact_mlp(model, mlp)
+    with pytest.raises(TypeError, match="fact_mlp"):
+        swap_fact_mlp(model, torch.nn.Linear(16, 16))
+
+
+def test_mlp_fact_composes_in_the_generic_encoder():
+    enc = Encoder(TransformerConfig(d_model=8, n_heads=2, n_layers=2, mlp="fact"))
+    t = make_ssfr(16, 8, seed=0)
+    K, V = t.mlp_embeddings()
+    mlp = build_fact_mlp(K, V, t.facts, "gd-swiglu", h=16, strict=False)
+    assert len(swap_fact_mlp(enc, mlp)) == 2
+    y = enc(torch.randn(2, 5, 8), torch.arange(5.0).view(5, 1))
+    assert y.shape == (2, 5, 8)
+    assert all(not p.requires_grad for p in mlp.parameters())
+
+
+def test_switches_change_the_parameters():
+    t = make_ssfr(16, 8, seed=0)
+    paper = FactRecallTransformer(FactRecallConfig(t.vocab_size, 8), t.embeddings)
+    vanilla = FactRecallTransformer(FactRecallConfig(t.vocab_size, 8, tied=False, residual=True,
+                                                     frozen_norm=False, identity_vo=False), t.embeddings)
+    names = {n for n, p in paper.named_parameters() if p.requires_grad}
+    assert not any(n.startswith(("v_proj", "o_proj", "mlp_norm", "unembed")) for n in names)
+    vnames = {n for n, _ in vanilla.named_parameters()}
+    assert {"v_proj.weight", "o_proj.weight", "mlp_norm.weight", "unembed.weight"} <= vnames
+
+
+def test_padding_does_not_change_the_prediction():
+    t = make_ssfr(16, 8, seed=0)
+    K, V = t.mlp_embeddings()
+    model = build_recall_model(t, build_fact_mlp(K, V, t.facts, "gd-swiglu", h=16, strict=False))
+    tok, mask, _ = t.batch(torch.tensor([3]), torch.tensor([2]))
+    short = model(tok[:, mask[0]], None, last_only=True)
+    padded = model(torch.cat([torch.zeros(1, 4, dtype=torch.long), tok], 1),
+                   torch.cat([torch.zeros(1, 4, dtype=torch.bool), mask], 1), last_only=True)
+    assert torch.allclose(short, padded, atol=1e-5)
+    assert torch.allclose(model(tok, mask)[:, -1], model(tok, mask, last_only=True), atol=1e-5)
+
+
+def test_transformer_uses_a_swapped_gd_mlp():
+    """Sec. 5.1 at a tiny size: trained with f, the model recalls f' once an MLP storing f' is swapped in."""
+    torch.manual_seed(0)
+    t = make_ssfr(32, 32, seed=0)
+    K, V = t.mlp_embeddings()
+    mlp = build_fact_mlp(K, V, t.facts, "gd-swiglu", h=32)
+    f2 = torch.randperm(32, generator=torch.Generator().manual_seed(9))
+    mlp2 = build_fact_mlp(K, V, f2, "gd-swiglu", h=32, seed=1)
+    model = build_recall_model(t, mlp)
+    before = ssfr_accuracy(model, t)
+    train_ssfr(model, t, SSFRTrainConfig(steps=300, batch_size=64, lr=3e-3, eval_every=50))
+    after = ssfr_accuracy(model, t)
+    assert after > max(0.9, before + 0.3)
+    assert fact_adaptive_accuracy(model, t.with_facts(f2), mlp2) > 0.9
+    assert model.fact.mlp is mlp        # the swap check restores the model's own MLP
+
+
+def test_lipschitz_estimate_matches_the_closed_form():
+    """Eq. (8) on an MLP that is linear on the keys (ReLU of positive inputs): J = V W (I - x x^T/|x|^2) / |x|."""
+    from symformer.train.fact_recall import lipschitz_estimate
+    g = torch.Generator().manual_seed(0)
+    mlp = FactMLP(4, 4, activation="relu", gated=False)
+    W = torch.randn(4, 4, generator=g, dtype=torch.float64)
+    with torch.no_grad():
+        mlp.up.weight.copy_(torch.eye(4, dtype=torch.float64))
+        mlp.down.weight.copy_(W)
+    keys = torch.rand(6, 4, generator=g, dtype=torch.float64) + 0.1
+    V = torch.randn(5, 4, generator=g, dtype=torch.float64)
+    ref = 0.0
+    for x in keys:
+        n = x.norm()
+        J = V @ W @ (torch.eye(4, dtype=torch.float64) - torch.outer(x, x) / n ** 2) / n
+        ref = max(ref, float(torch.linalg.svdvals(J)[0]))
+    assert lipschitz_estimate(mlp, keys, V, n=100) == pytest.approx(ref, rel=1e-12)

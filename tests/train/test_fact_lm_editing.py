@@ -1,0 +1,90 @@
+"""Book -> author LM with a fact expert and the editors applied to it (fact-storing-mlps.txt App. A.3)."""
+import pytest
+import torch
+
+from symformer.data.books import TEMPLATES, generate_names, make_books
+from symformer.train.fact_editing import (
+    apply_editor,
+    edit_scores,
+    grid_configs,
+    key_moment,
+    make_split,
+    mlp_io,
+    prompts,
+    run_editors,
+    target_values,
+)
+from symformer.train.fact_lm import LMConfig, build_lm, lm_eval, mlp_for, swap_check, train_lm
+
+
+def test_names_are_deterministic_and_distinct():
+    a = generate_names(200, "author", seed=3)
+    assert a == generate_names(200, "author", seed=3) and len(set(a)) == 200
+    assert a != generate_names(200, "author", seed=4)
+    assert len(set(generate_names(200, "book", seed=3))) == 200
+
+
+def test_books_sequences():
+    t = make_books(10, seed=0)
+    assert len(TEMPLATES) == 16 and sorted(t.facts.tolist()) == list(range(10))
+    tok, mask, pos = t.sequences(torch.tensor([2, 5]), torch.tensor([0, 1]))
+    row = tok[0][mask[0]].tolist()
+    assert row[0] == 0 and row[-1] == t.author_token(int(t.facts[2]))
+    words = [t.words[i] for i in row[1:] if i < t.n_words]
+    assert " ".join(words) == "The author of is"
+    assert int(tok[1, pos[1] + 1]) == t.author_token(int(t.facts[5]))
+
+
+def test_split_alters_only_the_altered_facts():
+    t = make_books(50, seed=0)
+    s = make_split(t, 0.2, seed=1)
+    assert len(s.altered) == 10 and len(s.preserved) == 40
+    assert bool((s.new_facts[s.altered] != t.facts[s.altered]).all())
+    assert torch.equal(s.new_facts[s.preserved], t.facts[s.preserved])
+    assert sorted(s.new_facts.tolist()) == list(range(50))      # still one book per author
+
+
+@pytest.fixture(scope="module")
+def tiny_lm():
+    t = make_books(24, seed=0)
+    cfg = LMConfig(d_model=32, mlp_hidden=64, mlp_steps=600, steps=80, batch_size=64, lr=3e-3)
+    model, E = build_lm(t, cfg)
+    train_lm(model, t, cfg)
+    return t, cfg, model, E
+
+
+def test_rome_and_memit_write_the_targets_into_the_mlp(tiny_lm):
+    """Exact answers inside the model: after ROME (one fact) or MEMIT with lam = 0 (n <= h keys), the fact
+    MLP maps each edited key to its target v* (float32 weights: 1e-4 relative)."""
+    t, cfg, model, _ = tiny_lm
+    split = make_split(t, 0.15, seed=0)
+    tok, mask = prompts(t, split.altered)
+    keys, _ = mlp_io(model, tok, mask)
+    v = target_values(model, tok, mask, t.author_token(split.new_facts[split.altered]), 10, 0.5)
+    C = key_moment(model, t, split.preserved) + 1e-6 * torch.eye(keys.shape[1], dtype=torch.float64)
+    for method, hp, n in (("rome", {}, 1), ("memit", {"lam": 0.0}, len(keys))):
+        mlp = apply_editor(model.fact.mlp, method, keys[:n], v[:n], C, hp)
+        out = mlp.down(keys[:n].float()).double()
+        assert torch.allclose(out, v[:n], rtol=0, atol=1e-4 * float(v.abs().max())), method
+    assert model.fact.mlp.down.weight.data_ptr() != mlp.down.weight.data_ptr()   # the model's MLP is untouched
+
+
+def test_editing_pipeline_scores(tiny_lm):
+    t, cfg, model, E = tiny_lm
+    split = make_split(t, 0.2, seed=0)
+    new_mlp = mlp_for(t.with_facts(split.new_facts), E, cfg, seed=2)
+    small = {"rome": [{"train_steps": 10, "lr": 0.5, "wd": 0.0, "early_stopping_loss": None}],
+             "memit": [{"train_steps": 10, "lr": 0.5, "lam": lam, "clip_norm": 1.0} for lam in (1.0, 150.0)],
+             "alphaedit": [{"train_steps": 10, "lr": 0.5, "clip_norm": None, "tol": 1.0}]}
+    res = run_editors(model, t, split, new_mlp, configs=small)
+    assert set(res) == {"swap", "rome", "memit", "alphaedit"}
+    for r in res.values():
+        assert 0.0 <= r["score"] <= 1.0
+        assert r["score"] <= min(r["efficacy"], r["paraphrase"], r["specificity"]) * 3 + 1e-12
+    assert res["memit"]["n_configs"] == 2 and len(grid_configs("memit", True)) == 12
+    assert len(grid_configs("memit", False)) == 108 and len(grid_configs("rome", False)) == 54
+    before = edit_scores(model, t, split)          # unedited model: efficacy on the new facts is ~0
+    assert before["efficacy"] <= 0.25
+    sw = swap_check(model, t, E, cfg)
+    assert 0.0 <= sw["new_fact_accuracy"] <= 1.0 and sw["nonfact_ce_before"] > 0
+    assert lm_eval(model, t)["fact_accuracy"] == sw["train_fact_accuracy"]
