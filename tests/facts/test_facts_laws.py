@@ -44,3 +44,29 @@ def test_sentence_like_embeddings_condition_number():
     assert math.isclose(condition_number(x - x.mean(0)), 15.0, rel_tol=1e-9)
     with pytest.raises(ValueError, match="kappa"):
         sentence_like_embeddings(10, 4, kappa=0.5)
+
+
+def test_ntk_search_reports_the_cap_not_a_bare_none(monkeypatch):
+    """Issue #11 item 4: where no h up to the cap stores every fact, the row says so and why."""
+    from symformer.experiments import facts_laws as laws
+    monkeypatch.setattr(laws, "NTK_H_CAP", 4096)
+    fs = make_fact_set(64, 16, kappa=30.0, seed=13)
+    res = laws._ntk_search(fs, decodability(fs.values), "ntk", quick=True)
+    assert res["params"] is None and res["best_accuracy"] < 1.0 and res["params_at_cap"] > 0
+    assert "no h <= 4096 stores every fact" in res["reason"]
+    ok = laws._ntk_search(make_fact_set(16, 8, seed=1), None, "ntk", quick=True)
+    assert ok["params"] and "reason" not in ok
+
+
+def test_ntk_gain_rows_exact_lower_bound_and_none():
+    from symformer.experiments.facts_laws import claims_ntk
+    rows = [{"kappa": 1.0, "gain": 1.5, "gain_kind": "exact", "reason": None},
+            {"kappa": 10.0, "gain": 2.5, "gain_kind": "lower bound", "reason": "ntk: no h <= 8 stores every fact"},
+            {"kappa": 30.0, "gain": None, "gain_kind": "none", "reason": "ntk: ...; ntk-mo: ..."}]
+    metrics = {}
+    (claim,) = claims_ntk(rows, metrics, 16, 64)
+    assert metrics["ntk_mo_gain_max"] == 2.5 and metrics["ntk_mo_gain_kind"][10.0] == "lower bound"
+    assert set(metrics["ntk_mo_breakdown"]) == {10.0, 30.0}
+    assert claim.verdict == "holds" and "(a lower bound)" in claim.measured and "(= d^2/4)" in claim.setting
+    metrics = {}
+    assert claims_ntk(rows[2:], metrics, 16, 64)[0].verdict == "inconclusive" and metrics["ntk_mo_gain_max"] is None

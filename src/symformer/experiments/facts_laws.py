@@ -206,17 +206,43 @@ def claims_whiten(rows: list[dict], metrics: dict, quick: bool) -> list[Claim]:
 
 
 # ---------------------------------------------------------------- (e) margin-optimal NTK across kappa
+# The capacity search doubles h from the bracket up to this cap. Measured at d=16, F=64 (quick), NTK accuracy
+# stops growing with h well before it: kappa 10 raw 0.22 -> 0.25 and U* 0.34 -> 0.34 from h = 2^14 to 2^18,
+# kappa 30 and 100 about 0.02 throughout, while kappa 1 and 3 store every fact from h ~ 4k. A kappa where no
+# h <= cap stores every fact is the breakdown of Fig. 5 ("still breaks down once the condition number exceeds
+# a moderate threshold"); the row then says so and gives the best accuracy reached, never a bare None.
+NTK_H_CAP = 1 << 17
+
+
+def _ntk_search(fs: FactSet, info, method: str, quick: bool) -> dict:
+    """Smallest h (<= NTK_H_CAP) storing every fact, with its parameters, or the reason there is none."""
+    r = method_capacity(method, [fs], *BRACKET[method], max_size=NTK_H_CAP, options=options(quick), infos=[info])
+    out = {"h": r.size, "params": r.params}
+    if r.params is None:
+        h_best, (acc, params) = max(r.evaluations.items(), key=lambda kv: (kv[1][0], kv[0]))
+        h_max = max(r.evaluations)
+        out.update({"params_at_cap": r.evaluations[h_max][1], "best_accuracy": acc, "best_h": h_best,
+                    "reason": f"no h <= {NTK_H_CAP} stores every fact (best accuracy {acc:.3f} at h={h_best})"})
+    return out
+
+
 def part_ntk(ctx: RunContext, d: int, F: int, kappas: list[float], log) -> list[dict]:
+    """NTK(V) and NTK(U*) capacity per kappa (App. A.1.4, Fig. 5) and the gain NTK(V) / NTK(U*) in params:
+    exact where both store every fact, a lower bound (V's params at the cap) where only U* does, none else."""
     rows = []
     for kappa in kappas:
         fs = make_fact_set(F, d, kappa=kappa, seed=ctx.seed + 13)
         info = decodability(fs.values)
         row = {"kappa": kappa, "rho": info.rho}
-        for method in ("ntk", "ntk-mo"):
-            r = method_capacity(method, [fs], *BRACKET[method], max_size=64 * 2048, options=options(ctx.quick),
-                                infos=[info])
-            row[method] = r.params
-        row["gain"] = row["ntk"] / row["ntk-mo"] if row["ntk"] and row["ntk-mo"] else None
+        res = {m: _ntk_search(fs, info, m, ctx.quick) for m in ("ntk", "ntk-mo")}
+        row["ntk"], row["ntk-mo"] = res["ntk"]["params"], res["ntk-mo"]["params"]
+        row["search"] = res
+        row["gain"], row["gain_kind"] = None, "none"
+        if row["ntk"] and row["ntk-mo"]:
+            row["gain"], row["gain_kind"] = row["ntk"] / row["ntk-mo"], "exact"
+        elif row["ntk-mo"]:
+            row["gain"], row["gain_kind"] = res["ntk"]["params_at_cap"] / row["ntk-mo"], "lower bound"
+        row["reason"] = "; ".join(f"{m}: {r['reason']}" for m, r in res.items() if "reason" in r) or None
         rows.append(row)
         log(f"(e) ntk {row}")
     return rows
@@ -224,14 +250,25 @@ def part_ntk(ctx: RunContext, d: int, F: int, kappas: list[float], log) -> list[
 
 def claims_ntk(rows: list[dict], metrics: dict, d: int, F: int) -> list[Claim]:
     gains = {r["kappa"]: r["gain"] for r in rows}
-    got = [g for g in gains.values() if g]
-    gmax = max(got) if got else None
+    got = [(r["gain"], r["gain_kind"]) for r in rows if r["gain"]]
+    gmax, kind = max(got) if got else (None, "none")
     metrics["ntk_mo_gain"], metrics["ntk_mo_gain_max"] = gains, gmax
+    metrics["ntk_mo_gain_kind"] = {r["kappa"]: r["gain_kind"] for r in rows}
+    metrics["ntk_mo_breakdown"] = {r["kappa"]: r["reason"] for r in rows if r["reason"]}
+    per = "; ".join(f"kappa={r['kappa']:g}: " + (f"{r['gain']:.3g}x" + (" (lower bound)" if r["gain_kind"] ==
+                    "lower bound" else "") if r["gain"] else "none") for r in rows)
+    broke = "; ".join(f"kappa={r['kappa']:g}: {r['reason']}" for r in rows if r["reason"])
     return [Claim(
         "A.1.4/Fig5-kappa", "margin-optimal targets U* improve NTK MLPs 2-4x (across a kappa sweep)", "2-4x",
-        "n/a" if gmax is None else f"max {gmax:.3g}x; per kappa {gains}", _verdict_bool(None if gmax is None else gmax >= 2.0),
-        "gain = NTK(V) / NTK(U*) parameters at the smallest hidden size storing every fact; holds if the max >= 2",
-        f"ours: d={d}, F={F}, kappa in {sorted(gains)}, 1 seed", "Fig. 5: kappa sweep, d up to 256")]
+        "n/a" if gmax is None else f"max {gmax:.3g}x{' (a lower bound)' if kind == 'lower bound' else ''}; {per}",
+        _verdict_bool(None if gmax is None else gmax >= 2.0),
+        "gain = NTK(V) / NTK(U*) parameters at the smallest hidden size storing every fact (h searched by "
+        f"doubling up to {NTK_H_CAP}); holds if the max >= 2. Where no h <= {NTK_H_CAP} stores every fact the "
+        "construction has broken down (its accuracy no longer grows with h; Fig. 5 sees the same beyond a "
+        f"moderate condition number): {broke or 'none'}",
+        f"ours: d={d}, F={F}{' (= d^2/4)' if F * 4 == d * d else ''}, tied sphere embeddings, kappa in "
+        f"{sorted(gains)}, 1 seed, Swish gate, "
+        "Hermite degree 2", "Fig. 5: kappa sweep, d up to 256, F = d^2/4 by default (App. A.1.1)")]
 
 
 # ---------------------------------------------------------------- (f) the solver against its references
