@@ -30,3 +30,12 @@ def test_ratio_names(monkeypatch, tmp_path):
     assert ratios["favor_forecast_step_vs_softmax_h24"] == pytest.approx(1.2)
     assert ratios["plash_forecast_run_vs_softmax_h24"] == pytest.approx(2.8)
     assert {r.get("part") for r in rows} >= {"forecast train step", "forecast run"}
+
+
+def test_quick_run_evaluation_windows_keep_calendar_features():
+    """The quick run evaluates on a subset of windows; Informer needs their x_time / y_time (it crashed
+    with 'x_time: got None' when the subset dropped them)."""
+    tr = af._trainer("softmax", 0, eval_windows=3)
+    for data in (tr.val_data, tr.test_data):
+        assert len(data) == 3 and data.x_time.shape[0] == 3 and data.y_time.shape[0] == 3
+    assert set(tr.evaluate(tr.val_data)) and all(v == v for v in tr.evaluate(tr.test_data).values())

@@ -143,10 +143,10 @@ def test_variance_formula_T7_4_T7_5():
 
 
 # ------------------------------------------------------------------ gradients
-@pytest.mark.parametrize("causal", [False, True])
-def test_gradcheck(causal):
+@pytest.mark.parametrize("causal,chunk", [(False, 4), (True, 4), (True, 6)])  # chunk 6 = N: the one-chunk path
+def test_gradcheck(causal, chunk):
     q, k, v = (t.requires_grad_() for t in _qkv(b=1, h=2, n=6, d=4))
-    f = FavorAttention(4, n_features=5, chunk_size=4).double()
+    f = FavorAttention(4, n_features=5, chunk_size=chunk).double()
     assert torch.autograd.gradcheck(lambda a, b, c: f(a, b, c, is_causal=causal), (q, k, v))
 
 

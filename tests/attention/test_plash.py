@@ -154,6 +154,23 @@ def test_causal_variant_is_exact_within_one_block():
     assert torch.allclose(m(q, k, v, is_causal=True), naive_attention(q, k, v, is_causal=True), atol=1e-13)
 
 
+def test_causal_blocks_match_stagewise_reference():
+    """Query i of block b reads the Stage I-III summaries of the keys of blocks < b (none for block 0, whose
+    summaries are never built) and its own block's keys up to i, in one softmax."""
+    m = _small(causal_block=3)
+    q, k, v = (x[:, :1] for x in _qkv(b=1, h=2, nq=8, nk=8))
+    y = m(q, k, v, is_causal=True)[0, 0]
+    qf, kf, vf = q[0], k[0], v[0]
+    for i in range(8):
+        b0 = i // 3 * 3
+        logits, values = qf[0, i] @ kf[0, b0:i + 1].mT / 2, vf[0, b0:i + 1]
+        if b0:
+            z = m.mixer(m.embed(m.sketch_features(m.normalized_features(*m.compress(kf[:, :b0], vf[:, :b0])))))
+            logits = torch.cat([qf[0, i] @ m.w_k(z)[0].mT / 2, logits], -1)
+            values = torch.cat([m.w_v(z)[0], values])
+        assert torch.allclose(y[i], torch.softmax(logits, -1) @ values, atol=1e-13, rtol=0)
+
+
 def test_causal_gradcheck():
     m = _small(causal_block=2)
     q, k, v = (x.requires_grad_() for x in _qkv(b=1, h=1, nq=5, nk=5))

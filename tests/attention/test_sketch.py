@@ -15,6 +15,7 @@ from symformer.attention.sketch import (
     sign_from_coefficients,
     sign_hashes,
     tensor_sketch,
+    tensor_sketch_dense,
 )
 
 
@@ -28,6 +29,20 @@ def test_fft_form_equals_explicit_tensor_form(k):
     ts = TensorSketch(5, 7, k, seed=k)
     x = torch.randn(3, 5, dtype=torch.float64)
     assert torch.allclose(ts(x), ts.explicit(x), atol=1e-13, rtol=0)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_dense_gemm_form_equals_scatter_fft_form(k):
+    """PLASH's GEMM CountSketches (tensor_sketch_dense) give the same TS_k as index_add + FFT, with gradients."""
+    g = torch.Generator().manual_seed(k)
+    h, s = bucket_hashes(k, 6, 8, g), sign_hashes(k, 6, g).double()
+    x = torch.randn(4, 3, 6, generator=g, dtype=torch.float64, requires_grad=True)
+    a, b = tensor_sketch_dense(x, h, s, 8), tensor_sketch(x, h, s, 8)
+    assert (a - b).abs().max() <= 1e-13
+    w = torch.randn_like(a)
+    (ga,), (gb,) = torch.autograd.grad(a, x, w), torch.autograd.grad(b, x, w)
+    assert (ga - gb).abs().max() <= 1e-13
+    assert torch.autograd.gradcheck(lambda t: tensor_sketch_dense(t, h, s, 8), (x,))
 
 
 def test_count_sketch_matrix_and_state_dict():

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from symformer.positional.expm import expm_skew, squarings_needed
+from symformer.positional.expm import (
+    THETA_7_SINGLE,
+    _expm_flat,
+    _scaled_powers,
+    expm_skew,
+    squarings_needed,
+)
 
 
 def _skew_batch(seed: int, n: int, scales: list[float]) -> torch.Tensor:
@@ -39,6 +45,30 @@ def test_orthogonal_and_batch_shapes():
     assert expm_skew(torch.zeros(0, 4, 4)).shape == (0, 4, 4)
     f = expm_skew(a.float())
     assert f.dtype == torch.float32 and (f.double() - e).abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize("n", [4, 16])
+def test_degree7_float32_path_reaches_single_precision(n):
+    """The float32 path (degree 7, theta_7 = 3.93 for u = 2^-24). Run in float64, only its truncation error
+    shows: below u_single before squaring, doubled by each of its s squarings. Run in float32, it is at least
+    as accurate per matrix as torch.linalg.matrix_exp in float32, over the norm sweep and at theta_7."""
+    u = 2.0 ** -24
+    a = _skew_batch(n + 1, n, NORMS + [THETA_7_SINGLE, 3.9]).requires_grad_(True)
+    s = _scaled_powers(a.detach(), THETA_7_SINGLE)[0].double()
+    ours, ref = _expm_flat(a, 7), torch.linalg.matrix_exp(a)
+    assert ((ours - ref).abs().amax((-1, -2)) <= 2 * u * 2 ** s).all()
+    g = torch.randn(ours.shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    (ga,), (gr,) = torch.autograd.grad(ours, a, g), torch.autograd.grad(ref, a, g)
+    assert ((ga - gr).abs().amax((-1, -2)) / gr.abs().amax((-1, -2)).clamp(min=1) <= 8 * u * 2 ** s).all()
+    a32 = a.detach().float()
+    err32 = (expm_skew(a32).double() - ref).abs().amax((-1, -2))
+    err_torch32 = (torch.linalg.matrix_exp(a32).double() - ref).abs().amax((-1, -2))
+    assert (err32 <= 2 * err_torch32 + 4 * u).all()
+
+
+def test_gradcheck_degree7_path():
+    a = _skew_batch(5, 4, [0.1, 3.0, 12.0]).requires_grad_(True)
+    assert torch.autograd.gradcheck(lambda t: _expm_flat(t, 7), (a,))
 
 
 def test_gradcheck_mixed_squarings():

@@ -78,6 +78,13 @@ def positive_features(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.exp(x @ w.T - 0.5 * x.pow(2).sum(-1, keepdim=True)) / math.sqrt(w.shape[0])
 
 
+def _project(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """x @ w^T for x (..., N, d), w (m, d) as ONE GEMM over all rows: matmul of a non-contiguous x (the
+    (B, H, N, Dh) heads view of a (B, N, H, Dh) projection) would expand w into a batched GEMM of thin
+    N x d x m products; copying x (d << m) costs less."""
+    return (x.contiguous().view(-1, x.shape[-1]) @ w.T).view(*x.shape[:-1], w.shape[0])
+
+
 def _half_sq_norm(x: torch.Tensor, scale: float) -> torch.Tensor:
     """|x^|^2 / 2 with x^ = sqrt(scale) x (one fused pass)."""
     return (0.5 * scale) * torch.linalg.vector_norm(x, dim=-1, keepdim=True).square()
@@ -89,7 +96,7 @@ def _query_features(q: torch.Tensor, w: torch.Tensor, scale: float, kernel_eps: 
     Without eps any positive per-query factor cancels (module doc), so phi(q^_i) is taken up to the factor
     exp(|q^_i|^2/2 + max_l q^_i.w_l) sqrt(m): exp(q^_i.w_l - max_l q^_i.w_l), largest entry 1 in every row.
     Computed in place on the GEMM output: on CPU a fresh N x m tensor costs more (page faults) than the exp."""
-    proj = q @ (w * math.sqrt(scale)).T
+    proj = _project(q, w * math.sqrt(scale))
     stab = proj.detach().amax(dim=-1, keepdim=True)
     if kernel_eps == 0:
         return proj.sub_(stab).exp_()
@@ -103,7 +110,7 @@ def _key_features(k: torch.Tensor, w: torch.Tensor, scale: float, kernel_eps: fl
     sqrt(m) exp(-c) common to all keys of a (batch, head); a factor varying with the key would not cancel.
     c = max over keys and features of the log-feature, so the largest feature is 1 and none overflows."""
     half_sq = _half_sq_norm(k, scale)
-    proj = k @ (w * math.sqrt(scale)).T
+    proj = _project(k, w * math.sqrt(scale))
     if kernel_eps == 0:
         # c from the row maxima (no pass over the N x m block besides amax); subtract |k^|^2/2 + c in one go
         c = (proj.detach().amax(dim=-1, keepdim=True) - half_sq.detach()).amax(dim=-2, keepdim=True)
@@ -159,7 +166,7 @@ def favor_noncausal_streamed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     kv = ksum = c = None
     for s in range(0, k.shape[-2], rows):
         kb = k[..., s:s + rows, :]
-        logf = (kb @ ws).sub_(_half_sq_norm(kb, scale))  # log phi(k^_j) + log sqrt(m)
+        logf = _project(kb, ws.T).sub_(_half_sq_norm(kb, scale))  # log phi(k^_j) + log sqrt(m)
         c_new = logf.detach().amax(dim=(-1, -2), keepdim=True)
         c_new = c_new if c is None else torch.maximum(c, c_new)
         f = logf.sub_(c_new).exp_()
@@ -175,7 +182,7 @@ def favor_noncausal_streamed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     ksum = ksum.transpose(-1, -2) + denominator_eps if denominator_eps else ksum.transpose(-1, -2)
     outs = []
     for s in range(0, q.shape[-2], rows):
-        qf = q[..., s:s + rows, :] @ ws
+        qf = _project(q[..., s:s + rows, :], ws.T)
         qf = qf.sub_(qf.detach().amax(dim=-1, keepdim=True)).exp_()  # per-query constant: cancels
         num, den = qf @ kv, qf @ ksum
         outs.append(num / den if grad else num.div_(den))
@@ -187,14 +194,14 @@ def _favor_one_block(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ws: torc
     """The training form of favor_noncausal_streamed (same estimator, same stabilisers): one block, and the
     numerator and denominator from one GEMM per side, phi(K)^T [V, 1] then phi(Q) [phi(K)^T V, phi(K)^T 1],
     so the backward accumulates no separate feature-sized gradients of a key sum and a second query GEMM."""
-    logf = (k @ ws).sub_(_half_sq_norm(k, scale))  # log phi(k^_j) + log sqrt(m)
+    logf = _project(k, ws.T).sub_(_half_sq_norm(k, scale))  # log phi(k^_j) + log sqrt(m)
     f = logf.sub_(logf.detach().amax(dim=(-1, -2), keepdim=True)).exp_()  # one constant per (batch, head)
     if keep is not None:
         f = f * keep
     kvs = f.transpose(-1, -2) @ _with_ones(v)  # (B, H, m, Dv + 1): [phi(K)^T V, phi(K)^T 1]
     if denominator_eps:
         kvs = torch.cat((kvs[..., :-1], kvs[..., -1:] + denominator_eps), dim=-1)
-    qf = q @ ws
+    qf = _project(q, ws.T)
     qf = qf.sub_(qf.detach().amax(dim=-1, keepdim=True)).exp_()  # per-query constant: cancels
     out = qf @ kvs
     return out[..., :-1] / out[..., -1:]
@@ -208,6 +215,9 @@ def favor_causal(qf: torch.Tensor, kf: torch.Tensor, v: torch.Tensor, chunk_size
     c = min(chunk_size, n)
     pad = (-n) % c
     vv = _with_ones(v)
+    if c == n and not denominator_eps:  # one chunk: no earlier chunk, so no prefix sums phi(K)^T [V, 1] to form
+        out = (qf @ kf.transpose(-1, -2)).tril() @ vv
+        return out[..., :-1] / out[..., -1:]
     if pad:  # zero key features on padding rows contribute nothing; padded query rows are dropped
         qf, kf, vv = (F.pad(t, (0, 0, 0, pad)) for t in (qf, kf, vv))
     nc = (n + pad) // c

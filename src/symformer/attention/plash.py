@@ -39,7 +39,7 @@ from symformer.attention.sketch import (
     bucket_hashes,
     convolution_power,
     sign_hashes,
-    tensor_sketch,
+    tensor_sketch_dense,
 )
 from symformer.attention.softmax import AttentionCore
 
@@ -137,8 +137,9 @@ class PlashAttention(AttentionCore):
         return g / (g.norm(dim=-1, keepdim=True).clamp_min(self.eps_g) * self.tau_g)
 
     def sketch_features(self, g_tilde: torch.Tensor) -> list[torch.Tensor]:
-        """z^ts_k = TS_k(G~; D_k) = IFFT(prod_t FFT(C_t G~)) per degree (eqs. 8, 42)."""
-        return [tensor_sketch(g_tilde, getattr(self, f"hash_{i}"), getattr(self, f"sign_{i}"), dk)
+        """z^ts_k = TS_k(G~; D_k) = IFFT(prod_t FFT(C_t G~)) per degree (eqs. 8, 42), the spectra as one
+        GEMM per degree (sketch.tensor_sketch_dense)."""
+        return [tensor_sketch_dense(g_tilde, getattr(self, f"hash_{i}"), getattr(self, f"sign_{i}"), dk)
                 for i, dk in enumerate(self.D_k)]
 
     def deterministic_features(self, g_tilde: torch.Tensor) -> list[torch.Tensor]:
@@ -146,8 +147,13 @@ class PlashAttention(AttentionCore):
         return [convolution_power(g_tilde, k, dk) for k, dk in zip(self.degrees, self.D_k)]
 
     def embed(self, feats: list[torch.Tensor]) -> torch.Tensor:
-        """Y_enh = W_out (+)_k beta_k z_k  (eqs. 8-10)."""
-        return self.w_out(torch.cat([b * z for b, z in zip(self.beta, feats)], dim=-1))
+        """Y_enh = W_out (+)_k beta_k z_k  (eqs. 8-10) = sum_k beta_k (z_k W_out,k^T) with W_out,k the column
+        block of degree k: no concatenated / rescaled (n, M, sum D_k) copy, the scale acts on (n, M, d)."""
+        y, off = None, 0
+        for b, z in zip(self.beta, feats):
+            part = F.linear(z, self.w_out.weight[:, off:off + z.shape[-1]]) * b
+            y, off = (part if y is None else y + part), off + z.shape[-1]
+        return y
 
     def readout(self, q: torch.Tensor, y_enh: torch.Tensor, scale: float | None):
         """Mixer, projections and the exact softmax readout streamed over N_q (eqs. 11-12)."""
@@ -220,22 +226,27 @@ class PlashAttention(AttentionCore):
         def blocks(x):
             return F.pad(x, (0, 0, 0, pad)).unflatten(1, (nb, c))
         qb, kb, vb = blocks(q), blocks(k), blocks(v)
-        a = torch.softmax(kb @ (self.prototypes.to(k.dtype).t() / self.tau), dim=-1).transpose(-1, -2)
-        ck, cv = a @ kb, a @ vb  # per-block A^T K, A^T V: (n, nb, M, d)
-        pk, pv = ck.cumsum(1) - ck, cv.cumsum(1) - cv  # exclusive prefix: blocks < b only
-        y_enh = self.embed(self.sketch_features(self.normalized_features(pk.flatten(0, 1), pv.flatten(0, 1))))
-        z = self.mixer(y_enh)
-        k_g, v_g = self.w_k(z).unflatten(0, (n, nb)), self.w_v(z).unflatten(0, (n, nb))
         s = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-        lg = (qb @ k_g.transpose(-1, -2)) * s
-        lg[:, 0] = float("-inf")  # block 0 has no prefix
         ll = (qb @ kb.transpose(-1, -2)) * s
         ll = ll.masked_fill(~torch.ones(c, c, dtype=torch.bool, device=q.device).tril(), float("-inf"))
-        w = torch.softmax(torch.cat([lg, ll], dim=-1), dim=-1)
-        if self.training and self.dropout > 0:
-            w = F.dropout(w, self.dropout)
+        if nb == 1:  # no earlier block: exact causal softmax within the block, no summaries to build
+            return (self._drop(torch.softmax(ll, dim=-1)) @ vb).flatten(1, 2)[:, :length]
+        a = torch.softmax(kb[:, :-1] @ (self.prototypes.to(k.dtype).t() / self.tau), dim=-1).transpose(-1, -2)
+        # per-block A^T K, A^T V (n, nb - 1, M, d) and their inclusive prefix sums = the exclusive prefix of
+        # blocks 1..nb-1; block 0 has no prefix, so Stage II and the mixer never run on its (empty) summaries
+        pk, pv = (a @ kb[:, :-1]).cumsum(1), (a @ vb[:, :-1]).cumsum(1)
+        y_enh = self.embed(self.sketch_features(self.normalized_features(pk.flatten(0, 1), pv.flatten(0, 1))))
+        z = self.mixer(y_enh)
+        k_g, v_g = self.w_k(z).unflatten(0, (n, nb - 1)), self.w_v(z).unflatten(0, (n, nb - 1))
+        lg = (qb[:, 1:] @ k_g.transpose(-1, -2)) * s
+        lg = torch.cat([lg.new_full((n, 1, c, self.M), float("-inf")), lg], 1)  # block 0 reads no summary
+        v_g = torch.cat([v_g.new_zeros(n, 1, self.M, v_g.shape[-1]), v_g], 1)
+        w = self._drop(torch.softmax(torch.cat([lg, ll], dim=-1), dim=-1))
         out = w[..., :self.M] @ v_g + w[..., self.M:] @ vb
         return out.flatten(1, 2)[:, :length]
+
+    def _drop(self, w: torch.Tensor) -> torch.Tensor:
+        return F.dropout(w, self.dropout) if self.training and self.dropout > 0 else w
 
     def flops(self, n_q: int, n_k: int, batch_heads: int = 1) -> int:
         """Multiply-add count x 2 of one forward (matmuls only; FFTs and softmax excluded)."""

@@ -37,6 +37,16 @@ def build_forecaster(method: str, kwargs: dict, seed: int = 0):
     return build(spec, seed=seed)
 
 
+def _subset(data, idx: torch.Tensor):
+    """TensorData.subset that keeps the ETT windows' calendar features (x_time / y_time, attributes the ETT
+    loader attaches, which subset drops): Informer requires them, so the quick run crashed in evaluation."""
+    sub = data.subset(idx)
+    for name in ("x_time", "y_time"):
+        if getattr(data, name, None) is not None:
+            setattr(sub, name, getattr(data, name)[idx])
+    return sub
+
+
 def _trainer(method: str, seed: int, cfg_changes: dict | None = None, eval_windows: int | None = None):
     from symformer.train import Trainer
     model, task, split, tcfg = build_forecaster(method, METHODS[method], seed)
@@ -44,7 +54,7 @@ def _trainer(method: str, seed: int, cfg_changes: dict | None = None, eval_windo
         tcfg = dataclasses.replace(tcfg, **cfg_changes)
     val, test = split.val, split.test
     if eval_windows is not None:
-        val, test = (d.subset(torch.linspace(0, len(d) - 1, eval_windows).long()) for d in (val, test))
+        val, test = (_subset(d, torch.linspace(0, len(d) - 1, eval_windows).long()) for d in (val, test))
     return Trainer(model, task, split.train, val, tcfg, test=test)
 
 

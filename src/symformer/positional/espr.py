@@ -189,8 +189,8 @@ class ESPR(RotaryPositional):
         return self.matrix(positions)[..., :d, :d]
 
     def _token_maps(self, positions: torch.Tensor) -> torch.Tensor:
-        """Per token, (Pi_act exp(A(r)) P Pi_act)^T on the active block: (..., N, d_act, d_act), stored
-        transposed and contiguous (the layout bmm wants). exp(A(r)) P costs one matrix_exp and one
+        """Per token, (Pi_act exp(A(r)) P Pi_act)^T on the active block: (..., N, d_act, d_act), a
+        transposed view (bmm takes it as is). exp(A(r)) P costs one matrix_exp and one
         (d_act x Dh)(Dh x d_act) product per DISTINCT position; cached when no gradient is needed."""
         params = tuple(p for p in (self.gen_param, self.skew_param) if p is not None)
         needs_graph = torch.is_grad_enabled() and (any(p.requires_grad for p in params) or positions.requires_grad)
@@ -199,14 +199,19 @@ class ESPR(RotaryPositional):
             hit = cache.lookup("maps", (positions, *params))
             if hit is not None:
                 return hit
+        inv = None  # None: the distinct positions are the tokens themselves, in order (no gather)
         if positions.requires_grad:  # learned positions: each token needs its own d/dr, so no sharing
-            reps, inv = positions.reshape(-1, self.coord_dim), torch.arange(positions[..., 0].numel()).view(positions.shape[:-1])
+            reps = positions.reshape(-1, self.coord_dim)
         else:
             reps, inv = distinct_positions(positions)
+            if reps.shape[0] == inv.numel():  # all distinct (a grid): exps in token order, no (U, d, d) gather
+                reps = positions.reshape(-1, self.coord_dim)
+                inv = None
         d = self.d_act
         rows = self._exp_distinct(reps)[:, :d, :]  # Pi_act exp(A(r)), (U, d, Dh)
         m = rows @ self.post_rotation()[:, :d] if self.use_post_rotation else rows[..., :d]  # T4.3
-        maps = m.transpose(-1, -2).contiguous()[inv]
+        maps = m.transpose(-1, -2)  # a transposed view: bmm reads it as such, no copy
+        maps = maps.reshape(*positions.shape[:-1], d, d) if inv is None else maps[inv]
         return maps if needs_graph else cache.store("maps", (positions, *params), maps)
 
     def _rotate_active(self, x: torch.Tensor, maps: torch.Tensor) -> torch.Tensor:

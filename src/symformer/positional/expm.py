@@ -1,5 +1,6 @@
 """Differentiable matrix exponential for skew generators: scaling and squaring with the degree-13 Pade
-approximant (Higham 2005, "The scaling and squaring method for the matrix exponential revisited").
+approximant in float64 and the degree-7 one in float32 (Higham 2005, "The scaling and squaring method for
+the matrix exponential revisited"; theta_m for unit roundoff 2^-53 and 2^-24 respectively).
 
 Why not torch.linalg.matrix_exp: its backward evaluates the Frechet derivative by exponentiating a
 (2n x 2n) block matrix [[A^T, G], [0, A^T]], about 7x the cost of the forward, and ESPR training on 2-D
@@ -26,16 +27,50 @@ _B13 = (64764752532480000.0, 32382376266240000.0, 7771770303897600.0, 1187353796
         129060195264000.0, 10559470521600.0, 670442572800.0, 33522128640.0, 1323241920.0,
         40840800.0, 960960.0, 16380.0, 182.0, 1.0)
 THETA_13 = 5.371920351148152
+# float32 (unit roundoff 2^-24): the degree-7 Pade approximant already has backward error below u for
+# ||A||_1 <= theta_7 = 3.9257 (Higham 2005, single-precision column), with 4 matrix products instead of 6
+# (checked in tests against float64 matrix_exp at that norm)
+_B7 = (17297280.0, 8648640.0, 1995840.0, 277200.0, 25200.0, 1512.0, 56.0, 1.0)
+THETA_7_SINGLE = 3.925724783138660
 SUPPORTED = (torch.float32, torch.float64)
 
 
-def _pade13(a: torch.Tensor, a2: torch.Tensor, a4: torch.Tensor, a6: torch.Tensor) -> torch.Tensor:
-    """r_13(a) from the powers a, a^2, a^4, a^6 of a batch (U, n, n) with Pade error below unit roundoff."""
-    b = _B13
-    eye = torch.eye(a.shape[-1], dtype=a.dtype, device=a.device)
-    u_in = a6 @ (b[13] * a6 + b[11] * a4 + b[9] * a2) + b[7] * a6 + b[5] * a4 + b[3] * a2 + b[1] * eye
+def _coef(b: tuple, k: int, f: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """b_k f^k per matrix, (U, 1, 1): the rescaling x -> f x of the powers folded into the coefficients."""
+    return (b[k] * f ** k).to(dtype)[:, None, None]
+
+
+def _lincomb(terms: list, const: torch.Tensor | None = None) -> torch.Tensor:
+    """sum_i c_i x_i (+ const I) in one pass per term (addcmul) and an in-place diagonal add."""
+    (c0, x0), rest = terms[0], terms[1:]
+    out = x0 * c0
+    for c, x in rest:
+        out = torch.addcmul(out, x, c)
+    if const is not None:
+        out.diagonal(dim1=-2, dim2=-1).add_(const[:, :, 0])
+    return out
+
+
+def _pade13(a: torch.Tensor, a2: torch.Tensor, a4: torch.Tensor, a6: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
+    """r_13(f a) from the powers a, a^2, a^4, a^6 of a batch (U, n, n) and per-matrix powers of two f (the
+    refined scaling): f^k sits in the coefficients, U = a (a^6 (c13 a^6 + c11 a^4 + c9 a^2) + c7 a^6 + ...)
+    with c_k = b_k f^k, so no rescaled copies of the powers are made (powers of two: the same values)."""
+    b, dt = _B13, a.dtype
+    u_in = torch.baddbmm(_lincomb([(_coef(b, 7, f, dt), a6), (_coef(b, 5, f, dt), a4), (_coef(b, 3, f, dt), a2)],
+                                  _coef(b, 1, f, dt)),
+                         a6, _lincomb([(_coef(b, 13, f, dt), a6), (_coef(b, 11, f, dt), a4), (_coef(b, 9, f, dt), a2)]))
     u = a @ u_in
-    v = a6 @ (b[12] * a6 + b[10] * a4 + b[8] * a2) + b[6] * a6 + b[4] * a4 + b[2] * a2 + b[0] * eye
+    v = torch.baddbmm(_lincomb([(_coef(b, 6, f, dt), a6), (_coef(b, 4, f, dt), a4), (_coef(b, 2, f, dt), a2)],
+                               _coef(b, 0, f, dt)),
+                      a6, _lincomb([(_coef(b, 12, f, dt), a6), (_coef(b, 10, f, dt), a4), (_coef(b, 8, f, dt), a2)]))
+    return torch.linalg.solve(v - u, v + u)
+
+
+def _pade7(a: torch.Tensor, a2: torch.Tensor, a4: torch.Tensor, a6: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
+    """r_7(f a): U = a (c7 a^6 + c5 a^4 + c3 a^2 + c1 I), V = c6 a^6 + c4 a^4 + c2 a^2 + c0 I, c_k = b_k f^k."""
+    b, dt = _B7, a.dtype
+    u = a @ _lincomb([(_coef(b, 7, f, dt), a6), (_coef(b, 5, f, dt), a4), (_coef(b, 3, f, dt), a2)], _coef(b, 1, f, dt))
+    v = _lincomb([(_coef(b, 6, f, dt), a6), (_coef(b, 4, f, dt), a4), (_coef(b, 2, f, dt), a2)], _coef(b, 0, f, dt))
     return torch.linalg.solve(v - u, v + u)
 
 
@@ -43,31 +78,34 @@ def _norm1(a: torch.Tensor) -> torch.Tensor:
     return a.detach().abs().sum(-2).amax(-1)
 
 
-def _squarings(a: torch.Tensor) -> torch.Tensor:
-    """Per matrix, the number s >= 0 of squarings with ||a / 2^s||_1 <= theta_13."""
-    return torch.clamp(torch.ceil(torch.log2(_norm1(a) / THETA_13)), min=0).nan_to_num(0).long()
+def _squarings(a: torch.Tensor, theta: float = THETA_13) -> torch.Tensor:
+    """Per matrix, the number s >= 0 of squarings with ||a / 2^s||_1 <= theta."""
+    return torch.clamp(torch.ceil(torch.log2(_norm1(a) / theta)), min=0).nan_to_num(0).long()
 
 
-def _scaled_powers(flat: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """(s, [x, x^2, x^4, x^6]) with x = a / 2^s per matrix. s starts from the 1-norm and is then lowered
+def _scaled_powers(flat: torch.Tensor, theta: float = THETA_13) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    """(s, f, [x, x^2, x^4, x^6]): the approximant is taken at f x = a / 2^s per matrix. s starts from the 1-norm and is then lowered
     by the sharper bound of Al-Mohy & Higham 2009 (Thm 4.2, m = 13 admits p = 4): the Pade error bound
     holds with ||x|| replaced by alpha_4 = max(||x^4||^(1/4), ||x^5||^(1/5)), bounded above with
     ||x^5|| <= ||x^4|| ||x||. For skew a (normal), alpha_4 approaches the spectral radius, often several
     times below the 1-norm: each dropped squaring saves one product forward and two backward. Rescaling
-    x by 2^j rescales its powers by 4^j, 16^j, 64^j exactly (powers of two), so nothing is recomputed."""
-    s0 = _squarings(flat)
+    x by f = 2^j rescales its powers by f^2, f^4, f^6 exactly (powers of two): the Pade functions fold f^k
+    into their coefficients, so nothing is recomputed or copied (j is capped so that f^13 stays finite).
+    For the degree-7 float32 approximant (theta_7) p = 3: alpha_3 = max(||x^3||^(1/3), ||x^4||^(1/4)),
+    with ||x^3|| <= ||x^2|| ||x||."""
+    s0 = _squarings(flat, theta)
     x = flat * torch.exp2(-s0.to(flat.dtype))[:, None, None]
     x2 = x @ x
     x4 = x2 @ x2
     x6 = x4 @ x2
     n1, n4 = _norm1(x).double(), _norm1(x4).double()
-    alpha = torch.maximum(n4 ** 0.25, (n4 * n1) ** 0.2)
-    j = torch.floor(torch.log2(THETA_13 / alpha)).nan_to_num(0, posinf=0).clamp(min=0).long()
-    j = torch.minimum(j, s0)
-    if not bool(j.any()):
-        return s0, [x, x2, x4, x6]
-    f = torch.exp2(j.to(flat.dtype))[:, None, None]
-    return s0 - j, [x * f, x2 * f ** 2, x4 * f ** 4, x6 * f ** 6]
+    if theta == THETA_13:
+        alpha = torch.maximum(n4 ** 0.25, (n4 * n1) ** 0.2)
+    else:
+        alpha = torch.maximum((_norm1(x2).double() * n1) ** (1 / 3), n4 ** 0.25)
+    j = torch.floor(torch.log2(theta / alpha)).nan_to_num(0, posinf=0).clamp(min=0).long()
+    j = torch.minimum(j, s0).clamp(max=76 if theta == THETA_13 else 17)  # b_k f^k finite in the dtype
+    return s0 - j, torch.exp2(j.double()), [x, x2, x4, x6]
 
 
 def expm_skew(a: torch.Tensor, check: bool = False) -> torch.Tensor:
@@ -88,24 +126,36 @@ def expm_skew(a: torch.Tensor, check: bool = False) -> torch.Tensor:
     flat = a.reshape(-1, n, n)
     if flat.shape[0] == 0:
         return a.clone()
-    s, powers = _scaled_powers(flat)
-    r = _pade13(*powers)
-    top = int(s.max())
-    if top:
-        order = torch.argsort(s, descending=True)
-        counts = s[order]
-        r = r[order]
-        for step in range(top):  # the first `k` (sorted) matrices still need a squaring
-            k = int((counts > step).sum())
-            r = torch.cat((r[:k] @ r[:k], r[k:])) if k < r.shape[0] else r @ r
-        r = r[torch.argsort(order)]
-    return r.reshape(*batch, n, n)
+    return _expm_flat(flat, 7 if flat.dtype == torch.float32 else 13).reshape(*batch, n, n)
+
+
+def _expm_flat(flat: torch.Tensor, degree: int) -> torch.Tensor:
+    """Scaling and squaring on (U, n, n) with the degree-13 (float64) or degree-7 (float32, THETA_7_SINGLE)
+    Pade approximant; degree 7 is also callable in float64 (tests: its gradcheck and its accuracy)."""
+    if degree == 7:
+        s, f, powers = _scaled_powers(flat, THETA_7_SINGLE)
+        r = _pade7(*powers, f)
+    else:
+        s, f, powers = _scaled_powers(flat)
+        r = _pade13(*powers, f)
+    for step in range(int(s.max())):
+        need = s > step
+        k = int(need.sum())
+        if k == r.shape[0]:
+            r = r @ r
+        elif 2 * k >= r.shape[0]:  # most still need it: square all, keep the others (no index / scatter)
+            r = torch.where(need[:, None, None], r @ r, r)
+        else:
+            idx = need.nonzero()[:, 0]
+            r = r.index_put((idx,), r[idx] @ r[idx])
+    return r
 
 
 def squarings_needed(a: torch.Tensor) -> int:
     """Largest number of squarings expm_skew uses on a batch (reported by benchmarks)."""
     n = a.shape[-1]
-    return int(_scaled_powers(a.detach().reshape(-1, n, n))[0].max()) if a.numel() else 0
+    theta = THETA_7_SINGLE if a.dtype == torch.float32 else THETA_13
+    return int(_scaled_powers(a.detach().reshape(-1, n, n), theta)[0].max()) if a.numel() else 0
 
 
-__all__ = ["expm_skew", "THETA_13", "squarings_needed"]
+__all__ = ["expm_skew", "THETA_13", "THETA_7_SINGLE", "squarings_needed"]

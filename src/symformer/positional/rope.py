@@ -7,7 +7,7 @@ log-spaced beta; "axial" splits the pairs among the C axes; "mixed" learns beta 
 
 Speed: a rotation by theta of pair (x1, x2) is the complex product (x1 + i x2) e^{i theta} (T0.17), so
 interleaved float32/float64 does one complex multiply per pair on a table e^{i theta(r)}; half pairing
-(and bfloat16) uses contiguous [cos, cos] / sin tables with a hand-written backward R^T = R(-theta).
+(and bfloat16) uses contiguous [cos, cos] / [-sin, sin] tables with a hand-written backward R^T = R(-theta).
 `RoPE.tables` caches them per position set (same idea as rotary-embedding-torch's cached freqs; see
 benchmarks/positional.py).
 STRING (string.py) reuses this class for its RoPE part: one implementation.
@@ -62,14 +62,15 @@ def _complex_view(x: torch.Tensor) -> torch.Tensor:
     return torch.view_as_complex(x.unflatten(-1, (x.shape[-1] // 2, 2)))
 
 
-def _half_kernel(x: torch.Tensor, cos2: torch.Tensor, sin: torch.Tensor, sign: float = 1.0) -> torch.Tensor:
-    """Half pairing R(theta) x (sign=+1) or R(theta)^T x (sign=-1), no autograd: one contiguous multiply by
-    the (..., Dh) table [cos, cos], then the sin terms as two fused multiply-adds on the halves."""
+def _half_kernel(x: torch.Tensor, cos2: torch.Tensor, ssin: torch.Tensor, sign: float = 1.0) -> torch.Tensor:
+    """Half pairing R(theta) x (sign=+1) or R(theta)^T x = R(-theta) x (sign=-1), no autograd:
+    R x = [cos, cos] * x + [-sin, sin] * [x2, x1]. Three passes over contiguous memory (copy the swapped
+    halves, then two multiplies on full rows in place): ops on the strided halves themselves run 32-wide
+    inner loops and cost ~2x per element, and no eager op reads x at the two offsets u, u + Dh/2 at once."""
     m = x.shape[-1] // 2
-    out = torch.mul(x, cos2)
-    out[..., :m].addcmul_(x[..., m:], sin, value=-sign)
-    out[..., m:].addcmul_(x[..., :m], sin, value=sign)
-    return out
+    out = torch.cat((x[..., m:], x[..., :m]), dim=-1)
+    out.mul_(ssin if sign > 0 else ssin.neg())
+    return out.addcmul_(x, cos2)
 
 
 class _RotateHalf(torch.autograd.Function):
@@ -77,39 +78,37 @@ class _RotateHalf(torch.autograd.Function):
     same kernel with the sine negated (no saved activations, no autograd graph of five ops)."""
 
     @staticmethod
-    def forward(ctx, x, cos2, sin):
-        ctx.save_for_backward(cos2, sin)
-        return _half_kernel(x, cos2, sin)
+    def forward(ctx, x, cos2, ssin):
+        ctx.save_for_backward(cos2, ssin)
+        return _half_kernel(x, cos2, ssin)
 
     @staticmethod
     def backward(ctx, g):
-        cos2, sin = ctx.saved_tensors
-        return _half_kernel(g, cos2, sin, -1.0), None, None
+        cos2, ssin = ctx.saved_tensors
+        return _half_kernel(g, cos2, ssin, -1.0), None, None
 
 
 def apply_tables(x: torch.Tensor, tables: tuple, pairing: str) -> torch.Tensor:
     """Rotate the pairs of x (..., Dh) with tables from `RoPE.tables`: ("complex", rot) for interleaved
     pairing (one complex multiply per pair, T0.17; low precision computed in float32) or
-    ("cos", [cos, cos], sin) for half pairing."""
+    ("cos", [cos, cos], [-sin, sin]) (both (..., Dh)) for half pairing."""
     if tables[0] == "complex":
         if x.dtype not in (torch.float32, torch.float64):  # bfloat16 / float16: the complex multiply in float32
             return torch.view_as_real(_complex_view(x.float()) * tables[1]).flatten(-2).to(x.dtype)
         return torch.view_as_real(_complex_view(x) * tables[1]).flatten(-2)
-    cos2, sin = tables[1], tables[2]
+    cos2, ssin = tables[1], tables[2]
     m = x.shape[-1] // 2
-    if pairing == "interleaved":
-        return rotate_pairs(x, cos2[..., :m], sin, pairing)
-    if cos2.requires_grad or sin.requires_grad:  # learnable frequencies: differentiable arithmetic
-        return rotate_pairs(x, cos2[..., :m], sin, pairing)
+    if pairing == "interleaved" or cos2.requires_grad or ssin.requires_grad:  # learnable beta: autograd arithmetic
+        return rotate_pairs(x, cos2[..., :m], ssin[..., m:], pairing)
     if torch.is_grad_enabled() and x.requires_grad:
-        return _RotateHalf.apply(x, cos2, sin)
-    return _half_kernel(x, cos2, sin)
+        return _RotateHalf.apply(x, cos2, ssin)
+    return _half_kernel(x, cos2, ssin)
 
 
 def half_tables(th: torch.Tensor, dtype: torch.dtype) -> tuple:
-    """("cos", [cos, cos] (..., Dh), sin (..., Dh/2)) contiguous in `dtype` for angles th (..., Dh/2)."""
-    c = th.cos()
-    return ("cos", torch.cat((c, c), -1).to(dtype).contiguous(), th.sin().to(dtype).contiguous())
+    """("cos", [cos, cos], [-sin, sin]), both (..., Dh) contiguous in `dtype`, for angles th (..., Dh/2)."""
+    c, s = th.cos(), th.sin()
+    return ("cos", torch.cat((c, c), -1).to(dtype).contiguous(), torch.cat((-s, s), -1).to(dtype).contiguous())
 
 
 def apply_rotation(x: torch.Tensor, rot: torch.Tensor, pairing: str) -> torch.Tensor:
@@ -121,7 +120,7 @@ def apply_rotation(x: torch.Tensor, rot: torch.Tensor, pairing: str) -> torch.Te
     if pairing == "interleaved" and x.dtype in (torch.float32, torch.float64):
         return apply_tables(x, ("complex", rot), pairing)
     c, s = rot.real, rot.imag
-    return apply_tables(x, ("cos", torch.cat((c, c), -1).to(x.dtype), s.to(x.dtype).contiguous()), pairing)
+    return apply_tables(x, ("cos", torch.cat((c, c), -1).to(x.dtype), torch.cat((-s, s), -1).to(x.dtype)), pairing)
 
 
 def pair_indices(head_dim: int, pairing: str) -> torch.Tensor:
@@ -189,7 +188,7 @@ class RoPE(RotaryPositional):
 
     def tables(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple:
         """What `apply_tables` needs to rotate a `dtype` tensor in this pairing, cached per position set:
-        the complex table for interleaved float32/float64, contiguous [cos, cos] and sin otherwise
+        the complex table for interleaved float32/float64, contiguous [cos, cos] and [-sin, sin] otherwise
         (reading the strided .real/.imag of a complex table in the hot path is what made half slow)."""
         if self.pairing == "interleaved":  # low precision too: upcast, one complex multiply, cast back
             return ("complex", self.rotation(positions, dtype if dtype == torch.float64 else torch.float32))
