@@ -1053,7 +1053,7 @@ def _offsets(stride: int) -> list[tuple[int, int]]:
 
 def _train_arm(arm: str, seed: int, cfg: OODConfig, tokens: torch.Tensor, y: torch.Tensor, pos: torch.Tensor):
     from symformer.models import ViTClassifier
-    from symformer.positional import positional_penalty
+    from symformer.models import penalties as positional_penalty
     torch.manual_seed(seed)
     model = ViTClassifier(_arm_config(arm, cfg), token_dim=PATCH * PATCH, n_classes=10)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
@@ -1101,7 +1101,7 @@ def _model_ir(model, offsets, cfg: OODConfig) -> dict | None:
                                      return_per_delta=True)
         per.append((float(mean), float(per_delta.max())))
     out = {"ir_spec": max(p[0] for p in per), "ir_sup": max(p[1] for p in per)}
-    if hasattr(rots[0], "post_rotation"):
+    if not rots[0].commuting:
         with torch.no_grad():
             out["eps_comm"] = max(float(dg.eps_comm(r.generators().double())) for r in rots)
             out["eta_mix"] = max(float(dg.eta_mix(r.post_rotation().double(), r.d_act)) for r in rots)

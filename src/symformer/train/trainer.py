@@ -19,6 +19,7 @@ import torch
 
 from symformer._validation import check_choice, check_float, check_int, fail
 from symformer.data.base import TensorData, epoch_order, n_batches, shard
+from symformer.models import penalties
 from symformer.train import distributed as D
 from symformer.train.callbacks import Callback
 from symformer.train.checkpoint import (
@@ -106,15 +107,6 @@ def lr_factor(cfg: TrainConfig, step: int, total: int, steps_per_epoch: int) -> 
         return cfg.decay_gamma ** max(step // max(steps_per_epoch, 1) - 1, 0)
     t = (step - cfg.warmup_steps) / max(total - cfg.warmup_steps, 1)
     return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(t, 1.0)))
-
-
-def penalties(model: torch.nn.Module) -> torch.Tensor | float:
-    """Sum of `penalty()` over submodules that define one (e.g. ESPR's eps_comm / eta_mix terms)."""
-    total: torch.Tensor | float = 0.0
-    for m in model.modules():
-        if m is not model and callable(getattr(m, "penalty", None)):
-            total = total + m.penalty()
-    return total
 
 
 @dataclass
