@@ -94,3 +94,11 @@ def test_toy_part_teleport_step_and_a_wrong_group_breaks_it(toy_registered):
         before = model(x, pos)
         G.apply(model, G.random(torch.Generator().manual_seed(3), permute=False, ffn=False))
         assert float((model(x, pos) - before).abs().max()) > 1e-3
+
+
+def test_an_approximate_attention_core_is_refused():
+    """The core declares exactness (AttentionCore.exact_softmax); FAVOR+ does not, so no group exists."""
+    cfg = TransformerConfig(d_model=16, n_heads=2, n_layers=1, positional="rope", coord_dim=2, attention="favor",
+                            attention_kwargs={"n_features": 8})
+    with pytest.raises(ValueError, match="attention: got 'FavorAttention', expected an exact softmax core"):
+        symmetry_group(ViTClassifier(cfg, 4, 3))

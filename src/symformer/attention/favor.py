@@ -252,7 +252,6 @@ class FavorAttention(AttentionCore):
     """
 
     supports_causal = True
-    supports_mask = False
 
     def __init__(self, head_dim: int, n_features: int = 256, orthogonal: bool = True, redraw_every: int | None = None,
                  chunk_size: int = 128, kernel_eps: float = 0.0, denominator_eps: float = 0.0, seed: int = 0,

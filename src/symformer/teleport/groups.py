@@ -20,9 +20,9 @@ import torch
 from torch import nn
 
 from symformer._validation import check_float, check_int, fail
+from symformer.attention.softmax import AttentionCore
 from symformer.positional.base import RotaryPositional
 
-SUPPORTED_CORES = ("SoftmaxAttention", "NaiveAttention")
 #: builders (model, positions, ffn) -> SymmetryGroup | None for models of other libraries, tried first by
 #: symmetry_group; symformer.integrations registers here (this layer never imports it)
 EXTERNAL_BUILDERS: list = []
@@ -459,10 +459,9 @@ def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn:
     names = {id(m): n for n, m in model.named_modules()}
     sites = []
     for m in layers:
-        core = type(m.core).__name__
-        if core not in SUPPORTED_CORES:
-            fail("attention", core, f"an exact softmax core ({', '.join(SUPPORTED_CORES)}): "
-                 "approximate kernels are not invariant under GL(d_h)")
+        if not (isinstance(m.core, AttentionCore) and m.core.exact_softmax):
+            fail("attention", type(m.core).__name__, "an exact softmax core (AttentionCore.exact_softmax: softmax, "
+                 "naive): approximate kernels are not invariant under GL(d_h)")
         if m.v_proj.out_features != m.n_heads * m.head_dim:
             fail("model", "value dim != n_heads * head_dim", "square per-head value blocks")
         sites.append(AttentionSite(names[id(m)], m, qk_group_for(m.rotary, m.head_dim, positions)))
