@@ -14,8 +14,9 @@ import torch.nn.functional as F
 
 from symformer.attention.plash import PlashAttention
 from symformer.benchmarks._attention_common import contribution, qkv, time_core
-from symformer.benchmarks.base import BenchContext, fit_exponent, median_seconds, peak_memory_bytes
+from symformer.benchmarks.base import BenchContext, median_seconds, peak_memory_bytes
 from symformer.registry import ATTENTION
+from symformer.stats import fit_exponent
 
 NS = (2048, 4096, 8192, 10240, 11264, 16384)
 D_MODEL, HEADS = 512, 4

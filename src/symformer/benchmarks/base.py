@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import gc
 import importlib
-import math
 import pkgutil
 import resource
 from dataclasses import dataclass, field
@@ -84,16 +83,6 @@ def peak_memory_bytes(fn: Callable[[], Any], device: str = "cpu") -> int | None:
         return int(torch.cuda.max_memory_allocated() - base)
     from symformer.benchmarks._memory import traced_peak_bytes
     return traced_peak_bytes(fn)
-
-
-def fit_exponent(ns: list[float], ts: list[float]) -> float:
-    """Least-squares slope of log t against log N."""
-    xs = [math.log(n) for n in ns]
-    ys = [math.log(t) for t in ts]
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    num = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
-    den = sum((x - mx) ** 2 for x in xs)
-    return num / den
 
 
 def fix_malloc_thresholds() -> bool:

@@ -157,7 +157,7 @@ def _claims_ratios(res: ExperimentResult, rows: list[dict], gd_methods: list[str
 
 
 def _claims_scaling(res: ExperimentResult, rows: list[dict], setting: str) -> None:
-    from symformer.benchmarks.base import fit_exponent
+    from symformer.stats import fit_exponent
     slopes = {}
     for method in ("bin+jl", "gd-swiglu", "ntk"):
         pts = [(r["F"], r["params"]) for r in rows if r["method"] == method and r["params"]]

@@ -18,33 +18,10 @@ from symformer.facts.capacity import BuildOptions, method_capacity
 from symformer.facts.decodability import decodability
 from symformer.facts.embeddings import FactSet, coherence, make_fact_set, whitening_matrix
 from symformer.results import Claim
+from symformer.stats import loglog, r2
 
 # gd-swiglu starts at hi = 8: a GD evaluation costs ~ h, and the search doubles hi where 8 does not store
 BRACKET = {"bin+jl": (2, 64), "gd-swiglu": (2, 8), "ntk": (64, 2048), "ntk-mo": (64, 2048)}
-
-
-def r2(x: list[float], y: list[float]) -> float | None:
-    """R^2 of the least-squares line y = a x + b (None with < 3 points or no spread)."""
-    if len(x) < 3:
-        return None
-    X = torch.tensor(x, dtype=torch.float64)
-    Y = torch.tensor(y, dtype=torch.float64)
-    A = torch.stack([X, torch.ones_like(X)], 1)
-    coef = torch.linalg.lstsq(A, Y[:, None]).solution
-    res = Y - (A @ coef).squeeze(1)
-    tot = ((Y - Y.mean()) ** 2).sum()
-    return float(1 - (res ** 2).sum() / tot) if tot > 0 else None
-
-
-def loglog(x: list[float], y: list[float]) -> tuple[float | None, float | None]:
-    """(R^2, slope) of log y against log x."""
-    if len(x) < 3:
-        return None, None
-    lx, ly = [math.log(v) for v in x], [math.log(v) for v in y]
-    X = torch.tensor(lx, dtype=torch.float64)
-    Y = torch.tensor(ly, dtype=torch.float64)
-    slope = float(((X - X.mean()) * (Y - Y.mean())).sum() / ((X - X.mean()) ** 2).sum())
-    return r2(lx, ly), slope
 
 
 def options(quick: bool, **kw) -> BuildOptions:

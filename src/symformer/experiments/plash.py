@@ -13,12 +13,12 @@ from symformer.experiments.plash_forecast import (
     HORIZONS,
     PAPER_ETTH1,
     forecast_job,
-    mean_se,
     method_kwargs,
     protocol,
 )
 from symformer.registry import ATTENTION
 from symformer.results import Claim, ExperimentResult, verdict
+from symformer.stats import mean_se
 
 PAPER_SKETCH = "Prop. C.4 / eq. (47)-(48): any k >= 1, any D, 3-wise h and 4-wise s"
 PAPER_CERT = ("Sec. H.5: K = {1}, D = 256, tau = 1, N_q = 32, N_k = 64, h = 4, d = 32, 200 draws, sigma ~ U[0.004, "
