@@ -99,14 +99,13 @@ def plash_rows(ctx: BenchContext) -> tuple[list[dict], dict]:
         for n in (2048, 4096, 8192):
             rows.append({"method": "naive", "part": "core", "pass": "fwd", "N": n,
                          "seconds": _one_shot(naive_attention, n, dev)})
-    if "favor" in ATTENTION:
-        fav = ATTENTION.build("favor", head_dim=D_MODEL // HEADS, n_heads=HEADS, d_model=D_MODEL,
-                              n_features=256).to(dev).eval()
-        for n in ((8192,) if quick else NS):
-            sec, mem = time_core(fav, n, False, dev, min_run, D_MODEL, HEADS)
-            rows.append({"method": "favor", "part": "core", "pass": "fwd", "N": n, "m": 256, "seconds": sec,
-                         "peak_bytes": mem})
-            if n == 8192:
-                ratios["plash_vs_favor_8192"] = sec / base[8192]
+    fav = ATTENTION.build("favor", head_dim=D_MODEL // HEADS, n_heads=HEADS, d_model=D_MODEL,
+                          n_features=256).to(dev).eval()
+    for n in ((8192,) if quick else NS):
+        sec, mem = time_core(fav, n, False, dev, min_run, D_MODEL, HEADS)
+        rows.append({"method": "favor", "part": "core", "pass": "fwd", "N": n, "m": 256, "seconds": sec,
+                     "peak_bytes": mem})
+        if n == 8192:
+            ratios["plash_vs_favor_8192"] = sec / base[8192]
     ratios["plash_matmul_peak_flops"] = peak
     return rows, ratios

@@ -2,8 +2,6 @@
 from __future__ import annotations
 
 import gc
-import importlib
-import pkgutil
 import resource
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,7 +10,7 @@ from typing import Any, Callable
 import torch
 import torch.utils.benchmark as tbench
 
-from symformer.registry import Registry
+from symformer.registry import Registry, description_of
 
 
 @dataclass
@@ -40,22 +38,18 @@ class SuiteSpec:
     description: str
 
 
-SUITES: Registry[SuiteSpec] = Registry("benchmark suite")
+SUITES: Registry[SuiteSpec] = Registry("benchmark suite", "symformer.benchmarks")
 
 
 def suite(name: str, description: str = ""):
     def deco(fn):
-        SUITES.register(name)(SuiteSpec(name, fn, description or (fn.__doc__ or "").strip().split("\n")[0]))
+        SUITES.register(name)(SuiteSpec(name, fn, description_of(fn, description)))
         return fn
     return deco
 
 
 def load_all() -> Registry[SuiteSpec]:
-    pkg = importlib.import_module("symformer.benchmarks")
-    for mod in pkgutil.iter_modules(pkg.__path__):
-        if not mod.name.startswith("_") and mod.name != "base":
-            importlib.import_module(f"symformer.benchmarks.{mod.name}")
-    return SUITES
+    return SUITES.load_all()
 
 
 def _sync(device: str) -> None:

@@ -16,7 +16,6 @@ from symformer.experiments.plash_forecast import (
     method_kwargs,
     protocol,
 )
-from symformer.registry import ATTENTION
 from symformer.results import Claim, ExperimentResult, verdict
 from symformer.stats import mean_se
 
@@ -122,7 +121,7 @@ def cert_part(ctx: RunContext, res: ExperimentResult) -> None:
 
 # ------------------------------------------------------------------------------------------- forecasting
 def _methods() -> list[str]:
-    return ["softmax"] + (["favor"] if "favor" in ATTENTION else []) + ["plash"]
+    return ["softmax", "favor", "plash"]
 
 
 def _forecast_runs(ctx: RunContext, proto: dict, res: ExperimentResult) -> dict:
