@@ -58,7 +58,8 @@ def check_float(name: str, v: Any, low: float | None = None, high: float | None 
     if lo_bad or hi_bad:
         lb = "(" if low_open else "["
         hb = ")" if high_open else "]"
-        fail(name, v, f"a number in {lb}{low if low is not None else '-inf'}, {high if high is not None else 'inf'}{hb}")
+        lo, hi = low if low is not None else "-inf", high if high is not None else "inf"
+        fail(name, v, f"a number in {lb}{lo}, {hi}{hb}")
     return v
 
 

@@ -224,9 +224,9 @@ def favor_causal(qf: torch.Tensor, kf: torch.Tensor, v: torch.Tensor, chunk_size
 
 def _check_finite_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     """Finiteness is tested on the output: a NaN/inf in q, k or v always reaches it (an inf entry times a
-    Gaussian feature gives +-inf projections; after the max is subtracted, inf - inf is NaN). Validating all three inputs up front
-    would cost as much as one FAVOR+ GEMM, so the inputs are scanned only when the output is not finite,
-    to name the argument."""
+    Gaussian feature gives +-inf projections; after the max is subtracted, inf - inf is NaN). Validating all
+    three inputs up front would cost as much as one FAVOR+ GEMM, so the inputs are scanned only when the output
+    is not finite, to name the argument."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not all_finite(t):
             fail(name, "a tensor with NaN or inf entries", "finite values")

@@ -179,8 +179,8 @@ def run(ctx: BenchContext) -> BenchResult:
         _time_rotations(res, cells, ctx, shape, g, mrt, runs)
     b, h, n, dh = LAYER_SHAPE
     x0 = torch.randn(b, n, h * dh, generator=g).to(ctx.device)
-    _time_layers(res, cells, ctx, LAYER_SHAPE, x0, torch.arange(n, dtype=torch.float32, device=ctx.device)[:, None], mrt,
-                 runs=runs)
+    pos = torch.arange(n, dtype=torch.float32, device=ctx.device)[:, None]
+    _time_layers(res, cells, ctx, LAYER_SHAPE, x0, pos, mrt, runs=runs)
     # 2-D grid (non-commuting ESPR): training in quick mode, both modes in full
     _time_layers(res, cells, ctx, LAYER_SHAPE, x0, _grid(n, ctx.device), mrt, (True,) if ctx.quick else (False, True),
                  runs)

@@ -47,8 +47,9 @@ class ExperimentSpec:
             default = self.options[key][0]
             ok = default is None or (type(val) is type(default)) or (type(default) is float and type(val) is int)
             if not ok:
+                tname = type(default).__name__
                 kind = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false",
-                        "list": "a JSON list", "dict": "a JSON object"}.get(type(default).__name__, type(default).__name__)
+                        "list": "a JSON list", "dict": "a JSON object"}.get(tname, tname)
                 raise TypeError(f"--set: got {self.name}.{key}={val!r}, expected {kind} like the default {default!r}")
             out[key] = float(val) if type(default) is float else val
         return out
@@ -81,7 +82,8 @@ def experiment(name: str, description: str = "", data_files: tuple[str, ...] = (
     `options` {name: (default, help)} are what `reproduce --set NAME.option=value` may change; the
     registered function sees every option in `ctx.options` (defaults filled in, also for direct calls)."""
     def deco(fn):
-        spec = ExperimentSpec(name, fn, description_of(fn, description), tuple(data_files), dict(options or {}), dict(requires or {}))
+        spec = ExperimentSpec(name, fn, description_of(fn, description), tuple(data_files), dict(options or {}),
+                              dict(requires or {}))
 
         @functools.wraps(fn)
         def with_options(ctx: RunContext) -> ExperimentResult:

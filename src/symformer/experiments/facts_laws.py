@@ -99,7 +99,8 @@ def claims_rho_size(rows: list[dict], d: int, F: int, n_seeds: int, metrics: dic
             claims.append(Claim(
                 "c/B.6.1-bound", "constructed MLP size is O(rho^-2 F log F) (the bound of Construction B.6.1, "
                 "not the paper's fitted law)", "a bound: size grows no faster than rho^-2 at fixed F",
-                "n/a" if bound is None else f"linear fit on rho^-2 F log F: R^2 = {bound:.3f}; exponent b = {-slope:.2f}",
+                "n/a" if bound is None
+                else f"linear fit on rho^-2 F log F: R^2 = {bound:.3f}; exponent b = {-slope:.2f}",
                 _verdict_bool(None if slope is None else -slope <= 2.0),
                 "holds if the log-log exponent b <= 2; the R^2 of the linear fit (the old regressor) is shown for "
                 "reference only", setting, "Construction B.6.1 (bound, any d, F)"))
@@ -156,7 +157,8 @@ def part_whiten(ctx: RunContext, dims: list[int], kappas: list[float], log) -> l
                                     infos=[info])
                 row[f"rho_{family}"], row[f"params_{family}"] = info.rho, r.params
                 # where the construction stores nothing up to the largest m tried, its cost is at least that
-                row[f"params_{family}_lower_bound"] = r.params or max((v[1] for v in r.evaluations.values()), default=None)
+                row[f"params_{family}_lower_bound"] = r.params or max((v[1] for v in r.evaluations.values()),
+                                                                      default=None)
             rows.append(row)
             log(f"(d) {row}")
     return rows
@@ -174,7 +176,8 @@ def claims_whiten(rows: list[dict], metrics: dict, quick: bool) -> list[Claim]:
     dims, kap = sorted({r["d"] for r in rows}), sorted({r["kappa"] for r in rows})
     return [Claim(
         "d/Fig2a", "embedding whitening cuts the constructed cost by up to 32x", "up to 32x",
-        "n/a" if gmax is None else f"max {gmax:.3g}x{' (a lower bound)' if bound and gmax == max(bound.values()) else ''}",
+        "n/a" if gmax is None
+        else f"max {gmax:.3g}x{' (a lower bound)' if bound and gmax == max(bound.values()) else ''}",
         _verdict_bool(None if gmax is None else gmax >= 16.0),
         f"gain = raw / whitened Bin+JL parameters per (d, kappa): {gain}; lower bounds (raw fails at every "
         f"m <= 4096): {bound}; holds if the max reaches >= 16x",
@@ -206,7 +209,8 @@ def claims_ntk(rows: list[dict], metrics: dict, d: int, F: int) -> list[Claim]:
     metrics["ntk_mo_gain"], metrics["ntk_mo_gain_max"] = gains, gmax
     return [Claim(
         "A.1.4/Fig5-kappa", "margin-optimal targets U* improve NTK MLPs 2-4x (across a kappa sweep)", "2-4x",
-        "n/a" if gmax is None else f"max {gmax:.3g}x; per kappa {gains}", _verdict_bool(None if gmax is None else gmax >= 2.0),
+        "n/a" if gmax is None else f"max {gmax:.3g}x; per kappa {gains}",
+        _verdict_bool(None if gmax is None else gmax >= 2.0),
         "gain = NTK(V) / NTK(U*) parameters at the smallest hidden size storing every fact; holds if the max >= 2",
         f"ours: d={d}, F={F}, kappa in {sorted(gains)}, 1 seed", "Fig. 5: kappa sweep, d up to 256")]
 

@@ -252,7 +252,8 @@ def _performer_part(metrics: dict, claims: list) -> None:
     metrics["performer_max_abs_diff_float64"] = max(d64) if d64 else None
     claims.append(Claim("performer-pytorch", "equal to performer-pytorch FastAttention (same projection; "
                         "non-causal and causal)", "issue 7: <= 1e-4 float32, <= 1e-10 float64",
-                        f"float32 {metrics['performer_max_abs_diff']}, float64 {metrics['performer_max_abs_diff_float64']}",
+                        f"float32 {metrics['performer_max_abs_diff']}, "
+                        f"float64 {metrics['performer_max_abs_diff_float64']}",
                         verdict(max(d32) <= 1e-4 and max(d64) <= 1e-10 if d32 and d64 else None),
                         "performer-pytorch not installed" if not d32 else "max |difference| over outputs",
                         "ours: N = 512, head_dim 64, m = 128, batch 2 x 4 heads", "reference implementation"))

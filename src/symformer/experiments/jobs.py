@@ -77,7 +77,8 @@ def run_jobs(jobs: list[Job], record_dir: Path | None = None, n_workers: int = 1
         out[job.key] = result
         if record_dir is not None:
             # json.dumps, not results.write_json: NaN must read back as NaN, not as the string "nan"
-            atomic_write_text(record_dir / f"{job.key}.json", json.dumps({"signature": job.signature(), "result": result}))
+            record = json.dumps({"signature": job.signature(), "result": result})
+            atomic_write_text(record_dir / f"{job.key}.json", record)
 
     if n_workers == 1:
         for j in todo:

@@ -112,7 +112,8 @@ class HFTeleport:
         task = SimpleNamespace(loss=lambda mdl, data, idx: loss_fn(mdl, data))
         self.trainer = SimpleNamespace(raw_model=model, model=model, optimizer=optimizer, task=task, train_data=None,
                                        total_steps=total_steps, steps_per_epoch=spe, last_loss=None,
-                                       cfg=SimpleNamespace(epochs=-(-total_steps // spe)), state=SimpleNamespace(step=0))
+                                       cfg=SimpleNamespace(epochs=-(-total_steps // spe)),
+                                       state=SimpleNamespace(step=0))
         self.callback.on_train_start(self.trainer)
 
     @property

@@ -30,10 +30,12 @@ from symformer._validation import check_choice, check_tensor, fail
 QK_SYMMETRY_KINDS = ("gl", "h", "commutant")
 
 
-def check_positions(positions: torch.Tensor, coord_dim: int, n: int | None = None, name: str = "positions") -> torch.Tensor:
+def check_positions(positions: torch.Tensor, coord_dim: int, n: int | None = None,
+                    name: str = "positions") -> torch.Tensor:
     check_tensor(name, positions, (2, 3))
     if positions.shape[-1] != coord_dim:
-        fail(name, f"shape {tuple(positions.shape)}", f"a last dimension equal to the coordinate dimension C={coord_dim}")
+        fail(name, f"shape {tuple(positions.shape)}",
+             f"a last dimension equal to the coordinate dimension C={coord_dim}")
     if n is not None and positions.shape[-2] != n:
         fail(name, f"{positions.shape[-2]} positions", f"one per token ({n})")
     return positions
@@ -152,7 +154,8 @@ class RotaryPositional(nn.Module):
 
     def fold_into(self, q_proj: nn.Linear, k_proj: nn.Linear) -> None:
         """Merge a basis change into the query / key projections (logits unchanged)."""
-        fail("self", f"a {type(self).__name__} module", "a rotary part with a basis change to fold (can_fold)", TypeError)
+        fail("self", f"a {type(self).__name__} module", "a rotary part with a basis change to fold (can_fold)",
+             TypeError)
 
     # ----- validation ---------------------------------------------------------------------------
     def _check_qk(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor,

@@ -181,7 +181,8 @@ def leakage(L: torch.Tensor, positions: torch.Tensor, d_act: int) -> torch.Tenso
 
 
 def logit_deviation_bound(q_act_norm: torch.Tensor, k_act_norm: torch.Tensor, r_i: torch.Tensor, r_j: torch.Tensor,
-                          eps: Any, d_act: int, delta_p: Any = 0.0, gamma_i: Any = 0.0, gamma_j: Any = 0.0) -> torch.Tensor:
+                          eps: Any, d_act: int, delta_p: Any = 0.0, gamma_i: Any = 0.0,
+                          gamma_j: Any = 0.0) -> torch.Tensor:
     """Bound (B2) on |alpha_ij - alpha*_ij| (see the module docstring for the statement and proof)."""
     check_int("d_act", d_act, 1)
     rot = rotation_deviation_bound(eps, r_i, r_j)

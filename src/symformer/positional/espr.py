@@ -12,8 +12,8 @@ RoPE on d_act coordinates. Training may move it away; `penalty()` pulls it back 
 Efficiency: the exponential (expm.expm_skew: scaling-and-squaring Pade whose backward is ~2x its forward,
 where torch.linalg.matrix_exp's is ~7x) runs once per DISTINCT position of the call (a grid or a token
 range repeats across the batch), shared by queries and keys, and is cached across calls (value-keyed,
-_cache.ValueCache) when no gradient is needed; P is multiplied in per distinct position, so the rotation is one small batched matmul per token
-(O(N d_act^2) per head).
+_cache.ValueCache) when no gradient is needed; P is multiplied in per distinct position, so the rotation is one
+small batched matmul per token (O(N d_act^2) per head).
 """
 from __future__ import annotations
 
@@ -138,7 +138,8 @@ class ESPR(RotaryPositional):
         """Load skew generators (C, Dh, Dh) (ValueError if not skew or of the wrong shape)."""
         check_skew("generators", generators)
         if tuple(generators.shape) != (self.coord_dim, self.head_dim, self.head_dim):
-            fail("generators", f"shape {tuple(generators.shape)}", f"({self.coord_dim}, {self.head_dim}, {self.head_dim})")
+            fail("generators", f"shape {tuple(generators.shape)}",
+                 f"({self.coord_dim}, {self.head_dim}, {self.head_dim})")
         self.gen_param.copy_(generators / 2)
 
     @torch.no_grad()
@@ -211,7 +212,8 @@ class ESPR(RotaryPositional):
             if hit is not None:
                 return hit
         if positions.requires_grad:  # learned positions: each token needs its own d/dr, so no sharing
-            reps, inv = positions.reshape(-1, self.coord_dim), torch.arange(positions[..., 0].numel()).view(positions.shape[:-1])
+            reps = positions.reshape(-1, self.coord_dim)
+            inv = torch.arange(positions[..., 0].numel()).view(positions.shape[:-1])
         else:
             reps, inv = distinct_positions(positions)
         d = self.d_act

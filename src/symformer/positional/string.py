@@ -123,7 +123,8 @@ class STRING(RotaryPositional):
         self.folded.fill_(True)
 
     def extra_repr(self) -> str:
-        return f"head_dim={self.head_dim}, coord_dim={self.coord_dim}, pairing={self.pairing}, folded={bool(self.folded)}"
+        return (f"head_dim={self.head_dim}, coord_dim={self.coord_dim}, pairing={self.pairing}, "
+                f"folded={bool(self.folded)}")
 
 
 class CirculantSTRING(RotaryPositional):

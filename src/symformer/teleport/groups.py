@@ -57,12 +57,14 @@ class QKGroup:
             return eye + c.reshape(*c.shape[:-1], self.head_dim, self.head_dim)
         return eye + torch.einsum("...k,kij->...ij", c, self._basis.to(c.dtype).to(c.device))
 
-    def random(self, shape: tuple[int, ...], gen: torch.Generator, dtype=torch.float64, scale: float = 0.5) -> torch.Tensor:
+    def random(self, shape: tuple[int, ...], gen: torch.Generator, dtype=torch.float64,
+               scale: float = 0.5) -> torch.Tensor:
         """A generic (not near-identity, not diagonal) element, for invariance checks."""
         c = scale * torch.randn(*shape, self.dimension, generator=gen, dtype=dtype)
         return self.from_coeffs(c)
 
-    def near_identity(self, shape: tuple[int, ...], alpha: float, gen: torch.Generator, dtype=torch.float64) -> torch.Tensor:
+    def near_identity(self, shape: tuple[int, ...], alpha: float, gen: torch.Generator,
+                      dtype=torch.float64) -> torch.Tensor:
         """Sec. 4: diag(x_1..x_n) with x_i ~ U[1 - alpha, 1 + alpha]."""
         x = 1 + alpha * (2 * torch.rand(*shape, self.head_dim, generator=gen, dtype=dtype) - 1)
         return torch.diag_embed(x)
@@ -286,7 +288,8 @@ class SymmetryGroup:
               else torch.ones(f.up.out_features, dtype=dtype) for f in self.ffns]
         return GroupElement(qk, vo, perm, sc)
 
-    def sample(self, n: int, alpha: float, gen: torch.Generator, dtype=torch.float64, ffn: bool = False) -> GroupElement:
+    def sample(self, n: int, alpha: float, gen: torch.Generator, dtype=torch.float64,
+               ffn: bool = False) -> GroupElement:
         """n candidates near the identity (Sec. 4, eq. (14)): every tensor gets a leading dim n."""
         check_int("samples", n, 1)
         check_float("alpha", alpha, 0.0, 1.0, low_open=True, high_open=True)
@@ -325,7 +328,8 @@ class SymmetryGroup:
             out.update(_rows_action(m.q_proj, _expand(u, r), h, qp))
             out.update(_rows_action(m.k_proj, u_it, hk, p))
             out.update(_rows_action(m.v_proj, v, hk, p))
-            wo = m.o_proj.weight.reshape(m.o_proj.weight.shape[0], h, -1).transpose(0, 1) @ _expand(v_inv, r)  # (H, d, Dh)
+            wo = m.o_proj.weight.reshape(m.o_proj.weight.shape[0], h, -1).transpose(0, 1)  # (H, d, Dh)
+            wo = wo @ _expand(v_inv, r)
             if qp is not None:
                 wo = wo[qp]
             out[id(m.o_proj.weight)] = wo.transpose(0, 1).reshape(m.o_proj.weight.shape)

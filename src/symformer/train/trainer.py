@@ -186,7 +186,8 @@ class Trainer:
                 cb.load_state_dict(st)
         except (KeyError, TypeError, ValueError, RuntimeError, AttributeError, IndexError) as e:
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            raise CheckpointError(f"{path} is not a usable symformer checkpoint ({type(e).__name__}: {first})") from None
+            raise CheckpointError(f"{path} is not a usable symformer checkpoint "
+                                  f"({type(e).__name__}: {first})") from None
         self._rewrite_log()
         return True
 
