@@ -112,7 +112,7 @@ class CommutantGroup(QKGroup):
     """ESPR: U^T must commute with every relative rotation M = R(r_i)^T R(r_j); the commutant is the
     null space of X -> X M - M X (orthonormal basis in the Frobenius inner product)."""
 
-    kind = "espr"
+    kind = "commutant"
 
     def near_identity(self, shape, alpha, gen, dtype=torch.float64):
         # near the identity only: coefficients in U[-alpha, alpha] on a Frobenius-orthonormal basis,
