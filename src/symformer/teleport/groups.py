@@ -4,7 +4,7 @@ Paper layout is `x W` with W_i in R^{d x d_h}; here every projection is an nn.Li
 head h owns output features h*Dh:(h+1)*Dh of q/k/v and the same input features of o). Per head:
   Q rows <- U @ rows,  K rows <- U^{-T} @ rows,  V rows <- V @ rows,  O columns <- cols @ V^{-1},
 biases of Q/K/V like their rows, output bias unchanged (paper Sec. 3, G_Att = S_h x (GL x GL)^h).
-Which U are allowed depends on the positional encoding:
+Which U are allowed depends on the positional encoding (each rotary part declares it: RotaryPositional.qk_symmetry):
   * none / additive PE: GL(d_h) (eq. (5)-(6));
   * RoPE: H(d_h) of eq. (9), block-diagonal scaled rotations on exactly the pairs the RoPE rotates;
   * STRING (R = P R_rope P^T): P H(d_h) P^T  (not in the paper);
@@ -109,8 +109,9 @@ class HGroup(QKGroup):
 
 
 class CommutantGroup(QKGroup):
-    """ESPR: U^T must commute with every relative rotation M = R(r_i)^T R(r_j); the commutant is the
-    null space of X -> X M - M X (orthonormal basis in the Frobenius inner product)."""
+    """ESPR, circulant STRING and any rotary part without a closed form (the default of
+    RotaryPositional.qk_symmetry): U^T must commute with every relative rotation M = R(r_i)^T R(r_j); the
+    commutant is the null space of X -> X M - M X (orthonormal basis in the Frobenius inner product)."""
 
     kind = "commutant"
 
