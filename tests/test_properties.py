@@ -16,8 +16,8 @@ from symformer.train.trainer import TrainConfig
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # ---------------------------------------------------------------- config resolution
-json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**6), st.floats(allow_nan=True, allow_infinity=True),
-                         st.text(max_size=6))
+json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**6),
+                         st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=6))
 json_values = st.recursive(json_scalars, lambda c: st.one_of(st.lists(c, max_size=3),
                                                              st.dictionaries(st.text(max_size=5), c, max_size=3)),
                            max_leaves=6)

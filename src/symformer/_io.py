@@ -44,7 +44,8 @@ def check_writable_dir(out: str | os.PathLike, option: str = "--out") -> Path:
         out.mkdir(parents=True, exist_ok=True)
         _probe(out)
     except OSError as e:
-        raise ValueError(f"{option}: cannot write to {str(out)!r} ({e.strerror or e}); expected a writable folder") from None
+        raise ValueError(f"{option}: cannot write to {str(out)!r} ({e.strerror or e}); "
+                         "expected a writable folder") from None
     return out
 
 
@@ -60,5 +61,6 @@ def check_writable_file(path: str | os.PathLike, option: str = "--out") -> Path:
     try:
         check_writable_dir(folder, option)
     except ValueError as e:
-        raise ValueError(f"{option}: got {str(path)!r}, expected a file we can write ({str(e).split(': ', 1)[1]})") from None
+        reason = str(e).split(": ", 1)[1]
+        raise ValueError(f"{option}: got {str(path)!r}, expected a file we can write ({reason})") from None
     return path

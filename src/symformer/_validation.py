@@ -58,7 +58,8 @@ def check_float(name: str, v: Any, low: float | None = None, high: float | None 
     if lo_bad or hi_bad:
         lb = "(" if low_open else "["
         hb = ")" if high_open else "]"
-        fail(name, v, f"a number in {lb}{low if low is not None else '-inf'}, {high if high is not None else 'inf'}{hb}")
+        lo, hi = low if low is not None else "-inf", high if high is not None else "inf"
+        fail(name, v, f"a number in {lb}{lo}, {hi}{hb}")
     return v
 
 
@@ -69,13 +70,14 @@ def check_choice(name: str, v: Any, choices: Iterable[str]) -> str:
     return v
 
 
-def check_attention_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, finite_kv: bool = True) -> None:
+def check_attention_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, finite_kv: bool = True,
+                           finite_q: bool = True) -> None:
     """SDPA-shaped inputs: q (B, H, Nq, Dh), k (B, H, Nk, Dh), v (B, H, Nk, Dv).
 
     finite_kv=False skips the finiteness scan of k and v for a core that checks a cheaper quantity that
     any non-finite key or value reaches (PLASH checks its M x d Stage I summaries) and then calls
-    `check_finite_kv` to name the culprit."""
-    check_tensor("q", q, 4)
+    `check_finite_kv` to name the culprit; finite_q=False does the same for q (FAVOR+ tests its output)."""
+    check_tensor("q", q, 4, finite=finite_q)
     check_tensor("k", k, 4, finite=finite_kv)
     check_tensor("v", v, 4, finite=finite_kv)
     if k.shape[-1] != q.shape[-1]:

@@ -36,7 +36,8 @@ def _threads() -> None:
 def _check_names(kind: str, names: list[str], known: list[str]) -> None:
     bad = [n for n in names if n not in known]
     if bad:
-        raise CLIError(f"unknown {kind} {', '.join(repr(b) for b in bad)}: expected one of {', '.join(known) or '(none registered)'}")
+        raise CLIError(f"unknown {kind} {', '.join(repr(b) for b in bad)}: "
+                       f"expected one of {', '.join(known) or '(none registered)'}")
 
 
 @app.command()
@@ -45,11 +46,17 @@ def reproduce(names: Optional[List[str]] = typer.Argument(None, help="experiment
               out: Path = typer.Option(Path("out/reproduce"), "--out", help="folder for results and report.md"),
               seed: int = typer.Option(0, "--seed"),
               list_: bool = typer.Option(False, "--list", help="list the registered experiments and exit"),
-              data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="folder with data files (else $SYMFORMER_DATA)"),
-              jobs: int = typer.Option(1, "--jobs", help="worker processes for experiments made of independent runs (teleport)"),
-              resume: bool = typer.Option(False, "--resume", help="reuse the runs an interrupted call recorded under OUT/<name>/runs"),
-              set_: Optional[List[str]] = typer.Option(None, "--set", help="experiment option NAME.option=value (see --list), repeatable"),
-              full: bool = typer.Option(False, "--full", help="paper-size models where an experiment has them (plash: Informer 512/8/2+1/2048)")):
+              data_dir: Optional[Path] = typer.Option(None, "--data-dir",
+                                                      help="folder with data files (else $SYMFORMER_DATA)"),
+              jobs: int = typer.Option(1, "--jobs",
+                                       help="worker processes for experiments made of independent runs (teleport)"),
+              resume: bool = typer.Option(False, "--resume",
+                                          help="reuse the runs an interrupted call recorded under OUT/<name>/runs"),
+              set_: Optional[List[str]] = typer.Option(
+                  None, "--set", help="experiment option NAME.option=value (see --list), repeatable"),
+              full: bool = typer.Option(
+                  False, "--full",
+                  help="paper-size models where an experiment has them (plash: Informer 512/8/2+1/2048)")):
     """Run the papers' experiments and write OUT/<name>/results.json and OUT/report.md."""
     from symformer.data.paths import MissingDataError, data_file
     from symformer.experiments import RunContext, load_all
@@ -175,8 +182,10 @@ def parse_kv(text: str, option: str) -> dict:
 
 @app.command()
 def train(preset: Optional[str] = typer.Option(None, "--preset", help="a named setup (see --list-presets)"),
-          config: Optional[Path] = typer.Option(None, "--config", help="JSON/TOML with task, data, model, train (applied after --preset)"),
-          set_: Optional[List[str]] = typer.Option(None, "--set", help="key.sub=value, applied last (e.g. train.lr=3e-3), repeatable"),
+          config: Optional[Path] = typer.Option(
+              None, "--config", help="JSON/TOML with task, data, model, train (applied after --preset)"),
+          set_: Optional[List[str]] = typer.Option(
+              None, "--set", help="key.sub=value, applied last (e.g. train.lr=3e-3), repeatable"),
           out: Path = typer.Option(Path("out/train"), "--out"),
           resume: bool = typer.Option(False, "--resume", help="continue from OUT/checkpoint.pt"),
           teleport: Optional[str] = typer.Option(None, "--teleport", help="e.g. alpha=0.65,samples=16,epoch=1,steps=4"),
@@ -237,16 +246,14 @@ def data_list(data_dir: Optional[Path] = typer.Option(None, "--data-dir")):
     d = resolve_dir(data_dir)
     typer.echo(f"data directory: {d if d else '(none: use --data-dir or ' + ENV_VAR + ')'}")
     for name, (desc, fname) in DATASETS.items():
-        where = "built in" if fname is None else (f"{fname}: found" if d and (d / fname).is_file() else f"{fname}: MISSING")
+        found = d and (d / fname).is_file() if fname is not None else False
+        where = "built in" if fname is None else (f"{fname}: found" if found else f"{fname}: MISSING")
         typer.echo(f"{name:12s} {where:28s} {desc}")
 
 
 def _register_plugins() -> None:
     """Sub-command groups that live beside their system (e.g. `symformer facts`)."""
-    try:
-        from symformer.facts.cli import app as facts_app
-    except ImportError:
-        return
+    from symformer.facts.cli import app as facts_app
     app.add_typer(facts_app, name="facts")
 
 

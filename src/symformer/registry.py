@@ -2,16 +2,31 @@
 themselves with a decorator, so adding one never edits the model or the CLI."""
 from __future__ import annotations
 
+import importlib
 import inspect
+import pkgutil
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
 T = TypeVar("T")
 
 
 class Registry(Generic[T]):
-    def __init__(self, kind: str):
+    """kind: what an entry is (error messages). package: where entries register themselves on import
+    (experiments, benchmark suites): `load_all` imports its public modules."""
+
+    def __init__(self, kind: str, package: str | None = None):
         self.kind = kind
+        self.package = package
         self._items: dict[str, T] = {}
+
+    def load_all(self) -> "Registry[T]":
+        """Import every module of `package` not named base or _*, so their decorators run; returns self."""
+        if self.package is not None:
+            pkg = importlib.import_module(self.package)
+            for mod in pkgutil.iter_modules(pkg.__path__):
+                if not mod.name.startswith("_") and mod.name != "base":
+                    importlib.import_module(f"{self.package}.{mod.name}")
+        return self
 
     def register(self, name: str) -> Callable[[T], T]:
         def deco(obj: T) -> T:
@@ -53,6 +68,11 @@ class Registry(Generic[T]):
             raise TypeError(f"{self.kind} {name!r}: got unknown option(s) {', '.join(unknown)}, "
                             f"expected some of {', '.join(accepted) or '(none)'}")
         return factory(**{k: v for k, v in kwargs.items() if k in params})
+
+
+def description_of(fn: Callable[..., Any], description: str = "") -> str:
+    """The one-line description of a registered function: the given one, else its docstring's first line."""
+    return description or (fn.__doc__ or "").strip().split("\n")[0]
 
 
 #: keys a host (attention layer, encoder) offers every part; a part takes those its signature names

@@ -114,10 +114,11 @@ def _md_escape(s: str) -> str:
 
 
 def claims_table(claims: list[Claim]) -> str:
-    lines = ["| id | statement | paper | measured | verdict | setting | paper setting |", "|---|---|---|---|---|---|---|"]
+    lines = ["| id | statement | paper | measured | verdict | setting | paper setting |",
+             "|---|---|---|---|---|---|---|"]
     for c in claims:
-        lines.append("| " + " | ".join(_md_escape(x) for x in (c.id, c.statement, c.paper, c.measured, f"**{c.verdict}**",
-                                                                 c.setting, c.paper_setting)) + " |")
+        cells = (c.id, c.statement, c.paper, c.measured, f"**{c.verdict}**", c.setting, c.paper_setting)
+        lines.append("| " + " | ".join(_md_escape(x) for x in cells) + " |")
     return "\n".join(lines)
 
 
@@ -133,7 +134,8 @@ def write_experiment(out_dir: Path, name: str, quick: bool, result: ExperimentRe
     md = [f"# {name}{' (quick)' if quick else ''}", ""]
     if result.claims:
         md += ["## Claims", "", claims_table(result.claims), ""]
-        md += ["### Evidence", ""] + [f"- **{c.id}**: {_md_escape(c.evidence)}" for c in result.claims if c.evidence] + [""]
+        md += ["### Evidence", ""] + [f"- **{c.id}**: {_md_escape(c.evidence)}" for c in result.claims
+                                      if c.evidence] + [""]
     md += ["## Metrics", ""] + [f"- `{k}`: {fmt(v)}" for k, v in result.metrics.items()] + [""]
     if result.figures:
         md += ["## Figures", ""] + [f"![{f}]({f})" for f in result.figures] + [""]

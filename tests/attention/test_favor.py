@@ -187,8 +187,6 @@ def test_bad_constructor_arguments():
         FavorAttention(8, n_features=2.5)
     with pytest.raises(ValueError, match="head_dim"):
         FavorAttention(0)
-    with pytest.raises(ValueError, match="redraw_every"):
-        FavorAttention(8, redraw_every=0)
     with pytest.raises(ValueError, match="chunk_size"):
         FavorAttention(8, chunk_size=0)
     with pytest.raises(ValueError, match="kernel_eps"):
@@ -228,8 +226,8 @@ def test_shape_and_type_errors():
 
 # ------------------------------------------------------------------ state, redraw, registry, model
 def test_state_dict_reproduces_module_and_redraw_is_deterministic():
-    a = FavorAttention(8, n_features=20, seed=4, redraw_every=2)
-    b = FavorAttention(8, n_features=20, seed=9, redraw_every=2)
+    a = FavorAttention(8, n_features=20, seed=4)
+    b = FavorAttention(8, n_features=20, seed=9)
     b.load_state_dict(a.state_dict())
     q, k, v = _qkv(dtype=torch.float32)
     a.eval()
@@ -238,12 +236,12 @@ def test_state_dict_reproduces_module_and_redraw_is_deterministic():
     w0 = a.features.clone()
     a.train()
     b.train()
-    for _ in range(2):  # the features serve redraw_every=2 training calls, then are redrawn
+    for _ in range(3):  # forward never redraws (the schedule is train.callbacks.FeatureRedraw)
         a(q, k, v)
         b(q, k, v)
     assert torch.equal(a.features, w0)
-    a(q, k, v)
-    b(q, k, v)
+    a.redraw()
+    b.redraw()
     assert not torch.equal(a.features, w0) and torch.equal(a.features, b.features)
     a.eval()
     w1 = a.features.clone()

@@ -7,6 +7,7 @@ import torch
 
 from symformer.benchmarks import attention as bench
 from symformer.experiments import favor as exp
+from symformer.stats import fit_exponent
 
 torch.set_num_threads(1)
 
@@ -46,7 +47,7 @@ def test_relative_se_grows_with_norms():
 
 def test_fit_slope_recovers_a_power_law():
     ms = [16, 64, 256, 1024]
-    assert abs(exp.fit_slope(ms, [3.0 * m ** -0.5 for m in ms]) + 0.5) < 1e-12
+    assert abs(fit_exponent(ms, [3.0 * m ** -0.5 for m in ms]) + 0.5) < 1e-12
 
 
 def test_registered():

@@ -107,7 +107,8 @@ def test_flops_positive_and_linear_in_n():
 
 @pytest.mark.parametrize("kw,name", [({"M": 0}, "M"), ({"D_k": 0}, "D_k"), ({"degrees": ()}, "degrees"),
                                      ({"degrees": (0,)}, "degrees"), ({"D_k": (4,)}, "D_k"),
-                                     ({"tau": 0.0}, "tau"), ({"tau_g": -1.0}, "tau_g"), ({"chunk_size": 0}, "chunk_size"),
+                                     ({"tau": 0.0}, "tau"), ({"tau_g": -1.0}, "tau_g"),
+                                     ({"chunk_size": 0}, "chunk_size"),
                                      ({"mixer_heads": 3}, "mixer_heads")])
 def test_bad_constructor_arguments(kw, name):
     with pytest.raises(ValueError, match=name):

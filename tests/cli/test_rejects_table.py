@@ -100,7 +100,8 @@ CASES = {
     ("symformer train --resume", "a checkpoint of another model (`--set model.d_model=32`)"): _other_model,
     ("symformer train", "an ETT CSV with a header and one row"): lambda t: _ett(t, HEADER + ROW),
     ("symformer train", "an ETT CSV without some columns"): lambda t: _ett(t, "date,HUFL,OT\n" + "2016-07-01,1,2\n"),
-    ("symformer train", "an ETT CSV with `abc` in a cell"): lambda t: _ett(t, HEADER + ROW + ROW.replace("1.599", "abc")),
+    ("symformer train", "an ETT CSV with `abc` in a cell"):
+        lambda t: _ett(t, HEADER + ROW + ROW.replace("1.599", "abc")),
     ("symformer train", "an ETT CSV with an empty cell (NaN)"): lambda t: _ett(t, HEADER + ROW.replace("4.203", "")),
     ("symformer train", "an empty ETT CSV"): lambda t: _ett(t, ""),
     ("symformer train", "an ETT CSV in UTF-16"): lambda t: _ett(t, (HEADER + ROW).encode("utf-16")),
@@ -156,8 +157,9 @@ def test_message_matches_table(tmp_path, capsys, entry, given, message):
     json.dumps(argv)  # (the case built plain arguments)
 
 
-@pytest.mark.parametrize("case", [("symformer train --resume", "a crafted pickle checkpoint (its `__reduce__` calls `open`)"),
-                                  ("symformer train", "an ETT CSV with `abc` in a cell")])
+@pytest.mark.parametrize("case", [
+    ("symformer train --resume", "a crafted pickle checkpoint (its `__reduce__` calls `open`)"),
+    ("symformer train", "an ETT CSV with `abc` in a cell")])
 def test_installed_entrypoint_prints_one_line(tmp_path, case):
     """The same through `python -m symformer.cli` in a fresh process: one line, exit 2, no traceback."""
     import os

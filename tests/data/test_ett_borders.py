@@ -21,7 +21,8 @@ def test_ettm_borders_are_four_times_the_hourly_ones(tmp_path):
     _csv(tmp_path / "ETTm9.csv", 20 * 30 * 24 * 4, "15min")
     s = load_ett("ETTm9.csv", seq_len=96, label_len=48, pred_len=24, data_dir=tmp_path)
     unit = 30 * 24 * 4
-    assert s.meta["unit"] == unit and s.meta["borders"] == ([0, 12 * unit - 96, 16 * unit - 96], [12 * unit, 16 * unit, 20 * unit])
+    assert s.meta["unit"] == unit
+    assert s.meta["borders"] == ([0, 12 * unit - 96, 16 * unit - 96], [12 * unit, 16 * unit, 20 * unit])
     assert len(s.train) == 12 * unit - 96 - 24 + 1 and len(s.test) == 4 * unit - 24 + 1
 
 

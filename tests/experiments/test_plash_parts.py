@@ -7,7 +7,8 @@ import pytest
 
 from symformer.experiments.base import RunContext
 from symformer.experiments.plash_checks import sketch_checks, tau_star
-from symformer.experiments.plash_forecast import forecast_job, mean_se, protocol
+from symformer.experiments.plash_forecast import forecast_job, protocol
+from symformer.stats import mean_se
 
 
 def test_tau_star_interpolates_in_log_tau():

@@ -1,4 +1,5 @@
 """`symformer facts edit`: MLP swapping from the command line (fact-storing-mlps.txt Sec. 5.4)."""
+
 import json
 
 import pytest
@@ -45,8 +46,20 @@ def test_edit_swaps_and_writes(trained_ckpt, tmp_path, capsys):
     new = [["k1", f"v{int(t.facts[2])}"], ["k2", f"v{int(t.facts[1])}"]]
     (tmp_path / "new.json").write_text(json.dumps(new))
     out = tmp_path / "edited.pt"
-    rc = main(["facts", "edit", "--model", str(path), "--facts", str(tmp_path / "new.json"), "--out", str(out),
-               "--min-accuracy", "0.9"])
+    rc = main(
+        [
+            "facts",
+            "edit",
+            "--model",
+            str(path),
+            "--facts",
+            str(tmp_path / "new.json"),
+            "--out",
+            str(out),
+            "--min-accuracy",
+            "0.9",
+        ]
+    )
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rc == 0 and out.is_file()
     assert report["n_changed"] == 2 and report["edited_accuracy"] >= 0.9
@@ -57,7 +70,7 @@ def test_edit_swaps_and_writes(trained_ckpt, tmp_path, capsys):
 def test_edit_refuses_an_mlp_that_does_not_store(tmp_path, capsys):
     model, t = _model(False)
     path = tmp_path / "model.pt"
-    save_fact_model(path, model, "ssfr", ARGS, t.facts, {"method": "bin+jl", "size": 1})   # m = 1 cannot store 32 facts
+    save_fact_model(path, model, "ssfr", ARGS, t.facts, {"method": "bin+jl", "size": 1})  # m = 1 cannot store 32 facts
     (tmp_path / "new.json").write_text(json.dumps([["k1", "v5"]]))
     out = tmp_path / "edited.pt"
     rc = main(["facts", "edit", "--model", str(path), "--facts", str(tmp_path / "new.json"), "--out", str(out)])
@@ -68,7 +81,9 @@ def test_edit_refuses_an_mlp_that_does_not_store(tmp_path, capsys):
 
 def test_unknown_keys_and_double_values_are_listed():
     t = make_ssfr(**ARGS)
-    with pytest.raises(ValueError, match=r"unknown key 'nope', value 'v99'.*keys with two values: 'k1' -> 'v1' and 'v2'"):
+    with pytest.raises(
+        ValueError, match=r"unknown key 'nope', value 'v99'.*keys with two values: 'k1' -> 'v1' and 'v2'"
+    ):
         parse_edits([["nope", "v1"], ["k0", "v99"], ["k1", "v1"], ["k1", "v2"]], t)
     assert parse_edits([[3, 4], ["k3", "v4"]], t) == {3: 4}
 
@@ -76,8 +91,9 @@ def test_unknown_keys_and_double_values_are_listed():
 def test_cli_rejects_bad_edit_file_in_one_line(trained_ckpt, tmp_path, capsys):
     path, _, _ = trained_ckpt
     (tmp_path / "bad.json").write_text(json.dumps([["k1", "v1"], ["k1", "v2"]]))
-    rc = main(["facts", "edit", "--model", str(path), "--facts", str(tmp_path / "bad.json"), "--out",
-               str(tmp_path / "o.pt")])
+    rc = main(
+        ["facts", "edit", "--model", str(path), "--facts", str(tmp_path / "bad.json"), "--out", str(tmp_path / "o.pt")]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "keys with two values" in err and len(err.strip().splitlines()) == 1
 
@@ -91,7 +107,9 @@ def test_edit_never_unpickles_a_crafted_checkpoint(tmp_path, capsys):
     bad = tmp_path / "evil.pt"
     torch.save({"x": _Evil()}, bad)
     (tmp_path / "new.json").write_text("[]")
-    rc = main(["facts", "edit", "--model", str(bad), "--facts", str(tmp_path / "new.json"), "--out", str(tmp_path / "o.pt")])
+    rc = main(
+        ["facts", "edit", "--model", str(bad), "--facts", str(tmp_path / "new.json"), "--out", str(tmp_path / "o.pt")]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and "never runs code" in err and len(err.strip().splitlines()) == 1
 
@@ -100,5 +118,7 @@ def test_edit_rejects_a_torch_file_from_elsewhere(tmp_path, capsys):
     other = tmp_path / "other.pt"
     torch.save({"a": torch.zeros(2)}, other)
     (tmp_path / "new.json").write_text("[]")
-    rc = main(["facts", "edit", "--model", str(other), "--facts", str(tmp_path / "new.json"), "--out", str(tmp_path / "o.pt")])
+    rc = main(
+        ["facts", "edit", "--model", str(other), "--facts", str(tmp_path / "new.json"), "--out", str(tmp_path / "o.pt")]
+    )
     assert rc == 2 and "--model" in capsys.readouterr().err

@@ -245,7 +245,8 @@ def test_central_difference_and_lagrangian(small):
     assert not cd.gated and float((cd_codes - codes).abs().max()) < 1e-6 * float(codes.abs().max())
     # E = [1/(2 eps), -1/(2 eps)] (the printed eps^{-1/2} is a typo)
     ht = cd.h // (2 * codes.shape[1])
-    assert torch.allclose(cd.down.e.view(codes.shape[1], 2, ht)[:, 0], torch.full((1,), 0.5 / cd.eps, dtype=torch.float64))
+    assert torch.allclose(cd.down.e.view(codes.shape[1], 2, ht)[:, 0],
+                          torch.full((1,), 0.5 / cd.eps, dtype=torch.float64))
     lg = relu_lagrangian_encoder(fs.keys, codes)
     assert lg.activation == "relu" and not lg.gated
     with torch.no_grad():

@@ -5,10 +5,11 @@ import math
 
 import pytest
 
-from symformer.experiments.facts_laws import loglog, offset, r2
+from symformer.experiments.facts_laws import offset
 from symformer.facts.decodability import decodability
 from symformer.facts.embeddings import coherence, make_fact_set, sentence_like_embeddings
 from symformer.results import Claim, claims_table
+from symformer.stats import loglog, r2
 
 
 def test_loglog_recovers_a_power_law():

@@ -58,8 +58,9 @@ def test_invariance_can_fail():
         for p, s in zip(group.parameters(), saved):
             p.copy_(s)
         u = site.qk.random((1,), gen)[0]
-        model.model.layers[0].self_attn.q_proj.weight[:8] = u @ model.model.layers[0].self_attn.q_proj.weight[:8]
-        model.model.layers[0].self_attn.k_proj.weight[:8] = torch.linalg.inv(u).T @ model.model.layers[0].self_attn.k_proj.weight[:8]
+        attn = model.model.layers[0].self_attn
+        attn.q_proj.weight[:8] = u @ attn.q_proj.weight[:8]
+        attn.k_proj.weight[:8] = torch.linalg.inv(u).T @ attn.k_proj.weight[:8]
         assert (model(x).logits - ref).abs().max() > 1e-4  # query head 1 also reads key head 0 but kept I
 
 

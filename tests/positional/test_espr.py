@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from symformer.positional import ESPR, positional_penalty, skew
+from symformer.models import penalties
+from symformer.positional import ESPR, skew
 from symformer.positional import diagnostics as dg
 from symformer.positional.espr import distinct_positions
 
@@ -104,7 +105,7 @@ def test_penalty_and_model_penalty():
     pen.backward()
     assert mod.gen_param.grad.abs().sum() > 0 and mod.skew_param.grad.abs().sum() > 0
     assert ESPR(8, 2).penalty().item() == 0.0
-    total = positional_penalty(torch.nn.Sequential(mod, ESPR(8, 2)))
+    total = penalties(torch.nn.Sequential(mod, ESPR(8, 2)))
     assert total.item() == pytest.approx(pen.item())
 
 

@@ -4,15 +4,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from symformer.models.transformer import TransformerConfig, attention_layers
+from symformer.models.transformer import TransformerConfig, attention_layers, fold_rotary, penalties
 from symformer.models.vit import ViTClassifier
 from symformer.positional import (
     ESPR,
     STRING,
     CirculantSTRING,
     RoPE,
-    fold_string,
-    positional_penalty,
 )
 from symformer.registry import POSITIONAL
 
@@ -34,7 +32,7 @@ def test_vit_forward_backward(name, cls, kw):
     grid = torch.stack(torch.meshgrid(torch.arange(3.0), torch.arange(3.0), indexing="ij"), -1).reshape(9, 2)
     logits = model(tokens, grid)
     assert logits.shape == (4, 3) and torch.isfinite(logits).all()
-    loss = torch.nn.functional.cross_entropy(logits, torch.tensor([0, 1, 2, 0])) + positional_penalty(model)
+    loss = torch.nn.functional.cross_entropy(logits, torch.tensor([0, 1, 2, 0])) + penalties(model)
     loss.backward()
     for p in model.parameters():
         assert p.grad is not None and torch.isfinite(p.grad).all()
@@ -65,5 +63,5 @@ def test_folded_string_vit_same_logits():
     tokens = torch.randn(2, 4, 5, dtype=torch.float64)
     pos = torch.randn(4, 2, dtype=torch.float64)
     before = model(tokens, pos)
-    assert fold_string(model) == 2
+    assert fold_rotary(model) == 2
     assert (model(tokens, pos) - before).abs().max() <= 1e-12

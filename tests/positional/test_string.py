@@ -4,8 +4,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from symformer.models import fold_rotary
 from symformer.models.layers import MultiHeadAttention
-from symformer.positional import STRING, CirculantSTRING, fold_string
+from symformer.positional import STRING, CirculantSTRING
 from symformer.positional import diagnostics as dg
 
 EYE = None
@@ -73,10 +74,10 @@ def test_fold_into_preserves_attention_output():
     x = torch.randn(2, 6, 16, dtype=torch.float64)
     pos = torch.randn(6, 2, dtype=torch.float64)
     before = layer(x, pos)
-    assert fold_string(layer) == 1
+    assert fold_rotary(layer) == 1
     assert bool(layer.rotary.folded)
     assert (layer(x, pos) - before).abs().max() <= 1e-12
-    assert fold_string(layer) == 0  # already folded: untouched
+    assert fold_rotary(layer) == 0  # already folded: untouched
     with pytest.raises(ValueError, match="folded"):
         layer.rotary.fold_into(layer.q_proj, layer.k_proj)
 

@@ -1,8 +1,8 @@
 """Crash safety of a whole `reproduce` run: SIGKILL `reproduce plash --quick --jobs 2` once its first per-run
 records exist, resume it with --resume, and compare with an uninterrupted run.
 
-plash is the cheapest experiment made of jobs (ETTh1 trainings); `--set plash.quick_epochs=1 plash.quick_train_windows=128` shrink each
-training so the three runs fit in a few minutes on 2 cores."""
+plash is the cheapest experiment made of jobs (ETTh1 trainings); `--set plash.quick_epochs=1
+plash.quick_train_windows=128` shrink each training so the three runs fit in a few minutes on 2 cores."""
 import json
 import os
 import signal

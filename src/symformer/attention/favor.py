@@ -28,10 +28,18 @@ import math
 import torch
 import torch.nn.functional as F
 
-from symformer._validation import all_finite, check_float, check_int, check_tensor, fail
+from symformer._validation import (
+    all_finite,
+    check_attention_inputs,
+    check_float,
+    check_int,
+    check_tensor,
+    fail,
+)
 from symformer.attention.softmax import AttentionCore
 
-__all__ = ["FavorAttention", "draw_features", "haar_orthogonal", "positive_features", "favor_noncausal", "favor_noncausal_streamed",
+__all__ = ["FavorAttention", "draw_features", "haar_orthogonal", "positive_features", "favor_noncausal",
+           "favor_noncausal_streamed",
            "favor_causal"]
 
 
@@ -233,34 +241,21 @@ def favor_causal(qf: torch.Tensor, kf: torch.Tensor, v: torch.Tensor, chunk_size
 
 def _check_finite_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     """Finiteness is tested on the output: a NaN/inf in q, k or v always reaches it (an inf entry times a
-    Gaussian feature gives +-inf projections; after the max is subtracted, inf - inf is NaN). Validating all three inputs up front
-    would cost as much as one FAVOR+ GEMM, so the inputs are scanned only when the output is not finite,
-    to name the argument."""
+    Gaussian feature gives +-inf projections; after the max is subtracted, inf - inf is NaN). Validating all
+    three inputs up front would cost as much as one FAVOR+ GEMM, so the inputs are scanned only when the output
+    is not finite, to name the argument."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not all_finite(t):
             fail(name, "a tensor with NaN or inf entries", "finite values")
     fail("q, k", "finite inputs whose random-feature estimate overflows", "inputs of moderate magnitude")
 
 
-def _check_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    """The shape checks of _validation.check_attention_inputs (finiteness: see _check_finite_inputs)."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        check_tensor(name, t, 4, finite=False)
-    if k.shape[-1] != q.shape[-1]:
-        fail("k", f"head dim {k.shape[-1]}", f"the head dim of q ({q.shape[-1]})")
-    if q.shape[:2] != k.shape[:2] or k.shape[:2] != v.shape[:2]:
-        fail("k", f"batch/head dims {tuple(k.shape[:2])}", f"those of q {tuple(q.shape[:2])}")
-    if k.shape[-2] == 0:
-        fail("k", f"shape {tuple(k.shape)}", "at least one key (N_k >= 1)")
-    if v.shape[-2] != k.shape[-2]:
-        fail("v", f"{v.shape[-2]} positions", f"the {k.shape[-2]} positions of k")
-
-
 class FavorAttention(AttentionCore):
     """FAVOR+ attention core with the SDPA call shape.
 
     n_features: m (FAVOR+ default 256 for head_dim 64-128). orthogonal: block-orthogonal features.
-    redraw_every: redraw the features every k training forward calls (None: fixed buffer).
+    The features are a fixed buffer between explicit `redraw()` / `reseed()` calls: the training schedule of
+    redraws is train.callbacks.FeatureRedraw (performer-pytorch's ProjectionUpdater), not a counter in forward.
     chunk_size: chunk length of the causal prefix sums. block_rows: rows per block of the streamed non-causal
     form (None: ~4 MB of features per block). kernel_eps / denominator_eps: see module doc.
     attn_mask: only a boolean key-padding mask (True = keep) of shape broadcastable to (B, H, 1, Nk) can be
@@ -268,9 +263,8 @@ class FavorAttention(AttentionCore):
     """
 
     supports_causal = True
-    supports_mask = False
 
-    def __init__(self, head_dim: int, n_features: int = 256, orthogonal: bool = True, redraw_every: int | None = None,
+    def __init__(self, head_dim: int, n_features: int = 256, orthogonal: bool = True,
                  chunk_size: int = 128, kernel_eps: float = 0.0, denominator_eps: float = 0.0, seed: int = 0,
                  block_rows: int | None = None, dropout: float = 0.0):
         super().__init__()
@@ -282,7 +276,6 @@ class FavorAttention(AttentionCore):
         self.head_dim = check_int("head_dim", head_dim, 1)
         self.n_features = check_int("n_features", n_features, 1)
         self.orthogonal = bool(orthogonal)
-        self.redraw_every = None if redraw_every is None else check_int("redraw_every", redraw_every, 1)
         self.chunk_size = check_int("chunk_size", chunk_size, 1)
         self.block_rows = None if block_rows is None else check_int("block_rows", block_rows, 1)
         self.kernel_eps = check_float("kernel_eps", kernel_eps, 0.0)
@@ -292,7 +285,6 @@ class FavorAttention(AttentionCore):
         # buffers too, so redraws after load_state_dict continue the same deterministic sequence
         self.register_buffer("seed", torch.tensor(seed, dtype=torch.long))
         self.register_buffer("draws", torch.zeros((), dtype=torch.long))
-        self.register_buffer("calls", torch.zeros((), dtype=torch.long))
         self.register_buffer("features", self._draw(0).to(torch.get_default_dtype()))
 
     def _draw(self, index: int) -> torch.Tensor:
@@ -321,14 +313,6 @@ class FavorAttention(AttentionCore):
             fail("w", f"shape {tuple(w.shape)}", f"shape {tuple(self.features.shape)} (n_features, head_dim)")
         self.features.copy_(w)
 
-    def _maybe_redraw(self) -> None:
-        if self.redraw_every is None or not self.training:
-            return
-        if int(self.calls) >= self.redraw_every:
-            self.redraw()
-            self.calls.zero_()
-        self.calls += 1
-
     def _key_keep(self, attn_mask: torch.Tensor | None, k: torch.Tensor) -> torch.Tensor | None:
         """(B|1, H|1, Nk, 1) float keep-mask from a boolean key-padding mask, else ValueError."""
         if attn_mask is None:
@@ -350,14 +334,13 @@ class FavorAttention(AttentionCore):
         return keep.transpose(-1, -2).to(k.dtype)
 
     def forward(self, q, k, v, attn_mask=None, is_causal=False, scale=None):
-        _check_inputs(q, k, v)
+        check_attention_inputs(q, k, v, finite_kv=False, finite_q=False)  # finiteness: the output is tested
         if q.shape[-1] != self.head_dim:
             fail("q", f"head dim {q.shape[-1]}", f"the head_dim {self.head_dim} the features were drawn for")
         if is_causal and q.shape[-2] != k.shape[-2]:
             fail("is_causal", f"True with {q.shape[-2]} queries and {k.shape[-2]} keys", "equal query and key lengths")
         scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else check_float("scale", scale, 0.0, low_open=True)
         keep = self._key_keep(attn_mask, k)
-        self._maybe_redraw()
         w = self.features.to(q.dtype)
         # T7.2: q^ = sqrt(scale) q, k^ = sqrt(scale) k, so q^.k^ is the logit exactly
         if not is_causal and self.kernel_eps == 0:
@@ -376,5 +359,4 @@ class FavorAttention(AttentionCore):
         return y
 
     def extra_repr(self) -> str:
-        return (f"head_dim={self.head_dim}, n_features={self.n_features}, orthogonal={self.orthogonal}, "
-                f"redraw_every={self.redraw_every}")
+        return f"head_dim={self.head_dim}, n_features={self.n_features}, orthogonal={self.orthogonal}"

@@ -78,7 +78,6 @@ class PlashTrace:
 
 class PlashAttention(AttentionCore):
     supports_causal = True   # through the chunked-prefix variant (module docstring)
-    supports_mask = False
 
     def __init__(self, head_dim: int, n_heads: int = 1, d_model: int | None = None, M: int = 64,
                  degrees: Sequence[int] = (1, 2), D_k: int | Sequence[int] = 128, tau: float = 1.0,

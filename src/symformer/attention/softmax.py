@@ -14,7 +14,9 @@ class AttentionCore(nn.Module):
     """Interface of every attention variant: the call shape of F.scaled_dot_product_attention."""
 
     supports_causal = True
-    supports_mask = True
+    #: computes softmax(q k^T * scale) v exactly: the only cores whose output is invariant under GL(d_h) acting
+    #: on q, k (teleportation paper Sec. 3); approximations (FAVOR+, PLASH) are not
+    exact_softmax = False
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None,
                 is_causal: bool = False, scale: float | None = None) -> torch.Tensor:  # pragma: no cover
@@ -23,6 +25,8 @@ class AttentionCore(nn.Module):
 
 class SoftmaxAttention(AttentionCore):
     """F.scaled_dot_product_attention (fused kernels where available)."""
+
+    exact_softmax = True
 
     def __init__(self, dropout: float = 0.0):
         super().__init__()
@@ -48,6 +52,8 @@ def naive_attention(q, k, v, attn_mask=None, is_causal=False, scale=None):
 
 class NaiveAttention(AttentionCore):
     """softmax(q k^T * scale) v written out: the reference the other variants are tested against."""
+
+    exact_softmax = True
 
     def __init__(self, dropout: float = 0.0):
         super().__init__()

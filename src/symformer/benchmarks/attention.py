@@ -21,10 +21,10 @@ from symformer.benchmarks import _attention_common as common
 from symformer.benchmarks.base import (
     BenchContext,
     BenchResult,
-    fit_exponent,
     fix_malloc_thresholds,
     suite,
 )
+from symformer.stats import fit_exponent
 
 D_MODEL, HEADS, M = 512, 4, 256
 NS = (1024, 2048, 4096, 8192, 16384)

@@ -22,7 +22,8 @@ from symformer.benchmarks._attention_common import contribution
 from symformer.benchmarks.base import BenchContext
 
 PRESET = "etth1-informer"
-METHODS = {"softmax": {}, "plash": {"M": 64, "D_k": 128}, "favor": {"n_features": 256, "dropout": 0.0}}  # FAVOR+ has no attention matrix to drop
+# FAVOR+ has no attention matrix to drop
+METHODS = {"softmax": {}, "plash": {"M": 64, "D_k": 128}, "favor": {"n_features": 256, "dropout": 0.0}}
 RUN_STEPS_QUICK, EVAL_WINDOWS_QUICK = 40, 256
 
 

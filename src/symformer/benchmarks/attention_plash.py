@@ -14,8 +14,9 @@ import torch.nn.functional as F
 
 from symformer.attention.plash import PlashAttention
 from symformer.benchmarks._attention_common import contribution, qkv, time_core
-from symformer.benchmarks.base import BenchContext, fit_exponent, median_seconds, peak_memory_bytes
+from symformer.benchmarks.base import BenchContext, median_seconds, peak_memory_bytes
 from symformer.registry import ATTENTION
+from symformer.stats import fit_exponent
 
 NS = (2048, 4096, 8192, 10240, 11264, 16384)
 D_MODEL, HEADS = 512, 4
@@ -98,14 +99,13 @@ def plash_rows(ctx: BenchContext) -> tuple[list[dict], dict]:
         for n in (2048, 4096, 8192):
             rows.append({"method": "naive", "part": "core", "pass": "fwd", "N": n,
                          "seconds": _one_shot(naive_attention, n, dev)})
-    if "favor" in ATTENTION:
-        fav = ATTENTION.build("favor", head_dim=D_MODEL // HEADS, n_heads=HEADS, d_model=D_MODEL,
-                              n_features=256).to(dev).eval()
-        for n in ((8192,) if quick else NS):
-            sec, mem = time_core(fav, n, False, dev, min_run, D_MODEL, HEADS)
-            rows.append({"method": "favor", "part": "core", "pass": "fwd", "N": n, "m": 256, "seconds": sec,
-                         "peak_bytes": mem})
-            if n == 8192:
-                ratios["plash_vs_favor_8192"] = sec / base[8192]
+    fav = ATTENTION.build("favor", head_dim=D_MODEL // HEADS, n_heads=HEADS, d_model=D_MODEL,
+                          n_features=256).to(dev).eval()
+    for n in ((8192,) if quick else NS):
+        sec, mem = time_core(fav, n, False, dev, min_run, D_MODEL, HEADS)
+        rows.append({"method": "favor", "part": "core", "pass": "fwd", "N": n, "m": 256, "seconds": sec,
+                     "peak_bytes": mem})
+        if n == 8192:
+            ratios["plash_vs_favor_8192"] = sec / base[8192]
     ratios["plash_matmul_peak_flops"] = peak
     return rows, ratios

@@ -2,9 +2,6 @@
 from __future__ import annotations
 
 import gc
-import importlib
-import math
-import pkgutil
 import resource
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,7 +10,7 @@ from typing import Any, Callable
 import torch
 import torch.utils.benchmark as tbench
 
-from symformer.registry import Registry
+from symformer.registry import Registry, description_of
 
 
 @dataclass
@@ -41,22 +38,18 @@ class SuiteSpec:
     description: str
 
 
-SUITES: Registry[SuiteSpec] = Registry("benchmark suite")
+SUITES: Registry[SuiteSpec] = Registry("benchmark suite", "symformer.benchmarks")
 
 
 def suite(name: str, description: str = ""):
     def deco(fn):
-        SUITES.register(name)(SuiteSpec(name, fn, description or (fn.__doc__ or "").strip().split("\n")[0]))
+        SUITES.register(name)(SuiteSpec(name, fn, description_of(fn, description)))
         return fn
     return deco
 
 
 def load_all() -> Registry[SuiteSpec]:
-    pkg = importlib.import_module("symformer.benchmarks")
-    for mod in pkgutil.iter_modules(pkg.__path__):
-        if not mod.name.startswith("_") and mod.name != "base":
-            importlib.import_module(f"symformer.benchmarks.{mod.name}")
-    return SUITES
+    return SUITES.load_all()
 
 
 def _sync(device: str) -> None:
@@ -84,16 +77,6 @@ def peak_memory_bytes(fn: Callable[[], Any], device: str = "cpu") -> int | None:
         return int(torch.cuda.max_memory_allocated() - base)
     from symformer.benchmarks._memory import traced_peak_bytes
     return traced_peak_bytes(fn)
-
-
-def fit_exponent(ns: list[float], ts: list[float]) -> float:
-    """Least-squares slope of log t against log N."""
-    xs = [math.log(n) for n in ns]
-    ys = [math.log(t) for t in ts]
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    num = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
-    den = sum((x - mx) ** 2 for x in xs)
-    return num / den
 
 
 def fix_malloc_thresholds() -> bool:

@@ -102,8 +102,8 @@ def interleaved_ratio(run_a, run_b, reps: int, device: str = "cpu") -> float:
 
 
 def _layers(d_model: int, heads: int, device: str, coord_dim: int = 1) -> dict:
+    from symformer.models import fold_rotary
     from symformer.models.layers import MultiHeadAttention
-    from symformer.positional import fold_string
 
     torch.manual_seed(0)
 
@@ -114,7 +114,7 @@ def _layers(d_model: int, heads: int, device: str, coord_dim: int = 1) -> dict:
         return {"rope_grid2d": mk("rope", pairing="interleaved"), "espr_grid2d": mk("espr", commuting_init=False)}
     layers = {"rope": mk("rope", pairing="interleaved"), "espr": mk("espr", commuting_init=False),
               "string_unfolded": mk("string", init_scale=0.1), "string_folded": mk("string", init_scale=0.1)}
-    fold_string(layers["string_folded"])
+    fold_rotary(layers["string_folded"])
     return layers
 
 
@@ -179,8 +179,8 @@ def run(ctx: BenchContext) -> BenchResult:
         _time_rotations(res, cells, ctx, shape, g, mrt, runs)
     b, h, n, dh = LAYER_SHAPE
     x0 = torch.randn(b, n, h * dh, generator=g).to(ctx.device)
-    _time_layers(res, cells, ctx, LAYER_SHAPE, x0, torch.arange(n, dtype=torch.float32, device=ctx.device)[:, None], mrt,
-                 runs=runs)
+    pos = torch.arange(n, dtype=torch.float32, device=ctx.device)[:, None]
+    _time_layers(res, cells, ctx, LAYER_SHAPE, x0, pos, mrt, runs=runs)
     # 2-D grid (non-commuting ESPR): training in quick mode, both modes in full
     _time_layers(res, cells, ctx, LAYER_SHAPE, x0, _grid(n, ctx.device), mrt, (True,) if ctx.quick else (False, True),
                  runs)

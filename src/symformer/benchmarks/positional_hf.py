@@ -64,7 +64,8 @@ def hf_rows(res: BenchResult, ctx: BenchContext) -> None:
                          "median_s": t, "peak_bytes": None, "params": params[name]})
     res.ratios["hf_llama_string_step_vs_rope"] = best["hf_llama_string"] / best["hf_llama_native_rope"]
     res.ratios["hf_llama_espr_step_vs_rope"] = best["hf_llama_espr"] / best["hf_llama_native_rope"]
-    res.notes.append(f"hf_llama_* rows: transformers LlamaForCausalLM from a config ({params['hf_llama_native_rope']:,} "
+    n_params = params["hf_llama_native_rope"]
+    res.notes.append(f"hf_llama_* rows: transformers LlamaForCausalLM from a config ({n_params:,} "
                      f"parameters, sdpa attention), one training step on {batch} x {block} tokens, one CPU thread; "
                      "fastest of alternating rounds of medians")
 

@@ -59,7 +59,8 @@ def _time_pe(pe: str, ctx: BenchContext, mt: float) -> tuple[dict, int, int]:
          "teleport step closed form": median_seconds(
              lambda: teleport_step(model, G, loss_fn, 0.65, M, gen, loss_before=last), mt, ctx.device),
          "teleport step brute force": median_seconds(
-             lambda: teleport_step(model, G, loss_fn, 0.65, M, gen, loss_before=last, brute_force=True), mt, ctx.device)}
+             lambda: teleport_step(model, G, loss_fn, 0.65, M, gen, loss_before=last, brute_force=True), mt,
+             ctx.device)}
     return t, len(G.sites), model.cfg.d_model
 
 
@@ -74,7 +75,8 @@ def run(ctx: BenchContext) -> BenchResult:
                              "median_s": sec})
         ts = t["train step"]
         res.ratios[f"{pe}: norms brute/closed"] = t["norms brute force"] / t["norms closed form"]
-        res.ratios[f"{pe}: teleport step brute/closed"] = t["teleport step brute force"] / t["teleport step closed form"]
+        res.ratios[f"{pe}: teleport step brute/closed"] = (t["teleport step brute force"]
+                                                            / t["teleport step closed form"])
         for how in ("closed form", "brute force"):
             tt = t[f"teleport step {how}"]
             res.ratios[f"{pe}: teleport step in train steps ({how})"] = tt / ts

@@ -37,7 +37,8 @@ def epoch_order(n: int, seed: int, epoch: int, shuffle: bool = True) -> torch.Te
 
 
 def batches(data: TensorData, batch_size: int, seed: int = 0, epoch: int = 0, shuffle: bool = True,
-            drop_last: bool = False, start: int = 0, rank: int = 0, world: int = 1) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+            drop_last: bool = False, start: int = 0, rank: int = 0,
+            world: int = 1) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Yield (x, y) batches of epoch `epoch`, beginning at batch `start` (resume).
 
     With world > 1 every rank takes a contiguous slice of each global batch, so the union over

@@ -5,6 +5,7 @@ names come from a self-contained generator, deterministic in the seed. A book an
 each (the fact set maps key tokens to value tokens, Sec. 2.1); template words are word tokens. A sequence is
 `<bos> prefix book suffix author` and every next token is predicted.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,27 +16,72 @@ from symformer._validation import check_int, fail
 
 # 16 prefix / suffix templates (App. A.3.1 gives the first two; the others are ours)
 TEMPLATES: tuple[tuple[str, str], ...] = (
-    ("The author of", "is"), ("Who is the author of", "? It is"), ("The book", "was written by"),
-    ("The writer of", "is"), ("Who wrote", "? It was"), ("The novel", "is by"), ("The creator of", "is"),
-    ("Readers know that", "was written by"), ("It is known that the author of", "is"),
-    ("Who penned", "? The answer is"), ("The person who wrote", "is"), ("The book titled", "has the author"),
-    ("Everyone says that", "came from"), ("In the library ,", "is shelved under"),
-    ("The famous book", "came from the pen of"), ("According to the catalogue ,", "was written by"),
+    ("The author of", "is"),
+    ("Who is the author of", "? It is"),
+    ("The book", "was written by"),
+    ("The writer of", "is"),
+    ("Who wrote", "? It was"),
+    ("The novel", "is by"),
+    ("The creator of", "is"),
+    ("Readers know that", "was written by"),
+    ("It is known that the author of", "is"),
+    ("Who penned", "? The answer is"),
+    ("The person who wrote", "is"),
+    ("The book titled", "has the author"),
+    ("Everyone says that", "came from"),
+    ("In the library ,", "is shelved under"),
+    ("The famous book", "came from the pen of"),
+    ("According to the catalogue ,", "was written by"),
 )
 _ON = ("b", "c", "d", "f", "g", "h", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "st", "th", "gr")
 _NU = ("a", "e", "i", "o", "u", "ai", "ou", "ea")
 _CO = ("", "n", "r", "l", "s", "th", "m", "nd")
-_TITLE = ("Silent", "Hidden", "Last", "Broken", "Golden", "Winter", "Distant", "Crimson", "Lost", "Quiet",
-          "Iron", "Paper", "Glass", "Burning", "Hollow", "Bright")
-_NOUN = ("River", "Garden", "Tower", "Letter", "Harbor", "Forest", "Mirror", "Kingdom", "Voyage", "Orchard",
-         "Lantern", "Island", "Bridge", "Promise", "Shadow", "Season")
+_TITLE = (
+    "Silent",
+    "Hidden",
+    "Last",
+    "Broken",
+    "Golden",
+    "Winter",
+    "Distant",
+    "Crimson",
+    "Lost",
+    "Quiet",
+    "Iron",
+    "Paper",
+    "Glass",
+    "Burning",
+    "Hollow",
+    "Bright",
+)
+_NOUN = (
+    "River",
+    "Garden",
+    "Tower",
+    "Letter",
+    "Harbor",
+    "Forest",
+    "Mirror",
+    "Kingdom",
+    "Voyage",
+    "Orchard",
+    "Lantern",
+    "Island",
+    "Bridge",
+    "Promise",
+    "Shadow",
+    "Season",
+)
 
 
 def _word(g: torch.Generator, syllables: int) -> str:
     parts = []
     for _ in range(syllables):
-        parts.append(_ON[int(torch.randint(len(_ON), (1,), generator=g))] + _NU[int(torch.randint(len(_NU), (1,), generator=g))]
-                     + _CO[int(torch.randint(len(_CO), (1,), generator=g))])
+        parts.append(
+            _ON[int(torch.randint(len(_ON), (1,), generator=g))]
+            + _NU[int(torch.randint(len(_NU), (1,), generator=g))]
+            + _CO[int(torch.randint(len(_CO), (1,), generator=g))]
+        )
     return "".join(parts).capitalize()
 
 
@@ -59,10 +105,10 @@ def generate_names(n: int, kind: str, seed: int = 0) -> list[str]:
 
 @dataclass
 class BooksTask:
-    words: list[str]              # token 0 is <bos>, then template words
+    words: list[str]  # token 0 is <bos>, then template words
     books: list[str]
     authors: list[str]
-    facts: torch.Tensor           # facts[i] = author index of book i (one book per author: a permutation)
+    facts: torch.Tensor  # facts[i] = author index of book i (one book per author: a permutation)
 
     @property
     def n_words(self) -> int:
@@ -90,19 +136,23 @@ class BooksTask:
     def _ids(self, text: str) -> list[int]:
         return [self.words.index(w) for w in text.split()]
 
-    def sequences(self, books: torch.Tensor, templates: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def sequences(
+        self, books: torch.Tensor, templates: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Left-padded full sequences (B, L) `<bos> prefix book suffix author`, valid mask, and for each row
         the position of the last suffix token (where the author is predicted)."""
         rows = []
         for b, t in zip(books.tolist(), templates.tolist()):
             pre, suf = TEMPLATES[t]
-            rows.append([0, *self._ids(pre), self.book_token(b), *self._ids(suf), self.author_token(int(self.facts[b]))])
+            rows.append(
+                [0, *self._ids(pre), self.book_token(b), *self._ids(suf), self.author_token(int(self.facts[b]))]
+            )
         L = max(len(r) for r in rows)
         tok = torch.zeros(len(rows), L, dtype=torch.long)
         mask = torch.zeros(len(rows), L, dtype=torch.bool)
         for i, r in enumerate(rows):
-            tok[i, L - len(r):] = torch.tensor(r)
-            mask[i, L - len(r):] = True
+            tok[i, L - len(r) :] = torch.tensor(r)
+            mask[i, L - len(r) :] = True
         return tok, mask, torch.full((len(rows),), L - 2)
 
     def all_sequences(self) -> tuple[torch.Tensor, torch.Tensor]:

@@ -28,4 +28,5 @@ def data_file(name: str, explicit: str | os.PathLike | None = None) -> Path:
         return d / name
     where = f"{d}" if d is not None else "no data directory"
     raise MissingDataError(
-        f"data file {name} not found in {where}: put it there or point --data-dir or the {ENV_VAR} environment variable at the folder holding it")
+        f"data file {name} not found in {where}: put it there or point --data-dir or the {ENV_VAR} environment "
+        "variable at the folder holding it")

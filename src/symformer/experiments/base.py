@@ -3,13 +3,11 @@ from __future__ import annotations
 
 import difflib
 import functools
-import importlib
-import pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from symformer.registry import Registry
+from symformer.registry import Registry, description_of
 from symformer.results import ExperimentResult
 
 
@@ -49,8 +47,9 @@ class ExperimentSpec:
             default = self.options[key][0]
             ok = default is None or (type(val) is type(default)) or (type(default) is float and type(val) is int)
             if not ok:
+                tname = type(default).__name__
                 kind = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false",
-                        "list": "a JSON list", "dict": "a JSON object"}.get(type(default).__name__, type(default).__name__)
+                        "list": "a JSON list", "dict": "a JSON object"}.get(tname, tname)
                 raise TypeError(f"--set: got {self.name}.{key}={val!r}, expected {kind} like the default {default!r}")
             out[key] = float(val) if type(default) is float else val
         return out
@@ -74,7 +73,7 @@ class RunContext:
         return data_file(name, self.data_dir)
 
 
-EXPERIMENTS: Registry[ExperimentSpec] = Registry("experiment")
+EXPERIMENTS: Registry[ExperimentSpec] = Registry("experiment", "symformer.experiments")
 
 
 def experiment(name: str, description: str = "", data_files: tuple[str, ...] = (),
@@ -83,8 +82,8 @@ def experiment(name: str, description: str = "", data_files: tuple[str, ...] = (
     `options` {name: (default, help)} are what `reproduce --set NAME.option=value` may change; the
     registered function sees every option in `ctx.options` (defaults filled in, also for direct calls)."""
     def deco(fn):
-        desc = description or (fn.__doc__ or "").strip().split("\n")[0]
-        spec = ExperimentSpec(name, fn, desc, tuple(data_files), dict(options or {}), dict(requires or {}))
+        spec = ExperimentSpec(name, fn, description_of(fn, description), tuple(data_files), dict(options or {}),
+                              dict(requires or {}))
 
         @functools.wraps(fn)
         def with_options(ctx: RunContext) -> ExperimentResult:
@@ -96,13 +95,5 @@ def experiment(name: str, description: str = "", data_files: tuple[str, ...] = (
     return deco
 
 
-def _import_package_modules(pkg_name: str) -> None:
-    pkg = importlib.import_module(pkg_name)
-    for mod in pkgutil.iter_modules(pkg.__path__):
-        if not mod.name.startswith("_") and mod.name not in ("base",):
-            importlib.import_module(f"{pkg_name}.{mod.name}")
-
-
 def load_all() -> Registry[ExperimentSpec]:
-    _import_package_modules("symformer.experiments")
-    return EXPERIMENTS
+    return EXPERIMENTS.load_all()

@@ -187,7 +187,6 @@ def model_ir(model, offs, cfg: OODConfig) -> dict | None:
     test offsets (in patch units) and R from `ir_radius`; the model's value is the max over layers. None for
     additive PE (no rotation)."""
     from symformer.models import attention_layers
-    from symformer.positional import ESPR
     from symformer.positional import diagnostics as dg
 
     rots = [layer.rotary for layer in attention_layers(model) if layer.rotary is not None]
@@ -202,10 +201,11 @@ def model_ir(model, offs, cfg: OODConfig) -> dict | None:
         )
         per.append((float(mean), float(per_delta.max())))
     out = {"ir_spec": max(p[0] for p in per), "ir_sup": max(p[1] for p in per)}
-    if isinstance(rots[0], ESPR):
+    if not rots[0].commuting:  # free generators (ESPR): report how far training took them from commuting
         with torch.no_grad():
-            out["eps_comm"] = max(float(dg.eps_comm(r.generators().double())) for r in rots)
-            out["eta_mix"] = max(float(dg.eta_mix(r.post_rotation().double(), r.d_act)) for r in rots)
+            parts = [r.rotation_parts() for r in rots]  # (L, P, d_act), the RotaryPositional interface
+            out["eps_comm"] = max(float(dg.eps_comm(L.double())) for L, _, _ in parts)
+            out["eta_mix"] = max(float(dg.eta_mix(P.double(), d_act)) for _, P, d_act in parts)
     return out
 
 

@@ -7,6 +7,7 @@
 Quick: SSFR at F = 256 with one kind, the swap check and editing at one split. Runs go through
 experiments.jobs (records under runs/, --jobs, --resume).
 """
+
 from __future__ import annotations
 
 import math
@@ -37,11 +38,25 @@ def _ssfr_jobs(ctx: RunContext) -> list[Job]:
     kinds = ctx.options["kinds"] if ctx.quick else ["bin+jl", "bin+gd", "gd-swiglu", "gd-relu", "ntk"]
     Fs = [256] if ctx.quick else ctx.options["full_facts"]
     seeds = 1 if ctx.quick else ctx.options["seeds"]
-    return [Job(f"ssfr_{k.replace('+', '-')}_F={F}", R.ssfr_search,
-                dict(kind=k, n_facts=F, d=128, seeds=seeds, quick=ctx.quick, start=START.get(k, 8),
-                     max_size=START.get(k, 8) * 2 ** (4 if ctx.quick else 9), bisect=not ctx.quick,
-                     paper_budget=bool(ctx.options["paper_budget"]) and not ctx.quick))
-            for k in kinds for F in Fs]
+    return [
+        Job(
+            f"ssfr_{k.replace('+', '-')}_F={F}",
+            R.ssfr_search,
+            dict(
+                kind=k,
+                n_facts=F,
+                d=128,
+                seeds=seeds,
+                quick=ctx.quick,
+                start=START.get(k, 8),
+                max_size=START.get(k, 8) * 2 ** (4 if ctx.quick else 9),
+                bisect=not ctx.quick,
+                paper_budget=bool(ctx.options["paper_budget"]) and not ctx.quick,
+            ),
+        )
+        for k in kinds
+        for F in Fs
+    ]
 
 
 def _ssfr_claims(res: ExperimentResult, out: dict, quick: bool) -> None:
@@ -50,26 +65,46 @@ def _ssfr_claims(res: ExperimentResult, out: dict, quick: bool) -> None:
     res.metrics["ssfr_fact_adaptive_accuracy"] = faa
     res.metrics["ssfr_min_params_99"] = mp
     paper_budget = all(r.get("paper_budget") for r in out.values())
-    train = ("AdamW lr 2e-4, <= 4.8M sequences" if paper_budget else
-             "AdamW lr 2e-3 <= 400 steps x 256 sequences" if quick else "AdamW lr 1e-3 <= 3000 steps x 256 sequences")
+    train = (
+        "AdamW lr 2e-4, <= 4.8M sequences"
+        if paper_budget
+        else "AdamW lr 2e-3 <= 400 steps x 256 sequences"
+        if quick
+        else "AdamW lr 1e-3 <= 3000 steps x 256 sequences"
+    )
     setting = f"ours: d=128, {'F=256, 1 seed, ' if quick else 'F as listed, '}{train}, " + (
-        "sizes by doubling" if quick else "doubling then bisection")
+        "sizes by doubling" if quick else "doubling then bisection"
+    )
     best = max(faa.values())
-    res.claims.append(Claim(
-        "S5.1", "a 1-layer transformer with the four changes uses a frozen fact MLP for recall (>99% fact-adaptive accuracy)",
-        "> 99% for constructed and GD MLPs", f"best fact-adaptive accuracy per kind/F: {faa}",
-        verdict(True if best >= R.TARGET else (False if paper_budget else None)),
-        "holds if some MLP kind reaches >= 0.99 after the swap (a miss: 'fails' only under the paper's budget)",
-        setting, PAPER_SETTING_SSFR))
+    res.claims.append(
+        Claim(
+            "S5.1",
+            "a 1-layer transformer with the four changes uses a frozen fact MLP for recall "
+            "(>99% fact-adaptive accuracy)",
+            "> 99% for constructed and GD MLPs",
+            f"best fact-adaptive accuracy per kind/F: {faa}",
+            verdict(True if best >= R.TARGET else (False if paper_budget else None)),
+            "holds if some MLP kind reaches >= 0.99 after the swap (a miss: 'fails' only under the paper's budget)",
+            setting,
+            PAPER_SETTING_SSFR,
+        )
+    )
     cons = {k: v for k, v in faa.items() if k.startswith("bin")}
     reached = bool(cons) and max(cons.values()) >= R.TARGET
     # a miss is a "fails" only when trained the paper's way; with our shorter budget it cannot decide
-    res.claims.append(Claim(
-        "S5.1-constructed", "a constructed (Bin+JL / Bin+GD) MLP is usable: >= 99% fact-adaptive accuracy",
-        ">= 99% (Fig. 3a)", str(cons) if cons else "not run (quick mode runs one kind)",
-        verdict(True if reached else (False if cons and paper_budget else None)),
-        "holds if a constructed kind reaches 0.99 at some size <= the search cap; a miss is 'fails' only under "
-        "the paper's training budget (--set fact-recall.paper_budget=true), else inconclusive", setting, PAPER_SETTING_SSFR))
+    res.claims.append(
+        Claim(
+            "S5.1-constructed",
+            "a constructed (Bin+JL / Bin+GD) MLP is usable: >= 99% fact-adaptive accuracy",
+            ">= 99% (Fig. 3a)",
+            str(cons) if cons else "not run (quick mode runs one kind)",
+            verdict(True if reached else (False if cons and paper_budget else None)),
+            "holds if a constructed kind reaches 0.99 at some size <= the search cap; a miss is 'fails' only under "
+            "the paper's training budget (--set fact-recall.paper_budget=true), else inconclusive",
+            setting,
+            PAPER_SETTING_SSFR,
+        )
+    )
     slopes = {}
     for kind in {r["kind"] for r in out.values()}:
         pts = sorted((r["n_facts"], r["min_params"]) for r in out.values() if r["kind"] == kind and r["min_params"])
@@ -80,39 +115,75 @@ def _ssfr_claims(res: ExperimentResult, out: dict, quick: bool) -> None:
             slopes[kind] = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
     res.metrics["ssfr_params_vs_FlogF_slope"] = slopes
     ok = None if not slopes else all(0.75 <= s <= 1.25 for k, s in slopes.items() if k != "ntk")
-    res.claims.append(Claim(
-        "S5.1-scaling", "the minimum usable MLP size scales like the F log F optimum (constructed and GD)",
-        "log W ~ log F + log log F", f"log-log slopes of params against F log F: {slopes or 'need >= 3 F values'}",
-        verdict(ok), "holds if every non-NTK slope is within [0.75, 1.25]", setting, PAPER_SETTING_SSFR))
+    res.claims.append(
+        Claim(
+            "S5.1-scaling",
+            "the minimum usable MLP size scales like the F log F optimum (constructed and GD)",
+            "log W ~ log F + log log F",
+            f"log-log slopes of params against F log F: {slopes or 'need >= 3 F values'}",
+            verdict(ok),
+            "holds if every non-NTK slope is within [0.75, 1.25]",
+            setting,
+            PAPER_SETTING_SSFR,
+        )
+    )
 
 
 def _usability_jobs(ctx: RunContext, h_star: int) -> list[Job]:
-    h = max(1, round(1.1 * h_star))   # App. A.2.4: m = 1.1 h*
-    return [Job(f"usab_k={kappa:g}_a={alpha:g}", R.usability_point,
-                dict(kappa=kappa, alpha=alpha, n_facts=256, d=128, h=h, seed=ctx.seed, quick=False))
-            for kappa in (1.1, 10.0, 100.0, 1000.0) for alpha in (0.0, 0.01, 0.022, 0.046, 0.1, 0.22, 0.46, 1.0)]
+    h = max(1, round(1.1 * h_star))  # App. A.2.4: m = 1.1 h*
+    return [
+        Job(
+            f"usab_k={kappa:g}_a={alpha:g}",
+            R.usability_point,
+            dict(kappa=kappa, alpha=alpha, n_facts=256, d=128, h=h, seed=ctx.seed, quick=False),
+        )
+        for kappa in (1.1, 10.0, 100.0, 1000.0)
+        for alpha in (0.0, 0.01, 0.022, 0.046, 0.1, 0.22, 0.46, 1.0)
+    ]
 
 
 def _usability_claims(res: ExperimentResult, pts: list[dict]) -> None:
     from scipy.stats import spearmanr
+
     ok = [p for p in pts if p["usability"] is not None]
-    rho_l = float(spearmanr([p["lipschitz"] for p in ok], [p["usability"] for p in ok]).statistic) if len(ok) > 2 else None
-    rho_c = float(spearmanr([p["whiten"] for p in ok], [p["capacity_new"] for p in ok]).statistic) if len(ok) > 2 else None
+    rho_l = (
+        float(spearmanr([p["lipschitz"] for p in ok], [p["usability"] for p in ok]).statistic) if len(ok) > 2 else None
+    )
+    rho_c = (
+        float(spearmanr([p["whiten"] for p in ok], [p["capacity_new"] for p in ok]).statistic) if len(ok) > 2 else None
+    )
     rho_u = float(spearmanr([p["whiten"] for p in ok], [p["usability"] for p in ok]).statistic) if len(ok) > 2 else None
     res.metrics["usability_lipschitz_spearman"] = rho_l
-    res.metrics["usability_points"] = [{k: p[k] for k in ("kappa", "whiten", "capacity_new", "fact_adaptive_accuracy",
-                                                          "usability", "lipschitz")} for p in pts]
+    res.metrics["usability_points"] = [
+        {k: p[k] for k in ("kappa", "whiten", "capacity_new", "fact_adaptive_accuracy", "usability", "lipschitz")}
+        for p in pts
+    ]
     setting = f"ours: GD SwiGLU (CE) at 1.1 h*, F=256, d=128, 1 seed, 1 lr; {len(ok)} points"
     ps = "SwiGLU: 8 kappas x 8 alphas, 5 lrs x 4 seeds each (best kept)"
-    res.claims.append(Claim(
-        "S5.2", "whitening trades usability for capacity: more whitening, more facts stored, less usable",
-        "trade-off (Fig. 3b)", f"Spearman(alpha, capacity) = {rho_c}, Spearman(alpha, usability) = {rho_u}",
-        verdict(None if rho_c is None else (rho_c > 0 and rho_u < 0)), "holds if capacity rises and usability falls with alpha",
-        setting, ps))
-    res.claims.append(Claim(
-        "S5.3", "the MLP's Lipschitz constant (eq. 8) predicts its usability (higher Lipschitz, less usable)",
-        "negative relation (Fig. 3c)", f"Spearman(Lipschitz, usability) = {rho_l}",
-        verdict(None if rho_l is None else rho_l <= -0.5), "holds if the rank correlation is <= -0.5", setting, ps))
+    res.claims.append(
+        Claim(
+            "S5.2",
+            "whitening trades usability for capacity: more whitening, more facts stored, less usable",
+            "trade-off (Fig. 3b)",
+            f"Spearman(alpha, capacity) = {rho_c}, Spearman(alpha, usability) = {rho_u}",
+            verdict(None if rho_c is None else (rho_c > 0 and rho_u < 0)),
+            "holds if capacity rises and usability falls with alpha",
+            setting,
+            ps,
+        )
+    )
+    res.claims.append(
+        Claim(
+            "S5.3",
+            "the MLP's Lipschitz constant (eq. 8) predicts its usability (higher Lipschitz, less usable)",
+            "negative relation (Fig. 3c)",
+            f"Spearman(Lipschitz, usability) = {rho_l}",
+            verdict(None if rho_l is None else rho_l <= -0.5),
+            "holds if the rank correlation is <= -0.5",
+            setting,
+            ps,
+        )
+    )
 
 
 QUICK_MISS = "; a miss is 'fails' only in full mode (quick: 128 facts, reduced grid -> inconclusive)"
@@ -127,15 +198,24 @@ def _lm_claims(res: ExperimentResult, lm: dict, quick: bool) -> None:
     sw = lm["swap"]
     res.metrics["lm_swap_new_fact_accuracy"] = sw["new_fact_accuracy"]
     res.metrics["lm_swap_nonfact_ce_change_pct"] = sw["nonfact_ce_change_pct"]
-    setting = (f"ours: {lm['n_facts']} books, d={lm['d']}, MSE SwiGLU h={lm['mlp_hidden']}, 16 templates, "
-               f"single-token names, {lm['train']['steps']} AdamW steps")
-    res.claims.append(Claim(
-        "S5.4-swap", "after swapping in an MLP storing other facts the LM outputs the new facts (> 99%) and its "
-        "non-fact cross-entropy rises only ~3%", "> 99%; ~3%",
-        f"new-fact accuracy {sw['new_fact_accuracy']:.4f}; non-fact CE {sw['nonfact_ce_before']:.4f} -> "
-        f"{sw['nonfact_ce_after']:.4f} ({sw['nonfact_ce_change_pct']:+.2f}%)",
-        _miss_verdict(sw["new_fact_accuracy"] > R.TARGET and sw["nonfact_ce_change_pct"] <= 5.0, quick),
-        "holds if accuracy > 0.99 and the CE change is <= 5%" + QUICK_MISS, setting, "16,000 books, d=256, GPT-2 tokens"))
+    setting = (
+        f"ours: {lm['n_facts']} books, d={lm['d']}, MSE SwiGLU h={lm['mlp_hidden']}, 16 templates, "
+        f"single-token names, {lm['train']['steps']} AdamW steps"
+    )
+    res.claims.append(
+        Claim(
+            "S5.4-swap",
+            "after swapping in an MLP storing other facts the LM outputs the new facts (> 99%) and its "
+            "non-fact cross-entropy rises only ~3%",
+            "> 99%; ~3%",
+            f"new-fact accuracy {sw['new_fact_accuracy']:.4f}; non-fact CE {sw['nonfact_ce_before']:.4f} -> "
+            f"{sw['nonfact_ce_after']:.4f} ({sw['nonfact_ce_change_pct']:+.2f}%)",
+            _miss_verdict(sw["new_fact_accuracy"] > R.TARGET and sw["nonfact_ce_change_pct"] <= 5.0, quick),
+            "holds if accuracy > 0.99 and the CE change is <= 5%" + QUICK_MISS,
+            setting,
+            "16,000 books, d=256, GPT-2 tokens",
+        )
+    )
     scores, ratios = {}, {}
     for frac, e in lm["edits"].items():
         m = e["methods"]
@@ -145,44 +225,68 @@ def _lm_claims(res: ExperimentResult, lm: dict, quick: bool) -> None:
         ratios[frac] = m["swap"]["score"] / base if base > 0 else None
     res.metrics["edit_score"] = scores
     res.metrics["edit_score_swap_vs_best_baseline"] = ratios
-    res.metrics["edit_details"] = {f: {k: {kk: v[kk] for kk in ("efficacy", "paraphrase", "specificity", "score", "config")
-                                           if kk in v} for k, v in e["methods"].items()} for f, e in lm["edits"].items()}
+    res.metrics["edit_details"] = {
+        f: {
+            k: {kk: v[kk] for kk in ("efficacy", "paraphrase", "specificity", "score", "config") if kk in v}
+            for k, v in e["methods"].items()
+        }
+        for f, e in lm["edits"].items()
+    }
     r10 = ratios.get("0.1")
-    res.claims.append(Claim(
-        "Fig4", "MLP swapping doubles the editing score of the best of ROME, MEMIT and AlphaEdit at 10% altered",
-        "~2x", f"swap / best baseline per altered fraction: {ratios}",
-        verdict(None) if r10 is None else _miss_verdict(r10 >= 1.5, quick),
-        "holds if the ratio at 10% is >= 1.5 (harmonic-mean score)" + QUICK_MISS,
-        setting + ("; quick grid: 25 steps, lr 0.5" if quick else "; App. A.3.4 grids"),
-        "16,000 facts; (6554, 1638) preserved/altered; grids of App. A.3.4"))
+    res.claims.append(
+        Claim(
+            "Fig4",
+            "MLP swapping doubles the editing score of the best of ROME, MEMIT and AlphaEdit at 10% altered",
+            "~2x",
+            f"swap / best baseline per altered fraction: {ratios}",
+            verdict(None) if r10 is None else _miss_verdict(r10 >= 1.5, quick),
+            "holds if the ratio at 10% is >= 1.5 (harmonic-mean score)" + QUICK_MISS,
+            setting + ("; quick grid: 25 steps, lr 0.5" if quick else "; App. A.3.4 grids"),
+            "16,000 facts; (6554, 1638) preserved/altered; grids of App. A.3.4",
+        )
+    )
 
 
-@experiment("fact-recall", "fact MLPs inside transformers: SSFR recall, MLP swapping, editing vs ROME/MEMIT/AlphaEdit",
-            options=OPTIONS)
+@experiment(
+    "fact-recall",
+    "fact MLPs inside transformers: SSFR recall, MLP swapping, editing vs ROME/MEMIT/AlphaEdit",
+    options=OPTIONS,
+)
 def run(ctx: RunContext) -> ExperimentResult:
     res = ExperimentResult()
     stats: dict = {}
     runs = ctx.out_dir / "runs"
     ssfr = run_jobs(_ssfr_jobs(ctx), runs, ctx.jobs, ctx.resume, stats)
     for r in ssfr.values():
-        _log(ctx, f"SSFR {r['kind']} F={r['n_facts']}: min size {r['min_size']} params {r['min_params']} "
-                  f"best acc {r['best_fact_adaptive_accuracy']:.4f}")
+        _log(
+            ctx,
+            f"SSFR {r['kind']} F={r['n_facts']}: min size {r['min_size']} params {r['min_params']} "
+            f"best acc {r['best_fact_adaptive_accuracy']:.4f}",
+        )
     _ssfr_claims(res, ssfr, ctx.quick)
     if not ctx.quick:
         h = next((r["min_size"] for r in ssfr.values() if r["kind"] == "gd-swiglu" and r["n_facts"] == 256), None)
         pts = run_jobs(_usability_jobs(ctx, h or 64), runs, ctx.jobs, ctx.resume, stats)
         _usability_claims(res, list(pts.values()))
     F = 128 if ctx.quick else ctx.options["lm_facts"]
-    lm_kw = dict(n_facts=F, d=64 if ctx.quick else 128, mlp_hidden=256 if ctx.quick else 1024,
-                 steps=300 if ctx.quick else 4000, fractions=[0.1] if ctx.quick else [0.1, 0.2], seed=ctx.seed,
-                 quick=ctx.quick)
+    lm_kw = dict(
+        n_facts=F,
+        d=64 if ctx.quick else 128,
+        mlp_hidden=256 if ctx.quick else 1024,
+        steps=300 if ctx.quick else 4000,
+        fractions=[0.1] if ctx.quick else [0.1, 0.2],
+        seed=ctx.seed,
+        quick=ctx.quick,
+    )
     lm = run_jobs([Job(f"lm_F={F}", R.lm_run, lm_kw)], runs, ctx.jobs, ctx.resume, stats)[f"lm_F={F}"]
     _log(ctx, f"LM swap: {lm['swap']}")
     _lm_claims(res, lm, ctx.quick)
     res.config = {"quick": ctx.quick, "options": ctx.options, "lm": lm_kw, "ssfr_jobs": sorted(ssfr)}
     res.notes.append(reuse_note("fact-recall", stats))
-    res.notes.append("Readings (ours): SSFR predictions are decoded among the value tokens (eq. 1); the read-out has a "
-                     "learnable temperature; names and titles are single tokens from a seeded generator; editing "
-                     "keys' second moment C is taken over the preserved facts' sequences; ROME targets are computed "
-                     "once on the unedited model; score = harmonic mean (the text; Fig. 4's caption says geometric).")
+    res.notes.append(
+        "Readings (ours): SSFR predictions are decoded among the value tokens (eq. 1); the read-out has a "
+        "learnable temperature; names and titles are single tokens from a seeded generator; editing "
+        "keys' second moment C is taken over the preserved facts' sequences; ROME targets are computed "
+        "once on the unedited model; score = harmonic mean (the text; Fig. 4's caption says geometric)."
+    )
     return res

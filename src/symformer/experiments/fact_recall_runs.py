@@ -1,6 +1,7 @@
 """Independent runs of experiment `fact-recall` (module-level, JSON in and out, for experiments.jobs):
 the SSFR size search (Sec. 5.1, App. A.2.3), one capacity/usability point (Sec. 5.2-5.3, App. A.2.4-A.2.5)
 and the LM swap check + editing (Sec. 5.4, App. A.3)."""
+
 from __future__ import annotations
 
 import time
@@ -20,21 +21,32 @@ from symformer.train.fact_recall import (
     train_ssfr,
 )
 
-TARGET = 0.99   # Sec. 5.1: >= 99% fact-adaptive accuracy
+TARGET = 0.99  # Sec. 5.1: >= 99% fact-adaptive accuracy
 
 
 def ssfr_train_config(quick: bool, seed: int, paper_budget: bool = False) -> SSFRTrainConfig:
-    if paper_budget:   # App. A.2.2: AdamW lr 2e-4, 4.8M sequences (or until convergence)
-        return SSFRTrainConfig(steps=4_800_000 // 256, batch_size=256, lr=2e-4, seed=seed, stop_accuracy=0.995,
-                               eval_every=1000)
+    if paper_budget:  # App. A.2.2: AdamW lr 2e-4, 4.8M sequences (or until convergence)
+        return SSFRTrainConfig(
+            steps=4_800_000 // 256, batch_size=256, lr=2e-4, seed=seed, stop_accuracy=0.995, eval_every=1000
+        )
     # ours: lr 2e-3 / 1e-3 and a step cap instead of the paper's 2e-4 for 4.8M sequences (2 CPU cores)
     if quick:
         return SSFRTrainConfig(steps=400, batch_size=256, lr=2e-3, seed=seed, stop_accuracy=0.995, eval_every=100)
     return SSFRTrainConfig(steps=3000, batch_size=256, lr=1e-3, seed=seed, stop_accuracy=0.995, eval_every=250)
 
 
-def ssfr_point(kind: str, size: int, n_facts: int, d: int, seed: int, quick: bool, kappa: float = 1.0,
-               whiten: float = 0.0, lipschitz: bool = False, paper_budget: bool = False) -> dict:
+def ssfr_point(
+    kind: str,
+    size: int,
+    n_facts: int,
+    d: int,
+    seed: int,
+    quick: bool,
+    kappa: float = 1.0,
+    whiten: float = 0.0,
+    lipschitz: bool = False,
+    paper_budget: bool = False,
+) -> dict:
     """Train the Sec. 5.1 transformer with an MLP storing f, swap in one storing f', measure SSFR[f'] accuracy."""
     t0 = time.perf_counter()
     task = make_ssfr(n_facts, d, kappa=kappa, seed=seed)
@@ -44,8 +56,19 @@ def ssfr_point(kind: str, size: int, n_facts: int, d: int, seed: int, quick: boo
     kw = {KNOB[kind]: size}
     mlp = build_fact_mlp(K, V, task.facts, kind, seed=seed, strict=False, options=opts, **kw)
     mlp2 = build_fact_mlp(K, V, f2, kind, seed=seed + 1, strict=False, options=opts, **kw)
-    rec = {"kind": kind, "size": size, "knob": KNOB[kind], "n_facts": n_facts, "d": d, "seed": seed, "kappa": kappa,
-           "whiten": whiten, "params": count_params(mlp), "capacity": mlp.accuracy, "capacity_new": mlp2.accuracy}
+    rec = {
+        "kind": kind,
+        "size": size,
+        "knob": KNOB[kind],
+        "n_facts": n_facts,
+        "d": d,
+        "seed": seed,
+        "kappa": kappa,
+        "whiten": whiten,
+        "params": count_params(mlp),
+        "capacity": mlp.accuracy,
+        "capacity_new": mlp2.accuracy,
+    }
     if lipschitz:
         rec["lipschitz"] = lipschitz_estimate(mlp, task.key_embeddings, task.value_embeddings, seed=seed)
     if mlp2.accuracy < TARGET and not lipschitz:
@@ -54,8 +77,12 @@ def ssfr_point(kind: str, size: int, n_facts: int, d: int, seed: int, quick: boo
         return rec
     model = build_recall_model(task, mlp, seed=seed)
     tr = train_ssfr(model, task, ssfr_train_config(quick, seed, paper_budget))
-    rec.update(trained=True, train=tr, fact_adaptive_accuracy=fact_adaptive_accuracy(model, task.with_facts(f2), mlp2),
-               seconds=time.perf_counter() - t0)
+    rec.update(
+        trained=True,
+        train=tr,
+        fact_adaptive_accuracy=fact_adaptive_accuracy(model, task.with_facts(f2), mlp2),
+        seconds=time.perf_counter() - t0,
+    )
     return rec
 
 
@@ -64,8 +91,17 @@ def _ok(points: list[dict]) -> bool:
     return max((p["fact_adaptive_accuracy"] or 0.0) for p in points) >= TARGET
 
 
-def ssfr_search(kind: str, n_facts: int, d: int, seeds: int, quick: bool, start: int, max_size: int,
-                bisect: bool = True, paper_budget: bool = False) -> dict:
+def ssfr_search(
+    kind: str,
+    n_facts: int,
+    d: int,
+    seeds: int,
+    quick: bool,
+    start: int,
+    max_size: int,
+    bisect: bool = True,
+    paper_budget: bool = False,
+) -> dict:
     """Smallest size (knob m or h) whose max-over-seeds fact-adaptive accuracy is >= 99%: doubling from
     `start`, then (if `bisect`) bisection between the last failure and the first success."""
     seen: dict[int, list[dict]] = {}
@@ -87,8 +123,16 @@ def ssfr_search(kind: str, n_facts: int, d: int, seeds: int, quick: bool, start:
     pts = [p for ps in seen.values() for p in ps]
     faa = max((p["fact_adaptive_accuracy"] or 0.0) for p in pts)
     params = None if hi is None else max(p["params"] for p in seen[hi])
-    return {"kind": kind, "n_facts": n_facts, "d": d, "min_size": hi, "min_params": params, "paper_budget": paper_budget,
-            "best_fact_adaptive_accuracy": faa, "points": pts}
+    return {
+        "kind": kind,
+        "n_facts": n_facts,
+        "d": d,
+        "min_size": hi,
+        "min_params": params,
+        "paper_budget": paper_budget,
+        "best_fact_adaptive_accuracy": faa,
+        "points": pts,
+    }
 
 
 def usability_point(kappa: float, alpha: float, n_facts: int, d: int, h: int, seed: int, quick: bool) -> dict:
@@ -108,13 +152,24 @@ def lm_run(n_facts: int, d: int, mlp_hidden: int, steps: int, fractions: list[fl
     cfg = LMConfig(d_model=d, mlp_hidden=mlp_hidden, steps=steps, seed=seed)
     model, E = build_lm(task, cfg)
     tr = train_lm(model, task, cfg)
-    out = {"n_facts": n_facts, "d": d, "mlp_hidden": mlp_hidden, "train": tr,
-           "mlp_capacity": model.fact.mlp.accuracy, "swap": swap_check(model, task, E, cfg, seed + 1), "edits": {}}
+    out = {
+        "n_facts": n_facts,
+        "d": d,
+        "mlp_hidden": mlp_hidden,
+        "train": tr,
+        "mlp_capacity": model.fact.mlp.accuracy,
+        "swap": swap_check(model, task, E, cfg, seed + 1),
+        "edits": {},
+    }
     for frac in fractions:
         split = make_split(task, frac, seed)
         new_mlp = mlp_for(task.with_facts(split.new_facts), E, cfg, seed + 2)
         res = run_editors(model, task, split, new_mlp, quick=quick)
-        out["edits"][f"{frac:g}"] = {"n_altered": len(split.altered), "n_preserved": len(split.preserved),
-                                      "new_mlp_capacity": new_mlp.accuracy, "methods": res}
+        out["edits"][f"{frac:g}"] = {
+            "n_altered": len(split.altered),
+            "n_preserved": len(split.preserved),
+            "new_mlp_capacity": new_mlp.accuracy,
+            "methods": res,
+        }
     out["seconds"] = time.perf_counter() - t0
     return out

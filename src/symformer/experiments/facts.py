@@ -123,7 +123,8 @@ def _claims_a(res: ExperimentResult, acc: dict) -> None:
     worst = min(acc, key=acc.get)
     res.claims.append(Claim(
         "a/Thm4.3.1", "every construction stores 100% of the facts where its conditions hold",
-        "100% (Thm 4.3.1, Constructions 4.1/B.1, Alg. 5/8)", f"min accuracy {min(acc.values()):.4f} over {len(acc)} (method, d)",
+        "100% (Thm 4.3.1, Constructions 4.1/B.1, Alg. 5/8)",
+        f"min accuracy {min(acc.values()):.4f} over {len(acc)} (method, d)",
         verdict(min(acc.values()) >= 1.0), f"worst {worst}: {acc[worst]:.4f}; all: {acc}",
         "ours: d in {32, 64}, F = d^2/4, tied sphere embeddings, 1 seed; two-hot keys at d = 8 (quick) / 16",
         "Thm 4.3.1: any d, F under the construction's conditions"))
@@ -131,7 +132,8 @@ def _claims_a(res: ExperimentResult, acc: dict) -> None:
 
 def _claims_ratios(res: ExperimentResult, rows: list[dict], gd_methods: list[str], setting: str) -> None:
     dref, Fref = 32, 256
-    res.metrics["bits_per_param"] = {r["method"]: r["bits_per_param"] for r in rows if r["d"] == dref and r["F"] == Fref}
+    res.metrics["bits_per_param"] = {r["method"]: r["bits_per_param"] for r in rows
+                                     if r["d"] == dref and r["F"] == Fref}
     p = {m: next((r["params"] for r in rows if r["method"] == m and r["d"] == dref and r["F"] == Fref), None)
          for m in gd_methods}
     ratio = lambda a, b: (p[a] / p[b]) if p.get(a) and p.get(b) else None  # noqa: E731
@@ -157,7 +159,7 @@ def _claims_ratios(res: ExperimentResult, rows: list[dict], gd_methods: list[str
 
 
 def _claims_scaling(res: ExperimentResult, rows: list[dict], setting: str) -> None:
-    from symformer.benchmarks.base import fit_exponent
+    from symformer.stats import fit_exponent
     slopes = {}
     for method in ("bin+jl", "gd-swiglu", "ntk"):
         pts = [(r["F"], r["params"]) for r in rows if r["method"] == method and r["params"]]

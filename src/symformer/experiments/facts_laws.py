@@ -18,33 +18,10 @@ from symformer.facts.capacity import BuildOptions, method_capacity
 from symformer.facts.decodability import decodability
 from symformer.facts.embeddings import FactSet, coherence, make_fact_set, whitening_matrix
 from symformer.results import Claim
+from symformer.stats import loglog, r2
 
 # gd-swiglu starts at hi = 8: a GD evaluation costs ~ h, and the search doubles hi where 8 does not store
 BRACKET = {"bin+jl": (2, 64), "gd-swiglu": (2, 8), "ntk": (64, 2048), "ntk-mo": (64, 2048)}
-
-
-def r2(x: list[float], y: list[float]) -> float | None:
-    """R^2 of the least-squares line y = a x + b (None with < 3 points or no spread)."""
-    if len(x) < 3:
-        return None
-    X = torch.tensor(x, dtype=torch.float64)
-    Y = torch.tensor(y, dtype=torch.float64)
-    A = torch.stack([X, torch.ones_like(X)], 1)
-    coef = torch.linalg.lstsq(A, Y[:, None]).solution
-    res = Y - (A @ coef).squeeze(1)
-    tot = ((Y - Y.mean()) ** 2).sum()
-    return float(1 - (res ** 2).sum() / tot) if tot > 0 else None
-
-
-def loglog(x: list[float], y: list[float]) -> tuple[float | None, float | None]:
-    """(R^2, slope) of log y against log x."""
-    if len(x) < 3:
-        return None, None
-    lx, ly = [math.log(v) for v in x], [math.log(v) for v in y]
-    X = torch.tensor(lx, dtype=torch.float64)
-    Y = torch.tensor(ly, dtype=torch.float64)
-    slope = float(((X - X.mean()) * (Y - Y.mean())).sum() / ((X - X.mean()) ** 2).sum())
-    return r2(lx, ly), slope
 
 
 def options(quick: bool, **kw) -> BuildOptions:
@@ -122,7 +99,8 @@ def claims_rho_size(rows: list[dict], d: int, F: int, n_seeds: int, metrics: dic
             claims.append(Claim(
                 "c/B.6.1-bound", "constructed MLP size is O(rho^-2 F log F) (the bound of Construction B.6.1, "
                 "not the paper's fitted law)", "a bound: size grows no faster than rho^-2 at fixed F",
-                "n/a" if bound is None else f"linear fit on rho^-2 F log F: R^2 = {bound:.3f}; exponent b = {-slope:.2f}",
+                "n/a" if bound is None
+                else f"linear fit on rho^-2 F log F: R^2 = {bound:.3f}; exponent b = {-slope:.2f}",
                 _verdict_bool(None if slope is None else -slope <= 2.0),
                 "holds if the log-log exponent b <= 2; the R^2 of the linear fit (the old regressor) is shown for "
                 "reference only", setting, "Construction B.6.1 (bound, any d, F)"))
@@ -179,7 +157,8 @@ def part_whiten(ctx: RunContext, dims: list[int], kappas: list[float], log) -> l
                                     infos=[info])
                 row[f"rho_{family}"], row[f"params_{family}"] = info.rho, r.params
                 # where the construction stores nothing up to the largest m tried, its cost is at least that
-                row[f"params_{family}_lower_bound"] = r.params or max((v[1] for v in r.evaluations.values()), default=None)
+                row[f"params_{family}_lower_bound"] = r.params or max((v[1] for v in r.evaluations.values()),
+                                                                      default=None)
             rows.append(row)
             log(f"(d) {row}")
     return rows
@@ -197,7 +176,8 @@ def claims_whiten(rows: list[dict], metrics: dict, quick: bool) -> list[Claim]:
     dims, kap = sorted({r["d"] for r in rows}), sorted({r["kappa"] for r in rows})
     return [Claim(
         "d/Fig2a", "embedding whitening cuts the constructed cost by up to 32x", "up to 32x",
-        "n/a" if gmax is None else f"max {gmax:.3g}x{' (a lower bound)' if bound and gmax == max(bound.values()) else ''}",
+        "n/a" if gmax is None
+        else f"max {gmax:.3g}x{' (a lower bound)' if bound and gmax == max(bound.values()) else ''}",
         _verdict_bool(None if gmax is None else gmax >= 16.0),
         f"gain = raw / whitened Bin+JL parameters per (d, kappa): {gain}; lower bounds (raw fails at every "
         f"m <= 4096): {bound}; holds if the max reaches >= 16x",

@@ -17,6 +17,7 @@ from symformer.attention.softmax import naive_attention
 from symformer.experiments.base import RunContext, experiment
 from symformer.experiments.favor_lm import lm_part
 from symformer.results import Claim, ExperimentResult, verdict
+from symformer.stats import fit_exponent
 
 PAPER = "ESPR derivation, Tier 7"
 Z_MAX = 4.5           # issue: max |z| <= 4.5 over the grid
@@ -140,12 +141,6 @@ def output_errors(ms: list[int], kinds: list[str], n: int, dh: int, seeds: int) 
     return res
 
 
-def fit_slope(xs: list[float], ys: list[float]) -> float:
-    lx, ly = [math.log(x) for x in xs], [math.log(y) for y in ys]
-    mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
-    return sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sum((a - mx) ** 2 for a in lx)
-
-
 # ---------------------------------------------------------------------------- performer-pytorch
 def performer_diff(dtype: torch.dtype, causal: bool, n: int = 512, dh: int = 64, m: int = 128) -> float | None:
     try:
@@ -235,7 +230,7 @@ def _error_part(ctx: RunContext, metrics: dict, claims: list, figures: list) -> 
     ms = [16, 32, 64, 128, 256, 512, 1024]
     n, seeds = (128, 6) if ctx.quick else (512, 20)
     errs = output_errors(ms, ["plain", "rope", "espr"], n=n, dh=64, seeds=seeds)
-    slopes = {k: fit_slope(ms[2:], v[2:]) for k, v in errs.items() if "eps" not in k}
+    slopes = {k: fit_exponent(ms[2:], v[2:]) for k, v in errs.items() if "eps" not in k}
     metrics["output_rel_err"] = {k: dict(zip(ms, v)) for k, v in errs.items()}
     metrics["output_err_slope_vs_m"] = slopes
     claims.append(Claim("T7.3 (attention)", "FAVOR+ output error vanishes like m^(-1/2) on plain, RoPE- and "
@@ -257,7 +252,8 @@ def _performer_part(metrics: dict, claims: list) -> None:
     metrics["performer_max_abs_diff_float64"] = max(d64) if d64 else None
     claims.append(Claim("performer-pytorch", "equal to performer-pytorch FastAttention (same projection; "
                         "non-causal and causal)", "issue 7: <= 1e-4 float32, <= 1e-10 float64",
-                        f"float32 {metrics['performer_max_abs_diff']}, float64 {metrics['performer_max_abs_diff_float64']}",
+                        f"float32 {metrics['performer_max_abs_diff']}, "
+                        f"float64 {metrics['performer_max_abs_diff_float64']}",
                         verdict(max(d32) <= 1e-4 and max(d64) <= 1e-10 if d32 and d64 else None),
                         "performer-pytorch not installed" if not d32 else "max |difference| over outputs",
                         "ours: N = 512, head_dim 64, m = 128, batch 2 x 4 heads", "reference implementation"))

@@ -102,7 +102,8 @@ def train_runs(ctx: RunContext) -> dict:
     block = 64 if quick else 128
     split = load_char_text(block=block, data_dir=ctx.data_file("tinyshakespeare.txt").parent,
                            max_chars=300_000 if quick else None)
-    spec = TinyLlama(hidden_size=64, n_layers=2, n_heads=4, n_kv_heads=2, intermediate_size=160) if quick else TinyLlama()
+    spec = (TinyLlama(hidden_size=64, n_layers=2, n_heads=4, n_kv_heads=2, intermediate_size=160) if quick
+            else TinyLlama())
     steps = 60 if quick else 600
     out = {}
     for pos in POSITIONALS:
@@ -171,7 +172,8 @@ def run(ctx: RunContext) -> ExperimentResult:
                f"{par['f64']:.2e}", par["f32"] <= 1e-5 and par["f64"] <= 1e-10,
                "thresholds 1e-5 (float32) and 1e-10 (float64); float64 models run HF's cos/sin table and RMSNorm "
                "formulas in float64 (integrations.hf_exact; HF computes both in float32 for every dtype: "
-               f"{par['f64_untouched_hf_float32_paths']:.1e} between the untouched float64 models)", setting, "exact identity (no numbers in the paper)"),
+               f"{par['f64_untouched_hf_float32_paths']:.1e} between the untouched float64 models)", setting,
+               "exact identity (no numbers in the paper)"),
         _claim("T2.7-hf", "STRING with Cayley factor P = I equals RoPE", "ESPR T2.7, T3.1 (cayley(0) = I)",
                f"max |dlogit| {par['string_identity']:.2e} (P != I control: {par['string_control']:.2e})",
                par["string_identity"] <= 1e-10 and par["string_control"] > 1e-6,
@@ -191,7 +193,8 @@ def run(ctx: RunContext) -> ExperimentResult:
     fig = _figure(ctx, tr["runs"])
     if fig:
         res.figures.append(fig)
-    res.notes.append(f"training: {tr['steps']} steps, block {tr['block']}, batch {8 if ctx.quick else 16}, AdamW 3e-3, spec {tr['spec']}, "
+    res.notes.append(f"training: {tr['steps']} steps, block {tr['block']}, batch {8 if ctx.quick else 16}, AdamW 3e-3, "
+                     f"spec {tr['spec']}, "
                      f"{tr['runs']['rope']['params']} parameters; one seed, so val-loss differences between "
                      "positional parts are not significance-tested; timings under a shared 2-core CPU")
     res.notes.append(f"wall time {time.perf_counter() - t0:.0f}s")

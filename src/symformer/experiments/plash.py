@@ -13,12 +13,11 @@ from symformer.experiments.plash_forecast import (
     HORIZONS,
     PAPER_ETTH1,
     forecast_job,
-    mean_se,
     method_kwargs,
     protocol,
 )
-from symformer.registry import ATTENTION
 from symformer.results import Claim, ExperimentResult, verdict
+from symformer.stats import mean_se
 
 PAPER_SKETCH = "Prop. C.4 / eq. (47)-(48): any k >= 1, any D, 3-wise h and 4-wise s"
 PAPER_CERT = ("Sec. H.5: K = {1}, D = 256, tau = 1, N_q = 32, N_k = 64, h = 4, d = 32, 200 draws, sigma ~ U[0.004, "
@@ -52,7 +51,8 @@ def sketch_part(ctx: RunContext, res: ExperimentResult) -> None:
     worst = {k: max(sk["var"][k] / sk["bound"][k], sk["var_uniform"][k] / sk["bound_uniform"][k]) for k in DEGREES}
     res.claims.append(Claim(
         "C.4-var", "Var<TS_k(x), TS_k(y)> <= (<x,y>^2k + |x|^2k |y|^2k) / D", "eq. (48), all k",
-        ", ".join(f"k={k}: var/bound = {w:.2f}" for k, w in worst.items()), verdict(all(w <= slack for w in worst.values())),
+        ", ".join(f"k={k}: var/bound = {w:.2f}" for k, w in worst.items()),
+        verdict(all(w <= slack for w in worst.values())),
         "a finding about the paper: Step 4 of the proof of Prop. C.4 treats the lifted sketch C of x^(k-fold tensor) "
         "as one CountSketch with 4-wise independent signs and keeps only the index pairings (p,q) = (r,t) or (t,r). "
         "That is right for a single CountSketch (k = 1), but the lifted sign s(p) = prod_t s_t(p_t) and hash "
@@ -61,7 +61,8 @@ def sketch_part(ctx: RunContext, res: ExperimentResult) -> None:
         setting, PAPER_SKETCH))
     ratios = ", ".join(f"k={k}: {r:.2f}" for k, r in sk["anw_ratio"].items())
     res.claims.append(Claim("ANW-var", "Var<TS_k(x), TS_k(y)> <= (2 + 3^k) |x|^2k |y|^2k / D (Avron, Nguyen, Woodruff "
-                            "2014, Lemma 2): the bound the sketch actually satisfies", "cited after Assumption C.2 (Avron et al., 2014)",
+                            "2014, Lemma 2): the bound the sketch actually satisfies",
+                            "cited after Assumption C.2 (Avron et al., 2014)",
                             f"measured var / ANW bound: {ratios} (max {res.metrics['sketch_anw_var_ratio_max']:.2f})",
                             verdict(res.metrics["sketch_anw_var_ratio_max"] <= 1.0),
                             "worst of a random correlated pair and x = y = uniform; <= 1 means the bound holds",
@@ -122,7 +123,7 @@ def cert_part(ctx: RunContext, res: ExperimentResult) -> None:
 
 # ------------------------------------------------------------------------------------------- forecasting
 def _methods() -> list[str]:
-    return ["softmax"] + (["favor"] if "favor" in ATTENTION else []) + ["plash"]
+    return ["softmax", "favor", "plash"]
 
 
 def _forecast_runs(ctx: RunContext, proto: dict, res: ExperimentResult) -> dict:

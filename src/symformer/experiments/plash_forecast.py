@@ -4,7 +4,6 @@ Adam lr 1e-4 halved every epoch after the first two (lradj type1), batch 32, up 
 with patience 3 on validation MSE and the best weights restored for the test."""
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 
@@ -107,11 +106,3 @@ def forecast(data_dir: str | None, attention: str, attention_kwargs: dict, pred_
             "best_epoch": es.best_epoch, "epochs_run": trainer.state.epoch,
             "history": [[r["epoch"], r["train_loss"], r.get("val_mse")] for r in trainer.state.history],
             "seconds": time.perf_counter() - t0}
-
-
-def mean_se(xs: list[float]) -> dict:
-    """Mean and standard error over seeds (se = sample std / sqrt(n); 0 for a single run)."""
-    n = len(xs)
-    m = sum(xs) / n
-    se = math.sqrt(sum((x - m) ** 2 for x in xs) / (n - 1) / n) if n > 1 else 0.0
-    return {"mean": m, "se": se, "n": n}

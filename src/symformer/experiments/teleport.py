@@ -39,6 +39,7 @@ from symformer.experiments.teleport_runs import (  # noqa: F401  (re-exported: t
     train_arm,
 )
 from symformer.results import ExperimentResult
+from symformer.stats import mean_std
 
 PE_KINDS = ["none", "sinusoidal", "learned", "rope-interleaved", "rope-half", "string", "circulant_string", "espr"]
 DATASETS = ("mnist1d", "digits")
@@ -380,7 +381,7 @@ def _speedup_metrics(res: ExperimentResult, runs: dict) -> None:
             continue
         base = runs[(ds, pe, _base_of(arm), opt)][:len(rs)]  # the ablation's seeds are a prefix of the seeds
         sp = [speedup_pct(b["curve"], t["curve"]) for b, t in zip(base, rs, strict=True)]
-        m["speedup_pct_mean"][key], m["speedup_pct_std"][key] = _mean_std(sp)  # over seeds that reached it
+        m["speedup_pct_mean"][key], m["speedup_pct_std"][key] = mean_std(sp)  # over seeds that reached it
         m["speedup_na_seeds"][key] = sum(math.isnan(x) for x in sp)
         mean, se, n = C.paired(base, rs)
         m["acc_paired_diff_points"][key] = {"mean": mean, "se": se, "n": n}
@@ -412,13 +413,6 @@ def _teleport_metrics(res: ExperimentResult, runs: dict) -> None:
         m["candidates_beating_reference_mean"][key] = statistics.fmean(e["n_better"] for e in logs)
         if guarded:
             m["teleports_rejected_by_guard"][key] = sum(e["rejected_by_guard"] for e in logs)
-
-
-def _mean_std(xs: list[float]) -> tuple[float, float]:
-    ok = [x for x in xs if not math.isnan(x)]
-    if not ok:
-        return float("nan"), float("nan")
-    return statistics.fmean(ok), (statistics.stdev(ok) if len(ok) > 1 else 0.0)
 
 
 def _lm_part(ctx: RunContext, res: ExperimentResult) -> dict:

@@ -137,7 +137,8 @@ def validate_fact_set(keys: torch.Tensor, values: torch.Tensor, facts: torch.Ten
             if first[g] < 0:
                 first[g] = t
             elif first[g] != t:
-                fail("facts", f"key row {i} duplicating an earlier key but mapped to value {t} (earlier: {int(first[g])})",
+                fail("facts", f"key row {i} duplicating an earlier key but mapped to value {t} "
+                     f"(earlier: {int(first[g])})",
                      "each distinct key mapped to exactly one value")
 
 
@@ -172,7 +173,8 @@ def fold_whitening(mlp, key_transform: torch.Tensor | None, value_transform: tor
 
     Embedding rows transform as E T, i.e. columns as k~ = T_k^T k. Scores <g~(T_k^T k), T_v^T v_j> =
     <T_v g~(T_k^T k), v_j>, so the input maps fold as `weight @ T_k^T` and the output as `T_v @ down`
-    (= W_alpha B for symmetric ZCA, Thm B.7.1 with T_v^T = W_alpha^{-1} in its inverse convention). The appendix's `W_alpha^{-1} B` does not preserve the scores (NOTES.md §3);
+    (= W_alpha B for symmetric ZCA, Thm B.7.1 with T_v^T = W_alpha^{-1} in its inverse convention). The appendix's
+    `W_alpha^{-1} B` does not preserve the scores (NOTES.md §3);
     tests/facts check both numerically. Modifies `mlp` in place and returns it.
     """
     with torch.no_grad():

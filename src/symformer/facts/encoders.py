@@ -91,7 +91,8 @@ def solve_gadgets(keys: torch.Tensor, targets: torch.Tensor, h_tilde: int, activ
 
 def gated_encoder(keys: torch.Tensor, codes: torch.Tensor, h_tilde: int | None = None, bias: bool = False,
                   activation: str = "silu", seed: int = 0) -> FactMLP:
-    """Alg. 2 + Alg. 3: enc(x) = E (sigma(G x) * (A x)) with m blocks of h~ units (D = 0 until a decoder is attached)."""
+    """Alg. 2 + Alg. 3: enc(x) = E (sigma(G x) * (A x)) with m blocks of h~ units (D = 0 until a decoder is
+    attached)."""
     n, d = keys.shape
     m = codes.shape[1]
     h_tilde = h_tilde or gadget_hidden(n, d, bias)
@@ -124,7 +125,8 @@ def central_difference_encoder(keys: torch.Tensor, codes: torch.Tensor, h_tilde:
     scale = float(target.abs().max().clamp_min(1e-300))
     e = check_float("eps", eps, 0.0, low_open=True) if eps is not None else 1e-2
     for _ in range(40):
-        cd = (torch.nn.functional.silu(z[:, None] + e * a) - torch.nn.functional.silu(z[:, None] - e * a)).sum(-1) / (2 * e)
+        silu = torch.nn.functional.silu
+        cd = (silu(z[:, None] + e * a) - silu(z[:, None] - e * a)).sum(-1) / (2 * e)
         if float((cd + (sol.bE if bias else 0.0) - target).abs().max()) <= tol * scale or eps is not None:
             break
         e /= 2
@@ -132,7 +134,8 @@ def central_difference_encoder(keys: torch.Tensor, codes: torch.Tensor, h_tilde:
     Wp, Wm = sol.G[None] + e * sol.A, sol.G[None] - e * sol.A                  # (m, h~, d)
     with torch.no_grad():
         mlp.up.weight.copy_(torch.cat([Wp, Wm], 1).reshape(-1, d))
-        mlp.down.e.copy_(torch.cat([torch.full((m, h_tilde), 0.5 / e), torch.full((m, h_tilde), -0.5 / e)], 1).reshape(-1))
+        half = torch.full((m, h_tilde), 0.5 / e)
+        mlp.down.e.copy_(torch.cat([half, -half], 1).reshape(-1))
         if bias:
             mlp.up.bias.copy_(torch.cat([sol.bG + e * sol.bA, sol.bG - e * sol.bA], 1).reshape(-1))
             mlp.down.code_bias.copy_(sol.bE)

@@ -1,5 +1,6 @@
 """GD fact MLPs trained with MSE to the value embeddings (fact-storing-mlps.txt App. A.3.2: the LM's fact
 expert is trained to minimise sum_i ||MLP(k_i) - v_f(i)||^2 and must store f under argmax decoding)."""
+
 from __future__ import annotations
 
 import torch
@@ -9,12 +10,23 @@ from symformer.facts.embeddings import validate_fact_set
 from symformer.facts.mlp import FactMLP, fact_accuracy
 
 
-def train_mse_mlp(keys: torch.Tensor, values: torch.Tensor, facts: torch.Tensor, h: int, steps: int = 3000,
-                  lr: float = 1e-2, final_lr: float = 1e-4, seed: int = 0, stop_when_stored: bool = False, check_every: int = 100,
-                  dtype: torch.dtype = torch.float32) -> FactMLP:
+def train_mse_mlp(
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    facts: torch.Tensor,
+    h: int,
+    steps: int = 3000,
+    lr: float = 1e-2,
+    final_lr: float = 1e-4,
+    seed: int = 0,
+    stop_when_stored: bool = False,
+    check_every: int = 100,
+    dtype: torch.dtype = torch.float32,
+) -> FactMLP:
     """SwiGLU MLP (biases, dense down-projection) by full-batch Adam on the MSE, cosine lr -> final_lr
     (with `stop_when_stored`, stops once every fact decodes; by default runs every step, since outputs
-    near v_f(i), not just the argmax, are what the transformer reads). `.accuracy` holds the fraction of facts stored (eq. 1)."""
+    near v_f(i), not just the argmax, are what the transformer reads). `.accuracy` holds the fraction of facts
+    stored (eq. 1)."""
     validate_fact_set(keys, values, facts)
     check_int("h", h, 1)
     check_int("steps", steps, 1)

@@ -31,7 +31,8 @@ def _solve_qp(cp, prob, w) -> float:
     """1/|w| (tight CLARABEL first; its default tolerances, then cvxpy's default, where that fails);
     -1.0 when infeasible, NaN when every solver fails (nearly degenerate sets)."""
     tight = dict(tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12, max_iter=400)
-    tries = [dict(solver=cp.CLARABEL, **tight), dict(solver=cp.CLARABEL)] if "CLARABEL" in cp.installed_solvers() else []
+    has_clarabel = "CLARABEL" in cp.installed_solvers()
+    tries = [dict(solver=cp.CLARABEL, **tight), dict(solver=cp.CLARABEL)] if has_clarabel else []
     for kw in tries + [{}]:
         try:
             prob.solve(**kw)

@@ -160,7 +160,7 @@ def register() -> None:
 
 def configure(model: nn.Module, attention: str = "favor", **options) -> nn.Module:
     """Run `attention` ("favor" | "plash") in every attention layer of a Llama-family model, with `options`
-    passed to the core (FavorAttention: n_features, orthogonal, redraw_every, chunk_size, seed, ...;
+    passed to the core (FavorAttention: n_features, orthogonal, chunk_size, seed, ...;
     PlashAttention: M, degrees, D_k, causal_block, ...). Records them in config.symformer_attention, builds
     one core per layer (seeds differ per layer unless `seed` is given) and switches the implementation."""
     register()

@@ -57,9 +57,10 @@ def _attention_forward(self, hidden_states, position_embeddings=None, attention_
     interface = _interface(self.config._attn_implementation, module.eager_attention_forward)
     scale = self.rotary.scale if self.rotary.scale is not None else self.scaling  # ESPR: 1/sqrt(d_act), T4.4
     if self.config.model_type != "llama":  # Mistral / Qwen2 pass their sliding window on
-        kwargs.setdefault("sliding_window", getattr(self, "sliding_window", getattr(self.config, "sliding_window", None)))
-    out, weights = interface(self, q, k, v, attention_mask, dropout=0.0 if not self.training else self.attention_dropout,
-                             scaling=scale, **kwargs)
+        window = getattr(self, "sliding_window", getattr(self.config, "sliding_window", None))
+        kwargs.setdefault("sliding_window", window)
+    dropout = 0.0 if not self.training else self.attention_dropout
+    out, weights = interface(self, q, k, v, attention_mask, dropout=dropout, scaling=scale, **kwargs)
     return self.o_proj(out.reshape(*input_shape, -1).contiguous()), weights
 
 

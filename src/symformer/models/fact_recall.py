@@ -135,7 +135,8 @@ class FactRecallTransformer(nn.Module):
             self.router = nn.Sequential(nn.Linear(d, cfg.qk_hidden), nn.GELU(), nn.Linear(cfg.qk_hidden, 2))
             self.lang = nn.Sequential(nn.Linear(d, cfg.lang_rank, bias=False), nn.Linear(cfg.lang_rank, d))
         self.unembed = None if cfg.tied else nn.Linear(d, cfg.vocab_size, bias=False)
-        self.log_scale = nn.Parameter(torch.full((), float(cfg.log_scale_init)))   # read-out temperature (ours: the MLP is frozen)
+        # read-out temperature (ours: the MLP is frozen)
+        self.log_scale = nn.Parameter(torch.full((), float(cfg.log_scale_init)))
 
     def embedding_table(self) -> torch.Tensor:
         return self.emb + self.emb_delta * self.trainable_rows[:, None].to(self.emb_delta.dtype)

@@ -30,7 +30,8 @@ class Forecaster(nn.Module):
         self.decoder = Encoder(cfg, cross=True, n_layers=dec_layers)
         self.head = nn.Linear(cfg.d_model, n_vars)
 
-    def forward(self, x: torch.Tensor, x_time: torch.Tensor | None = None, y_time: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, x_time: torch.Tensor | None = None,
+                y_time: torch.Tensor | None = None) -> torch.Tensor:
         """x (B, seq_len, n_vars) -> forecast (B, pred_len, n_vars)."""
         check_tensor("x", x, 3)
         if x.shape[1:] != (self.seq_len, self.n_vars):
@@ -41,7 +42,8 @@ class Forecaster(nn.Module):
         if x_time is not None and y_time is not None:
             e, d = e + self.enc_time(x_time), d + self.dec_time(y_time)
         pe = torch.arange(self.seq_len, device=x.device, dtype=x.dtype)[:, None]
-        pd_ = torch.arange(self.seq_len - self.label_len, self.seq_len + self.pred_len, device=x.device, dtype=x.dtype)[:, None]
+        pd_ = torch.arange(self.seq_len - self.label_len, self.seq_len + self.pred_len, device=x.device,
+                           dtype=x.dtype)[:, None]
         mem = self.encoder(e, pe)
         out = self.decoder(d, pd_, context=mem, context_positions=pe)
         return self.head(out[:, -self.pred_len:])

@@ -9,6 +9,7 @@ from torch import nn
 
 from symformer._validation import check_choice, check_int, fail
 from symformer.models.layers import Block, make_norm
+from symformer.positional.base import RotaryPositional
 from symformer.registry import ATTENTION, MLP, POSITIONAL
 
 
@@ -79,3 +80,24 @@ def attention_layers(model: nn.Module):
     """Every MultiHeadAttention in a model (teleportation and diagnostics walk these)."""
     from symformer.models.layers import MultiHeadAttention
     return [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+
+
+def penalties(model: nn.Module) -> torch.Tensor | float:
+    """Sum of `penalty()` over every rotary part of a model (ESPR's eps_comm / eta_mix terms, T6'.0); 0.0
+    if none has one. The one penalty sum: the Trainer, teleportation's loss and the experiments add it."""
+    total: torch.Tensor | float = 0.0
+    for m in model.modules():
+        if m is not model and isinstance(m, RotaryPositional):
+            total = total + m.penalty()
+    return total
+
+
+def fold_rotary(model: nn.Module) -> int:
+    """Merge every foldable rotary basis change (STRING's P^T, `RotaryPositional.fold_into`) into its
+    layer's W_Q / W_K for inference; logits are unchanged. Returns how many layers were folded."""
+    n = 0
+    for layer in attention_layers(model):
+        if layer.rotary is not None and layer.rotary.can_fold:
+            layer.rotary.fold_into(layer.q_proj, layer.k_proj)
+            n += 1
+    return n

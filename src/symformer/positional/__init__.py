@@ -5,13 +5,15 @@ from symformer.positional.absolute import LearnedPE, SinusoidalPE
 from symformer.positional.base import (
     AdditivePositional,
     NoPositional,
+    QKSymmetry,
     RotaryPositional,
     check_positions,
+    default_positions,
 )
 from symformer.positional.cayley import cayley, check_skew, inverse_cayley, skew
-from symformer.positional.espr import ESPR, positional_penalty
+from symformer.positional.espr import ESPR
 from symformer.positional.rope import RoPE, apply_rotation, pair_indices, rotate_pairs
-from symformer.positional.string import STRING, CirculantSTRING, fold_string
+from symformer.positional.string import STRING, CirculantSTRING
 from symformer.registry import POSITIONAL
 
 POSITIONAL.register("none")(NoPositional)
@@ -22,6 +24,6 @@ POSITIONAL.register("string")(STRING)
 POSITIONAL.register("circulant_string")(CirculantSTRING)
 POSITIONAL.register("espr")(ESPR)
 
-__all__ = ["AdditivePositional", "RotaryPositional", "NoPositional", "SinusoidalPE", "LearnedPE", "RoPE",
-           "STRING", "CirculantSTRING", "ESPR", "cayley", "inverse_cayley", "skew", "check_skew",
-           "fold_string", "positional_penalty", "apply_rotation", "pair_indices", "rotate_pairs", "check_positions"]
+__all__ = ["AdditivePositional", "RotaryPositional", "NoPositional", "QKSymmetry", "SinusoidalPE", "LearnedPE",
+           "RoPE", "STRING", "CirculantSTRING", "ESPR", "cayley", "inverse_cayley", "skew", "check_skew",
+           "apply_rotation", "pair_indices", "rotate_pairs", "check_positions", "default_positions"]

@@ -31,7 +31,8 @@ class SinusoidalPE(AdditivePositional):
         self.d_model, self.per, self.base = d_model, per, base
 
     def encoding(self, positions: torch.Tensor) -> torch.Tensor:
-        return torch.cat([sinusoidal_table(positions[..., c], self.per, self.base) for c in range(self.coord_dim)], dim=-1)
+        return torch.cat([sinusoidal_table(positions[..., c], self.per, self.base) for c in range(self.coord_dim)],
+                         dim=-1)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         check_positions(positions, self.coord_dim, x.shape[-2])
@@ -51,8 +52,10 @@ class LearnedPE(AdditivePositional):
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         check_positions(positions, self.coord_dim, x.shape[-2])
         idx = positions.round().long()
-        if bool((idx < 0).any()) or bool((idx >= self.max_len).any()) or not torch.equal(idx.to(positions.dtype), positions):
-            fail("positions", "non-integer or out-of-range coordinates", f"integers in [0, {self.max_len}) for a learned table")
+        out_of_range = bool((idx < 0).any()) or bool((idx >= self.max_len).any())
+        if out_of_range or not torch.equal(idx.to(positions.dtype), positions):
+            fail("positions", "non-integer or out-of-range coordinates",
+                 f"integers in [0, {self.max_len}) for a learned table")
         out = x
         for c in range(self.coord_dim):
             out = out + self.tables[c][idx[..., c]]

@@ -37,7 +37,8 @@ def check_skew(name: str, s: torch.Tensor, tol: float | None = None) -> torch.Te
         tol = 1e3 * torch.finfo(s.dtype).eps * scale
     err = float(skew_error(s.detach()))
     if err > tol:
-        fail(name, f"a matrix with max|S + S^T| = {err:.3g}", f"a skew-symmetric matrix (S^T = -S, tolerance {tol:.3g})")
+        fail(name, f"a matrix with max|S + S^T| = {err:.3g}",
+             f"a skew-symmetric matrix (S^T = -S, tolerance {tol:.3g})")
     return s
 
 

@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 from symformer._validation import check_float, check_int, check_tensor, fail
+from symformer.positional.base import RotaryPositional
 from symformer.positional.cayley import check_skew
 
 
@@ -184,7 +185,8 @@ def leakage(L: torch.Tensor, positions: torch.Tensor, d_act: int) -> torch.Tenso
 
 
 def logit_deviation_bound(q_act_norm: torch.Tensor, k_act_norm: torch.Tensor, r_i: torch.Tensor, r_j: torch.Tensor,
-                          eps: Any, d_act: int, delta_p: Any = 0.0, gamma_i: Any = 0.0, gamma_j: Any = 0.0) -> torch.Tensor:
+                          eps: Any, d_act: int, delta_p: Any = 0.0, gamma_i: Any = 0.0,
+                          gamma_j: Any = 0.0) -> torch.Tensor:
     """Bound (B2) on |alpha_ij - alpha*_ij| (see the module docstring for the statement and proof)."""
     check_int("d_act", d_act, 1)
     rot = rotation_deviation_bound(eps, r_i, r_j)
@@ -193,8 +195,8 @@ def logit_deviation_bound(q_act_norm: torch.Tensor, k_act_norm: torch.Tensor, r_
 
 
 def parts(obj: Any) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """(L (C, Dh, Dh), P (Dh, Dh), d_act) of an ESPR / STRING / RoPE / CirculantSTRING module or of a
-    tuple (L, P, d_act). For STRING-like modules P = I and d_act = Dh (their orthogonal basis change is
+    """(L (C, Dh, Dh), P (Dh, Dh), d_act) of a rotary part (`RotaryPositional.rotation_parts`) or of a
+    tuple (L, P, d_act). For STRING-like parts P = I and d_act = Dh (their orthogonal basis change is
     already inside the generators)."""
     if isinstance(obj, tuple):
         if len(obj) != 3:
@@ -203,12 +205,9 @@ def parts(obj: Any) -> tuple[torch.Tensor, torch.Tensor, int]:
         _check_generators(L)
         check_tensor("P", P, 2)
         return L, P, _check_dact(d, L.shape[-1])
-    if not hasattr(obj, "generators"):
-        fail("module_or_matrices", type(obj).__name__, "a rotary module with generators() or a tuple (L, P, d_act)", TypeError)
-    L = obj.generators()
-    if hasattr(obj, "post_rotation") and callable(obj.post_rotation):
-        return L, obj.post_rotation(), obj.d_act
-    return L, torch.eye(L.shape[-1], dtype=L.dtype, device=L.device), L.shape[-1]
+    if not isinstance(obj, RotaryPositional):
+        fail("module_or_matrices", type(obj).__name__, "a RotaryPositional part or a tuple (L, P, d_act)", TypeError)
+    return obj.rotation_parts()
 
 
 def project_l1(v: torch.Tensor, radius: float) -> torch.Tensor:

@@ -12,8 +12,8 @@ RoPE on d_act coordinates. Training may move it away; `penalty()` pulls it back 
 Efficiency: the exponential (expm.expm_skew: scaling-and-squaring Pade whose backward is ~2x its forward,
 where torch.linalg.matrix_exp's is ~7x) runs once per DISTINCT position of the call (a grid or a token
 range repeats across the batch), shared by queries and keys, and is cached across calls (value-keyed,
-_cache.ValueCache) when no gradient is needed; P is multiplied in per distinct position, so the rotation is one small batched matmul per token
-(O(N d_act^2) per head).
+_cache.ValueCache) when no gradient is needed; P is multiplied in per distinct position, so the rotation is one
+small batched matmul per token (O(N d_act^2) per head).
 """
 from __future__ import annotations
 
@@ -66,6 +66,8 @@ class ESPR(RotaryPositional):
 
     `forward` returns q~, k~ of shape (B, H, N, Dh) with zeros on the null coordinates (so any attention
     core built for Dh works); the attention must use `scale` = 1/sqrt(d_act) (T4.4)."""
+
+    commuting = False  # the generators are free (T1.1 without the commuting hypothesis)
 
     def __init__(self, head_dim: int, coord_dim: int = 1, d_act: int | None = None, commuting_init: bool = True,
                  post_rotation: bool = True, eps_comm_penalty: float = 0.0, eta_mix_penalty: float = 0.0,
@@ -136,7 +138,8 @@ class ESPR(RotaryPositional):
         """Load skew generators (C, Dh, Dh) (ValueError if not skew or of the wrong shape)."""
         check_skew("generators", generators)
         if tuple(generators.shape) != (self.coord_dim, self.head_dim, self.head_dim):
-            fail("generators", f"shape {tuple(generators.shape)}", f"({self.coord_dim}, {self.head_dim}, {self.head_dim})")
+            fail("generators", f"shape {tuple(generators.shape)}",
+                 f"({self.coord_dim}, {self.head_dim}, {self.head_dim})")
         self.gen_param.copy_(generators / 2)
 
     @torch.no_grad()
@@ -187,6 +190,15 @@ class ESPR(RotaryPositional):
         """Pi_act R_sp(r) Pi_act restricted to the active block (..., N, d_act, d_act) (T4.3)."""
         d = self.d_act
         return self.matrix(positions)[..., :d, :d]
+
+    def logit_matrix(self, positions: torch.Tensor) -> torch.Tensor:
+        """Pi_act R_sp(r) Pi_act (..., N, Dh, Dh): what the logits see (T4.3)."""
+        pi = self.projector()
+        return pi @ self.matrix(positions) @ pi
+
+    def rotation_parts(self) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """(L, P, d_act) (T3.5, T4.3)."""
+        return self.generators(), self.post_rotation(), self.d_act
 
     def _token_maps(self, positions: torch.Tensor) -> torch.Tensor:
         """Per token, (Pi_act exp(A(r)) P Pi_act)^T on the active block: (..., N, d_act, d_act), a
@@ -253,12 +265,3 @@ class ESPR(RotaryPositional):
     def extra_repr(self) -> str:
         return (f"head_dim={self.head_dim}, coord_dim={self.coord_dim}, d_act={self.d_act}, "
                 f"post_rotation={self.use_post_rotation}")
-
-
-def positional_penalty(model: nn.Module) -> torch.Tensor | float:
-    """Sum of `penalty()` over every ESPR part of a model (0.0 if there is none)."""
-    total: torch.Tensor | float = 0.0
-    for mod in model.modules():
-        if isinstance(mod, ESPR):
-            total = total + mod.penalty()
-    return total

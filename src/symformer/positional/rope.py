@@ -19,7 +19,7 @@ from torch import nn
 
 from symformer._validation import check_choice, check_float, check_int, fail
 from symformer.positional._cache import ValueCache
-from symformer.positional.base import RotaryPositional
+from symformer.positional.base import QKSymmetry, RotaryPositional
 
 PAIRINGS = ("interleaved", "half")
 
@@ -215,10 +215,16 @@ class RoPE(RotaryPositional):
         rt = rotate_pairs(eye.expand(*th.shape[:-1], self.head_dim, self.head_dim), c, s, self.pairing)
         return rt.transpose(-1, -2)
 
+    def qk_symmetry(self, positions: torch.Tensor | None = None) -> QKSymmetry:
+        """H(d_h) on exactly the pairs this RoPE rotates (teleportation paper eq. (9)), for any beta."""
+        return QKSymmetry("h", pairs=pair_indices(self.head_dim, self.pairing))
+
+    def symmetry_parameters(self) -> list[nn.Parameter]:
+        """None: H(d_h) depends on the pairing only, not on the (possibly learned) frequencies."""
+        return []
+
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, coord_dim={self.coord_dim}, pairing={self.pairing}, mode={self.mode}"
-
-
 
 
 def generators_from_beta(beta: torch.Tensor, head_dim: int, pairing: str) -> torch.Tensor:

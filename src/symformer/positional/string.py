@@ -18,9 +18,9 @@ from torch import nn
 
 from symformer._validation import check_int, fail
 from symformer.positional._cache import ValueCache
-from symformer.positional.base import RotaryPositional
+from symformer.positional.base import QKSymmetry, RotaryPositional
 from symformer.positional.cayley import cayley, skew
-from symformer.positional.rope import RoPE, apply_tables
+from symformer.positional.rope import RoPE, apply_tables, pair_indices
 
 
 class STRING(RotaryPositional):
@@ -88,6 +88,19 @@ class STRING(RotaryPositional):
         q, k = self._to_rope_basis(q, k)
         return apply_tables(q, tq, self.pairing), apply_tables(k, tk, self.pairing)
 
+    def qk_symmetry(self, positions: torch.Tensor | None = None) -> QKSymmetry:
+        """P H(d_h) P^T (R = P R_rope P^T; not in the teleportation paper); H(d_h) once P^T is folded
+        into W_Q / W_K, since the logits then see R_rope only."""
+        pairs = pair_indices(self.head_dim, self.pairing)
+        if bool(self.folded):
+            return QKSymmetry("h", pairs=pairs)
+        with torch.no_grad():
+            return QKSymmetry("h", pairs=pairs, orth=self.orthogonal().detach().to(torch.float64))
+
+    @property
+    def can_fold(self) -> bool:
+        return not bool(self.folded)
+
     @torch.no_grad()
     def fold_into(self, q_linear: nn.Linear, k_linear: nn.Linear) -> None:
         """Merge P^T into the query/key projections (every head: rows h*Dh:(h+1)*Dh of W and b) for
@@ -110,18 +123,8 @@ class STRING(RotaryPositional):
         self.folded.fill_(True)
 
     def extra_repr(self) -> str:
-        return f"head_dim={self.head_dim}, coord_dim={self.coord_dim}, pairing={self.pairing}, folded={bool(self.folded)}"
-
-
-def fold_string(model: nn.Module) -> int:
-    """Fold P^T of every STRING attention layer of `model` into its W_Q / W_K; returns how many."""
-    from symformer.models.transformer import attention_layers
-    n = 0
-    for layer in attention_layers(model):
-        if isinstance(layer.rotary, STRING) and not bool(layer.rotary.folded):
-            layer.rotary.fold_into(layer.q_proj, layer.k_proj)
-            n += 1
-    return n
+        return (f"head_dim={self.head_dim}, coord_dim={self.coord_dim}, pairing={self.pairing}, "
+                f"folded={bool(self.folded)}")
 
 
 class CirculantSTRING(RotaryPositional):
@@ -186,4 +189,4 @@ class CirculantSTRING(RotaryPositional):
         return f"head_dim={self.head_dim}, coord_dim={self.coord_dim}"
 
 
-__all__ = ["STRING", "CirculantSTRING", "fold_string"]
+__all__ = ["STRING", "CirculantSTRING"]

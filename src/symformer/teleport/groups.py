@@ -4,7 +4,7 @@ Paper layout is `x W` with W_i in R^{d x d_h}; here every projection is an nn.Li
 head h owns output features h*Dh:(h+1)*Dh of q/k/v and the same input features of o). Per head:
   Q rows <- U @ rows,  K rows <- U^{-T} @ rows,  V rows <- V @ rows,  O columns <- cols @ V^{-1},
 biases of Q/K/V like their rows, output bias unchanged (paper Sec. 3, G_Att = S_h x (GL x GL)^h).
-Which U are allowed depends on the positional encoding:
+Which U are allowed depends on the positional encoding (each rotary part declares it: RotaryPositional.qk_symmetry):
   * none / additive PE: GL(d_h) (eq. (5)-(6));
   * RoPE: H(d_h) of eq. (9), block-diagonal scaled rotations on exactly the pairs the RoPE rotates;
   * STRING (R = P R_rope P^T): P H(d_h) P^T  (not in the paper);
@@ -20,8 +20,9 @@ import torch
 from torch import nn
 
 from symformer._validation import check_float, check_int, fail
+from symformer.attention.softmax import AttentionCore
+from symformer.positional.base import RotaryPositional
 
-SUPPORTED_CORES = ("SoftmaxAttention", "NaiveAttention")
 #: builders (model, positions, ffn) -> SymmetryGroup | None for models of other libraries, tried first by
 #: symmetry_group; symformer.integrations registers here (this layer never imports it)
 EXTERNAL_BUILDERS: list = []
@@ -56,12 +57,14 @@ class QKGroup:
             return eye + c.reshape(*c.shape[:-1], self.head_dim, self.head_dim)
         return eye + torch.einsum("...k,kij->...ij", c, self._basis.to(c.dtype).to(c.device))
 
-    def random(self, shape: tuple[int, ...], gen: torch.Generator, dtype=torch.float64, scale: float = 0.5) -> torch.Tensor:
+    def random(self, shape: tuple[int, ...], gen: torch.Generator, dtype=torch.float64,
+               scale: float = 0.5) -> torch.Tensor:
         """A generic (not near-identity, not diagonal) element, for invariance checks."""
         c = scale * torch.randn(*shape, self.dimension, generator=gen, dtype=dtype)
         return self.from_coeffs(c)
 
-    def near_identity(self, shape: tuple[int, ...], alpha: float, gen: torch.Generator, dtype=torch.float64) -> torch.Tensor:
+    def near_identity(self, shape: tuple[int, ...], alpha: float, gen: torch.Generator,
+                      dtype=torch.float64) -> torch.Tensor:
         """Sec. 4: diag(x_1..x_n) with x_i ~ U[1 - alpha, 1 + alpha]."""
         x = 1 + alpha * (2 * torch.rand(*shape, self.head_dim, generator=gen, dtype=dtype) - 1)
         return torch.diag_embed(x)
@@ -106,10 +109,11 @@ class HGroup(QKGroup):
 
 
 class CommutantGroup(QKGroup):
-    """ESPR: U^T must commute with every relative rotation M = R(r_i)^T R(r_j); the commutant is the
-    null space of X -> X M - M X (orthonormal basis in the Frobenius inner product)."""
+    """ESPR, circulant STRING and any rotary part without a closed form (the default of
+    RotaryPositional.qk_symmetry): U^T must commute with every relative rotation M = R(r_i)^T R(r_j); the
+    commutant is the null space of X -> X M - M X (orthonormal basis in the Frobenius inner product)."""
 
-    kind = "espr"
+    kind = "commutant"
 
     def near_identity(self, shape, alpha, gen, dtype=torch.float64):
         # near the identity only: coefficients in U[-alpha, alpha] on a Frobenius-orthonormal basis,
@@ -133,63 +137,57 @@ def commutant_basis(rel: torch.Tensor, tol: float = 1e-9) -> torch.Tensor:
     return null.T.reshape(-1, d, d)
 
 
-def relative_rotations(rotary: nn.Module, positions: torch.Tensor) -> torch.Tensor:
-    """All R(r_i)^T R(r_j) for the given positions (N, C) -> (N*N, Dh, Dh) in float64."""
-    with torch.no_grad():
-        r = rotary.matrix(positions.to(rotary_dtype(rotary))).to(torch.float64)
-        if hasattr(rotary, "projector"):  # ESPR rotates Pi_act R_sp(r) Pi_act (T4.3)
-            pi = rotary.projector().to(torch.float64)
-            r = pi @ r @ pi
-        if r.ndim > 3:  # per-head or batched matrices: fold leading dims
-            r = r.reshape(-1, *r.shape[-3:])
-            return (r.transpose(-1, -2)[:, :, None] @ r[:, None, :]).reshape(-1, r.shape[-1], r.shape[-1])
-        return (r.transpose(-1, -2)[:, None] @ r[None, :]).reshape(-1, r.shape[-1], r.shape[-1])
+def relative_rotations(rotary: RotaryPositional, positions: torch.Tensor) -> torch.Tensor:
+    """All M(r_i)^T M(r_j) for the given positions (N, C) -> (N*N, Dh, Dh) in float64 (the rotations the
+    logits see, `RotaryPositional.logit_matrix`)."""
+    return rotary.relative_rotations(positions)
 
 
-def rotary_dtype(rotary: nn.Module) -> torch.dtype:
-    return next((p.dtype for p in list(rotary.parameters()) + list(rotary.buffers()) if p.is_floating_point()),
-                torch.get_default_dtype())
-
-
-def default_positions(coord_dim: int, n: int = 12, seed: int = 0) -> torch.Tensor:
-    """Generic positions for the commutant: random points in [-4, 4]^C (fixed seed)."""
-    g = torch.Generator().manual_seed(seed)
-    return 8 * torch.rand(n, coord_dim, generator=g, dtype=torch.float64) - 4
-
-
-def qk_group_for(rotary: nn.Module | None, head_dim: int, positions: torch.Tensor | None = None) -> QKGroup:
-    """The Q/K group allowed by a layer's rotary part (None: no rotation, GL(d_h))."""
+def qk_group_for(rotary: RotaryPositional | None, head_dim: int, positions: torch.Tensor | None = None) -> QKGroup:
+    """The Q/K group allowed by a layer's rotary part (None: no rotation, GL(d_h)), as the part declares it
+    (`RotaryPositional.qk_symmetry`): GL, H on the rotary pairs, P H P^T, or a commutant."""
     if rotary is None:
         return QKGroup(head_dim)
-    name = type(rotary).__name__
-    if name == "RoPE":
-        from symformer.positional import pair_indices
-        return HGroup(head_dim, pair_indices(head_dim, rotary.pairing))
-    if name == "STRING":
-        from symformer.positional import pair_indices
-        if bool(getattr(rotary, "folded", False)):  # P^T already merged into W_Q / W_K: logits see R_rope only
-            return HGroup(head_dim, pair_indices(head_dim, rotary.pairing))
-        with torch.no_grad():
-            p = rotary.orthogonal().detach().to(torch.float64)
-        return HGroup(head_dim, pair_indices(head_dim, rotary.pairing), orth=p)
-    if name in ("ESPR", "CirculantSTRING"):
-        pos = default_positions(rotary.coord_dim) if positions is None else positions
-        return CommutantGroup(head_dim, commutant_basis(relative_rotations(rotary, pos)))
-    fail("positional", name, "a positional encoding with a known symmetry group "
-         "(none, sinusoidal, learned, RoPE, STRING, ESPR)")
-    raise AssertionError
+    if not isinstance(rotary, RotaryPositional):
+        fail("positional", type(rotary).__name__, "a RotaryPositional part (or None)", TypeError)
+    try:
+        sym = rotary.qk_symmetry(positions)
+    except NotImplementedError as e:  # a part that declares neither its group nor its rotation matrices
+        fail("positional", type(rotary).__name__, f"a rotary part with a known symmetry group ({e} is missing: "
+             "define qk_symmetry or matrix)")
+    if sym.kind == "h":
+        return HGroup(head_dim, sym.pairs, orth=sym.orth)
+    if sym.kind == "commutant":
+        return CommutantGroup(head_dim, commutant_basis(sym.relative))
+    return QKGroup(head_dim)
 
 
 # ---------------------------------------------------------------- the whole-model group
 @dataclass
 class AttentionSite:
+    """One attention layer. `module` has q_proj, k_proj, v_proj, o_proj, n_heads (query heads), head_dim and
+    rotary. Grouped-query attention: `kv_heads` key/value heads, query head h = g r + j reading key head g
+    (r = n_heads / kv_heads, HF's repeat_kv); then U_g is shared by the r query heads of key head g (so
+    q_h^T U_g^T M U_g^{-T} k_g = q_h^T M k_g) and V_g by those reading value head g."""
+
     name: str
     module: nn.Module
     qk: QKGroup
+    kv_heads: int | None = None
 
     @property
     def n_heads(self) -> int:
+        """Number of group factors per layer: key heads (= query heads without GQA)."""
+        return self.module.n_heads if self.kv_heads is None else self.kv_heads
+
+    @property
+    def query_heads(self) -> int:
         return self.module.n_heads
+
+    @property
+    def groups(self) -> int:
+        """Query heads per key head (1 without GQA)."""
+        return self.query_heads // self.n_heads
 
     @property
     def head_dim(self) -> int:
@@ -212,6 +210,35 @@ def _heads_rows(w: torch.Tensor, h: int) -> torch.Tensor:
     return w.reshape(h, -1, *w.shape[1:])  # (H*Dh, ...) -> (H, Dh, ...)
 
 
+def _expand(a: torch.Tensor, r: int) -> torch.Tensor:
+    """Per key head (..., H_kv, D, D) -> per query head (..., H, D, D) (query head g r + j reads key head g)."""
+    return a if r == 1 else a.repeat_interleave(r, dim=-3)
+
+
+def _query_perm(p: torch.Tensor | None, r: int) -> torch.Tensor | None:
+    """A permutation of key heads as a permutation of query heads (each key head's r query heads move along)."""
+    return p if p is None or r == 1 else (p[:, None] * r + torch.arange(r)).flatten()
+
+
+def _group_sum(s, hk: int):
+    """Per query head (H, D, D) Gram matrices summed over the query heads of each key head -> (H_kv, D, D)."""
+    return s if isinstance(s, int) or s.shape[0] == hk else s.reshape(hk, -1, *s.shape[-2:]).sum(1)
+
+
+def _rows_action(lin: nn.Linear, a: torch.Tensor, heads: int, perm, tensors=None) -> dict[int, torch.Tensor]:
+    """Rows of every head of lin.weight / lin.bias (or of the gradient-like `tensors` keyed by their id)
+    multiplied by a (heads, D, D), then heads permuted."""
+    out = {}
+    for par in (lin.weight, lin.bias):
+        if par is None or (tensors is not None and id(par) not in tensors):
+            continue
+        t = par if tensors is None else tensors[id(par)]
+        rows = _heads_rows(t, heads)
+        r = a @ rows if t.ndim == 2 else (a @ rows[..., None])[..., 0]
+        out[id(par)] = (r if perm is None else r[perm]).reshape(t.shape)
+    return out
+
+
 class SymmetryGroup:
     """The symmetry group of a model: per attention layer S_h x (G_QK x GL(d_h))^h, plus positive
     diagonal rescaling of ReLU FFN hidden units."""
@@ -226,8 +253,8 @@ class SymmetryGroup:
         out = []
         for s in self.sites:
             rot = s.module.rotary
-            if rot is not None and type(rot).__name__ != "RoPE":
-                out += [p for p in rot.parameters() if p.requires_grad]
+            if rot is not None:
+                out += rot.symmetry_parameters()
         return out
 
     def refresh(self) -> None:
@@ -235,7 +262,7 @@ class SymmetryGroup:
         the group is the stabiliser of the *current* positional parameters, which training moves."""
         for s in self.sites:
             rot = s.module.rotary
-            if rot is not None and type(rot).__name__ != "RoPE" and any(p.requires_grad for p in rot.parameters()):
+            if rot is not None and rot.symmetry_parameters():
                 s.qk = qk_group_for(rot, s.head_dim, self.positions)
 
     def __repr__(self) -> str:
@@ -262,7 +289,8 @@ class SymmetryGroup:
               else torch.ones(f.up.out_features, dtype=dtype) for f in self.ffns]
         return GroupElement(qk, vo, perm, sc)
 
-    def sample(self, n: int, alpha: float, gen: torch.Generator, dtype=torch.float64, ffn: bool = False) -> GroupElement:
+    def sample(self, n: int, alpha: float, gen: torch.Generator, dtype=torch.float64,
+               ffn: bool = False) -> GroupElement:
         """n candidates near the identity (Sec. 4, eq. (14)): every tensor gets a leading dim n."""
         check_int("samples", n, 1)
         check_float("alpha", alpha, 0.0, 1.0, low_open=True, high_open=True)
@@ -293,21 +321,18 @@ class SymmetryGroup:
         """New values of every acted-on parameter (keyed by id(param)); differentiable in g."""
         out: dict[int, torch.Tensor] = {}
         for site, u, v, p in zip(self.sites, g.qk, g.vo, g.perm or [None] * len(g.qk), strict=True):
-            m, h = site.module, site.n_heads
+            m, r, h, hk = site.module, site.groups, site.query_heads, site.n_heads
             dt = m.q_proj.weight.dtype
             u, v = u.to(dt), v.to(dt)
             u_it, v_inv = torch.linalg.inv(u).transpose(-1, -2), torch.linalg.inv(v)
-            for lin, a in ((m.q_proj, u), (m.k_proj, u_it), (m.v_proj, v)):
-                w = a @ _heads_rows(lin.weight, h)
-                b = None if lin.bias is None else (a @ _heads_rows(lin.bias, h)[..., None])[..., 0]
-                if p is not None:
-                    w, b = w[p], None if b is None else b[p]
-                out[id(lin.weight)] = w.reshape(lin.weight.shape)
-                if b is not None:
-                    out[id(lin.bias)] = b.reshape(lin.bias.shape)
-            wo = m.o_proj.weight.reshape(m.o_proj.weight.shape[0], h, -1).transpose(0, 1) @ v_inv  # (H, d, Dh)
-            if p is not None:
-                wo = wo[p]
+            qp = _query_perm(p, r)
+            out.update(_rows_action(m.q_proj, _expand(u, r), h, qp))
+            out.update(_rows_action(m.k_proj, u_it, hk, p))
+            out.update(_rows_action(m.v_proj, v, hk, p))
+            wo = m.o_proj.weight.reshape(m.o_proj.weight.shape[0], h, -1).transpose(0, 1)  # (H, d, Dh)
+            wo = wo @ _expand(v_inv, r)
+            if qp is not None:
+                wo = wo[qp]
             out[id(m.o_proj.weight)] = wo.transpose(0, 1).reshape(m.o_proj.weight.shape)
         for f, s in zip(self.ffns, g.ffn or [None] * len(self.ffns), strict=True):
             if s is None:  # element without FFN part: identity there
@@ -344,22 +369,18 @@ class SymmetryGroup:
         `tensors` maps id(param) -> gradient-like tensor; missing entries are skipped."""
         out: dict[int, torch.Tensor] = {}
         for site, u, v, p in zip(self.sites, g.qk, g.vo, g.perm or [None] * len(g.qk), strict=True):
-            m, h = site.module, site.n_heads
+            m, r, h, hk = site.module, site.groups, site.query_heads, site.n_heads
             dt = m.q_proj.weight.dtype
             u, v = u.to(dt), v.to(dt)
             u_it, v_it = torch.linalg.inv(u).transpose(-1, -2), torch.linalg.inv(v).transpose(-1, -2)
-            for lin, a in ((m.q_proj, u_it), (m.k_proj, u), (m.v_proj, v_it)):
-                for par in (lin.weight, lin.bias):
-                    if par is None or id(par) not in tensors:
-                        continue
-                    t = tensors[id(par)]
-                    rows = _heads_rows(t, h)
-                    r = a @ rows if t.ndim == 2 else (a @ rows[..., None])[..., 0]
-                    out[id(par)] = (r if p is None else r[p]).reshape(t.shape)
+            qp = _query_perm(p, r)
+            out.update(_rows_action(m.q_proj, _expand(u_it, r), h, qp, tensors))
+            out.update(_rows_action(m.k_proj, u, hk, p, tensors))
+            out.update(_rows_action(m.v_proj, v_it, hk, p, tensors))
             t = tensors.get(id(m.o_proj.weight))
             if t is not None:
-                go = t.reshape(t.shape[0], h, -1).transpose(0, 1) @ v.transpose(-1, -2)
-                out[id(m.o_proj.weight)] = (go if p is None else go[p]).transpose(0, 1).reshape(t.shape)
+                go = t.reshape(t.shape[0], h, -1).transpose(0, 1) @ _expand(v.transpose(-1, -2), r)
+                out[id(m.o_proj.weight)] = (go if qp is None else go[qp]).transpose(0, 1).reshape(t.shape)
         for f, s in zip(self.ffns, g.ffn or [None] * len(self.ffns), strict=True):
             if s is None:  # element without FFN part: identity there
                 continue
@@ -377,11 +398,13 @@ class SymmetryGroup:
         candidate, independent of d_model and batch size."""
         total = 0.0
         for site, u, v in zip(self.sites, cands.qk, cands.vo, strict=True):
-            m, h = site.module, site.n_heads
-            sq, sk, sv = (self._gram_rows(lin, grads, h) for lin in (m.q_proj, m.k_proj, m.v_proj))
+            m, h, hk = site.module, site.query_heads, site.n_heads
+            # GQA: query heads (and O column blocks) sharing a factor add their Gram matrices first
+            sq = _group_sum(self._gram_rows(m.q_proj, grads, h), hk)
+            sk, sv = (self._gram_rows(lin, grads, hk) for lin in (m.k_proj, m.v_proj))
             go = grads.get(id(m.o_proj.weight))
-            so = 0 if go is None else (lambda c: c.transpose(-1, -2) @ c)(
-                go.to(torch.float64).reshape(go.shape[0], h, -1).transpose(0, 1))
+            so = 0 if go is None else _group_sum((lambda c: c.transpose(-1, -2) @ c)(
+                go.to(torch.float64).reshape(go.shape[0], h, -1).transpose(0, 1)), hk)
             u, v = u.to(torch.float64), v.to(torch.float64)
             utu, vtv = u.transpose(-1, -2) @ u, v.transpose(-1, -2) @ v
             # Q: A = U^{-T}, A^T A = (U^T U)^{-1};  K: A = U;  V: A = V^{-T};  O (right): <V^T V, G_o^T G_o>
@@ -441,10 +464,9 @@ def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn:
     names = {id(m): n for n, m in model.named_modules()}
     sites = []
     for m in layers:
-        core = type(m.core).__name__
-        if core not in SUPPORTED_CORES:
-            fail("attention", core, f"an exact softmax core ({', '.join(SUPPORTED_CORES)}): "
-                 "approximate kernels are not invariant under GL(d_h)")
+        if not (isinstance(m.core, AttentionCore) and m.core.exact_softmax):
+            fail("attention", type(m.core).__name__, "an exact softmax core (AttentionCore.exact_softmax: softmax, "
+                 "naive): approximate kernels are not invariant under GL(d_h)")
         if m.v_proj.out_features != m.n_heads * m.head_dim:
             fail("model", "value dim != n_heads * head_dim", "square per-head value blocks")
         sites.append(AttentionSite(names[id(m)], m, qk_group_for(m.rotary, m.head_dim, positions)))

@@ -27,12 +27,10 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from symformer._validation import check_choice, check_float, check_int, fail
+from symformer.models import penalties
 from symformer.registry import CALLBACKS
 from symformer.teleport.groups import GroupElement, SymmetryGroup, symmetry_group
-from symformer.train import trainer as _trainer_mod
 from symformer.train.callbacks import Callback
-
-penalties = getattr(_trainer_mod, "penalties", None)
 
 STATE_POLICIES = ("keep", "reset", "transform")
 
@@ -383,7 +381,7 @@ class TeleportCallback(Callback):
 
         def loss_fn():  # the trainer's batch loss, positional penalties included (invariant: they see no Q/K/V/O)
             loss = trainer.task.loss(trainer.model, trainer.train_data, idx)
-            return loss + penalties(trainer.raw_model) if penalties is not None else loss
+            return loss + penalties(trainer.raw_model)
         if self.method == "zhao":
             out = zhao_teleport(model, self.group, loss_fn, self.zhao_lr, self.zhao_steps, trainer.optimizer,
                                 self.state_policy)

@@ -70,7 +70,8 @@ class EarlyStopping(Callback):
 
 def feature_modules(model) -> list:
     """Attention cores with redrawable random features (FAVOR+), in module order."""
-    return [m for m in model.modules() if callable(getattr(m, "redraw", None)) and callable(getattr(m, "reseed", None))]
+    from symformer.attention.favor import FavorAttention
+    return [m for m in model.modules() if isinstance(m, FavorAttention)]
 
 
 @CALLBACKS.register("redraw")

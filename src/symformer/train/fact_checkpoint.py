@@ -3,6 +3,7 @@ swapping (fact-storing-mlps.txt Sec. 5.4): build an MLP for the edited fact set,
 
 A checkpoint is a dict of tensors and plain values (torch.load(weights_only=True) reads it; nothing is
 unpickled). The task is rebuilt from its seed, so key and value names come back as they were."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -23,28 +24,53 @@ def mlp_spec(mlp: FactMLP) -> dict:
     """The FactMLP constructor arguments that rebuild `mlp`'s shape (its weights come from the state dict)."""
     down = mlp.down
     fac = isinstance(down, FactorisedDown)
-    return {"d": mlp.d, "h": mlp.h, "activation": mlp.activation, "gated": mlp.gated, "bias": mlp.up.bias is not None,
-            "m": down.m if fac else None, "dense_codes": bool(fac and down.dense),
-            "code_bias": bool(fac and down.code_bias is not None),
-            "out_bias": (down.out_bias is not None) if fac else (down.bias is not None),
-            "dtype": str(mlp.dtype).replace("torch.", "")}
+    return {
+        "d": mlp.d,
+        "h": mlp.h,
+        "activation": mlp.activation,
+        "gated": mlp.gated,
+        "bias": mlp.up.bias is not None,
+        "m": down.m if fac else None,
+        "dense_codes": bool(fac and down.dense),
+        "code_bias": bool(fac and down.code_bias is not None),
+        "out_bias": (down.out_bias is not None) if fac else (down.bias is not None),
+        "dtype": str(mlp.dtype).replace("torch.", ""),
+    }
 
 
-def save_fact_model(path: str | Path, model: FactRecallTransformer, task_kind: str, task_args: dict,
-                    facts: torch.Tensor, mlp_build: dict) -> None:
+def save_fact_model(
+    path: str | Path,
+    model: FactRecallTransformer,
+    task_kind: str,
+    task_args: dict,
+    facts: torch.Tensor,
+    mlp_build: dict,
+) -> None:
     """`task_args`: make_books / make_ssfr arguments; `mlp_build`: how to build an MLP for another fact set
     ({"method": "gd-mse", "h": ..., "steps": ...} or {"method": <build_fact_mlp method>, "size": ...})."""
     if task_kind not in ("books", "ssfr"):
         fail("task_kind", task_kind, "'books' or 'ssfr'")
-    save_atomic({MARKER: 1, "task_kind": task_kind, "task_args": dict(task_args), "facts": facts.clone(),
-                 "model_config": model.cfg.to_dict(), "embeddings": model.emb.clone(),
-                 "trainable_rows": model.trainable_rows.clone(), "mlp_spec": mlp_spec(model.fact.mlp),
-                 "mlp_build": dict(mlp_build), "state_dict": model.state_dict()}, path)
+    save_atomic(
+        {
+            MARKER: 1,
+            "task_kind": task_kind,
+            "task_args": dict(task_args),
+            "facts": facts.clone(),
+            "model_config": model.cfg.to_dict(),
+            "embeddings": model.emb.clone(),
+            "trainable_rows": model.trainable_rows.clone(),
+            "mlp_spec": mlp_spec(model.fact.mlp),
+            "mlp_build": dict(mlp_build),
+            "state_dict": model.state_dict(),
+        },
+        path,
+    )
 
 
 def load_fact_model(path: str | Path):
     """(model, task, checkpoint dict) from a checkpoint written by `save_fact_model`."""
     from symformer.data.files import torch_load
+
     ck = torch_load(path, "a symformer fact-model checkpoint")
     if not isinstance(ck, dict) or ck.get(MARKER) != 1:
         fail("--model", str(path), "a checkpoint written by symformer.train.fact_checkpoint.save_fact_model")
@@ -79,6 +105,7 @@ def parse_edits(pairs: list, task) -> dict[int, int]:
         if isinstance(x, int) and not isinstance(x, bool):
             return x if 0 <= x < n else None
         return table.get(x) if isinstance(x, str) else None
+
     out: dict[int, int] = {}
     unknown, twice = [], []
     for k, v in pairs:
@@ -93,7 +120,9 @@ def parse_edits(pairs: list, task) -> dict[int, int]:
             twice.append(f"{k!r} -> {vals[out[ki]]!r} and {vals[vi]!r}")
         out[ki] = vi
     if unknown or twice:
-        parts = ([f"unknown {', '.join(unknown)}"] if unknown else []) + ([f"keys with two values: {'; '.join(twice)}"] if twice else [])
+        parts = ([f"unknown {', '.join(unknown)}"] if unknown else []) + (
+            [f"keys with two values: {'; '.join(twice)}"] if twice else []
+        )
         fail("--facts", "; ".join(parts), "known key and value names (or indices), one value per key")
     return out
 
@@ -101,10 +130,10 @@ def parse_edits(pairs: list, task) -> dict[int, int]:
 def _mlp_embeddings(model: FactRecallTransformer, task) -> tuple[torch.Tensor, torch.Tensor]:
     E = model.emb.double()
     if hasattr(task, "books"):
-        K = E[task.n_words:task.n_words + len(task.books)]
+        K = E[task.n_words : task.n_words + len(task.books)]
         V = E[task.author_slice]
     else:
-        K, V = E[:task.n_keys], E[task.value_slice]
+        K, V = E[: task.n_keys], E[task.value_slice]
     return K / K.norm(dim=1, keepdim=True), V
 
 
@@ -112,12 +141,14 @@ def build_mlp_for(model: FactRecallTransformer, task, facts: torch.Tensor, build
     """An MLP storing `facts` on the model's (tied) embeddings, built as the checkpoint says."""
     from symformer.facts.capacity import KNOB, BuildOptions, build_fact_mlp
     from symformer.facts.mse import train_mse_mlp
+
     K, V = _mlp_embeddings(model, task)
     if build["method"] == "gd-mse":
         return train_mse_mlp(K.float(), V.float(), facts, build["h"], steps=build.get("steps", 3000), seed=seed)
     opts = BuildOptions(**build.get("options", {}))
-    return build_fact_mlp(K, V, facts, build["method"], seed=seed, strict=False, options=opts,
-                          **{KNOB[build["method"]]: build["size"]})
+    return build_fact_mlp(
+        K, V, facts, build["method"], seed=seed, strict=False, options=opts, **{KNOB[build["method"]]: build["size"]}
+    )
 
 
 @torch.no_grad()
@@ -128,9 +159,11 @@ def recall_accuracy(model: FactRecallTransformer, task, keys: torch.Tensor) -> f
     if hasattr(task, "books"):
         from symformer.data.books import TEMPLATES
         from symformer.train.fact_lm import lm_eval
+
         nt = len(TEMPLATES)
         return lm_eval(model, task, keys.repeat_interleave(nt), torch.arange(nt).repeat(len(keys)))["fact_accuracy"]
     from symformer.train.fact_recall import value_logits
+
     nj = len(task.prefixes)
     k, p = keys.repeat_interleave(nj), torch.arange(nj).repeat(len(keys))
     tok, mask, tgt = task.batch(k, p)
@@ -149,8 +182,14 @@ def edit_by_swap(model: FactRecallTransformer, task, ck: dict, edits: dict[int, 
     mlp = build_mlp_for(model, task, new_facts, ck["mlp_build"], seed)
     swap_fact_mlp(model, mlp)
     kn, vn = names(task)
-    return {"requested": len(edits), "changed": [{"key": kn[int(i)], "old": vn[int(task.facts[i])],
-                                                  "new": vn[int(new_facts[i])]} for i in changed[:50]],
-            "n_changed": len(changed), "mlp_stores": mlp.accuracy,
-            "edited_accuracy": recall_accuracy(model, new_task, torch.tensor(sorted(edits), dtype=torch.long)),
-            "kept_accuracy": recall_accuracy(model, new_task, kept[:512]), "new_facts": new_facts}
+    return {
+        "requested": len(edits),
+        "changed": [
+            {"key": kn[int(i)], "old": vn[int(task.facts[i])], "new": vn[int(new_facts[i])]} for i in changed[:50]
+        ],
+        "n_changed": len(changed),
+        "mlp_stores": mlp.accuracy,
+        "edited_accuracy": recall_accuracy(model, new_task, torch.tensor(sorted(edits), dtype=torch.long)),
+        "kept_accuracy": recall_accuracy(model, new_task, kept[:512]),
+        "new_facts": new_facts,
+    }

@@ -3,6 +3,7 @@ ROME, MEMIT and AlphaEdit adapted as the paper says: residual updates at the fac
 MoE) on the final prompt token, one templated prompt per fact (no random prefixes), no KL term for ROME.
 The closed-form weight updates are `symformer.facts.editors`; the edited weight is the fact MLP's
 down-projection W (out = W k + b, k the hidden activation)."""
+
 from __future__ import annotations
 
 import copy
@@ -20,21 +21,33 @@ from symformer.models.fact_recall import FactRecallTransformer
 METHODS = ("swap", "rome", "memit", "alphaedit")
 # App. A.3.4 grids
 GRIDS = {
-    "memit": {"train_steps": [10, 25, 100], "lr": [0.005, 0.05, 0.5], "lam": [1.5e4, 1.5e3, 1.5e2, 1.0],
-              "clip_norm": [0.5, 0.75, 1.0]},
-    "alphaedit": {"train_steps": [10, 25, 100], "lr": [0.005, 0.05, 0.5], "clip_norm": [0.5, 0.75, None],
-                  "tol": [1e-2, 1.0, 10.0]},
-    "rome": {"train_steps": [10, 25, 100], "lr": [0.005, 0.05, 0.5], "wd": [1.5e-3, 1.5e-4, 0.0],
-             "early_stopping_loss": [5e-2, None]},
+    "memit": {
+        "train_steps": [10, 25, 100],
+        "lr": [0.005, 0.05, 0.5],
+        "lam": [1.5e4, 1.5e3, 1.5e2, 1.0],
+        "clip_norm": [0.5, 0.75, 1.0],
+    },
+    "alphaedit": {
+        "train_steps": [10, 25, 100],
+        "lr": [0.005, 0.05, 0.5],
+        "clip_norm": [0.5, 0.75, None],
+        "tol": [1e-2, 1.0, 10.0],
+    },
+    "rome": {
+        "train_steps": [10, 25, 100],
+        "lr": [0.005, 0.05, 0.5],
+        "wd": [1.5e-3, 1.5e-4, 0.0],
+        "early_stopping_loss": [5e-2, None],
+    },
 }
-ALPHAEDIT_L2 = 10.0   # AlphaEdit's L2 hparam (not in the paper's grid; ours)
+ALPHAEDIT_L2 = 10.0  # AlphaEdit's L2 hparam (not in the paper's grid; ours)
 
 
 @dataclass
 class EditSplit:
-    altered: torch.Tensor       # book indices whose author changes
-    preserved: torch.Tensor     # book indices that must keep their author
-    new_facts: torch.Tensor     # the full map after the edit
+    altered: torch.Tensor  # book indices whose author changes
+    preserved: torch.Tensor  # book indices that must keep their author
+    new_facts: torch.Tensor  # the full map after the edit
 
 
 def make_split(task: BooksTask, fraction: float, seed: int = 0) -> EditSplit:
@@ -47,7 +60,7 @@ def make_split(task: BooksTask, fraction: float, seed: int = 0) -> EditSplit:
     k = max(2, round(fraction * n))
     altered, preserved = order[:k].sort().values, order[k:].sort().values
     new = task.facts.clone()
-    new[altered] = task.facts[altered.roll(1)]          # a cyclic shift: every altered book changes author
+    new[altered] = task.facts[altered.roll(1)]  # a cyclic shift: every altered book changes author
     return EditSplit(altered, preserved, new)
 
 
@@ -78,8 +91,17 @@ def key_moment(model: FactRecallTransformer, task: BooksTask, books: torch.Tenso
     return k.T @ k / k.shape[0]
 
 
-def target_values(model: FactRecallTransformer, tok, mask, targets, train_steps: int, lr: float,
-                  clip_norm: float | None = None, wd: float = 0.0, early_stopping_loss: float | None = None) -> torch.Tensor:
+def target_values(
+    model: FactRecallTransformer,
+    tok,
+    mask,
+    targets,
+    train_steps: int,
+    lr: float,
+    clip_norm: float | None = None,
+    wd: float = 0.0,
+    early_stopping_loss: float | None = None,
+) -> torch.Tensor:
     """v* = MLP output + delta, delta by Adam on the new author's cross-entropy at the last token (ROME /
     MEMIT 'compute_z'), norm clipped to clip_norm * |output| and with ROME's weight decay wd."""
     _, out = mlp_io(model, tok, mask)
@@ -109,7 +131,7 @@ def apply_editor(mlp, method: str, keys: torch.Tensor, values: torch.Tensor, C: 
     W = new.down.weight.detach().double()
     b = new.down.bias.detach().double() if new.down.bias is not None else 0.0
     V = (values - b).T
-    if method == "rome":   # sequential rank-one edits, each on the current W (targets from the original model)
+    if method == "rome":  # sequential rank-one edits, each on the current W (targets from the original model)
         for i in range(keys.shape[0]):
             W = W + editors.rome_update(W, C, keys[i], V[:, i])
     elif method == "memit":
@@ -132,6 +154,7 @@ def edit_scores(model: FactRecallTransformer, task: BooksTask, split: EditSplit)
     templates; specificity: preserved facts under every template; score: their harmonic mean (App. A.3.4;
     the paper's text swaps the names efficacy/specificity, which leaves the score unchanged)."""
     from symformer.train.fact_lm import lm_eval
+
     edited = task.with_facts(split.new_facts)
     nt = len(TEMPLATES)
     eff = lm_eval(model, edited, split.altered, torch.zeros_like(split.altered))["fact_accuracy"]
@@ -144,7 +167,7 @@ def edit_scores(model: FactRecallTransformer, task: BooksTask, split: EditSplit)
 
 def grid_configs(method: str, quick: bool) -> list[dict]:
     grid = GRIDS[method]
-    if quick:   # the middle steps and the largest lr, every method-specific value
+    if quick:  # the middle steps and the largest lr, every method-specific value
         grid = {**grid, "train_steps": [25], "lr": [0.5]}
     keys = list(grid)
     return [dict(zip(keys, vals)) for vals in itertools.product(*(grid[k] for k in keys))]
@@ -158,13 +181,24 @@ def _with_mlp(model: FactRecallTransformer, mlp, fn):
         model.fact.swap(old)
 
 
-def run_editors(model: FactRecallTransformer, task: BooksTask, split: EditSplit, new_mlp, quick: bool = True,
-                methods: tuple[str, ...] = METHODS, configs: dict[str, list[dict]] | None = None) -> dict:
+def run_editors(
+    model: FactRecallTransformer,
+    task: BooksTask,
+    split: EditSplit,
+    new_mlp,
+    quick: bool = True,
+    methods: tuple[str, ...] = METHODS,
+    configs: dict[str, list[dict]] | None = None,
+) -> dict:
     """Every method's best configuration over its grid (by score) with its efficacy/paraphrase/specificity.
     `new_mlp` is the MLP trained on the full edited fact set (MLP swapping); `configs` overrides the grids."""
     out: dict = {}
     if "swap" in methods:
-        out["swap"] = {"config": {}, **_with_mlp(model, new_mlp, lambda: edit_scores(model, task, split)), "n_configs": 1}
+        out["swap"] = {
+            "config": {},
+            **_with_mlp(model, new_mlp, lambda: edit_scores(model, task, split)),
+            "n_configs": 1,
+        }
     tok, mask = prompts(task, split.altered, 0)
     targets = task.author_token(split.new_facts[split.altered])
     keys, _ = mlp_io(model, tok, mask)
@@ -175,10 +209,12 @@ def run_editors(model: FactRecallTransformer, task: BooksTask, split: EditSplit,
         for hp in (configs or {}).get(method) or grid_configs(method, quick):
             zkey = (hp["train_steps"], hp["lr"], hp.get("clip_norm"), hp.get("wd", 0.0), hp.get("early_stopping_loss"))
             if zkey not in cache:
-                cache[zkey] = target_values(model, tok, mask, targets, hp["train_steps"], hp["lr"], zkey[2], zkey[3], zkey[4])
+                cache[zkey] = target_values(
+                    model, tok, mask, targets, hp["train_steps"], hp["lr"], zkey[2], zkey[3], zkey[4]
+                )
             try:
                 mlp = apply_editor(model.fact.mlp, method, keys, cache[zkey], C, hp)
-            except torch.linalg.LinAlgError:   # a singular C for ROME / MEMIT at lam = 0: this config fails
+            except torch.linalg.LinAlgError:  # a singular C for ROME / MEMIT at lam = 0: this config fails
                 continue
             n += 1
             res = _with_mlp(model, mlp, lambda mlp=mlp: edit_scores(model, task, split))

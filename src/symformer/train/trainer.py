@@ -19,6 +19,7 @@ import torch
 
 from symformer._validation import check_choice, check_float, check_int, fail
 from symformer.data.base import TensorData, epoch_order, n_batches, shard
+from symformer.models import penalties
 from symformer.train import distributed as D
 from symformer.train.callbacks import Callback
 from symformer.train.checkpoint import (
@@ -108,15 +109,6 @@ def lr_factor(cfg: TrainConfig, step: int, total: int, steps_per_epoch: int) -> 
     return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(t, 1.0)))
 
 
-def penalties(model: torch.nn.Module) -> torch.Tensor | float:
-    """Sum of `penalty()` over submodules that define one (e.g. ESPR's eps_comm / eta_mix terms)."""
-    total: torch.Tensor | float = 0.0
-    for m in model.modules():
-        if m is not model and callable(getattr(m, "penalty", None)):
-            total = total + m.penalty()
-    return total
-
-
 @dataclass
 class TrainState:
     epoch: int = 0
@@ -194,7 +186,8 @@ class Trainer:
                 cb.load_state_dict(st)
         except (KeyError, TypeError, ValueError, RuntimeError, AttributeError, IndexError) as e:
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            raise CheckpointError(f"{path} is not a usable symformer checkpoint ({type(e).__name__}: {first})") from None
+            raise CheckpointError(f"{path} is not a usable symformer checkpoint "
+                                  f"({type(e).__name__}: {first})") from None
         self._rewrite_log()
         return True
 
