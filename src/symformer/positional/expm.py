@@ -85,15 +85,14 @@ def _squarings(a: torch.Tensor, theta: float = THETA_13) -> torch.Tensor:
 
 def _scaled_powers(flat: torch.Tensor,
                    theta: float = THETA_13) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
-    """(s, f, [x, x^2, x^4, x^6]): the approximant is taken at f x = a / 2^s per matrix. s starts
-    from the 1-norm and is then lowered by the sharper bound of Al-Mohy & Higham 2009
-    (Thm 4.2, m = 13 admits p = 4): the Pade error bound holds with ||x|| replaced by alpha_4 = max(||x^4||^(1/4), ||x^5||^(1/5)), bounded above with
-    ||x^5|| <= ||x^4|| ||x||. For skew a (normal), alpha_4 approaches the spectral radius, often several
-    times below the 1-norm: each dropped squaring saves one product forward and two backward. Rescaling
-    x by f = 2^j rescales its powers by f^2, f^4, f^6 exactly (powers of two): the Pade functions fold f^k
-    into their coefficients, so nothing is recomputed or copied (j is capped so that f^13 stays finite).
-    For the degree-7 float32 approximant (theta_7) p = 3: alpha_3 = max(||x^3||^(1/3), ||x^4||^(1/4)),
-    with ||x^3|| <= ||x^2|| ||x||."""
+    """(s, f, [x, x^2, x^4, x^6]): the approximant is taken at f x = a / 2^s per matrix. s starts from the 1-norm and is
+    then lowered by the sharper bound of Al-Mohy & Higham 2009 (Thm 4.2, m = 13 admits p = 4): the Pade error bound
+    holds with ||x|| replaced by alpha_4 = max(||x^4||^(1/4), ||x^5||^(1/5)), bounded above with ||x^5|| <= ||x^4||
+    ||x||. For skew a (normal), alpha_4 approaches the spectral radius, often several times below the 1-norm: each
+    dropped squaring saves one product forward and two backward. Rescaling x by f = 2^j rescales its powers by f^2,
+    f^4, f^6 exactly (powers of two): the Pade functions fold f^k into their coefficients, so nothing is recomputed
+    or copied (j is capped so that f^13 stays finite). For the degree-7 float32 approximant (theta_7) p = 3: alpha_3
+    = max(||x^3||^(1/3), ||x^4||^(1/4)), with ||x^3|| <= ||x^2|| ||x||."""
     s0 = _squarings(flat, theta)
     x = flat * torch.exp2(-s0.to(flat.dtype))[:, None, None]
     x2 = x @ x
