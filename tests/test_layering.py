@@ -12,7 +12,7 @@ experiments and benchmarks. Layers, from the bottom:
   5  integrations   (HF models: builds on models, positional, attention and teleport; imported by the `hf`
                      experiment and the positional_hf benchmark)
   6  experiments | benchmarks   (siblings: neither imports the other)
-  7  cli
+  7  cli, cli_facts   (the command line; `symformer facts` lives in cli_facts)
 
 The package root symformer/__init__.py is a facade that imports parts to register them; it is not a layer.
 """
@@ -28,7 +28,7 @@ LAYERS = {
     "_validation": 0, "registry": 0, "results": 0, "stats": 0, "_io": 0, "report": 0,
     "data": 1, "positional": 1, "attention": 1, "facts": 1,
     "models": 2, "train": 3, "teleport": 4, "integrations": 5,
-    "experiments": 6, "benchmarks": 6, "cli": 7,
+    "experiments": 6, "benchmarks": 6, "cli": 7, "cli_facts": 7,
 }
 SIBLINGS = {frozenset({"experiments", "benchmarks"})}
 

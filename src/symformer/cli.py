@@ -253,7 +253,7 @@ def data_list(data_dir: Optional[Path] = typer.Option(None, "--data-dir")):
 
 def _register_plugins() -> None:
     """Sub-command groups that live beside their system (e.g. `symformer facts`)."""
-    from symformer.facts.cli import app as facts_app
+    from symformer.cli_facts import app as facts_app
     app.add_typer(facts_app, name="facts")
 
 

@@ -1,4 +1,5 @@
-"""`symformer facts build` and `symformer facts rho` for users with their own embeddings (.pt or .npy)."""
+"""`symformer facts build | rho | edit`: stored-fact MLPs for users with their own embeddings (.pt or .npy), and
+MLP swapping on a fact-recall checkpoint. The command-line layer (it reaches down to train for `edit`)."""
 from __future__ import annotations
 
 import json
