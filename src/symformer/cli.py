@@ -259,7 +259,9 @@ def _register_plugins() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from symformer.data.paths import MissingDataError
+    from symformer.results import set_command
     _register_plugins()
+    set_command(list(sys.argv[1:] if argv is None else argv))
     try:
         app(args=argv, standalone_mode=False)
     except (CLIError, MissingDataError, ValueError, TypeError) as e:

@@ -8,8 +8,10 @@ import json
 import math
 import os
 import platform
+import shlex
 import subprocess
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -60,9 +62,21 @@ def git_sha() -> str:
 
 
 def environment(device: str = "cpu") -> dict[str, Any]:
+    """Where a result came from: commit, the command that ran, the machine, the finish time (a recorded run
+    under results/ must say all of them)."""
     return {"torch": torch.__version__, "threads": torch.get_num_threads(), "git_sha": git_sha(),
             "device": device, "python": platform.python_version(), "machine": platform.machine(),
-            "cpu_count": os.cpu_count()}
+            "cpu_count": os.cpu_count(), "host": platform.node(), "command": _COMMAND,
+            "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+
+
+_COMMAND: str | None = None  # the command line that is running, set by the CLI (None from Python)
+
+
+def set_command(argv: list[str]) -> None:
+    """Record the running command line (`symformer ...`), so that every results.json says what produced it."""
+    global _COMMAND
+    _COMMAND = shlex.join(["symformer", *argv])
 
 
 def _jsonable(x: Any) -> Any:

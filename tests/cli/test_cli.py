@@ -59,7 +59,9 @@ def test_run_all_skips_missing_and_writes_format(capsys, fake_experiments, tmp_p
     res = json.loads((out / "alpha" / "results.json").read_text())
     assert res["experiment"] == "alpha" and res["quick"] is True
     assert set(res) >= {"metrics", "claims", "config", "environment"}
-    assert set(res["environment"]) >= {"torch", "threads", "git_sha", "device"}
+    assert set(res["environment"]) >= {"torch", "threads", "git_sha", "device", "host", "finished_at"}
+    # the command that produced it, as the user typed it (a recorded run under results/ must say so)
+    assert res["environment"]["command"] == f"symformer reproduce --quick --out {out} --data-dir {tmp_path}"
     assert res["claims"][0]["verdict"] in ("holds", "fails", "inconclusive")
     assert (out / "alpha" / "report.md").exists()
     index = (out / "report.md").read_text()
