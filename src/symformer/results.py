@@ -76,7 +76,7 @@ _COMMAND: str | None = None  # the command line that is running, set by the CLI 
 def set_command(argv: list[str]) -> None:
     """Record the running command line (`symformer ...`), so that every results.json says what produced it."""
     global _COMMAND
-    _COMMAND = shlex.join(["symformer", *argv])
+    _COMMAND = shlex.join(["symformer", *map(str, argv)])  # main() may be given paths
 
 
 def _jsonable(x: Any) -> Any:
