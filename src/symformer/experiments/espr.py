@@ -6,13 +6,11 @@ from __future__ import annotations
 import time
 from dataclasses import asdict
 
-import torch
-
 from symformer.experiments.base import RunContext, experiment
 from symformer.experiments.espr_audit import run_audit
 from symformer.experiments.espr_ood import ARMS, OODConfig, run_ood
 from symformer.experiments.espr_ood_report import ood_claims, ood_metrics, plot_ir_gap, plot_ood
-from symformer.experiments.jobs import reuse_note
+from symformer.experiments.jobs import one_thread, reuse_note
 from symformer.results import ExperimentResult
 
 
@@ -31,12 +29,8 @@ def ood_config(quick: bool, seed: int) -> OODConfig:
 def run(ctx: RunContext) -> ExperimentResult:
     # The workloads are tiny batched 4x4-16x16 matrix ops and a 16-token ViT: one intra-op thread is about as
     # fast as two on a quiet machine and far faster on an oversubscribed one; restore the setting afterwards.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_thread():
         return _run(ctx)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _run(ctx: RunContext) -> ExperimentResult:

@@ -17,7 +17,7 @@ import torch
 
 from symformer._validation import check_float, check_int, fail
 from symformer.experiments.base import RunContext, experiment
-from symformer.experiments.jobs import Job, reuse_note, run_jobs
+from symformer.experiments.jobs import Job, one_thread, reuse_note, run_jobs
 from symformer.results import Claim, ExperimentResult, verdict
 
 PARTS = ("none", "sinusoidal", "learned", "rope", "string", "circulant_string", "espr")
@@ -289,12 +289,8 @@ def config_for(quick: bool) -> ExtrapolationConfig:
 )
 def run(ctx: RunContext) -> ExperimentResult:
     # small models: one intra-op thread per process (as run_jobs' workers use) is as fast and does not oversubscribe
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_thread():
         return _run(ctx)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _run(ctx: RunContext) -> ExperimentResult:

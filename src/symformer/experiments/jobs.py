@@ -13,6 +13,7 @@ import json
 import platform
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from multiprocessing import get_context
@@ -47,6 +48,19 @@ def _load(path: Path, job: Job) -> Any:
 def _init_worker() -> None:
     import torch
     torch.set_num_threads(1)
+
+
+@contextmanager
+def one_thread():
+    """One intra-op thread inside, the caller's setting restored after: small models run as fast on one thread
+    and do not oversubscribe the cores (run_jobs' workers use one each, so a job's numbers never depend on it)."""
+    import torch
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _call(job: Job) -> tuple[Any, float]:
@@ -101,13 +115,8 @@ def run_jobs(jobs: list[Job], record_dir: Path | None = None, n_workers: int = 1
     elif len(todo) == 1:
         # in this process but with the workers' single thread, so a job's numbers do not depend on how many
         # jobs were left (a resumed run must reproduce an uninterrupted one bit for bit)
-        import torch
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
+        with one_thread():
             done(todo[0], _call(todo[0]))
-        finally:
-            torch.set_num_threads(threads)
     else:
         with ProcessPoolExecutor(min(n_workers, len(todo)), mp_context=get_context("spawn"),
                                  initializer=_init_worker) as pool:
