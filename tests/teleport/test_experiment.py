@@ -42,21 +42,20 @@ def _fake_log(n_better, ratios, bound=None):
     return out
 
 
-def test_pipeline_metrics_and_verdicts_with_fake_runs(tmp_path, monkeypatch):
-    """Reporting logic on canned runs: metric names of the issues, operating point, verdicts from the numbers."""
+def _patch_runs(monkeypatch, calls: list):
+    """Canned training runs, probes, LM runs and checks in place of the real ones (seconds, not hours)."""
     import symformer.experiments.teleport as E
-    from symformer.experiments.base import RunContext
-    calls = []
 
     def fake_arm(dataset, pe, arm, seed, quick, lr, epochs, alpha=0.65, steps=4, optimizer="sgd", max_ratio=None,
                  epoch_at=1):
-        calls.append((arm, alpha, max_ratio))
+        calls.append((arm, alpha, max_ratio, dataset, pe, seed, lr, optimizer, epoch_at))
         curve = [0.5, 0.8, 0.9] if arm == "base" else [0.6, 0.9, 0.95]
         log = [] if arm == "base" else _fake_log(15, [1.02, 1.02, 1.3, 1.005] if alpha == 0.65 else [1.01] * 4,
                                                  max_ratio)
-        return {"curve": curve, "test_acc": curve[-1], "val_acc": curve[-1], "epoch_seconds": [1.0] * 3,
-                "tele_seconds": 0.0 if arm == "base" else 0.01, "overhead_pct": 0.0 if arm == "base" else 0.25,
-                "first_epoch_overhead_pct": 1.0, "grad_norms": [1.0, 2.0], "log": log, "seconds": 3.0}
+        return {"curve": curve, "test_acc": curve[-1] - 0.01 * seed, "val_acc": curve[-1] - 0.01 * lr,
+                "epoch_seconds": [1.0] * 3, "tele_seconds": 0.0 if arm == "base" else 0.01,
+                "overhead_pct": 0.0 if arm == "base" else 0.25, "first_epoch_overhead_pct": 1.0,
+                "grad_norms": [1.0, 2.0], "log": log, "seconds": 3.0}
 
     def fake_probe(dataset, pe, quick, alpha, steps, epochs):  # ratio grows with alpha: 0.2 is the last <= 1.05
         return {"cum_ratio": 1.0 + alpha / 4, "step_ratios": [], "n_better": [12] * steps}
@@ -70,6 +69,14 @@ def test_pipeline_metrics_and_verdicts_with_fake_runs(tmp_path, monkeypatch):
     monkeypatch.setattr(E, "invariance_checks", lambda trials: {"errs": {"rope": 1e-15}, "dims": {"rope": 8},
                                                                 "diag": 0.1, "wrong": 0.2})
     monkeypatch.setattr(E, "closed_form_checks", lambda: 1e-15)
+    return E
+
+
+def test_pipeline_metrics_and_verdicts_with_fake_runs(tmp_path, monkeypatch):
+    """Reporting logic on canned runs: metric names of the issues, operating point, verdicts from the numbers."""
+    from symformer.experiments.base import RunContext
+    calls: list = []
+    E = _patch_runs(monkeypatch, calls)
     res = E.run(RunContext(out_dir=tmp_path, quick=True))
     m = res.metrics
     for name in ("invariance_max_rel_err", "rope_generic_diagonal_err", "rope_wrong_pairing_err",
@@ -80,7 +87,8 @@ def test_pipeline_metrics_and_verdicts_with_fake_runs(tmp_path, monkeypatch):
         assert name in m
     assert m["chosen_alpha"] == {"mnist1d/learned": 0.2, "mnist1d/rope": 0.2}
     assert m["k_fraction_of_epoch"]["mnist1d"] == 4 / 100  # quick: 3200 samples, batch 32
-    assert ("tele", 0.2, 1.05) in calls and ("tele", 0.2, None) in calls and ("tele", 0.65, 1.05) in calls
+    arms = {c[:3] for c in calls}
+    assert ("tele", 0.2, 1.05) in arms and ("tele", 0.2, None) in arms and ("tele", 0.65, 1.05) in arms
     assert m["teleports_rejected_by_guard"]["mnist1d/rope/guard_a0.65/sgd"] == 1  # the 1.3 step
     assert m["norm_ratio_cumulative_max"]["mnist1d/rope/guard_a0.65/sgd"] <= 1.05
     assert m["norm_ratio_cumulative_max_unguarded"]["mnist1d/rope/tele_a0.65/sgd"] > 1.05
@@ -93,6 +101,30 @@ def test_pipeline_metrics_and_verdicts_with_fake_runs(tmp_path, monkeypatch):
     assert v["LM"] == "holds"
     assert all(c.setting and c.paper_setting for c in res.claims)
     assert all((tmp_path / f).is_file() for f in res.figures)
+
+
+def test_full_plan_reports_on_fake_runs(tmp_path, monkeypatch):
+    """The full protocol's own branches (both data sets, three PEs, lr selection on validation, the paper's lr,
+    epoch-2 arm, alpha ablation, AdamW, Zhao) reach a report on canned runs: a recorded run of hours must not
+    fail in its last minute."""
+    from symformer.experiments.base import RunContext
+    calls: list = []
+    E = _patch_runs(monkeypatch, calls)
+    res = E.run(RunContext(out_dir=tmp_path, quick=False))
+    assert len(calls) == len(set(calls))  # identical runs share one job
+    assert {c[3] for c in calls} == {"mnist1d", "digits"} and {c[4] for c in calls} == {"learned", "rope", "string"}
+    assert {c[8] for c in calls} == {1, 2} and {c[7] for c in calls} == {"sgd", "adamw"}
+    m = res.metrics
+    # val_acc falls with lr in the canned runs, so validation picks the smallest lr of the grid for every arm
+    assert set(m["chosen_lr"].values()) == {0.015} and len(m["chosen_lr"]) == 2 * 3 * 2
+    assert set(m["chosen_alpha"]) == {f"{ds}/{pe}" for ds in ("mnist1d", "digits") for pe in ("learned", "rope",
+                                                                                                 "string")}
+    ids = {c.id for c in res.claims}
+    assert {"SPD-learned", "SPD-rope", "ACC-rope", "GUARD-ACC-rope", "ACC-rope-lr0.015", "GUARD-bound", "ZHAO",
+            "ADAMW", "LM"} <= ids
+    v = {c.id: c.verdict for c in res.claims}
+    assert v["SPD-rope"] == "holds"  # 5 seeds, every teleported curve reaches the baseline one epoch earlier
+    assert all(c.setting and c.paper_setting for c in res.claims)
 
 
 @pytest.mark.parametrize("deltas, expected", [([0.02, 0.03, 0.025], "holds"), ([-0.1, -0.12, -0.09], "fails"),
