@@ -203,8 +203,13 @@ def _lm_claims(res: ExperimentResult, lm: dict, quick: bool) -> None:
     res.metrics["lm_swap_nonfact_ce_change_pct"] = sw["nonfact_ce_change_pct"]
     setting = (
         f"ours: {lm['n_facts']} books, d={lm['d']}, MSE SwiGLU h={lm['mlp_hidden']}, 16 templates, "
-        f"single-token names, {lm['train']['steps']} AdamW steps"
+        f"single-token names, {lm['train']['steps']} AdamW steps; soft 2-expert router, router and language expert "
+        "behind the frozen sphere norm like the fact expert; the new MLP is MSE-trained from another seed"
     )
+    parts = sw.get("nonfact_ce_parts", {})
+    split = "".join(f"; {k.replace('_', ' ')} {b:.4f} -> {a:.4f}" for k, (b, a) in parts.items())
+    gate = sw.get("nonfact_fact_gate")
+    gate = "" if gate is None else f"; mean fact-expert gate on non-fact targets {gate:.3f}"
     res.claims.append(
         Claim(
             "S5.4-swap",
@@ -212,7 +217,7 @@ def _lm_claims(res: ExperimentResult, lm: dict, quick: bool) -> None:
             "non-fact cross-entropy rises only ~3%",
             "> 99%; ~3%",
             f"new-fact accuracy {sw['new_fact_accuracy']:.4f}; non-fact CE {sw['nonfact_ce_before']:.4f} -> "
-            f"{sw['nonfact_ce_after']:.4f} ({sw['nonfact_ce_change_pct']:+.2f}%)",
+            f"{sw['nonfact_ce_after']:.4f} ({sw['nonfact_ce_change_pct']:+.2f}%){split}{gate}",
             _miss_verdict(sw["new_fact_accuracy"] > R.TARGET and sw["nonfact_ce_change_pct"] <= 5.0, quick),
             "holds if accuracy > 0.99 and the CE change is <= 5%" + QUICK_MISS,
             setting,
