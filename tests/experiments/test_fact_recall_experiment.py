@@ -103,3 +103,15 @@ def test_code_width_is_the_smallest_storing_m():
                    build_fact_mlp(K, V, f2, "bin+jl", m=width, seed=1, strict=False).accuracy)
 
     assert worst(m) >= R.TARGET > worst(m - 1)
+
+
+def test_constructed_claim_reports_each_gadget_width():
+    pts = [{"kind": "bin+jl", "n_facts": 256, "seed": 0, "size": 32, "h_tilde": ht, "params": 10 * ht, "lipschitz": lip,
+            "fact_adaptive_accuracy": acc, "trained": True} for ht, lip, acc in ((2, 3e4, 0.004), (8, 107.0, 0.997))]
+    out = {"a": {"kind": "bin+jl", "n_facts": 256, "best_fact_adaptive_accuracy": 0.997, "min_params": 80,
+                 "points": pts}}
+    res = ExperimentResult()
+    X._ssfr_claims(res, out, quick=True)
+    row = next(c for c in res.claims if c.id == "S5.1-constructed")
+    assert row.verdict == "holds" and "h~=2: Lipschitz 3e+04, accuracy 0.0040" in row.measured
+    assert [p["h_tilde"] for p in res.metrics["ssfr_constructed_points"]] == [2, 8]
