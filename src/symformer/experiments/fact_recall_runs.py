@@ -4,12 +4,14 @@ and the LM swap check + editing (Sec. 5.4, App. A.3)."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 
 from symformer.data.books import make_books
 from symformer.data.ssfr import make_ssfr
 from symformer.facts.capacity import KNOB, BuildOptions, build_fact_mlp
+from symformer.facts.decodability import decodability
 from symformer.facts.embeddings import random_fact_map
 from symformer.facts.mlp import count_params
 from symformer.train.fact_editing import make_split, run_editors
@@ -42,9 +44,23 @@ def _build_pair(kind: str, size: int, task, f2, seed: int, quick: bool, whiten: 
     K, V = task.mlp_embeddings()
     opts = BuildOptions(train_epochs=3000 if quick else 20000, whiten=whiten, encoder_hidden=h_tilde)
     kw = {KNOB[kind]: size}
-    mlp = build_fact_mlp(K, V, task.facts, kind, seed=seed, strict=False, options=opts, **kw)
-    mlp2 = build_fact_mlp(K, V, f2, kind, seed=seed + 1, strict=False, options=opts, **kw)
+    info = _value_geometry(V) if kind.endswith("+jl") and whiten == 0 else None
+    mlp = build_fact_mlp(K, V, task.facts, kind, seed=seed, strict=False, options=opts, info=info, **kw)
+    mlp2 = build_fact_mlp(K, V, f2, kind, seed=seed + 1, strict=False, options=opts, info=info, **kw)
     return mlp, mlp2
+
+
+_GEOMETRY: dict = {}
+
+
+def _value_geometry(V):
+    """rho(V) and U* (eq. 3-4) for the JL decoder, computed once per value set (13 s at F = 4096): the
+    two MLPs of a swap and every size of a search share the values."""
+    key = (tuple(V.shape), hashlib.sha256(V.double().contiguous().numpy().tobytes()).hexdigest())
+    if key not in _GEOMETRY:
+        _GEOMETRY.clear()
+        _GEOMETRY[key] = decodability(V.double())
+    return _GEOMETRY[key]
 
 
 def ssfr_point(
