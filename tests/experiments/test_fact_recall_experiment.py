@@ -63,3 +63,55 @@ def test_quick_run_writes_results(tmp_path):
     for name in ("ssfr_fact_adaptive_accuracy", "ssfr_min_params_99", "lm_swap_new_fact_accuracy",
                  "lm_swap_nonfact_ce_change_pct", "edit_score", "edit_score_swap_vs_best_baseline"):
         assert name in data["metrics"]
+
+
+def test_constructed_search_fixes_m_then_grows_the_gadget_width(monkeypatch):
+    """Constructions: m is the smallest storing code width, then h~ doubles from ceil(F/d) and is bisected;
+    min_size is the hidden size m h~."""
+    from symformer.experiments import fact_recall_runs as R
+    calls = []
+
+    def point(kind, size, n_facts, d, seed, quick, paper_budget=False, h_tilde=None):
+        calls.append((size, h_tilde))
+        return {"params": size * h_tilde, "fact_adaptive_accuracy": 1.0 if h_tilde >= 5 else 0.5}
+
+    monkeypatch.setattr(R, "code_width", lambda kind, F, d, seeds, start, max_size, bisect: 24)
+    monkeypatch.setattr(R, "ssfr_point", point)
+    r = R.ssfr_search("bin+jl", 256, 128, 1, False, 16, 256, bisect=True)
+    assert (r["m"], r["h_tilde"], r["min_size"], r["min_params"]) == (24, 5, 120, 120)
+    assert [c[1] for c in calls] == [2, 4, 8, 6, 5] and all(c[0] == 24 for c in calls)
+    monkeypatch.setattr(R, "code_width", lambda *a: None)
+    r = R.ssfr_search("bin+jl", 256, 128, 1, False, 16, 256)
+    assert r["min_size"] is None and r["best_fact_adaptive_accuracy"] == 0.0
+
+
+def test_code_width_is_the_smallest_storing_m():
+    """Both MLPs (f and f') store >= 99% at the returned m; at m - 1 one of them does not."""
+    import torch
+
+    from symformer.data.ssfr import make_ssfr
+    from symformer.experiments import fact_recall_runs as R
+    from symformer.facts.capacity import build_fact_mlp
+    torch.set_num_threads(1)
+    m = R.code_width("bin+jl", 64, 32, 1, 4, 64, bisect=True)
+    t = make_ssfr(64, 32, seed=0)
+    K, V = t.mlp_embeddings()
+    f2 = R.random_fact_map(64, seed=10_000)
+
+    def worst(width):
+        return min(build_fact_mlp(K, V, t.facts, "bin+jl", m=width, seed=0, strict=False).accuracy,
+                   build_fact_mlp(K, V, f2, "bin+jl", m=width, seed=1, strict=False).accuracy)
+
+    assert worst(m) >= R.TARGET > worst(m - 1)
+
+
+def test_constructed_claim_reports_each_gadget_width():
+    pts = [{"kind": "bin+jl", "n_facts": 256, "seed": 0, "size": 32, "h_tilde": ht, "params": 10 * ht, "lipschitz": lip,
+            "fact_adaptive_accuracy": acc, "trained": True} for ht, lip, acc in ((2, 3e4, 0.004), (8, 107.0, 0.997))]
+    out = {"a": {"kind": "bin+jl", "n_facts": 256, "best_fact_adaptive_accuracy": 0.997, "min_params": 80,
+                 "points": pts}}
+    res = ExperimentResult()
+    X._ssfr_claims(res, out, quick=True)
+    row = next(c for c in res.claims if c.id == "S5.1-constructed")
+    assert row.verdict == "holds" and "h~=2: Lipschitz 3e+04, accuracy 0.0040" in row.measured
+    assert [p["h_tilde"] for p in res.metrics["ssfr_constructed_points"]] == [2, 8]

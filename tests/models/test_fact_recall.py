@@ -123,3 +123,36 @@ def test_lipschitz_estimate_matches_the_closed_form():
         J = V @ W @ (torch.eye(4, dtype=torch.float64) - torch.outer(x, x) / n ** 2) / n
         ref = max(ref, float(torch.linalg.svdvals(J)[0]))
     assert lipschitz_estimate(mlp, keys, V, n=100) == pytest.approx(ref, rel=1e-12)
+
+
+def test_recall_model_trains_the_junk_rows_only():
+    """App. A.2.2 freezes the key and value embeddings: only the junk rows of the table receive gradient."""
+    t = make_ssfr(16, 16, seed=0)
+    K, V = t.mlp_embeddings()
+    mlp = build_fact_mlp(K, V, t.facts, "gd-swiglu", h=8, strict=False, options=None)
+    for train_junk, expect in ((True, 1), (False, 0)):
+        model = build_recall_model(t, mlp, train_junk=train_junk)
+        tok, mask, tgt = t.batch(*t.all_pairs())
+        torch.nn.functional.cross_entropy(model(tok, mask, last_only=True), tgt + t.n_keys).backward()
+        moved = model.emb_delta.grad.abs().sum(1) > 0
+        assert not moved[:2 * 16].any()
+        assert int(moved[2 * 16:].all()) == expect
+
+
+def test_minimal_gadget_width_makes_an_unusable_interpolant():
+    """Why the SSFR search grows the gadget width h~ (experiments.fact_recall_runs.ssfr_search): at h~ =
+    ceil(F/d) the system M vec(A) = o is square and the construction's Lipschitz constant (eq. 8) explodes,
+    while both MLPs store every fact."""
+    from symformer.facts.capacity import BuildOptions
+    from symformer.facts.decodability import decodability
+    from symformer.train.fact_recall import lipschitz_estimate
+    torch.set_num_threads(1)
+    t = make_ssfr(64, 32, seed=0)
+    K, V = t.mlp_embeddings()
+    info = decodability(V.double())
+    lip = {}
+    for ht in (2, 8):
+        mlp = build_fact_mlp(K, V, t.facts, "bin+jl", m=32, info=info, options=BuildOptions(encoder_hidden=ht))
+        assert mlp.h == 32 * ht and mlp.accuracy == 1.0
+        lip[ht] = lipschitz_estimate(mlp, t.key_embeddings, t.value_embeddings, n=20)
+    assert lip[2] > 10 * lip[8]

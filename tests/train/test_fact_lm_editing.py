@@ -88,3 +88,43 @@ def test_editing_pipeline_scores(tiny_lm):
     sw = swap_check(model, t, E, cfg)
     assert 0.0 <= sw["new_fact_accuracy"] <= 1.0 and sw["nonfact_ce_before"] > 0
     assert lm_eval(model, t)["fact_accuracy"] == sw["train_fact_accuracy"]
+    parts = sw["nonfact_ce_parts"]
+    assert 0.0 <= sw["nonfact_fact_gate"] <= 1.0 and set(parts) == {"before_key", "from_key"}
+    ev = lm_eval(model, t)
+    n_before, n_from = _nonfact_counts(t)   # the split is a partition of the non-fact targets
+    mixed = (n_before * ev["nonfact_ce_before_key"] + n_from * ev["nonfact_ce_from_key"]) / (n_before + n_from)
+    assert mixed == pytest.approx(ev["nonfact_ce"], rel=1e-6)   # float32 sums in another order
+
+
+def _nonfact_counts(t):
+    tok, mask, _ = t.sequences(*t.all_sequences())
+    tgt, valid = tok[:, 1:], mask[:, 1:] & mask[:, :-1]
+    nonfact = valid & (tgt < t.n_words)
+    seen = torch.cumsum((tok[:, :-1] >= t.n_words).long(), 1) > 0
+    return int((nonfact & ~seen).sum()), int((nonfact & seen).sum())
+
+
+def test_moe_experts_share_the_frozen_norm_input_and_top1_routes_one_expert():
+    """App. A.3.2 reading: the MoE sits where the MLP was, behind the frozen pre-MLP norm, so with moe_norm the
+    mixer is invariant to the scale of its input (all three parts see x/|x|); without it, it is not. Top-1
+    routing leaves exactly one expert's output at each position."""
+    from symformer.models.fact_recall import FactRecallConfig, FactRecallTransformer, swap_fact_mlp
+    t = make_books(8, seed=0)
+    E = torch.randn(t.vocab_size, 16, generator=torch.Generator().manual_seed(0))
+    cfg_mlp = LMConfig(d_model=16, mlp_hidden=16, mlp_steps=5)
+    h = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(1))
+    for norm in (True, False):
+        torch.manual_seed(0)
+        m = FactRecallTransformer(FactRecallConfig(t.vocab_size, 16, qk_mlp=True, moe=True, moe_norm=norm), E)
+        swap_fact_mlp(m, mlp_for(t, E, cfg_mlp))
+        with torch.no_grad():
+            same = torch.allclose(m.mixer(3.0 * h), m.mixer(h), atol=1e-5)
+        assert same == norm
+    torch.manual_seed(0)
+    m = FactRecallTransformer(FactRecallConfig(t.vocab_size, 16, qk_mlp=True, moe=True, router_top1=True), E)
+    swap_fact_mlp(m, mlp_for(t, E, cfg_mlp))
+    with torch.no_grad():
+        hn, gate = m.routed(h)
+        assert bool(((gate > 0).sum(-1) == 1).all())
+        soft = torch.softmax(m.router(hn), -1)
+        assert torch.allclose(gate.sum(-1), soft.max(-1).values)

@@ -4,11 +4,14 @@ and the LM swap check + editing (Sec. 5.4, App. A.3)."""
 
 from __future__ import annotations
 
+import hashlib
+import math
 import time
 
 from symformer.data.books import make_books
 from symformer.data.ssfr import make_ssfr
 from symformer.facts.capacity import KNOB, BuildOptions, build_fact_mlp
+from symformer.facts.decodability import decodability
 from symformer.facts.embeddings import random_fact_map
 from symformer.facts.mlp import count_params
 from symformer.train.fact_editing import make_split, run_editors
@@ -35,6 +38,31 @@ def ssfr_train_config(quick: bool, seed: int, paper_budget: bool = False) -> SSF
     return SSFRTrainConfig(steps=3000, batch_size=256, lr=1e-3, seed=seed, stop_accuracy=0.995, eval_every=250)
 
 
+def _build_pair(kind: str, size: int, task, f2, seed: int, quick: bool, whiten: float = 0.0,
+                h_tilde: int | None = None):
+    """The MLP storing f (trained with) and the one storing f' (swapped in), built alike."""
+    K, V = task.mlp_embeddings()
+    opts = BuildOptions(train_epochs=3000 if quick else 20000, whiten=whiten, encoder_hidden=h_tilde)
+    kw = {KNOB[kind]: size}
+    info = _value_geometry(V) if kind.endswith("+jl") and whiten == 0 else None
+    mlp = build_fact_mlp(K, V, task.facts, kind, seed=seed, strict=False, options=opts, info=info, **kw)
+    mlp2 = build_fact_mlp(K, V, f2, kind, seed=seed + 1, strict=False, options=opts, info=info, **kw)
+    return mlp, mlp2
+
+
+_GEOMETRY: dict = {}
+
+
+def _value_geometry(V):
+    """rho(V) and U* (eq. 3-4) for the JL decoder, computed once per value set (13 s at F = 4096): the
+    two MLPs of a swap and every size of a search share the values."""
+    key = (tuple(V.shape), hashlib.sha256(V.double().contiguous().numpy().tobytes()).hexdigest())
+    if key not in _GEOMETRY:
+        _GEOMETRY.clear()
+        _GEOMETRY[key] = decodability(V.double())
+    return _GEOMETRY[key]
+
+
 def ssfr_point(
     kind: str,
     size: int,
@@ -46,20 +74,20 @@ def ssfr_point(
     whiten: float = 0.0,
     lipschitz: bool = False,
     paper_budget: bool = False,
+    h_tilde: int | None = None,
 ) -> dict:
-    """Train the Sec. 5.1 transformer with an MLP storing f, swap in one storing f', measure SSFR[f'] accuracy."""
+    """Train the Sec. 5.1 transformer with an MLP storing f, swap in one storing f', measure SSFR[f'] accuracy.
+    `size` is the method's knob (m for constructions, h otherwise); `h_tilde` the gadget width per code."""
     t0 = time.perf_counter()
     task = make_ssfr(n_facts, d, kappa=kappa, seed=seed)
-    K, V = task.mlp_embeddings()
     f2 = random_fact_map(n_facts, seed=10_000 + seed)
-    opts = BuildOptions(train_epochs=3000 if quick else 20000, whiten=whiten)
-    kw = {KNOB[kind]: size}
-    mlp = build_fact_mlp(K, V, task.facts, kind, seed=seed, strict=False, options=opts, **kw)
-    mlp2 = build_fact_mlp(K, V, f2, kind, seed=seed + 1, strict=False, options=opts, **kw)
+    mlp, mlp2 = _build_pair(kind, size, task, f2, seed, quick, whiten, h_tilde)
     rec = {
         "kind": kind,
         "size": size,
         "knob": KNOB[kind],
+        "h_tilde": h_tilde,
+        "hidden": mlp.h,
         "n_facts": n_facts,
         "d": d,
         "seed": seed,
@@ -69,7 +97,7 @@ def ssfr_point(
         "capacity": mlp.accuracy,
         "capacity_new": mlp2.accuracy,
     }
-    if lipschitz:
+    if lipschitz or KNOB[kind] == "m":
         rec["lipschitz"] = lipschitz_estimate(mlp, task.key_embeddings, task.value_embeddings, seed=seed)
     if mlp2.accuracy < TARGET and not lipschitz:
         # the swapped-in MLP itself stores < 99% of f': the size cannot reach the target; not trained
@@ -91,6 +119,34 @@ def _ok(points: list[dict]) -> bool:
     return max((p["fact_adaptive_accuracy"] or 0.0) for p in points) >= TARGET
 
 
+def _smallest(ok, start: int, max_size: int, bisect: bool) -> int | None:
+    """Smallest integer in [start, max_size] passing `ok` (assumed monotone): doubling, then bisection."""
+    lo, hi = 0, start
+    while not ok(hi):
+        if hi >= max_size:
+            return None
+        lo, hi = hi, min(2 * hi, max_size)
+    while bisect and hi - lo > 1 and lo > 0:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    return hi
+
+
+def code_width(kind: str, n_facts: int, d: int, seeds: int, start: int, max_size: int, bisect: bool) -> int | None:
+    """Smallest decoder width m at which, for some seed, both built MLPs (f and f') store >= 99% of their
+    facts: the storage requirement alone, found from MLP builds (no transformer is trained)."""
+
+    def ok(m: int) -> bool:
+        for s in range(seeds):
+            task = make_ssfr(n_facts, d, seed=s)
+            mlp, mlp2 = _build_pair(kind, m, task, random_fact_map(n_facts, seed=10_000 + s), s, True)
+            if min(mlp.accuracy, mlp2.accuracy) >= TARGET:
+                return True
+        return False
+
+    return _smallest(ok, start, max_size, bisect)
+
+
 def ssfr_search(
     kind: str,
     n_facts: int,
@@ -102,32 +158,42 @@ def ssfr_search(
     bisect: bool = True,
     paper_budget: bool = False,
 ) -> dict:
-    """Smallest size (knob m or h) whose max-over-seeds fact-adaptive accuracy is >= 99%: doubling from
-    `start`, then (if `bisect`) bisection between the last failure and the first success."""
+    """Smallest MLP hidden size whose max-over-seeds fact-adaptive accuracy is >= 99% (App. A.2.3).
+    GD / NTK MLPs: the knob is h. Constructions (h = m h~): m is fixed at the smallest code width that
+    stores the facts (`code_width`), then the gadget width h~ is searched from its minimum ceil(F/d)
+    (Alg. 3: d h~ >= |K|) upward. Reading: the paper searches "the hidden size h" without saying how h
+    splits into m codes x h~ units; at the minimum h~ the gadget system is square and its interpolant has
+    a Lipschitz constant (eq. 8) in the thousands, which no transformer can use (Sec. 5.3)."""
     seen: dict[int, list[dict]] = {}
+    constructed = KNOB[kind] == "m"
+    m = code_width(kind, n_facts, d, seeds, start, max_size, bisect) if constructed else None
 
     def ok(size: int) -> bool:
         if size not in seen:
-            seen[size] = [ssfr_point(kind, size, n_facts, d, s, quick, paper_budget=paper_budget) for s in range(seeds)]
+            knob, ht = (m, size) if constructed else (size, None)
+            seen[size] = [
+                ssfr_point(kind, knob, n_facts, d, s, quick, paper_budget=paper_budget, h_tilde=ht)
+                for s in range(seeds)
+            ]
         return _ok(seen[size])
 
-    lo, hi = 0, start
-    while not ok(hi):
-        if hi >= max_size:
-            hi = None
-            break
-        lo, hi = hi, min(2 * hi, max_size)
-    while bisect and hi is not None and hi - lo > 1 and lo > 0:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if ok(mid) else (mid, hi)
+    if constructed and m is None:
+        hi = None
+    elif constructed:
+        base = math.ceil(n_facts / d)
+        hi = _smallest(ok, base, base * (8 if quick else 32), bisect)
+    else:
+        hi = _smallest(ok, start, max_size, bisect)
     pts = [p for ps in seen.values() for p in ps]
-    faa = max((p["fact_adaptive_accuracy"] or 0.0) for p in pts)
+    faa = max((p["fact_adaptive_accuracy"] or 0.0) for p in pts) if pts else 0.0
     params = None if hi is None else max(p["params"] for p in seen[hi])
     return {
         "kind": kind,
         "n_facts": n_facts,
         "d": d,
-        "min_size": hi,
+        "m": m,
+        "h_tilde": hi if constructed else None,
+        "min_size": None if hi is None else (m * hi if constructed else hi),
         "min_params": params,
         "paper_budget": paper_budget,
         "best_fact_adaptive_accuracy": faa,

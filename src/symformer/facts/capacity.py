@@ -29,6 +29,7 @@ class FactStorageError(ValueError):
 @dataclass
 class BuildOptions:
     h_mult: float = 1.0            # encoder width multiplier (h~ = ceil(mult |K|/d~))
+    encoder_hidden: int | None = None  # gadget width h~ per code, overriding h_mult (>= ceil(|K|/d~))
     decoder_steps: int = 1000      # GD decoder (App. A.1.3)
     encoder_steps: int = 1000      # GD encoder
     train_epochs: int = 20000      # GD MLPs
@@ -56,7 +57,7 @@ def _encoder(keys: torch.Tensor, codes: torch.Tensor, kind: str, seed: int, opts
         return encoders.two_hot_gated_encoder(keys, codes)
     bias = kind in ("bin-bias", "lagrangian")
     base = encoders.gadget_hidden(n, d, bias) * (2 if kind == "lagrangian" else 1)
-    ht = max(base, math.ceil(opts.h_mult * base))
+    ht = max(base, math.ceil(opts.h_mult * base)) if opts.encoder_hidden is None else opts.encoder_hidden
     if kind == "cd":
         return encoders.central_difference_encoder(keys, codes, ht, seed=seed)
     if kind == "lagrangian":

@@ -59,6 +59,8 @@ def memit_update(W: torch.Tensor, C: torch.Tensor, keys: torch.Tensor, values: t
     check_float("lam", lam, 0.0)
     R = V - W @ K
     A = lam * C + K @ K.T
+    if lam == 0:  # A = K K^T is singular when n < h: the minimum-norm solution (SVD), not an LU of a singular A
+        return torch.linalg.lstsq(A, K @ R.T, driver="gelsd").solution.T
     return torch.linalg.solve(A, K @ R.T).T         # A symmetric: R K^T A^-1 = (A^-1 K R^T)^T
 
 

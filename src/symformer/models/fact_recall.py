@@ -75,6 +75,8 @@ class FactRecallConfig:
     qk_mlp: bool = False               # App. A.3.2: Q, K parametrised with MLPs
     moe: bool = False                  # App. A.3.2: 2-expert MoE (fact expert + low-rank language expert)
     lang_rank: int = 32                # rank of the language expert (ours; the paper does not give it)
+    router_top1: bool = False          # Switch-style top-1 routing (ours): only the chosen expert runs
+    moe_norm: bool = True              # the MoE takes the MLP's place, behind its frozen pre-MLP norm (A.3.2)
     qk_hidden: int = 256               # hidden width of the Q/K MLPs and the router (ours)
     log_scale_init: float = 0.0        # initial log read-out temperature (ours; learnable)
 
@@ -166,8 +168,26 @@ class FactRecallTransformer(nn.Module):
             fact = torch.cat([fact[:, :-1], fact[:, -1:] + fact_delta[:, None]], 1)
         if not self.cfg.moe:
             return fact
-        gate = torch.softmax(self.router(h), dim=-1)
-        return gate[..., :1] * fact + gate[..., 1:] * self.lang(h)
+        hn, gate = self.routed(h)  # with moe_norm, router and language expert see what the fact expert sees
+        return gate[..., :1] * fact + gate[..., 1:] * self.lang(hn)
+
+    def routed(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The MoE's input (the frozen-norm output with `moe_norm`) and its gates (.., 2): fact, language."""
+        hn = self.mlp_norm(h) if self.cfg.moe_norm else h
+        gate = torch.softmax(self.router(hn), dim=-1)
+        if self.cfg.router_top1:
+            # Switch Transformer routing: the chosen expert's output scaled by its gate (the router's gradient);
+            # the other expert contributes exactly nothing at that position
+            gate = gate * F.one_hot(gate.argmax(-1), 2).to(gate.dtype)
+        return hn, gate
+
+    @torch.no_grad()
+    def fact_gate(self, tokens: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, N) weight the router gives the fact expert at each position (MoE models)."""
+        h = self.attend(F.embedding(tokens, self.embedding_table()), mask, False)
+        if self.cfg.residual:
+            h = h + F.embedding(tokens, self.embedding_table())
+        return self.routed(h)[1][..., 0]
 
     def features(self, tokens: torch.Tensor, mask: torch.Tensor | None = None, last_only: bool = False,
                  mlp_out_delta: torch.Tensor | None = None) -> torch.Tensor:

@@ -24,6 +24,8 @@ class LMConfig:
     lr: float = 2e-3
     seed: int = 0
     residual: bool = False        # App. A.3.2: the A.2.2 setup (no residuals) plus MoE and MLP Q/K
+    router_top1: bool = False     # top-1 (Switch) routing instead of the soft 2-expert mixture (ours)
+    moe_norm: bool = True         # router / language expert behind the frozen pre-MLP norm, like the fact expert
 
 
 def lm_embeddings(task: BooksTask, d: int, seed: int) -> torch.Tensor:
@@ -46,7 +48,7 @@ def build_lm(task: BooksTask, cfg: LMConfig) -> tuple[FactRecallTransformer, tor
     E = lm_embeddings(task, cfg.d_model, cfg.seed)
     torch.manual_seed(cfg.seed)
     mcfg = FactRecallConfig(vocab_size=task.vocab_size, d_model=cfg.d_model, residual=cfg.residual, qk_mlp=True,
-                            moe=True)
+                            moe=True, router_top1=cfg.router_top1, moe_norm=cfg.moe_norm)
     words = torch.zeros(task.vocab_size, dtype=torch.bool)
     words[:task.n_words] = True
     model = FactRecallTransformer(mcfg, E, trainable_tokens=words)
@@ -81,12 +83,15 @@ def train_lm(model: FactRecallTransformer, task: BooksTask, cfg: LMConfig) -> di
 
 @torch.no_grad()
 def lm_eval(model: FactRecallTransformer, task: BooksTask, books: torch.Tensor | None = None,
-            templates: torch.Tensor | None = None, batch: int = 1024) -> dict:
+            templates: torch.Tensor | None = None, batch: int = 1024, gates: bool = False) -> dict:
     """Fact accuracy (argmax over the whole vocabulary at the author position) and the mean cross-entropy
-    on non-fact targets (template words; the book and author targets are fact tokens)."""
+    on non-fact targets (template words; the book and author targets are fact tokens), also split into
+    targets predicted before the book token is read and from it on (and, with `gates`, the router's mean
+    fact-expert gate at the positions predicting them)."""
     if books is None:
         books, templates = task.all_sequences()
-    hits, ce_sum, ce_n = 0, 0.0, 0
+    hits, sums = 0, {"all": [0.0, 0], "before_key": [0.0, 0], "from_key": [0.0, 0]}
+    gate_sum = 0.0
     lo_fact = task.n_words
     for s in range(0, len(books), batch):
         tok, mask, pos = task.sequences(books[s:s + batch], templates[s:s + batch])
@@ -95,15 +100,22 @@ def lm_eval(model: FactRecallTransformer, task: BooksTask, books: torch.Tensor |
         pred = logits[torch.arange(len(tok)), pos].argmax(-1)
         hits += int((pred == tok[:, -1]).sum())
         nonfact = valid & (tgt < lo_fact)
-        ce_sum += float(F.cross_entropy(logits[nonfact], tgt[nonfact], reduction="sum"))
-        ce_n += int(nonfact.sum())
-    return {"fact_accuracy": hits / len(books), "nonfact_ce": ce_sum / max(ce_n, 1)}
+        ce = F.cross_entropy(logits.transpose(1, 2), tgt, reduction="none")
+        seen_key = torch.cumsum((tok[:, :-1] >= lo_fact).long(), 1) > 0
+        for name, sel in (("all", nonfact), ("before_key", nonfact & ~seen_key), ("from_key", nonfact & seen_key)):
+            sums[name][0] += float(ce[sel].sum())
+            sums[name][1] += int(sel.sum())
+        if gates and model.cfg.moe:
+            gate_sum += float(model.fact_gate(tok[:, :-1], mask[:, :-1])[nonfact].sum())
+    ce = {k: v[0] / max(v[1], 1) for k, v in sums.items()}
+    return {"fact_accuracy": hits / len(books), "nonfact_ce": ce["all"], "nonfact_ce_before_key": ce["before_key"],
+            "nonfact_ce_from_key": ce["from_key"], "nonfact_fact_gate": gate_sum / max(sums["all"][1], 1)}
 
 
 def swap_check(model: FactRecallTransformer, task: BooksTask, E: torch.Tensor, cfg: LMConfig, seed: int = 1) -> dict:
     """App. A.3.3 / Fig. 9b: swap in an MLP storing a different book -> author map; accuracy on the new facts
     and the relative change of the non-fact cross-entropy."""
-    before = lm_eval(model, task)
+    before = lm_eval(model, task, gates=True)
     g = torch.Generator().manual_seed(10_000 + seed)
     new_task = task.with_facts(torch.randperm(len(task.books), generator=g))
     new_mlp = mlp_for(new_task, E, cfg, seed)
@@ -115,4 +127,7 @@ def swap_check(model: FactRecallTransformer, task: BooksTask, E: torch.Tensor, c
     return {"train_fact_accuracy": before["fact_accuracy"], "nonfact_ce_before": before["nonfact_ce"],
             "new_fact_accuracy": after["fact_accuracy"], "nonfact_ce_after": after["nonfact_ce"],
             "nonfact_ce_change_pct": 100 * (after["nonfact_ce"] / before["nonfact_ce"] - 1),
+            "nonfact_ce_parts": {k: [before[f"nonfact_ce_{k}"], after[f"nonfact_ce_{k}"]]
+                                 for k in ("before_key", "from_key")},
+            "nonfact_fact_gate": before["nonfact_fact_gate"],
             "new_mlp_capacity": new_mlp.accuracy, "n_templates": len(TEMPLATES)}

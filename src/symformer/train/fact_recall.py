@@ -23,11 +23,14 @@ class SSFRTrainConfig:
     eval_every: int = 250
 
 
-def build_recall_model(task: SSFRTask, mlp: nn.Module, seed: int = 0, **switches) -> FactRecallTransformer:
-    """The Sec. 5.1 transformer on the task's (frozen) embeddings with `mlp` in its slot."""
+def build_recall_model(task: SSFRTask, mlp: nn.Module, seed: int = 0, train_junk: bool = True,
+                       **switches) -> FactRecallTransformer:
+    """The Sec. 5.1 transformer on the task's embeddings with `mlp` in its slot. App. A.2.2 freezes the key
+    and value embeddings; the junk rows are trained (`train_junk`, as the text leaves only those frozen)."""
     torch.manual_seed(seed)
     cfg = FactRecallConfig(vocab_size=task.vocab_size, d_model=task.d, **switches)
-    model = FactRecallTransformer(cfg, task.embeddings)
+    junk = torch.arange(task.vocab_size) >= task.n_keys + task.n_values
+    model = FactRecallTransformer(cfg, task.embeddings, trainable_tokens=junk if train_junk else None)
     swap_fact_mlp(model, mlp)
     return model
 
@@ -90,11 +93,11 @@ def lipschitz_estimate(mlp: nn.Module, keys: torch.Tensor, values: torch.Tensor,
     g = torch.Generator().manual_seed(seed)
     idx = torch.randperm(keys.shape[0], generator=g)[:n]
 
-    def f(x: torch.Tensor) -> torch.Tensor:
-        return V @ mlp(norm(x))
-
-    best = 0.0
-    for i in idx.tolist():
-        J = torch.func.jacrev(f)(keys[i].to(mlp.dtype))
-        best = max(best, float(torch.linalg.matrix_norm(J.detach(), ord=2)))
+    X = keys[idx].to(mlp.dtype).clone().requires_grad_(True)
+    with torch.enable_grad():
+        out = mlp(norm(X))                                          # (n, d); key i only moves row i
+        # row j of every key's Jacobian d MLP(norm(x))/dx at once: d backward passes over the batch
+        rows = [torch.autograd.grad(out[:, j].sum(), X, retain_graph=True)[0] for j in range(out.shape[1])]
+    J = V @ torch.stack(rows, 1)                                    # (n, |V|, d) = V^T dMLP/dx per key
+    best = float(torch.linalg.matrix_norm(J.detach(), ord=2).max())
     return best
