@@ -67,3 +67,17 @@ def test_bad_jobs(jobs, name):
 def test_bad_worker_count():
     with pytest.raises(ValueError, match="n_workers"):
         run_jobs(_jobs(), n_workers=0)
+
+
+def test_serial_jobs_run_on_the_workers_single_thread():
+    """--jobs 1 runs each job on one intra-op thread, as a worker does, so a record never depends on --jobs;
+    the caller's thread setting comes back afterwards."""
+    import torch
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        jobs = [Job("t1", torch.get_num_threads, {}), Job("t2", torch.get_num_threads, {})]
+        assert run_jobs(jobs, None, n_workers=1) == {"t1": 1, "t2": 1}
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

@@ -109,14 +109,12 @@ def run_jobs(jobs: list[Job], record_dir: Path | None = None, n_workers: int = 1
 
     if not todo:  # everything reused (a resumed batch that had finished): no pool of zero workers
         pass
-    elif n_workers == 1:
-        for j in todo:
-            done(j, _call(j))
-    elif len(todo) == 1:
-        # in this process but with the workers' single thread, so a job's numbers do not depend on how many
-        # jobs were left (a resumed run must reproduce an uninterrupted one bit for bit)
+    elif n_workers == 1 or len(todo) == 1:
+        # in this process but with the workers' single thread, so a job's numbers depend neither on --jobs nor on
+        # how many jobs were left (a resumed run must reproduce an uninterrupted one bit for bit)
         with one_thread():
-            done(todo[0], _call(todo[0]))
+            for j in todo:
+                done(j, _call(j))
     else:
         with ProcessPoolExecutor(min(n_workers, len(todo)), mp_context=get_context("spawn"),
                                  initializer=_init_worker) as pool:
