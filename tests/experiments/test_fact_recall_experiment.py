@@ -75,7 +75,7 @@ def test_constructed_search_fixes_m_then_grows_the_gadget_width(monkeypatch):
         calls.append((size, h_tilde))
         return {"params": size * h_tilde, "fact_adaptive_accuracy": 1.0 if h_tilde >= 5 else 0.5}
 
-    monkeypatch.setattr(R, "code_width", lambda kind, F, d, seeds, start, max_size, bisect: 24)
+    monkeypatch.setattr(R, "code_width", lambda kind, F, d, seeds, start, max_size, bisect, quick: 24)
     monkeypatch.setattr(R, "ssfr_point", point)
     r = R.ssfr_search("bin+jl", 256, 128, 1, False, 16, 256, bisect=True)
     assert (r["m"], r["h_tilde"], r["min_size"], r["min_params"]) == (24, 5, 120, 120)

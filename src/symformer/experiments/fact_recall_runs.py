@@ -132,14 +132,16 @@ def _smallest(ok, start: int, max_size: int, bisect: bool) -> int | None:
     return hi
 
 
-def code_width(kind: str, n_facts: int, d: int, seeds: int, start: int, max_size: int, bisect: bool) -> int | None:
+def code_width(kind: str, n_facts: int, d: int, seeds: int, start: int, max_size: int, bisect: bool,
+               quick: bool = True) -> int | None:
     """Smallest decoder width m at which, for some seed, both built MLPs (f and f') store >= 99% of their
-    facts: the storage requirement alone, found from MLP builds (no transformer is trained)."""
+    facts: the storage requirement alone, found from MLP builds (no transformer is trained), built with the
+    same budget as the points that use it."""
 
     def ok(m: int) -> bool:
         for s in range(seeds):
             task = make_ssfr(n_facts, d, seed=s)
-            mlp, mlp2 = _build_pair(kind, m, task, random_fact_map(n_facts, seed=10_000 + s), s, True)
+            mlp, mlp2 = _build_pair(kind, m, task, random_fact_map(n_facts, seed=10_000 + s), s, quick)
             if min(mlp.accuracy, mlp2.accuracy) >= TARGET:
                 return True
         return False
@@ -166,7 +168,7 @@ def ssfr_search(
     a Lipschitz constant (eq. 8) in the thousands, which no transformer can use (Sec. 5.3)."""
     seen: dict[int, list[dict]] = {}
     constructed = KNOB[kind] == "m"
-    m = code_width(kind, n_facts, d, seeds, start, max_size, bisect) if constructed else None
+    m = code_width(kind, n_facts, d, seeds, start, max_size, bisect, quick) if constructed else None
 
     def ok(size: int) -> bool:
         if size not in seen:
