@@ -156,3 +156,14 @@ def test_minimal_gadget_width_makes_an_unusable_interpolant():
         assert mlp.h == 32 * ht and mlp.accuracy == 1.0
         lip[ht] = lipschitz_estimate(mlp, t.key_embeddings, t.value_embeddings, n=20)
     assert lip[2] > 10 * lip[8]
+
+
+@pytest.mark.parametrize("bad, err", [(1, ValueError), (2.5, TypeError), (True, TypeError)])
+def test_encoder_hidden_below_the_gadget_minimum_is_refused(bad, err):
+    """h~ < ceil(|K|/d) (Alg. 3) cannot store the facts: named, with the minimum, instead of a silent miss."""
+    from symformer.facts import BuildOptions, build_fact_mlp
+    from symformer.facts.embeddings import make_fact_set
+    fs = make_fact_set(64, 16, seed=0)  # minimum gadget width ceil(64 / 16) = 4
+    with pytest.raises(err, match="options.encoder_hidden"):
+        build_fact_mlp(fs.keys, fs.values, fs.facts, "bin+jl", m=16, strict=False,
+                       options=BuildOptions(encoder_hidden=bad))

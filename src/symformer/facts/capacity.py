@@ -57,7 +57,9 @@ def _encoder(keys: torch.Tensor, codes: torch.Tensor, kind: str, seed: int, opts
         return encoders.two_hot_gated_encoder(keys, codes)
     bias = kind in ("bin-bias", "lagrangian")
     base = encoders.gadget_hidden(n, d, bias) * (2 if kind == "lagrangian" else 1)
-    ht = max(base, math.ceil(opts.h_mult * base)) if opts.encoder_hidden is None else opts.encoder_hidden
+    # Alg. 3: d h~ >= |K| gadget units per code, else the gadget system is underdetermined and cannot store f
+    ht = (max(base, math.ceil(opts.h_mult * base)) if opts.encoder_hidden is None
+          else check_int("options.encoder_hidden", opts.encoder_hidden, base))
     if kind == "cd":
         return encoders.central_difference_encoder(keys, codes, ht, seed=seed)
     if kind == "lagrangian":
