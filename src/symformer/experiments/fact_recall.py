@@ -15,7 +15,7 @@ import sys
 
 from symformer.experiments import fact_recall_runs as R
 from symformer.experiments.base import RunContext, experiment
-from symformer.experiments.jobs import Job, one_thread, reuse_note, run_jobs
+from symformer.experiments.jobs import Job, reuse_note, run_jobs
 from symformer.results import Claim, ExperimentResult, verdict
 
 PAPER_SETTING_SSFR = "d=128, F in 2^8..2^14, 4 seeds (max), AdamW lr 2e-4 for 4.8M sequences, 5 MLP kinds"
@@ -269,14 +269,7 @@ def _lm_claims(res: ExperimentResult, lm: dict, quick: bool) -> None:
     options=OPTIONS,
 )
 def run(ctx: RunContext) -> ExperimentResult:
-    # one intra-op thread, as run_jobs' workers have: the models are small, and with 2 threads beside other
-    # processes every kernel ends in a barrier on a descheduled thread (5-10x slower measured here); it also
-    # makes --jobs 1 reproduce --jobs N bit for bit
-    with one_thread():
-        return _run(ctx)
-
-
-def _run(ctx: RunContext) -> ExperimentResult:
+    # every training run goes through run_jobs, which runs it on one intra-op thread whatever --jobs is
     res = ExperimentResult()
     stats: dict = {}
     runs = ctx.out_dir / "runs"
