@@ -83,6 +83,23 @@ def _other_model(t):
             "--set", "model.d_model=32", "--set", "model.n_heads=2", "--set", "model.n_layers=1", "--out", t / "out"]
 
 
+def _fact_edit(t, edits, model=None):
+    """`facts edit` on an untrained SSFR model whose checkpoint asks for a 1-wide MLP (it cannot store 32 facts)."""
+    from symformer.data.ssfr import make_ssfr
+    from symformer.facts import build_fact_mlp
+    from symformer.train.fact_checkpoint import save_fact_model
+    from symformer.train.fact_recall import build_recall_model
+    args = dict(n_facts=32, d=32, seed=0)
+    task = make_ssfr(**args)
+    if model is None:
+        model = t / "m.pt"
+        K, V = task.mlp_embeddings()
+        save_fact_model(model, build_recall_model(task, build_fact_mlp(K, V, task.facts, "gd-swiglu", h=32)), "ssfr",
+                        args, task.facts, {"method": "bin+jl", "size": 1})
+    (t / "new.json").write_text(json.dumps(edits))
+    return ["facts", "edit", "--model", model, "--facts", t / "new.json", "--out", t / "o.pt"]
+
+
 def _blocked(t, *argv):
     (t / "out").write_text("x")
     return list(argv) + ["--out", t / "out"]
@@ -115,6 +132,12 @@ CASES = {
     ("symformer facts build", "a `.pt` whose pickle calls `open`"):
         lambda t: (torch.save(Evil(t / "PWNED"), t / "k.pt"),
                    ["facts", "build", "--keys", t / "k.pt", "--values", t / "k.pt", "--out", t / "m.pt"])[1],
+    ("symformer facts edit", "a crafted pickle checkpoint as `--model`"):
+        lambda t: (torch.save({"x": Evil(t / "PWNED")}, t / "evil.pt"), _fact_edit(t, [], t / "evil.pt"))[1],
+    ("symformer facts edit", "an edit file with an unknown key and a key with two values"):
+        lambda t: _fact_edit(t, [["nope", "v1"], ["k1", "v1"], ["k1", "v2"]]),
+    ("symformer facts edit", "a checkpoint whose MLP recipe cannot store the facts (`bin+jl`, width 1)"):
+        lambda t: _fact_edit(t, [["k1", "v5"]]),
     ("symformer train", "`--set train.lrr=0.1`"):
         lambda t: ["train", "--preset", "digits-vit", "--set", "train.lrr=0.1", "--out", t / "out"],
     ("symformer train", "`--config` file with invalid JSON"):
