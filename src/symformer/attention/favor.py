@@ -89,12 +89,14 @@ def positive_features(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 def _project(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """x @ w^T for x (..., N, d), w (m, d) as ONE GEMM over all rows: matmul of a non-contiguous x (the
     (B, H, N, Dh) heads view of a (B, N, H, Dh) projection) would expand w into a batched GEMM of thin
-    N x d x m products; copying x (d << m) costs less."""
-    return (x.contiguous().view(-1, x.shape[-1]) @ w.T).view(*x.shape[:-1], w.shape[0])
+    N x d x m products; copying x (d << m) costs less. matmul folds a contiguous x into one mm and returns
+    a tensor autograd does not track as a view: the callers' in-place sub_/exp_ on an explicit .view() of
+    the mm output made autograd record CopySlices, which copies and zero-fills feature-sized gradients."""
+    return torch.matmul(x.contiguous(), w.T)
 
 
 def _half_sq_norm(x: torch.Tensor, scale: float) -> torch.Tensor:
-    """|x^|^2 / 2 with x^ = sqrt(scale) x (one fused pass)."""
+    """|x^|^2 / 2 with x^ = sqrt(scale) x (one fused pass); scale = -s gives exactly -(|x^|^2 / 2) at s."""
     return (0.5 * scale) * torch.linalg.vector_norm(x, dim=-1, keepdim=True).square()
 
 
@@ -122,7 +124,7 @@ def _key_features(k: torch.Tensor, w: torch.Tensor, scale: float, kernel_eps: fl
     if kernel_eps == 0:
         # c from the row maxima (no pass over the N x m block besides amax); subtract |k^|^2/2 + c in one go
         c = (proj.detach().amax(dim=-1, keepdim=True) - half_sq.detach()).amax(dim=-2, keepdim=True)
-        return proj.sub_(half_sq + c).exp_()
+        return proj.add_(-(half_sq + c)).exp_()  # adding the negated (N, 1) term: no feature-sized neg in backward
     # performer-pytorch: the constant is max_{j,l} k^_j.w_l (detached), then eps is added
     log_ratio = -0.5 * math.log(w.shape[0])
     stab = proj.detach().amax(dim=(-1, -2), keepdim=True)
@@ -174,7 +176,7 @@ def favor_noncausal_streamed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     kv = ksum = c = None
     for s in range(0, k.shape[-2], rows):
         kb = k[..., s:s + rows, :]
-        logf = _project(kb, ws.T).sub_(_half_sq_norm(kb, scale))  # log phi(k^_j) + log sqrt(m)
+        logf = _project(kb, ws.T).add_(_half_sq_norm(kb, -scale))  # log phi(k^_j) + log sqrt(m)
         c_new = logf.detach().amax(dim=(-1, -2), keepdim=True)
         c_new = c_new if c is None else torch.maximum(c, c_new)
         f = logf.sub_(c_new).exp_()
@@ -202,7 +204,9 @@ def _favor_one_block(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ws: torc
     """The training form of favor_noncausal_streamed (same estimator, same stabilisers): one block, and the
     numerator and denominator from one GEMM per side, phi(K)^T [V, 1] then phi(Q) [phi(K)^T V, phi(K)^T 1],
     so the backward accumulates no separate feature-sized gradients of a key sum and a second query GEMM."""
-    logf = _project(k, ws.T).sub_(_half_sq_norm(k, scale))  # log phi(k^_j) + log sqrt(m)
+    # log phi(k^_j) + log sqrt(m); adding -|k^|^2/2 (exactly the negation) rather than subtracting |k^|^2/2
+    # keeps the backward from negating the feature-sized gradient before reducing it to (N, 1)
+    logf = _project(k, ws.T).add_(_half_sq_norm(k, -scale))
     f = logf.sub_(logf.detach().amax(dim=(-1, -2), keepdim=True)).exp_()  # one constant per (batch, head)
     if keep is not None:
         f = f * keep
