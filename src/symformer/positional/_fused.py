@@ -9,9 +9,10 @@ does not fuse this way, which is why compiling it gained nothing.
 
 Used only at or above FUSED_MIN_NUMEL elements (where three passes cost milliseconds and one compile,
 a few seconds, is paid once per shape), for at most MAX_SHAPES distinct keys (beyond, dynamo would fall
-back to running the flip form eagerly, which is slower than the three-pass kernel). Any compile failure
-(no C++ compiler, unsupported device) is reported once with a warning and the eager kernel is used from
-then on. SYMFORMER_FUSED_ROPE=0 turns the path off."""
+back to running the flip form eagerly, which is slower than the three-pass kernel). A shape typically takes
+two keys: inference mode, and grad-disabled calls (the forward and the backward of _RotateHalf share one).
+Any compile failure (no C++ compiler, unsupported device) is reported once with a warning and the eager
+kernel is used from then on. SYMFORMER_FUSED_ROPE=0 turns the path off."""
 from __future__ import annotations
 
 import os
@@ -20,7 +21,7 @@ import warnings
 import torch
 
 FUSED_MIN_NUMEL = 1 << 20
-MAX_SHAPES = 6
+MAX_SHAPES = 8  # torch._dynamo recompiles a function at most 8 times (its recompile_limit)
 _STATE: dict = {"fn": None, "keys": set(), "failed": set()}
 
 
@@ -40,8 +41,10 @@ def fused_half(x: torch.Tensor, cos2: torch.Tensor, ssin: torch.Tensor) -> torch
     many shapes, switched off, or compilation failed on this device type): the caller then runs eagerly."""
     if x.numel() < FUSED_MIN_NUMEL or x.device.type in _STATE["failed"] or not enabled():
         return None
-    key = (tuple(x.shape), x.stride(), x.dtype, x.device, tuple(cos2.shape), tuple(ssin.shape),
-           torch.is_inference_mode_enabled())
+    # what dynamo's guards distinguish here (a new key is a recompile): shapes, strides, dtype, device,
+    # requires_grad (callers pass detached tensors), grad and inference mode
+    key = (tuple(x.shape), x.stride(), x.dtype, x.device, tuple(cos2.shape), tuple(ssin.shape), x.requires_grad,
+           torch.is_grad_enabled(), torch.is_inference_mode_enabled())
     if key not in _STATE["keys"]:
         if len(_STATE["keys"]) >= MAX_SHAPES:
             return None
