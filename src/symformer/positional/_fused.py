@@ -21,7 +21,7 @@ import warnings
 import torch
 
 FUSED_MIN_NUMEL = 1 << 20
-MAX_SHAPES = 8  # torch._dynamo recompiles a function at most 8 times (its recompile_limit)
+MAX_SHAPES = 7  # below torch._dynamo's recompile_limit (8), one entry spare for a guard not in the key
 _STATE: dict = {"fn": None, "keys": set(), "failed": set()}
 
 
@@ -30,6 +30,11 @@ def _rotate_half_flip(x: torch.Tensor, cos2: torch.Tensor, ssin: torch.Tensor) -
     m = x.shape[-1] // 2
     xv = x.unflatten(-1, (2, m))
     return (xv * cos2.unflatten(-1, (2, m)) + xv.flip(-2) * ssin.unflatten(-1, (2, m))).flatten(-2)
+
+
+def _tensor_key(t: torch.Tensor) -> tuple:
+    """What dynamo guards on for an input tensor (its dispatch keys differ for inference tensors)."""
+    return tuple(t.shape), t.stride(), t.dtype, t.device, t.requires_grad, t.is_inference()
 
 
 def enabled() -> bool:
@@ -42,9 +47,8 @@ def fused_half(x: torch.Tensor, cos2: torch.Tensor, ssin: torch.Tensor) -> torch
     if x.numel() < FUSED_MIN_NUMEL or x.device.type in _STATE["failed"] or not enabled():
         return None
     # what dynamo's guards distinguish here (a new key is a recompile): shapes, strides, dtype, device,
-    # requires_grad (callers pass detached tensors), grad and inference mode
-    key = (tuple(x.shape), x.stride(), x.dtype, x.device, tuple(cos2.shape), tuple(ssin.shape), x.requires_grad,
-           torch.is_grad_enabled(), torch.is_inference_mode_enabled())
+    # requires_grad (callers pass detached tensors), inference tensors, grad and inference mode
+    key = (*(_tensor_key(t) for t in (x, cos2, ssin)), torch.is_grad_enabled(), torch.is_inference_mode_enabled())
     if key not in _STATE["keys"]:
         if len(_STATE["keys"]) >= MAX_SHAPES:
             return None
