@@ -331,3 +331,42 @@ def test_training_one_block_form_equals_streamed_blocks(eps):
     small = [t[:1, :1, :5].detach().clone().requires_grad_(True) for t in (q, k, v)]
     assert torch.autograd.gradcheck(lambda x, y, z: favor_noncausal_streamed(x, y, z, w, 0.3, keep[:1, :, :5], eps),
                                     small)
+
+
+@pytest.mark.parametrize("causal,chunk", [(False, 128), (True, 128), (True, 5)])
+@pytest.mark.parametrize("mask", [False, True])
+def test_training_forms_values_and_gradients_equal_explicit_kernel(causal, chunk, mask):
+    """Under autograd the features are softmax-stabilised (a per-query factor, and one factor per (batch, head)
+    for the keys, both cancelling) and, for phi(K)^T products, stored feature-major: values and gradients
+    w.r.t. q, k, v must equal those of the unstabilised explicit kernel in float64."""
+    if causal and mask:
+        return
+    q, k, v = (t.requires_grad_() for t in _qkv(n=37))
+    f = FavorAttention(8, n_features=24, chunk_size=chunk).double()
+    keep = torch.rand(37, generator=torch.Generator().manual_seed(1)) > 0.3 if mask else None
+    y = f(q, k, v, is_causal=causal, attn_mask=keep)
+    kk, vv = (k[..., keep, :], v[..., keep, :]) if mask else (k, v)
+    ref = _kernel_reference(q, kk, vv, f.features, 1 / math.sqrt(8), causal)
+    torch.testing.assert_close(y, ref, rtol=1e-12, atol=1e-13)
+    gout = torch.randn_like(y)
+    got = torch.autograd.grad(y, (q, k, v), gout)
+    want = torch.autograd.grad(ref, (q, k, v), gout)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-12)
+    small = [t[:1, :1, :6].detach().clone().requires_grad_() for t in (q, k, v)]
+    assert torch.autograd.gradcheck(lambda a, b, c: f(a, b, c, is_causal=causal), small)
+
+
+def test_training_forms_stable_for_large_norms_and_denominator_eps():
+    """Softmax-stabilised training features stay finite where unstabilised ones overflow (float32), and with
+    denominator_eps (which sees the key features' scale) the max-stabilised form is kept: equal to no-grad."""
+    q, k, v = _qkv(n=20, scale=1.0, dtype=torch.float32)
+    f = FavorAttention(8, n_features=16)
+    y = f((q * 36).requires_grad_(), (k * 3).requires_grad_(), v, is_causal=True)
+    y.sum().backward()
+    assert torch.isfinite(y).all()
+    fe = FavorAttention(8, n_features=16, denominator_eps=1e-6).double()
+    q64, k64, v64 = _qkv(n=20)
+    with torch.no_grad():
+        ref = fe(q64, k64, v64, is_causal=True)
+    torch.testing.assert_close(fe(q64.requires_grad_(), k64, v64, is_causal=True), ref, rtol=1e-13, atol=1e-14)

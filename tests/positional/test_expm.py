@@ -91,3 +91,20 @@ def test_bad_input():
         expm_skew(torch.zeros(3, 3, dtype=torch.int64))
     with pytest.raises(TypeError, match="a: .*Tensor"):
         expm_skew([[0.0]])
+
+
+def test_square_sorted_prefixes_equals_per_matrix_squaring():
+    """_square sorts the batch by its number of squarings and squares prefixes: each matrix must come out
+    exactly as if squared alone (same products), back in the input order, with its gradient."""
+    from symformer.positional.expm import _square
+    g = torch.Generator().manual_seed(7)
+    r = torch.randn(7, 5, 5, generator=g, dtype=torch.float64).div_(3).requires_grad_(True)
+    s = torch.tensor([2, 0, 3, 2, 1, 0, 3])
+    out = _square(r, s)
+    for i in range(7):
+        ref = r[i]
+        for _ in range(int(s[i])):
+            ref = ref @ ref
+        assert torch.equal(out[i], ref)
+    assert torch.autograd.gradcheck(lambda t: _square(t, s), (r,))
+    assert torch.equal(_square(r, torch.zeros(7, dtype=torch.long)), r)

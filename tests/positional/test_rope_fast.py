@@ -118,3 +118,49 @@ def test_value_cache_works_in_inference_mode_for_learnable_beta():
     rope.rotate(x, pos).sum().backward()  # training after inference: gradients reach beta
     assert rope.beta.grad is not None and rope.beta.grad.abs().sum() > 0
     assert "_tables_cache" not in rope.state_dict()
+
+
+def test_fused_half_kernel_matches_eager_and_gradcheck(monkeypatch):
+    """The compiled one-pass half rotation (_fused.py, used for large inputs) against the eager three-pass
+    kernel and the reference arithmetic, forward, backward (R^T) and in inference mode, float64 and float32."""
+    from symformer.positional import _fused
+    from symformer.positional.rope import _half_kernel, _RotateHalf, half_tables
+
+    g = torch.Generator().manual_seed(3)
+    th = torch.randn(5, 4, generator=g, dtype=torch.float64)
+    x = torch.randn(2, 3, 5, 8, generator=g, dtype=torch.float64, requires_grad=True)
+    tab = half_tables(th, torch.float64)
+    ref = rotate_pairs(x, th.cos(), th.sin(), "half")
+    eager = _half_kernel(x.detach(), tab[1], tab[2])
+    assert _fused.fused_half(x.detach(), tab[1], tab[2]) is None  # below FUSED_MIN_NUMEL: eager
+    monkeypatch.setattr(_fused, "FUSED_MIN_NUMEL", 0)
+    monkeypatch.setattr(_fused, "_STATE", {"fn": None, "keys": set(), "failed": set()})
+    fused = _fused.fused_half(x.detach(), tab[1], tab[2])
+    assert fused is not None and (fused - eager).abs().max() <= 1e-15 and (fused - ref).abs().max() <= 1e-14
+    with torch.inference_mode():
+        assert (_half_kernel(x.detach(), tab[1], tab[2]) - ref).abs().max() <= 1e-14
+    assert torch.autograd.gradcheck(lambda t: _RotateHalf.apply(t, tab[1], tab[2]), (x,))
+    x32, t32 = x.detach().float(), half_tables(th, torch.float32)
+    assert (_half_kernel(x32, t32[1], t32[2]) - ref).abs().max() <= 1e-6
+    assert len(_fused._STATE["failed"]) == 0
+
+
+def test_fused_half_kernel_falls_back_when_compile_fails(monkeypatch):
+    from symformer.positional import _fused
+    from symformer.positional.rope import _half_kernel, half_tables
+
+    def broken(*args):
+        raise RuntimeError("no compiler")
+
+    monkeypatch.setattr(_fused, "FUSED_MIN_NUMEL", 0)
+    monkeypatch.setattr(_fused, "_STATE", {"fn": broken, "keys": set(), "failed": set()})
+    th = torch.randn(5, 4, dtype=torch.float64)
+    x = torch.randn(1, 2, 5, 8, dtype=torch.float64)
+    tab = half_tables(th, torch.float64)
+    with pytest.warns(RuntimeWarning, match="fused half-pairing RoPE unavailable"):
+        out = _half_kernel(x, tab[1], tab[2])
+    assert (out - rotate_pairs(x, th.cos(), th.sin(), "half")).abs().max() <= 1e-14
+    assert _fused._STATE["failed"] == {"cpu"}
+    monkeypatch.setenv("SYMFORMER_FUSED_ROPE", "0")
+    monkeypatch.setattr(_fused, "_STATE", {"fn": broken, "keys": set(), "failed": set()})
+    assert _fused.fused_half(x, tab[1], tab[2]) is None  # switched off: the compiler is never called

@@ -196,6 +196,11 @@ def run(ctx: BenchContext) -> BenchResult:
                   "min_run_time_s": mrt, "threads": torch.get_num_threads(), "device": ctx.device}
     res.notes.append("Headline ratios are the worst (largest) over shapes and modes, except rope_half_vs_* "
                      f"which are the forward cell at {HEADLINE} named in the issue; per-cell ratios follow.")
+    from symformer.positional import _fused
+    res.notes.append(f"rope_half rotations of >= {_fused.FUSED_MIN_NUMEL} elements run the one-pass kernel compiled by "
+                     "torch.compile (positional/_fused.py; compiled in the untimed warm-up call, at most "
+                     f"{_fused.MAX_SHAPES} shape/mode keys per process, eager three-pass kernel beyond or when "
+                     f"SYMFORMER_FUSED_ROPE=0); enabled here: {_fused.enabled()}")
     res.notes.append("espr_layer_vs_rope_layer uses 1-D token positions, where ESPR computes exp(nL) = exp(L)^n "
                      "exactly by doubling; espr2d_train_vs_rope_layer (= espr_layer_vs_rope_layer_grid2d) is the "
                      "non-commuting 2-D case with one Pade exponential (expm_skew) per distinct position.")

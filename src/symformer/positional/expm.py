@@ -138,17 +138,33 @@ def _expm_flat(flat: torch.Tensor, degree: int) -> torch.Tensor:
     else:
         s, f, powers = _scaled_powers(flat)
         r = _pade13(*powers, f)
-    for step in range(int(s.max())):
-        need = s > step
-        k = int(need.sum())
-        if k == r.shape[0]:
+    return _square(r, s)
+
+
+def _square(r: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """r_i^(2^s_i) per matrix. With the batch sorted by s (descending), the matrices still to square are a
+    prefix: each step squares that prefix only and sets the finished tail aside (a view), and one cat and one
+    index_copy put the batch back in order. Per matrix the products are those of squaring it alone; the
+    backward of the slices and the cat is free and index_copy's is one gather, where a torch.where per step
+    (square all, keep the finished) cost a product per finished matrix, a pass forward and three backward."""
+    s_max = int(s.max()) if s.numel() else 0
+    if s_max == 0:
+        return r
+    if bool((s == s_max).all()):
+        for _ in range(s_max):
             r = r @ r
-        elif 2 * k >= r.shape[0]:  # most still need it: square all, keep the others (no index / scatter)
-            r = torch.where(need[:, None, None], r @ r, r)
-        else:
-            idx = need.nonzero()[:, 0]
-            r = r.index_put((idx,), r[idx] @ r[idx])
-    return r
+        return r
+    order = torch.argsort(s, descending=True, stable=True)
+    need = (s[:, None] > torch.arange(s_max, device=s.device)).sum(0).tolist()  # need[t]: matrices with s > t
+    r = r[order]
+    done = []
+    for k in need:
+        if k < r.shape[0]:
+            done.append(r[k:])
+            r = r[:k]
+        r = r @ r
+    out = torch.cat([r, *done[::-1]])
+    return torch.empty_like(out).index_copy(0, order, out)
 
 
 def squarings_needed(a: torch.Tensor) -> int:

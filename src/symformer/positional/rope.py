@@ -19,6 +19,7 @@ from torch import nn
 
 from symformer._validation import check_choice, check_float, check_int, fail
 from symformer.positional._cache import ValueCache
+from symformer.positional._fused import fused_half
 from symformer.positional.base import QKSymmetry, RotaryPositional
 
 PAIRINGS = ("interleaved", "half")
@@ -66,10 +67,15 @@ def _half_kernel(x: torch.Tensor, cos2: torch.Tensor, ssin: torch.Tensor, sign: 
     """Half pairing R(theta) x (sign=+1) or R(theta)^T x = R(-theta) x (sign=-1), no autograd:
     R x = [cos, cos] * x + [-sin, sin] * [x2, x1]. Three passes over contiguous memory (copy the swapped
     halves, then two multiplies on full rows in place): ops on the strided halves themselves run 32-wide
-    inner loops and cost ~2x per element, and no eager op reads x at the two offsets u, u + Dh/2 at once."""
+    inner loops and cost ~2x per element, and no eager op reads x at the two offsets u, u + Dh/2 at once.
+    Large inputs take the compiled one-pass kernel instead (_fused.py), same values up to float round-off."""
+    ssin = ssin if sign > 0 else ssin.neg()
+    out = fused_half(x, cos2, ssin)
+    if out is not None:
+        return out
     m = x.shape[-1] // 2
     out = torch.cat((x[..., m:], x[..., :m]), dim=-1)
-    out.mul_(ssin if sign > 0 else ssin.neg())
+    out.mul_(ssin)
     return out.addcmul_(x, cos2)
 
 
@@ -80,7 +86,7 @@ class _RotateHalf(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, cos2, ssin):
         ctx.save_for_backward(cos2, ssin)
-        return _half_kernel(x, cos2, ssin)
+        return _half_kernel(x.detach(), cos2, ssin)  # detached: the backward's call reuses the same compiled kernel
 
     @staticmethod
     def backward(ctx, g):

@@ -1,0 +1,64 @@
+"""One-pass half-pairing rotation for large tensors, compiled once per shape with torch.compile.
+
+Eager PyTorch has no op that reads x at the two offsets u and u + Dh/2 at once, so the eager half kernel
+(rope._half_kernel) makes three passes over memory (swapped-halves copy, then two multiplies), where the
+interleaved pairing makes one complex multiply. Written on the (..., 2, Dh/2) view with a flip of the
+size-2 axis, the rotation R x = [cos, cos] * x + [-sin, sin] * [x2, x1] is one elementwise expression that
+inductor fuses into a single loop (one read of x and the tables, one write of out). The cat-based form
+does not fuse this way, which is why compiling it gained nothing.
+
+Used only at or above FUSED_MIN_NUMEL elements (where three passes cost milliseconds and one compile,
+a few seconds, is paid once per shape), for at most MAX_SHAPES distinct keys (beyond, dynamo would fall
+back to running the flip form eagerly, which is slower than the three-pass kernel). A shape typically takes
+two keys: inference mode, and grad-disabled calls (the forward and the backward of _RotateHalf share one).
+Any compile failure (no C++ compiler, unsupported device) is reported once with a warning and the eager
+kernel is used from then on. SYMFORMER_FUSED_ROPE=0 turns the path off."""
+from __future__ import annotations
+
+import os
+import warnings
+
+import torch
+
+FUSED_MIN_NUMEL = 1 << 20
+MAX_SHAPES = 7  # below torch._dynamo's recompile_limit (8), one entry spare for a guard not in the key
+_STATE: dict = {"fn": None, "keys": set(), "failed": set()}
+
+
+def _rotate_half_flip(x: torch.Tensor, cos2: torch.Tensor, ssin: torch.Tensor) -> torch.Tensor:
+    """[cos, cos] * x + [-sin, sin] * [x2, x1] as one elementwise expression (what inductor fuses)."""
+    m = x.shape[-1] // 2
+    xv = x.unflatten(-1, (2, m))
+    return (xv * cos2.unflatten(-1, (2, m)) + xv.flip(-2) * ssin.unflatten(-1, (2, m))).flatten(-2)
+
+
+def _tensor_key(t: torch.Tensor) -> tuple:
+    """What dynamo guards on for an input tensor (its dispatch keys differ for inference tensors)."""
+    return tuple(t.shape), t.stride(), t.dtype, t.device, t.requires_grad, t.is_inference()
+
+
+def enabled() -> bool:
+    return os.environ.get("SYMFORMER_FUSED_ROPE", "1") != "0"
+
+
+def fused_half(x: torch.Tensor, cos2: torch.Tensor, ssin: torch.Tensor) -> torch.Tensor | None:
+    """The rotation from the compiled one-pass kernel, or None where it does not apply (small input, too
+    many shapes, switched off, or compilation failed on this device type): the caller then runs eagerly."""
+    if x.numel() < FUSED_MIN_NUMEL or x.device.type in _STATE["failed"] or not enabled():
+        return None
+    # what dynamo's guards distinguish here (a new key is a recompile): shapes, strides, dtype, device,
+    # requires_grad (callers pass detached tensors), inference tensors, grad and inference mode
+    key = (*(_tensor_key(t) for t in (x, cos2, ssin)), torch.is_grad_enabled(), torch.is_inference_mode_enabled())
+    if key not in _STATE["keys"]:
+        if len(_STATE["keys"]) >= MAX_SHAPES:
+            return None
+        _STATE["keys"].add(key)
+    if _STATE["fn"] is None:
+        _STATE["fn"] = torch.compile(_rotate_half_flip, dynamic=False)
+    try:
+        return _STATE["fn"](x, cos2, ssin)
+    except Exception as err:  # noqa: BLE001 - a speed path only: any compiler failure falls back to eager
+        _STATE["failed"].add(x.device.type)
+        warnings.warn(f"symformer: fused half-pairing RoPE unavailable on {x.device.type} "
+                      f"({type(err).__name__}); using the eager kernel", RuntimeWarning, stacklevel=3)
+        return None
