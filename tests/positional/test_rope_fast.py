@@ -1,6 +1,8 @@
 """The fast RoPE path (complex multiply, cached tables) against the reference cos/sin arithmetic."""
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -164,3 +166,21 @@ def test_fused_half_kernel_falls_back_when_compile_fails(monkeypatch):
     monkeypatch.setenv("SYMFORMER_FUSED_ROPE", "0")
     monkeypatch.setattr(_fused, "_STATE", {"fn": broken, "keys": set(), "failed": set()})
     assert _fused.fused_half(x, tab[1], tab[2]) is None  # switched off: the compiler is never called
+
+
+def test_fused_half_kernel_steps_aside_inside_a_users_compile(monkeypatch):
+    """Under an outer torch.compile the eager kernel is traced into the user's graph: no nested compile."""
+    from symformer.positional import _fused
+
+    def never(*args):
+        raise AssertionError("nested compile")
+
+    monkeypatch.setattr(_fused, "FUSED_MIN_NUMEL", 0)
+    monkeypatch.setattr(_fused, "_STATE", {"fn": never, "keys": set(), "failed": set()})
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    x = torch.randn(1, 2, 5, 8, dtype=torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the compile-failure fallback warns: it must not be what ran
+        ones = torch.ones(5, 8, dtype=torch.float64)
+        assert _fused.fused_half(x, ones, ones - 1) is None
+    assert _fused._STATE["failed"] == set()
