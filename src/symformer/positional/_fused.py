@@ -46,7 +46,8 @@ def fused_half(x: torch.Tensor, cos2: torch.Tensor, ssin: torch.Tensor) -> torch
     many shapes, switched off, or compilation failed on this device type): the caller then runs eagerly."""
     if x.numel() < FUSED_MIN_NUMEL or x.device.type in _STATE["failed"] or not enabled():
         return None
-    if getattr(torch.compiler, "is_compiling", lambda: False)():  # inside a user's torch.compile: its graph fuses the eager kernel itself
+    # inside a user's torch.compile the outer graph fuses the eager kernel itself (no nested compile)
+    if getattr(torch.compiler, "is_compiling", lambda: False)():
         return None
     # what dynamo's guards distinguish here (a new key is a recompile): shapes, strides, dtype, device,
     # requires_grad (callers pass detached tensors), inference tensors, grad and inference mode
