@@ -184,3 +184,21 @@ def test_fused_half_kernel_steps_aside_inside_a_users_compile(monkeypatch):
         ones = torch.ones(5, 8, dtype=torch.float64)
         assert _fused.fused_half(x, ones, ones - 1) is None
     assert _fused._STATE["failed"] == set()
+
+
+def test_fused_half_kernel_reuses_one_key_across_sequence_lengths(monkeypatch):
+    """Batch and sequence dims are dynamic: new lengths reuse the compiled kernel (one key, same values)."""
+    from symformer.positional import _fused
+    from symformer.positional.rope import half_tables
+
+    monkeypatch.setattr(_fused, "FUSED_MIN_NUMEL", 0)
+    monkeypatch.setattr(_fused, "_STATE", {"fn": None, "keys": set(), "failed": set()})
+    g = torch.Generator().manual_seed(4)
+    for n in (5, 7, 11):
+        th = torch.randn(n, 4, generator=g, dtype=torch.float64)
+        x = torch.randn(2, 3, n, 8, generator=g, dtype=torch.float64)
+        tab = half_tables(th, torch.float64)
+        out = _fused.fused_half(x, tab[1], tab[2])
+        assert out is not None and (out - rotate_pairs(x, th.cos(), th.sin(), "half")).abs().max() <= 1e-14
+        assert not hasattr(x, "_dynamo_dynamic_indices")  # the caller's tensor carries no dynamo marks
+    assert len(_fused._STATE["keys"]) == 1 and not _fused._STATE["failed"]

@@ -199,7 +199,7 @@ def run(ctx: BenchContext) -> BenchResult:
     from symformer.positional import _fused
     res.notes.append(f"rope_half rotations of >= {_fused.FUSED_MIN_NUMEL} elements run the one-pass kernel compiled by "
                      "torch.compile (positional/_fused.py; compiled in the untimed warm-up call, at most "
-                     f"{_fused.MAX_SHAPES} shape/mode keys per process, eager three-pass kernel beyond or when "
+                     f"{_fused.MAX_KEYS} head-dim/mode keys per process, eager three-pass kernel beyond or when "
                      f"SYMFORMER_FUSED_ROPE=0); enabled here: {_fused.enabled()}")
     res.notes.append("espr_layer_vs_rope_layer uses 1-D token positions, where ESPR computes exp(nL) = exp(L)^n "
                      "exactly by doubling; espr2d_train_vs_rope_layer (= espr_layer_vs_rope_layer_grid2d) is the "
