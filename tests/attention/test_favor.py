@@ -370,3 +370,17 @@ def test_training_forms_stable_for_large_norms_and_denominator_eps():
     with torch.no_grad():
         ref = fe(q64, k64, v64, is_causal=True)
     torch.testing.assert_close(fe(q64.requires_grad_(), k64, v64, is_causal=True), ref, rtol=1e-13, atol=1e-14)
+
+
+def test_key_features_keep_the_max_form_in_float16():
+    """The softmax key form's entries are ~1/(N m), below float16's normal range: float16 keeps the max form
+    (largest feature exactly 1); float32 uses the softmax form (the block sums to 1)."""
+    from symformer.attention.favor import _key_features
+
+    g = torch.Generator().manual_seed(0)
+    k = torch.randn(1, 2, 512, 16, generator=g)
+    w = torch.randn(64, 16, generator=g)
+    f32 = _key_features(k, w, 0.25, 0.0)
+    assert torch.allclose(f32.sum(dim=(-1, -2)), torch.ones(1, 2))
+    f16 = _key_features(k.half(), w.half(), 0.25, 0.0)
+    assert f16.dtype == torch.float16 and torch.equal(f16.amax(dim=(-1, -2)), torch.ones(1, 2, dtype=torch.float16))

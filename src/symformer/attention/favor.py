@@ -127,7 +127,7 @@ def _key_features(k: torch.Tensor, w: torch.Tensor, scale: float, kernel_eps: fl
     arrives contiguous, where the (N, m) layout made the backward copy it to undo the flatten."""
     ws = w * math.sqrt(scale) if scale != 1.0 else w
     norm_scale = scale if norm_scale is None else norm_scale
-    if kernel_eps == 0 and denominator_eps == 0:
+    if kernel_eps == 0 and denominator_eps == 0 and not _half_precision(k):
         return _softmax_key_features(k, ws, norm_scale, feature_major)
     half_sq = _half_sq_norm(k, norm_scale)
     proj = _project(k, ws)
@@ -139,6 +139,18 @@ def _key_features(k: torch.Tensor, w: torch.Tensor, scale: float, kernel_eps: fl
     log_ratio = -0.5 * math.log(w.shape[0])
     stab = proj.detach().amax(dim=(-1, -2), keepdim=True)
     return torch.exp(proj - half_sq - (stab - log_ratio)) + kernel_eps * math.exp(log_ratio)
+
+
+def _half_precision(t: torch.Tensor) -> bool:
+    """float16 here or under autocast: the softmax key form divides by a sum over all N x m entries, so its
+    entries sit near 1 / (N m), below float16's normal range (6e-5) at N m > 16k; the max form keeps the
+    largest at 1. (bfloat16 has float32's exponent range.)"""
+    if t.dtype == torch.float16:
+        return True
+    try:
+        return torch.is_autocast_enabled(t.device.type) and torch.get_autocast_dtype(t.device.type) == torch.float16
+    except (TypeError, AttributeError):  # torch < 2.4: CUDA autocast only, float16 by default
+        return torch.is_autocast_enabled()
 
 
 def _softmax_query_features(proj: torch.Tensor) -> torch.Tensor:
