@@ -38,9 +38,9 @@ def _rotate_half_flip(x: torch.Tensor, cos2: torch.Tensor, ssin: torch.Tensor) -
 
 def _tensor_key(t: torch.Tensor) -> tuple:
     """What dynamo guards on for an input tensor whose leading dims are dynamic (its dispatch keys differ
-    for inference tensors)."""
+    for inference tensors). No requires_grad: the compiled function only ever sees detached aliases."""
     return (t.dim(), t.shape[-1], tuple(n == 1 for n in t.shape[:-1]), t.is_contiguous(), t.dtype, t.device,
-            t.requires_grad, t.is_inference())
+            t.is_inference())
 
 
 def _dynamic_leading(t: torch.Tensor) -> torch.Tensor:
@@ -65,8 +65,8 @@ def fused_half(x: torch.Tensor, cos2: torch.Tensor, ssin: torch.Tensor) -> torch
     # inside a user's torch.compile the outer graph fuses the eager kernel itself (no nested compile)
     if getattr(torch.compiler, "is_compiling", lambda: False)():
         return None
-    # what dynamo's guards distinguish here (a new key is a recompile): shapes, strides, dtype, device,
-    # requires_grad (callers pass detached tensors), inference tensors, grad and inference mode
+    # what dynamo's guards distinguish here (a new key is a recompile): head dim, which dims are 1, layout,
+    # dtype, device, inference tensors, grad and inference mode (sizes of the other dims are dynamic)
     key = (*(_tensor_key(t) for t in (x, cos2, ssin)), torch.is_grad_enabled(), torch.is_inference_mode_enabled())
     if key not in _STATE["keys"]:
         if len(_STATE["keys"]) >= MAX_KEYS:

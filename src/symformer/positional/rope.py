@@ -86,7 +86,7 @@ class _RotateHalf(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, cos2, ssin):
         ctx.save_for_backward(cos2, ssin)
-        return _half_kernel(x.detach(), cos2, ssin)  # detached: the backward's call reuses the same compiled kernel
+        return _half_kernel(x, cos2, ssin)
 
     @staticmethod
     def backward(ctx, g):
