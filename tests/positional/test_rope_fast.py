@@ -136,7 +136,7 @@ def test_fused_half_kernel_matches_eager_and_gradcheck(monkeypatch):
     eager = _half_kernel(x.detach(), tab[1], tab[2])
     assert _fused.fused_half(x.detach(), tab[1], tab[2]) is None  # below FUSED_MIN_NUMEL: eager
     monkeypatch.setattr(_fused, "FUSED_MIN_NUMEL", 0)
-    monkeypatch.setattr(_fused, "_STATE", {"fn": None, "keys": set(), "failed": set()})
+    monkeypatch.setattr(_fused, "_STATE", {"fns": {}, "failed": set()})
     fused = _fused.fused_half(x.detach(), tab[1], tab[2])
     assert fused is not None and (fused - eager).abs().max() <= 1e-15 and (fused - ref).abs().max() <= 1e-14
     with torch.inference_mode():
@@ -155,7 +155,8 @@ def test_fused_half_kernel_falls_back_when_compile_fails(monkeypatch):
         raise RuntimeError("no compiler")
 
     monkeypatch.setattr(_fused, "FUSED_MIN_NUMEL", 0)
-    monkeypatch.setattr(_fused, "_STATE", {"fn": broken, "keys": set(), "failed": set()})
+    monkeypatch.setattr(_fused, "_STATE", {"fns": {}, "failed": set()})
+    monkeypatch.setattr(_fused, "_compile_copy", lambda: broken)
     th = torch.randn(5, 4, dtype=torch.float64)
     x = torch.randn(1, 2, 5, 8, dtype=torch.float64)
     tab = half_tables(th, torch.float64)
@@ -164,7 +165,8 @@ def test_fused_half_kernel_falls_back_when_compile_fails(monkeypatch):
     assert (out - rotate_pairs(x, th.cos(), th.sin(), "half")).abs().max() <= 1e-14
     assert _fused._STATE["failed"] == {"cpu"}
     monkeypatch.setenv("SYMFORMER_FUSED_ROPE", "0")
-    monkeypatch.setattr(_fused, "_STATE", {"fn": broken, "keys": set(), "failed": set()})
+    monkeypatch.setattr(_fused, "_STATE", {"fns": {}, "failed": set()})
+    monkeypatch.setattr(_fused, "_compile_copy", lambda: broken)
     assert _fused.fused_half(x, tab[1], tab[2]) is None  # switched off: the compiler is never called
 
 
@@ -176,7 +178,8 @@ def test_fused_half_kernel_steps_aside_inside_a_users_compile(monkeypatch):
         raise AssertionError("nested compile")
 
     monkeypatch.setattr(_fused, "FUSED_MIN_NUMEL", 0)
-    monkeypatch.setattr(_fused, "_STATE", {"fn": never, "keys": set(), "failed": set()})
+    monkeypatch.setattr(_fused, "_STATE", {"fns": {}, "failed": set()})
+    monkeypatch.setattr(_fused, "_compile_copy", lambda: never)
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     x = torch.randn(1, 2, 5, 8, dtype=torch.float64)
     with warnings.catch_warnings():
@@ -192,7 +195,7 @@ def test_fused_half_kernel_reuses_one_key_across_sequence_lengths(monkeypatch):
     from symformer.positional.rope import half_tables
 
     monkeypatch.setattr(_fused, "FUSED_MIN_NUMEL", 0)
-    monkeypatch.setattr(_fused, "_STATE", {"fn": None, "keys": set(), "failed": set()})
+    monkeypatch.setattr(_fused, "_STATE", {"fns": {}, "failed": set()})
     g = torch.Generator().manual_seed(4)
     for n in (5, 7, 11):
         th = torch.randn(n, 4, generator=g, dtype=torch.float64)
@@ -201,4 +204,26 @@ def test_fused_half_kernel_reuses_one_key_across_sequence_lengths(monkeypatch):
         out = _fused.fused_half(x, tab[1], tab[2])
         assert out is not None and (out - rotate_pairs(x, th.cos(), th.sin(), "half")).abs().max() <= 1e-14
         assert not hasattr(x, "_dynamo_dynamic_indices")  # the caller's tensor carries no dynamo marks
-    assert len(_fused._STATE["keys"]) == 1 and not _fused._STATE["failed"]
+    assert len(_fused._STATE["fns"]) == 1 and not _fused._STATE["failed"]
+
+
+def test_fused_half_kernel_compiles_past_dynamos_recompile_limit(monkeypatch):
+    """Nine keys (more than torch._dynamo's recompile_limit of 8 per code object): every one runs a
+    compiled graph of its own, not dynamo's eager fallback (each key compiles its own copy of the kernel)."""
+    from torch._dynamo.utils import counters
+
+    from symformer.positional import _fused
+    from symformer.positional.rope import half_tables
+
+    monkeypatch.setattr(_fused, "FUSED_MIN_NUMEL", 0)
+    monkeypatch.setattr(_fused, "_STATE", {"fns": {}, "failed": set()})
+    g = torch.Generator().manual_seed(5)
+    before = counters["stats"]["unique_graphs"]
+    for dh in range(2, 20, 2):  # nine head dims, nine keys
+        th = torch.randn(3, dh // 2, generator=g, dtype=torch.float64)
+        x = torch.randn(2, 3, dh, generator=g, dtype=torch.float64)
+        tab = half_tables(th, torch.float64)
+        out = _fused.fused_half(x, tab[1], tab[2])
+        assert out is not None and (out - rotate_pairs(x, th.cos(), th.sin(), "half")).abs().max() <= 1e-14
+    assert len(_fused._STATE["fns"]) == 9 and not _fused._STATE["failed"]
+    assert counters["stats"]["unique_graphs"] - before == 9

@@ -8,25 +8,28 @@ inductor fuses into a single loop (one read of x and the tables, one write of ou
 does not fuse this way, which is why compiling it gained nothing.
 
 Used only at or above FUSED_MIN_NUMEL elements (where three passes cost milliseconds and one compile,
-a few seconds, is paid once per key), for at most MAX_KEYS distinct keys (beyond, dynamo would fall back
-to running the flip form eagerly, which is slower than the three-pass kernel). Every dim but the head dim
-is marked dynamic, so new batch sizes and sequence lengths reuse the kernel (a static compile per shape
-spent the key budget within one benchmark; marked dims run as fast as static ones: 1.03 vs 0.94 ms at
-(1, 8, 4096, 64), 1 thread). A key is the head dim, which dims are 1 (dynamo specialises those), layout,
-dtype, device and mode: inference mode, and grad-disabled calls (the forward and the backward of
-_RotateHalf share one).
+a few seconds, is paid once per key). Every dim but the head dim is marked dynamic, so new batch sizes and
+sequence lengths reuse the kernel (a static compile per shape spent the key budget within one benchmark;
+marked dims run as fast as static ones: 1.03 vs 0.94 ms at (1, 8, 4096, 64), 1 thread). A key is what
+dynamo guards on beyond the dynamic sizes: the head dim, which dims are 1 (dynamo specialises those),
+layout, dtype, device, inference tensors, grad and inference mode. Each key gets its own compiled copy of
+the kernel (a fresh code object): dynamo counts recompiles per code object, so one shared function ran
+eagerly after its 8th key (torch._dynamo's recompile_limit), and a benchmark that times float32 and
+bfloat16, with and without inference mode, at two head dims, spent that budget before its headline row.
+At most MAX_KEYS keys per process are compiled (compile time and memory); beyond, the eager kernel runs.
 Any compile failure (no C++ compiler, unsupported device) is reported once with a warning and the eager
 kernel is used from then on. SYMFORMER_FUSED_ROPE=0 turns the path off."""
 from __future__ import annotations
 
 import os
+import types
 import warnings
 
 import torch
 
 FUSED_MIN_NUMEL = 1 << 20
-MAX_KEYS = 7  # below torch._dynamo's recompile_limit (8), one entry spare for a guard not in the key
-_STATE: dict = {"fn": None, "keys": set(), "failed": set()}
+MAX_KEYS = 32  # each key costs one compile (about a second) and its generated code
+_STATE: dict = {"fns": {}, "failed": set()}
 
 
 def _rotate_half_flip(x: torch.Tensor, cos2: torch.Tensor, ssin: torch.Tensor) -> torch.Tensor:
@@ -53,6 +56,14 @@ def _dynamic_leading(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+def _compile_copy():
+    """torch.compile of a fresh copy of the kernel: a new code object has its own dynamo cache and
+    recompile count, so keys never compete for one function's recompile_limit."""
+    f = _rotate_half_flip
+    copy = types.FunctionType(f.__code__.replace(), f.__globals__, f.__name__, f.__defaults__, f.__closure__)
+    return torch.compile(copy, dynamic=False)
+
+
 def enabled() -> bool:
     return os.environ.get("SYMFORMER_FUSED_ROPE", "1") != "0"
 
@@ -68,14 +79,13 @@ def fused_half(x: torch.Tensor, cos2: torch.Tensor, ssin: torch.Tensor) -> torch
     # what dynamo's guards distinguish here (a new key is a recompile): head dim, which dims are 1, layout,
     # dtype, device, inference tensors, grad and inference mode (sizes of the other dims are dynamic)
     key = (*(_tensor_key(t) for t in (x, cos2, ssin)), torch.is_grad_enabled(), torch.is_inference_mode_enabled())
-    if key not in _STATE["keys"]:
-        if len(_STATE["keys"]) >= MAX_KEYS:
+    fn = _STATE["fns"].get(key)
+    if fn is None:
+        if len(_STATE["fns"]) >= MAX_KEYS:
             return None
-        _STATE["keys"].add(key)
-    if _STATE["fn"] is None:
-        _STATE["fn"] = torch.compile(_rotate_half_flip, dynamic=False)
+        fn = _STATE["fns"][key] = _compile_copy()
     try:
-        return _STATE["fn"](*(_dynamic_leading(t) for t in (x, cos2, ssin)))
+        return fn(*(_dynamic_leading(t) for t in (x, cos2, ssin)))
     except Exception as err:  # noqa: BLE001 - a speed path only: any compiler failure falls back to eager
         _STATE["failed"].add(x.device.type)
         warnings.warn(f"symformer: fused half-pairing RoPE unavailable on {x.device.type} "
