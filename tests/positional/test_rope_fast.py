@@ -196,6 +196,9 @@ def test_fused_half_kernel_reuses_one_key_across_sequence_lengths(monkeypatch):
 
     monkeypatch.setattr(_fused, "FUSED_MIN_NUMEL", 0)
     monkeypatch.setattr(_fused, "_STATE", {"fns": {}, "failed": set()})
+    from torch._dynamo.utils import counters
+
+    before = counters["stats"]["unique_graphs"]
     g = torch.Generator().manual_seed(4)
     for n in (5, 7, 11):
         th = torch.randn(n, 4, generator=g, dtype=torch.float64)
@@ -205,6 +208,7 @@ def test_fused_half_kernel_reuses_one_key_across_sequence_lengths(monkeypatch):
         assert out is not None and (out - rotate_pairs(x, th.cos(), th.sin(), "half")).abs().max() <= 1e-14
         assert not hasattr(x, "_dynamo_dynamic_indices")  # the caller's tensor carries no dynamo marks
     assert len(_fused._STATE["fns"]) == 1 and not _fused._STATE["failed"]
+    assert counters["stats"]["unique_graphs"] - before == 1  # later calls, unmarked, match the dynamic graph
 
 
 def test_fused_half_kernel_compiles_past_dynamos_recompile_limit(monkeypatch):

@@ -80,11 +80,12 @@ def fused_half(x: torch.Tensor, cos2: torch.Tensor, ssin: torch.Tensor) -> torch
     # dtype, device, inference tensors, grad and inference mode (sizes of the other dims are dynamic)
     key = (*(_tensor_key(t) for t in (x, cos2, ssin)), torch.is_grad_enabled(), torch.is_inference_mode_enabled())
     fn = _STATE["fns"].get(key)
-    if fn is None:
+    try:
+        if fn is not None:  # compiled with dynamic leading dims: plain tensors match its guards (no marks,
+            return fn(x.detach(), cos2.detach(), ssin.detach())  # which cost ~20 us a call)
         if len(_STATE["fns"]) >= MAX_KEYS:
             return None
         fn = _STATE["fns"][key] = _compile_copy()
-    try:
         return fn(*(_dynamic_leading(t) for t in (x, cos2, ssin)))
     except Exception as err:  # noqa: BLE001 - a speed path only: any compiler failure falls back to eager
         _STATE["failed"].add(x.device.type)
