@@ -89,7 +89,14 @@ def run(ctx: BenchContext) -> BenchResult:
         reps = 5 if ctx.quick else 15
         ratios["favor_vs_performer_pytorch_8192_interleaved"] = _interleaved_ratio(
             methods["favor"], methods["performer_pytorch"], 8192, reps, ctx.device)
+    floor = _gemm_floor(8192, ctx.device, 5 if ctx.quick else 15)
+    for name in ("favor", "performer_pytorch"):
+        if (name, "fwd", 8192) in times:
+            ratios[f"{name}_vs_gemm_floor_8192"] = times[(name, "fwd", 8192)] / floor
     notes = [f"naive softmax is skipped above N = {NAIVE_MAX_N} (O(H N^2) memory)",
+             "*_vs_gemm_floor_8192: forward time over that of the four GEMMs every FAVOR+ forward needs "
+             "(key and query projections, phi(K)^T [V, 1], phi(Q) [.]; performer-pytorch makes the same four), "
+             "so no ratio of the two methods can go below about floor / performer",
              "FAVOR+ and performer-pytorch use the same projection matrix; ours without performer's 1e-4 feature "
              "epsilon (an unbiased estimator), see attention/favor.py"]
     if "performer_pytorch" not in methods:
@@ -108,6 +115,32 @@ def run(ctx: BenchContext) -> BenchResult:
     return BenchResult(rows=rows, ratios=ratios, notes=notes,
                        config={"d_model": D_MODEL, "heads": HEADS, "batch": 1, "dtype": "float32", "m": M,
                                "N": list(NS), "quick": ctx.quick, "threads": torch.get_num_threads()})
+
+
+def _gemm_floor(n: int, device: str, reps: int) -> float:
+    """min seconds of the four GEMMs of a FAVOR+ forward at N = n (d = Dh + 1 for the norm column, m
+    features, Dv + 1 for the denominator column): the arithmetic no FAVOR+ implementation can skip."""
+    dh, h = D_MODEL // HEADS, HEADS
+    g = torch.Generator(device="cpu").manual_seed(0)
+    x, w = torch.randn(h * n, dh + 1, generator=g).to(device), torch.randn(dh + 1, M, generator=g).to(device)
+    f, v = torch.randn(h, n, M, generator=g).to(device), torch.randn(h, n, dh + 1, generator=g).to(device)
+    kv = torch.randn(h, M, dh + 1, generator=g).to(device)
+
+    def four():
+        return x @ w, f.transpose(-1, -2) @ v, x[:, :dh] @ w[:dh], f @ kv
+
+    ts = []
+    with torch.no_grad():
+        four()  # warm-up
+        for _ in range(reps):
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            four()
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+            ts.append(time.perf_counter() - t0)
+    return min(ts)
 
 
 def _interleaved_ratio(a: Callable, b: Callable, n: int, reps: int, device: str) -> float:
