@@ -5,8 +5,9 @@ PLASH (M = 64, D_k = 128) and FAVOR+ (m = 256 features), built through the publi
 Rows: one training step (Trainer.train_step: forward, loss, backward, clipping, optimizer step) on a
 fixed batch of the preset's batch size, median over repeated steps, methods interleaved so that load
 drift hits all of them alike; a whole training run (Trainer.fit: training plus the validation pass of
-every epoch and the final validation and test passes); and PLASH's stage shares at the forecaster's
-shapes (each stage's forward+backward timed alone on the tensors it sees inside the model).
+every epoch and the final validation and test passes); the FLOPs of one training step per method (their
+ratio is the floor of the time ratio at equal arithmetic rates); and PLASH's stage shares at the
+forecaster's shapes (each stage's forward+backward timed alone on the tensors it sees inside the model).
 Quick mode keeps the run short: one epoch capped at RUN_STEPS_QUICK steps, validation and test on
 EVAL_WINDOWS_QUICK evenly spaced windows each. Full mode runs the preset as is.
 """
@@ -73,6 +74,20 @@ def _step_times(ctx: BenchContext, reps: int) -> dict[str, float]:
     return {m: statistics.median(ts) for m, ts in times.items()}
 
 
+def _step_flops(ctx: BenchContext) -> dict[str, float]:
+    """FLOPs of one training step per method, counted by torch.utils.flop_counter (matmuls, convolutions
+    and attention kernels; FFTs and elementwise ops are not counted, so PLASH's is a lower bound). Their
+    ratio is what the time ratio would be if every method ran its arithmetic at the same rate."""
+    from torch.utils.flop_counter import FlopCounterMode
+    out = {}
+    for m in METHODS:
+        tr = _trainer(m, ctx.seed)
+        with FlopCounterMode(display=False) as counter:
+            tr.train_step(torch.arange(tr.cfg.batch_size))
+        out[m] = float(counter.get_total_flops())
+    return out
+
+
 def _run_time(method: str, ctx: BenchContext) -> float:
     changes = {"epochs": 1, "max_steps": RUN_STEPS_QUICK} if ctx.quick else None
     tr = _trainer(method, ctx.seed, changes, EVAL_WINDOWS_QUICK if ctx.quick else None)
@@ -134,6 +149,11 @@ def forecast_rows(ctx: BenchContext) -> tuple[list[dict], dict]:
                         for m, s in steps.items()]
     ratios = {"plash_forecast_step_vs_softmax_h24": steps["plash"] / steps["softmax"],
               "favor_forecast_step_vs_softmax_h24": steps["favor"] / steps["softmax"]}
+    flops = _step_flops(ctx)
+    rows += [{"method": m, "part": "forecast train step", "preset": PRESET, "pred_len": 24, "flops": f}
+             for m, f in flops.items()]
+    for m in ("plash", "favor"):  # the arithmetic floor of the time ratios above
+        ratios[f"{m}_forecast_step_flops_vs_softmax_h24"] = flops[m] / flops["softmax"]
     stage_rows = _plash_stage_shares(ctx, 3 if ctx.quick else 7)
     rows += stage_rows
     run_s = {m: _run_time(m, ctx) for m in ("softmax", "plash")}
