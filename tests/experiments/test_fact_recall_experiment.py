@@ -115,3 +115,32 @@ def test_constructed_claim_reports_each_gadget_width():
     row = next(c for c in res.claims if c.id == "S5.1-constructed")
     assert row.verdict == "holds" and "h~=2: Lipschitz 3e+04, accuracy 0.0040" in row.measured
     assert [p["h_tilde"] for p in res.metrics["ssfr_constructed_points"]] == [2, 8]
+
+
+def test_lm_job_shares_the_first_batch_with_ssfr(monkeypatch, tmp_path):
+    """The LM job needs nothing from SSFR, so it goes first into SSFR's batch (one worker runs it while the
+    other runs the searches); full mode edits at the paper's three splits (Fig. 4) and honours paper_budget."""
+    calls = []
+
+    def fake_run_jobs(jobs, *a, **k):
+        calls.append([j.key for j in jobs])
+        out = {}
+        for j in jobs:
+            if j.key.startswith("lm_"):
+                out[j.key] = _lm(0.9, 0.5)
+            else:
+                out[j.key] = {"kind": j.kwargs.get("kind", "gd-swiglu"), "n_facts": 256, "min_size": 8,
+                              "min_params": 10, "best_fact_adaptive_accuracy": 0.995, "points": [],
+                              "usability": 1.0, "lipschitz": 1.0, "whiten": 0.0, "capacity_new": 1.0,
+                              "kappa": 1.1, "fact_adaptive_accuracy": 1.0}
+        return out
+
+    monkeypatch.setattr(X, "run_jobs", fake_run_jobs)
+    opts = {k: v[0] for k, v in X.OPTIONS.items()}
+    X.run(RunContext(out_dir=tmp_path, quick=True, progress=False))
+    assert calls[0][0] == "lm_F=128" and len(calls) == 1 and all(k.startswith("ssfr_") for k in calls[0][1:])
+    full = X._lm_job(RunContext(out_dir=tmp_path, quick=False, progress=False, options=opts))
+    assert full.kwargs["fractions"] == [0.02, 0.05, 0.1] and full.kwargs["lr"] == 2e-3
+    paper = X._lm_job(RunContext(out_dir=tmp_path, quick=False, progress=False,
+                                 options={**opts, "paper_budget": True}))
+    assert paper.kwargs["steps"] * 128 == 4_800_000 and paper.kwargs["lr"] == 2e-4

@@ -213,23 +213,28 @@ def usability_point(kappa: float, alpha: float, n_facts: int, d: int, h: int, se
     return rec
 
 
-def lm_run(n_facts: int, d: int, mlp_hidden: int, steps: int, fractions: list[float], seed: int, quick: bool) -> dict:
-    """App. A.3: train the MoE LM, the swap check, then editing at each altered fraction."""
+def lm_run(n_facts: int, d: int, mlp_hidden: int, steps: int, fractions: list[float], seed: int, quick: bool,
+           lr: float = 2e-3) -> dict:
+    """App. A.3: train the MoE LM, the swap check, then editing at each altered fraction (preserved = 4 x
+    altered, App. A.3.4)."""
     t0 = time.perf_counter()
     task = make_books(n_facts, seed=seed)
-    cfg = LMConfig(d_model=d, mlp_hidden=mlp_hidden, steps=steps, seed=seed)
+    cfg = LMConfig(d_model=d, mlp_hidden=mlp_hidden, steps=steps, seed=seed, lr=lr)
     model, E = build_lm(task, cfg)
     tr = train_lm(model, task, cfg)
     out = {
         "n_facts": n_facts,
         "d": d,
         "mlp_hidden": mlp_hidden,
+        "lr": lr,
         "train": tr,
         "mlp_capacity": model.fact.mlp.accuracy,
         "swap": swap_check(model, task, E, cfg, seed + 1),
         "edits": {},
+        "timing": {"train_and_swap": time.perf_counter() - t0},
     }
     for frac in fractions:
+        t1 = time.perf_counter()
         split = make_split(task, frac, seed)
         new_mlp = mlp_for(task.with_facts(split.new_facts), E, cfg, seed + 2)
         res = run_editors(model, task, split, new_mlp, quick=quick)
@@ -239,5 +244,6 @@ def lm_run(n_facts: int, d: int, mlp_hidden: int, steps: int, fractions: list[fl
             "new_mlp_capacity": new_mlp.accuracy,
             "methods": res,
         }
+        out["timing"][f"edit_{frac:g}"] = time.perf_counter() - t1
     out["seconds"] = time.perf_counter() - t0
     return out
