@@ -144,3 +144,32 @@ def test_lm_job_shares_the_first_batch_with_ssfr(monkeypatch, tmp_path):
     paper = X._lm_job(RunContext(out_dir=tmp_path, quick=False, progress=False,
                                  options={**opts, "paper_budget": True}))
     assert paper.kwargs["steps"] * 128 == 4_800_000 and paper.kwargs["lr"] == 2e-4
+
+
+def test_untrainable_point_builds_only_the_swapped_in_mlp(monkeypatch):
+    """A size whose f' MLP stores < 99% is not trained, so the f MLP (a 20,000-epoch GD build at F = 4096) is not
+    built; a trainable point builds both, f' from seed + 1 as before; code_width builds f' only when f stores."""
+    from symformer.experiments import fact_recall_runs as R
+    from symformer.facts.mlp import FactMLP
+    built = []
+
+    def fake(K, V, facts, kind, seed=0, h=None, **kw):     # stores everything from h = 8 on
+        built.append(seed)
+        mlp = FactMLP(K.shape[1], h, activation="silu", gated=True, bias=True, out_bias=True)
+        mlp.accuracy = 1.0 if h >= 8 else 0.5
+        return mlp
+
+    monkeypatch.setattr(R, "build_fact_mlp", fake)
+    monkeypatch.setattr(R, "train_ssfr", lambda model, task, cfg: {"steps": 0})
+    rec = R.ssfr_point("gd-swiglu", 4, 32, 16, seed=3, quick=True)
+    assert built == [4] and rec["trained"] is False and rec["capacity"] is None and rec["capacity_new"] == 0.5
+    built.clear()
+    rec = R.ssfr_point("gd-swiglu", 8, 32, 16, seed=3, quick=True)
+    assert built == [4, 3] and rec["trained"] is True and rec["capacity"] == 1.0
+    assert rec["params"] == R.count_params(FactMLP(16, 8, activation="silu", gated=True, bias=True, out_bias=True))
+    built.clear()
+    assert R.code_width("gd-swiglu", 32, 16, seeds=2, start=4, max_size=4, bisect=False) is None
+    assert built == [0, 1]          # each seed's f MLP fails: no f' build
+    built.clear()
+    assert R.code_width("gd-swiglu", 32, 16, seeds=2, start=8, max_size=8, bisect=False) == 8
+    assert built == [0, 1]          # seed 0: f then f' (seed + 1)
