@@ -129,7 +129,7 @@ def test_lm_job_shares_the_first_batch_with_ssfr(monkeypatch, tmp_path):
             if j.key.startswith("lm_"):
                 out[j.key] = _lm(0.9, 0.5)
             else:
-                out[j.key] = {"kind": j.kwargs.get("kind", "gd-swiglu"), "n_facts": 256, "min_size": 8,
+                out[j.key] = {"kind": j.kwargs.get("kind", "gd-swiglu"), "n_facts": j.kwargs["n_facts"], "min_size": 8,
                               "min_params": 10, "best_fact_adaptive_accuracy": 0.995, "points": [],
                               "usability": 1.0, "lipschitz": 1.0, "whiten": 0.0, "capacity_new": 1.0,
                               "kappa": 1.1, "fact_adaptive_accuracy": 1.0}
@@ -139,6 +139,25 @@ def test_lm_job_shares_the_first_batch_with_ssfr(monkeypatch, tmp_path):
     opts = {k: v[0] for k, v in X.OPTIONS.items()}
     X.run(RunContext(out_dir=tmp_path, quick=True, progress=False))
     assert calls[0][0] == "lm_F=128" and len(calls) == 1 and all(k.startswith("ssfr_") for k in calls[0][1:])
+    # full mode: the GD-SwiGLU F=256 search beside the LM job, then the other searches (largest F first) and the
+    # usability points (h = 1.1 h* from that search) in one batch
+    calls.clear()
+    kwargs = {}
+
+    def spy(jobs, *a, **k):
+        kwargs.update({j.key: j.kwargs for j in jobs})
+        return fake_run_jobs(jobs)
+
+    monkeypatch.setattr(X, "run_jobs", spy)
+    res = X.run(RunContext(out_dir=tmp_path, quick=False, progress=False))
+    assert calls[0] == ["lm_F=1024", "ssfr_gd-swiglu_F=256"] and len(calls) == 2
+    ssfr = [k for k in calls[1] if k.startswith("ssfr_")]
+    usab = [k for k in calls[1] if k.startswith("usab_")]
+    assert len(ssfr) == 24 and len(usab) == 32 and calls[1] == ssfr + usab
+    Fs = [kwargs[k]["n_facts"] for k in ssfr]
+    assert Fs == sorted(Fs, reverse=True) and Fs[0] == 4096
+    assert {kwargs[k]["h"] for k in usab} == {9}          # round(1.1 x 8)
+    assert len(res.metrics["ssfr_fact_adaptive_accuracy"]) == 25 and "usability_lipschitz_spearman" in res.metrics
     full = X._lm_job(RunContext(out_dir=tmp_path, quick=False, progress=False, options=opts))
     assert full.kwargs["fractions"] == [0.02, 0.05, 0.1] and full.kwargs["lr"] == 2e-3
     paper = X._lm_job(RunContext(out_dir=tmp_path, quick=False, progress=False,

@@ -295,6 +295,25 @@ def _lm_claims(res: ExperimentResult, lm: dict, quick: bool) -> None:
     )
 
 
+def _run_plan(ctx: RunContext, lm_job: Job, runs, stats: dict) -> tuple[dict, dict, list[dict] | None]:
+    """(LM result, SSFR results by job key, usability points or None in quick mode). The jobs are independent
+    except that usability needs h* from the GD-SwiGLU F = 256 search. Full mode runs that search beside the LM
+    job, then every other SSFR search (largest F first, so the longest jobs never start last) together with the
+    usability points in one batch: no worker waits for a phase to drain. Quick: one batch, the LM job first."""
+    ssfr_jobs = _ssfr_jobs(ctx)
+    if ctx.quick:
+        out = run_jobs([lm_job, *ssfr_jobs], runs, ctx.jobs, ctx.resume, stats)
+        return out[lm_job.key], {j.key: out[j.key] for j in ssfr_jobs}, None
+    star = [j for j in ssfr_jobs if j.kwargs["kind"] == "gd-swiglu" and j.kwargs["n_facts"] == 256]
+    first = run_jobs([lm_job, *star], runs, ctx.jobs, ctx.resume, stats)
+    h = first[star[0].key]["min_size"] if star else None
+    rest = sorted((j for j in ssfr_jobs if j not in star), key=lambda j: -j.kwargs["n_facts"])
+    usab = _usability_jobs(ctx, h or 64)
+    second = run_jobs([*rest, *usab], runs, ctx.jobs, ctx.resume, stats)
+    done = {**first, **second}
+    return first[lm_job.key], {j.key: done[j.key] for j in ssfr_jobs}, [second[j.key] for j in usab]
+
+
 @experiment(
     "fact-recall",
     "fact MLPs inside transformers: SSFR recall, MLP swapping, editing vs ROME/MEMIT/AlphaEdit",
@@ -306,11 +325,7 @@ def run(ctx: RunContext) -> ExperimentResult:
     stats: dict = {}
     runs = ctx.out_dir / "runs"
     lm_job = _lm_job(ctx)
-    # the LM job (training, swap check, editing grids) needs nothing from SSFR: submitted first in the same
-    # batch, it runs on one worker while the SSFR searches share the other (with --jobs >= 2)
-    first = run_jobs([lm_job, *_ssfr_jobs(ctx)], runs, ctx.jobs, ctx.resume, stats)
-    lm = first.pop(lm_job.key)
-    ssfr = first
+    lm, ssfr, pts = _run_plan(ctx, lm_job, runs, stats)
     for r in ssfr.values():
         _log(
             ctx,
@@ -318,10 +333,8 @@ def run(ctx: RunContext) -> ExperimentResult:
             f"best acc {r['best_fact_adaptive_accuracy']:.4f}",
         )
     _ssfr_claims(res, ssfr, ctx.quick)
-    if not ctx.quick:
-        h = next((r["min_size"] for r in ssfr.values() if r["kind"] == "gd-swiglu" and r["n_facts"] == 256), None)
-        pts = run_jobs(_usability_jobs(ctx, h or 64), runs, ctx.jobs, ctx.resume, stats)
-        _usability_claims(res, list(pts.values()))
+    if pts is not None:
+        _usability_claims(res, pts)
     _log(ctx, f"LM swap: {lm['swap']}")
     _lm_claims(res, lm, ctx.quick)
     res.config = {"quick": ctx.quick, "options": ctx.options, "lm": lm_job.kwargs, "ssfr_jobs": sorted(ssfr)}
