@@ -115,3 +115,80 @@ def test_constructed_claim_reports_each_gadget_width():
     row = next(c for c in res.claims if c.id == "S5.1-constructed")
     assert row.verdict == "holds" and "h~=2: Lipschitz 3e+04, accuracy 0.0040" in row.measured
     assert [p["h_tilde"] for p in res.metrics["ssfr_constructed_points"]] == [2, 8]
+
+
+def test_lm_job_shares_the_first_batch_with_ssfr(monkeypatch, tmp_path):
+    """The LM job needs nothing from SSFR, so it goes first into SSFR's batch (one worker runs it while the
+    other runs the searches); full mode edits at the paper's three splits (Fig. 4) and honours paper_budget."""
+    calls = []
+
+    def fake_run_jobs(jobs, *a, **k):
+        calls.append([j.key for j in jobs])
+        out = {}
+        for j in jobs:
+            if j.key.startswith("lm_"):
+                out[j.key] = _lm(0.9, 0.5)
+            else:
+                out[j.key] = {"kind": j.kwargs.get("kind", "gd-swiglu"), "n_facts": j.kwargs["n_facts"], "min_size": 8,
+                              "min_params": 10, "best_fact_adaptive_accuracy": 0.995, "points": [],
+                              "usability": 1.0, "lipschitz": 1.0, "whiten": 0.0, "capacity_new": 1.0,
+                              "kappa": 1.1, "fact_adaptive_accuracy": 1.0}
+        return out
+
+    monkeypatch.setattr(X, "run_jobs", fake_run_jobs)
+    opts = {k: v[0] for k, v in X.OPTIONS.items()}
+    X.run(RunContext(out_dir=tmp_path, quick=True, progress=False))
+    assert calls[0][0] == "lm_F=128" and len(calls) == 1 and all(k.startswith("ssfr_") for k in calls[0][1:])
+    # full mode: the GD-SwiGLU F=256 search beside the LM job, then the other searches (largest F first) and the
+    # usability points (h = 1.1 h* from that search) in one batch
+    calls.clear()
+    kwargs = {}
+
+    def spy(jobs, *a, **k):
+        kwargs.update({j.key: j.kwargs for j in jobs})
+        return fake_run_jobs(jobs)
+
+    monkeypatch.setattr(X, "run_jobs", spy)
+    res = X.run(RunContext(out_dir=tmp_path, quick=False, progress=False))
+    assert calls[0] == ["lm_F=1024", "ssfr_gd-swiglu_F=256"] and len(calls) == 2
+    ssfr = [k for k in calls[1] if k.startswith("ssfr_")]
+    usab = [k for k in calls[1] if k.startswith("usab_")]
+    assert len(ssfr) == 24 and len(usab) == 32 and calls[1] == ssfr + usab
+    Fs = [kwargs[k]["n_facts"] for k in ssfr]
+    assert Fs == sorted(Fs, reverse=True) and Fs[0] == 4096
+    assert {kwargs[k]["h"] for k in usab} == {9}          # round(1.1 x 8)
+    assert len(res.metrics["ssfr_fact_adaptive_accuracy"]) == 25 and "usability_lipschitz_spearman" in res.metrics
+    full = X._lm_job(RunContext(out_dir=tmp_path, quick=False, progress=False, options=opts))
+    assert full.kwargs["fractions"] == [0.02, 0.05, 0.1] and full.kwargs["lr"] == 2e-3
+    paper = X._lm_job(RunContext(out_dir=tmp_path, quick=False, progress=False,
+                                 options={**opts, "paper_budget": True}))
+    assert paper.kwargs["steps"] * 128 == 4_800_000 and paper.kwargs["lr"] == 2e-4
+
+
+def test_untrainable_point_builds_only_the_swapped_in_mlp(monkeypatch):
+    """A size whose f' MLP stores < 99% is not trained, so the f MLP (a 20,000-epoch GD build at F = 4096) is not
+    built; a trainable point builds both, f' from seed + 1 as before; code_width builds f' only when f stores."""
+    from symformer.experiments import fact_recall_runs as R
+    from symformer.facts.mlp import FactMLP
+    built = []
+
+    def fake(K, V, facts, kind, seed=0, h=None, **kw):     # stores everything from h = 8 on
+        built.append(seed)
+        mlp = FactMLP(K.shape[1], h, activation="silu", gated=True, bias=True, out_bias=True)
+        mlp.accuracy = 1.0 if h >= 8 else 0.5
+        return mlp
+
+    monkeypatch.setattr(R, "build_fact_mlp", fake)
+    monkeypatch.setattr(R, "train_ssfr", lambda model, task, cfg: {"steps": 0})
+    rec = R.ssfr_point("gd-swiglu", 4, 32, 16, seed=3, quick=True)
+    assert built == [4] and rec["trained"] is False and rec["capacity"] is None and rec["capacity_new"] == 0.5
+    built.clear()
+    rec = R.ssfr_point("gd-swiglu", 8, 32, 16, seed=3, quick=True)
+    assert built == [4, 3] and rec["trained"] is True and rec["capacity"] == 1.0
+    assert rec["params"] == R.count_params(FactMLP(16, 8, activation="silu", gated=True, bias=True, out_bias=True))
+    built.clear()
+    assert R.code_width("gd-swiglu", 32, 16, seeds=2, start=4, max_size=4, bisect=False) is None
+    assert built == [0, 1]          # each seed's f MLP fails: no f' build
+    built.clear()
+    assert R.code_width("gd-swiglu", 32, 16, seeds=2, start=8, max_size=8, bisect=False) == 8
+    assert built == [0, 1]          # seed 0: f then f' (seed + 1)

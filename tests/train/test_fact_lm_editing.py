@@ -5,6 +5,7 @@ import torch
 from symformer.data.books import TEMPLATES, generate_names, make_books
 from symformer.train.fact_editing import (
     apply_editor,
+    edit_caches,
     edit_scores,
     grid_configs,
     key_moment,
@@ -12,6 +13,7 @@ from symformer.train.fact_editing import (
     mlp_io,
     prompts,
     run_editors,
+    target_trajectory,
     target_values,
 )
 from symformer.train.fact_lm import LMConfig, build_lm, lm_eval, mlp_for, swap_check, train_lm
@@ -128,3 +130,69 @@ def test_moe_experts_share_the_frozen_norm_input_and_top1_routes_one_expert():
         assert bool(((gate > 0).sum(-1) == 1).all())
         soft = torch.softmax(m.router(hn), -1)
         assert torch.allclose(gate.sum(-1), soft.max(-1).values)
+
+
+def test_split_preserves_four_times_the_altered_facts():
+    """App. A.3.4 splits (6554, 1638), (3277, 819), (1311, 327) of 2^14 facts: preserved = 4 x altered, the rest
+    in neither set (unchanged, unscored)."""
+    t = make_books(100, seed=0)
+    s = make_split(t, 0.1, seed=1)
+    assert len(s.altered) == 10 and len(s.preserved) == 40
+    assert not set(s.altered.tolist()) & set(s.preserved.tolist())
+    rest = sorted(set(range(100)) - set(s.altered.tolist()) - set(s.preserved.tolist()))
+    assert len(rest) == 50 and torch.equal(s.new_facts[rest], t.facts[rest])
+    full = make_split(t, 0.1, seed=1, preserved_ratio=9.0)        # every other fact preserved
+    assert len(full.preserved) == 90 and torch.equal(full.altered, s.altered)
+    with pytest.raises(ValueError, match="preserved_ratio"):
+        make_split(t, 0.3, seed=1)                                 # 30 + 120 > 100 facts
+
+
+def test_target_values_run_per_fact_like_rome_compute_v(tiny_lm):
+    """ROME's compute_v / MEMIT's compute_z optimise one fact at a time: a batch gives each fact the v* it gets
+    alone (weight decay and early stopping per fact); train_steps = s makes s - 1 updates (the last iteration
+    only evaluates the loss), so s = 1 leaves the MLP output; shorter runs are prefixes of longer ones."""
+    t, cfg, model, _ = tiny_lm
+    split = make_split(t, 0.2, seed=0)
+    tok, mask = prompts(t, split.altered)
+    tgt = t.author_token(split.new_facts[split.altered])
+    _, out = mlp_io(model, tok, mask)
+    assert torch.equal(target_values(model, tok, mask, tgt, 1, 0.5), out)
+    hp = dict(lr=0.05, clip_norm=0.75, wd=0.5, early_stopping_loss=0.5)
+    batch = target_values(model, tok, mask, tgt, 25, **hp)
+    for i in range(len(tgt)):
+        alone = target_values(model, tok[i:i + 1], mask[i:i + 1], tgt[i:i + 1], 25, **hp)
+        assert torch.allclose(batch[i:i + 1], alone, rtol=1e-5, atol=1e-5), i
+    traj = target_trajectory(model, tok, mask, tgt, [3, 10, 25], **hp)
+    assert torch.equal(traj[25], batch) and torch.equal(traj[10], target_values(model, tok, mask, tgt, 10, **hp))
+
+
+def test_cached_scores_match_running_the_model(tiny_lm):
+    """edit_scores through LastTokenCache equals lm_eval's fact accuracy with the MLP put in the slot, for the
+    model's MLP, a swapped one and an edited one; ROME with C^-1 k precomputed equals solving per fact."""
+    t, cfg, model, E = tiny_lm
+    split = make_split(t, 0.2, seed=0)
+    tok, mask = prompts(t, split.altered)
+    keys, _ = mlp_io(model, tok, mask)
+    v = target_values(model, tok, mask, t.author_token(split.new_facts[split.altered]), 10, 0.5)
+    C = key_moment(model, t, split.preserved) + 1e-3 * torch.eye(keys.shape[1], dtype=torch.float64)
+    edited = apply_editor(model.fact.mlp, "memit", keys, v, C, {"lam": 1.0})
+    swapped = mlp_for(t.with_facts(split.new_facts), E, cfg, seed=2)
+    edited_t = t.with_facts(split.new_facts)
+    nt = len(TEMPLATES)
+    caches = edit_caches(model, t, split)
+    for mlp in (model.fact.mlp, swapped, edited):
+        got = edit_scores(model, t, split, mlp, caches)
+        old = model.fact.swap(mlp)
+        try:
+            eff = lm_eval(model, edited_t, split.altered, torch.zeros_like(split.altered))["fact_accuracy"]
+            para = lm_eval(model, edited_t, split.altered.repeat_interleave(nt - 1),
+                           torch.arange(1, nt).repeat(len(split.altered)))["fact_accuracy"]
+            spec = lm_eval(model, edited_t, split.preserved.repeat_interleave(nt),
+                           torch.arange(nt).repeat(len(split.preserved)))["fact_accuracy"]
+        finally:
+            model.fact.swap(old)
+        assert (got["efficacy"], got["paraphrase"], got["specificity"]) == (eff, para, spec)
+    pre: dict = {}
+    a = apply_editor(model.fact.mlp, "rome", keys, v, C, {}, pre)
+    b = apply_editor(model.fact.mlp, "rome", keys, v, C, {})
+    assert "rome_u" in pre and torch.allclose(a.down.weight, b.down.weight, rtol=1e-6, atol=1e-6)

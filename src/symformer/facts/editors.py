@@ -37,13 +37,15 @@ def _check_shapes(W: torch.Tensor, C: torch.Tensor, keys: torch.Tensor, values: 
         fail("values", f"shape {tuple(values.shape)}", f"({d_out}, {tuple(keys.shape[1:])}) matching the keys")
 
 
-def rome_update(W: torch.Tensor, C: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+def rome_update(W: torch.Tensor, C: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                c_inv_key: torch.Tensor | None = None) -> torch.Tensor:
     """ROME's rank-one Delta: afterwards (W + Delta) key = value exactly; inputs x with x^T C^-1 key = 0 keep
-    their outputs."""
+    their outputs. `c_inv_key`, when given, is C^-1 key already solved (it depends on neither W nor value)."""
     W, C = _as64("W", W, 2), _as64("C", C, 2)
     k, v = _as64("key", key, 1), _as64("value", value, 1)
     _check_shapes(W, C, k[:, None], v[:, None])
-    u = torch.linalg.solve(C, k)                    # C^-1 k*, ROME's left vector (its norm cancels)
+    # C^-1 k*, ROME's left vector (its norm cancels)
+    u = torch.linalg.solve(C, k) if c_inv_key is None else _as64("c_inv_key", c_inv_key, 1)
     denom = u @ k
     if not abs(float(denom)) > 0:
         fail("key", "a key with k^T C^-1 k = 0", "a key the second moment C sees")
