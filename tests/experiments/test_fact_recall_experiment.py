@@ -159,7 +159,7 @@ def test_lm_job_shares_the_first_batch_with_ssfr(monkeypatch, tmp_path):
     assert {kwargs[k]["h"] for k in usab} == {9}          # round(1.1 x 8)
     assert len(res.metrics["ssfr_fact_adaptive_accuracy"]) == 25 and "usability_lipschitz_spearman" in res.metrics
     full = X._lm_job(RunContext(out_dir=tmp_path, quick=False, progress=False, options=opts))
-    assert full.kwargs["fractions"] == [0.02, 0.05, 0.1] and full.kwargs["lr"] == 2e-3
+    assert full.kwargs["fractions"] == [0.02, 0.05, 0.1, 0.2] and full.kwargs["lr"] == 2e-3
     paper = X._lm_job(RunContext(out_dir=tmp_path, quick=False, progress=False,
                                  options={**opts, "paper_budget": True}))
     assert paper.kwargs["steps"] * 128 == 4_800_000 and paper.kwargs["lr"] == 2e-4
