@@ -140,6 +140,50 @@ def test_accuracy_claim_paired_two_standard_errors(deltas, expected):
     assert res.claims[0].id == "ACC-rope" and res.claims[0].verdict == expected
 
 
+def _speedup_metrics(per_seed: dict) -> dict:
+    import statistics
+    keys = {"zhao": "mnist1d/rope/zhao/sgd", "tele": "mnist1d/rope/tele/sgd", "adamw": "mnist1d/rope/tele/adamw"}
+    m = {"speedup_pct_mean": {}, "speedup_na_seeds": {}, "speedup_pct_per_seed": {},
+         "teleport_operating_point": {}, "chosen_alpha": {}, "chosen_lr": {}, "epochs": {}}
+    for arm, vals in per_seed.items():
+        got = [v for v in vals if v is not None]
+        m["speedup_pct_mean"][keys[arm]] = statistics.fmean(got) if got else float("nan")
+        m["speedup_na_seeds"][keys[arm]] = len(vals) - len(got)
+        m["speedup_pct_per_seed"][keys[arm]] = vals
+    return m
+
+
+@pytest.mark.parametrize("zhao, tele, expected", [
+    ([5.0, 6.0, 4.0, 5.5], [15.0, 17.0, 14.0, 16.0], "holds"),     # sampling ahead by ~10 points on every seed
+    ([15.0, 17.0, 14.0, 16.0], [5.0, 6.0, 4.0, 5.5], "fails"),
+    ([7.0, -20.0, 30.0, 10.0], [7.3, 10.0, 0.0, 12.0], "inconclusive"),  # means 7.0 vs 7.3 within the noise
+    ([5.0, None, None, 4.0], [15.0, 16.0, 14.0, None], "inconclusive"),  # only 2 seeds where both reached it
+])
+def test_zhao_and_adamw_rows_use_paired_two_standard_errors(zhao, tele, expected):
+    """ZHAO / ADAMW compare two arms' speed-ups seed by seed (seeds where both reached their baseline),
+    not their means: a 0.3-point gap between 20-point-noisy means is not a verdict either way."""
+    from symformer.experiments.teleport_claims import extra_claims
+    from symformer.results import ExperimentResult
+    res = ExperimentResult()
+    res.metrics = _speedup_metrics({"zhao": zhao, "tele": tele, "adamw": zhao})
+    extra_claims(res, {}, 4, quick=False)
+    v = {c.id: c.verdict for c in res.claims}
+    assert v["ZHAO"] == expected and v["ADAMW"] == expected  # adamw plays zhao's part: "gains smaller"
+
+
+def test_lm_row_names_a_run_that_never_reached_the_baseline():
+    from symformer.experiments.teleport_claims import extra_claims
+    from symformer.results import ExperimentResult
+    res = ExperimentResult()
+    res.metrics = {"speedup_pct_mean": {}, "lm_speedup_pct": {"sinusoidal": None, "rope": 3.8},
+                   "lm_final_val_loss": {"sinusoidal/base": 1.622, "sinusoidal/tele": 1.624, "rope/base": 1.56,
+                                         "rope/tele": 1.557}}
+    extra_claims(res, {"x": {}}, 1, quick=False)
+    (c,) = res.claims
+    assert c.id == "LM" and c.verdict == "inconclusive" and "nan" not in c.measured.lower()
+    assert "never reached the baseline's final validation loss 1.6220; it ended at 1.6240" in c.measured
+
+
 def test_operating_point_rules():
     """App. G: |K| at 2-4% of an epoch with 4-16 consecutive steps; the largest alpha with ratio <= 1.05."""
     from symformer.experiments.teleport_runs import batch_size_for, choose_alpha, consecutive_for

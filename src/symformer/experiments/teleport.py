@@ -371,6 +371,7 @@ def _speedup_metrics(res: ExperimentResult, runs: dict) -> None:
     m = res.metrics
     m["speedup_pct_mean"], m["speedup_pct_std"], m["final_acc"], m["final_val_acc"] = {}, {}, {}, {}
     m["speedup_na_seeds"] = {}  # seeds whose teleported run never reached the baseline's final accuracy
+    m["speedup_pct_per_seed"] = {}
     m["acc_paired_diff_points"] = {}  # same-seed test-accuracy difference arm - its baseline: mean, se, n
     over, over_first = [], []
     for (ds, pe, arm, opt), rs in runs.items():
@@ -383,6 +384,7 @@ def _speedup_metrics(res: ExperimentResult, runs: dict) -> None:
         sp = [speedup_pct(b["curve"], t["curve"]) for b, t in zip(base, rs, strict=True)]
         m["speedup_pct_mean"][key], m["speedup_pct_std"][key] = mean_std(sp)  # over seeds that reached it
         m["speedup_na_seeds"][key] = sum(math.isnan(x) for x in sp)
+        m["speedup_pct_per_seed"][key] = [None if math.isnan(x) else x for x in sp]  # None: never reached it
         mean, se, n = C.paired(base, rs)
         m["acc_paired_diff_points"][key] = {"mean": mean, "se": se, "n": n}
         if arm in ("tele", "guarded") and opt == "sgd":
@@ -434,5 +436,6 @@ def _lm_part(ctx: RunContext, res: ExperimentResult) -> dict:
     m["lm_speedup_pct"] = {}
     for pe in ("sinusoidal", "rope"):
         b, t = lm[f"{pe}/base"]["points"], lm[f"{pe}/tele"]["points"]
-        m["lm_speedup_pct"][pe] = speedup_pct([p[1] for p in b], [p[1] for p in t], higher=False)
+        sp = speedup_pct([p[1] for p in b], [p[1] for p in t], higher=False)
+        m["lm_speedup_pct"][pe] = None if math.isnan(sp) else sp  # None: never reached the baseline's loss
     return lm
