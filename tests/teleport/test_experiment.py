@@ -121,7 +121,9 @@ def test_full_plan_reports_on_fake_runs(tmp_path, monkeypatch):
                                                                                                  "string")}
     ids = {c.id for c in res.claims}
     assert {"SPD-learned", "SPD-rope", "ACC-rope", "GUARD-ACC-rope", "ACC-rope-lr0.015", "GUARD-bound", "ZHAO",
-            "ADAMW", "LM"} <= ids
+            "ADAMW", "LM", "ACC-string-mnist1d", "ACC-learned-digits", "ACC-rope-digits", "ACC-string-digits"} <= ids
+    digits = next(c for c in res.claims if c.id == "ACC-rope-digits")
+    assert "digits" in digits.statement and digits.setting.startswith("ours: digits")
     v = {c.id: c.verdict for c in res.claims}
     assert v["SPD-rope"] == "holds"  # 5 seeds, every teleported curve reaches the baseline one epoch earlier
     assert all(c.setting and c.paper_setting for c in res.claims)
