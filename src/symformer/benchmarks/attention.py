@@ -9,7 +9,6 @@ exponent of FAVOR+ forward time against N over 2048 ... 16384. Other systems app
 """
 from __future__ import annotations
 
-import time
 from typing import Callable
 
 import torch
@@ -22,6 +21,7 @@ from symformer.benchmarks.base import (
     BenchContext,
     BenchResult,
     fix_malloc_thresholds,
+    one_call_seconds,
     suite,
 )
 from symformer.stats import fit_exponent
@@ -129,18 +129,9 @@ def _gemm_floor(n: int, device: str, reps: int) -> float:
     def four():
         return x @ w, f.transpose(-1, -2) @ v, x[:, :dh] @ w[:dh], f @ kv
 
-    ts = []
     with torch.no_grad():
         four()  # warm-up
-        for _ in range(reps):
-            if device.startswith("cuda"):
-                torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            four()
-            if device.startswith("cuda"):
-                torch.cuda.synchronize()
-            ts.append(time.perf_counter() - t0)
-    return min(ts)
+        return min(one_call_seconds(four, device) for _ in range(reps))
 
 
 def _interleaved_ratio(a: Callable, b: Callable, n: int, reps: int, device: str) -> float:
@@ -150,14 +141,8 @@ def _interleaved_ratio(a: Callable, b: Callable, n: int, reps: int, device: str)
     with torch.no_grad():
         a(q, k, v), b(q, k, v)  # warm-up
         for _ in range(reps):
-            for fn, ts in ((a, ta), (b, tb)):
-                if device.startswith("cuda"):
-                    torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                fn(q, k, v)
-                if device.startswith("cuda"):
-                    torch.cuda.synchronize()
-                ts.append(time.perf_counter() - t0)
+            ta.append(one_call_seconds(lambda: a(q, k, v), device))
+            tb.append(one_call_seconds(lambda: b(q, k, v), device))
     return min(ta) / min(tb)
 
 

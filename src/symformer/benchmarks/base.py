@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import gc
 import resource
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -55,6 +56,16 @@ def load_all() -> Registry[SuiteSpec]:
 def _sync(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
+
+
+def one_call_seconds(fn: Callable[[], Any], device: str = "cpu") -> float:
+    """Wall time of one call of fn, the device synchronised before and after (for back-to-back comparisons
+    that torch.utils.benchmark's blocked timing cannot interleave)."""
+    _sync(device)
+    t0 = time.perf_counter()
+    fn()
+    _sync(device)
+    return time.perf_counter() - t0
 
 
 def median_seconds(fn: Callable[[], Any], min_run_time: float = 0.3, device: str = "cpu") -> float:

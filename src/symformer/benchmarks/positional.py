@@ -12,7 +12,6 @@ position per step). All ratios come from rows measured in this process.
 from __future__ import annotations
 
 import statistics
-import time
 
 import torch
 
@@ -20,6 +19,7 @@ from symformer.benchmarks.base import (
     BenchContext,
     BenchResult,
     median_seconds,
+    one_call_seconds,
     peak_memory_bytes,
     suite,
 )
@@ -89,16 +89,8 @@ def _time(fn, backward: bool, inputs: list, ctx: BenchContext, min_run_time: flo
 def interleaved_ratio(run_a, run_b, reps: int, device: str = "cpu") -> float:
     """Median over `reps` rounds of t(a) / t(b), a and b called back to back in every round: on a shared
     machine, load drift between two separately timed blocks does not enter the ratio."""
-    def once(fn) -> float:
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-        return time.perf_counter() - t0
     run_a(), run_b()
-    return statistics.median(once(run_a) / once(run_b) for _ in range(reps))
+    return statistics.median(one_call_seconds(run_a, device) / one_call_seconds(run_b, device) for _ in range(reps))
 
 
 def _layers(d_model: int, heads: int, device: str, coord_dim: int = 1) -> dict:
