@@ -126,12 +126,28 @@ def _methods() -> list[str]:
     return ["softmax", "favor", "plash"]
 
 
+# cost of a run per token of a window, relative to softmax (bench attention: a PLASH forecaster step is ~5.6x a
+# softmax one, FAVOR+ ~1.5x); only the order of the jobs depends on it, never a result
+_STEP_COST = {"softmax": 1.0, "favor": 1.5, "plash": 5.6}
+
+
+def _longest_first(jobs: dict) -> list:
+    """The jobs, longest expected first (method cost x tokens per window), so that with --jobs N no worker sits
+    idle at the end while another runs a long PLASH horizon-168 job; ties keep the plan's order."""
+    from symformer.train.presets import informer_lengths
+
+    def cost(item) -> float:
+        (m, h, _), _ = item
+        return _STEP_COST.get(m, 1.0) * (sum(informer_lengths(h)) + h)
+    return [j for _, j in sorted(jobs.items(), key=cost, reverse=True)]
+
+
 def _forecast_runs(ctx: RunContext, proto: dict, res: ExperimentResult) -> dict:
     """{(method, horizon): [run record per seed]} through run_jobs (records under runs/, --jobs, --resume)."""
     jobs = {(m, h, s): forecast_job(ctx, m, h, s, proto) for h in proto["horizons"] for m in _methods()
             for s in proto["seeds"]}
     stats: dict = {}
-    got = run_jobs(list(jobs.values()), ctx.out_dir / "runs", ctx.jobs, ctx.resume, stats)
+    got = run_jobs(_longest_first(jobs), ctx.out_dir / "runs", ctx.jobs, ctx.resume, stats)
     res.notes.append(reuse_note("ETTh1", stats))
     runs: dict = {}
     for (m, h, _), j in jobs.items():
