@@ -55,15 +55,22 @@ def tiny_lm():
     return t, cfg, model, E
 
 
+def _edit_inputs(t, model, fraction: float, ridge: float):
+    """A split at `fraction` altered, the altered facts' edit prompts, their MLP keys, targets v* (10 steps,
+    lr 0.5) and the preserved facts' key moment C + ridge I."""
+    split = make_split(t, fraction, seed=0)
+    tok, mask = prompts(t, split.altered)
+    keys, _ = mlp_io(model, tok, mask)
+    v = target_values(model, tok, mask, t.author_token(split.new_facts[split.altered]), 10, 0.5)
+    C = key_moment(model, t, split.preserved) + ridge * torch.eye(keys.shape[1], dtype=torch.float64)
+    return split, tok, mask, keys, v, C
+
+
 def test_rome_and_memit_write_the_targets_into_the_mlp(tiny_lm):
     """Exact answers inside the model: after ROME (one fact) or MEMIT with lam = 0 (n <= h keys), the fact
     MLP maps each edited key to its target v* (float32 weights: 1e-4 relative)."""
     t, cfg, model, _ = tiny_lm
-    split = make_split(t, 0.15, seed=0)
-    tok, mask = prompts(t, split.altered)
-    keys, _ = mlp_io(model, tok, mask)
-    v = target_values(model, tok, mask, t.author_token(split.new_facts[split.altered]), 10, 0.5)
-    C = key_moment(model, t, split.preserved) + 1e-6 * torch.eye(keys.shape[1], dtype=torch.float64)
+    split, tok, mask, keys, v, C = _edit_inputs(t, model, 0.15, 1e-6)
     for method, hp, n in (("rome", {}, 1), ("memit", {"lam": 0.0}, len(keys))):
         mlp = apply_editor(model.fact.mlp, method, keys[:n], v[:n], C, hp)
         out = mlp.down(keys[:n].float()).double()
@@ -170,11 +177,7 @@ def test_cached_scores_match_running_the_model(tiny_lm):
     """edit_scores through LastTokenCache equals lm_eval's fact accuracy with the MLP put in the slot, for the
     model's MLP, a swapped one and an edited one; ROME with C^-1 k precomputed equals solving per fact."""
     t, cfg, model, E = tiny_lm
-    split = make_split(t, 0.2, seed=0)
-    tok, mask = prompts(t, split.altered)
-    keys, _ = mlp_io(model, tok, mask)
-    v = target_values(model, tok, mask, t.author_token(split.new_facts[split.altered]), 10, 0.5)
-    C = key_moment(model, t, split.preserved) + 1e-3 * torch.eye(keys.shape[1], dtype=torch.float64)
+    split, tok, mask, keys, v, C = _edit_inputs(t, model, 0.2, 1e-3)
     edited = apply_editor(model.fact.mlp, "memit", keys, v, C, {"lam": 1.0})
     swapped = mlp_for(t.with_facts(split.new_facts), E, cfg, seed=2)
     edited_t = t.with_facts(split.new_facts)
