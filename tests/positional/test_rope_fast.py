@@ -122,6 +122,16 @@ def test_value_cache_works_in_inference_mode_for_learnable_beta():
     assert "_tables_cache" not in rope.state_dict()
 
 
+def _fresh_fused(monkeypatch, compiler=None) -> None:
+    """The fused path for every input size, with no compiled keys yet; `compiler` stands in for the compiled
+    kernel (None: the real torch.compile)."""
+    from symformer.positional import _fused
+    monkeypatch.setattr(_fused, "FUSED_MIN_NUMEL", 0)
+    monkeypatch.setattr(_fused, "_STATE", {"fns": {}, "failed": set()})
+    if compiler is not None:
+        monkeypatch.setattr(_fused, "_compile_copy", lambda: compiler)
+
+
 def test_fused_half_kernel_matches_eager_and_gradcheck(monkeypatch):
     """The compiled one-pass half rotation (_fused.py, used for large inputs) against the eager three-pass
     kernel and the reference arithmetic, forward, backward (R^T) and in inference mode, float64 and float32."""
@@ -135,8 +145,7 @@ def test_fused_half_kernel_matches_eager_and_gradcheck(monkeypatch):
     ref = rotate_pairs(x, th.cos(), th.sin(), "half")
     eager = _half_kernel(x.detach(), tab[1], tab[2])
     assert _fused.fused_half(x.detach(), tab[1], tab[2]) is None  # below FUSED_MIN_NUMEL: eager
-    monkeypatch.setattr(_fused, "FUSED_MIN_NUMEL", 0)
-    monkeypatch.setattr(_fused, "_STATE", {"fns": {}, "failed": set()})
+    _fresh_fused(monkeypatch)
     fused = _fused.fused_half(x.detach(), tab[1], tab[2])
     assert fused is not None and (fused - eager).abs().max() <= 1e-15 and (fused - ref).abs().max() <= 1e-14
     with torch.inference_mode():
@@ -154,9 +163,7 @@ def test_fused_half_kernel_falls_back_when_compile_fails(monkeypatch):
     def broken(*args):
         raise RuntimeError("no compiler")
 
-    monkeypatch.setattr(_fused, "FUSED_MIN_NUMEL", 0)
-    monkeypatch.setattr(_fused, "_STATE", {"fns": {}, "failed": set()})
-    monkeypatch.setattr(_fused, "_compile_copy", lambda: broken)
+    _fresh_fused(monkeypatch, broken)
     th = torch.randn(5, 4, dtype=torch.float64)
     x = torch.randn(1, 2, 5, 8, dtype=torch.float64)
     tab = half_tables(th, torch.float64)
@@ -165,8 +172,7 @@ def test_fused_half_kernel_falls_back_when_compile_fails(monkeypatch):
     assert (out - rotate_pairs(x, th.cos(), th.sin(), "half")).abs().max() <= 1e-14
     assert _fused._STATE["failed"] == {"cpu"}
     monkeypatch.setenv("SYMFORMER_FUSED_ROPE", "0")
-    monkeypatch.setattr(_fused, "_STATE", {"fns": {}, "failed": set()})
-    monkeypatch.setattr(_fused, "_compile_copy", lambda: broken)
+    _fresh_fused(monkeypatch, broken)
     assert _fused.fused_half(x, tab[1], tab[2]) is None  # switched off: the compiler is never called
 
 
@@ -177,9 +183,7 @@ def test_fused_half_kernel_steps_aside_inside_a_users_compile(monkeypatch):
     def never(*args):
         raise AssertionError("nested compile")
 
-    monkeypatch.setattr(_fused, "FUSED_MIN_NUMEL", 0)
-    monkeypatch.setattr(_fused, "_STATE", {"fns": {}, "failed": set()})
-    monkeypatch.setattr(_fused, "_compile_copy", lambda: never)
+    _fresh_fused(monkeypatch, never)
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     x = torch.randn(1, 2, 5, 8, dtype=torch.float64)
     with warnings.catch_warnings():
@@ -194,8 +198,7 @@ def test_fused_half_kernel_reuses_one_key_across_sequence_lengths(monkeypatch):
     from symformer.positional import _fused
     from symformer.positional.rope import half_tables
 
-    monkeypatch.setattr(_fused, "FUSED_MIN_NUMEL", 0)
-    monkeypatch.setattr(_fused, "_STATE", {"fns": {}, "failed": set()})
+    _fresh_fused(monkeypatch)
     from torch._dynamo.utils import counters
 
     before = counters["stats"]["unique_graphs"]
@@ -219,8 +222,7 @@ def test_fused_half_kernel_compiles_past_dynamos_recompile_limit(monkeypatch):
     from symformer.positional import _fused
     from symformer.positional.rope import half_tables
 
-    monkeypatch.setattr(_fused, "FUSED_MIN_NUMEL", 0)
-    monkeypatch.setattr(_fused, "_STATE", {"fns": {}, "failed": set()})
+    _fresh_fused(monkeypatch)
     g = torch.Generator().manual_seed(5)
     before = counters["stats"]["unique_graphs"]
     for dh in range(2, 20, 2):  # nine head dims, nine keys
