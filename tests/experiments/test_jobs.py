@@ -81,3 +81,40 @@ def test_serial_jobs_run_on_the_workers_single_thread():
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def resumable_count(target: int, work_dir: str | None = None) -> dict:
+    """A job that counts to `target`, one step per call, keeping its count in work_dir (a checkpoint)."""
+    from pathlib import Path
+    done = 0
+    if work_dir is not None:
+        path = Path(work_dir) / "count"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        done = int(path.read_text()) if path.exists() else 0
+        done += 1
+        path.write_text(str(done))
+        if done < target:
+            raise RuntimeError(f"killed at {done}")
+    return {"count": done, "had_work_dir": work_dir is not None}
+
+
+def test_checkpointing_jobs_get_a_work_dir_that_resume_keeps(tmp_path):
+    job = [Job("c", resumable_count, {"target": 3}, checkpoints=True)]
+    work = tmp_path / ".partial" / "c"
+    for _ in range(2):  # killed twice; each call leaves its checkpoint behind
+        with pytest.raises(RuntimeError, match="killed"):
+            run_jobs(job, tmp_path, resume=True)
+    assert (work / "count").read_text() == "2"
+    assert run_jobs(job, tmp_path, resume=True)["c"] == {"count": 3, "had_work_dir": True}
+    assert not work.exists()  # recorded, so its checkpoints are gone
+    rec = json.loads((tmp_path / "c.json").read_text())
+    assert "work_dir" not in rec["signature"]["kwargs"]
+
+
+def test_without_resume_a_checkpointing_job_starts_afresh(tmp_path):
+    job = [Job("c", resumable_count, {"target": 1}, checkpoints=True)]
+    work = tmp_path / ".partial" / "c"
+    work.mkdir(parents=True)
+    (work / "count").write_text("5")  # a stale checkpoint of an earlier run
+    assert run_jobs(job, tmp_path)["c"]["count"] == 1
+    assert run_jobs(job, None)["c"] == {"count": 0, "had_work_dir": False}  # no records: no checkpoints either

@@ -6,11 +6,17 @@ loses at most the jobs in flight; `symformer reproduce --resume` reuses the reco
 arguments match and runs the rest. Without --resume every job runs afresh (records of older code are
 never reused silently). `jobs > 1` runs them in that many spawned processes with one intra-op thread each:
 on small models one process per core is faster than intra-op threading, and each process times its own
-runs, so per-run wall-time ratios (teleport overhead) stay meaningful."""
+runs, so per-run wall-time ratios (teleport overhead) stay meaningful.
+
+A job that runs for hours (a PLASH horizon-168 Informer) sets `checkpoints=True`: it is then called with a
+`work_dir` of its own, OUT/<experiment>/runs/.partial/<key>/, where it checkpoints as it goes and from which a
+--resume call continues it; so a killed run loses minutes, not the job. The folder is removed once the record is
+written, and a call without --resume starts the job afresh. `work_dir` is not part of the signature."""
 from __future__ import annotations
 
 import json
 import platform
+import shutil
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
@@ -29,6 +35,7 @@ class Job:
     key: str                       # file name stem: letters, digits, '.', '_', '-', '='
     fn: Callable[..., Any]         # a module-level function (workers import it by name)
     kwargs: dict = field(default_factory=dict)
+    checkpoints: bool = False      # fn takes work_dir=<folder> and resumes from what it left there
 
     def signature(self) -> dict:
         return {"fn": f"{self.fn.__module__}.{self.fn.__qualname__}", "kwargs": self.kwargs}
@@ -63,10 +70,20 @@ def one_thread():
         torch.set_num_threads(threads)
 
 
-def _call(job: Job) -> tuple[Any, float]:
+def _call(job: Job, work: Path | None = None) -> tuple[Any, float]:
     t0 = time.perf_counter()
-    result = job.fn(**job.kwargs)
+    result = job.fn(**job.kwargs, **({} if work is None else {"work_dir": str(work)}))
     return result, time.perf_counter() - t0
+
+
+def _work_dir(job: Job, record_dir: Path | None, resume: bool) -> Path | None:
+    """The job's checkpoint folder (None when it keeps none); emptied unless this call resumes."""
+    if record_dir is None or not job.checkpoints:
+        return None
+    work = record_dir / ".partial" / job.key
+    if not resume:
+        shutil.rmtree(work, ignore_errors=True)
+    return work
 
 
 def _provenance(seconds: float) -> dict:
@@ -99,13 +116,18 @@ def run_jobs(jobs: list[Job], record_dir: Path | None = None, n_workers: int = 1
         stats["reused"] = stats.get("reused", 0) + len(out)
         stats["ran"] = stats.get("ran", 0) + len(todo)
 
+    work = {j.key: _work_dir(j, record_dir, resume) for j in todo}
+
     def done(job: Job, called: tuple[Any, float]) -> None:
         result, seconds = called
         out[job.key] = result
         if record_dir is not None:
             # json.dumps, not results.write_json: NaN must read back as NaN, not as the string "nan"
+            # (provenance.seconds: this call's wall time; a job resumed from its checkpoint counts the last part)
             rec = {"signature": job.signature(), "result": result, "provenance": _provenance(seconds)}
             atomic_write_text(record_dir / f"{job.key}.json", json.dumps(rec))
+            if work[job.key] is not None:  # recorded: its checkpoints are no longer needed
+                shutil.rmtree(work[job.key], ignore_errors=True)
 
     if not todo:  # everything reused (a resumed batch that had finished): no pool of zero workers
         pass
@@ -114,11 +136,11 @@ def run_jobs(jobs: list[Job], record_dir: Path | None = None, n_workers: int = 1
         # how many jobs were left (a resumed run must reproduce an uninterrupted one bit for bit)
         with one_thread():
             for j in todo:
-                done(j, _call(j))
+                done(j, _call(j, work[j.key]))
     else:
         with ProcessPoolExecutor(min(n_workers, len(todo)), mp_context=get_context("spawn"),
                                  initializer=_init_worker) as pool:
-            futures = {pool.submit(_call, j): j for j in todo}
+            futures = {pool.submit(_call, j, work[j.key]): j for j in todo}
             for f in as_completed(futures):
                 done(futures[f], f.result())
     return {k: out[k] for k in keys}

@@ -24,6 +24,29 @@ class Callback:
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
+class Elapsed(Callback):
+    """Training wall time summed over the parts of a resumed run: the seconds up to the last checkpoint travel in
+    it (state_dict), so a run killed and resumed reports the time its result cost, not only the last part."""
+
+    def __init__(self):
+        self.before, self._t0 = 0.0, None
+
+    def on_train_start(self, trainer) -> None:
+        import time
+        self._t0 = time.perf_counter()
+
+    @property
+    def seconds(self) -> float:
+        import time
+        return self.before + (0.0 if self._t0 is None else time.perf_counter() - self._t0)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"seconds": self.seconds}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.before = float(state["seconds"])
+
+
 class EarlyStopping(Callback):
     """Stop when `monitor` has not improved for `patience` epochs and restore the best weights before the
     final evaluation (Informer's EarlyStopping: patience 3 on validation MSE, best checkpoint reloaded for

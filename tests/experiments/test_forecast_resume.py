@@ -1,0 +1,39 @@
+"""A forecasting job killed part-way and resumed from its work_dir gives the uninterrupted run's result, bit for
+bit (Trainer's exact resume under plash_forecast.forecast), for each attention the recorded run trains."""
+import pytest
+
+from symformer.experiments import plash_forecast as PF
+from symformer.train.trainer import Trainer
+
+
+class Killed(Exception):
+    pass
+
+
+def _run(data_dir, method, work_dir=None):
+    return PF.forecast(str(data_dir), method, PF.method_kwargs(method, True), pred_len=24, seed=3,
+                       size=PF.QUICK_SIZE, epochs=2, patience=3, lr=1e-3, train_windows=160, val_windows=64,
+                       work_dir=None if work_dir is None else str(work_dir))
+
+
+@pytest.mark.parametrize("method", ["softmax", "favor", "plash"])
+def test_killed_and_resumed_forecast_equals_uninterrupted(data_dir, tmp_path, monkeypatch, method):
+    plain = _run(data_dir, method)
+    monkeypatch.setattr(PF, "CHECKPOINT_STEPS", 3)  # 5 steps per epoch: checkpoints at steps 3, 5, 6, 9, 10
+    step = Trainer.train_step
+    calls = {"n": 0}
+
+    def dies_at_step_8(self, idx):
+        calls["n"] += 1
+        if calls["n"] == 8:  # mid second epoch, two steps after the checkpoint at step 6
+            raise Killed
+        return step(self, idx)
+    monkeypatch.setattr(Trainer, "train_step", dies_at_step_8)
+    with pytest.raises(Killed):
+        _run(data_dir, method, tmp_path)
+    assert (tmp_path / "checkpoint.pt").exists()
+    resumed = _run(data_dir, method, tmp_path)
+    assert calls["n"] == 8 + 4  # the resumed part ran steps 7..10 only: it went on from the checkpoint at step 6
+    for key in ("test_mse", "test_mae", "val_mse", "best_epoch", "epochs_run", "history"):
+        assert resumed[key] == plain[key], key
+    assert resumed["seconds"] > 0
