@@ -71,11 +71,11 @@ def test_constructed_search_fixes_m_then_grows_the_gadget_width(monkeypatch):
     from symformer.experiments import fact_recall_runs as R
     calls = []
 
-    def point(kind, size, n_facts, d, seed, quick, paper_budget=False, h_tilde=None):
+    def point(kind, size, n_facts, d, seed, quick, paper_budget=False, h_tilde=None, work_dir=None):
         calls.append((size, h_tilde))
         return {"params": size * h_tilde, "fact_adaptive_accuracy": 1.0 if h_tilde >= 5 else 0.5}
 
-    monkeypatch.setattr(R, "code_width", lambda kind, F, d, seeds, start, max_size, bisect, quick: 24)
+    monkeypatch.setattr(R, "code_width", lambda kind, F, d, seeds, start, max_size, bisect, quick, work_dir: 24)
     monkeypatch.setattr(R, "ssfr_point", point)
     r = R.ssfr_search("bin+jl", 256, 128, 1, False, 16, 256, bisect=True)
     assert (r["m"], r["h_tilde"], r["min_size"], r["min_params"]) == (24, 5, 120, 120)
@@ -179,7 +179,7 @@ def test_untrainable_point_builds_only_the_swapped_in_mlp(monkeypatch):
         return mlp
 
     monkeypatch.setattr(R, "build_fact_mlp", fake)
-    monkeypatch.setattr(R, "train_ssfr", lambda model, task, cfg: {"steps": 0})
+    monkeypatch.setattr(R, "train_ssfr", lambda model, task, cfg, checkpoint=None: {"steps": 0})
     rec = R.ssfr_point("gd-swiglu", 4, 32, 16, seed=3, quick=True)
     assert built == [4] and rec["trained"] is False and rec["capacity"] is None and rec["capacity_new"] == 0.5
     built.clear()
@@ -192,3 +192,46 @@ def test_untrainable_point_builds_only_the_swapped_in_mlp(monkeypatch):
     built.clear()
     assert R.code_width("gd-swiglu", 32, 16, seeds=2, start=8, max_size=8, bisect=False) == 8
     assert built == [0, 1]          # seed 0: f then f' (seed + 1)
+
+
+def test_a_killed_search_resumes_from_its_work_dir(monkeypatch, tmp_path):
+    """ssfr_search with a work_dir remembers every finished point and code-width check: run again after a kill,
+    it builds and trains only what it had not finished, and returns what an uninterrupted search returns."""
+    from symformer.experiments import fact_recall_runs as R
+    from symformer.facts.mlp import FactMLP
+    built, trained, kill = [], [], {"at": None}
+
+    class Killed(Exception):
+        pass
+
+    def fake(K, V, facts, kind, seed=0, m=None, options=None, **kw):   # stores from m = 12 on
+        built.append((m, seed, options.encoder_hidden))
+        mlp = FactMLP(K.shape[1], 4, activation="silu", gated=True, bias=True, out_bias=True)
+        mlp.accuracy = 1.0 if m >= 12 else 0.5
+        return mlp
+
+    def train(model, task, cfg, checkpoint=None):
+        trained.append(checkpoint)
+        if len(trained) == kill["at"]:  # the third point (h~ = 8), after h~ = 2 and 4 are remembered
+            raise Killed
+        return {"steps": 1}
+    monkeypatch.setattr(R, "build_fact_mlp", fake)
+    monkeypatch.setattr(R, "train_ssfr", train)
+    monkeypatch.setattr(R, "fact_adaptive_accuracy", lambda model, task, mlp: 1.0 if mlp.h_tilde >= 5 else 0.5)
+    monkeypatch.setattr(R, "lipschitz_estimate", lambda *a, **k: 1.0)
+    monkeypatch.setattr(FactMLP, "h_tilde", property(lambda self: built[-1][2]), raising=False)
+    args = ("bin+jl", 32, 16, 1, True, 8, 64)
+    plain = R.ssfr_search(*args)
+    n_plain = len(built)
+    built.clear(), trained.clear()
+    kill["at"] = 3
+    with pytest.raises(Killed):
+        R.ssfr_search(*args, work_dir=str(tmp_path))
+    before = len(built)
+    again = R.ssfr_search(*args, work_dir=str(tmp_path))
+    def same(r):  # every point's wall time differs between calls
+        return {**r, "points": [{k: v for k, v in q.items() if k != "seconds"} for q in r["points"]]}
+    assert same(again) == same(plain) and again["h_tilde"] == 5
+    # the resumed call repeats only the point that was killed (its two builds), nothing finished before it
+    assert len(built) - before == n_plain - before + 2 and all(c is not None for c in trained)
+    assert not list(tmp_path.glob("*.pt"))

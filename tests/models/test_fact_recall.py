@@ -167,3 +167,33 @@ def test_encoder_hidden_below_the_gadget_minimum_is_refused(bad, err):
     with pytest.raises(err, match="options.encoder_hidden"):
         build_fact_mlp(fs.keys, fs.values, fs.facts, "bin+jl", m=16, strict=False,
                        options=BuildOptions(encoder_hidden=bad))
+
+
+def test_train_ssfr_killed_and_resumed_from_its_checkpoint_is_exact(tmp_path, monkeypatch):
+    import symformer.train.fact_recall as TR
+    from symformer.train.fact_recall import SSFRTrainConfig, build_recall_model, train_ssfr
+
+    class Killed(Exception):
+        pass
+    task = make_ssfr(16, 16, seed=0)
+    mlp = build_fact_mlp(*task.mlp_embeddings(), task.facts, "bin+jl", m=16, strict=False)
+    cfg = SSFRTrainConfig(steps=10, batch_size=8, lr=1e-3, seed=1, stop_accuracy=1.1, eval_every=4)
+    plain_model = build_recall_model(task, mlp, seed=0)
+    plain = train_ssfr(plain_model, task, cfg)
+    real, calls = TR.value_logits, {"n": 0}
+
+    def dies_at_step_7(*a):
+        calls["n"] += 1
+        if calls["n"] == 7:  # steps 1-4, the evaluation at step 4, steps 5-6, then step 7
+            raise Killed
+        return real(*a)
+    monkeypatch.setattr(TR, "value_logits", dies_at_step_7)
+    ck = tmp_path / "ssfr.pt"
+    with pytest.raises(Killed):
+        train_ssfr(build_recall_model(task, mlp, seed=0), task, cfg, checkpoint=ck)
+    model = build_recall_model(task, mlp, seed=0)
+    got = train_ssfr(model, task, cfg, checkpoint=ck)
+    assert calls["n"] == 7 + 6 + 2  # from the checkpoint after step 4: steps 5..10 and the evaluations at 8, 10
+    assert got == plain
+    for (name, a), b in zip(plain_model.state_dict().items(), model.state_dict().values()):
+        assert torch.equal(a, b), name

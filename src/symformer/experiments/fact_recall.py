@@ -53,6 +53,7 @@ def _ssfr_jobs(ctx: RunContext) -> list[Job]:
                 bisect=not ctx.quick,
                 paper_budget=bool(ctx.options["paper_budget"]) and not ctx.quick,
             ),
+            checkpoints=True,  # an F = 4096 search outlasts a session: points and trainings resume mid-job
         )
         for k in kinds
         for F in Fs
@@ -147,6 +148,7 @@ def _usability_jobs(ctx: RunContext, h_star: int) -> list[Job]:
             f"usab_k={kappa:g}_a={alpha:g}",
             R.usability_point,
             dict(kappa=kappa, alpha=alpha, n_facts=256, d=128, h=h, seed=ctx.seed, quick=False),
+            checkpoints=True,
         )
         for kappa in (1.1, 10.0, 100.0, 1000.0)
         for alpha in (0.0, 0.01, 0.022, 0.046, 0.1, 0.22, 0.46, 1.0)

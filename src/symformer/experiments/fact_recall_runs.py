@@ -5,8 +5,10 @@ and the LM swap check + editing (Sec. 5.4, App. A.3)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import time
+from pathlib import Path
 
 from symformer.data.books import make_books
 from symformer.data.ssfr import make_ssfr
@@ -14,6 +16,7 @@ from symformer.facts.capacity import KNOB, BuildOptions, build_fact_mlp
 from symformer.facts.decodability import decodability
 from symformer.facts.embeddings import random_fact_map
 from symformer.facts.mlp import count_params
+from symformer.results import atomic_write_text
 from symformer.train.fact_editing import make_split, run_editors
 from symformer.train.fact_lm import LMConfig, build_lm, mlp_for, swap_check, train_lm
 from symformer.train.fact_recall import (
@@ -38,12 +41,39 @@ def ssfr_train_config(quick: bool, seed: int, paper_budget: bool = False) -> SSF
     return SSFRTrainConfig(steps=3000, batch_size=256, lr=1e-3, seed=seed, stop_accuracy=0.995, eval_every=250)
 
 
+def _memo(work_dir: str | None, args: dict, fn):
+    """fn(), or what it returned before for the same `args` in work_dir (a job resumed after a kill keeps every
+    SSFR point and code-width check it finished: an F = 4096 search spans sessions)."""
+    if work_dir is None:
+        return fn()
+    path = Path(work_dir) / f"{_tag(args)}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    out = fn()
+    atomic_write_text(path, json.dumps(out))
+    return out
+
+
+def _tag(args: dict) -> str:
+    return hashlib.sha256(json.dumps(args, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def _ckpt(work_dir: str | None, args: dict, what: str) -> str | None:
+    """A checkpoint file for one long training inside a job (removed with the job's work_dir)."""
+    if work_dir is None:
+        return None
+    Path(work_dir).mkdir(parents=True, exist_ok=True)
+    return str(Path(work_dir) / f"{_tag(args)}_{what}.pt")
+
+
 def _build(kind: str, size: int, task, facts, seed: int, quick: bool, whiten: float = 0.0,
-           h_tilde: int | None = None):
+           h_tilde: int | None = None, checkpoint: str | None = None):
     """One MLP of a swap pair: the one storing f (seed, trained with) or f' (seed + 1, swapped in), built alike.
-    Every builder seeds itself, so building one without the other gives the same MLP."""
+    Every builder seeds itself, so building one without the other gives the same MLP. `checkpoint`: where a GD
+    MLP's training state goes (resumed from there)."""
     K, V = task.mlp_embeddings()
-    opts = BuildOptions(train_epochs=3000 if quick else 20000, whiten=whiten, encoder_hidden=h_tilde)
+    opts = BuildOptions(train_epochs=3000 if quick else 20000, whiten=whiten, encoder_hidden=h_tilde,
+                        train_checkpoint=checkpoint)
     kw = {KNOB[kind]: size}
     info = _value_geometry(V) if kind.endswith("+jl") and whiten == 0 else None
     return build_fact_mlp(K, V, facts, kind, seed=seed, strict=False, options=opts, info=info, **kw)
@@ -74,15 +104,32 @@ def ssfr_point(
     lipschitz: bool = False,
     paper_budget: bool = False,
     h_tilde: int | None = None,
+    work_dir: str | None = None,
 ) -> dict:
     """Train the Sec. 5.1 transformer with an MLP storing f, swap in one storing f', measure SSFR[f'] accuracy.
-    `size` is the method's knob (m for constructions, h otherwise); `h_tilde` the gadget width per code."""
+    `size` is the method's knob (m for constructions, h otherwise); `h_tilde` the gadget width per code.
+    With `work_dir` the point is remembered there once done, and its GD builds and SSFR training checkpoint
+    there while it runs (a killed job resumes mid-point)."""
+    args = dict(kind=kind, size=size, n_facts=n_facts, d=d, seed=seed, quick=quick, kappa=kappa, whiten=whiten,
+                lipschitz=lipschitz, paper_budget=paper_budget, h_tilde=h_tilde)
+    ck = {w: _ckpt(work_dir, args, w) for w in ("f", "f2", "ssfr")}
+    rec = _memo(work_dir, args, lambda: _point(**args, ck=ck))
+    for path in ck.values():  # remembered: its checkpoints are no longer needed
+        if path is not None:
+            Path(path).unlink(missing_ok=True)
+    return rec
+
+
+def _point(kind: str, size: int, n_facts: int, d: int, seed: int, quick: bool, kappa: float, whiten: float,
+           lipschitz: bool, paper_budget: bool, h_tilde: int | None, ck: dict) -> dict:
     t0 = time.perf_counter()
+    # seconds: this call's; a point resumed from a checkpoint (`resumed`) counts only its last part
+    resumed = any(path is not None and Path(path).exists() for path in ck.values())
     task = make_ssfr(n_facts, d, kappa=kappa, seed=seed)
     f2 = random_fact_map(n_facts, seed=10_000 + seed)
     # f' first: when its MLP stores < 99% the size cannot reach the target and the point is not trained, so the
     # MLP for f (at F = 4096 a GD build that runs all 20,000 epochs, ~1.8 h on one core) is not built either
-    mlp2 = _build(kind, size, task, f2, seed + 1, quick, whiten, h_tilde)
+    mlp2 = _build(kind, size, task, f2, seed + 1, quick, whiten, h_tilde, ck["f2"])
     rec = {
         "kind": kind,
         "size": size,
@@ -97,16 +144,17 @@ def ssfr_point(
         "params": count_params(mlp2),
         "capacity": None,
         "capacity_new": mlp2.accuracy,
+        "resumed": resumed,
     }
     if mlp2.accuracy < TARGET and not lipschitz:
         rec.update(fact_adaptive_accuracy=None, trained=False, seconds=time.perf_counter() - t0)
         return rec
-    mlp = _build(kind, size, task, task.facts, seed, quick, whiten, h_tilde)
+    mlp = _build(kind, size, task, task.facts, seed, quick, whiten, h_tilde, ck["f"])
     rec.update(hidden=mlp.h, params=count_params(mlp), capacity=mlp.accuracy)
     if lipschitz or KNOB[kind] == "m":
         rec["lipschitz"] = lipschitz_estimate(mlp, task.key_embeddings, task.value_embeddings, seed=seed)
     model = build_recall_model(task, mlp, seed=seed)
-    tr = train_ssfr(model, task, ssfr_train_config(quick, seed, paper_budget))
+    tr = train_ssfr(model, task, ssfr_train_config(quick, seed, paper_budget), checkpoint=ck["ssfr"])
     rec.update(
         trained=True,
         train=tr,
@@ -135,12 +183,16 @@ def _smallest(ok, start: int, max_size: int, bisect: bool) -> int | None:
 
 
 def code_width(kind: str, n_facts: int, d: int, seeds: int, start: int, max_size: int, bisect: bool,
-               quick: bool = True) -> int | None:
+               quick: bool = True, work_dir: str | None = None) -> int | None:
     """Smallest decoder width m at which, for some seed, both built MLPs (f and f') store >= 99% of their
     facts: the storage requirement alone, found from MLP builds (no transformer is trained), built with the
     same budget as the points that use it."""
 
     def ok(m: int) -> bool:
+        return _memo(work_dir, dict(code_width=kind, m=m, n_facts=n_facts, d=d, seeds=seeds, quick=quick),
+                     lambda: stores(m))
+
+    def stores(m: int) -> bool:
         for s in range(seeds):
             task = make_ssfr(n_facts, d, seed=s)
             # both must store: the second is built only when the first does (the outcome is the same)
@@ -163,6 +215,7 @@ def ssfr_search(
     max_size: int,
     bisect: bool = True,
     paper_budget: bool = False,
+    work_dir: str | None = None,
 ) -> dict:
     """Smallest MLP hidden size whose max-over-seeds fact-adaptive accuracy is >= 99% (App. A.2.3).
     GD / NTK MLPs: the knob is h. Constructions (h = m h~): m is fixed at the smallest code width that
@@ -172,13 +225,14 @@ def ssfr_search(
     a Lipschitz constant (eq. 8) in the thousands, which no transformer can use (Sec. 5.3)."""
     seen: dict[int, list[dict]] = {}
     constructed = KNOB[kind] == "m"
-    m = code_width(kind, n_facts, d, seeds, start, max_size, bisect, quick) if constructed else None
+    m = code_width(kind, n_facts, d, seeds, start, max_size, bisect, quick, work_dir) if constructed else None
 
     def ok(size: int) -> bool:
         if size not in seen:
             knob, ht = (m, size) if constructed else (size, None)
             seen[size] = [
-                ssfr_point(kind, knob, n_facts, d, s, quick, paper_budget=paper_budget, h_tilde=ht)
+                ssfr_point(kind, knob, n_facts, d, s, quick, paper_budget=paper_budget, h_tilde=ht,
+                           work_dir=work_dir)
                 for s in range(seeds)
             ]
         return _ok(seen[size])
@@ -207,10 +261,12 @@ def ssfr_search(
     }
 
 
-def usability_point(kappa: float, alpha: float, n_facts: int, d: int, h: int, seed: int, quick: bool) -> dict:
+def usability_point(kappa: float, alpha: float, n_facts: int, d: int, h: int, seed: int, quick: bool,
+                    work_dir: str | None = None) -> dict:
     """Sec. 5.2-5.3: a GD SwiGLU MLP (cross-entropy) at width h on embeddings whitened with strength alpha;
     capacity, fact-adaptive accuracy, usability = accuracy / capacity, and the Lipschitz estimate (eq. 8)."""
-    rec = ssfr_point("gd-swiglu", h, n_facts, d, seed, quick, kappa=kappa, whiten=alpha, lipschitz=True)
+    rec = ssfr_point("gd-swiglu", h, n_facts, d, seed, quick, kappa=kappa, whiten=alpha, lipschitz=True,
+                     work_dir=work_dir)
     cap = rec["capacity_new"]
     faa = rec["fact_adaptive_accuracy"] or 0.0
     rec["usability"] = faa / cap if cap > 0 else None

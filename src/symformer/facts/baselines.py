@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 
+from symformer._io import save_atomic
 from symformer._validation import check_choice, check_float, check_int, fail
 from symformer.facts.decodability import Decodability, require_vertices
+from symformer.facts.dot_ce import dot_product_cross_entropy
 from symformer.facts.embeddings import validate_fact_set
 from symformer.facts.mlp import FactMLP
 
@@ -72,30 +75,50 @@ def ntk_mlp(keys: torch.Tensor, values: torch.Tensor, facts: torch.Tensor, h: in
 
 def train_mlp(keys: torch.Tensor, values: torch.Tensor, facts: torch.Tensor, h: int, activation: str = "silu",
               max_epochs: int = 20000, lr: float = 1e-3, final_lr: float = 1e-6, seed: int = 0,
-              check_every: int = 25, dtype: torch.dtype = torch.float32) -> FactMLP:
+              dtype: torch.dtype = torch.float32, checkpoint: str | os.PathLike | None = None,
+              checkpoint_every: int = 500) -> FactMLP:
     """GD MLP (App. A.1.3): SwiGLU (activation "silu") or a plain ReLU MLP (activation "relu", the paper's
-    ReLU fact MLPs of Sec. 5) with biases, cross-entropy on g(K) V^T, full-batch Adam, cosine lr -> final_lr,
-    stopped as soon as every fact is stored."""
+    ReLU fact MLPs of Sec. 5) with biases, cross-entropy on g(K) V^T, full-batch Adam, cosine lr -> final_lr
+    over max_epochs, stopped at the first epoch that starts with every fact stored (the paper's "early
+    stopping"; the fused loss counts stored facts every epoch at no cost). With `checkpoint` (a file path) the
+    state is saved there atomically every `checkpoint_every` epochs and a later call continues from it exactly
+    (an F = 4096 MLP that never stores runs all 20,000 epochs: ~1 h on one core)."""
     validate_fact_set(keys, values, facts)
     check_int("h", h, 1)
     check_choice("activation", activation, ("silu", "relu"))
     check_int("max_epochs", max_epochs, 1)
     check_float("lr", lr, 0.0, low_open=True)
+    check_int("checkpoint_every", checkpoint_every, 1)
     torch.manual_seed(seed)
     d = keys.shape[1]
     mlp = FactMLP(d, h, activation=activation, gated=activation == "silu", bias=True, out_bias=True, dtype=dtype)
     K, V = keys.to(dtype), values.to(dtype)
     opt = torch.optim.Adam(mlp.parameters(), lr=lr)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, max_epochs, eta_min=final_lr)
-    for epoch in range(max_epochs):
+    parts = {"mlp": mlp, "opt": opt, "sched": sched}
+    start = _load_training(checkpoint, parts)
+    for epoch in range(start, max_epochs):
+        if checkpoint is not None and epoch > start and epoch % checkpoint_every == 0:
+            save_atomic({"epoch": epoch, **{k: v.state_dict() for k, v in parts.items()}}, checkpoint)
         opt.zero_grad()
-        s = mlp.down(mlp.hidden(K)) @ V.T
-        if epoch % check_every == 0 and bool((s.argmax(1) == facts).all()):
+        loss, stored = dot_product_cross_entropy(mlp.down(mlp.hidden(K)), V, facts)
+        if int(stored) == len(facts):
             break
-        torch.nn.functional.cross_entropy(s, facts).backward()
+        loss.backward()
         opt.step()
         sched.step()
     return mlp
+
+
+def _load_training(path: str | os.PathLike | None, parts: dict) -> int:
+    """The epoch to start from: 0, or the one saved in `path` after loading its states into `parts` (a file
+    train_mlp wrote; loaded with weights_only=True, so it can hold nothing but tensors and numbers)."""
+    if path is None or not os.path.exists(path):
+        return 0
+    state = torch.load(path, weights_only=True)
+    for k, v in parts.items():
+        v.load_state_dict(state[k])
+    return int(state["epoch"])
 
 
 def gd_encoder(keys: torch.Tensor, codes: torch.Tensor, h: int, steps: int = 1000, lr: float = 1e-2,

@@ -36,6 +36,7 @@ class BuildOptions:
     train_lr: float = 1e-3
     ntk_degree: int = 2
     whiten: float = 0.0            # partial ZCA strength alpha (App. A.1.3)
+    train_checkpoint: str | None = None  # GD MLPs: file where the training state is saved and resumed from
 
 
 def _decoder(values: torch.Tensor, kind: str, m: int, seed: int, info: Decodability | None,
@@ -113,7 +114,8 @@ def _baseline(K, V, facts, method, h, seed, info, opts) -> FactMLP:
         return baselines.ntk_mlp(K, V, facts, h, degree=opts.ntk_degree, margin_optimal=method == "ntk-mo",
                                  seed=seed, info=info)
     return baselines.train_mlp(K, V, facts, h, activation="silu" if method == "gd-swiglu" else "relu",
-                               max_epochs=opts.train_epochs, lr=opts.train_lr, seed=seed)
+                               max_epochs=opts.train_epochs, lr=opts.train_lr, seed=seed,
+                               checkpoint=opts.train_checkpoint)
 
 
 # ---- capacity --------------------------------------------------------------------------------------

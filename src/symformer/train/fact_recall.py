@@ -1,12 +1,14 @@
 """Training and evaluation loops for the fact-recall transformer on SSFR (App. A.2.2)."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from symformer._io import save_atomic
 from symformer._validation import check_float, check_int
 from symformer.data.ssfr import SSFRTask
 from symformer.models.fact_recall import FactRecallConfig, FactRecallTransformer, swap_fact_mlp
@@ -52,16 +54,26 @@ def ssfr_accuracy(model: FactRecallTransformer, task: SSFRTask, batch: int = 204
     return hits / len(keys)
 
 
-def train_ssfr(model: FactRecallTransformer, task: SSFRTask, cfg: SSFRTrainConfig) -> dict:
-    """AdamW on next-value cross-entropy at the last position; the fact MLP and embeddings stay frozen."""
+def train_ssfr(model: FactRecallTransformer, task: SSFRTask, cfg: SSFRTrainConfig,
+               checkpoint: str | os.PathLike | None = None) -> dict:
+    """AdamW on next-value cross-entropy at the last position; the fact MLP and embeddings stay frozen.
+    With `checkpoint` (a file path) the state is saved there atomically at every evaluation and a later call
+    continues from it exactly (a 3000-step run at F = 4096 takes most of an hour on one core)."""
     check_int("steps", cfg.steps, 1)
     check_int("batch_size", cfg.batch_size, 1)
     check_float("lr", cfg.lr, 0.0, low_open=True)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     g = torch.Generator().manual_seed(cfg.seed)
-    acc, step, loss = float("nan"), 0, float("nan")
-    for step in range(1, cfg.steps + 1):
+    acc, done, loss = float("nan"), 0, float("nan")
+    if checkpoint is not None and os.path.exists(checkpoint):
+        st = torch.load(checkpoint, weights_only=True)  # our own file: tensors and numbers only
+        model.load_state_dict(st["model"])
+        opt.load_state_dict(st["opt"])
+        g.set_state(st["generator"])
+        done, acc, loss = int(st["step"]), float(st["acc"]), float(st["loss"])
+    step = done
+    for step in range(done + 1, cfg.steps + 1):
         tok, mask, tgt = task.sample(cfg.batch_size, g)
         out = F.cross_entropy(value_logits(model, task, tok, mask), tgt)
         opt.zero_grad()
@@ -72,6 +84,9 @@ def train_ssfr(model: FactRecallTransformer, task: SSFRTask, cfg: SSFRTrainConfi
             acc = ssfr_accuracy(model, task)
             if acc >= cfg.stop_accuracy:
                 break
+            if checkpoint is not None:
+                save_atomic({"step": step, "acc": acc, "loss": loss, "model": model.state_dict(),
+                             "opt": opt.state_dict(), "generator": g.get_state()}, checkpoint)
     return {"steps": step, "train_accuracy": acc, "final_loss": loss, "sequences": step * cfg.batch_size}
 
 
