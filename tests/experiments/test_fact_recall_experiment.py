@@ -235,3 +235,24 @@ def test_a_killed_search_resumes_from_its_work_dir(monkeypatch, tmp_path):
     # the resumed call repeats only the point that was killed (its two builds), nothing finished before it
     assert len(built) - before == n_plain - before + 2 and all(c is not None for c in trained)
     assert not list(tmp_path.glob("*.pt"))
+
+
+@pytest.mark.parametrize("start, probes", [(2, [2, 4, 8, 6, 5]), (16, [16, 8, 4, 6, 5]), (5, [5, 2, 3, 4])])
+def test_size_search_answer_does_not_depend_on_the_start(start, probes):
+    """Doubling while the size fails, halving while it passes, then bisection: the smallest passing size (5)
+    from any start; a passing floor is returned as is, and nothing below the floor is tried."""
+    from symformer.experiments import fact_recall_runs as R
+    seen = []
+
+    def ok(n):
+        seen.append(n)
+        return n >= 5
+    assert R._smallest(ok, start, 64, bisect=True) == 5 and seen == probes
+    seen.clear()
+    assert R._smallest(ok, 16, 64, bisect=True, floor=7) == 7 and seen == [16, 8, 7]
+
+
+def test_hidden_size_searches_start_scaled_with_f():
+    from symformer.experiments.fact_recall import START, _start
+    assert _start("gd-swiglu", 256) == START["gd-swiglu"] and _start("gd-relu", 4096) == 16 * START["gd-relu"]
+    assert _start("bin+jl", 4096) == START["bin+jl"]

@@ -34,6 +34,15 @@ def _log(ctx: RunContext, msg: str) -> None:
         print(f"[fact-recall] {msg}", file=sys.stderr, flush=True)
 
 
+def _start(kind: str, n_facts: int) -> int:
+    """Where a size search begins. Hidden-size kinds (GD, NTK): the F = 256 start scaled with F (their sizes grow
+    about like F), since the search halves as well as doubles (fact_recall_runs._smallest) and its answer does
+    not depend on the start; it only skips the failing small sizes, each a 20,000-epoch GD build at F = 4096.
+    Constructions: the code width m grows like log F, so their start stays."""
+    base = START.get(kind, 8)
+    return base if R.KNOB[kind] == "m" else base * max(1, n_facts // 256)
+
+
 def _ssfr_jobs(ctx: RunContext) -> list[Job]:
     kinds = ctx.options["kinds"] if ctx.quick else ["bin+jl", "bin+gd", "gd-swiglu", "gd-relu", "ntk"]
     Fs = [256] if ctx.quick else ctx.options["full_facts"]
@@ -48,7 +57,7 @@ def _ssfr_jobs(ctx: RunContext) -> list[Job]:
                 d=128,
                 seeds=seeds,
                 quick=ctx.quick,
-                start=START.get(k, 8),
+                start=_start(k, F),
                 max_size=START.get(k, 8) * 2 ** (4 if ctx.quick else 9),
                 bisect=not ctx.quick,
                 paper_budget=bool(ctx.options["paper_budget"]) and not ctx.quick,

@@ -169,13 +169,24 @@ def _ok(points: list[dict]) -> bool:
     return max((p["fact_adaptive_accuracy"] or 0.0) for p in points) >= TARGET
 
 
-def _smallest(ok, start: int, max_size: int, bisect: bool) -> int | None:
-    """Smallest integer in [start, max_size] passing `ok` (assumed monotone): doubling, then bisection."""
+def _smallest(ok, start: int, max_size: int, bisect: bool, floor: int = 1) -> int | None:
+    """Smallest integer in [floor, max_size] passing `ok` (assumed monotone): doubling from `start` while it
+    fails, or (with bisect) halving down to `floor` while it passes, then bisection. Under monotonicity the
+    answer does not depend on `start`, only the number of calls does (each failing GD size at F = 4096 is a
+    20,000-epoch build)."""
     lo, hi = 0, start
-    while not ok(hi):
+    passed = ok(hi)
+    while passed and bisect and hi > floor:
+        nxt = max(hi // 2, floor)
+        if not ok(nxt):
+            lo = nxt
+            break
+        hi = nxt
+    while not passed:
         if hi >= max_size:
             return None
         lo, hi = hi, min(2 * hi, max_size)
+        passed = ok(hi)
     while bisect and hi - lo > 1 and lo > 0:
         mid = (lo + hi) // 2
         lo, hi = (lo, mid) if ok(mid) else (mid, hi)
@@ -241,7 +252,7 @@ def ssfr_search(
         hi = None
     elif constructed:
         base = math.ceil(n_facts / d)
-        hi = _smallest(ok, base, base * (8 if quick else 32), bisect)
+        hi = _smallest(ok, base, base * (8 if quick else 32), bisect, floor=base)
     else:
         hi = _smallest(ok, start, max_size, bisect)
     pts = [p for ps in seen.values() for p in ps]
