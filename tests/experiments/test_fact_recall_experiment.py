@@ -156,6 +156,7 @@ def test_lm_job_shares_the_first_batch_with_ssfr(monkeypatch, tmp_path):
     assert len(ssfr) == 24 and len(usab) == 32 and calls[1] == ssfr + usab
     Fs = [kwargs[k]["n_facts"] for k in ssfr]
     assert Fs == sorted(Fs, reverse=True) and Fs[0] == 4096
+    assert [kwargs[k]["kind"] for k in ssfr[:2]] == ["gd-swiglu", "gd-relu"]  # within an F the GD kinds first
     assert {kwargs[k]["h"] for k in usab} == {9}          # round(1.1 x 8)
     assert len(res.metrics["ssfr_fact_adaptive_accuracy"]) == 25 and "usability_lipschitz_spearman" in res.metrics
     full = X._lm_job(RunContext(out_dir=tmp_path, quick=False, progress=False, options=opts))

@@ -311,8 +311,9 @@ def _lm_claims(res: ExperimentResult, lm: dict, quick: bool) -> None:
 def _run_plan(ctx: RunContext, lm_job: Job, runs, stats: dict) -> tuple[dict, dict, list[dict] | None]:
     """(LM result, SSFR results by job key, usability points or None in quick mode). The jobs are independent
     except that usability needs h* from the GD-SwiGLU F = 256 search. Full mode runs that search beside the LM
-    job, then every other SSFR search (largest F first, so the longest jobs never start last) together with the
-    usability points in one batch: no worker waits for a phase to drain. Quick: one batch, the LM job first."""
+    job, then every other SSFR search (largest F first, GD kinds first within an F, so the longest jobs never
+    start last) together with the usability points in one batch: no worker waits for a phase to drain. Quick:
+    one batch, the LM job first."""
     ssfr_jobs = _ssfr_jobs(ctx)
     if ctx.quick:
         out = run_jobs([lm_job, *ssfr_jobs], runs, ctx.jobs, ctx.resume, stats)
@@ -320,7 +321,9 @@ def _run_plan(ctx: RunContext, lm_job: Job, runs, stats: dict) -> tuple[dict, di
     star = [j for j in ssfr_jobs if j.kwargs["kind"] == "gd-swiglu" and j.kwargs["n_facts"] == 256]
     first = run_jobs([lm_job, *star], runs, ctx.jobs, ctx.resume, stats)
     h = first[star[0].key]["min_size"] if star else None
-    rest = sorted((j for j in ssfr_jobs if j not in star), key=lambda j: -j.kwargs["n_facts"])
+    # largest F first and, within an F, the GD kinds (whose failing sizes are 20,000-epoch builds) first
+    rest = sorted((j for j in ssfr_jobs if j not in star),
+                  key=lambda j: (-j.kwargs["n_facts"], not j.kwargs["kind"].startswith("gd-")))
     usab = _usability_jobs(ctx, h or 64)
     second = run_jobs([*rest, *usab], runs, ctx.jobs, ctx.resume, stats)
     done = {**first, **second}
