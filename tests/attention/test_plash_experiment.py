@@ -44,3 +44,23 @@ def test_recorded_forecast_jobs_run_longest_first(monkeypatch, tmp_path):
     assert order[0].startswith("etth1_informer_plash") and "_h168_" in order[0]
     assert order[-1].startswith("etth1_informer_softmax") and "_h24_" in order[-1]
     assert list(runs) == [(m, h) for h in (24, 48, 168) for m in ("softmax", "favor", "plash")]  # report order
+
+
+def test_forecast_verdicts_carry_the_seed_error():
+    """T1 rows compare mean ± 2 SE with the bound: a difference inside the noise is inconclusive, not holds/fails;
+    the horizon average adds per-horizon standard errors in quadrature; the ratio's SE is the delta method's."""
+    import random
+
+    from symformer.experiments.plash import band_verdict, horizon_average, relative_difference
+    avg = horizon_average({"h=24": {"mean": 0.4, "se": 0.03}, "h=48": {"mean": 0.6, "se": 0.04}})
+    assert math.isclose(avg["mean"], 0.5) and math.isclose(avg["se"], 0.025)
+    a, b = {"mean": 0.52, "se": 0.01}, {"mean": 0.5, "se": 0.02}
+    rel, se = relative_difference(a, b)
+    rng = random.Random(0)  # Monte Carlo check of the delta method at small relative errors
+    draws = [rng.gauss(0.52, 0.01) / rng.gauss(0.5, 0.02) - 1 for _ in range(20000)]
+    m = sum(draws) / len(draws)
+    sd = math.sqrt(sum((x - m) ** 2 for x in draws) / (len(draws) - 1))
+    assert math.isclose(rel, 0.04) and abs(se / sd - 1) < 0.05
+    assert band_verdict(0.04, 0.0, 0.05) == "holds" and band_verdict(0.06, 0.0, 0.05) == "fails"
+    assert band_verdict(0.04, 0.01, 0.05) == "inconclusive" and band_verdict(0.04, 0.004, 0.05) == "holds"
+    assert band_verdict(0.08, 0.01, 0.05) == "fails" and band_verdict(0.06, 0.01, 0.05) == "inconclusive"
