@@ -262,10 +262,16 @@ def main(argv: list[str] | None = None) -> int:
     from symformer.results import set_command
     _register_plugins()
     set_command(list(sys.argv[1:] if argv is None else argv))
+    from symformer.experiments.jobs import JobError
     try:
         app(args=argv, standalone_mode=False)
     except (CLIError, MissingDataError, ValueError, TypeError) as e:
         typer.echo(f"error: {e}", err=True)
+        return 2
+    except JobError as e:
+        if not isinstance(e.__cause__, (MissingDataError, ValueError, TypeError)):
+            raise  # a job that crashed on a bug: the traceback is what helps
+        typer.echo(f"error: {e}", err=True)  # a job rejected its input: one line, as anywhere else
         return 2
     except typer.Abort:
         typer.echo("aborted", err=True)

@@ -135,3 +135,33 @@ def test_reproduce_jobs_and_resume_reach_the_context(capsys, fake_experiments, t
     assert code == 0 and seen == {"jobs": 3, "resume": True}
     code, _, err = run(capsys, "reproduce", "probe", "--jobs", "0", "--out", str(tmp_path))
     assert code == 2 and "--jobs" in err and err.strip().count("\n") == 0
+
+
+def _job_ok(n: int) -> int:
+    return n
+
+
+def _job_rejecting_its_input(n: int) -> int:
+    raise ValueError(f"n: got {n}, expected an even number")
+
+
+def _job_with_a_bug(n: int) -> int:
+    raise ZeroDivisionError("division by zero")
+
+
+def test_a_job_rejecting_its_input_is_one_line_a_bug_keeps_its_traceback(capsys, fake_experiments, tmp_path):
+    from symformer.experiments.jobs import Job, JobError, run_jobs
+
+    def jobbed(fn):
+        def experiment(ctx):
+            run_jobs([Job("ok", _job_ok, {"n": 2}), Job("bad", fn, {"n": 3})], ctx.out_dir / "runs")
+            return ExperimentResult()
+        return experiment
+    fake_experiments.register("gamma")(ebase.ExperimentSpec("gamma", jobbed(_job_rejecting_its_input), "input"))
+    fake_experiments.register("delta")(ebase.ExperimentSpec("delta", jobbed(_job_with_a_bug), "bug"))
+    code, _, err = run(capsys, "reproduce", "gamma", "--out", str(tmp_path / "o"))
+    lines = [x for x in err.splitlines() if not x.startswith("[gamma]")]  # the progress line aside
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("error: job 'bad' failed (ValueError: n: got 3")
+    assert (tmp_path / "o" / "gamma" / "runs" / "ok.json").exists()  # the other job is recorded
+    with pytest.raises(JobError, match="ZeroDivisionError"):
+        cli.main(["reproduce", "delta", "--out", str(tmp_path / "o")])

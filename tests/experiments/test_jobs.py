@@ -118,3 +118,23 @@ def test_without_resume_a_checkpointing_job_starts_afresh(tmp_path):
     (work / "count").write_text("5")  # a stale checkpoint of an earlier run
     assert run_jobs(job, tmp_path)["c"]["count"] == 1
     assert run_jobs(job, None)["c"] == {"count": 0, "had_work_dir": False}  # no records: no checkpoints either
+
+
+def sometimes_fails(x: int) -> int:
+    if x == 2:
+        raise ValueError("x must not be 2")
+    return 10 * x
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_failing_job_does_not_lose_the_others(tmp_path, workers):
+    from symformer.experiments.jobs import JobError
+    jobs = [Job(f"j{x}", sometimes_fails, {"x": x}) for x in (1, 2, 3)]
+    with pytest.raises(JobError, match=r"job 'j2' failed \(ValueError: x must not be 2\); 1 of 3") as info:
+        run_jobs(jobs, tmp_path, n_workers=workers)
+    assert isinstance(info.value.__cause__, ValueError)
+    assert sorted(p.name for p in tmp_path.glob("*.json")) == ["j1.json", "j3.json"]
+    stats = {}
+    with pytest.raises(JobError):
+        run_jobs(jobs, tmp_path, n_workers=workers, resume=True, stats=stats)
+    assert stats == {"reused": 2, "ran": 1}  # a resumed call reruns only the failed job

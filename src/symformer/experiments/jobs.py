@@ -11,7 +11,10 @@ runs, so per-run wall-time ratios (teleport overhead) stay meaningful.
 A job that runs for hours (a PLASH horizon-168 Informer) sets `checkpoints=True`: it is then called with a
 `work_dir` of its own, OUT/<experiment>/runs/.partial/<key>/, where it checkpoints as it goes and from which a
 --resume call continues it; so a killed run loses minutes, not the job. The folder is removed once the record is
-written, and a call without --resume starts the job afresh. `work_dir` is not part of the signature."""
+written, and a call without --resume starts the job afresh. `work_dir` is not part of the signature.
+
+A job that raises does not cost the others: every other job still runs and is recorded, then `JobError` names
+the failed job (its exception is the `__cause__`), and a --resume call after the fix runs only what failed."""
 from __future__ import annotations
 
 import json
@@ -129,6 +132,7 @@ def run_jobs(jobs: list[Job], record_dir: Path | None = None, n_workers: int = 1
             if work[job.key] is not None:  # recorded: its checkpoints are no longer needed
                 shutil.rmtree(work[job.key], ignore_errors=True)
 
+    failed: list[tuple[str, BaseException]] = []
     if not todo:  # everything reused (a resumed batch that had finished): no pool of zero workers
         pass
     elif n_workers == 1 or len(todo) == 1:
@@ -136,14 +140,30 @@ def run_jobs(jobs: list[Job], record_dir: Path | None = None, n_workers: int = 1
         # how many jobs were left (a resumed run must reproduce an uninterrupted one bit for bit)
         with one_thread():
             for j in todo:
-                done(j, _call(j, work[j.key]))
+                try:
+                    done(j, _call(j, work[j.key]))
+                except Exception as e:  # noqa: BLE001  (re-raised below, after the other jobs are recorded)
+                    failed.append((j.key, e))
     else:
         with ProcessPoolExecutor(min(n_workers, len(todo)), mp_context=get_context("spawn"),
                                  initializer=_init_worker) as pool:
             futures = {pool.submit(_call, j, work[j.key]): j for j in todo}
             for f in as_completed(futures):
-                done(futures[f], f.result())
+                try:
+                    done(futures[f], f.result())
+                except Exception as e:  # noqa: BLE001
+                    failed.append((futures[f].key, e))
+    if failed:
+        # one failing job does not throw away the others: every job that finished is recorded (a --resume call
+        # after the fix reruns only the failed ones), then the first failure is raised, naming its job
+        key, err = failed[0]
+        raise JobError(f"job {key!r} failed ({type(err).__name__}: {err}); {len(failed)} of {len(todo)} jobs "
+                       f"failed, the other {len(todo) - len(failed)} finished and are recorded") from err
     return {k: out[k] for k in keys}
+
+
+class JobError(RuntimeError):
+    """A job of run_jobs raised; the message names it, and the original exception is its __cause__."""
 
 
 def reuse_note(what: str, stats: dict) -> str:
