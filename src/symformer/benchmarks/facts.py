@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import time
 
-from symformer.benchmarks.base import BenchContext, BenchResult, maxrss_bytes, suite
+import torch
+
+from symformer.benchmarks.base import BenchContext, BenchResult, maxrss_bytes, median_seconds, suite
 from symformer.facts.capacity import build_fact_mlp
 from symformer.facts.decodability import decodability, rho_reference_cvxpy
 from symformer.facts.embeddings import make_fact_set, sentence_like_embeddings
@@ -29,9 +31,44 @@ def _binjl_row(d: int, F: int, m: int, seed: int) -> tuple[dict, object]:
              "accuracy": mlp.accuracy}, info)
 
 
-@suite("facts", "fact-storing MLPs: Bin+JL construction, rho solver, solver vs cvxpy")
+def _gd_epoch_rows(F: int, d: int, h: int, seed: int) -> list[dict]:
+    """One full-batch epoch of a GD SwiGLU fact MLP (App. A.1.3: forward, CE on g(K) V^T, backward, Adam) on one
+    thread, as the fact-recall jobs run it: the fused blocked loss (facts.dot_ce) against autograd's
+    F.cross_entropy(g(K) @ V.T), the same MLP and data."""
+    from symformer.facts.dot_ce import dot_product_cross_entropy
+    from symformer.facts.mlp import FactMLP
+    g = torch.Generator().manual_seed(seed)
+    K, V = torch.randn(F, d, generator=g), torch.randn(F, d, generator=g)
+    f = torch.randperm(F, generator=g)
+    losses = {"fused": lambda out: dot_product_cross_entropy(out, V, f)[0],
+              "autograd": lambda out: torch.nn.functional.cross_entropy(out @ V.T, f)}
+    rows, threads = [], torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for name, loss_fn in losses.items():
+            torch.manual_seed(seed)
+            mlp = FactMLP(d, h, activation="silu", gated=True, bias=True, out_bias=True, dtype=torch.float32)
+            opt = torch.optim.Adam(mlp.parameters(), lr=1e-3)
+
+            def epoch(mlp=mlp, opt=opt, loss_fn=loss_fn):
+                opt.zero_grad()
+                loss_fn(mlp.down(mlp.hidden(K))).backward()
+                opt.step()
+            epoch()
+            rows.append({"method": f"gd-epoch-{name}", "F": F, "d": d, "h": h, "threads": 1,
+                         "seconds": median_seconds(epoch, min_run_time=1.0)})
+    finally:
+        torch.set_num_threads(threads)
+    return rows
+
+
+@suite("facts", "fact-storing MLPs: Bin+JL construction, rho solver, solver vs cvxpy, GD epoch (fused loss)")
 def run(ctx: BenchContext) -> BenchResult:
     res = BenchResult()
+    fused, auto = _gd_epoch_rows(4096, 128, 64, ctx.seed)
+    res.rows += [fused, auto]
+    res.ratios["gd_epoch_f4096_seconds"] = fused["seconds"]
+    res.ratios["gd_epoch_fused_vs_autograd"] = fused["seconds"] / auto["seconds"]
     # decoder widths that store every fact at these sizes (capacity search: m^ = 37 at d = 64, F = 1024)
     row, info64 = _binjl_row(64, 1024, 96, ctx.seed)
     res.rows.append(row)
@@ -49,7 +86,7 @@ def run(ctx: BenchContext) -> BenchResult:
         res.rows.append({"method": "rho-solver", "d": d, "F": 4096, "seconds": t, "rho": info.rho,
                          "max_gap": info.max_gap, "embeddings": "sentence-like (gaussian, kappa 15 centred)"})
         res.ratios[f"rho_d{d}_f4096_seconds"] = t
-    ours = res.rows[0]["rho_seconds"]
+    ours = next(r for r in res.rows if r["method"] == "bin+jl")["rho_seconds"]
     res.rows.append({"method": "rho-solver", "d": 64, "F": 1024, "seconds": ours, "rho": info64.rho})
     try:
         import cvxpy  # noqa: F401

@@ -12,8 +12,9 @@ import torch
 
 from symformer._validation import check_int, fail
 
-#: rows per block (a 128 x 4096 float32 block of logits is 2 MB): at F = 4096, d = 128, one thread, forward +
-#: backward take 172 ms against autograd's 305 ms, about the time of its two GEMMs (blocks of 16 rows: 216 ms)
+#: rows per block (a 128 x 4096 float32 block of logits is 2 MB; blocks of 16 rows were 25% slower). A whole GD
+#: epoch at F = 4096, d = 128, h = 64 on one thread: 0.20 s against 0.32 s with autograd's loss (`symformer bench
+#: facts`: gd_epoch_fused_vs_autograd 0.64); the two 4096 x 128 x 4096 GEMMs alone take ~0.18 s.
 BLOCK_ROWS = 128
 
 
