@@ -23,12 +23,12 @@ class _DotProductCE(torch.autograd.Function):
     def forward(ctx, out: torch.Tensor, values: torch.Tensor, targets: torch.Tensor, block: int):
         n = out.shape[0]
         loss = out.new_zeros(())
-        correct = torch.zeros((), dtype=torch.long)
+        correct = torch.zeros((), dtype=torch.long, device=out.device)
         grad_out = torch.empty_like(out)
         grad_v = torch.zeros_like(values) if ctx.needs_input_grad[1] else None
         for s in range(0, n, block):
             o, t = out[s:s + block], targets[s:s + block]
-            rows = torch.arange(o.shape[0])
+            rows = torch.arange(o.shape[0], device=out.device)
             logits = o @ values.T
             top, arg = logits.max(1)
             correct += (arg == t).sum()
@@ -65,6 +65,8 @@ def dot_product_cross_entropy(out: torch.Tensor, values: torch.Tensor, targets: 
     if not isinstance(targets, torch.Tensor) or targets.dtype != torch.long or targets.shape != out.shape[:1]:
         fail("targets", getattr(targets, "shape", type(targets).__name__), f"a LongTensor of shape ({len(out)},)",
              TypeError)
+    if values.device != out.device or targets.device != out.device:
+        fail("values/targets", f"devices {values.device}/{targets.device}", f"out's device {out.device}")
     if len(targets) and (int(targets.min()) < 0 or int(targets.max()) >= values.shape[0]):
         fail("targets", f"range [{int(targets.min())}, {int(targets.max())}]", f"indices in [0, {values.shape[0]})")
     check_int("block_rows", block_rows, 1)
