@@ -80,3 +80,11 @@ def test_train_mlp_killed_and_resumed_from_its_checkpoint_is_exact(tmp_path, mon
     assert calls["n"] == 27 + 40  # went on from the checkpoint of epoch 20
     for (name, a), b in zip(plain.state_dict().items(), resumed.state_dict().values()):
         assert torch.equal(a, b), name
+
+
+def test_bench_gd_epoch_rows_time_both_losses():
+    from symformer.benchmarks.facts import _gd_epoch_rows
+    threads = torch.get_num_threads()
+    fused, auto = _gd_epoch_rows(64, 8, 4, seed=0, min_run_time=0.01)
+    assert (fused["method"], auto["method"]) == ("gd-epoch-fused", "gd-epoch-autograd")
+    assert fused["seconds"] > 0 and auto["seconds"] > 0 and torch.get_num_threads() == threads

@@ -31,7 +31,7 @@ def _binjl_row(d: int, F: int, m: int, seed: int) -> tuple[dict, object]:
              "accuracy": mlp.accuracy}, info)
 
 
-def _gd_epoch_rows(F: int, d: int, h: int, seed: int) -> list[dict]:
+def _gd_epoch_rows(F: int, d: int, h: int, seed: int, min_run_time: float = 1.0) -> list[dict]:
     """One full-batch epoch of a GD SwiGLU fact MLP (App. A.1.3: forward, CE on g(K) V^T, backward, Adam) on one
     thread, as the fact-recall jobs run it: the fused blocked loss (facts.dot_ce) against autograd's
     F.cross_entropy(g(K) @ V.T), the same MLP and data."""
@@ -56,7 +56,7 @@ def _gd_epoch_rows(F: int, d: int, h: int, seed: int) -> list[dict]:
                 opt.step()
             epoch()
             rows.append({"method": f"gd-epoch-{name}", "F": F, "d": d, "h": h, "threads": 1,
-                         "seconds": median_seconds(epoch, min_run_time=1.0)})
+                         "seconds": median_seconds(epoch, min_run_time=min_run_time)})
     finally:
         torch.set_num_threads(threads)
     return rows
