@@ -138,3 +138,12 @@ def test_a_failing_job_does_not_lose_the_others(tmp_path, workers):
     with pytest.raises(JobError):
         run_jobs(jobs, tmp_path, n_workers=workers, resume=True, stats=stats)
     assert stats == {"reused": 2, "ran": 1}  # a resumed call reruns only the failed job
+
+
+def test_log_hears_reuse_and_each_finished_job(tmp_path):
+    lines = []
+    run_jobs(_jobs()[:1], tmp_path, log=lines.append)
+    run_jobs(_jobs(), tmp_path, resume=True, log=lines.append)
+    assert lines[0] == "0 of 1 jobs reused from records, running 1 (0 resume from checkpoints) on 1 worker(s)"
+    assert lines[1].startswith("job a done in ") and lines[1].endswith("(1 of 1)")
+    assert lines[2].startswith("1 of 2 jobs reused") and lines[3].startswith("job b done") and len(lines) == 4

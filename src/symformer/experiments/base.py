@@ -72,6 +72,14 @@ class RunContext:
         from symformer.data.paths import data_file
         return data_file(name, self.data_dir)
 
+    @property
+    def job_log(self):
+        """run_jobs' progress printer (stderr, "[<experiment>] ..."), or None without progress output."""
+        if not self.progress:
+            return None
+        import sys
+        return lambda msg: print(f"[{self.out_dir.name}] {msg}", file=sys.stderr, flush=True)
+
 
 EXPERIMENTS: Registry[ExperimentSpec] = Registry("experiment", "symformer.experiments")
 

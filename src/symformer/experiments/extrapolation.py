@@ -305,7 +305,7 @@ def _run(ctx: RunContext) -> ExperimentResult:
         for s in cfg.seeds
     ]
     stats: dict = {}
-    got = run_jobs(jobs, ctx.out_dir / "runs", ctx.jobs, ctx.resume, stats)
+    got = run_jobs(jobs, ctx.out_dir / "runs", ctx.jobs, ctx.resume, stats, ctx.job_log)
     runs = {p: [got[f"lm_{p}_s{s}_t{cfg.steps}"] for s in cfg.seeds] for p in cfg.parts}
     table, ratio = summarize(runs, cfg.eval_contexts)
     ctx.out_dir.mkdir(parents=True, exist_ok=True)

@@ -316,16 +316,16 @@ def _run_plan(ctx: RunContext, lm_job: Job, runs, stats: dict) -> tuple[dict, di
     one batch, the LM job first."""
     ssfr_jobs = _ssfr_jobs(ctx)
     if ctx.quick:
-        out = run_jobs([lm_job, *ssfr_jobs], runs, ctx.jobs, ctx.resume, stats)
+        out = run_jobs([lm_job, *ssfr_jobs], runs, ctx.jobs, ctx.resume, stats, ctx.job_log)
         return out[lm_job.key], {j.key: out[j.key] for j in ssfr_jobs}, None
     star = [j for j in ssfr_jobs if j.kwargs["kind"] == "gd-swiglu" and j.kwargs["n_facts"] == 256]
-    first = run_jobs([lm_job, *star], runs, ctx.jobs, ctx.resume, stats)
+    first = run_jobs([lm_job, *star], runs, ctx.jobs, ctx.resume, stats, ctx.job_log)
     h = first[star[0].key]["min_size"] if star else None
     # largest F first and, within an F, the GD kinds (whose failing sizes are 20,000-epoch builds) first
     rest = sorted((j for j in ssfr_jobs if j not in star),
                   key=lambda j: (-j.kwargs["n_facts"], not j.kwargs["kind"].startswith("gd-")))
     usab = _usability_jobs(ctx, h or 64)
-    second = run_jobs([*rest, *usab], runs, ctx.jobs, ctx.resume, stats)
+    second = run_jobs([*rest, *usab], runs, ctx.jobs, ctx.resume, stats, ctx.job_log)
     done = {**first, **second}
     return first[lm_job.key], {j.key: done[j.key] for j in ssfr_jobs}, [second[j.key] for j in usab]
 

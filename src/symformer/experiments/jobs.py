@@ -97,9 +97,10 @@ def _provenance(seconds: float) -> dict:
 
 
 def run_jobs(jobs: list[Job], record_dir: Path | None = None, n_workers: int = 1, resume: bool = False,
-             stats: dict | None = None) -> dict[str, Any]:
+             stats: dict | None = None, log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """{key: fn(**kwargs)} for every job; results must be JSON-serialisable when record_dir is given.
-    `stats`, when given, accumulates how many jobs were "reused" from records and how many "ran"."""
+    `stats`, when given, accumulates how many jobs were "reused" from records and how many "ran"; `log`, when
+    given, hears what is reused and each job as it finishes (a recorded run takes hours)."""
     check_int("n_workers", n_workers, 1)
     keys = [j.key for j in jobs]
     if len(set(keys)) != len(keys):
@@ -120,6 +121,10 @@ def run_jobs(jobs: list[Job], record_dir: Path | None = None, n_workers: int = 1
         stats["ran"] = stats.get("ran", 0) + len(todo)
 
     work = {j.key: _work_dir(j, record_dir, resume) for j in todo}
+    if log is not None and todo:
+        partial = sum(1 for w in work.values() if w is not None and w.exists())
+        log(f"{len(out)} of {len(jobs)} jobs reused from records, running {len(todo)} "
+            f"({partial} resume from checkpoints) on {min(n_workers, len(todo))} worker(s)")
 
     def done(job: Job, called: tuple[Any, float]) -> None:
         result, seconds = called
@@ -131,6 +136,8 @@ def run_jobs(jobs: list[Job], record_dir: Path | None = None, n_workers: int = 1
             atomic_write_text(record_dir / f"{job.key}.json", json.dumps(rec))
             if work[job.key] is not None:  # recorded: its checkpoints are no longer needed
                 shutil.rmtree(work[job.key], ignore_errors=True)
+        if log is not None:
+            log(f"job {job.key} done in {seconds:.0f} s ({len(out)} of {len(jobs)})")
 
     failed: list[tuple[str, BaseException]] = []
     if not todo:  # everything reused (a resumed batch that had finished): no pool of zero workers

@@ -147,7 +147,8 @@ def _forecast_runs(ctx: RunContext, proto: dict, res: ExperimentResult) -> dict:
     jobs = {(m, h, s): forecast_job(ctx, m, h, s, proto) for h in proto["horizons"] for m in _methods()
             for s in proto["seeds"]}
     stats: dict = {}
-    got = run_jobs(_longest_first(jobs), ctx.out_dir / "runs", ctx.jobs, ctx.resume, stats)
+    got = run_jobs(_longest_first(jobs), ctx.out_dir / "runs", ctx.jobs, ctx.resume, stats,
+                   ctx.job_log)
     res.notes.append(reuse_note("ETTh1", stats))
     runs: dict = {}
     for (m, h, _), j in jobs.items():

@@ -215,7 +215,8 @@ class _Runner:
 
     def __call__(self, jobs: list[Job]) -> dict:
         fresh = list({j.key: j for j in jobs if j.key not in self.done}.values())
-        self.done.update(run_jobs(fresh, self.ctx.out_dir / "runs", self.ctx.jobs, self.ctx.resume, self.stats))
+        self.done.update(run_jobs(fresh, self.ctx.out_dir / "runs", self.ctx.jobs, self.ctx.resume, self.stats,
+                                  self.ctx.job_log))
         return self.done
 
 
@@ -428,7 +429,7 @@ def _lm_part(ctx: RunContext, res: ExperimentResult) -> dict:
                 dict(pe=pe, teleport=tele, quick=ctx.quick, seed=ctx.seed, data_file=str(f)))
             for pe in ("sinusoidal", "rope") for tele in (False, True)]
     stats: dict = {}
-    got = run_jobs(jobs, ctx.out_dir / "runs", ctx.jobs, ctx.resume, stats)
+    got = run_jobs(jobs, ctx.out_dir / "runs", ctx.jobs, ctx.resume, stats, ctx.job_log)
     res.notes.append(reuse_note("LM", stats))
     lm = {f"{j.kwargs['pe']}/{'tele' if j.kwargs['teleport'] else 'base'}": got[j.key] for j in jobs}
     m = res.metrics
