@@ -14,10 +14,19 @@ def _case(n=37, F=29, d=6, dtype=torch.float64, seed=0, scale=3.0):
     return out, V, t
 
 
+@pytest.fixture(params=["fused", "small"])
+def path(request, monkeypatch):
+    """Both code paths: the fused blocks (forced at any size) and autograd's below FUSED_MIN_LOGITS."""
+    from symformer.facts import dot_ce
+    monkeypatch.setattr(dot_ce, "FUSED_MIN_LOGITS", 0 if request.param == "fused" else 10 ** 12)
+    return request.param
+
+
 @pytest.mark.parametrize("block", [1, 5, 37, 64])
-def test_value_gradients_and_count_match_autograd(block):
+def test_value_gradients_and_count_match_autograd(block, path):
     out, V, t = _case()
     loss, correct = dot_product_cross_entropy(out, V, t, block)
+    assert ("_DotProductCE" in type(loss.grad_fn).__name__) == (path == "fused")
     g_out, g_v = torch.autograd.grad(2.5 * loss, (out, V))
     logits = out @ V.T
     ref = torch.nn.functional.cross_entropy(logits, t)
@@ -27,7 +36,7 @@ def test_value_gradients_and_count_match_autograd(block):
     assert int(correct) == int((logits.argmax(1) == t).sum()) and 0 < int(correct) < len(t)
 
 
-def test_gradcheck_and_large_logits():
+def test_gradcheck_and_large_logits(path):
     out, V, t = _case(n=7, F=5, d=3)
     assert torch.autograd.gradcheck(lambda o, v: dot_product_cross_entropy(o, v, t, 3)[0], (out, V))
     out, V, t = _case(scale=1e3)  # logits ~1e3: exp would overflow without the max shift
@@ -36,7 +45,7 @@ def test_gradcheck_and_large_logits():
     assert torch.isfinite(loss) and abs(float(loss - ref)) <= 1e-12 * float(ref)
 
 
-def test_values_without_grad_and_float32():
+def test_values_without_grad_and_float32(path):
     out, V, t = _case(dtype=torch.float32)
     V = V.detach()
     loss, correct = dot_product_cross_entropy(out, V, t, 8)
@@ -67,11 +76,11 @@ def test_train_mlp_killed_and_resumed_from_its_checkpoint_is_exact(tmp_path, mon
     plain = baselines.train_mlp(K, V, f, **kw)
     real, calls = baselines.dot_product_cross_entropy, {"n": 0}
 
-    def dies_in_epoch_26(*a):
+    def dies_in_epoch_26(*a, **k):
         calls["n"] += 1
         if calls["n"] == 27:
             raise KeyboardInterrupt
-        return real(*a)
+        return real(*a, **k)
     monkeypatch.setattr(baselines, "dot_product_cross_entropy", dies_in_epoch_26)
     ck = tmp_path / "gd.pt"
     with pytest.raises(KeyboardInterrupt):

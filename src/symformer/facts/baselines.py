@@ -101,7 +101,7 @@ def train_mlp(keys: torch.Tensor, values: torch.Tensor, facts: torch.Tensor, h: 
         if checkpoint is not None and epoch > start and epoch % checkpoint_every == 0:
             save_atomic({"epoch": epoch, **{k: v.state_dict() for k, v in parts.items()}}, checkpoint)
         opt.zero_grad()
-        loss, stored = dot_product_cross_entropy(mlp.down(mlp.hidden(K)), V, facts)
+        loss, stored = dot_product_cross_entropy(mlp.down(mlp.hidden(K)), V, facts, check=False)  # checked above
         if int(stored) == len(facts):
             break
         loss.backward()
