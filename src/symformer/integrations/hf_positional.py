@@ -41,18 +41,20 @@ _MODEL_CLASSES: dict[type, type] = {}
 
 # ---------------------------------------------------------------- the patched attention forward
 def _attention_forward(self, hidden_states, position_embeddings=None, attention_mask=None, past_key_values=None,
-                       cache_position=None, position_ids=None, **kwargs):
-    """The family's attention forward with `self.rotary` in place of apply_rotary_pos_emb."""
+                       cache_position=None, position_ids=None, cache=None, **kwargs):
+    """The family's attention forward with `self.rotary` in place of apply_rotary_pos_emb. The KV cache arrives
+    as `cache` (transformers >= 5.24), `past_key_values` (4.5x-5.23) or `past_key_value` (4.4x)."""
     input_shape = hidden_states.shape[:-1]
     hidden_shape = (*input_shape, -1, self.head_dim)
     q = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
     k = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
     v = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-    past_key_values = kwargs.pop("past_key_value", past_key_values)  # the 4.x name
-    positions = _positions(position_ids, cache_position, past_key_values, q)
+    old = kwargs.pop("past_key_value", past_key_values)
+    cache = cache if cache is not None else old
+    positions = _positions(position_ids, cache_position, cache, q)
     q, k = self.rotary(q, k, positions)  # RotaryPositional: (B, H, N, Dh) and (B, H_kv, N, Dh)
-    if past_key_values is not None:
-        k, v = past_key_values.update(k, v, self.layer_idx, {"cache_position": cache_position})
+    if cache is not None:
+        k, v = cache.update(k, v, self.layer_idx, {"cache_position": cache_position})
     module = sys.modules[type(self).__mro__[1].__module__]
     interface = _interface(self.config._attn_implementation, module.eager_attention_forward)
     scale = self.rotary.scale if self.rotary.scale is not None else self.scaling  # ESPR: 1/sqrt(d_act), T4.4
