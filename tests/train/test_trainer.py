@@ -50,6 +50,21 @@ def test_resume_is_bit_exact(tmp_path):
     assert [json.loads(x) for x in lines] == ref.state.history
 
 
+def test_resume_without_a_checkpoint_is_a_fresh_seeded_run(tmp_path):
+    """fit(resume=True) with nothing to resume from trains exactly what fit() trains (a job that checkpoints
+    calls it unconditionally on its first start)."""
+    model, train, val, cfg = _setup()
+    ref = Trainer(model, Classification(), train, val, cfg)
+    ref.fit()
+    model2, *_ = _setup()
+    torch.manual_seed(123)  # other global RNG state before fit: the fresh start must seed it
+    t = Trainer(model2, Classification(), train, val, cfg, out_dir=tmp_path)
+    t.fit(resume=True)
+    assert ref.state.history == t.state.history
+    for (n, a), (_, b) in zip(ref.raw_model.state_dict().items(), t.raw_model.state_dict().items()):
+        assert torch.equal(a, b), n
+
+
 def test_schedules():
     cfg = TrainConfig(epochs=2, warmup_steps=10, schedule="cosine", min_lr_ratio=0.1)
     assert lr_factor(cfg, 0, 100, 50) == pytest.approx(0.1)

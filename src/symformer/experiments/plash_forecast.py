@@ -108,7 +108,7 @@ def forecast(data_dir: str | None, attention: str, attention_kwargs: dict, pred_
     clock = Elapsed()
     trainer = Trainer(model, Forecasting(pred_len), train, val, tcfg, test=split.test, callbacks=[clock],
                       out_dir=work_dir)
-    final = trainer.fit(resume=trainer.ckpt_path is not None and trainer.ckpt_path.exists())
+    final = trainer.fit(resume=work_dir is not None)
     es = trainer.callbacks[-1]
     return {"test_mse": final["test_mse"], "test_mae": final["test_mae"], "val_mse": final["val_mse"],
             "best_epoch": es.best_epoch, "epochs_run": trainer.state.epoch,

@@ -238,9 +238,9 @@ class Trainer:
         return self.task.evaluate(self.raw_model, data, self.cfg.eval_batch_size)
 
     def fit(self, resume: bool = False) -> dict[str, Any]:
-        if resume:
-            self.resume()
-        else:
+        """Train, then evaluate on val and test. `resume`: continue from out_dir's checkpoint when there is one;
+        without one the run starts afresh, exactly as fit() would (seeded, old metrics.jsonl removed)."""
+        if not (resume and self.resume()):
             seed_everything(self.cfg.seed)
             if self.out_dir is not None and D.is_main() and (self.out_dir / "metrics.jsonl").exists():
                 (self.out_dir / "metrics.jsonl").unlink()
