@@ -59,10 +59,10 @@ def _tag(args: dict) -> str:
 
 
 def _ckpt(work_dir: str | None, args: dict, what: str) -> str | None:
-    """A checkpoint file for one long training inside a job (removed with the job's work_dir)."""
+    """A checkpoint file for one long training inside a job (removed with the job's work_dir; the atomic writer
+    creates the folder)."""
     if work_dir is None:
         return None
-    Path(work_dir).mkdir(parents=True, exist_ok=True)
     return str(Path(work_dir) / f"{_tag(args)}_{what}.pt")
 
 

@@ -12,6 +12,7 @@ from symformer._io import save_atomic
 from symformer._validation import check_float, check_int
 from symformer.data.ssfr import SSFRTask
 from symformer.models.fact_recall import FactRecallConfig, FactRecallTransformer, swap_fact_mlp
+from symformer.train.checkpoint import load
 
 
 @dataclass
@@ -67,7 +68,7 @@ def train_ssfr(model: FactRecallTransformer, task: SSFRTask, cfg: SSFRTrainConfi
     g = torch.Generator().manual_seed(cfg.seed)
     acc, done, loss = float("nan"), 0, float("nan")
     if checkpoint is not None and os.path.exists(checkpoint):
-        st = torch.load(checkpoint, weights_only=True)  # our own file: tensors and numbers only
+        st = load(checkpoint, "an SSFR training checkpoint")  # weights_only; one-line CheckpointError else
         model.load_state_dict(st["model"])
         opt.load_state_dict(st["opt"])
         g.set_state(st["generator"])
