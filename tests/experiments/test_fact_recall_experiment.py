@@ -257,3 +257,57 @@ def test_hidden_size_searches_start_scaled_with_f():
     from symformer.experiments.fact_recall import START, _start
     assert _start("gd-swiglu", 256) == START["gd-swiglu"] and _start("gd-relu", 4096) == 16 * START["gd-relu"]
     assert _start("bin+jl", 4096) == START["bin+jl"]
+
+
+def test_a_killed_lm_job_resumes_its_training_swap_and_finished_edits(monkeypatch, tmp_path):
+    """lm_run with a work_dir, killed in its second editing fraction: run again, it trains nothing, repeats
+    neither the swap check nor the first fraction, and returns what an uninterrupted run returns."""
+    from symformer.experiments import fact_recall_runs as R
+    monkeypatch.setattr(R, "LMConfig", _small_lm_config)  # small fact MLPs and batches: a few seconds
+    swaps, edits, kill = [], [], {"at": None}
+    real_swap, real_edit = R.swap_check, R.run_editors
+
+    def swap(*a, **k):
+        swaps.append(1)
+        return real_swap(*a, **k)
+
+    def edit(*a, **k):
+        edits.append(1)
+        if len(edits) == kill["at"]:
+            raise KeyboardInterrupt
+        return real_edit(*a, **k)
+    def train(model, *a, **k):  # counts the training steps each call takes
+        forward = model.forward
+        def count(*x, **y):
+            steps.append(1)
+            return forward(*x, **y)
+        model.forward = count
+        try:
+            return real_train(model, *a, **k)
+        finally:
+            model.forward = forward
+    steps, real_train = [], R.train_lm
+    monkeypatch.setattr(R, "swap_check", swap)
+    monkeypatch.setattr(R, "run_editors", edit)
+    monkeypatch.setattr(R, "train_lm", train)
+    args = dict(n_facts=20, d=16, mlp_hidden=32, steps=12, fractions=[0.1, 0.2], seed=0, quick=True)
+    plain = R.lm_run(**args)
+    swaps.clear(), edits.clear(), steps.clear()
+    kill["at"] = 2
+    with pytest.raises(KeyboardInterrupt):
+        R.lm_run(**args, work_dir=str(tmp_path))
+    assert len(list(tmp_path.glob("*.pt"))) == 1 and len(list(tmp_path.glob("*.json"))) == 2  # swap, edit 0.1
+    kill["at"] = None
+    again = R.lm_run(**args, work_dir=str(tmp_path))
+    assert (len(swaps), len(edits), len(steps)) == (1, 3, 12)  # the resumed call ran only the killed fraction
+
+    def same(r):  # wall times differ between calls
+        return {k: v for k, v in r.items() if k not in ("timing", "seconds", "train")} | \
+            {"train": {k: v for k, v in r["train"].items() if k != "seconds"}}
+    assert same(json.loads(json.dumps(again))) == same(json.loads(json.dumps(plain)))
+    assert set(again["timing"]) == {"build", "train_and_swap", "edit_0.1", "edit_0.2"}
+
+
+def _small_lm_config(**kw):
+    from symformer.train.fact_lm import LMConfig
+    return LMConfig(mlp_steps=60, batch_size=16, **kw)

@@ -199,3 +199,44 @@ def test_cached_scores_match_running_the_model(tiny_lm):
     a = apply_editor(model.fact.mlp, "rome", keys, v, C, {}, pre)
     b = apply_editor(model.fact.mlp, "rome", keys, v, C, {})
     assert "rome_u" in pre and torch.allclose(a.down.weight, b.down.weight, rtol=1e-6, atol=1e-6)
+
+
+def test_train_lm_killed_and_resumed_from_its_checkpoint_is_exact(tmp_path):
+    t = make_books(12, seed=0)
+    cfg = LMConfig(d_model=16, mlp_hidden=32, mlp_steps=50, steps=25, batch_size=16, lr=3e-3)
+    plain, _ = build_lm(t, cfg)
+    want = train_lm(plain, t, cfg)
+    model, _ = build_lm(t, cfg)
+    forward, calls = model.forward, {"n": 0}
+
+    def dies_in_step_17(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 18:
+            raise KeyboardInterrupt
+        return forward(*a, **k)
+    model.forward = dies_in_step_17
+    ck = tmp_path / "lm.pt"
+    with pytest.raises(KeyboardInterrupt):
+        train_lm(model, t, cfg, checkpoint=ck, checkpoint_every=8)
+    resumed, _ = build_lm(t, cfg)  # a fresh process rebuilds the seeded model, then loads step 16
+    got = train_lm(resumed, t, cfg, checkpoint=ck, checkpoint_every=8)
+    assert got["final_loss"] == want["final_loss"] and got["steps"] == 25
+    for (name, a), b in zip(plain.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(a, b), name
+    again, _ = build_lm(t, cfg)  # the final checkpoint: a finished training is not repeated
+    again.forward = None
+    assert train_lm(again, t, cfg, checkpoint=ck)["final_loss"] == want["final_loss"]
+
+
+def test_train_lm_rejects_a_checkpoint_for_fewer_steps(tmp_path):
+    from symformer.train.checkpoint import CheckpointError
+    t = make_books(12, seed=0)
+    cfg = LMConfig(d_model=16, mlp_hidden=32, mlp_steps=50, steps=6, batch_size=16)
+    model, _ = build_lm(t, cfg)
+    ck = tmp_path / "lm.pt"
+    train_lm(model, t, LMConfig(**{**cfg.__dict__, "steps": 9}), checkpoint=ck)
+    with pytest.raises(CheckpointError, match="lm.pt is not a fact-LM training checkpoint for 6 steps"):
+        train_lm(model, t, cfg, checkpoint=ck)
+    (tmp_path / "junk.pt").write_bytes(b"not a torch file")
+    with pytest.raises(CheckpointError, match="junk.pt"):
+        train_lm(model, t, cfg, checkpoint=tmp_path / "junk.pt")

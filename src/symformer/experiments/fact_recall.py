@@ -236,7 +236,7 @@ def _lm_job(ctx: RunContext) -> Job:
         quick=ctx.quick,
         lr=2e-4 if paper else 2e-3,
     )
-    return Job(f"lm_F={F}", R.lm_run, kw)
+    return Job(f"lm_F={F}", R.lm_run, kw, checkpoints=True)  # training, swap check, each fraction resume
 
 
 def _lm_claims(res: ExperimentResult, lm: dict, quick: bool) -> None:

@@ -285,14 +285,17 @@ def usability_point(kappa: float, alpha: float, n_facts: int, d: int, h: int, se
 
 
 def lm_run(n_facts: int, d: int, mlp_hidden: int, steps: int, fractions: list[float], seed: int, quick: bool,
-           lr: float = 2e-3) -> dict:
+           lr: float = 2e-3, work_dir: str | None = None) -> dict:
     """App. A.3: train the MoE LM, the swap check, then editing at each altered fraction (preserved = 4 x
-    altered, App. A.3.4)."""
-    t0 = time.perf_counter()
+    altered, App. A.3.4). With `work_dir` the training checkpoints there and the swap check and each fraction's
+    editing are remembered, so a killed job resumes where it stopped (seconds are summed over the parts)."""
+    args = dict(n_facts=n_facts, d=d, mlp_hidden=mlp_hidden, steps=steps, seed=seed, quick=quick, lr=lr)
     task = make_books(n_facts, seed=seed)
     cfg = LMConfig(d_model=d, mlp_hidden=mlp_hidden, steps=steps, seed=seed, lr=lr)
-    model, E = build_lm(task, cfg)
-    tr = train_lm(model, task, cfg)
+    t0 = time.perf_counter()
+    model, E = build_lm(task, cfg)  # seeded: the same model every call, into which a checkpoint loads
+    built = time.perf_counter() - t0
+    tr = train_lm(model, task, cfg, checkpoint=_ckpt(work_dir, args, "lm"))
     out = {
         "n_facts": n_facts,
         "d": d,
@@ -300,21 +303,27 @@ def lm_run(n_facts: int, d: int, mlp_hidden: int, steps: int, fractions: list[fl
         "lr": lr,
         "train": tr,
         "mlp_capacity": model.fact.mlp.accuracy,
-        "swap": swap_check(model, task, E, cfg, seed + 1),
+        "swap": _memo(work_dir, {**args, "part": "swap"}, _timed(lambda: swap_check(model, task, E, cfg, seed + 1))),
         "edits": {},
-        "timing": {"train_and_swap": time.perf_counter() - t0},
     }
+    out["timing"] = {"build": built, "train_and_swap": tr["seconds"] + out["swap"].pop("seconds")}
     for frac in fractions:
-        t1 = time.perf_counter()
-        split = make_split(task, frac, seed)
-        new_mlp = mlp_for(task.with_facts(split.new_facts), E, cfg, seed + 2)
-        res = run_editors(model, task, split, new_mlp, quick=quick)
-        out["edits"][f"{frac:g}"] = {
-            "n_altered": len(split.altered),
-            "n_preserved": len(split.preserved),
-            "new_mlp_capacity": new_mlp.accuracy,
-            "methods": res,
-        }
-        out["timing"][f"edit_{frac:g}"] = time.perf_counter() - t1
-    out["seconds"] = time.perf_counter() - t0
+        def edit(frac=frac):
+            split = make_split(task, frac, seed)
+            new_mlp = mlp_for(task.with_facts(split.new_facts), E, cfg, seed + 2)
+            res = run_editors(model, task, split, new_mlp, quick=quick)
+            return {"n_altered": len(split.altered), "n_preserved": len(split.preserved),
+                    "new_mlp_capacity": new_mlp.accuracy, "methods": res}
+        out["edits"][f"{frac:g}"] = _memo(work_dir, {**args, "part": f"edit_{frac:g}"}, _timed(edit))
+        out["timing"][f"edit_{frac:g}"] = out["edits"][f"{frac:g}"].pop("seconds")
+    out["seconds"] = sum(out["timing"].values())
     return out
+
+
+def _timed(fn):
+    """fn with its wall time added to what it returns (as "seconds"), for a part remembered by _memo."""
+    def run() -> dict:
+        t0 = time.perf_counter()
+        res = fn()
+        return {**res, "seconds": time.perf_counter() - t0}
+    return run
