@@ -97,3 +97,18 @@ def test_bench_gd_epoch_rows_time_both_losses():
     fused, auto = _gd_epoch_rows(64, 8, 4, seed=0, min_run_time=0.01)
     assert (fused["method"], auto["method"]) == ("gd-epoch-fused", "gd-epoch-autograd")
     assert fused["seconds"] > 0 and auto["seconds"] > 0 and torch.get_num_threads() == threads
+
+
+def test_train_mlp_rejects_a_file_that_is_not_its_checkpoint(tmp_path):
+    from symformer.data.files import DataFileError
+    from symformer.facts import baselines
+    g = torch.Generator().manual_seed(1)
+    K, V = torch.randn(10, 4, generator=g), torch.randn(10, 4, generator=g)
+    junk = tmp_path / "junk.pt"
+    junk.write_bytes(b"not a torch file")
+    with pytest.raises(DataFileError, match="junk.pt is not a GD fact-MLP training checkpoint"):
+        baselines.train_mlp(K, V, torch.arange(10), h=2, max_epochs=3, checkpoint=junk)
+    other = tmp_path / "other.pt"
+    torch.save({"step": 3}, other)
+    with pytest.raises(DataFileError, match=r"other.pt is not a GD fact-MLP training checkpoint \(no epoch, mlp"):
+        baselines.train_mlp(K, V, torch.arange(10), h=2, max_epochs=3, checkpoint=other)

@@ -8,6 +8,7 @@ import torch
 
 from symformer._io import save_atomic
 from symformer._validation import check_choice, check_float, check_int, fail
+from symformer.data.files import DataFileError, torch_load
 from symformer.facts.decodability import Decodability, require_vertices
 from symformer.facts.dot_ce import dot_product_cross_entropy
 from symformer.facts.embeddings import validate_fact_set
@@ -112,10 +113,13 @@ def train_mlp(keys: torch.Tensor, values: torch.Tensor, facts: torch.Tensor, h: 
 
 def _load_training(path: str | os.PathLike | None, parts: dict) -> int:
     """The epoch to start from: 0, or the one saved in `path` after loading its states into `parts` (a file
-    train_mlp wrote; loaded with weights_only=True, so it can hold nothing but tensors and numbers)."""
+    train_mlp wrote; loaded with weights_only=True, so it can hold nothing but tensors and numbers; a file that
+    is not one is a one-line DataFileError naming it)."""
     if path is None or not os.path.exists(path):
         return 0
-    state = torch.load(path, weights_only=True)
+    state = torch_load(path, "a GD fact-MLP training checkpoint")
+    if not isinstance(state, dict) or not {"epoch", *parts} <= set(state):
+        raise DataFileError(f"{path} is not a GD fact-MLP training checkpoint (no {', '.join(['epoch', *parts])})")
     for k, v in parts.items():
         v.load_state_dict(state[k])
     return int(state["epoch"])
