@@ -7,6 +7,7 @@ import torch
 
 from symformer.positional.expm import (
     THETA_7_SINGLE,
+    THETA_12_TAYLOR_SINGLE,
     _expm_flat,
     _scaled_powers,
     expm_skew,
@@ -47,28 +48,64 @@ def test_orthogonal_and_batch_shapes():
     assert f.dtype == torch.float32 and (f.double() - e).abs().max() <= 1e-5
 
 
+def _single_powers(a: torch.Tensor, degree: int) -> torch.Tensor:
+    from symformer.positional.expm import _taylor_powers
+    return (_taylor_powers(a) if degree == 12 else _scaled_powers(a, THETA_7_SINGLE))[0].double()
+
+
+@pytest.mark.parametrize("degree,theta", [(7, THETA_7_SINGLE), (12, THETA_12_TAYLOR_SINGLE)])
 @pytest.mark.parametrize("n", [4, 16])
-def test_degree7_float32_path_reaches_single_precision(n):
-    """The float32 path (degree 7, theta_7 = 3.93 for u = 2^-24). Run in float64, only its truncation error
-    shows: below u_single before squaring, doubled by each of its s squarings. Run in float32, it is at least
-    as accurate per matrix as torch.linalg.matrix_exp in float32, over the norm sweep and at theta_7."""
+def test_float32_paths_reach_single_precision(n, degree, theta):
+    """The float32 paths (Taylor-12 since it needs no solve, theta_12 = 1.46; Pade-7 before it, theta_7 = 3.93;
+    both for u = 2^-24). Run in float64, only their truncation error shows: below u_single before squaring,
+    doubled by each of its s squarings. Run in float32, expm_skew is at least as accurate per matrix as
+    torch.linalg.matrix_exp in float32, over the norm sweep and at theta."""
     u = 2.0 ** -24
-    a = _skew_batch(n + 1, n, NORMS + [THETA_7_SINGLE, 3.9]).requires_grad_(True)
-    s = _scaled_powers(a.detach(), THETA_7_SINGLE)[0].double()
-    ours, ref = _expm_flat(a, 7), torch.linalg.matrix_exp(a)
+    a = _skew_batch(n + 1, n, NORMS + [theta, 0.99 * theta, 3.9]).requires_grad_(True)
+    s = _single_powers(a.detach(), degree)
+    ours, ref = _expm_flat(a, degree), torch.linalg.matrix_exp(a)
     assert ((ours - ref).abs().amax((-1, -2)) <= 2 * u * 2 ** s).all()
     g = torch.randn(ours.shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     (ga,), (gr,) = torch.autograd.grad(ours, a, g), torch.autograd.grad(ref, a, g)
     assert ((ga - gr).abs().amax((-1, -2)) / gr.abs().amax((-1, -2)).clamp(min=1) <= 8 * u * 2 ** s).all()
     a32 = a.detach().float()
-    err32 = (expm_skew(a32).double() - ref).abs().amax((-1, -2))
+    err32 = (_expm_flat(a32, degree).double() - ref).abs().amax((-1, -2))
     err_torch32 = (torch.linalg.matrix_exp(a32).double() - ref).abs().amax((-1, -2))
     assert (err32 <= 2 * err_torch32 + 4 * u).all()
+    if degree == 12:  # the default float32 path: orthogonal (T0.11) to a few u per squaring, as Pade-7 was
+        e = expm_skew(a32)
+        assert torch.equal(e, _expm_flat(a32, 12))
+        drift = (e.mT @ e - torch.eye(n)).abs().amax((-1, -2)).double()
+        assert (drift <= 4 * u * 2 ** s).all()
 
 
-def test_gradcheck_degree7_path():
+def test_theta_12_is_the_single_precision_backward_error_bound():
+    """theta_12: the largest theta with sum_{k>12} |c_k| theta^(k-1) <= 2^-24, where h(x) = log(e^-x T_12(x))
+    = sum c_k x^k (Al-Mohy & Higham 2009, Sec. 3), c_k in exact rationals up to k = 90 (the tail beyond is
+    below 1e-40 at theta <= 2)."""
+    from fractions import Fraction
+    from math import factorial
+    m, top, u = 12, 90, 2.0 ** -24
+    y = [Fraction(0)] * (top + 1)  # e^-x T_12(x) - 1 = sum_{k>12} y_k x^k
+    for k in range(m + 1, top + 1):
+        y[k] = sum(Fraction((-1) ** (k - j), factorial(k - j) * factorial(j)) for j in range(m + 1))
+    c, p = [Fraction(0)] * (top + 1), [Fraction(1)] + [Fraction(0)] * top
+    for i in range(1, top // (m + 1) + 1):  # log(1 + y) = sum (-1)^(i+1) y^i / i
+        p = [sum(p[a] * y[k - a] for a in range(k - m) if p[a]) for k in range(top + 1)]
+        c = [ck + Fraction((-1) ** (i + 1), i) * pk for ck, pk in zip(c, p)]
+    bound = lambda t: sum(abs(float(c[k])) * t ** (k - 1) for k in range(m + 1, top + 1))  # noqa: E731
+    assert all(c[k] == 0 for k in range(m + 1))
+    assert bound(THETA_12_TAYLOR_SINGLE) <= u < bound(THETA_12_TAYLOR_SINGLE * (1 + 1e-9))
+
+
+def test_gradcheck_float32_paths():
     a = _skew_batch(5, 4, [0.1, 3.0, 12.0]).requires_grad_(True)
-    assert torch.autograd.gradcheck(lambda t: _expm_flat(t, 7), (a,))
+    for degree in (7, 12):
+        assert torch.autograd.gradcheck(lambda t, d=degree: _expm_flat(t, d), (a,))
+    g = torch.Generator().manual_seed(6)
+    b = (torch.randn(3, 5, 5, generator=g, dtype=torch.float64) * 2).requires_grad_(True)  # not skew
+    assert (_expm_flat(b, 12) - torch.linalg.matrix_exp(b)).abs().max() <= 1e-5 * torch.linalg.matrix_exp(b).abs().max()
+    assert torch.autograd.gradcheck(lambda t: _expm_flat(t, 12), (b,))
 
 
 def test_gradcheck_mixed_squarings():

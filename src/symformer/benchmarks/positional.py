@@ -195,7 +195,8 @@ def run(ctx: BenchContext) -> BenchResult:
                      f"SYMFORMER_FUSED_ROPE=0); enabled here: {_fused.enabled()}")
     res.notes.append("espr_layer_vs_rope_layer uses 1-D token positions, where ESPR computes exp(nL) = exp(L)^n "
                      "exactly by doubling; espr2d_train_vs_rope_layer (= espr_layer_vs_rope_layer_grid2d) is the "
-                     "non-commuting 2-D case with one Pade exponential (expm_skew) per distinct position.")
+                     "non-commuting 2-D case with one exponential (expm_skew, float32 Taylor-12) per distinct "
+                     "position.")
     return res
 
 

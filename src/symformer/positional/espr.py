@@ -61,7 +61,8 @@ class ESPR(RotaryPositional):
     which makes them non-commuting); post_rotation (learn P, else P = I); eps_comm_penalty /
     eta_mix_penalty (weights of `penalty()`); base, mode (RoPE frequencies of the commuting init);
     learnable; seed (initial noise); exp_method ("auto": 1-D integer positions use exp(nL) = exp(L)^n,
-    everything else one Pade exponential (expm_skew) per distinct position; "pade": always the latter;
+    everything else one expm_skew exponential (Pade-13 in float64, solve-free Taylor-12 in float32) per
+    distinct position; "pade": always the latter;
     "matrix_exp": always torch.linalg.matrix_exp, the reference).
 
     `forward` returns q~, k~ of shape (B, H, N, Dh) with zeros on the null coordinates (so any attention

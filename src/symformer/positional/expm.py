@@ -1,6 +1,7 @@
 """Differentiable matrix exponential for skew generators: scaling and squaring with the degree-13 Pade
-approximant in float64 and the degree-7 one in float32 (Higham 2005, "The scaling and squaring method for
-the matrix exponential revisited"; theta_m for unit roundoff 2^-53 and 2^-24 respectively).
+approximant in float64 (Higham 2005, "The scaling and squaring method for the matrix exponential
+revisited"; theta_13 for unit roundoff 2^-53) and the degree-12 Taylor polynomial in float32 (theta_12 for
+2^-24 from the backward-error bound of Al-Mohy & Higham 2009; no LU solve: see THETA_12_TAYLOR_SINGLE).
 
 Why not torch.linalg.matrix_exp: its backward evaluates the Frechet derivative by exponentiating a
 (2n x 2n) block matrix [[A^T, G], [0, A^T]], about 7x the cost of the forward, and ESPR training on 2-D
@@ -12,10 +13,14 @@ values (Al-Mohy & Higham 2009, "Computing the Frechet derivative of the matrix e
 
 For skew A (ESPR's L(r) = sum_k r_k L_k, T1.1) the even part V of the Pade pair is symmetric and the odd
 part U skew, so r_13(A) = (V - U)^{-1} (V + U) = Q^{-1} Q^T is orthogonal in exact arithmetic, as
-exp(A) is (T0.11). The scaling 2^-s is chosen per matrix (theta_13 = 5.37, see _scaled_powers); the
-squarings run on the sorted prefix of the batch that still needs them.
+exp(A) is (T0.11). The float32 Taylor polynomial is orthogonal only to its backward error (below 2^-24,
+the rounding of the products themselves). The scaling 2^-s is chosen per matrix (theta_13 = 5.37, see
+_scaled_powers; theta_12 = 1.46, _taylor_powers); the squarings run on the sorted prefix of the batch that
+still needs them.
 """
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -32,6 +37,12 @@ THETA_13 = 5.371920351148152
 # (checked in tests against float64 matrix_exp at that norm)
 _B7 = (17297280.0, 8648640.0, 1995840.0, 277200.0, 25200.0, 1512.0, 56.0, 1.0)
 THETA_7_SINGLE = 3.925724783138660
+# float32, solve-free: the degree-12 Taylor polynomial has backward error below u = 2^-24 for ||A|| <= theta_12
+# = 1.4617 (the bound sum_{k>12} |c_k| theta^(k-1) <= u on h(x) = log(e^-x T_12(x)) = sum c_k x^k, Al-Mohy &
+# Higham 2009 Sec. 3; computed exactly in tests/positional/test_expm.py). Paterson-Stockmeyer takes 5 products
+# (x^2, x^3, x^4 and two Horner steps in x^4) and no LU solve, where Pade-7 takes 4 products and a batched LU
+# solve (~12 products' time on CPU for 64 x 64); the smaller theta costs ~1.4 more squarings.
+THETA_12_TAYLOR_SINGLE = 1.4616615072090335
 SUPPORTED = (torch.float32, torch.float64)
 
 
@@ -72,6 +83,33 @@ def _pade7(a: torch.Tensor, a2: torch.Tensor, a4: torch.Tensor, a6: torch.Tensor
     u = a @ _lincomb([(_coef(b, 7, f, dt), a6), (_coef(b, 5, f, dt), a4), (_coef(b, 3, f, dt), a2)], _coef(b, 1, f, dt))
     v = _lincomb([(_coef(b, 6, f, dt), a6), (_coef(b, 4, f, dt), a4), (_coef(b, 2, f, dt), a2)], _coef(b, 0, f, dt))
     return torch.linalg.solve(v - u, v + u)
+
+
+def _taylor12(x: torch.Tensor, x2: torch.Tensor, x3: torch.Tensor, x4: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
+    """T_12(f x) = B0 + x^4 (B1 + x^4 B2) with B_i = sum_k c_{4i+k} x^k (k < 4; B2 also c_12 x^4) and
+    c_k = f^k / k!: the rescaling by f = 2^j sits in the coefficients, as in the Pade functions."""
+    dt = x.dtype
+    c = [(f ** k / math.factorial(k)).to(dt)[:, None, None] for k in range(13)]
+    b0 = _lincomb([(c[1], x), (c[2], x2), (c[3], x3)], c[0])
+    b1 = _lincomb([(c[5], x), (c[6], x2), (c[7], x3)], c[4])
+    b2 = _lincomb([(c[9], x), (c[10], x2), (c[11], x3), (c[12], x4)], c[8])
+    return torch.baddbmm(b0, x4, torch.baddbmm(b1, x4, b2))
+
+
+def _taylor_powers(flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    """(s, f, [x, x^2, x^3, x^4]) for _taylor12, as _scaled_powers: s from the 1-norm, lowered by the bound
+    with alpha_4 = max(||x^4||^(1/4), ||x^5||^(1/5)) (Al-Mohy & Higham 2009 Thm 4.2: p = 4 since p (p - 1) <=
+    m + 1 = 13), ||x^5|| <= ||x^4|| ||x||; j <= 10 keeps f^12 / 12! finite in float32."""
+    s0 = _squarings(flat, THETA_12_TAYLOR_SINGLE)
+    x = flat * torch.exp2(-s0.to(flat.dtype))[:, None, None]
+    x2 = x @ x
+    x3 = x2 @ x
+    x4 = x2 @ x2
+    n1, n4 = _norm1(x).double(), _norm1(x4).double()
+    alpha = torch.maximum(n4 ** 0.25, (n4 * n1) ** 0.2)
+    j = torch.floor(torch.log2(THETA_12_TAYLOR_SINGLE / alpha)).nan_to_num(0, posinf=0).clamp(min=0).long()
+    j = torch.minimum(j, s0).clamp(max=10)
+    return s0 - j, torch.exp2(j.double()), [x, x2, x3, x4]
 
 
 def _norm1(a: torch.Tensor) -> torch.Tensor:
@@ -126,13 +164,18 @@ def expm_skew(a: torch.Tensor, check: bool = False) -> torch.Tensor:
     flat = a.reshape(-1, n, n)
     if flat.shape[0] == 0:
         return a.clone()
-    return _expm_flat(flat, 7 if flat.dtype == torch.float32 else 13).reshape(*batch, n, n)
+    return _expm_flat(flat, 12 if flat.dtype == torch.float32 else 13).reshape(*batch, n, n)
 
 
 def _expm_flat(flat: torch.Tensor, degree: int) -> torch.Tensor:
-    """Scaling and squaring on (U, n, n) with the degree-13 (float64) or degree-7 (float32, THETA_7_SINGLE)
-    Pade approximant; degree 7 is also callable in float64 (tests: its gradcheck and its accuracy)."""
-    if degree == 7:
+    """Scaling and squaring on (U, n, n): degree 13, the Pade approximant (float64); degree 12, the Taylor
+    polynomial (float32, THETA_12_TAYLOR_SINGLE; no solve); degree 7, the Pade approximant for float32 before
+    it (THETA_7_SINGLE; kept for the benchmark's comparison). 12 and 7 also run in float64 (tests: gradcheck,
+    accuracy)."""
+    if degree == 12:
+        s, f, powers = _taylor_powers(flat)
+        r = _taylor12(*powers, f)
+    elif degree == 7:
         s, f, powers = _scaled_powers(flat, THETA_7_SINGLE)
         r = _pade7(*powers, f)
     else:
@@ -170,8 +213,10 @@ def _square(r: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
 def squarings_needed(a: torch.Tensor) -> int:
     """Largest number of squarings expm_skew uses on a batch (reported by benchmarks)."""
     n = a.shape[-1]
-    theta = THETA_7_SINGLE if a.dtype == torch.float32 else THETA_13
-    return int(_scaled_powers(a.detach().reshape(-1, n, n), theta)[0].max()) if a.numel() else 0
+    if not a.numel():
+        return 0
+    flat = a.detach().reshape(-1, n, n)
+    return int((_taylor_powers(flat) if a.dtype == torch.float32 else _scaled_powers(flat))[0].max())
 
 
-__all__ = ["expm_skew", "THETA_13", "THETA_7_SINGLE", "squarings_needed"]
+__all__ = ["expm_skew", "THETA_13", "THETA_7_SINGLE", "THETA_12_TAYLOR_SINGLE", "squarings_needed"]
