@@ -100,16 +100,26 @@ def _taylor_powers(flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list
     """(s, f, [x, x^2, x^3, x^4]) for _taylor12, as _scaled_powers: s from the 1-norm, lowered by the bound
     with alpha_4 = max(||x^4||^(1/4), ||x^5||^(1/5)) (Al-Mohy & Higham 2009 Thm 4.2: p = 4 since p (p - 1) <=
     m + 1 = 13), ||x^5|| <= ||x^4|| ||x||; j <= 10 keeps f^12 / 12! finite in float32."""
-    s0 = _squarings(flat, THETA_12_TAYLOR_SINGLE)
-    x = flat * torch.exp2(-s0.to(flat.dtype))[:, None, None]
-    x2 = x @ x
+    s0, x, x2 = _first_powers(flat, THETA_12_TAYLOR_SINGLE)
     x3 = x2 @ x
     x4 = x2 @ x2
     n1, n4 = _norm1(x).double(), _norm1(x4).double()
     alpha = torch.maximum(n4 ** 0.25, (n4 * n1) ** 0.2)
-    j = torch.floor(torch.log2(THETA_12_TAYLOR_SINGLE / alpha)).nan_to_num(0, posinf=0).clamp(min=0).long()
-    j = torch.minimum(j, s0).clamp(max=10)
-    return s0 - j, torch.exp2(j.double()), [x, x2, x3, x4]
+    return (*_lowered(s0, THETA_12_TAYLOR_SINGLE, alpha, 10), [x, x2, x3, x4])
+
+
+def _first_powers(flat: torch.Tensor, theta: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(s0, x, x^2) with x = flat / 2^s0 and s0 the squarings the 1-norm asks for at theta."""
+    s0 = _squarings(flat, theta)
+    x = flat * torch.exp2(-s0.to(flat.dtype))[:, None, None]
+    return s0, x, x @ x
+
+
+def _lowered(s0: torch.Tensor, theta: float, alpha: torch.Tensor, cap: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(s, f): s0 lowered by j = floor(log2(theta / alpha)) squarings, 0 <= j <= min(s0, cap), and f = 2^j."""
+    j = torch.floor(torch.log2(theta / alpha)).nan_to_num(0, posinf=0).clamp(min=0).long()
+    j = torch.minimum(j, s0).clamp(max=cap)
+    return s0 - j, torch.exp2(j.double())
 
 
 def _norm1(a: torch.Tensor) -> torch.Tensor:
@@ -131,9 +141,7 @@ def _scaled_powers(flat: torch.Tensor,
     f^4, f^6 exactly (powers of two): the Pade functions fold f^k into their coefficients, so nothing is recomputed
     or copied (j is capped so that f^13 stays finite). For the degree-7 float32 approximant (theta_7) p = 3: alpha_3
     = max(||x^3||^(1/3), ||x^4||^(1/4)), with ||x^3|| <= ||x^2|| ||x||."""
-    s0 = _squarings(flat, theta)
-    x = flat * torch.exp2(-s0.to(flat.dtype))[:, None, None]
-    x2 = x @ x
+    s0, x, x2 = _first_powers(flat, theta)
     x4 = x2 @ x2
     x6 = x4 @ x2
     n1, n4 = _norm1(x).double(), _norm1(x4).double()
@@ -141,9 +149,8 @@ def _scaled_powers(flat: torch.Tensor,
         alpha = torch.maximum(n4 ** 0.25, (n4 * n1) ** 0.2)
     else:
         alpha = torch.maximum((_norm1(x2).double() * n1) ** (1 / 3), n4 ** 0.25)
-    j = torch.floor(torch.log2(theta / alpha)).nan_to_num(0, posinf=0).clamp(min=0).long()
-    j = torch.minimum(j, s0).clamp(max=76 if theta == THETA_13 else 17)  # b_k f^k finite in the dtype
-    return s0 - j, torch.exp2(j.double()), [x, x2, x4, x6]
+    # the cap keeps b_k f^k finite in the dtype
+    return (*_lowered(s0, theta, alpha, 76 if theta == THETA_13 else 17), [x, x2, x4, x6])
 
 
 def expm_skew(a: torch.Tensor, check: bool = False) -> torch.Tensor:
