@@ -240,3 +240,12 @@ def test_train_lm_rejects_a_checkpoint_for_fewer_steps(tmp_path):
     (tmp_path / "junk.pt").write_bytes(b"not a torch file")
     with pytest.raises(CheckpointError, match="junk.pt"):
         train_lm(model, t, cfg, checkpoint=tmp_path / "junk.pt")
+
+
+def test_a_loop_checkpoint_missing_an_entry_is_one_line(tmp_path):
+    from symformer.train.checkpoint import CheckpointError, load_loop_state
+    path = tmp_path / "other.pt"
+    torch.save({"model": {}, "step": 3}, path)
+    with pytest.raises(CheckpointError, match="other.pt is not an SSFR training checkpoint .needs entries model, opt"):
+        load_loop_state(path, "an SSFR training checkpoint", ("step", "acc", "loss"))
+    assert load_loop_state(tmp_path / "absent.pt", "x", ()) is None and load_loop_state(None, "x", ()) is None

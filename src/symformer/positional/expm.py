@@ -171,23 +171,16 @@ def expm_skew(a: torch.Tensor, check: bool = False) -> torch.Tensor:
     flat = a.reshape(-1, n, n)
     if flat.shape[0] == 0:
         return a.clone()
-    return _expm_flat(flat, 12 if flat.dtype == torch.float32 else 13).reshape(*batch, n, n)
+    return _expm_flat(flat, _degree(flat.dtype)).reshape(*batch, n, n)
 
 
 def _expm_flat(flat: torch.Tensor, degree: int) -> torch.Tensor:
     """Scaling and squaring on (U, n, n): degree 13, the Pade approximant (float64); degree 12, the Taylor
     polynomial (float32, THETA_12_TAYLOR_SINGLE; no solve); degree 7, the Pade approximant for float32 before
-    it (THETA_7_SINGLE; kept for the benchmark's comparison). 12 and 7 also run in float64 (tests: gradcheck,
+    it (THETA_7_SINGLE; kept for tests and A/B comparisons). 12 and 7 also run in float64 (tests: gradcheck,
     accuracy)."""
-    if degree == 12:
-        s, f, powers = _taylor_powers(flat)
-        r = _taylor12(*powers, f)
-    elif degree == 7:
-        s, f, powers = _scaled_powers(flat, THETA_7_SINGLE)
-        r = _pade7(*powers, f)
-    else:
-        s, f, powers = _scaled_powers(flat)
-        r = _pade13(*powers, f)
+    s, f, powers = _POWERS[degree](flat)
+    r = _APPROXIMANTS[degree](*powers, f)
     return _square(r, s)
 
 
@@ -217,13 +210,22 @@ def _square(r: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(out).index_copy(0, order, out)
 
 
+def _degree(dtype: torch.dtype) -> int:
+    """The approximant expm_skew uses: Taylor-12 in float32 (no solve), Pade-13 in float64."""
+    return 12 if dtype == torch.float32 else 13
+
+
+# degree -> (scaled powers and squarings, approximant at f x); 7 is kept for tests and comparisons
+_POWERS = {13: _scaled_powers, 12: _taylor_powers, 7: lambda flat: _scaled_powers(flat, THETA_7_SINGLE)}
+_APPROXIMANTS = {13: _pade13, 12: _taylor12, 7: _pade7}
+
+
 def squarings_needed(a: torch.Tensor) -> int:
     """Largest number of squarings expm_skew uses on a batch (reported by benchmarks)."""
     n = a.shape[-1]
     if not a.numel():
         return 0
-    flat = a.detach().reshape(-1, n, n)
-    return int((_taylor_powers(flat) if a.dtype == torch.float32 else _scaled_powers(flat))[0].max())
+    return int(_POWERS[_degree(a.dtype)](a.detach().reshape(-1, n, n))[0].max())
 
 
 __all__ = ["expm_skew", "THETA_13", "THETA_7_SINGLE", "THETA_12_TAYLOR_SINGLE", "squarings_needed"]

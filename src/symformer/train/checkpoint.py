@@ -37,6 +37,26 @@ def load(path: str | os.PathLike, what: str = "a torch file") -> Any:
         raise CheckpointError(str(e)) from None
 
 
+def load_loop_state(path: str | os.PathLike | None, what: str, keys: tuple[str, ...]) -> dict[str, Any] | None:
+    """A hand-written training loop's own checkpoint (model, opt, generator and `keys`): None when `path` is None
+    or absent, else the dict, loaded safely; one CheckpointError line when it lacks an entry."""
+    if path is None or not os.path.exists(path):
+        return None
+    st = load(path, what)
+    need = ("model", "opt", "generator", *keys)
+    if not isinstance(st, dict) or not set(need) <= set(st):
+        raise CheckpointError(f"{path} is not {what} (needs entries {', '.join(need)})")
+    return st
+
+
+def restore_loop_state(st: dict[str, Any], model: torch.nn.Module, opt: torch.optim.Optimizer,
+                       generator: torch.Generator) -> None:
+    """Load what load_loop_state returned into the model, the optimiser and the batch sampler's generator."""
+    model.load_state_dict(st["model"])
+    opt.load_state_dict(st["opt"])
+    generator.set_state(st["generator"])
+
+
 def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     """A checkpoint written by `Trainer.checkpoint`: loaded safely and its format marker checked."""
     ck = load(path, "a symformer checkpoint")

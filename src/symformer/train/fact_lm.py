@@ -15,7 +15,7 @@ from symformer._validation import check_int
 from symformer.data.books import TEMPLATES, BooksTask
 from symformer.facts.mse import train_mse_mlp
 from symformer.models.fact_recall import FactRecallConfig, FactRecallTransformer, swap_fact_mlp
-from symformer.train.checkpoint import CheckpointError, load
+from symformer.train.checkpoint import CheckpointError, load_loop_state, restore_loop_state
 
 
 @dataclass
@@ -105,14 +105,12 @@ def _resume_lm(path, model: torch.nn.Module, opt: torch.optim.Optimizer, g: torc
                steps: int) -> tuple[int, float, float]:
     """(first step, last loss, seconds so far): (0, nan, 0) without a checkpoint file, else what `path` holds,
     loaded into the model, optimiser and generator (weights_only; one-line CheckpointError else)."""
-    if path is None or not os.path.exists(path):
+    st = load_loop_state(path, "a fact-LM training checkpoint", ("step", "loss", "seconds"))
+    if st is None:
         return 0, float("nan"), 0.0
-    st = load(path, "a fact-LM training checkpoint")
-    if not isinstance(st, dict) or not {"step", "model", "opt", "generator"} <= set(st) or st["step"] > steps:
+    if st["step"] > steps:
         raise CheckpointError(f"{path} is not a fact-LM training checkpoint for {steps} steps")
-    model.load_state_dict(st["model"])
-    opt.load_state_dict(st["opt"])
-    g.set_state(st["generator"])
+    restore_loop_state(st, model, opt, g)
     return int(st["step"]), float(st["loss"]), float(st["seconds"])
 
 

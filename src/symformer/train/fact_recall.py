@@ -12,7 +12,7 @@ from symformer._io import save_atomic
 from symformer._validation import check_float, check_int
 from symformer.data.ssfr import SSFRTask
 from symformer.models.fact_recall import FactRecallConfig, FactRecallTransformer, swap_fact_mlp
-from symformer.train.checkpoint import load
+from symformer.train.checkpoint import load_loop_state, restore_loop_state
 
 
 @dataclass
@@ -67,11 +67,9 @@ def train_ssfr(model: FactRecallTransformer, task: SSFRTask, cfg: SSFRTrainConfi
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     g = torch.Generator().manual_seed(cfg.seed)
     acc, done, loss = float("nan"), 0, float("nan")
-    if checkpoint is not None and os.path.exists(checkpoint):
-        st = load(checkpoint, "an SSFR training checkpoint")  # weights_only; one-line CheckpointError else
-        model.load_state_dict(st["model"])
-        opt.load_state_dict(st["opt"])
-        g.set_state(st["generator"])
+    st = load_loop_state(checkpoint, "an SSFR training checkpoint", ("step", "acc", "loss"))  # weights_only
+    if st is not None:
+        restore_loop_state(st, model, opt, g)
         done, acc, loss = int(st["step"]), float(st["acc"]), float(st["loss"])
     step = done
     for step in range(done + 1, cfg.steps + 1):
