@@ -144,13 +144,17 @@ def test_fused_half_kernel_matches_eager_and_gradcheck(monkeypatch):
     tab = half_tables(th, torch.float64)
     ref = rotate_pairs(x, th.cos(), th.sin(), "half")
     eager = _half_kernel(x.detach(), tab[1], tab[2])
-    assert _fused.fused_half(x.detach(), tab[1], tab[2]) is None  # below FUSED_MIN_NUMEL: eager
+    assert _fused.fused_half(x.detach(), tab[3], tab[4]) is None  # below FUSED_MIN_NUMEL: eager
     _fresh_fused(monkeypatch)
-    fused = _fused.fused_half(x.detach(), tab[1], tab[2])
+    fused = _fused.fused_half(x.detach(), tab[3], tab[4])
     assert fused is not None and (fused - eager).abs().max() <= 1e-15 and (fused - ref).abs().max() <= 1e-14
+    back = _fused.fused_half(x.detach(), tab[3], tab[4], -1.0)  # R^T = R(-theta), the backward
+    assert (back - rotate_pairs(x, th.cos(), -th.sin(), "half")).abs().max() <= 1e-14
+    assert (_half_kernel(x.detach(), tab[1], tab[2], -1.0) - back).abs().max() <= 1e-15  # halves sliced off
     with torch.inference_mode():
         assert (_half_kernel(x.detach(), tab[1], tab[2]) - ref).abs().max() <= 1e-14
     assert torch.autograd.gradcheck(lambda t: _RotateHalf.apply(t, tab[1], tab[2]), (x,))
+    assert torch.autograd.gradcheck(lambda t: _RotateHalf.apply(t, *tab[1:5]), (x,))
     x32, t32 = x.detach().float(), half_tables(th, torch.float32)
     assert (_half_kernel(x32, t32[1], t32[2]) - ref).abs().max() <= 1e-6
     assert len(_fused._STATE["failed"]) == 0
@@ -173,7 +177,7 @@ def test_fused_half_kernel_falls_back_when_compile_fails(monkeypatch):
     assert _fused._STATE["failed"] == {"cpu"}
     monkeypatch.setenv("SYMFORMER_FUSED_ROPE", "0")
     _fresh_fused(monkeypatch, broken)
-    assert _fused.fused_half(x, tab[1], tab[2]) is None  # switched off: the compiler is never called
+    assert _fused.fused_half(x, tab[3], tab[4]) is None  # switched off: the compiler is never called
 
 
 def test_fused_half_kernel_steps_aside_inside_a_users_compile(monkeypatch):
@@ -188,7 +192,7 @@ def test_fused_half_kernel_steps_aside_inside_a_users_compile(monkeypatch):
     x = torch.randn(1, 2, 5, 8, dtype=torch.float64)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the compile-failure fallback warns: it must not be what ran
-        ones = torch.ones(5, 8, dtype=torch.float64)
+        ones = torch.ones(5, 4, dtype=torch.float64)
         assert _fused.fused_half(x, ones, ones - 1) is None
     assert _fused._STATE["failed"] == set()
 
@@ -207,7 +211,7 @@ def test_fused_half_kernel_reuses_one_key_across_sequence_lengths(monkeypatch):
         th = torch.randn(n, 4, generator=g, dtype=torch.float64)
         x = torch.randn(2, 3, n, 8, generator=g, dtype=torch.float64)
         tab = half_tables(th, torch.float64)
-        out = _fused.fused_half(x, tab[1], tab[2])
+        out = _fused.fused_half(x, tab[3], tab[4])
         assert out is not None and (out - rotate_pairs(x, th.cos(), th.sin(), "half")).abs().max() <= 1e-14
         assert not hasattr(x, "_dynamo_dynamic_indices")  # the caller's tensor carries no dynamo marks
     assert len(_fused._STATE["fns"]) == 1 and not _fused._STATE["failed"]
@@ -229,7 +233,7 @@ def test_fused_half_kernel_compiles_past_dynamos_recompile_limit(monkeypatch):
         th = torch.randn(3, dh // 2, generator=g, dtype=torch.float64)
         x = torch.randn(2, 3, dh, generator=g, dtype=torch.float64)
         tab = half_tables(th, torch.float64)
-        out = _fused.fused_half(x, tab[1], tab[2])
+        out = _fused.fused_half(x, tab[3], tab[4])
         assert out is not None and (out - rotate_pairs(x, th.cos(), th.sin(), "half")).abs().max() <= 1e-14
     assert len(_fused._STATE["fns"]) == 9 and not _fused._STATE["failed"]
     assert counters["stats"]["unique_graphs"] - before == 9

@@ -19,7 +19,7 @@ from torch import nn
 
 from symformer._validation import check_choice, check_float, check_int, fail
 from symformer.positional._cache import ValueCache
-from symformer.positional._fused import fused_half
+from symformer.positional._fused import fused_applies, fused_half
 from symformer.positional.base import QKSymmetry, RotaryPositional
 
 PAIRINGS = ("interleaved", "half")
@@ -63,17 +63,21 @@ def _complex_view(x: torch.Tensor) -> torch.Tensor:
     return torch.view_as_complex(x.unflatten(-1, (x.shape[-1] // 2, 2)))
 
 
-def _half_kernel(x: torch.Tensor, cos2: torch.Tensor, ssin: torch.Tensor, sign: float = 1.0) -> torch.Tensor:
+def _half_kernel(x: torch.Tensor, cos2: torch.Tensor, ssin: torch.Tensor, sign: float = 1.0,
+                 half: tuple | None = None) -> torch.Tensor:
     """Half pairing R(theta) x (sign=+1) or R(theta)^T x = R(-theta) x (sign=-1), no autograd:
     R x = [cos, cos] * x + [-sin, sin] * [x2, x1]. Three passes over contiguous memory (copy the swapped
     halves, then two multiplies on full rows in place): ops on the strided halves themselves run 32-wide
     inner loops and cost ~2x per element, and no eager op reads x at the two offsets u, u + Dh/2 at once.
-    Large inputs take the compiled one-pass kernel instead (_fused.py), same values up to float round-off."""
-    ssin = ssin if sign > 0 else ssin.neg()
-    out = fused_half(x, cos2, ssin)
-    if out is not None:
-        return out
+    Large inputs take the compiled one-pass kernel instead (_fused.py) on the (..., Dh/2) tables `half`
+    = (cos, sin) (sliced off cos2 / ssin when not given), same values up to float round-off."""
     m = x.shape[-1] // 2
+    if fused_applies(x):
+        c, s = half if half else (cos2[..., :m].contiguous(), ssin[..., m:].contiguous())
+        out = fused_half(x, c, s, sign)
+        if out is not None:
+            return out
+    ssin = ssin if sign > 0 else ssin.neg()
     out = torch.cat((x[..., m:], x[..., :m]), dim=-1)
     out.mul_(ssin)
     return out.addcmul_(x, cos2)
@@ -84,20 +88,21 @@ class _RotateHalf(torch.autograd.Function):
     same kernel with the sine negated (no saved activations, no autograd graph of five ops)."""
 
     @staticmethod
-    def forward(ctx, x, cos2, ssin):
-        ctx.save_for_backward(cos2, ssin)
-        return _half_kernel(x, cos2, ssin)
+    def forward(ctx, x, cos2, ssin, c=None, s=None):
+        ctx.save_for_backward(cos2, ssin, c, s)
+        return _half_kernel(x, cos2, ssin, 1.0, None if c is None else (c, s))
 
     @staticmethod
     def backward(ctx, g):
-        cos2, ssin = ctx.saved_tensors
-        return _half_kernel(g, cos2, ssin, -1.0), None, None
+        cos2, ssin, c, s = ctx.saved_tensors
+        return _half_kernel(g, cos2, ssin, -1.0, None if c is None else (c, s)), None, None, None, None
 
 
 def apply_tables(x: torch.Tensor, tables: tuple, pairing: str) -> torch.Tensor:
     """Rotate the pairs of x (..., Dh) with tables from `RoPE.tables`: ("complex", rot) for interleaved
     pairing (one complex multiply per pair, T0.17; low precision computed in float32) or
-    ("cos", [cos, cos], [-sin, sin]) (both (..., Dh)) for half pairing."""
+    ("cos", [cos, cos], [-sin, sin], cos, sin) for half pairing (the first two (..., Dh) for the eager kernel,
+    the last two (..., Dh/2) for the compiled one)."""
     if tables[0] == "complex":
         if x.dtype not in (torch.float32, torch.float64):  # bfloat16 / float16: the complex multiply in float32
             return torch.view_as_real(_complex_view(x.float()) * tables[1]).flatten(-2).to(x.dtype)
@@ -107,14 +112,18 @@ def apply_tables(x: torch.Tensor, tables: tuple, pairing: str) -> torch.Tensor:
     if pairing == "interleaved" or cos2.requires_grad or ssin.requires_grad:  # learnable beta: autograd arithmetic
         return rotate_pairs(x, cos2[..., :m], ssin[..., m:], pairing)
     if torch.is_grad_enabled() and x.requires_grad:
-        return _RotateHalf.apply(x, cos2, ssin)
-    return _half_kernel(x, cos2, ssin)
+        return _RotateHalf.apply(x, *tables[1:5])
+    return _half_kernel(x, cos2, ssin, 1.0, tables[3:5])
 
 
 def half_tables(th: torch.Tensor, dtype: torch.dtype) -> tuple:
-    """("cos", [cos, cos], [-sin, sin]), both (..., Dh) contiguous in `dtype`, for angles th (..., Dh/2)."""
-    c, s = th.cos(), th.sin()
-    return ("cos", torch.cat((c, c), -1).to(dtype).contiguous(), torch.cat((-s, s), -1).to(dtype).contiguous())
+    """("cos", [cos, cos], [-sin, sin], cos, sin), contiguous in `dtype`, for angles th (..., Dh/2)."""
+    return _cos_tables(th.cos(), th.sin(), dtype)
+
+
+def _cos_tables(c: torch.Tensor, s: torch.Tensor, dtype: torch.dtype) -> tuple:
+    c, s = c.to(dtype).contiguous(), s.to(dtype).contiguous()
+    return ("cos", torch.cat((c, c), -1), torch.cat((-s, s), -1), c, s)
 
 
 def apply_rotation(x: torch.Tensor, rot: torch.Tensor, pairing: str) -> torch.Tensor:
@@ -125,8 +134,7 @@ def apply_rotation(x: torch.Tensor, rot: torch.Tensor, pairing: str) -> torch.Te
     `RoPE.tables` caches them per position set)."""
     if pairing == "interleaved" and x.dtype in (torch.float32, torch.float64):
         return apply_tables(x, ("complex", rot), pairing)
-    c, s = rot.real, rot.imag
-    return apply_tables(x, ("cos", torch.cat((c, c), -1).to(x.dtype), torch.cat((-s, s), -1).to(x.dtype)), pairing)
+    return apply_tables(x, _cos_tables(rot.real, rot.imag, x.dtype), pairing)
 
 
 def pair_indices(head_dim: int, pairing: str) -> torch.Tensor:
