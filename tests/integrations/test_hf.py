@@ -166,6 +166,24 @@ def test_patched_parameters_train_and_round_trip(tmp_path):
         assert (_logits(loaded.eval(), x) - _logits(model, x)).abs().max().item() == 0.0
 
 
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+@pytest.mark.parametrize("positional,opts", [("rope", {}), ("string", {"init_scale": 0.1}),
+                                             ("circulant_string", {}), ("espr", {"init_scale": 0.1})])
+def test_every_part_reloads_from_a_saved_folder(tmp_path, family, positional, opts):
+    """from_pretrained builds the patched model on the meta device first: the parts' construction-time value
+    checks (ESPR's skew generators) must not read values there (they did: 'item() on meta tensors')."""
+    import transformers
+    model = _patched(family, positional, torch.float32, **opts)
+    with torch.no_grad():
+        for p in model.model.layers[1].self_attn.rotary.parameters():
+            p.add_(0.01 * torch.randn_like(p))  # trained values, not the init, must come back
+    model.save_pretrained(tmp_path)
+    cls = {"llama": transformers.LlamaForCausalLM, "qwen3": transformers.Qwen3ForCausalLM}[family]
+    loaded = hf.from_pretrained(cls, tmp_path).eval()
+    x = ids()
+    assert (_logits(loaded, x) - _logits(model.eval(), x)).abs().max().item() == 0.0
+
+
 @pytest.mark.parametrize("positional", ["circulant_string", "espr"])
 def test_other_parts_train_with_gqa(positional):
     model = _patched("qwen2", positional, torch.float32)

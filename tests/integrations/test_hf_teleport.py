@@ -113,3 +113,21 @@ def test_hf_teleport_in_a_plain_loop():
     assert all(e["skipped"] == 0 for e in tele.log)
     with pytest.raises(ValueError, match="step"):
         hf.HFTeleport(model, opt, _loss, total_steps=3, step=5)
+
+
+def test_qwen3_query_key_norms_are_refused_with_the_reason():
+    """Qwen3 normalises q and k per head before the rotation: an H(d_h) factor on W_Q / W_K (the Llama-family
+    Q/K action) changes the logits there, so symmetry_group refuses the model instead of teleporting wrongly."""
+    model, x = _model("qwen3", None, {}), ids()
+    with pytest.raises(ValueError, match=r"^model: got .Qwen3ForCausalLM \(model_type='qwen3'\) with a per-head q"):
+        hf.symmetry_group(model)
+    with pytest.raises(ValueError, match="q_norm"):
+        hf.HFTeleport(model, None, _loss, total_steps=10, step=2)
+    site = hf.symmetry_group(_model("qwen2", None, {})).sites[0]  # the same dims without the norms
+    u = site.qk.random((1,), torch.Generator().manual_seed(3))[0]
+    with torch.no_grad():
+        ref = model(x).logits
+        attn = model.model.layers[0].self_attn
+        attn.q_proj.weight[:16] = torch.block_diag(u, u) @ attn.q_proj.weight[:16]  # both query heads of group 0
+        attn.k_proj.weight[:8] = torch.linalg.inv(u).T @ attn.k_proj.weight[:8]
+        assert (model(x).logits - ref).abs().max() > 1e-4

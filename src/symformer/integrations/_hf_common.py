@@ -8,7 +8,8 @@ from torch import nn
 from symformer._validation import fail
 
 #: config.model_type -> attention class of the families that share Llama's rotary code path
-FAMILIES = {"llama": "LlamaAttention", "mistral": "MistralAttention", "qwen2": "Qwen2Attention"}
+FAMILIES = {"llama": "LlamaAttention", "mistral": "MistralAttention", "qwen2": "Qwen2Attention",
+            "qwen3": "Qwen3Attention"}
 MIN_VERSION = (4, 48)  # the release that introduced AttentionInterface
 
 

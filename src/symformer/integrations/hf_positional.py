@@ -46,8 +46,11 @@ def _attention_forward(self, hidden_states, position_embeddings=None, attention_
     as `cache` (transformers >= 5.24), `past_key_values` (4.5x-5.23) or `past_key_value` (4.4x)."""
     input_shape = hidden_states.shape[:-1]
     hidden_shape = (*input_shape, -1, self.head_dim)
-    q = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)
-    k = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+    q = self.q_proj(hidden_states).view(hidden_shape)
+    k = self.k_proj(hidden_states).view(hidden_shape)
+    if getattr(self, "q_norm", None) is not None:  # Qwen3: a per-head RMSNorm on q and k before the rotation
+        q, k = self.q_norm(q), self.k_norm(k)
+    q, k = q.transpose(1, 2), k.transpose(1, 2)
     v = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
     old = kwargs.pop("past_key_value", past_key_values)
     cache = cache if cache is not None else old
@@ -58,7 +61,7 @@ def _attention_forward(self, hidden_states, position_embeddings=None, attention_
     module = sys.modules[type(self).__mro__[1].__module__]
     interface = _interface(self.config._attn_implementation, module.eager_attention_forward)
     scale = self.rotary.scale if self.rotary.scale is not None else self.scaling  # ESPR: 1/sqrt(d_act), T4.4
-    if self.config.model_type != "llama":  # Mistral / Qwen2 pass their sliding window on
+    if self.config.model_type != "llama":  # Mistral / Qwen2 / Qwen3 pass their sliding window on
         window = getattr(self, "sliding_window", getattr(self.config, "sliding_window", None))
         kwargs.setdefault("sliding_window", window)
     dropout = 0.0 if not self.training else self.attention_dropout
@@ -158,7 +161,7 @@ def _check_options(options: dict) -> None:
 
 
 def patch_positional(model: nn.Module, positional: str = "rope", **options) -> nn.Module:
-    """Replace the rotary embedding of every attention layer of a Llama / Mistral / Qwen2 model by a symformer
+    """Replace the rotary embedding of every attention layer of a Llama / Mistral / Qwen2 / Qwen3 model by a symformer
     part ("rope" | "string" | "circulant_string" | "espr"; `options` go to the part's constructor, e.g.
     init_scale=0.1 for STRING, d_act=32 for ESPR). Grouped-query attention works (the part rotates the H query
     heads and the H_kv key heads alike). Returns the model (patched in place).

@@ -62,7 +62,8 @@ def _is_hf_family(model: nn.Module) -> bool:
 
 
 def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn: bool = False) -> SymmetryGroup:
-    """The symmetry group of a Llama / Mistral / Qwen2 model (module docstring); any other model goes to
+    """The symmetry group of a Llama / Mistral / Qwen2 model (module docstring; Qwen3, whose per-head q/k norms
+    sit between the projections and the rotation, gets a ValueError); any other model goes to
     symformer.teleport.symmetry_group. positions: (N, 1) positions for the ESPR commutant (default: generic
     points). ffn: include the gated MLP's up/down rescaling. ValueError for an approximate attention core."""
     if not _is_hf_family(model):
@@ -71,10 +72,17 @@ def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn:
     if str(impl).startswith("symformer_"):
         fail("attn_implementation", impl, "an exact softmax implementation (eager, sdpa, ...): approximate kernels "
              "are not invariant under GL(d_h)")
+    layers = attention_modules(model)
+    if any(getattr(a, "q_norm", None) is not None for a in layers):
+        # q_norm(U q) != U q_norm(q) for U in H(d_h) unless U is orthogonal and commutes with the norm weights:
+        # Qwen3's Q/K symmetry acts on the norm weights (pair-constant rescalings), not on W_Q / W_K
+        fail("model", f"{type(model).__name__} (model_type={model.config.model_type!r}) with a per-head q_norm / "
+             "k_norm", "a model without query/key norms: teleporting W_Q / W_K through them is not a symmetry "
+             "(not implemented for such models)")
     h, hk = model.config.num_attention_heads, n_kv_heads(model.config)
     names = {id(m): n for n, m in model.named_modules()}
     sites = []
-    for attn in attention_modules(model):
+    for attn in layers:
         view = _AttentionView(attn, h)
         sites.append(AttentionSite(names[id(attn)], view, qk_group_for(view.rotary, view.head_dim, positions), hk))
     mlps = [_GLUView(m) for m in model.modules() if hasattr(m, "up_proj") and hasattr(m, "down_proj")] if ffn else []
