@@ -24,8 +24,15 @@ def test_lm_claims_follow_the_numbers():
     assert res.metrics["edit_score"]["rome/0.1"] == 0.4
     assert {c.id: c.verdict for c in res.claims} == {"S5.4-swap": "holds", "Fig4": "holds"}
     res = ExperimentResult()
-    X._lm_claims(res, _lm(0.9, 0.9, ce_change=30.0), quick=False)
+    X._lm_claims(res, _lm(0.6, 0.5, ce_change=30.0), quick=False)
     assert {c.id: c.verdict for c in res.claims} == {"S5.4-swap": "fails", "Fig4": "fails"}
+    res = ExperimentResult()  # baselines at 0.9: no editor can reach 1.5x (scores <= 1), the test has no power
+    X._lm_claims(res, _lm(1.0, 0.9), quick=False)
+    fig4 = {c.id: c for c in res.claims}["Fig4"]
+    assert fig4.verdict == "inconclusive" and "out of reach" in fig4.measured
+    res = ExperimentResult()  # the threshold reached even though baselines are high: holds
+    X._lm_claims(res, _lm(1.0, 0.6), quick=False)
+    assert {c.id: c.verdict for c in res.claims}["Fig4"] == "holds"
     res = ExperimentResult()
     X._lm_claims(res, _lm(0.9, 0.9, ce_change=30.0), quick=True)
     assert {c.id: c.verdict for c in res.claims} == {"S5.4-swap": "inconclusive", "Fig4": "inconclusive"}

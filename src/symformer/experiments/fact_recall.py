@@ -290,15 +290,16 @@ def _lm_claims(res: ExperimentResult, lm: dict, quick: bool) -> None:
         }
         for f, e in lm["edits"].items()
     }
-    r10 = ratios.get("0.1")
+    measured, fig4 = _fig4_verdict(ratios, lm["edits"].get("0.1"), quick)
     res.claims.append(
         Claim(
             "Fig4",
             "MLP swapping doubles the editing score of the best of ROME, MEMIT and AlphaEdit at 10% altered",
             "~2x",
-            f"swap / best baseline per altered fraction: {ratios}",
-            verdict(None) if r10 is None else _miss_verdict(r10 >= 1.5, quick),
-            "holds if the ratio at 10% is >= 1.5 (harmonic-mean score)" + QUICK_MISS,
+            measured,
+            fig4,
+            "holds if the ratio at 10% is >= 1.5 (harmonic-mean score); inconclusive where no editor could reach "
+            "it (best baseline > 1/1.5: scores are at most 1)" + QUICK_MISS,
             setting + "; splits (preserved, altered): " + ", ".join(
                 f"{e.get('n_preserved')}/{e.get('n_altered')}" for e in lm["edits"].values()
             ) + ("; quick grid: 25 steps, lr 0.5" if quick else "; App. A.3.4 grids"),
@@ -306,6 +307,22 @@ def _lm_claims(res: ExperimentResult, lm: dict, quick: bool) -> None:
             "grids of App. A.3.4"
         )
     )
+
+
+def _fig4_verdict(ratios: dict, edit10: dict | None, quick: bool) -> tuple[str, str]:
+    """(measured text, verdict) of Fig4. Scores are at most 1, so where the best baseline scores above 1/1.5 no
+    editor can reach the 1.5x threshold: the comparison has no power at that operating point (the paper's
+    baselines edit 1638 of 16,384 facts; with few facts they can be near perfect), which is inconclusive, not
+    a failure of the paper's claim."""
+    r10 = ratios.get("0.1")
+    text = f"swap / best baseline per altered fraction: {ratios}"
+    if r10 is None or edit10 is None:
+        return text, verdict(None)
+    base = max(edit10["methods"][k]["score"] for k in ("rome", "memit", "alphaedit"))
+    text += f"; best baseline at 10%: {base:.4f}"
+    if base * 1.5 > 1.0 and r10 < 1.5:
+        return text + " (above 1/1.5: a 1.5x ratio is out of reach for any editor at this scale)", verdict(None)
+    return text, _miss_verdict(r10 >= 1.5, quick)
 
 
 def _run_plan(ctx: RunContext, lm_job: Job, runs, stats: dict) -> tuple[dict, dict, list[dict] | None]:
