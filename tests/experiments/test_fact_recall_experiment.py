@@ -58,6 +58,25 @@ def test_usability_claims_rank_correlation():
     assert {c.id: c.verdict for c in res.claims} == {"S5.2": "holds", "S5.3": "holds"}
 
 
+def test_usability_claims_without_power_or_protocol_are_inconclusive():
+    """Capacity 1.0 at every point (the MLP at 1.1 h* stores all facts): no trade-off can show, inconclusive,
+    not fails (scipy's NaN used to read as a miss). One training per point can confirm but not refute; the
+    paper's best of 20 trainings can refute."""
+    def pts(cap, use):
+        return [{"kappa": 1.1, "whiten": a, "capacity_new": cap(a), "fact_adaptive_accuracy": use(a) * cap(a),
+                 "usability": use(a), "lipschitz": 1 + 10 * a} for a in (0.0, 0.1, 0.5, 1.0)]
+    res = ExperimentResult()
+    X._usability_claims(res, pts(lambda a: 1.0, lambda a: 1.0 - a / 2))
+    c = {c.id: c for c in res.claims}
+    assert c["S5.2"].verdict == "inconclusive" and "no trade-off can show" in c["S5.2"].measured
+    assert c["S5.3"].verdict == "holds"
+    rising = pts(lambda a: 0.5 + a / 2, lambda a: 0.5 + a / 4)  # usability rises with alpha and Lipschitz
+    for trainings, want in ((1, "inconclusive"), (X.PAPER_TRAININGS_PER_POINT, "fails")):
+        res = ExperimentResult()
+        X._usability_claims(res, rising, trainings=trainings)
+        assert {c.id: c.verdict for c in res.claims} == {"S5.2": want, "S5.3": want}
+
+
 @pytest.mark.slow
 def test_quick_run_writes_results(tmp_path):
     from symformer.experiments.base import EXPERIMENTS, load_all

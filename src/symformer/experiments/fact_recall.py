@@ -164,32 +164,51 @@ def _usability_jobs(ctx: RunContext, h_star: int) -> list[Job]:
     ]
 
 
-def _usability_claims(res: ExperimentResult, pts: list[dict]) -> None:
-    from scipy.stats import spearmanr
+#: App. A.2.4 keeps, per (kappa, alpha), the best of 5 learning rates x 4 seeds; the recorded run trains once
+PAPER_TRAININGS_PER_POINT = 20
 
+
+def _spearman(x: list, y: list) -> float | None:
+    """Rank correlation, None with fewer than 3 points or a constant side (no ranks to correlate)."""
+    from scipy.stats import spearmanr
+    if len(x) < 3 or len(set(x)) < 2 or len(set(y)) < 2:
+        return None
+    return float(spearmanr(x, y).statistic)
+
+
+def _usability_verdict(ok: bool | None, trainings: int) -> str:
+    """One SSFR training per point measures usability with its training noise (the paper keeps the best of 20):
+    such a run can confirm a claim but not refute it."""
+    if ok is None:
+        return verdict(None)
+    return verdict(True if ok else (False if trainings >= PAPER_TRAININGS_PER_POINT else None))
+
+
+def _usability_claims(res: ExperimentResult, pts: list[dict], trainings: int = 1) -> None:
     ok = [p for p in pts if p["usability"] is not None]
-    rho_l = (
-        float(spearmanr([p["lipschitz"] for p in ok], [p["usability"] for p in ok]).statistic) if len(ok) > 2 else None
-    )
-    rho_c = (
-        float(spearmanr([p["whiten"] for p in ok], [p["capacity_new"] for p in ok]).statistic) if len(ok) > 2 else None
-    )
-    rho_u = float(spearmanr([p["whiten"] for p in ok], [p["usability"] for p in ok]).statistic) if len(ok) > 2 else None
+    alpha = [p["whiten"] for p in ok]
+    rho_l = _spearman([p["lipschitz"] for p in ok], [p["usability"] for p in ok])
+    rho_c = _spearman(alpha, [p["capacity_new"] for p in ok])
+    rho_u = _spearman(alpha, [p["usability"] for p in ok])
     res.metrics["usability_lipschitz_spearman"] = rho_l
     res.metrics["usability_points"] = [
         {k: p[k] for k in ("kappa", "whiten", "capacity_new", "fact_adaptive_accuracy", "usability", "lipschitz")}
         for p in pts
     ]
-    setting = f"ours: GD SwiGLU (CE) at 1.1 h*, F=256, d=128, 1 seed, 1 lr; {len(ok)} points"
-    ps = "SwiGLU: 8 kappas x 8 alphas, 5 lrs x 4 seeds each (best kept)"
+    caps = sorted({p["capacity_new"] for p in ok})
+    flat = f" (capacity {caps[0]:.4f} at every point: no trade-off can show)" if len(caps) == 1 else ""
+    setting = (f"ours: GD SwiGLU (CE) at 1.1 h*, F=256, d=128, {trainings} SSFR training(s) per point "
+               f"(1 lr, 1 seed); {len(ok)} points")
+    ps = f"SwiGLU: 8 kappas x 8 alphas, 5 lrs x 4 seeds each (best of {PAPER_TRAININGS_PER_POINT} kept)"
+    rule = f"; a miss is 'fails' only with the paper's best of {PAPER_TRAININGS_PER_POINT} trainings per point"
     res.claims.append(
         Claim(
             "S5.2",
             "whitening trades usability for capacity: more whitening, more facts stored, less usable",
             "trade-off (Fig. 3b)",
-            f"Spearman(alpha, capacity) = {rho_c}, Spearman(alpha, usability) = {rho_u}",
-            verdict(None if rho_c is None else (rho_c > 0 and rho_u < 0)),
-            "holds if capacity rises and usability falls with alpha",
+            f"Spearman(alpha, capacity) = {rho_c}{flat}, Spearman(alpha, usability) = {rho_u}",
+            _usability_verdict(None if rho_c is None or rho_u is None else (rho_c > 0 and rho_u < 0), trainings),
+            "holds if capacity rises and usability falls with alpha; inconclusive where either is constant" + rule,
             setting,
             ps,
         )
@@ -200,8 +219,8 @@ def _usability_claims(res: ExperimentResult, pts: list[dict]) -> None:
             "the MLP's Lipschitz constant (eq. 8) predicts its usability (higher Lipschitz, less usable)",
             "negative relation (Fig. 3c)",
             f"Spearman(Lipschitz, usability) = {rho_l}",
-            verdict(None if rho_l is None else rho_l <= -0.5),
-            "holds if the rank correlation is <= -0.5",
+            _usability_verdict(None if rho_l is None else rho_l <= -0.5, trainings),
+            "holds if the rank correlation is <= -0.5" + rule,
             setting,
             ps,
         )
