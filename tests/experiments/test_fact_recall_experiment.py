@@ -337,3 +337,47 @@ def test_a_killed_lm_job_resumes_its_training_swap_and_finished_edits(monkeypatc
 def _small_lm_config(**kw):
     from symformer.train.fact_lm import LMConfig
     return LMConfig(mlp_steps=60, batch_size=16, **kw)
+
+
+def test_paper_usability_protocol_jobs_and_best_of(tmp_path, monkeypatch):
+    """usability_trainings=paper: one job per (kappa, alpha, lr, training seed), App. A.2.4's 5 lrs x 4 seeds; the
+    default keeps the recorded run's 32 job signatures (no lr / train_seed kwargs: their records stay reusable);
+    the claims keep the best training per point; a bad value is refused before any training."""
+    from symformer.experiments import fact_recall_runs as R
+    from symformer.facts.mlp import FactMLP
+    opts = {k: v[0] for k, v in X.OPTIONS.items()}
+    one = X._usability_jobs(RunContext(out_dir=tmp_path, quick=False, progress=False, options=opts), 5)
+    assert len(one) == 32 and all(set(j.kwargs) == {"kappa", "alpha", "n_facts", "d", "h", "seed", "quick"}
+                                  for j in one)
+    assert one[0].kwargs == dict(kappa=1.1, alpha=0.0, n_facts=256, d=128, h=6, seed=0, quick=False)
+    ctx = RunContext(out_dir=tmp_path, quick=False, progress=False, options={**opts, "usability_trainings": "paper"})
+    paper = X._usability_jobs(ctx, 5)
+    assert len(paper) == 640 and len({j.key for j in paper}) == 640
+    assert {(j.kwargs["lr"], j.kwargs["train_seed"]) for j in paper} == {(lr, s) for lr in X.PAPER_LRS
+                                                                         for s in range(4)}
+    pts = [{"kappa": 1.1, "whiten": 0.0, "fact_adaptive_accuracy": a, "tag": t} for t, a in enumerate((0.5, None, 0.9))]
+    pts.append({"kappa": 10.0, "whiten": 0.0, "fact_adaptive_accuracy": None, "tag": 3})
+    assert [p["tag"] for p in X.best_trainings(pts)] == [2, 3]
+    bad = RunContext(out_dir=tmp_path, quick=True, progress=False, options={**opts, "usability_trainings": "best"})
+    with pytest.raises(ValueError, match="^fact-recall.usability_trainings: got 'best'"):
+        X.run(bad)
+    # lr and train_seed reach the SSFR training only; the task and both MLPs stay those of `seed`
+    seen = {}
+
+    def fake(K, V, facts, kind, seed=0, h=None, **kw):
+        seen.setdefault("builds", []).append(seed)
+        mlp = FactMLP(K.shape[1], h, activation="silu", gated=True, bias=True, out_bias=True)
+        mlp.accuracy = 1.0
+        return mlp
+
+    def train(model, task, cfg, checkpoint=None):
+        seen["cfg"] = (cfg.lr, cfg.seed)
+        return {"steps": 0}
+
+    monkeypatch.setattr(R, "build_fact_mlp", fake)
+    monkeypatch.setattr(R, "train_ssfr", train)
+    R.ssfr_point("gd-swiglu", 8, 32, 16, seed=3, quick=True, lr=2e-5, train_seed=7)
+    assert seen == {"builds": [4, 3], "cfg": (2e-5, 7)}
+    seen.clear()
+    R.ssfr_point("gd-swiglu", 8, 32, 16, seed=3, quick=True)
+    assert seen == {"builds": [4, 3], "cfg": (2e-3, 3)}  # the quick config's lr and the point's seed

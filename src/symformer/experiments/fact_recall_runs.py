@@ -105,13 +105,20 @@ def ssfr_point(
     paper_budget: bool = False,
     h_tilde: int | None = None,
     work_dir: str | None = None,
+    lr: float | None = None,
+    train_seed: int | None = None,
 ) -> dict:
     """Train the Sec. 5.1 transformer with an MLP storing f, swap in one storing f', measure SSFR[f'] accuracy.
-    `size` is the method's knob (m for constructions, h otherwise); `h_tilde` the gadget width per code.
+    `size` is the method's knob (m for constructions, h otherwise); `h_tilde` the gadget width per code; `lr`
+    replaces the training config's learning rate and `train_seed` the transformer's init and batch seed (App.
+    A.2.4's grid: the task and the MLPs stay those of `seed`).
     With `work_dir` the point is remembered there once done, and its GD builds and SSFR training checkpoint
     there while it runs (a killed job resumes mid-point)."""
     args = dict(kind=kind, size=size, n_facts=n_facts, d=d, seed=seed, quick=quick, kappa=kappa, whiten=whiten,
                 lipschitz=lipschitz, paper_budget=paper_budget, h_tilde=h_tilde)
+    for name, value in (("lr", lr), ("train_seed", train_seed)):
+        if value is not None:  # only when given: the remembered points of runs without them keep their keys
+            args[name] = value
     ck = {w: _ckpt(work_dir, args, w) for w in ("f", "f2", "ssfr")}
     rec = _memo(work_dir, args, lambda: _point(**args, ck=ck))
     for path in ck.values():  # remembered: its checkpoints are no longer needed
@@ -121,7 +128,8 @@ def ssfr_point(
 
 
 def _point(kind: str, size: int, n_facts: int, d: int, seed: int, quick: bool, kappa: float, whiten: float,
-           lipschitz: bool, paper_budget: bool, h_tilde: int | None, ck: dict) -> dict:
+           lipschitz: bool, paper_budget: bool, h_tilde: int | None, ck: dict, lr: float | None = None,
+           train_seed: int | None = None) -> dict:
     t0 = time.perf_counter()
     # seconds: this call's; a point resumed from a checkpoint (`resumed`) counts only its last part
     resumed = any(path is not None and Path(path).exists() for path in ck.values())
@@ -153,8 +161,12 @@ def _point(kind: str, size: int, n_facts: int, d: int, seed: int, quick: bool, k
     rec.update(hidden=mlp.h, params=count_params(mlp), capacity=mlp.accuracy)
     if lipschitz or KNOB[kind] == "m":
         rec["lipschitz"] = lipschitz_estimate(mlp, task.key_embeddings, task.value_embeddings, seed=seed)
-    model = build_recall_model(task, mlp, seed=seed)
-    tr = train_ssfr(model, task, ssfr_train_config(quick, seed, paper_budget), checkpoint=ck["ssfr"])
+    ts = seed if train_seed is None else train_seed
+    model = build_recall_model(task, mlp, seed=ts)
+    cfg = ssfr_train_config(quick, ts, paper_budget)
+    if lr is not None:
+        cfg.lr = lr
+    tr = train_ssfr(model, task, cfg, checkpoint=ck["ssfr"])
     rec.update(
         trained=True,
         train=tr,
@@ -273,11 +285,12 @@ def ssfr_search(
 
 
 def usability_point(kappa: float, alpha: float, n_facts: int, d: int, h: int, seed: int, quick: bool,
-                    work_dir: str | None = None) -> dict:
+                    work_dir: str | None = None, lr: float | None = None, train_seed: int | None = None) -> dict:
     """Sec. 5.2-5.3: a GD SwiGLU MLP (cross-entropy) at width h on embeddings whitened with strength alpha;
-    capacity, fact-adaptive accuracy, usability = accuracy / capacity, and the Lipschitz estimate (eq. 8)."""
+    capacity, fact-adaptive accuracy, usability = accuracy / capacity, and the Lipschitz estimate (eq. 8).
+    `lr`, `train_seed`: the SSFR training's learning rate and seed (None: the run's default, `seed`)."""
     rec = ssfr_point("gd-swiglu", h, n_facts, d, seed, quick, kappa=kappa, whiten=alpha, lipschitz=True,
-                     work_dir=work_dir)
+                     work_dir=work_dir, lr=lr, train_seed=train_seed)
     cap = rec["capacity_new"]
     faa = rec["fact_adaptive_accuracy"] or 0.0
     rec["usability"] = faa / cap if cap > 0 else None
