@@ -24,8 +24,11 @@ def test_lm_claims_follow_the_numbers():
     assert res.metrics["edit_score"]["rome/0.1"] == 0.4
     assert {c.id: c.verdict for c in res.claims} == {"S5.4-swap": "holds", "Fig4": "holds"}
     res = ExperimentResult()
-    X._lm_claims(res, _lm(0.6, 0.5, ce_change=30.0), quick=False)
+    X._lm_claims(res, _lm(0.6, 0.5, ce_change=30.0), quick=False, top1=_lm(0.6, 0.5, ce_change=30.0))
     assert {c.id: c.verdict for c in res.claims} == {"S5.4-swap": "fails", "Fig4": "fails"}
+    res = ExperimentResult()
+    X._lm_claims(res, _lm(0.6, 0.5, ce_change=30.0), quick=False)
+    assert {c.id: c.verdict for c in res.claims} == {"S5.4-swap": "inconclusive", "Fig4": "fails"}
     res = ExperimentResult()  # baselines at 0.9: no editor can reach 1.5x (scores <= 1), the test has no power
     X._lm_claims(res, _lm(1.0, 0.9), quick=False)
     fig4 = {c.id: c for c in res.claims}["Fig4"]
@@ -33,6 +36,15 @@ def test_lm_claims_follow_the_numbers():
     res = ExperimentResult()  # the threshold reached even though baselines are high: holds
     X._lm_claims(res, _lm(1.0, 0.6), quick=False)
     assert {c.id: c.verdict for c in res.claims}["Fig4"] == "holds"
+    res = ExperimentResult()  # the router is not in the paper: either reading meeting the claim is enough
+    X._lm_claims(res, _lm(0.6, 0.5, ce_change=30.0), quick=False, top1=_lm(0.6, 0.5, ce_change=2.0))
+    assert {c.id: c.verdict for c in res.claims}["S5.4-swap"] == "holds"
+    assert res.metrics["lm_swap_by_router"]["top1"]["nonfact_ce_change_pct"] == 2.0
+    res = ExperimentResult()  # both measured and both miss: fails; only the soft one measured: inconclusive
+    X._lm_claims(res, _lm(0.6, 0.5, ce_change=30.0), quick=False, top1=_lm(0.6, 0.5, ce_change=2.0, new_acc=0.2))
+    assert {c.id: c.verdict for c in res.claims}["S5.4-swap"] == "fails"
+    swap = res.claims[0].measured
+    assert "soft router: " in swap and "top1 router: new-fact accuracy 0.2000" in swap
     res = ExperimentResult()
     X._lm_claims(res, _lm(0.9, 0.9, ce_change=30.0), quick=True)
     assert {c.id: c.verdict for c in res.claims} == {"S5.4-swap": "inconclusive", "Fig4": "inconclusive"}
@@ -179,7 +191,10 @@ def test_lm_job_shares_the_first_batch_with_ssfr(monkeypatch, tmp_path):
     assert calls[0] == ["lm_F=1024", "ssfr_gd-swiglu_F=256"] and len(calls) == 2
     ssfr = [k for k in calls[1] if k.startswith("ssfr_")]
     usab = [k for k in calls[1] if k.startswith("usab_")]
-    assert len(ssfr) == 24 and len(usab) == 32 and calls[1] == ssfr + usab
+    assert len(ssfr) == 24 and len(usab) == 32 and calls[1] == ["lm_F=1024_top1"] + ssfr + usab
+    top1 = kwargs["lm_F=1024_top1"]  # the soft LM's settings, top-1 routing, swap check only
+    assert top1["router_top1"] is True and top1["fractions"] == [] and top1["steps"] == 4000
+    assert set(res.metrics["lm_swap_by_router"]) == {"soft", "top1"}
     Fs = [kwargs[k]["n_facts"] for k in ssfr]
     assert Fs == sorted(Fs, reverse=True) and Fs[0] == 4096
     assert [kwargs[k]["kind"] for k in ssfr[:2]] == ["gd-swiglu", "gd-relu"]  # within an F the GD kinds first

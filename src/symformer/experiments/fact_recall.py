@@ -278,38 +278,62 @@ def _lm_job(ctx: RunContext) -> Job:
     return Job(f"lm_F={F}", R.lm_run, kw, checkpoints=True)  # training, swap check, each fraction resume
 
 
-def _lm_claims(res: ExperimentResult, lm: dict, quick: bool) -> None:
+def _top1_job(lm_job: Job) -> Job:
+    """The same LM with top-1 (Switch) routing, swap check only: A.3.2 names a 2-expert MoE with an MLP router
+    but not how it routes, and the swap result hinges on it (docs/fact_recall_protocol.md (a))."""
+    return Job(f"{lm_job.key}_top1", R.lm_run, {**lm_job.kwargs, "fractions": [], "router_top1": True},
+               checkpoints=True)
+
+
+def _swap_text(sw: dict) -> str:
+    parts = sw.get("nonfact_ce_parts", {})
+    split = "".join(f"; {k.replace('_', ' ')} {b:.4f} -> {a:.4f}" for k, (b, a) in parts.items())
+    gate = sw.get("nonfact_fact_gate")
+    gate = "" if gate is None else f"; mean fact-expert gate on non-fact targets {gate:.3f}"
+    return (f"new-fact accuracy {sw['new_fact_accuracy']:.4f}; non-fact CE {sw['nonfact_ce_before']:.4f} -> "
+            f"{sw['nonfact_ce_after']:.4f} ({sw['nonfact_ce_change_pct']:+.2f}%){split}{gate}")
+
+
+def _swap_ok(sw: dict) -> bool:
+    return sw["new_fact_accuracy"] > R.TARGET and sw["nonfact_ce_change_pct"] <= 5.0
+
+
+def _lm_claims(res: ExperimentResult, lm: dict, quick: bool, top1: dict | None = None) -> None:
+    """S5.4-swap from the soft-router LM and, when run, the top-1 one: the router is not in the paper, so the
+    claim holds if either reading meets it and fails only if both were measured and miss (full mode)."""
     sw = lm["swap"]
     res.metrics["lm_swap_new_fact_accuracy"] = sw["new_fact_accuracy"]
     res.metrics["lm_swap_nonfact_ce_change_pct"] = sw["nonfact_ce_change_pct"]
+    readings = {"soft": sw} if top1 is None else {"soft": sw, "top1": top1["swap"]}
+    res.metrics["lm_swap_by_router"] = {k: {"new_fact_accuracy": v["new_fact_accuracy"],
+                                            "nonfact_ce_change_pct": v["nonfact_ce_change_pct"]}
+                                        for k, v in readings.items()}
+    ok = any(_swap_ok(v) for v in readings.values())
+    swap_verdict = verdict(True) if ok else (verdict(None) if quick or top1 is None else verdict(False))
     steps = lm["train"]["steps"]
     setting = (
         f"ours: {lm['n_facts']} books, d={lm['d']}, MSE SwiGLU fact MLP at a fixed h={lm['mlp_hidden']} (not the "
         f"smallest usable size), 16 templates (2 from App. A.3.1, 14 ours), single-token titles and names from a "
         f"seeded generator, AdamW lr {lm.get('lr', 2e-3):g} for {steps} steps x 128 sequences "
-        f"({steps * 128 / 1e6:.2g}M), 1 seed; soft 2-expert router and rank-32 language expert behind the frozen "
-        "sphere norm like the fact expert; the new MLP is MSE-trained from another seed; "
+        f"({steps * 128 / 1e6:.2g}M), 1 seed; soft 2-expert router (editing) and rank-32 language expert behind "
+        "the frozen sphere norm like the fact expert; the new MLP is MSE-trained from another seed; "
         "see docs/fact_recall_protocol.md"
     )
     lm_paper = (
         "Goodreads books/authors, 16 rephrases; d=256; SwiGLU MSE fact MLP at the smallest size with >= 99% "
         "usability (binary search, 4 seeds, Fig. 9a); AdamW lr 2e-4 for 4.8M sequences (A.2.2)"
     )
-    parts = sw.get("nonfact_ce_parts", {})
-    split = "".join(f"; {k.replace('_', ' ')} {b:.4f} -> {a:.4f}" for k, (b, a) in parts.items())
-    gate = sw.get("nonfact_fact_gate")
-    gate = "" if gate is None else f"; mean fact-expert gate on non-fact targets {gate:.3f}"
     res.claims.append(
         Claim(
             "S5.4-swap",
             "after swapping in an MLP storing other facts the LM outputs the new facts (> 99%) and its "
             "non-fact cross-entropy rises only ~3%",
             "> 99%; ~3%",
-            f"new-fact accuracy {sw['new_fact_accuracy']:.4f}; non-fact CE {sw['nonfact_ce_before']:.4f} -> "
-            f"{sw['nonfact_ce_after']:.4f} ({sw['nonfact_ce_change_pct']:+.2f}%){split}{gate}",
-            _miss_verdict(sw["new_fact_accuracy"] > R.TARGET and sw["nonfact_ce_change_pct"] <= 5.0, quick),
-            "holds if accuracy > 0.99 and the CE change is <= 5%" + QUICK_MISS,
-            setting,
+            " | ".join(f"{k} router: {_swap_text(v)}" for k, v in readings.items()),
+            swap_verdict,
+            "holds if accuracy > 0.99 and the CE change is <= 5% under either router reading; fails only if the "
+            "soft and the top-1 LM were both measured and miss" + QUICK_MISS,
+            setting + ("; top-1 LM: the same but Switch routing, swap check only" if top1 is not None else ""),
             lm_paper,
         )
     )
@@ -364,16 +388,16 @@ def _fig4_verdict(ratios: dict, edit10: dict | None, quick: bool) -> tuple[str, 
     return text, _miss_verdict(r10 >= 1.5, quick)
 
 
-def _run_plan(ctx: RunContext, lm_job: Job, runs, stats: dict) -> tuple[dict, dict, list[dict] | None]:
-    """(LM result, SSFR results by job key, usability points or None in quick mode). The jobs are independent
-    except that usability needs h* from the GD-SwiGLU F = 256 search. Full mode runs that search beside the LM
-    job, then every other SSFR search (largest F first, GD kinds first within an F, so the longest jobs never
-    start last) together with the usability points in one batch: no worker waits for a phase to drain. Quick:
-    one batch, the LM job first."""
+def _run_plan(ctx: RunContext, lm_job: Job, runs, stats: dict) -> tuple[dict, dict, list[dict] | None, dict | None]:
+    """(LM result, SSFR results by job key, usability points, top-1 LM result; the last two None in quick mode).
+    The jobs are independent except that usability needs h* from the GD-SwiGLU F = 256 search. Full mode runs
+    that search beside the LM job, then the top-1 LM and every other SSFR search (largest F first, GD kinds
+    first within an F, so the longest jobs never start last) together with the usability points in one batch:
+    no worker waits for a phase to drain. Quick: one batch, the LM job first."""
     ssfr_jobs = _ssfr_jobs(ctx)
     if ctx.quick:
         out = run_jobs([lm_job, *ssfr_jobs], runs, ctx.jobs, ctx.resume, stats, ctx.job_log)
-        return out[lm_job.key], {j.key: out[j.key] for j in ssfr_jobs}, None
+        return out[lm_job.key], {j.key: out[j.key] for j in ssfr_jobs}, None, None
     star = [j for j in ssfr_jobs if j.kwargs["kind"] == "gd-swiglu" and j.kwargs["n_facts"] == 256]
     first = run_jobs([lm_job, *star], runs, ctx.jobs, ctx.resume, stats, ctx.job_log)
     h = first[star[0].key]["min_size"] if star else None
@@ -381,9 +405,11 @@ def _run_plan(ctx: RunContext, lm_job: Job, runs, stats: dict) -> tuple[dict, di
     rest = sorted((j for j in ssfr_jobs if j not in star),
                   key=lambda j: (-j.kwargs["n_facts"], not j.kwargs["kind"].startswith("gd-")))
     usab = _usability_jobs(ctx, h or 64)
-    second = run_jobs([*rest, *usab], runs, ctx.jobs, ctx.resume, stats, ctx.job_log)
+    top1 = _top1_job(lm_job)
+    second = run_jobs([top1, *rest, *usab], runs, ctx.jobs, ctx.resume, stats, ctx.job_log)
     done = {**first, **second}
-    return first[lm_job.key], {j.key: done[j.key] for j in ssfr_jobs}, [second[j.key] for j in usab]
+    return (first[lm_job.key], {j.key: done[j.key] for j in ssfr_jobs}, [second[j.key] for j in usab],
+            second[top1.key])
 
 
 @experiment(
@@ -399,7 +425,7 @@ def run(ctx: RunContext) -> ExperimentResult:
     stats: dict = {}
     runs = ctx.out_dir / "runs"
     lm_job = _lm_job(ctx)
-    lm, ssfr, pts = _run_plan(ctx, lm_job, runs, stats)
+    lm, ssfr, pts, top1 = _run_plan(ctx, lm_job, runs, stats)
     for r in ssfr.values():
         _log(
             ctx,
@@ -411,7 +437,7 @@ def run(ctx: RunContext) -> ExperimentResult:
         paper = ctx.options.get("usability_trainings", "one") != "one"
         _usability_claims(res, best_trainings(pts), PAPER_TRAININGS_PER_POINT if paper else 1)
     _log(ctx, f"LM swap: {lm['swap']}")
-    _lm_claims(res, lm, ctx.quick)
+    _lm_claims(res, lm, ctx.quick, top1)
     res.config = {"quick": ctx.quick, "options": ctx.options, "lm": lm_job.kwargs, "ssfr_jobs": sorted(ssfr)}
     res.notes.append(reuse_note("fact-recall", stats))
     res.notes.append(

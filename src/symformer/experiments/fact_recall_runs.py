@@ -298,13 +298,16 @@ def usability_point(kappa: float, alpha: float, n_facts: int, d: int, h: int, se
 
 
 def lm_run(n_facts: int, d: int, mlp_hidden: int, steps: int, fractions: list[float], seed: int, quick: bool,
-           lr: float = 2e-3, work_dir: str | None = None) -> dict:
+           lr: float = 2e-3, work_dir: str | None = None, router_top1: bool = False) -> dict:
     """App. A.3: train the MoE LM, the swap check, then editing at each altered fraction (preserved = 4 x
     altered, App. A.3.4). With `work_dir` the training checkpoints there and the swap check and each fraction's
-    editing are remembered, so a killed job resumes where it stopped (seconds are summed over the parts)."""
+    editing are remembered, so a killed job resumes where it stopped (seconds are summed over the parts).
+    `router_top1`: top-1 (Switch) routing instead of the soft mixture (A.3.2 names neither)."""
     args = dict(n_facts=n_facts, d=d, mlp_hidden=mlp_hidden, steps=steps, seed=seed, quick=quick, lr=lr)
+    if router_top1:  # only when set: the soft-router job keeps its remembered parts' keys
+        args["router_top1"] = True
     task = make_books(n_facts, seed=seed)
-    cfg = LMConfig(d_model=d, mlp_hidden=mlp_hidden, steps=steps, seed=seed, lr=lr)
+    cfg = LMConfig(d_model=d, mlp_hidden=mlp_hidden, steps=steps, seed=seed, lr=lr, router_top1=router_top1)
     t0 = time.perf_counter()
     model, E = build_lm(task, cfg)  # seeded: the same model every call, into which a checkpoint loads
     built = time.perf_counter() - t0
@@ -314,6 +317,7 @@ def lm_run(n_facts: int, d: int, mlp_hidden: int, steps: int, fractions: list[fl
         "d": d,
         "mlp_hidden": mlp_hidden,
         "lr": lr,
+        "router": "top1" if router_top1 else "soft",
         "train": tr,
         "mlp_capacity": model.fact.mlp.accuracy,
         "swap": _memo(work_dir, {**args, "part": "swap"}, _timed(lambda: swap_check(model, task, E, cfg, seed + 1))),
