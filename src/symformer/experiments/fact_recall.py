@@ -159,12 +159,19 @@ PAPER_LRS = (2e-6, 2e-5, 2e-4, 2e-3, 2e-2)  # App. A.2.4, 4 seeds each, the best
 PAPER_SEEDS = 4
 
 
+def _paper_usability(ctx: RunContext) -> bool:
+    """Whether usability_trainings asks for the paper's best of 5 lrs x 4 seeds ('paper') or one training ('one');
+    any other value is a ValueError naming the option."""
+    mode = ctx.options.get("usability_trainings", "one")
+    return check_choice("fact-recall.usability_trainings", mode, ("one", "paper")) == "paper"
+
+
 def _usability_jobs(ctx: RunContext, h_star: int) -> list[Job]:
     """One job per (kappa, alpha); with `usability_trainings=paper` one per (kappa, alpha, lr, training seed)
     (App. A.2.4's 5 lrs x 4 seeds: 20x the cost), the task and MLPs those of ctx.seed."""
     h = max(1, round(1.1 * h_star))  # App. A.2.4: m = 1.1 h*
     base = dict(n_facts=256, d=128, h=h, seed=ctx.seed, quick=False)
-    if ctx.options.get("usability_trainings", "one") == "one":
+    if not _paper_usability(ctx):
         return [Job(f"usab_k={k:g}_a={a:g}", R.usability_point, dict(kappa=k, alpha=a, **base), checkpoints=True)
                 for k in KAPPAS for a in ALPHAS]
     return [Job(f"usab_k={k:g}_a={a:g}_lr={lr:g}_s={s}", R.usability_point,
@@ -421,7 +428,7 @@ def run(ctx: RunContext) -> ExperimentResult:
     # every training run goes through run_jobs, which runs it on one intra-op thread whatever --jobs is
     res = ExperimentResult()
     # checked before any training: the usability jobs start hours into a full run
-    check_choice("fact-recall.usability_trainings", ctx.options.get("usability_trainings", "one"), ("one", "paper"))
+    paper_usability = _paper_usability(ctx)
     stats: dict = {}
     runs = ctx.out_dir / "runs"
     lm_job = _lm_job(ctx)
@@ -434,8 +441,7 @@ def run(ctx: RunContext) -> ExperimentResult:
         )
     _ssfr_claims(res, ssfr, ctx.quick)
     if pts is not None:
-        paper = ctx.options.get("usability_trainings", "one") != "one"
-        _usability_claims(res, best_trainings(pts), PAPER_TRAININGS_PER_POINT if paper else 1)
+        _usability_claims(res, best_trainings(pts), PAPER_TRAININGS_PER_POINT if paper_usability else 1)
     _log(ctx, f"LM swap: {lm['swap']}")
     _lm_claims(res, lm, ctx.quick, top1)
     res.config = {"quick": ctx.quick, "options": ctx.options, "lm": lm_job.kwargs, "ssfr_jobs": sorted(ssfr)}
