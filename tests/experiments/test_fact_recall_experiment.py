@@ -177,7 +177,7 @@ def test_lm_job_shares_the_first_batch_with_ssfr(monkeypatch, tmp_path):
     opts = {k: v[0] for k, v in X.OPTIONS.items()}
     X.run(RunContext(out_dir=tmp_path, quick=True, progress=False))
     assert calls[0][0] == "lm_F=128" and len(calls) == 1 and all(k.startswith("ssfr_") for k in calls[0][1:])
-    # full mode: the GD-SwiGLU F=256 search beside the LM job, then the other searches (largest F first) and the
+    # full mode: the GD-SwiGLU F=256 search beside the LM job, then the other searches (`_ssfr_order`) and the
     # usability points (h = 1.1 h* from that search) in one batch
     calls.clear()
     kwargs = {}
@@ -195,9 +195,9 @@ def test_lm_job_shares_the_first_batch_with_ssfr(monkeypatch, tmp_path):
     top1 = kwargs["lm_F=1024_top1"]  # the soft LM's settings, top-1 routing, swap check only
     assert top1["router_top1"] is True and top1["fractions"] == [] and top1["steps"] == 4000
     assert set(res.metrics["lm_swap_by_router"]) == {"soft", "top1"}
-    Fs = [kwargs[k]["n_facts"] for k in ssfr]
-    assert Fs == sorted(Fs, reverse=True) and Fs[0] == 4096
-    assert [kwargs[k]["kind"] for k in ssfr[:2]] == ["gd-swiglu", "gd-relu"]  # within an F the GD kinds first
+    assert ssfr == [j.key for j in sorted(X._ssfr_jobs(RunContext(out_dir=tmp_path, quick=False, progress=False,
+                                                                   options={k: v[0] for k, v in X.OPTIONS.items()})),
+                                          key=X._ssfr_order) if j.key != "ssfr_gd-swiglu_F=256"]
     assert {kwargs[k]["h"] for k in usab} == {9}          # round(1.1 x 8)
     assert len(res.metrics["ssfr_fact_adaptive_accuracy"]) == 25 and "usability_lipschitz_spearman" in res.metrics
     full = X._lm_job(RunContext(out_dir=tmp_path, quick=False, progress=False, options=opts))
@@ -292,6 +292,39 @@ def test_size_search_answer_does_not_depend_on_the_start(start, probes):
     assert R._smallest(ok, start, 64, bisect=True) == 5 and seen == probes
     seen.clear()
     assert R._smallest(ok, 16, 64, bisect=True, floor=7) == 7 and seen == [16, 8, 7]
+
+
+def test_size_search_stops_within_its_resolution():
+    """Large sizes bisect until the bracket is within 1/16 of its upper end: the threshold 300 from start 32
+    (the F = 4096 GD start) gives 304 after 9 probes (bisecting to 1 would take 4 more). Any threshold t: the
+    answer r has t <= r <= t + max(1, r // 16) - 1, so answers below 32 are exact."""
+    from symformer.experiments import fact_recall_runs as R
+    seen = []
+
+    def ok(n):
+        seen.append(n)
+        return n >= 300
+    assert R.SIZE_RESOLUTION == 16
+    assert R._smallest(ok, 32, 1024, bisect=True) == 304 and seen == [32, 64, 128, 256, 512, 384, 320, 288, 304]
+    for t in range(1, 700):
+        r = R._smallest(lambda n, t=t: n >= t, 2, 1024, bisect=True)
+        assert t <= r <= t + max(1, r // 16) - 1
+
+
+def test_search_reports_the_largest_failing_size(monkeypatch):
+    from symformer.experiments import fact_recall_runs as R
+
+    def point(kind, size, n_facts, d, seed, quick, paper_budget=False, h_tilde=None, work_dir=None):
+        return {"params": size, "fact_adaptive_accuracy": 1.0 if size >= 300 else 0.5}
+
+    monkeypatch.setattr(R, "ssfr_point", point)
+    r = R.ssfr_search("gd-relu", 4096, 128, 1, False, 32, 1024, bisect=True)
+    assert (r["min_size"], r["max_failing_size"], r["min_params"]) == (304, 288, 304)
+    r = R.ssfr_search("gd-relu", 4096, 128, 1, False, 32, 256, bisect=True)
+    assert (r["min_size"], r["max_failing_size"]) == (None, 256)
+    monkeypatch.setattr(R, "ssfr_point", lambda *a, **k: {"params": 1, "fact_adaptive_accuracy": 1.0})
+    r = R.ssfr_search("gd-relu", 4096, 128, 1, False, 4, 256, bisect=True)
+    assert (r["min_size"], r["max_failing_size"]) == (1, None)
 
 
 def test_hidden_size_searches_start_scaled_with_f():
@@ -396,3 +429,15 @@ def test_paper_usability_protocol_jobs_and_best_of(tmp_path, monkeypatch):
     seen.clear()
     R.ssfr_point("gd-swiglu", 8, 32, 16, seed=3, quick=True)
     assert seen == {"builds": [4, 3], "cfg": (2e-3, 3)}  # the quick config's lr and the point's seed
+
+
+def test_full_run_orders_ssfr_searches_constructions_first_and_the_longest_gd_last(tmp_path):
+    from symformer.experiments import fact_recall as X
+    opts = {k: v[0] for k, v in X.OPTIONS.items()}
+    jobs = X._ssfr_jobs(RunContext(out_dir=tmp_path, quick=False, progress=False, options=opts))
+    order = [(j.kwargs["kind"], j.kwargs["n_facts"]) for j in sorted(jobs, key=X._ssfr_order)]
+    assert len(order) == 25 and order[:2] == [("bin+gd", 4096), ("bin+jl", 4096)]
+    assert order[-2:] == [("gd-relu", 4096), ("gd-swiglu", 4096)]
+    kinds = [k for k, _ in order]
+    assert kinds.index("ntk") > max(i for i, k in enumerate(kinds) if k.startswith("bin"))
+    assert kinds.index("gd-relu") > max(i for i, k in enumerate(kinds) if k == "ntk")

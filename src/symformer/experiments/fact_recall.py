@@ -87,7 +87,7 @@ def _ssfr_claims(res: ExperimentResult, out: dict, quick: bool) -> None:
     )
     setting = (
         f"ours: d=128, {'F=256, 1 seed, ' if quick else 'F as listed, '}{train}, junk embeddings trained, "
-        + ("sizes by doubling" if quick else "doubling then bisection")
+        + ("sizes by doubling" if quick else f"doubling then bisection to 1/{R.SIZE_RESOLUTION} of the size")
         + "; constructions: m = smallest code width storing f and f', then gadget width h~ searched from "
         "ceil(F/d) (h = m h~)"
     )
@@ -395,12 +395,22 @@ def _fig4_verdict(ratios: dict, edit10: dict | None, quick: bool) -> tuple[str, 
     return text, _miss_verdict(r10 >= 1.5, quick)
 
 
+def _ssfr_order(job: Job) -> tuple:
+    """Constructions first (largest F first: S5.1's F = 4096 number early), then NTK, then GD smallest F first,
+    so the two longest jobs (GD-SwiGLU and GD-ReLU at F = 4096, whose failing sizes are 20,000-epoch builds)
+    run last, side by side, and no worker idles through a long final job. The order changes no result."""
+    kind, F = job.kwargs["kind"], job.kwargs["n_facts"]
+    if kind.startswith("gd-"):
+        return (2, F, kind)
+    return (1 if kind == "ntk" else 0, -F, kind)
+
+
 def _run_plan(ctx: RunContext, lm_job: Job, runs, stats: dict) -> tuple[dict, dict, list[dict] | None, dict | None]:
     """(LM result, SSFR results by job key, usability points, top-1 LM result; the last two None in quick mode).
     The jobs are independent except that usability needs h* from the GD-SwiGLU F = 256 search. Full mode runs
-    that search beside the LM job, then the top-1 LM and every other SSFR search (largest F first, GD kinds
-    first within an F, so the longest jobs never start last) together with the usability points in one batch:
-    no worker waits for a phase to drain. Quick: one batch, the LM job first."""
+    that search beside the LM job, then the top-1 LM and every other SSFR search (`_ssfr_order`) together with
+    the usability points in one batch: no worker waits for a phase to drain. Quick: one batch, the LM job
+    first."""
     ssfr_jobs = _ssfr_jobs(ctx)
     if ctx.quick:
         out = run_jobs([lm_job, *ssfr_jobs], runs, ctx.jobs, ctx.resume, stats, ctx.job_log)
@@ -408,9 +418,7 @@ def _run_plan(ctx: RunContext, lm_job: Job, runs, stats: dict) -> tuple[dict, di
     star = [j for j in ssfr_jobs if j.kwargs["kind"] == "gd-swiglu" and j.kwargs["n_facts"] == 256]
     first = run_jobs([lm_job, *star], runs, ctx.jobs, ctx.resume, stats, ctx.job_log)
     h = first[star[0].key]["min_size"] if star else None
-    # largest F first and, within an F, the GD kinds (whose failing sizes are 20,000-epoch builds) first
-    rest = sorted((j for j in ssfr_jobs if j not in star),
-                  key=lambda j: (-j.kwargs["n_facts"], not j.kwargs["kind"].startswith("gd-")))
+    rest = sorted((j for j in ssfr_jobs if j not in star), key=_ssfr_order)
     usab = _usability_jobs(ctx, h or 64)
     top1 = _top1_job(lm_job)
     second = run_jobs([top1, *rest, *usab], runs, ctx.jobs, ctx.resume, stats, ctx.job_log)
@@ -436,7 +444,8 @@ def run(ctx: RunContext) -> ExperimentResult:
     for r in ssfr.values():
         _log(
             ctx,
-            f"SSFR {r['kind']} F={r['n_facts']}: min size {r['min_size']} params {r['min_params']} "
+            f"SSFR {r['kind']} F={r['n_facts']}: min size {r['min_size']} (largest failing "
+            f"{r.get('max_failing_size')}) params {r['min_params']} "
             f"best acc {r['best_fact_adaptive_accuracy']:.4f}",
         )
     _ssfr_claims(res, ssfr, ctx.quick)
