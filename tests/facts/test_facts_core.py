@@ -343,3 +343,23 @@ def test_gd_trained_mlps_store(method, h):
     opts = BuildOptions(train_epochs=3000, train_lr=1e-2)
     mlp = build_fact_mlp(fs.keys, fs.values, fs.facts, method, h=h, options=opts)
     assert mlp.accuracy == 1.0 and mlp.gated == (method == "gd-swiglu")
+
+
+def test_ntk_blocks_and_evaluation_batches_change_nothing(small, monkeypatch):
+    """ntk_mlp sums W_up over row blocks of Hermite features and fact_accuracy caps its batches by the hidden
+    width (memory at F = 4096, h = 131,072): same weights as the one-shot formula of Alg. 5 to float64
+    rounding, same accuracy."""
+    from symformer.facts import baselines
+    from symformer.facts import mlp as mlp_mod
+    fs, _ = small
+    ref = baselines.ntk_mlp(fs.keys, fs.values, fs.facts, 512, seed=3)  # one block: NTK_BLOCK // 512 >= 64 rows
+    K, Y = fs.keys.double(), fs.values.double()[fs.facts]
+    W_gate, P = ref.gate.weight.double(), ref.down.weight.double()
+    one_shot = (baselines.hermite(K @ W_gate.T, 2) * (Y @ P)).T @ K / 512
+    torch.testing.assert_close(ref.up.weight.double(), one_shot, rtol=1e-12, atol=1e-15)
+    monkeypatch.setattr(baselines, "NTK_BLOCK", 512 * 5)          # 5 rows per block, the last one short
+    blocked = baselines.ntk_mlp(fs.keys, fs.values, fs.facts, 512, seed=3)
+    torch.testing.assert_close(blocked.up.weight, ref.up.weight, rtol=1e-12, atol=1e-15)
+    acc = fact_accuracy(ref, fs.keys, fs.values, fs.facts)
+    monkeypatch.setattr(mlp_mod, "MAX_ACTIVATIONS", 512 * 3)      # batches of 3 keys
+    assert fact_accuracy(ref, fs.keys, fs.values, fs.facts) == acc and 0 < acc < 1

@@ -39,6 +39,10 @@ def naive_mlp(keys: torch.Tensor, values: torch.Tensor, facts: torch.Tensor,
     return mlp
 
 
+#: most Hermite features (rows x h) ntk_mlp forms at once
+NTK_BLOCK = 1 << 24
+
+
 def hermite(z: torch.Tensor, k: int) -> torch.Tensor:
     """Normalised probabilists' Hermite polynomial He_k(z) / sqrt(k!) by the three-term recurrence."""
     h0, h1 = torch.ones_like(z), z
@@ -64,8 +68,14 @@ def ntk_mlp(keys: torch.Tensor, values: torch.Tensor, facts: torch.Tensor, h: in
     P = torch.randn(d, h, generator=g, dtype=torch.float64)
     P = P / P.norm(dim=0, keepdim=True)
     Y = (require_vertices(values, info).U.double() if margin_optimal else values.double())[facts]
-    H = hermite(K @ W_gate.T, degree)
-    W_up = (H * (Y @ P)).T @ K / h
+    # W_up = (1/h) sum_i (H_i * (Y_i P))^T k_i over row blocks of <= 2^24 Hermite features: the whole (F, h)
+    # matrix and its temporaries would take ~20 GB at F = 4096, h = 131,072 (the fact-recall NTK search's cap)
+    rows = max(1, NTK_BLOCK // h)
+    W_up = torch.zeros(h, d, dtype=torch.float64)
+    for s in range(0, n, rows):
+        Kb = K[s:s + rows]
+        W_up.addmm_((hermite(Kb @ W_gate.T, degree) * (Y[s:s + rows] @ P)).T, Kb)
+    W_up /= h
     mlp = FactMLP(d, h, activation=activation, gated=True)
     with torch.no_grad():
         mlp.gate.weight.copy_(W_gate)

@@ -125,10 +125,18 @@ def count_params(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
+#: most hidden activations (rows x h) an evaluation forms per batch
+MAX_ACTIVATIONS = 1 << 24
+
+
 @torch.no_grad()
 def fact_accuracy(mlp: nn.Module, keys: torch.Tensor, values: torch.Tensor, facts: torch.Tensor,
                   batch: int = 4096) -> float:
-    """Fraction of keys whose output decodes to f(i) by argmax_j <g(k_i), v_j> (eq. 1)."""
+    """Fraction of keys whose output decodes to f(i) by argmax_j <g(k_i), v_j> (eq. 1). Batches hold at most
+    2^24 hidden activations (an NTK MLP with h = 131,072 would otherwise take GBs per batch)."""
+    width = getattr(mlp, "h", None)
+    if isinstance(width, int) and width > 0:
+        batch = max(1, min(batch, MAX_ACTIVATIONS // width))
     hits = 0
     p = next(mlp.parameters())
     vals = values.to(p.dtype)
