@@ -40,11 +40,22 @@ def test_lm_claims_follow_the_numbers():
     X._lm_claims(res, _lm(0.6, 0.5, ce_change=30.0), quick=False, top1=_lm(0.6, 0.5, ce_change=2.0))
     assert {c.id: c.verdict for c in res.claims}["S5.4-swap"] == "holds"
     assert res.metrics["lm_swap_by_router"]["top1"]["nonfact_ce_change_pct"] == 2.0
-    res = ExperimentResult()  # both measured and both miss: fails; only the soft one measured: inconclusive
+    res = ExperimentResult()  # a top-1 LM that does not use the new MLP (0.2) is outside the claim: inconclusive
     X._lm_claims(res, _lm(0.6, 0.5, ce_change=30.0), quick=False, top1=_lm(0.6, 0.5, ce_change=2.0, new_acc=0.2))
-    assert {c.id: c.verdict for c in res.claims}["S5.4-swap"] == "fails"
+    assert {c.id: c.verdict for c in res.claims}["S5.4-swap"] == "inconclusive"
     swap = res.claims[0].measured
     assert "soft router: " in swap and "top1 router: new-fact accuracy 0.2000" in swap
+    res = ExperimentResult()  # both use the new MLP and both miss the CE part: fails
+    X._lm_claims(res, _lm(0.6, 0.5, ce_change=30.0), quick=False, top1=_lm(0.6, 0.5, ce_change=6.0))
+    assert {c.id: c.verdict for c in res.claims}["S5.4-swap"] == "fails"
+    res = ExperimentResult()  # a miss of the accuracy part alone refutes nothing: inconclusive
+    X._lm_claims(res, _lm(0.6, 0.5, new_acc=0.5), quick=False, top1=_lm(0.6, 0.5, new_acc=0.5))
+    assert {c.id: c.verdict for c in res.claims}["S5.4-swap"] == "inconclusive"
+    lm = _lm(0.6, 0.5)
+    lm["swap"]["train_fact_accuracy"] = 0.843
+    res = ExperimentResult()
+    X._lm_claims(res, lm, quick=False)
+    assert "own-fact accuracy before the swap 0.8430; new-fact accuracy 1.0000" in res.claims[0].measured
     res = ExperimentResult()
     X._lm_claims(res, _lm(0.9, 0.9, ce_change=30.0), quick=True)
     assert {c.id: c.verdict for c in res.claims} == {"S5.4-swap": "inconclusive", "Fig4": "inconclusive"}

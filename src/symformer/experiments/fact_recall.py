@@ -297,7 +297,9 @@ def _swap_text(sw: dict) -> str:
     split = "".join(f"; {k.replace('_', ' ')} {b:.4f} -> {a:.4f}" for k, (b, a) in parts.items())
     gate = sw.get("nonfact_fact_gate")
     gate = "" if gate is None else f"; mean fact-expert gate on non-fact targets {gate:.3f}"
-    return (f"new-fact accuracy {sw['new_fact_accuracy']:.4f}; non-fact CE {sw['nonfact_ce_before']:.4f} -> "
+    own = sw.get("train_fact_accuracy")
+    own = "" if own is None else f"own-fact accuracy before the swap {own:.4f}; "
+    return (f"{own}new-fact accuracy {sw['new_fact_accuracy']:.4f}; non-fact CE {sw['nonfact_ce_before']:.4f} -> "
             f"{sw['nonfact_ce_after']:.4f} ({sw['nonfact_ce_change_pct']:+.2f}%){split}{gate}")
 
 
@@ -305,9 +307,17 @@ def _swap_ok(sw: dict) -> bool:
     return sw["new_fact_accuracy"] > R.TARGET and sw["nonfact_ce_change_pct"] <= 5.0
 
 
+def _swap_refutes(sw: dict) -> bool:
+    """A reading refutes the claim only inside its scope: the LM uses the swapped MLP (new-fact accuracy > 99%,
+    the usable transformers of Fig. 9a on which Fig. 9b measures the CE change) and the CE change misses. An LM
+    that keeps its facts elsewhere (e.g. top-1 routing that rarely picks the fact expert) does not test it."""
+    return sw["new_fact_accuracy"] > R.TARGET and sw["nonfact_ce_change_pct"] > 5.0
+
+
 def _lm_claims(res: ExperimentResult, lm: dict, quick: bool, top1: dict | None = None) -> None:
     """S5.4-swap from the soft-router LM and, when run, the top-1 one: the router is not in the paper, so the
-    claim holds if either reading meets it and fails only if both were measured and miss (full mode)."""
+    claim holds if either reading meets it and fails only if both were measured and both refute it
+    (`_swap_refutes`; full mode)."""
     sw = lm["swap"]
     res.metrics["lm_swap_new_fact_accuracy"] = sw["new_fact_accuracy"]
     res.metrics["lm_swap_nonfact_ce_change_pct"] = sw["nonfact_ce_change_pct"]
@@ -316,7 +326,8 @@ def _lm_claims(res: ExperimentResult, lm: dict, quick: bool, top1: dict | None =
                                             "nonfact_ce_change_pct": v["nonfact_ce_change_pct"]}
                                         for k, v in readings.items()}
     ok = any(_swap_ok(v) for v in readings.values())
-    swap_verdict = verdict(True) if ok else (verdict(None) if quick or top1 is None else verdict(False))
+    refuted = not quick and top1 is not None and all(_swap_refutes(v) for v in readings.values())
+    swap_verdict = verdict(True) if ok else verdict(False) if refuted else verdict(None)
     steps = lm["train"]["steps"]
     setting = (
         f"ours: {lm['n_facts']} books, d={lm['d']}, MSE SwiGLU fact MLP at a fixed h={lm['mlp_hidden']} (not the "
@@ -339,7 +350,8 @@ def _lm_claims(res: ExperimentResult, lm: dict, quick: bool, top1: dict | None =
             " | ".join(f"{k} router: {_swap_text(v)}" for k, v in readings.items()),
             swap_verdict,
             "holds if accuracy > 0.99 and the CE change is <= 5% under either router reading; fails only if the "
-            "soft and the top-1 LM were both measured and miss" + QUICK_MISS,
+            "soft and the top-1 LM were both measured and each uses the new MLP (accuracy > 0.99, the usable "
+            "transformers of Fig. 9) with a CE change > 5%" + QUICK_MISS,
             setting + ("; top-1 LM: the same but Switch routing, swap check only" if top1 is not None else ""),
             lm_paper,
         )
