@@ -201,11 +201,11 @@ def test_train_ssfr_killed_and_resumed_from_its_checkpoint_is_exact(tmp_path, mo
 
 def test_ssfr_accuracy_batches_capped_by_the_mlp_width(monkeypatch):
     """ssfr_accuracy caps its batches at MAX_ACTIVATIONS hidden activations of the fact MLP: same accuracy."""
-    import symformer.train.fact_recall as tr
+    import symformer.facts.mlp as mlp_mod
     t = make_ssfr(32, 32, seed=0)
     K, V = t.mlp_embeddings()
     model = build_recall_model(t, build_fact_mlp(K, V, t.facts, "gd-swiglu", h=32))
     train_ssfr(model, t, SSFRTrainConfig(steps=60, batch_size=64, lr=3e-3, eval_every=60))
     full = ssfr_accuracy(model, t)
-    monkeypatch.setattr(tr, "MAX_ACTIVATIONS", 32 * 7)                # batches of 7 sequences
+    monkeypatch.setattr(mlp_mod, "MAX_ACTIVATIONS", 32 * 7)                # batches of 7 sequences
     assert ssfr_accuracy(model, t) == full and 0 < full

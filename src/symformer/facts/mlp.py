@@ -129,14 +129,20 @@ def count_params(module: nn.Module) -> int:
 MAX_ACTIVATIONS = 1 << 24
 
 
+def capped_batch(mlp: nn.Module | None, batch: int) -> int:
+    """`batch` lowered so that a batch through `mlp` holds at most MAX_ACTIVATIONS hidden activations (an NTK
+    MLP with h = 131,072 would otherwise take GBs per batch); unchanged for a module without an int width h."""
+    width = getattr(mlp, "h", None)
+    if isinstance(width, int) and width > 0:
+        return max(1, min(batch, MAX_ACTIVATIONS // width))
+    return batch
+
+
 @torch.no_grad()
 def fact_accuracy(mlp: nn.Module, keys: torch.Tensor, values: torch.Tensor, facts: torch.Tensor,
                   batch: int = 4096) -> float:
-    """Fraction of keys whose output decodes to f(i) by argmax_j <g(k_i), v_j> (eq. 1). Batches hold at most
-    2^24 hidden activations (an NTK MLP with h = 131,072 would otherwise take GBs per batch)."""
-    width = getattr(mlp, "h", None)
-    if isinstance(width, int) and width > 0:
-        batch = max(1, min(batch, MAX_ACTIVATIONS // width))
+    """Fraction of keys whose output decodes to f(i) by argmax_j <g(k_i), v_j> (eq. 1), in `capped_batch`es."""
+    batch = capped_batch(mlp, batch)
     hits = 0
     p = next(mlp.parameters())
     vals = values.to(p.dtype)

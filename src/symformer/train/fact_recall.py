@@ -11,7 +11,7 @@ from torch import nn
 from symformer._io import save_atomic
 from symformer._validation import check_float, check_int
 from symformer.data.ssfr import SSFRTask
-from symformer.facts.mlp import MAX_ACTIVATIONS
+from symformer.facts.mlp import capped_batch
 from symformer.models.fact_recall import FactRecallConfig, FactRecallTransformer, swap_fact_mlp
 from symformer.train.checkpoint import load_loop_state, restore_loop_state
 
@@ -47,11 +47,9 @@ def value_logits(model: FactRecallTransformer, task: SSFRTask, tok: torch.Tensor
 
 @torch.no_grad()
 def ssfr_accuracy(model: FactRecallTransformer, task: SSFRTask, batch: int = 2048) -> float:
-    """Accuracy over every sequence of SSFR[f] (all keys x all junk pairs), argmax over the values. Batches
-    hold at most 2^24 hidden activations of the fact MLP (an NTK MLP with h = 131,072: GBs per batch)."""
-    width = getattr(model.fact.mlp, "h", None)
-    if isinstance(width, int) and width > 0:
-        batch = max(1, min(batch, MAX_ACTIVATIONS // width))
+    """Accuracy over every sequence of SSFR[f] (all keys x all junk pairs), argmax over the values, in
+    batches capped by the fact MLP's width (`capped_batch`)."""
+    batch = capped_batch(model.fact.mlp, batch)
     keys, pairs = task.all_pairs()
     hits = 0
     for s in range(0, len(keys), batch):
