@@ -115,19 +115,119 @@ def test_hf_teleport_in_a_plain_loop():
         hf.HFTeleport(model, opt, _loss, total_steps=3, step=5)
 
 
-def test_qwen3_query_key_norms_are_refused_with_the_reason():
-    """Qwen3 normalises q and k per head before the rotation: an H(d_h) factor on W_Q / W_K (the Llama-family
-    Q/K action) changes the logits there, so symmetry_group refuses the model instead of teleporting wrongly."""
-    model, x = _model("qwen3", None, {}), ids()
-    with pytest.raises(ValueError, match=r"^model: got .Qwen3ForCausalLM \(model_type='qwen3'\) with a per-head q"):
-        hf.symmetry_group(model)
-    with pytest.raises(ValueError, match="q_norm"):
-        hf.HFTeleport(model, None, _loss, total_steps=10, step=2)
-    site = hf.symmetry_group(_model("qwen2", None, {})).sites[0]  # the same dims without the norms
-    u = site.qk.random((1,), torch.Generator().manual_seed(3))[0]
+QWEN3 = [("qwen3", None, {}), ("qwen3", "string", {"init_scale": 0.3}), ("qwen3", "espr", {"init_scale": 0.05})]
+
+
+def _qwen3(positional=None, opts=None, seed=5):
+    """Qwen3 with generic q/k norm weights (HF starts them at 1, where any orthogonal pair rotation would pass)."""
+    model = _model("qwen3", positional, opts or {})
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            for norm in (layer.self_attn.q_norm, layer.self_attn.k_norm):
+                norm.weight.copy_(1 + 0.5 * torch.randn(norm.weight.shape, generator=gen, dtype=torch.float64))
+    return model
+
+
+@pytest.mark.parametrize("family,positional,opts", QWEN3)
+def test_qwen3_element_is_a_symmetry_through_the_query_key_norms(family, positional, opts):
+    model, x = _qwen3(positional, opts), ids()
+    with torch.no_grad():
+        ref = model(x).logits
+    group = hf.symmetry_group(model, ffn=True)
+    site = group.sites[0]
+    assert site.qk.kind == "trivial" and site.q_norm is model.model.layers[0].self_attn.q_norm.weight
+    if positional is None:  # native RoPE, half pairing: one block per pair (u, u + Dh/2)
+        assert site.norm_blocks.tolist() == [0, 1, 2, 3, 0, 1, 2, 3]
+    g = group.random(torch.Generator().manual_seed(1))
+    assert g.norm[0].shape == (site.n_blocks,)
+    attn = model.model.layers[0].self_attn
+    moved = [attn.q_norm.weight, attn.k_norm.weight, attn.v_proj.weight, attn.o_proj.weight]
+    before = [p.detach().clone() for p in moved]
+    group.apply(model, g)
+    assert all((p - b).abs().max() > 1e-3 for p, b in zip(moved, before))  # (W_Q / W_K move only by permutation)
+    with torch.no_grad():
+        out = model(x).logits
+    assert ((out - ref).abs().max() / ref.abs().max()).item() <= 1e-10
+
+
+def test_qwen3_gradient_action_and_norms_match_autograd():
+    model, x = _qwen3(), ids(n=8)
+    group = hf.symmetry_group(model, ffn=True)
+    params = group.parameters()
+    orig = [p.detach().clone() for p in params]
+    g0 = torch.autograd.grad(_loss(model, x), params)
+    g = group.random(torch.Generator().manual_seed(3), scale=0.2)
+    pred = group.grad_action(g, {id(p): gr for p, gr in zip(params, g0)})
+    group.apply(model, g)
+    g1 = torch.autograd.grad(_loss(model, x), params)
+    err = max(((pred[id(p)] - gr).abs().max() / gr.abs().max().clamp_min(1e-30)).item() for p, gr in zip(params, g1))
+    assert err <= 1e-8
+    group.apply(model, group.inverse(g))  # the inverse undoes every part, the norm scalings included
+    assert max(((p - o).abs().max() / o.abs().max()).item() for p, o in zip(params, orig)) <= 1e-12
+    model.zero_grad()
+    _loss(model, x).backward()
+    cands = group.sample(4, 0.3, torch.Generator().manual_seed(4), ffn=True)
+    assert not torch.equal(cands.norm[0], torch.ones_like(cands.norm[0]))
+    closed = closed_form_norms(model, group, cands)
+    brute = brute_force_norms(model, group, cands, lambda: _loss(model, x))
+    assert torch.allclose(closed, brute, rtol=1e-9, atol=0)
+
+
+def test_qwen3_negative_controls():
+    """A norm scaling that is not constant on a RoPE pair, or an H(d_h) factor on W_Q / W_K (the Llama-family
+    Q/K action, which the norms block), changes the logits."""
+    model, x = _qwen3(), ids()
     with torch.no_grad():
         ref = model(x).logits
         attn = model.model.layers[0].self_attn
+        saved = attn.q_norm.weight.clone()
+        d = torch.ones(8, dtype=torch.float64)
+        d[0] = 1.5  # pair (0, 4) split
+        attn.q_norm.weight.mul_(d)
+        attn.k_norm.weight.div_(d)
+        assert (model(x).logits - ref).abs().max() > 1e-4
+        attn.q_norm.weight.copy_(saved)
+        attn.k_norm.weight.mul_(d)
+        assert (model(x).logits - ref).abs().max() <= 1e-10 * ref.abs().max()
+    site = hf.symmetry_group(_model("qwen2", None, {})).sites[0]  # the same dims without the norms
+    u = site.qk.random((1,), torch.Generator().manual_seed(3))[0]
+    with torch.no_grad():
         attn.q_proj.weight[:16] = torch.block_diag(u, u) @ attn.q_proj.weight[:16]  # both query heads of group 0
         attn.k_proj.weight[:8] = torch.linalg.inv(u).T @ attn.k_proj.weight[:8]
         assert (model(x).logits - ref).abs().max() > 1e-4
+
+
+def test_qwen3_teleports_in_a_plain_loop():
+    model = _qwen3().to(torch.float32)
+    model.train()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    data = torch.randint(0, 40, (4, 4, 13), generator=torch.Generator().manual_seed(0))
+    tele = hf.HFTeleport(model, opt, _loss, total_steps=4, step=1, steps=2, samples=8, alpha=0.3,
+                         state_policy="transform")
+    for step in range(4):
+        loss = _loss(model, data[step])
+        loss.backward()
+        tele.after_backward(step, data[step], loss)
+        opt.step()
+        opt.zero_grad()
+    assert [e["step"] for e in tele.log] == [1, 2] and all(e["skipped"] == 0 for e in tele.log)
+
+
+def test_qwen3_zhao_ascent_moves_the_norm_weights_and_keeps_the_loss():
+    from symformer.teleport import zhao_teleport
+    model, x = _qwen3(), ids()
+    group = hf.symmetry_group(model)
+    w0 = model.model.layers[0].self_attn.q_norm.weight.detach().clone()
+    model.zero_grad()
+    before = _loss(model, x)
+    before.backward()
+    out = zhao_teleport(model, group, lambda: _loss(model, x), lr=1e-2, steps=3)
+    assert out.applied and out.best_norm > out.ref_norm
+    assert (model.model.layers[0].self_attn.q_norm.weight - w0).abs().max() > 1e-4
+    with torch.no_grad():
+        assert abs(_loss(model, x).item() - before.item()) <= 1e-10
+        w1 = model.model.layers[0].self_attn.q_norm.weight.detach().clone()
+        g = group.identity()
+        group.apply(model, GroupElement(g.qk, g.vo))  # an element without a norm part leaves the norms alone
+        assert torch.equal(model.model.layers[0].self_attn.q_norm.weight, w1)

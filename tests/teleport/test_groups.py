@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tests.teleport._models import KINDS, batch, tiny_model
+from tests.teleport._models import KINDS, batch, positions, tiny_model
 from torch import nn
 
 from symformer.models import attention_layers
@@ -12,9 +12,11 @@ from symformer.positional.base import RotaryPositional
 from symformer.teleport import (
     HGroup,
     QKGroup,
+    TrivialGroup,
     brute_force_norms,
     closed_form_norms,
     commutant_basis,
+    diagonal_blocks,
     relative_rotations,
     symmetry_group,
 )
@@ -103,6 +105,52 @@ def test_commutant_of_nothing_is_everything_and_group_dimensions():
     assert QKGroup(4).dimension == 16
     m = tiny_model("espr-noncommuting")
     assert symmetry_group(m).qk_dimensions() == [1, 1]  # generic non-commuting generators: scalars only
+
+
+def _commuting_diagonals(rel: torch.Tensor) -> int:
+    """Independent reference: dim {d : diag(d) M = M diag(d) for every M in rel}, from the SVD of the map
+    d -> (d_i - d_j) M_ij stacked over all M."""
+    d = rel.shape[-1]
+    cols = [((torch.eye(d, dtype=torch.float64)[k][:, None] - torch.eye(d, dtype=torch.float64)[k][None, :]) * rel)
+            .reshape(-1) for k in range(d)]
+    sv = torch.linalg.svdvals(torch.stack(cols, 1))
+    return int((sv <= 1e-9 * max(float(sv.max()), 1.0)).sum())
+
+
+@pytest.mark.parametrize("kind", ["rope-interleaved", "rope-half", "string", "circulant-string", "espr",
+                                  "espr-noncommuting"])
+def test_diagonal_blocks_are_exactly_the_commuting_diagonals(kind):
+    """The norm-weight scalings of a Qwen3-style layer: diag(d) commutes with every relative rotation iff d is
+    constant on each block (sound: random block-constant d commute; complete: as many blocks as the dimension of
+    the commuting diagonals, computed without the group's basis)."""
+    rot = attention_layers(tiny_model(kind))[0].rotary
+    pos = positions(6)
+    rel = relative_rotations(rot, pos)
+    blocks = diagonal_blocks(symmetry_group(tiny_model(kind)).sites[0].qk)
+    assert int(blocks.max()) + 1 == _commuting_diagonals(rel)
+    d = torch.diag(torch.exp(torch.randn(int(blocks.max()) + 1, generator=torch.Generator().manual_seed(0),
+                                         dtype=torch.float64))[blocks])
+    assert float((d @ rel - rel @ d).abs().max()) <= 1e-12
+    if kind.startswith("rope"):
+        expected = pair_indices(8, kind.split("-")[1])
+        assert all(blocks[i] == blocks[j] for i, j in expected.tolist())
+        assert int(blocks.max()) + 1 == 4
+    split = torch.ones(8, dtype=torch.float64)
+    big = [b for b in range(int(blocks.max()) + 1) if (blocks == b).sum() > 1]
+    if big:  # a scaling that splits a block fails to commute
+        split[(blocks == big[0]).nonzero()[0, 0]] = 1.5
+        assert float((torch.diag(split) @ rel - rel @ torch.diag(split)).abs().max()) > 1e-3
+
+
+def test_diagonal_blocks_of_gl_and_a_permuted_string():
+    assert diagonal_blocks(QKGroup(5)).tolist() == [0, 1, 2, 3, 4]  # no rotation: every diagonal scaling
+    perm = torch.eye(8, dtype=torch.float64)[[3, 0, 6, 1, 7, 2, 5, 4]]  # STRING with P a permutation
+    pairs = pair_indices(8, "interleaved")
+    blocks = diagonal_blocks(HGroup(8, pairs, orth=perm))
+    moved = perm.argmax(0)  # P e_i = e_{moved[i]}: the pairs land where P sends them
+    assert all(blocks[moved[i]] == blocks[moved[j]] for i, j in pairs.tolist()) and int(blocks.max()) == 3
+    with pytest.raises(ValueError, match="group"):
+        diagonal_blocks(TrivialGroup(4))
 
 
 @pytest.mark.parametrize("kind", ["none", "rope-half", "string", "espr"])

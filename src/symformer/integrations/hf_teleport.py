@@ -11,6 +11,10 @@ permute key groups (their query heads move along). The Q/K group comes from the 
 patched parts bring their own (STRING: P H P^T; ESPR, circulant STRING: the commutant). With ffn=True the
 gated MLP down(act(gate x) * up x) also admits up rows <- s * rows, down columns <- columns / s (s > 0 or any
 nonzero s: the product is linear in the up branch).
+Qwen3 normalises q and k per head (RMSNorm, weights w_q, w_k of shape (Dh,)) between the projections and the
+rotation, so no U passes through W_Q / W_K there (an H(d_h) factor changes the logits); its Q/K symmetry is
+w_q <- d w_q, w_k <- w_k / d with diag(d) in the rotary's group: d constant on each RoPE pair for the native
+rotation (teleport.groups.AttentionSite). V/O, head permutations and the MLP rescaling are as above.
 
 `HFTeleport` drives `teleport.TeleportCallback` from a plain training loop (no symformer Trainer).
 """
@@ -25,7 +29,7 @@ from torch import nn
 from symformer._validation import check_int, fail
 from symformer.integrations._hf_common import FAMILIES, attention_modules, n_kv_heads
 from symformer.teleport import groups as _groups
-from symformer.teleport.groups import AttentionSite, SymmetryGroup, qk_group_for
+from symformer.teleport.groups import AttentionSite, SymmetryGroup, TrivialGroup, diagonal_blocks, qk_group_for
 
 
 class _AttentionView:
@@ -62,29 +66,27 @@ def _is_hf_family(model: nn.Module) -> bool:
 
 
 def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn: bool = False) -> SymmetryGroup:
-    """The symmetry group of a Llama / Mistral / Qwen2 model (module docstring; Qwen3, whose per-head q/k norms
-    sit between the projections and the rotation, gets a ValueError); any other model goes to
-    symformer.teleport.symmetry_group. positions: (N, 1) positions for the ESPR commutant (default: generic
-    points). ffn: include the gated MLP's up/down rescaling. ValueError for an approximate attention core."""
+    """The symmetry group of a Llama / Mistral / Qwen2 / Qwen3 model (module docstring; on Qwen3 the Q/K part acts
+    on the q/k norm weights); any other model goes to symformer.teleport.symmetry_group. positions: (N, 1)
+    positions for the ESPR commutant (default: generic points). ffn: include the gated MLP's up/down rescaling.
+    ValueError for an approximate attention core."""
     if not _is_hf_family(model):
         return _groups.symmetry_group(model, positions, ffn=ffn)
     impl = getattr(model.config, "_attn_implementation", None) or "eager"
     if str(impl).startswith("symformer_"):
         fail("attn_implementation", impl, "an exact softmax implementation (eager, sdpa, ...): approximate kernels "
              "are not invariant under GL(d_h)")
-    layers = attention_modules(model)
-    if any(getattr(a, "q_norm", None) is not None for a in layers):
-        # q_norm(U q) != U q_norm(q) for U in H(d_h) unless U is orthogonal and commutes with the norm weights:
-        # Qwen3's Q/K symmetry acts on the norm weights (pair-constant rescalings), not on W_Q / W_K
-        fail("model", f"{type(model).__name__} (model_type={model.config.model_type!r}) with a per-head q_norm / "
-             "k_norm", "a model without query/key norms: teleporting W_Q / W_K through them is not a symmetry "
-             "(not implemented for such models)")
     h, hk = model.config.num_attention_heads, n_kv_heads(model.config)
     names = {id(m): n for n, m in model.named_modules()}
     sites = []
-    for attn in layers:
+    for attn in attention_modules(model):
         view = _AttentionView(attn, h)
-        sites.append(AttentionSite(names[id(attn)], view, qk_group_for(view.rotary, view.head_dim, positions), hk))
+        grp = qk_group_for(view.rotary, view.head_dim, positions)
+        if getattr(attn, "q_norm", None) is None:
+            sites.append(AttentionSite(names[id(attn)], view, grp, hk))
+        else:  # Qwen3: q_norm(U q) != U q_norm(q), so the rotary's group acts on the norm weights (docstring)
+            sites.append(AttentionSite(names[id(attn)], view, TrivialGroup(view.head_dim), hk, attn.q_norm.weight,
+                                       attn.k_norm.weight, diagonal_blocks(grp)))
     mlps = [_GLUView(m) for m in model.modules() if hasattr(m, "up_proj") and hasattr(m, "down_proj")] if ffn else []
     return GQASymmetryGroup(sites, mlps, positions)
 

@@ -8,7 +8,9 @@ from symformer.teleport.groups import (
     HGroup,
     QKGroup,
     SymmetryGroup,
+    TrivialGroup,
     commutant_basis,
+    diagonal_blocks,
     relative_rotations,
     symmetry_group,
 )
@@ -26,8 +28,8 @@ from symformer.teleport.teleport import (
     zhao_teleport,
 )
 
-__all__ = ["CommutantGroup", "GroupElement", "HGroup", "QKGroup", "SymmetryGroup", "commutant_basis",
-           "relative_rotations", "symmetry_group", "DEFAULT_MAX_CUMULATIVE_RATIO", "STATE_POLICIES",
-           "TeleportCallback", "TeleportOutcome",
-           "TeleportSchedule", "brute_force_norms", "closed_form_norms", "make_teleport", "teleport_step",
-           "update_optimizer_state", "zhao_teleport"]
+__all__ = ["CommutantGroup", "GroupElement", "HGroup", "QKGroup", "SymmetryGroup", "TrivialGroup",
+           "commutant_basis", "diagonal_blocks", "relative_rotations", "symmetry_group",
+           "DEFAULT_MAX_CUMULATIVE_RATIO", "STATE_POLICIES", "TeleportCallback", "TeleportOutcome", "TeleportSchedule",
+           "brute_force_norms", "closed_form_norms", "make_teleport", "teleport_step", "update_optimizer_state",
+           "zhao_teleport"]

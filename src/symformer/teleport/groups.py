@@ -11,6 +11,8 @@ Which U are allowed depends on the positional encoding (each rotary part declare
   * ESPR: the commutant of every relative rotation R(r_i)^T R(r_j), computed numerically (not in the
     paper; we prove nothing beyond q^T U^T M U^{-T} k = q^T M k when U^T commutes with M).
 V/O always get GL(d_h): positions never touch values. ReLU FFN hidden units admit positive rescaling.
+Layers with per-head query/key norms before the rotation (Qwen3) keep W_Q / W_K fixed (TrivialGroup); their Q/K
+symmetry is d w_q, w_k / d on the norm weights with diag(d) in the rotary's group (AttentionSite).
 """
 from __future__ import annotations
 
@@ -122,6 +124,47 @@ class CommutantGroup(QKGroup):
         return self.from_coeffs(c)
 
 
+class TrivialGroup(QKGroup):
+    """{I}: layers whose W_Q / W_K no invertible U passes through (Qwen3's per-head RMSNorm on q and k before the
+    rotation: norm(U q) != U norm(q) unless U is orthogonal and commutes with the norm weights, which trained
+    weights leave to +-1); their Q/K symmetry acts on the norm weights instead (`AttentionSite.norm_blocks`)."""
+
+    kind = "trivial"
+
+    def __init__(self, head_dim: int):
+        super().__init__(head_dim, torch.zeros(0, head_dim, head_dim, dtype=torch.float64))
+
+    def random(self, shape, gen, dtype=torch.float64, scale: float = 0.5):
+        return torch.eye(self.head_dim, dtype=dtype).expand(*shape, -1, -1).clone()
+
+    def near_identity(self, shape, alpha, gen, dtype=torch.float64):
+        return self.random(shape, gen, dtype)
+
+
+def diagonal_blocks(group: QKGroup, tol: float = 1e-9) -> torch.Tensor:
+    """(Dh,) block index of each coordinate: D = diag(d) is in the group's algebra A iff d is constant on every
+    block (the diagonal part of A is a unital algebra of diagonal matrices, hence spanned by the indicators of
+    a partition). RoPE / H(d_h): the rotary pairs; GL: every coordinate alone; STRING, ESPR: computed."""
+    d = group.head_dim
+    if group.dimension == 0:
+        fail("group", type(group).__name__, "a group whose algebra holds the identity (GL, H, STRING, commutant)")
+    if type(group) is QKGroup and group._basis is None:  # GL(d_h): every diagonal matrix
+        return torch.arange(d)
+    b = group.basis()
+    off = (b * (1 - torch.eye(d, dtype=b.dtype))).reshape(b.shape[0], -1)
+    # coefficients c with sum_k c_k B_k diagonal: the null space of c -> off^T c
+    _, sv, vh = torch.linalg.svd(off.T, full_matrices=True)
+    rank = int((sv > tol * max(float(sv.max()) if sv.numel() else 0.0, 1.0)).sum())
+    diag = vh[rank:] @ torch.diagonal(b, dim1=-2, dim2=-1)  # (r, Dh): spans the diagonal part of A
+    diag = diag / diag.abs().amax(-1, keepdim=True).clamp_min(1e-300)
+    blocks = torch.full((d,), -1, dtype=torch.long)
+    for i in range(d):  # i and j share a block iff every spanning vector agrees on them
+        if blocks[i] < 0:
+            same = (diag - diag[:, i:i + 1]).abs().amax(0) <= 1e-7
+            blocks[same & (blocks < 0)] = int(blocks.max()) + 1
+    return blocks
+
+
 def commutant_basis(rel: torch.Tensor, tol: float = 1e-9) -> torch.Tensor:
     """Orthonormal basis (k, D, D) of {X : X M = M X for all M in rel (R, D, D)}."""
     rel = rel.to(torch.float64)
@@ -168,12 +211,23 @@ class AttentionSite:
     """One attention layer. `module` has q_proj, k_proj, v_proj, o_proj, n_heads (query heads), head_dim and
     rotary. Grouped-query attention: `kv_heads` key/value heads, query head h = g r + j reading key head g
     (r = n_heads / kv_heads, HF's repeat_kv); then U_g is shared by the r query heads of key head g (so
-    q_h^T U_g^T M U_g^{-T} k_g = q_h^T M k_g) and V_g by those reading value head g."""
+    q_h^T U_g^T M U_g^{-T} k_g = q_h^T M k_g) and V_g by those reading value head g.
+    Query/key norms (Qwen3: RMSNorm weights w_q, w_k of shape (Dh,), shared by the heads, between the
+    projections and the rotation): qk is TrivialGroup, and w_q <- d w_q, w_k <- w_k / d for every d > 0 constant
+    on each of `norm_blocks` (diagonal_blocks of the rotary's group) keeps every logit, since diag(d) then
+    commutes with each relative rotation M: (M_i d n_q)^T (M_j n_k / d) = n_q^T M_i^T M_j n_k."""
 
     name: str
     module: nn.Module
     qk: QKGroup
     kv_heads: int | None = None
+    q_norm: nn.Parameter | None = None
+    k_norm: nn.Parameter | None = None
+    norm_blocks: torch.Tensor | None = None
+
+    @property
+    def n_blocks(self) -> int:
+        return 0 if self.norm_blocks is None else int(self.norm_blocks.max()) + 1
 
     @property
     def n_heads(self) -> int:
@@ -197,13 +251,15 @@ class AttentionSite:
 @dataclass
 class GroupElement:
     """One element per attention layer: qk (H, Dh, Dh), vo (H, Dh, Dh), optional head permutation (H,);
-    per ReLU FFN an optional positive scaling (d_ff,). Action: first the per-head matrices, then the
-    permutation (new head i = transformed old head perm[i])."""
+    per ReLU FFN an optional positive scaling (d_ff,); per layer with query/key norms an optional positive
+    scaling per norm block (n_blocks,) (AttentionSite; None or an empty list: the identity). Action: first the
+    per-head matrices, then the permutation (new head i = transformed old head perm[i])."""
 
     qk: list[torch.Tensor]
     vo: list[torch.Tensor]
     perm: list[torch.Tensor | None] = field(default_factory=list)
     ffn: list[torch.Tensor] = field(default_factory=list)
+    norm: list[torch.Tensor | None] = field(default_factory=list)
 
 
 def _heads_rows(w: torch.Tensor, h: int) -> torch.Tensor:
@@ -263,11 +319,16 @@ class SymmetryGroup:
         for s in self.sites:
             rot = s.module.rotary
             if rot is not None and rot.symmetry_parameters():
-                s.qk = qk_group_for(rot, s.head_dim, self.positions)
+                grp = qk_group_for(rot, s.head_dim, self.positions)
+                if s.norm_blocks is None:
+                    s.qk = grp
+                else:  # the rotary's group acts on the norm weights (AttentionSite)
+                    s.norm_blocks = diagonal_blocks(grp)
 
     def __repr__(self) -> str:
         kinds = sorted({s.qk.kind for s in self.sites})
-        return f"SymmetryGroup(layers={len(self.sites)}, qk={kinds}, relu_ffns={len(self.ffns)})"
+        norms = sum(s.norm_blocks is not None for s in self.sites)
+        return f"SymmetryGroup(layers={len(self.sites)}, qk={kinds}, relu_ffns={len(self.ffns)}, qk_norms={norms})"
 
     def qk_dimensions(self) -> list[int]:
         return [s.qk.dimension for s in self.sites]
@@ -277,7 +338,12 @@ class SymmetryGroup:
         def eye(s):
             return torch.eye(s.head_dim, dtype=dtype).expand(s.n_heads, -1, -1).clone()
         return GroupElement([eye(s) for s in self.sites], [eye(s) for s in self.sites], [None] * len(self.sites),
-                            [torch.ones(f.up.out_features, dtype=dtype) for f in self.ffns])
+                            [torch.ones(f.up.out_features, dtype=dtype) for f in self.ffns],
+                            self._norms(lambda s: torch.ones(s.n_blocks, dtype=dtype)))
+
+    def _norms(self, make) -> list[torch.Tensor | None]:
+        """Per site: make(site) where the site has query/key norms, else None."""
+        return [None if s.norm_blocks is None else make(s) for s in self.sites]
 
     def random(self, gen: torch.Generator, dtype=torch.float64, scale: float = 0.5, permute: bool = True,
                ffn: bool = True) -> GroupElement:
@@ -287,7 +353,8 @@ class SymmetryGroup:
         perm = [torch.randperm(s.n_heads, generator=gen) if permute else None for s in self.sites]
         sc = [torch.exp(scale * torch.randn(f.up.out_features, generator=gen, dtype=dtype)) if ffn
               else torch.ones(f.up.out_features, dtype=dtype) for f in self.ffns]
-        return GroupElement(qk, vo, perm, sc)
+        nm = self._norms(lambda s: torch.exp(scale * torch.randn(s.n_blocks, generator=gen, dtype=dtype)))
+        return GroupElement(qk, vo, perm, sc, nm)
 
     def sample(self, n: int, alpha: float, gen: torch.Generator, dtype=torch.float64,
                ffn: bool = False) -> GroupElement:
@@ -298,12 +365,14 @@ class SymmetryGroup:
         vo = [QKGroup(s.head_dim).near_identity((n, s.n_heads), alpha, gen, dtype) for s in self.sites]
         sc = [1 + alpha * (2 * torch.rand(n, f.up.out_features, generator=gen, dtype=dtype) - 1) if ffn
               else torch.ones(n, f.up.out_features, dtype=dtype) for f in self.ffns]
-        return GroupElement(qk, vo, [None] * len(self.sites), sc)
+        # the norm scalings belong to the attention group (like H's per-pair scales): always sampled
+        nm = self._norms(lambda s: 1 + alpha * (2 * torch.rand(n, s.n_blocks, generator=gen, dtype=dtype) - 1))
+        return GroupElement(qk, vo, [None] * len(self.sites), sc, nm)
 
     @staticmethod
     def pick(cands: GroupElement, i: int) -> GroupElement:
         return GroupElement([u[i] for u in cands.qk], [v[i] for v in cands.vo], [None] * len(cands.qk),
-                            [s[i] for s in cands.ffn])
+                            [s[i] for s in cands.ffn], [None if s is None else s[i] for s in cands.norm])
 
     def inverse(self, g: GroupElement) -> GroupElement:
         qk, vo, perm = [], [], []
@@ -314,7 +383,13 @@ class SymmetryGroup:
             qk.append(ui)
             vo.append(vi)
             perm.append(p)
-        return GroupElement(qk, vo, perm, [1 / s for s in g.ffn])  # [] stays []
+        return GroupElement(qk, vo, perm, [1 / s for s in g.ffn], [None if s is None else 1 / s for s in g.norm])
+
+    def _norm_parts(self, g: GroupElement):
+        """(site, d) for each site with query/key norms that g moves: d (..., Dh) the per-coordinate scaling."""
+        for site, s in zip(self.sites, g.norm or [None] * len(self.sites), strict=True):
+            if s is not None and site.norm_blocks is not None:
+                yield site, s[..., site.norm_blocks.to(s.device)]
 
     # ---- action on parameters
     def transformed(self, g: GroupElement) -> dict[int, torch.Tensor]:
@@ -342,6 +417,9 @@ class SymmetryGroup:
             if f.up.bias is not None:
                 out[id(f.up.bias)] = f.up.bias * s
             out[id(f.down.weight)] = f.down.weight / s[None, :]
+        for site, d in self._norm_parts(g):
+            d = d.to(site.q_norm.dtype)
+            out[id(site.q_norm)], out[id(site.k_norm)] = site.q_norm * d, site.k_norm / d
         return out
 
     def parameters(self) -> list[nn.Parameter]:
@@ -353,14 +431,15 @@ class SymmetryGroup:
             ps += [lin.bias for lin in (m.q_proj, m.k_proj, m.v_proj) if lin.bias is not None]
         for f in self.ffns:
             ps += [f.up.weight, f.down.weight] + ([f.up.bias] if f.up.bias is not None else [])
-        return ps
+        return ps + [p for s in self.sites if s.norm_blocks is not None for p in (s.q_norm, s.k_norm)]
 
     @torch.no_grad()
     def apply(self, model: nn.Module, g: GroupElement) -> None:
         """theta <- g theta, in place."""
         new = self.transformed(g)
         for p in self.parameters():
-            p.copy_(new[id(p)])
+            if id(p) in new:  # an element without a norm or FFN part leaves those parameters alone
+                p.copy_(new[id(p)])
 
     # ---- action on gradients (and anything living in gradient space, e.g. momentum)
     def grad_action(self, g: GroupElement, tensors: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
@@ -387,6 +466,11 @@ class SymmetryGroup:
             s = s.to(f.up.weight.dtype)
             for par, fac in ((f.up.weight, 1 / s[:, None]), (f.up.bias, 1 / s), (f.down.weight, s[None, :])):
                 if par is not None and id(par) in tensors:
+                    out[id(par)] = tensors[id(par)] * fac
+        for site, d in self._norm_parts(g):  # w_q <- d w_q: its gradient / d; w_k <- w_k / d: its gradient * d
+            d = d.to(site.q_norm.dtype)
+            for par, fac in ((site.q_norm, 1 / d), (site.k_norm, d)):
+                if id(par) in tensors:
                     out[id(par)] = tensors[id(par)] * fac
         return out
 
@@ -417,6 +501,11 @@ class SymmetryGroup:
             ru = _row_sq(grads.get(id(f.up.weight))) + _vec_sq(grads.get(id(f.up.bias)))
             rd = 0 if grads.get(id(f.down.weight)) is None else grads[id(f.down.weight)].to(torch.float64).pow(2).sum(0)
             total = total + (ru / s ** 2).sum(-1) + (rd * s ** 2).sum(-1)
+        for site, d in self._norm_parts(cands):
+            d2 = d.to(torch.float64) ** 2
+            for par, fac in ((site.q_norm, 1 / d2), (site.k_norm, d2)):
+                if grads.get(id(par)) is not None:
+                    total = total + (_vec_sq(grads[id(par)]) * fac).sum(-1)
         return total
 
     @staticmethod

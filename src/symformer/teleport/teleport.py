@@ -216,20 +216,24 @@ def zhao_teleport(model: nn.Module, group: SymmetryGroup, loss_fn: Callable[[], 
     params = criterion_parameters(model, group)
     coeffs = [torch.zeros(s.n_heads, s.qk.dimension, dtype=torch.float64, requires_grad=True) for s in group.sites]
     vcoef = [torch.zeros(s.n_heads, s.head_dim ** 2, dtype=torch.float64, requires_grad=True) for s in group.sites]
+    # query/key-norm scalings (Qwen3), one coefficient per norm block
+    ncoef = [torch.zeros(s.n_blocks, dtype=torch.float64, requires_grad=True) for s in group.sites]
     ref = math.sqrt(grad_sq_norm(model, group))
 
     def element() -> GroupElement:
         return GroupElement([s.qk.from_coeffs(c) for s, c in zip(group.sites, coeffs, strict=True)],
                             [torch.eye(s.head_dim, dtype=torch.float64) + c.view(s.n_heads, s.head_dim, s.head_dim)
                              for s, c in zip(group.sites, vcoef, strict=True)], [None] * len(group.sites),
-                            [torch.ones(f.up.out_features, dtype=torch.float64) for f in group.ffns])
+                            [torch.ones(f.up.out_features, dtype=torch.float64) for f in group.ffns],
+                            [None if s.norm_blocks is None else 1 + c for s, c in zip(group.sites, ncoef, strict=True)])
 
     with sdpa_kernel(SDPBackend.MATH):  # the fused CPU/flash kernels have no double backward
         for _ in range(steps):
-            _zhao_ascent_step(model, group, loss_fn, lr, names, params, coeffs + vcoef, element)
+            _zhao_ascent_step(model, group, loss_fn, lr, names, params, coeffs + vcoef + ncoef, element)
     with torch.no_grad():
         g = element()
-        g = GroupElement([u.detach() for u in g.qk], [v.detach() for v in g.vo], g.perm, g.ffn)
+        g = GroupElement([u.detach() for u in g.qk], [v.detach() for v in g.vo], g.perm, g.ffn,
+                         [None if s is None else s.detach() for s in g.norm])
         before = float(loss_fn())
     ok = _apply_checked(model, group, g, loss_fn, before)
     if ok:
