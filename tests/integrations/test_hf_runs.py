@@ -13,6 +13,13 @@ def test_hf_experiment_is_registered():
     assert "hf" in load_all()
 
 
+def test_hf_teleport_invariance_rows_include_qwen3():
+    from symformer.experiments.hf import teleport_invariance
+    tel = teleport_invariance(0)
+    assert set(tel) == {"native_rope", "string", "espr", "qwen3_native_rope"}
+    assert max(tel.values()) <= 1e-10
+
+
 @pytest.mark.slow
 def test_hf_experiment_quick_reports_fixed_metrics(tmp_path):
     from symformer.experiments.base import RunContext, load_all

@@ -31,17 +31,24 @@ def _claim(cid, statement, paper, measured, ok, evidence, setting, paper_setting
                  f"{evidence} Setting (ours): {setting}. Paper setting: {paper_setting}.")
 
 
-def _tiny(dtype, positional=None, seed=0, attn="eager", init=0.2, **opts):
-    """d_model 32, 4 query heads of Dh 8 over 2 key heads (GQA), 2 layers, vocab 40."""
+def _tiny(dtype, positional=None, seed=0, attn="eager", init=0.2, family="llama", **opts):
+    """d_model 32, 4 query heads of Dh 8 over 2 key heads (GQA), 2 layers, vocab 40; family "llama" or "qwen3"
+    (whose per-head q/k norm weights are drawn around 1: HF starts them at exactly 1)."""
     import transformers as tf
 
     from symformer.integrations import hf
-    cfg = tf.LlamaConfig(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                         attention_bias=True, attn_implementation=attn, bos_token_id=None, eos_token_id=None,
-                         initializer_range=init)  # 0.2: weights large enough that attention moves the logits
+    conf, cls = {"llama": (tf.LlamaConfig, tf.LlamaForCausalLM), "qwen3": (tf.Qwen3Config, tf.Qwen3ForCausalLM)}[family]
+    cfg = conf(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, head_dim=8,
+               attention_bias=True, attn_implementation=attn, bos_token_id=None, eos_token_id=None,
+               initializer_range=init)  # 0.2: weights large enough that attention moves the logits
     torch.manual_seed(seed)
-    model = tf.LlamaForCausalLM(cfg).to(dtype).eval()
+    model = cls(cfg).to(dtype).eval()
+    if family == "qwen3":
+        with torch.no_grad():
+            for layer in model.model.layers:
+                for norm in (layer.self_attn.q_norm, layer.self_attn.k_norm):
+                    norm.weight.normal_(1.0, 0.5)
     return model if positional is None else hf.patch_positional(model, positional, **opts)
 
 
@@ -86,7 +93,7 @@ def teleport_invariance(seed: int) -> dict:
     x = torch.randint(0, 40, (2, 24), generator=torch.Generator().manual_seed(seed))
     out = {}
     for name, pos, opts in (("native_rope", None, {}), ("string", "string", {"init_scale": 0.3}),
-                            ("espr", "espr", {"init_scale": 0.05})):
+                            ("espr", "espr", {"init_scale": 0.05}), ("qwen3_native_rope", None, {"family": "qwen3"})):
         model = exact_float64(_tiny(torch.float64, pos, seed, **opts))
         ref = _logits(model, x)
         group = hf.symmetry_group(model, ffn=True)
@@ -188,7 +195,8 @@ def run(ctx: RunContext) -> ExperimentResult:
                "teleportation paper Sec. 3, eq. (9) (RoPE: H(d_h)); STRING/ESPR groups are ours",
                ", ".join(f"{k}: {v:.1e}" for k, v in tel.items()), max(tel.values()) <= 1e-10,
                "float64, one random element (scale 0.5, head permutations, gated-MLP rescaling) per model, "
-               "max relative logit change", setting, "MHA without GQA; RoPE only"),
+               "max relative logit change; Qwen3 (per-head q/k norms before the rotation): the Q/K part rescales the "
+               "norm weights, constant on each RoPE pair (ours)", setting, "MHA without GQA; RoPE only"),
     ]
     fig = _figure(ctx, tr["runs"])
     if fig:
