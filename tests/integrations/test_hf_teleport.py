@@ -22,6 +22,20 @@ def _model(family, positional, opts, kv_heads=2):
     return float64_reference(model)  # float64 norms and rotary table: invariance is then read at float64 rounding
 
 
+QWEN3 = [("qwen3", None, {}), ("qwen3", "string", {"init_scale": 0.3}), ("qwen3", "espr", {"init_scale": 0.05})]
+
+
+def _qwen3(positional=None, opts=None, seed=5):
+    """Qwen3 with generic q/k norm weights (HF starts them at 1, where any orthogonal pair rotation would pass)."""
+    model = _model("qwen3", positional, opts or {})
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            for norm in (layer.self_attn.q_norm, layer.self_attn.k_norm):
+                norm.weight.copy_(1 + 0.5 * torch.randn(norm.weight.shape, generator=gen, dtype=torch.float64))
+    return model
+
+
 def _loss(model, x):
     return model(x, labels=x).loss
 
@@ -73,13 +87,19 @@ def test_teleport_symmetry_group_dispatches_and_refuses_approximate_cores():
         hf.symmetry_group(model)
 
 
-@pytest.mark.parametrize("positional", [None, "espr"])
-def test_gradient_action_and_norms_match_autograd(positional):
-    """grad L(g theta) from autograd equals grad_action(g, grad L(theta)); closed-form candidate norms equal the
-    brute-force ones (apply, backward, restore), GQA and the gated-MLP rescaling included."""
-    model, x = _model("llama", positional, {"init_scale": 0.05} if positional else {}), ids(n=8)
+@pytest.mark.parametrize("family,positional", [("llama", None), ("llama", "espr"), ("qwen3", None)])
+def test_gradient_action_and_norms_match_autograd(family, positional):
+    """grad L(g theta) from autograd equals grad_action(g, grad L(theta)); the inverse undoes g; closed-form
+    candidate norms equal the brute-force ones (apply, backward, restore), GQA, the gated-MLP rescaling and
+    Qwen3's q/k-norm scalings included."""
+    if family == "qwen3":
+        model = _qwen3()
+    else:
+        model = _model("llama", positional, {"init_scale": 0.05} if positional else {})
+    x = ids(n=8)
     group = hf.symmetry_group(model, ffn=True)
     params = group.parameters()
+    orig = [p.detach().clone() for p in params]
     g0 = torch.autograd.grad(_loss(model, x), params)
     g = group.random(torch.Generator().manual_seed(3), scale=0.2)
     pred = group.grad_action(g, {id(p): gr for p, gr in zip(params, g0)})
@@ -87,46 +107,42 @@ def test_gradient_action_and_norms_match_autograd(positional):
     g1 = torch.autograd.grad(_loss(model, x), params)
     err = max(((pred[id(p)] - gr).abs().max() / gr.abs().max().clamp_min(1e-30)).item() for p, gr in zip(params, g1))
     assert err <= 1e-8
+    group.apply(model, group.inverse(g))
+    assert max(((p - o).abs().max() / o.abs().max()).item() for p, o in zip(params, orig)) <= 1e-12
     model.zero_grad()
     _loss(model, x).backward()
     cands = group.sample(4, 0.3, torch.Generator().manual_seed(4), ffn=True)
+    assert isinstance(cands, GroupElement)
+    if family == "qwen3":
+        assert not torch.equal(cands.norm[0], torch.ones_like(cands.norm[0]))
     closed = closed_form_norms(model, group, cands)
     brute = brute_force_norms(model, group, cands, lambda: _loss(model, x))
     assert torch.allclose(closed, brute, rtol=1e-9, atol=0)
-    assert isinstance(cands, GroupElement)
+
+
+def _plain_loop(model, opt, total: int, step: int):
+    """A plain training loop with HFTeleport (steps 2 teleports from `step`); returns the callback."""
+    model.train()
+    data = torch.randint(0, 40, (total, 4, 13), generator=torch.Generator().manual_seed(0))
+    tele = hf.HFTeleport(model, opt, _loss, total_steps=total, step=step, steps=2, samples=8, alpha=0.3,
+                         state_policy="transform")
+    for i in range(total):
+        loss = _loss(model, data[i])
+        loss.backward()
+        tele.after_backward(i, data[i], loss)
+        opt.step()
+        opt.zero_grad()
+    return tele
 
 
 def test_hf_teleport_in_a_plain_loop():
     model = hf.patch_positional(tiny("llama", kv_heads=2), "string", init_scale=0.1)
-    model.train()
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    data = torch.randint(0, 40, (6, 4, 13), generator=torch.Generator().manual_seed(0))
-    tele = hf.HFTeleport(model, opt, _loss, total_steps=6, step=2, steps=2, samples=8, alpha=0.3,
-                         state_policy="transform")
-    for step in range(6):
-        loss = _loss(model, data[step])
-        loss.backward()
-        tele.after_backward(step, data[step], loss)
-        opt.step()
-        opt.zero_grad()
+    tele = _plain_loop(model, opt, 6, 2)
     assert [e["step"] for e in tele.log] == [2, 3]
     assert all(e["skipped"] == 0 for e in tele.log)
     with pytest.raises(ValueError, match="step"):
         hf.HFTeleport(model, opt, _loss, total_steps=3, step=5)
-
-
-QWEN3 = [("qwen3", None, {}), ("qwen3", "string", {"init_scale": 0.3}), ("qwen3", "espr", {"init_scale": 0.05})]
-
-
-def _qwen3(positional=None, opts=None, seed=5):
-    """Qwen3 with generic q/k norm weights (HF starts them at 1, where any orthogonal pair rotation would pass)."""
-    model = _model("qwen3", positional, opts or {})
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for layer in model.model.layers:
-            for norm in (layer.self_attn.q_norm, layer.self_attn.k_norm):
-                norm.weight.copy_(1 + 0.5 * torch.randn(norm.weight.shape, generator=gen, dtype=torch.float64))
-    return model
 
 
 @pytest.mark.parametrize("family,positional,opts", QWEN3)
@@ -149,29 +165,6 @@ def test_qwen3_element_is_a_symmetry_through_the_query_key_norms(family, positio
     with torch.no_grad():
         out = model(x).logits
     assert ((out - ref).abs().max() / ref.abs().max()).item() <= 1e-10
-
-
-def test_qwen3_gradient_action_and_norms_match_autograd():
-    model, x = _qwen3(), ids(n=8)
-    group = hf.symmetry_group(model, ffn=True)
-    params = group.parameters()
-    orig = [p.detach().clone() for p in params]
-    g0 = torch.autograd.grad(_loss(model, x), params)
-    g = group.random(torch.Generator().manual_seed(3), scale=0.2)
-    pred = group.grad_action(g, {id(p): gr for p, gr in zip(params, g0)})
-    group.apply(model, g)
-    g1 = torch.autograd.grad(_loss(model, x), params)
-    err = max(((pred[id(p)] - gr).abs().max() / gr.abs().max().clamp_min(1e-30)).item() for p, gr in zip(params, g1))
-    assert err <= 1e-8
-    group.apply(model, group.inverse(g))  # the inverse undoes every part, the norm scalings included
-    assert max(((p - o).abs().max() / o.abs().max()).item() for p, o in zip(params, orig)) <= 1e-12
-    model.zero_grad()
-    _loss(model, x).backward()
-    cands = group.sample(4, 0.3, torch.Generator().manual_seed(4), ffn=True)
-    assert not torch.equal(cands.norm[0], torch.ones_like(cands.norm[0]))
-    closed = closed_form_norms(model, group, cands)
-    brute = brute_force_norms(model, group, cands, lambda: _loss(model, x))
-    assert torch.allclose(closed, brute, rtol=1e-9, atol=0)
 
 
 def test_qwen3_negative_controls():
@@ -200,17 +193,7 @@ def test_qwen3_negative_controls():
 
 def test_qwen3_teleports_in_a_plain_loop():
     model = _qwen3().to(torch.float32)
-    model.train()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    data = torch.randint(0, 40, (4, 4, 13), generator=torch.Generator().manual_seed(0))
-    tele = hf.HFTeleport(model, opt, _loss, total_steps=4, step=1, steps=2, samples=8, alpha=0.3,
-                         state_policy="transform")
-    for step in range(4):
-        loss = _loss(model, data[step])
-        loss.backward()
-        tele.after_backward(step, data[step], loss)
-        opt.step()
-        opt.zero_grad()
+    tele = _plain_loop(model, torch.optim.Adam(model.parameters(), lr=1e-3), 4, 1)
     assert [e["step"] for e in tele.log] == [1, 2] and all(e["skipped"] == 0 for e in tele.log)
 
 
