@@ -214,3 +214,15 @@ def test_qwen3_zhao_ascent_moves_the_norm_weights_and_keeps_the_loss():
         g = group.identity()
         group.apply(model, GroupElement(g.qk, g.vo))  # an element without a norm part leaves the norms alone
         assert torch.equal(model.model.layers[0].self_attn.q_norm.weight, w1)
+
+
+def test_qwen3_float32_string_blocks_follow_the_learned_rotation():
+    """float32 (the basis is then exact only to float32 rounding): STRING with P = I gives the RoPE pairs; once
+    training moves P, refresh() recomputes the blocks (generic P: one block, a scalar) and teleports still pass
+    the invariance check."""
+    assert hf.symmetry_group(_qwen3("string", {"init_scale": 0.3}).float()).sites[0].norm_blocks.tolist() == [0] * 8
+    model = _qwen3("string", {"init_scale": 0.0}).float()
+    assert hf.symmetry_group(model).sites[0].norm_blocks.tolist() == [0, 1, 2, 3, 0, 1, 2, 3]
+    tele = _plain_loop(model, torch.optim.Adam(model.parameters(), lr=1e-2), 5, 1)
+    assert [e["step"] for e in tele.log] == [1, 2] and all(e["skipped"] == 0 for e in tele.log)
+    assert tele.callback.group.sites[0].norm_blocks.tolist() == [0] * 8

@@ -141,10 +141,12 @@ class TrivialGroup(QKGroup):
         return self.random(shape, gen, dtype)
 
 
-def diagonal_blocks(group: QKGroup, tol: float = 1e-9) -> torch.Tensor:
+def diagonal_blocks(group: QKGroup, tol: float = 1e-6) -> torch.Tensor:
     """(Dh,) block index of each coordinate: D = diag(d) is in the group's algebra A iff d is constant on every
     block (the diagonal part of A is a unital algebra of diagonal matrices, hence spanned by the indicators of
-    a partition). RoPE / H(d_h): the rotary pairs; GL: every coordinate alone; STRING, ESPR: computed."""
+    a partition). RoPE / H(d_h): the rotary pairs; GL: every coordinate alone; STRING, ESPR: computed.
+    tol (relative): float32 level, since a float32 model's P (STRING) or generators (ESPR) make the basis exact
+    only to float32 rounding, and an exact null direction (I is always in A) must not be lost to it."""
     d = group.head_dim
     if group.dimension == 0:
         fail("group", type(group).__name__, "a group whose algebra holds the identity (GL, H, STRING, commutant)")
@@ -160,7 +162,7 @@ def diagonal_blocks(group: QKGroup, tol: float = 1e-9) -> torch.Tensor:
     blocks = torch.full((d,), -1, dtype=torch.long)
     for i in range(d):  # i and j share a block iff every spanning vector agrees on them
         if blocks[i] < 0:
-            same = (diag - diag[:, i:i + 1]).abs().amax(0) <= 1e-7
+            same = (diag - diag[:, i:i + 1]).abs().amax(0) <= 10 * tol
             blocks[same & (blocks < 0)] = int(blocks.max()) + 1
     return blocks
 
