@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3")
+FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma")
 
 
 def tiny(family: str = "llama", dtype=torch.float32, seed: int = 0, kv_heads: int = 2, init: float = 0.2, **kw):
@@ -11,12 +11,13 @@ def tiny(family: str = "llama", dtype=torch.float32, seed: int = 0, kv_heads: in
     init: weight std (0.2 makes attention move the logits; HF's 0.02 leaves them almost attention-free)."""
     import transformers as tf
     cls = {"llama": (tf.LlamaConfig, tf.LlamaForCausalLM), "mistral": (tf.MistralConfig, tf.MistralForCausalLM),
-           "qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM), "qwen3": (tf.Qwen3Config, tf.Qwen3ForCausalLM)}[family]
+           "qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM), "qwen3": (tf.Qwen3Config, tf.Qwen3ForCausalLM),
+           "gemma": (tf.GemmaConfig, tf.GemmaForCausalLM)}[family]
     args = dict(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                 num_key_value_heads=kv_heads, max_position_embeddings=128, initializer_range=init,
                 bos_token_id=None, eos_token_id=None)
-    if family == "qwen3":
-        args["head_dim"] = 8  # Qwen3Config's head_dim is its own setting (default 128), not hidden / heads
+    if family in ("qwen3", "gemma"):
+        args["head_dim"] = 8  # their head_dim is its own setting (default 128 / 256), not hidden / heads
     args.update(kw)
     torch.manual_seed(seed)
     return cls[1](cls[0](**args)).to(dtype).eval()

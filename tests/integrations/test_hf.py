@@ -166,7 +166,7 @@ def test_patched_parameters_train_and_round_trip(tmp_path):
         assert (_logits(loaded.eval(), x) - _logits(model, x)).abs().max().item() == 0.0
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen3"])
+@pytest.mark.parametrize("family", ["llama", "qwen3", "gemma"])
 @pytest.mark.parametrize("positional,opts", [("rope", {}), ("string", {"init_scale": 0.1}),
                                              ("circulant_string", {}), ("espr", {"init_scale": 0.1})])
 def test_every_part_reloads_from_a_saved_folder(tmp_path, family, positional, opts):
@@ -178,7 +178,8 @@ def test_every_part_reloads_from_a_saved_folder(tmp_path, family, positional, op
         for p in model.model.layers[1].self_attn.rotary.parameters():
             p.add_(0.01 * torch.randn_like(p))  # trained values, not the init, must come back
     model.save_pretrained(tmp_path)
-    cls = {"llama": transformers.LlamaForCausalLM, "qwen3": transformers.Qwen3ForCausalLM}[family]
+    cls = {"llama": transformers.LlamaForCausalLM, "qwen3": transformers.Qwen3ForCausalLM,
+           "gemma": transformers.GemmaForCausalLM}[family]
     loaded = hf.from_pretrained(cls, tmp_path).eval()
     x = ids()
     assert (_logits(loaded, x) - _logits(model.eval(), x)).abs().max().item() == 0.0
@@ -223,8 +224,28 @@ def test_patch_bad_input():
 def test_generation_with_cache():
     """Decoding with the KV cache: patched RoPE generates the native model's tokens; FAVOR+ decodes (Nq = 1)."""
     x = ids(n=8)
-    native = tiny("llama").generate(x, max_new_tokens=6, do_sample=False)
-    assert torch.equal(_patched("llama", "rope", torch.float32).generate(x, max_new_tokens=6, do_sample=False), native)
+    for family in ("llama", "gemma"):
+        native = tiny(family).generate(x, max_new_tokens=6, do_sample=False)
+        assert torch.equal(_patched(family, "rope", torch.float32).generate(x, max_new_tokens=6, do_sample=False),
+                           native)
     hf.register()
     favor = hf.configure(tiny("mistral"), "favor", n_features=32)
     assert favor.generate(x, max_new_tokens=3, do_sample=False).shape == (2, 11)
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma"])
+def test_exact_float64_norms_compute_in_float64(family):
+    """HF's RMSNorms (Llama's w * x, Gemma's (1 + w) * x) round to float32; exact_float64's equal the float64
+    formula to rounding, and the untouched ones do not."""
+    norm = tiny(family, torch.float64).model.norm
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(norm.weight.shape, generator=torch.Generator().manual_seed(0),
+                                      dtype=torch.float64))
+    x = torch.randn(3, 32, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    w = norm.weight.detach() + (1.0 if family == "gemma" else 0.0)
+    eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", None))
+    want = w * x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    with torch.no_grad():
+        assert (norm(x) - want).abs().max() > 1e-9  # HF's float32 path
+        float64_reference(norm)
+        assert (norm(x) - want).abs().max() <= 1e-14

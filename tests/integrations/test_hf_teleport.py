@@ -13,7 +13,8 @@ from symformer.integrations import hf  # noqa: E402
 from symformer.teleport import GroupElement, brute_force_norms, closed_form_norms, symmetry_group  # noqa: E402
 
 CASES = [("llama", None, {}), ("llama", "rope", {}), ("mistral", "string", {"init_scale": 0.3}),
-         ("qwen2", "espr", {"init_scale": 0.05}), ("llama", "circulant_string", {})]
+         ("qwen2", "espr", {"init_scale": 0.05}), ("llama", "circulant_string", {}), ("gemma", None, {}),
+         ("gemma", "string", {"init_scale": 0.3})]
 
 
 def _model(family, positional, opts, kv_heads=2):

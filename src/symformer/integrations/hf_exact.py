@@ -2,8 +2,9 @@
 
 HF's Llama-family models compute two things in float32 whatever the model dtype: the rotary cos/sin table
 (LlamaRotaryEmbedding casts position_ids and inv_freq to float32) and every RMSNorm (it upcasts to float32 and
-casts back, so a float64 model is rounded to float32 at each norm). A float64 parity or invariance check on an
-untouched model therefore reads 0 or ~1e-7, by luck of the float32 rounding, never the float64 error.
+casts back, Gemma's (1 + w) norm too, so a float64 model is rounded to float32 at each norm). A float64 parity
+or invariance check on an untouched model therefore reads 0 or ~1e-7, by luck of the float32 rounding, never the
+float64 error.
 `exact_float64(model)` evaluates the same formulas in the input dtype; it changes nothing in float32."""
 from __future__ import annotations
 
@@ -32,16 +33,26 @@ def _norm_forward(self, hidden_states):
     return self.weight * (hidden_states * torch.rsqrt(var + self.variance_epsilon))
 
 
+def _gemma_norm_forward(self, hidden_states):
+    """Gemma's RMSNorm in the input dtype: (1 + w) * x / sqrt(mean(x^2) + eps) (its weight starts at 0)."""
+    var = hidden_states.pow(2).mean(-1, keepdim=True)
+    return (1.0 + self.weight) * (hidden_states * torch.rsqrt(var + self.eps))
+
+
 def exact_float64(model: nn.Module) -> nn.Module:
     """Replace the model's rotary table and RMSNorms by the same formulas in the input dtype (in place)."""
     for name, mod in list(model.named_modules()):
         if type(mod).__name__.endswith("RotaryEmbedding") and isinstance(getattr(mod, "inv_freq", None), torch.Tensor):
             parent = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model
             setattr(parent, name.rsplit(".", 1)[-1], Float64Table(mod.inv_freq))
-        elif type(mod).__name__.endswith("RMSNorm") and hasattr(mod, "variance_epsilon"):
+        elif type(mod).__name__.endswith("RMSNorm"):
+            forward = _norm_forward if hasattr(mod, "variance_epsilon") else (
+                _gemma_norm_forward if type(mod).__name__.startswith("Gemma") and hasattr(mod, "eps") else None)
+            if forward is None:
+                continue
             cls = type(mod)
             if cls not in _NORMS:
-                _NORMS[cls] = type(cls.__name__ + "InputDtype", (cls,), {"forward": _norm_forward})
+                _NORMS[cls] = type(cls.__name__ + "InputDtype", (cls,), {"forward": forward})
             mod.__class__ = _NORMS[cls]
     return model
 

@@ -61,7 +61,7 @@ def _attention_forward(self, hidden_states, position_embeddings=None, attention_
     module = sys.modules[type(self).__mro__[1].__module__]
     interface = _interface(self.config._attn_implementation, module.eager_attention_forward)
     scale = self.rotary.scale if self.rotary.scale is not None else self.scaling  # ESPR: 1/sqrt(d_act), T4.4
-    if self.config.model_type != "llama":  # Mistral / Qwen2 / Qwen3 pass their sliding window on
+    if self.config.model_type != "llama":  # Mistral / Qwen2 / Qwen3 pass their sliding window on (None elsewhere)
         window = getattr(self, "sliding_window", getattr(self.config, "sliding_window", None))
         kwargs.setdefault("sliding_window", window)
     dropout = 0.0 if not self.training else self.attention_dropout
@@ -161,8 +161,8 @@ def _check_options(options: dict) -> None:
 
 
 def patch_positional(model: nn.Module, positional: str = "rope", **options) -> nn.Module:
-    """Replace the rotary embedding of every attention layer of a Llama / Mistral / Qwen2 / Qwen3 model by a symformer
-    part ("rope" | "string" | "circulant_string" | "espr"; `options` go to the part's constructor, e.g.
+    """Replace the rotary embedding of every attention layer of a Llama / Mistral / Qwen2 / Qwen3 / Gemma model by a
+    symformer part ("rope" | "string" | "circulant_string" | "espr"; `options` go to the part's constructor, e.g.
     init_scale=0.1 for STRING, d_act=32 for ESPR). Grouped-query attention works (the part rotates the H query
     heads and the H_kv key heads alike). Returns the model (patched in place).
 

@@ -66,8 +66,8 @@ def _is_hf_family(model: nn.Module) -> bool:
 
 
 def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn: bool = False) -> SymmetryGroup:
-    """The symmetry group of a Llama / Mistral / Qwen2 / Qwen3 model (module docstring; on Qwen3 the Q/K part acts
-    on the q/k norm weights); any other model goes to symformer.teleport.symmetry_group. positions: (N, 1)
+    """The symmetry group of a Llama / Mistral / Qwen2 / Qwen3 / Gemma model (module docstring; on Qwen3 the Q/K part
+    acts on the q/k norm weights); any other model goes to symformer.teleport.symmetry_group. positions: (N, 1)
     positions for the ESPR commutant (default: generic points). ffn: include the gated MLP's up/down rescaling.
     ValueError for an approximate attention core."""
     if not _is_hf_family(model):
