@@ -14,7 +14,7 @@ from symformer.teleport import GroupElement, brute_force_norms, closed_form_norm
 
 CASES = [("llama", None, {}), ("llama", "rope", {}), ("mistral", "string", {"init_scale": 0.3}),
          ("qwen2", "espr", {"init_scale": 0.05}), ("llama", "circulant_string", {}), ("gemma", None, {}),
-         ("gemma", "string", {"init_scale": 0.3})]
+         ("gemma", "string", {"init_scale": 0.3}), ("mixtral", None, {})]
 
 
 def _model(family, positional, opts, kv_heads=2):
@@ -23,12 +23,14 @@ def _model(family, positional, opts, kv_heads=2):
     return float64_reference(model)  # float64 norms and rotary table: invariance is then read at float64 rounding
 
 
-QWEN3 = [("qwen3", None, {}), ("qwen3", "string", {"init_scale": 0.3}), ("qwen3", "espr", {"init_scale": 0.05})]
+QWEN3 = [("qwen3", None, {}), ("qwen3", "string", {"init_scale": 0.3}), ("qwen3", "espr", {"init_scale": 0.05}),
+         ("qwen3_moe", None, {})]
 
 
-def _qwen3(positional=None, opts=None, seed=5):
-    """Qwen3 with generic q/k norm weights (HF starts them at 1, where any orthogonal pair rotation would pass)."""
-    model = _model("qwen3", positional, opts or {})
+def _qwen3(positional=None, opts=None, seed=5, family="qwen3"):
+    """Qwen3 (or Qwen3-MoE) with generic q/k norm weights (HF starts them at 1, where any orthogonal pair rotation
+    would pass)."""
+    model = _model(family, positional, opts or {})
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for layer in model.model.layers:
@@ -148,7 +150,7 @@ def test_hf_teleport_in_a_plain_loop():
 
 @pytest.mark.parametrize("family,positional,opts", QWEN3)
 def test_qwen3_element_is_a_symmetry_through_the_query_key_norms(family, positional, opts):
-    model, x = _qwen3(positional, opts), ids()
+    model, x = _qwen3(positional, opts, family=family), ids()
     with torch.no_grad():
         ref = model(x).logits
     group = hf.symmetry_group(model, ffn=True)
@@ -227,3 +229,9 @@ def test_qwen3_float32_string_blocks_follow_the_learned_rotation():
     tele = _plain_loop(model, torch.optim.Adam(model.parameters(), lr=1e-2), 5, 1)
     assert [e["step"] for e in tele.log] == [1, 2] and all(e["skipped"] == 0 for e in tele.log)
     assert tele.callback.group.sites[0].norm_blocks.tolist() == [0] * 8
+
+
+def test_moe_experts_get_no_mlp_rescaling_and_dense_mlps_do():
+    """Fused 3-D expert weights (Mixtral, Qwen3-MoE) are left out of the MLP part; a dense gated MLP is in it."""
+    assert hf.symmetry_group(_model("mixtral", None, {}), ffn=True).ffns == []
+    assert len(hf.symmetry_group(_model("llama", None, {}), ffn=True).ffns) == 2

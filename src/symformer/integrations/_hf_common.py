@@ -9,7 +9,8 @@ from symformer._validation import fail
 
 #: config.model_type -> attention class of the families that share Llama's rotary code path
 FAMILIES = {"llama": "LlamaAttention", "mistral": "MistralAttention", "qwen2": "Qwen2Attention",
-            "qwen3": "Qwen3Attention", "gemma": "GemmaAttention"}
+            "qwen3": "Qwen3Attention", "gemma": "GemmaAttention", "mixtral": "MixtralAttention",
+            "qwen3_moe": "Qwen3MoeAttention"}
 MIN_VERSION = (4, 48)  # the release that introduced AttentionInterface
 
 

@@ -161,7 +161,7 @@ def _check_options(options: dict) -> None:
 
 
 def patch_positional(model: nn.Module, positional: str = "rope", **options) -> nn.Module:
-    """Replace the rotary embedding of every attention layer of a Llama / Mistral / Qwen2 / Qwen3 / Gemma model by a
+    """Replace the rotary embedding of every attention layer of a Llama-family model (_hf_common.FAMILIES) by a
     symformer part ("rope" | "string" | "circulant_string" | "espr"; `options` go to the part's constructor, e.g.
     init_scale=0.1 for STRING, d_act=32 for ESPR). Grouped-query attention works (the part rotates the H query
     heads and the H_kv key heads alike). Returns the model (patched in place).

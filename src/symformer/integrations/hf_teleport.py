@@ -66,9 +66,10 @@ def _is_hf_family(model: nn.Module) -> bool:
 
 
 def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn: bool = False) -> SymmetryGroup:
-    """The symmetry group of a Llama / Mistral / Qwen2 / Qwen3 / Gemma model (module docstring; on Qwen3 the Q/K part
-    acts on the q/k norm weights); any other model goes to symformer.teleport.symmetry_group. positions: (N, 1)
-    positions for the ESPR commutant (default: generic points). ffn: include the gated MLP's up/down rescaling.
+    """The symmetry group of a Llama-family model (_hf_common.FAMILIES; module docstring; on Qwen3 the Q/K part
+    acts on the q/k norm weights; MoE experts stored as fused 3-D weights get no MLP rescaling); any other model
+    goes to symformer.teleport.symmetry_group. positions: (N, 1) positions for the ESPR commutant (default: generic
+    points). ffn: include the gated MLP's up/down rescaling.
     ValueError for an approximate attention core."""
     if not _is_hf_family(model):
         return _groups.symmetry_group(model, positions, ffn=ffn)
