@@ -13,6 +13,12 @@ def test_hf_experiment_is_registered():
     assert "hf" in load_all()
 
 
+def test_hf_parity_covers_every_supported_family():
+    from symformer.experiments.hf import FAMILY_MODELS
+    from symformer.integrations._hf_common import FAMILIES
+    assert set(FAMILY_MODELS) == set(FAMILIES)
+
+
 def test_hf_teleport_invariance_rows_include_qwen3():
     from symformer.experiments.hf import teleport_invariance
     tel = teleport_invariance(0)
@@ -29,6 +35,8 @@ def test_hf_experiment_quick_reports_fixed_metrics(tmp_path):
         assert isinstance(res.metrics[name], float)
     assert set(res.metrics["hf_val_loss"]) == {"rope", "string", "espr"}
     assert res.metrics["hf_rope_parity_max_abs_err_f64"] <= 1e-10
+    by_family = res.metrics["hf_rope_parity_max_abs_err_f64_by_family"]
+    assert len(by_family) == 7 and max(by_family.values()) <= 1e-10
 
 
 @pytest.mark.slow

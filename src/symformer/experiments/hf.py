@@ -31,20 +31,32 @@ def _claim(cid, statement, paper, measured, ok, evidence, setting, paper_setting
                  f"{evidence} Setting (ours): {setting}. Paper setting: {paper_setting}.")
 
 
+#: family -> (config class, model class, extra config) of the tiny models; MoE: 4 experts, top 2, HF's eager
+#: experts (the grouped-matmul ones take no float64 on CPU)
+_MOE = {"num_experts_per_tok": 2, "experts_implementation": "eager"}
+FAMILY_MODELS = {"llama": ("LlamaConfig", "LlamaForCausalLM", {}),
+                 "mistral": ("MistralConfig", "MistralForCausalLM", {}),
+                 "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}), "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {}),
+                 "gemma": ("GemmaConfig", "GemmaForCausalLM", {}),
+                 "mixtral": ("MixtralConfig", "MixtralForCausalLM", {"num_local_experts": 4, **_MOE}),
+                 "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM",
+                               {"num_experts": 4, "moe_intermediate_size": 32, **_MOE})}
+
+
 def _tiny(dtype, positional=None, seed=0, attn="eager", init=0.2, family="llama", **opts):
-    """d_model 32, 4 query heads of Dh 8 over 2 key heads (GQA), 2 layers, vocab 40; family "llama" or "qwen3"
-    (whose per-head q/k norm weights are drawn around 1: HF starts them at exactly 1)."""
+    """d_model 32, 4 query heads of Dh 8 over 2 key heads (GQA), 2 layers, vocab 40, of a FAMILY_MODELS family
+    (Qwen3's per-head q/k norm weights are drawn around 1: HF starts them at exactly 1)."""
     import transformers as tf
 
     from symformer.integrations import hf
-    conf, cls = {"llama": (tf.LlamaConfig, tf.LlamaForCausalLM), "qwen3": (tf.Qwen3Config, tf.Qwen3ForCausalLM)}[family]
-    cfg = conf(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, head_dim=8,
-               attention_bias=True, attn_implementation=attn, bos_token_id=None, eos_token_id=None,
-               initializer_range=init)  # 0.2: weights large enough that attention moves the logits
+    conf, cls, extra = FAMILY_MODELS[family]
+    cfg = getattr(tf, conf)(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, head_dim=8,
+                            attention_bias=True, attn_implementation=attn, bos_token_id=None, eos_token_id=None,
+                            initializer_range=init, **extra)  # 0.2: weights large enough that attention moves logits
     torch.manual_seed(seed)
-    model = cls(cfg).to(dtype).eval()
-    if family == "qwen3":
+    model = getattr(tf, cls)(cfg).to(dtype).eval()
+    if family in ("qwen3", "qwen3_moe"):
         with torch.no_grad():
             for layer in model.model.layers:
                 for norm in (layer.self_attn.q_norm, layer.self_attn.k_norm):
@@ -72,6 +84,11 @@ def parity(seed: int, n: int = 48) -> dict:
                                     - ref).abs().max())
     out["string_control"] = float((_logits(exact_float64(_tiny(torch.float64, "string", seed, init_scale=0.2)), x)
                                    - ref).abs().max())
+    out["f64_by_family"] = {}
+    for fam in FAMILY_MODELS:  # the same check on every supported family
+        ref = _logits(exact_float64(_tiny(torch.float64, None, seed, family=fam)), x)
+        got = _logits(exact_float64(_tiny(torch.float64, "rope", seed, family=fam)), x)
+        out["f64_by_family"][fam] = float((got - ref).abs().max())
     return out
 
 
@@ -167,16 +184,20 @@ def run(ctx: RunContext) -> ExperimentResult:
         "hf_teleport_invariance_max_rel_err": max(tel.values()),
         "hf_val_loss": {p: r["val_loss"][-1] for p, r in tr["runs"].items()},
         "hf_rope_parity_f64_untouched_hf_float32_paths": par["f64_untouched_hf_float32_paths"],
+        "hf_rope_parity_max_abs_err_f64_by_family": par["f64_by_family"],
         "hf_favor_max_abs_logit_err": {str(m): e for m, e in fav.items()},
         "hf_teleport_invariance_rel_err": tel,
     })
     res.config.update({"train": {k: v for k, v in tr.items() if k != "runs"},
                        "curves": tr["runs"], "string_control_err": par["string_control"]})
-    setting = "tiny LlamaForCausalLM (d 32, 2 layers, 4 query / 2 key heads, Dh 8), 2 x 48 tokens, 1 seed"
+    setting = ("tiny LlamaForCausalLM (d 32, 2 layers, 4 query / 2 key heads, Dh 8), 2 x 48 tokens, 1 seed; the f64 "
+               "parity also on the same tiny Mistral, Qwen2, Qwen3, Gemma, Mixtral and Qwen3-MoE")
     res.claims += [
         _claim("T2.4-hf", "symformer RoPE in the half pairing with the model's frequencies is HF Llama's RoPE",
                "ESPR T2.4-T2.7 (RoPE: U = I), rotate-half layout", f"max |dlogit| f32 {par['f32']:.2e}, f64 "
-               f"{par['f64']:.2e}", par["f32"] <= 1e-5 and par["f64"] <= 1e-10,
+               f"{par['f64']:.2e}; f64 on each family: "
+               + ", ".join(f"{k} {v:.1e}" for k, v in par["f64_by_family"].items()),
+               par["f32"] <= 1e-5 and par["f64"] <= 1e-10 and max(par["f64_by_family"].values()) <= 1e-10,
                "thresholds 1e-5 (float32) and 1e-10 (float64); float64 models run HF's cos/sin table and RMSNorm "
                "formulas in float64 (integrations.hf_exact; HF computes both in float32 for every dtype: "
                f"{par['f64_untouched_hf_float32_paths']:.1e} between the untouched float64 models)", setting,
