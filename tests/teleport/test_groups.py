@@ -151,6 +151,8 @@ def test_diagonal_blocks_of_gl_and_a_permuted_string():
     assert all(blocks[moved[i]] == blocks[moved[j]] for i, j in pairs.tolist()) and int(blocks.max()) == 3
     with pytest.raises(ValueError, match="group"):
         diagonal_blocks(TrivialGroup(4))
+    with pytest.raises(TypeError, match=r"^group: got .*str.* expected a QKGroup"):
+        diagonal_blocks("rope")
 
 
 @pytest.mark.parametrize("kind", ["none", "rope-half", "string", "espr"])

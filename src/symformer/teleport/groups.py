@@ -147,6 +147,8 @@ def diagonal_blocks(group: QKGroup, tol: float = 1e-6) -> torch.Tensor:
     a partition). RoPE / H(d_h): the rotary pairs; GL: every coordinate alone; STRING, ESPR: computed.
     tol (relative): float32 level, since a float32 model's P (STRING) or generators (ESPR) make the basis exact
     only to float32 rounding, and an exact null direction (I is always in A) must not be lost to it."""
+    if not isinstance(group, QKGroup):
+        fail("group", type(group).__name__, "a QKGroup (GL, H, STRING, commutant)", TypeError)
     d = group.head_dim
     if group.dimension == 0:
         fail("group", type(group).__name__, "a group whose algebra holds the identity (GL, H, STRING, commutant)")
