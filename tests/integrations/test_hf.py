@@ -65,13 +65,23 @@ def test_favor_approaches_eager_as_features_grow():
     assert errs[2] < errs[1] < errs[0] and errs[2] < 5e-3, errs
 
 
-def test_favor_built_from_config_runs_in_every_layer():
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("attention", ["favor", "plash"])
+def test_cores_run_and_train_in_every_layer_of_every_family(family, attention):
+    """FAVOR+ built from the config; PLASH through configure (its parameters must exist before the optimizer)."""
     hf.register()
-    model = tiny("qwen2", attn_implementation="symformer_favor", symformer_attention={"n_features": 32})
-    out = _logits(model, ids())
+    if attention == "favor":
+        model = tiny(family, attn_implementation="symformer_favor", symformer_attention={"n_features": 32})
+    else:
+        model = hf.configure(tiny(family), "plash", M=4, D_k=16, causal_block=8, mixer_heads=2)
+    model.train()
+    x = ids()
+    loss = model(x, labels=x).loss
+    loss.backward()
     cores = [layer.self_attn.symformer_core for layer in model.model.layers]
-    assert torch.isfinite(out).all() and len(cores) == 2
-    assert all(type(c).__name__ == "FavorAttention" and c.n_features == 32 for c in cores)
+    assert torch.isfinite(loss) and len(cores) == 2
+    assert all(type(c).__name__ == {"favor": "FavorAttention", "plash": "PlashAttention"}[attention] for c in cores)
+    assert model.model.layers[0].self_attn.q_proj.weight.grad is not None
 
 
 @pytest.mark.parametrize("side", ["left", "right"])

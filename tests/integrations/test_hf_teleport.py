@@ -90,15 +90,16 @@ def test_teleport_symmetry_group_dispatches_and_refuses_approximate_cores():
         hf.symmetry_group(model)
 
 
-@pytest.mark.parametrize("family,positional", [("llama", None), ("llama", "espr"), ("qwen3", None)])
+@pytest.mark.parametrize("family,positional", [("llama", None), ("llama", "espr"), ("qwen3", None), ("gemma", None),
+                                               ("mixtral", None), ("qwen3_moe", None)])
 def test_gradient_action_and_norms_match_autograd(family, positional):
     """grad L(g theta) from autograd equals grad_action(g, grad L(theta)); the inverse undoes g; closed-form
     candidate norms equal the brute-force ones (apply, backward, restore), GQA, the gated-MLP rescaling and
     Qwen3's q/k-norm scalings included."""
-    if family == "qwen3":
-        model = _qwen3()
+    if family in ("qwen3", "qwen3_moe"):
+        model = _qwen3(family=family)
     else:
-        model = _model("llama", positional, {"init_scale": 0.05} if positional else {})
+        model = _model(family, positional, {"init_scale": 0.05} if positional else {})
     x = ids(n=8)
     group = hf.symmetry_group(model, ffn=True)
     params = group.parameters()
@@ -116,7 +117,7 @@ def test_gradient_action_and_norms_match_autograd(family, positional):
     _loss(model, x).backward()
     cands = group.sample(4, 0.3, torch.Generator().manual_seed(4), ffn=True)
     assert isinstance(cands, GroupElement)
-    if family == "qwen3":
+    if family.startswith("qwen3"):
         assert not torch.equal(cands.norm[0], torch.ones_like(cands.norm[0]))
     closed = closed_form_norms(model, group, cands)
     brute = brute_force_norms(model, group, cands, lambda: _loss(model, x))
