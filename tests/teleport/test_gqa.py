@@ -10,7 +10,8 @@ import torch
 from torch import nn
 
 from symformer.positional import RoPE
-from symformer.teleport.groups import AttentionSite, SymmetryGroup, qk_group_for
+from symformer.teleport.groups import AttentionSite, SymmetryGroup
+from symformer.teleport.qk_groups import qk_group_for
 
 D, H, HK, DH, N = 16, 4, 2, 4, 6
 

@@ -7,7 +7,7 @@ Query head h = g r + j reads key head g (HF's repeat_kv is repeat_interleave), s
 q_h^T M k_g whenever U_g^T commutes with every relative rotation M (paper Sec. 3, eq. (9) for RoPE): U must be
 shared by the query heads of one key head, and V by the query heads reading one value head. Head permutations
 permute key groups (their query heads move along). The Q/K group comes from the layer's rotary part
-(teleport.groups.qk_group_for): the native HF RoPE is RoPE in the "half" pairing (H(d_h) on pairs (u, u+Dh/2)),
+(teleport.qk_groups.qk_group_for): the native HF RoPE is RoPE in the "half" pairing (H(d_h) on pairs (u, u+Dh/2)),
 patched parts bring their own (STRING: P H P^T; ESPR, circulant STRING: the commutant). With ffn=True the
 gated MLP down(act(gate x) * up x) also admits up rows <- s * rows, down columns <- columns / s (s > 0 or any
 nonzero s: the product is linear in the up branch).
@@ -29,7 +29,8 @@ from torch import nn
 from symformer._validation import check_int, fail
 from symformer.integrations._hf_common import FAMILIES, attention_modules, n_kv_heads
 from symformer.teleport import groups as _groups
-from symformer.teleport.groups import AttentionSite, SymmetryGroup, TrivialGroup, diagonal_blocks, qk_group_for
+from symformer.teleport.groups import AttentionSite, SymmetryGroup
+from symformer.teleport.qk_groups import TrivialGroup, diagonal_blocks, qk_group_for
 
 
 class _AttentionView:

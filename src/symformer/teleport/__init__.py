@@ -2,17 +2,15 @@
 RoPE in both pairings, STRING, ESPR; ReLU FFNs; head permutations) and Alg. 1 as a Trainer callback."""
 from __future__ import annotations
 
-from symformer.teleport.groups import (
+from symformer.teleport.groups import GroupElement, SymmetryGroup, symmetry_group
+from symformer.teleport.qk_groups import (
     CommutantGroup,
-    GroupElement,
     HGroup,
     QKGroup,
-    SymmetryGroup,
     TrivialGroup,
     commutant_basis,
     diagonal_blocks,
     relative_rotations,
-    symmetry_group,
 )
 from symformer.teleport.teleport import (
     DEFAULT_MAX_CUMULATIVE_RATIO,

@@ -1,0 +1,189 @@
+"""Per-layer Q/K groups: which U (q -> U q, k -> U^{-T} k) keep the attention logits of one head, given its
+rotary part (teleportation paper Sec. 3; RoPE: H(d_h) of eq. (9); STRING, ESPR: ours), and `diagonal_blocks`, the
+diagonal part of such a group (the q/k-norm scalings of Qwen3-style layers). The whole-model group is in groups.py.
+"""
+from __future__ import annotations
+
+import torch
+
+from symformer._validation import fail
+from symformer.positional.base import RotaryPositional
+
+
+# ---------------------------------------------------------------- per-layer Q/K groups
+class QKGroup:
+    """The group acting on one head's (Q, K) pair: U with q -> U q, k -> U^{-T} k, scores unchanged.
+
+    Every group here is the set of invertible elements of a matrix algebra A (closed under products,
+    containing I); `basis` (k, Dh, Dh) spans A, so elements near the identity are I + sum c_k B_k."""
+
+    kind = "gl"
+
+    def __init__(self, head_dim: int, basis: torch.Tensor | None = None):
+        self.head_dim = head_dim
+        self._basis = basis
+
+    @property
+    def dimension(self) -> int:
+        return self.head_dim ** 2 if self._basis is None else int(self._basis.shape[0])
+
+    def basis(self, dtype=torch.float64) -> torch.Tensor:
+        if self._basis is None:
+            return torch.eye(self.head_dim ** 2, dtype=dtype).view(-1, self.head_dim, self.head_dim)
+        return self._basis.to(dtype)
+
+    def from_coeffs(self, c: torch.Tensor) -> torch.Tensor:
+        """I + sum_k c_k B_k for coefficients c (..., k) -> (..., Dh, Dh); differentiable in c."""
+        eye = torch.eye(self.head_dim, dtype=c.dtype, device=c.device)
+        if self._basis is None:
+            return eye + c.reshape(*c.shape[:-1], self.head_dim, self.head_dim)
+        return eye + torch.einsum("...k,kij->...ij", c, self._basis.to(c.dtype).to(c.device))
+
+    def random(self, shape: tuple[int, ...], gen: torch.Generator, dtype=torch.float64,
+               scale: float = 0.5) -> torch.Tensor:
+        """A generic (not near-identity, not diagonal) element, for invariance checks."""
+        c = scale * torch.randn(*shape, self.dimension, generator=gen, dtype=dtype)
+        return self.from_coeffs(c)
+
+    def near_identity(self, shape: tuple[int, ...], alpha: float, gen: torch.Generator,
+                      dtype=torch.float64) -> torch.Tensor:
+        """Sec. 4: diag(x_1..x_n) with x_i ~ U[1 - alpha, 1 + alpha]."""
+        x = 1 + alpha * (2 * torch.rand(*shape, self.head_dim, generator=gen, dtype=dtype) - 1)
+        return torch.diag_embed(x)
+
+    def contains(self, u: torch.Tensor, rel: torch.Tensor) -> torch.Tensor:
+        """max |U^T M - M U^T| over relative rotations rel (R, Dh, Dh); for tests and diagnostics."""
+        ut = u.transpose(-1, -2)[..., None, :, :]
+        return (ut @ rel - rel @ ut).abs().amax()
+
+
+class HGroup(QKGroup):
+    """H(d_h), eq. (9): on each rotary pair (i, j) the block [[a, -b], [b, a]]; `orth` conjugates it
+    (STRING: P H P^T)."""
+
+    kind = "h"
+
+    def __init__(self, head_dim: int, pairs: torch.Tensor, orth: torch.Tensor | None = None):
+        self.head_dim = head_dim
+        self.pairs = pairs.long()
+        self.orth = orth
+        if orth is not None:
+            self.kind = "string"
+        super().__init__(head_dim, self._make_basis())
+
+    def _make_basis(self) -> torch.Tensor:
+        d, m = self.head_dim, self.pairs.shape[0]
+        b = torch.zeros(2 * m, d, d, dtype=torch.float64)
+        for u, (i, j) in enumerate(self.pairs.tolist()):
+            b[2 * u, i, i] = b[2 * u, j, j] = 1.0          # a_u P_u
+            b[2 * u + 1, j, i], b[2 * u + 1, i, j] = 1.0, -1.0  # b_u J_u (J = [[0, -1], [1, 0]])
+        if self.orth is not None:
+            p = self.orth.to(torch.float64)
+            b = p @ b @ p.T
+        return b
+
+    def near_identity(self, shape, alpha, gen, dtype=torch.float64):
+        """NOTES 4: one scale a_u ~ U[1 - alpha, 1 + alpha] per rotary pair, b_u = 0."""
+        a = 1 + alpha * (2 * torch.rand(*shape, self.pairs.shape[0], generator=gen, dtype=dtype) - 1)
+        c = torch.zeros(*shape, 2 * self.pairs.shape[0], dtype=dtype)
+        c[..., 0::2] = a - 1
+        return self.from_coeffs(c)
+
+
+class CommutantGroup(QKGroup):
+    """ESPR, circulant STRING and any rotary part without a closed form (the default of
+    RotaryPositional.qk_symmetry): U^T must commute with every relative rotation M = R(r_i)^T R(r_j); the
+    commutant is the null space of X -> X M - M X (orthonormal basis in the Frobenius inner product)."""
+
+    kind = "commutant"
+
+    def near_identity(self, shape, alpha, gen, dtype=torch.float64):
+        # near the identity only: coefficients in U[-alpha, alpha] on a Frobenius-orthonormal basis,
+        # the same radius as the GL diagonal sampling (whose basis E_rr is orthonormal too)
+        c = alpha * (2 * torch.rand(*shape, self.dimension, generator=gen, dtype=dtype) - 1)
+        return self.from_coeffs(c)
+
+
+class TrivialGroup(QKGroup):
+    """{I}: layers whose W_Q / W_K no invertible U passes through (Qwen3's per-head RMSNorm on q and k before the
+    rotation: norm(U q) != U norm(q) unless U is orthogonal and commutes with the norm weights, which trained
+    weights leave to +-1); their Q/K symmetry acts on the norm weights instead (`AttentionSite.norm_blocks`)."""
+
+    kind = "trivial"
+
+    def __init__(self, head_dim: int):
+        super().__init__(head_dim, torch.zeros(0, head_dim, head_dim, dtype=torch.float64))
+
+    def random(self, shape, gen, dtype=torch.float64, scale: float = 0.5):
+        return torch.eye(self.head_dim, dtype=dtype).expand(*shape, -1, -1).clone()
+
+    def near_identity(self, shape, alpha, gen, dtype=torch.float64):
+        return self.random(shape, gen, dtype)
+
+
+def diagonal_blocks(group: QKGroup, tol: float = 1e-6) -> torch.Tensor:
+    """(Dh,) block index of each coordinate: D = diag(d) is in the group's algebra A iff d is constant on every
+    block (the diagonal part of A is a unital algebra of diagonal matrices, hence spanned by the indicators of
+    a partition). RoPE / H(d_h): the rotary pairs; GL: every coordinate alone; STRING, ESPR: computed.
+    tol (relative): float32 level, since a float32 model's P (STRING) or generators (ESPR) make the basis exact
+    only to float32 rounding, and an exact null direction (I is always in A) must not be lost to it."""
+    if not isinstance(group, QKGroup):
+        fail("group", type(group).__name__, "a QKGroup (GL, H, STRING, commutant)", TypeError)
+    d = group.head_dim
+    if group.dimension == 0:
+        fail("group", type(group).__name__, "a group whose algebra holds the identity (GL, H, STRING, commutant)")
+    if type(group) is QKGroup and group._basis is None:  # GL(d_h): every diagonal matrix
+        return torch.arange(d)
+    b = group.basis()
+    off = (b * (1 - torch.eye(d, dtype=b.dtype))).reshape(b.shape[0], -1)
+    # coefficients c with sum_k c_k B_k diagonal: the null space of c -> off^T c
+    _, sv, vh = torch.linalg.svd(off.T, full_matrices=True)
+    rank = int((sv > tol * max(float(sv.max()) if sv.numel() else 0.0, 1.0)).sum())
+    diag = vh[rank:] @ torch.diagonal(b, dim1=-2, dim2=-1)  # (r, Dh): spans the diagonal part of A
+    diag = diag / diag.abs().amax(-1, keepdim=True).clamp_min(1e-300)
+    blocks = torch.full((d,), -1, dtype=torch.long)
+    for i in range(d):  # i and j share a block iff every spanning vector agrees on them
+        if blocks[i] < 0:
+            same = (diag - diag[:, i:i + 1]).abs().amax(0) <= 10 * tol
+            blocks[same & (blocks < 0)] = int(blocks.max()) + 1
+    return blocks
+
+
+def commutant_basis(rel: torch.Tensor, tol: float = 1e-9) -> torch.Tensor:
+    """Orthonormal basis (k, D, D) of {X : X M = M X for all M in rel (R, D, D)}."""
+    rel = rel.to(torch.float64)
+    d = rel.shape[-1]
+    eye = torch.eye(d, dtype=torch.float64)
+    # vec(X M - M X) = (M^T kron I - I kron M) vec(X) with row-major vec: use the Gram of the stacked maps
+    gram = torch.zeros(d * d, d * d, dtype=torch.float64)
+    for m in rel:
+        k = torch.kron(eye, m.T.contiguous()) - torch.kron(m.contiguous(), eye)
+        gram += k.T @ k
+    evals, evecs = torch.linalg.eigh(gram)
+    null = evecs[:, evals <= tol * max(float(evals.abs().max()), 1.0)]
+    return null.T.reshape(-1, d, d)
+
+
+def relative_rotations(rotary: RotaryPositional, positions: torch.Tensor) -> torch.Tensor:
+    """All M(r_i)^T M(r_j) for the given positions (N, C) -> (N*N, Dh, Dh) in float64 (the rotations the
+    logits see, `RotaryPositional.logit_matrix`)."""
+    return rotary.relative_rotations(positions)
+
+
+def qk_group_for(rotary: RotaryPositional | None, head_dim: int, positions: torch.Tensor | None = None) -> QKGroup:
+    """The Q/K group allowed by a layer's rotary part (None: no rotation, GL(d_h)), as the part declares it
+    (`RotaryPositional.qk_symmetry`): GL, H on the rotary pairs, P H P^T, or a commutant."""
+    if rotary is None:
+        return QKGroup(head_dim)
+    if not isinstance(rotary, RotaryPositional):
+        fail("positional", type(rotary).__name__, "a RotaryPositional part (or None)", TypeError)
+    try:
+        sym = rotary.qk_symmetry(positions)
+    except NotImplementedError as e:  # a part that declares neither its group nor its rotation matrices
+        fail("positional", type(rotary).__name__, f"a rotary part with a known symmetry group ({e} is missing: "
+             "define qk_symmetry or matrix)")
+    if sym.kind == "h":
+        return HGroup(head_dim, sym.pairs, orth=sym.orth)
+    if sym.kind == "commutant":
+        return CommutantGroup(head_dim, commutant_basis(sym.relative))
+    return QKGroup(head_dim)
