@@ -232,7 +232,22 @@ def test_qwen3_float32_string_blocks_follow_the_learned_rotation():
     assert tele.callback.group.sites[0].norm_blocks.tolist() == [0] * 8
 
 
-def test_moe_experts_get_no_mlp_rescaling_and_dense_mlps_do():
-    """Fused 3-D expert weights (Mixtral, Qwen3-MoE) are left out of the MLP part; a dense gated MLP is in it."""
-    assert hf.symmetry_group(_model("mixtral", None, {}), ffn=True).ffns == []
-    assert len(hf.symmetry_group(_model("llama", None, {}), ffn=True).ffns) == 2
+def test_moe_experts_are_rescaled_per_expert_and_the_rescaling_can_fail():
+    """Fused 3-D expert weights (Mixtral, Qwen3-MoE): up rows * s, down columns / s per expert keep the logits (and
+    move the weights); scaling a gate row instead (act is not linear) changes them."""
+    model, x = _model("mixtral", None, {}), ids()
+    group = hf.symmetry_group(model, ffn=True)
+    experts = model.model.layers[0].mlp.experts
+    assert len(group.experts) == 2 and group.experts[0].gate_up is experts.gate_up_proj
+    assert hf.symmetry_group(model).experts == []  # ffn=False: attention only
+    with torch.no_grad():
+        ref = model(x).logits
+        before = experts.gate_up_proj.detach().clone()
+        g = group.identity()
+        g.experts[0] = torch.exp(0.5 * torch.randn(group.experts[0].shape, generator=torch.Generator().manual_seed(0),
+                                                   dtype=torch.float64))
+        group.apply(model, g)
+        assert (experts.gate_up_proj - before).abs().max() > 1e-3
+        assert (model(x).logits - ref).abs().max() <= 1e-10 * ref.abs().max()
+        experts.gate_up_proj[:, :group.experts[0].shape[1]] *= 1.5  # the gate rows (the first I of 2 I)
+        assert (model(x).logits - ref).abs().max() > 1e-4

@@ -10,7 +10,7 @@ permute key groups (their query heads move along). The Q/K group comes from the 
 (teleport.qk_groups.qk_group_for): the native HF RoPE is RoPE in the "half" pairing (H(d_h) on pairs (u, u+Dh/2)),
 patched parts bring their own (STRING: P H P^T; ESPR, circulant STRING: the commutant). With ffn=True the
 gated MLP down(act(gate x) * up x) also admits up rows <- s * rows, down columns <- columns / s (s > 0 or any
-nonzero s: the product is linear in the up branch).
+nonzero s: the product is linear in the up branch), each MoE expert too (teleport.groups.FusedExperts).
 Qwen3 normalises q and k per head (RMSNorm, weights w_q, w_k of shape (Dh,)) between the projections and the
 rotation, so no U passes through W_Q / W_K there (an H(d_h) factor changes the logits); its Q/K symmetry is
 w_q <- d w_q, w_k <- w_k / d with diag(d) in the rotary's group: d constant on each RoPE pair for the native
@@ -29,7 +29,7 @@ from torch import nn
 from symformer._validation import check_int, fail
 from symformer.integrations._hf_common import FAMILIES, attention_modules, n_kv_heads
 from symformer.teleport import groups as _groups
-from symformer.teleport.groups import AttentionSite, SymmetryGroup
+from symformer.teleport.groups import AttentionSite, FusedExperts, SymmetryGroup
 from symformer.teleport.qk_groups import TrivialGroup, diagonal_blocks, qk_group_for
 
 
@@ -57,6 +57,19 @@ class _GLUView:
         self.up, self.down = mlp.up_proj, mlp.down_proj
 
 
+def _fused_experts(model: nn.Module) -> list[FusedExperts]:
+    """The MoE expert blocks stored as gate_up_proj (E, 2 I, d) and down_proj (E, d, I) (transformers 5's Mixtral /
+    Qwen3-MoE layout, gate rows first); another layout is left out rather than guessed."""
+    d, out = int(model.config.hidden_size), []
+    for m in model.modules():
+        gu, dn = getattr(m, "gate_up_proj", None), getattr(m, "down_proj", None)
+        if isinstance(gu, nn.Parameter) and isinstance(dn, nn.Parameter) and gu.ndim == 3 and dn.ndim == 3:
+            e, i = dn.shape[0], dn.shape[-1]
+            if tuple(gu.shape) == (e, 2 * i, d) and tuple(dn.shape) == (e, d, i):
+                out.append(FusedExperts(gu, dn))
+    return out
+
+
 class GQASymmetryGroup(SymmetryGroup):
     """SymmetryGroup of an HF Llama-family model (module docstring): its sites carry `kv_heads`, so elements
     have one factor per key head; the actions are teleport.groups' grouped-query ones."""
@@ -68,7 +81,7 @@ def _is_hf_family(model: nn.Module) -> bool:
 
 def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn: bool = False) -> SymmetryGroup:
     """The symmetry group of a Llama-family model (_hf_common.FAMILIES; module docstring; on Qwen3 the Q/K part
-    acts on the q/k norm weights; MoE experts stored as fused 3-D weights get no MLP rescaling); any other model
+    acts on the q/k norm weights; fused MoE experts: teleport.groups.FusedExperts); any other model
     goes to symformer.teleport.symmetry_group. positions: (N, 1) positions for the ESPR commutant (default: generic
     points). ffn: include the gated MLP's up/down rescaling.
     ValueError for an approximate attention core."""
@@ -90,7 +103,7 @@ def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn:
             sites.append(AttentionSite(names[id(attn)], view, TrivialGroup(view.head_dim), hk, attn.q_norm.weight,
                                        attn.k_norm.weight, diagonal_blocks(grp)))
     mlps = [_GLUView(m) for m in model.modules() if hasattr(m, "up_proj") and hasattr(m, "down_proj")] if ffn else []
-    return GQASymmetryGroup(sites, mlps, positions)
+    return GQASymmetryGroup(sites, mlps, positions, _fused_experts(model) if ffn else [])
 
 
 def _build_for_teleport(model, positions, ffn):

@@ -74,10 +74,27 @@ class AttentionSite:
 
 
 @dataclass
+class FusedExperts:
+    """Mixture-of-experts MLPs stored as two 3-D weights (HF Mixtral, Qwen3-MoE): expert e computes
+    down[e] (act(x gate[e]^T) * (x up[e]^T)) with gate_up[e] = cat(gate[e], up[e]) of shape (2 I, d) and down[e] of
+    shape (d, I). The product is linear in the up branch, so up rows <- s rows, down columns <- columns / s
+    (any s != 0 per expert and hidden unit; the router never sees these weights) keeps every output."""
+
+    gate_up: nn.Parameter
+    down: nn.Parameter
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(n_experts, I)."""
+        return int(self.down.shape[0]), int(self.down.shape[-1])
+
+
+@dataclass
 class GroupElement:
     """One element per attention layer: qk (H, Dh, Dh), vo (H, Dh, Dh), optional head permutation (H,);
     per ReLU FFN an optional positive scaling (d_ff,); per layer with query/key norms an optional positive
-    scaling per norm block (n_blocks,) (AttentionSite; None or an empty list: the identity). Action: first the
+    scaling per norm block (n_blocks,) (AttentionSite; None or an empty list: the identity); per block of fused
+    MoE experts an optional scaling (n_experts, d_expert) (FusedExperts). Action: first the
     per-head matrices, then the permutation (new head i = transformed old head perm[i])."""
 
     qk: list[torch.Tensor]
@@ -85,6 +102,7 @@ class GroupElement:
     perm: list[torch.Tensor | None] = field(default_factory=list)
     ffn: list[torch.Tensor] = field(default_factory=list)
     norm: list[torch.Tensor | None] = field(default_factory=list)
+    experts: list[torch.Tensor] = field(default_factory=list)
 
 
 def _heads_rows(w: torch.Tensor, h: int) -> torch.Tensor:
@@ -124,8 +142,10 @@ class SymmetryGroup:
     """The symmetry group of a model: per attention layer S_h x (G_QK x GL(d_h))^h, plus positive
     diagonal rescaling of ReLU FFN hidden units."""
 
-    def __init__(self, sites: list[AttentionSite], ffns: list[nn.Module], positions: torch.Tensor | None = None):
+    def __init__(self, sites: list[AttentionSite], ffns: list[nn.Module], positions: torch.Tensor | None = None,
+                 experts: list[FusedExperts] | None = None):
         self.sites, self.ffns, self.positions = sites, ffns, positions
+        self.experts = list(experts or [])
 
     def dependent_parameters(self) -> list[nn.Parameter]:
         """Trainable parameters the group itself depends on (STRING's P, ESPR generators). L(g theta, phi) =
@@ -153,7 +173,8 @@ class SymmetryGroup:
     def __repr__(self) -> str:
         kinds = sorted({s.qk.kind for s in self.sites})
         norms = sum(s.norm_blocks is not None for s in self.sites)
-        return f"SymmetryGroup(layers={len(self.sites)}, qk={kinds}, relu_ffns={len(self.ffns)}, qk_norms={norms})"
+        return (f"SymmetryGroup(layers={len(self.sites)}, qk={kinds}, relu_ffns={len(self.ffns)}, qk_norms={norms}, "
+                f"moe_experts={len(self.experts)})")
 
     def qk_dimensions(self) -> list[int]:
         return [s.qk.dimension for s in self.sites]
@@ -164,7 +185,8 @@ class SymmetryGroup:
             return torch.eye(s.head_dim, dtype=dtype).expand(s.n_heads, -1, -1).clone()
         return GroupElement([eye(s) for s in self.sites], [eye(s) for s in self.sites], [None] * len(self.sites),
                             [torch.ones(f.up.out_features, dtype=dtype) for f in self.ffns],
-                            self._norms(lambda s: torch.ones(s.n_blocks, dtype=dtype)))
+                            self._norms(lambda s: torch.ones(s.n_blocks, dtype=dtype)),
+                            [torch.ones(x.shape, dtype=dtype) for x in self.experts])
 
     def _norms(self, make) -> list[torch.Tensor | None]:
         """Per site: make(site) where the site has query/key norms, else None."""
@@ -179,7 +201,9 @@ class SymmetryGroup:
         sc = [torch.exp(scale * torch.randn(f.up.out_features, generator=gen, dtype=dtype)) if ffn
               else torch.ones(f.up.out_features, dtype=dtype) for f in self.ffns]
         nm = self._norms(lambda s: torch.exp(scale * torch.randn(s.n_blocks, generator=gen, dtype=dtype)))
-        return GroupElement(qk, vo, perm, sc, nm)
+        ex = [torch.exp(scale * torch.randn(x.shape, generator=gen, dtype=dtype)) if ffn
+              else torch.ones(x.shape, dtype=dtype) for x in self.experts]
+        return GroupElement(qk, vo, perm, sc, nm, ex)
 
     def sample(self, n: int, alpha: float, gen: torch.Generator, dtype=torch.float64,
                ffn: bool = False) -> GroupElement:
@@ -192,12 +216,15 @@ class SymmetryGroup:
               else torch.ones(n, f.up.out_features, dtype=dtype) for f in self.ffns]
         # the norm scalings belong to the attention group (like H's per-pair scales): always sampled
         nm = self._norms(lambda s: 1 + alpha * (2 * torch.rand(n, s.n_blocks, generator=gen, dtype=dtype) - 1))
-        return GroupElement(qk, vo, [None] * len(self.sites), sc, nm)
+        ex = [1 + alpha * (2 * torch.rand(n, *x.shape, generator=gen, dtype=dtype) - 1) if ffn
+              else torch.ones(n, *x.shape, dtype=dtype) for x in self.experts]
+        return GroupElement(qk, vo, [None] * len(self.sites), sc, nm, ex)
 
     @staticmethod
     def pick(cands: GroupElement, i: int) -> GroupElement:
         return GroupElement([u[i] for u in cands.qk], [v[i] for v in cands.vo], [None] * len(cands.qk),
-                            [s[i] for s in cands.ffn], [None if s is None else s[i] for s in cands.norm])
+                            [s[i] for s in cands.ffn], [None if s is None else s[i] for s in cands.norm],
+                            [s[i] for s in cands.experts])
 
     def inverse(self, g: GroupElement) -> GroupElement:
         qk, vo, perm = [], [], []
@@ -208,7 +235,8 @@ class SymmetryGroup:
             qk.append(ui)
             vo.append(vi)
             perm.append(p)
-        return GroupElement(qk, vo, perm, [1 / s for s in g.ffn], [None if s is None else 1 / s for s in g.norm])
+        return GroupElement(qk, vo, perm, [1 / s for s in g.ffn], [None if s is None else 1 / s for s in g.norm],
+                            [1 / s for s in g.experts])
 
     def _norm_parts(self, g: GroupElement):
         """(site, d) for each site with query/key norms that g moves: d (..., Dh) the per-coordinate scaling."""
@@ -245,6 +273,11 @@ class SymmetryGroup:
         for site, d in self._norm_parts(g):
             d = d.to(site.q_norm.dtype)
             out[id(site.q_norm)], out[id(site.k_norm)] = site.q_norm * d, site.k_norm / d
+        for x, s in zip(self.experts, g.experts, strict=False):  # up rows * s, down columns / s (FusedExperts)
+            s = s.to(x.gate_up.dtype)
+            gu, i = x.gate_up, x.shape[1]
+            out[id(gu)] = torch.cat((gu[:, :i], gu[:, i:] * s[..., None]), 1)
+            out[id(x.down)] = x.down / s[:, None, :]
         return out
 
     def parameters(self) -> list[nn.Parameter]:
@@ -256,6 +289,7 @@ class SymmetryGroup:
             ps += [lin.bias for lin in (m.q_proj, m.k_proj, m.v_proj) if lin.bias is not None]
         for f in self.ffns:
             ps += [f.up.weight, f.down.weight] + ([f.up.bias] if f.up.bias is not None else [])
+        ps += [p for x in self.experts for p in (x.gate_up, x.down)]
         return ps + [p for s in self.sites if s.norm_blocks is not None for p in (s.q_norm, s.k_norm)]
 
     @torch.no_grad()
@@ -297,6 +331,13 @@ class SymmetryGroup:
             for par, fac in ((site.q_norm, 1 / d), (site.k_norm, d)):
                 if id(par) in tensors:
                     out[id(par)] = tensors[id(par)] * fac
+        for x, s in zip(self.experts, g.experts, strict=False):  # up-row gradients / s, down-column gradients * s
+            s, i = s.to(x.gate_up.dtype), x.shape[1]
+            if id(x.gate_up) in tensors:
+                t = tensors[id(x.gate_up)]
+                out[id(x.gate_up)] = torch.cat((t[:, :i], t[:, i:] / s[..., None]), 1)
+            if id(x.down) in tensors:
+                out[id(x.down)] = tensors[id(x.down)] * s[:, None, :]
         return out
 
     # ---- closed-form norms of the transformed gradient for many candidates (one backward pass)
@@ -331,6 +372,13 @@ class SymmetryGroup:
             for par, fac in ((site.q_norm, 1 / d2), (site.k_norm, d2)):
                 if grads.get(id(par)) is not None:
                     total = total + (_vec_sq(grads[id(par)]) * fac).sum(-1)
+        for x, s in zip(self.experts, cands.experts, strict=False):
+            s2, i = s.to(torch.float64) ** 2, x.shape[1]
+            gu, gd = grads.get(id(x.gate_up)), grads.get(id(x.down))
+            if gu is not None:  # squared norms of the up rows (n_experts, d_expert); the gate rows do not move
+                total = total + (_row_sq(gu[:, i:]) / s2).sum((-1, -2)) + _row_sq(gu[:, :i]).sum()
+            if gd is not None:  # of the down columns
+                total = total + (gd.to(torch.float64).pow(2).sum(1) * s2).sum((-1, -2))
         return total
 
     @staticmethod
