@@ -14,7 +14,7 @@ from symformer.teleport import GroupElement, brute_force_norms, closed_form_norm
 
 CASES = [("llama", None, {}), ("llama", "rope", {}), ("mistral", "string", {"init_scale": 0.3}),
          ("qwen2", "espr", {"init_scale": 0.05}), ("llama", "circulant_string", {}), ("gemma", None, {}),
-         ("gemma", "string", {"init_scale": 0.3}), ("mixtral", None, {})]
+         ("gemma", "string", {"init_scale": 0.3}), ("mixtral", None, {}), ("gemma2", "espr", {"init_scale": 0.05})]
 
 
 def _model(family, positional, opts, kv_heads=2):
@@ -91,7 +91,7 @@ def test_teleport_symmetry_group_dispatches_and_refuses_approximate_cores():
 
 
 @pytest.mark.parametrize("family,positional", [("llama", None), ("llama", "espr"), ("qwen3", None), ("gemma", None),
-                                               ("mixtral", None), ("qwen3_moe", None)])
+                                               ("mixtral", None), ("qwen3_moe", None), ("gemma2", None)])
 def test_gradient_action_and_norms_match_autograd(family, positional):
     """grad L(g theta) from autograd equals grad_action(g, grad L(theta)); the inverse undoes g; closed-form
     candidate norms equal the brute-force ones (apply, backward, restore), GQA, the gated-MLP rescaling and

@@ -40,7 +40,11 @@ FAMILY_MODELS = {"llama": ("LlamaConfig", "LlamaForCausalLM", {}),
                  "gemma": ("GemmaConfig", "GemmaForCausalLM", {}),
                  "mixtral": ("MixtralConfig", "MixtralForCausalLM", {"num_local_experts": 4, **_MOE}),
                  "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM",
-                               {"num_experts": 4, "moe_intermediate_size": 32, **_MOE})}
+                               {"num_experts": 4, "moe_intermediate_size": 32, **_MOE}),
+                 # Gemma 2: sliding window shorter than the sequence, logit soft-cap, scale other than 1/sqrt(Dh)
+                 "gemma2": ("Gemma2Config", "Gemma2ForCausalLM",
+                            {"sliding_window": 6, "attn_logit_softcapping": 5.0, "final_logit_softcapping": None,
+                             "query_pre_attn_scalar": 12})}
 
 
 def _tiny(dtype, positional=None, seed=0, attn="eager", init=0.2, family="llama", **opts):
@@ -191,7 +195,7 @@ def run(ctx: RunContext) -> ExperimentResult:
     res.config.update({"train": {k: v for k, v in tr.items() if k != "runs"},
                        "curves": tr["runs"], "string_control_err": par["string_control"]})
     setting = ("tiny LlamaForCausalLM (d 32, 2 layers, 4 query / 2 key heads, Dh 8), 2 x 48 tokens, 1 seed; the f64 "
-               "parity also on the same tiny Mistral, Qwen2, Qwen3, Gemma, Mixtral and Qwen3-MoE")
+               "parity also on the same tiny Mistral, Qwen2, Qwen3, Gemma, Gemma 2, Mixtral and Qwen3-MoE")
     res.claims += [
         _claim("T2.4-hf", "symformer RoPE in the half pairing with the model's frequencies is HF Llama's RoPE",
                "ESPR T2.4-T2.7 (RoPE: U = I), rotate-half layout", f"max |dlogit| f32 {par['f32']:.2e}, f64 "

@@ -10,7 +10,7 @@ from symformer._validation import fail
 #: config.model_type -> attention class of the families that share Llama's rotary code path
 FAMILIES = {"llama": "LlamaAttention", "mistral": "MistralAttention", "qwen2": "Qwen2Attention",
             "qwen3": "Qwen3Attention", "gemma": "GemmaAttention", "mixtral": "MixtralAttention",
-            "qwen3_moe": "Qwen3MoeAttention"}
+            "qwen3_moe": "Qwen3MoeAttention", "gemma2": "Gemma2Attention"}
 MIN_VERSION = (4, 48)  # the release that introduced AttentionInterface
 
 

@@ -20,6 +20,7 @@ generators (T2.3 with U = I), so an ESPR-patched model is the unpatched one unti
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 import torch
@@ -60,13 +61,25 @@ def _attention_forward(self, hidden_states, position_embeddings=None, attention_
         k, v = cache.update(k, v, self.layer_idx, {"cache_position": cache_position})
     module = sys.modules[type(self).__mro__[1].__module__]
     interface = _interface(self.config._attn_implementation, module.eager_attention_forward)
-    scale = self.rotary.scale if self.rotary.scale is not None else self.scaling  # ESPR: 1/sqrt(d_act), T4.4
-    if self.config.model_type != "llama":  # Mistral / Qwen2 / Qwen3 pass their sliding window on (None elsewhere)
+    scale = _scale(self)
+    if self.config.model_type != "llama":  # Mistral / Qwen2 / Qwen3 / Gemma 2 pass their sliding window on
         window = getattr(self, "sliding_window", getattr(self.config, "sliding_window", None))
         kwargs.setdefault("sliding_window", window)
+    if getattr(self, "attn_logit_softcapping", None) is not None:  # Gemma 2: cap * tanh(logits / cap)
+        kwargs.setdefault("softcap", self.attn_logit_softcapping)
     dropout = 0.0 if not self.training else self.attention_dropout
     out, weights = interface(self, q, k, v, attention_mask, dropout=dropout, scaling=scale, **kwargs)
     return self.o_proj(out.reshape(*input_shape, -1).contiguous()), weights
+
+
+def _scale(attn) -> float:
+    """The logit scale: the model's own, except ESPR's 1/sqrt(d_act) (T4.4) in place of 1/sqrt(head_dim), taken
+    relative to the model's scale where that is not 1/sqrt(head_dim) (Gemma 2's query_pre_attn_scalar)."""
+    part = attn.rotary.scale
+    if part is None:
+        return attn.scaling
+    ratio = attn.scaling * math.sqrt(attn.head_dim)
+    return part if math.isclose(ratio, 1.0, rel_tol=1e-12) else part * ratio
 
 
 def _interface(name, eager):
