@@ -240,7 +240,7 @@ def test_patch_bad_input():
 def test_generation_with_cache():
     """Decoding with the KV cache: patched RoPE generates the native model's tokens; FAVOR+ decodes (Nq = 1)."""
     x = ids(n=8)
-    for family in ("llama", "gemma"):
+    for family in ("llama", "gemma", "gemma2"):  # gemma2: a sliding window of 6 over 14 tokens in the cache
         native = tiny(family).generate(x, max_new_tokens=6, do_sample=False)
         assert torch.equal(_patched(family, "rope", torch.float32).generate(x, max_new_tokens=6, do_sample=False),
                            native)
