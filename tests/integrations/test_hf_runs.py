@@ -19,10 +19,10 @@ def test_hf_parity_covers_every_supported_family():
     assert set(FAMILY_MODELS) == set(FAMILIES)
 
 
-def test_hf_teleport_invariance_rows_include_qwen3():
-    from symformer.experiments.hf import teleport_invariance
+def test_hf_teleport_invariance_rows_cover_every_family():
+    from symformer.experiments.hf import FAMILY_MODELS, teleport_invariance
     tel = teleport_invariance(0)
-    assert set(tel) == {"native_rope", "string", "espr", "qwen3_native_rope"}
+    assert set(tel) == {"native_rope", "string", "espr"} | {f"{f}_native_rope" for f in FAMILY_MODELS if f != "llama"}
     assert max(tel.values()) <= 1e-10
 
 

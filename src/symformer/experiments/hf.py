@@ -113,8 +113,10 @@ def teleport_invariance(seed: int) -> dict:
     from symformer.integrations.hf import exact_float64
     x = torch.randint(0, 40, (2, 24), generator=torch.Generator().manual_seed(seed))
     out = {}
-    for name, pos, opts in (("native_rope", None, {}), ("string", "string", {"init_scale": 0.3}),
-                            ("espr", "espr", {"init_scale": 0.05}), ("qwen3_native_rope", None, {"family": "qwen3"})):
+    cases = [("native_rope", None, {}), ("string", "string", {"init_scale": 0.3}),
+             ("espr", "espr", {"init_scale": 0.05})]
+    cases += [(f"{fam}_native_rope", None, {"family": fam}) for fam in FAMILY_MODELS if fam != "llama"]
+    for name, pos, opts in cases:
         model = exact_float64(_tiny(torch.float64, pos, seed, **opts))
         ref = _logits(model, x)
         group = hf.symmetry_group(model, ffn=True)
@@ -220,8 +222,10 @@ def run(ctx: RunContext) -> ExperimentResult:
                "teleportation paper Sec. 3, eq. (9) (RoPE: H(d_h)); STRING/ESPR groups are ours",
                ", ".join(f"{k}: {v:.1e}" for k, v in tel.items()), max(tel.values()) <= 1e-10,
                "float64, one random element (scale 0.5, head permutations, gated-MLP rescaling) per model, "
-               "max relative logit change; Qwen3 (per-head q/k norms before the rotation): the Q/K part rescales the "
-               "norm weights, constant on each RoPE pair (ours)", setting, "MHA without GQA; RoPE only"),
+               "max relative logit change; Llama with native RoPE, STRING, ESPR, and every other family with its "
+               "native RoPE. Qwen3 (per-head q/k norms before the rotation): the Q/K part rescales the norm weights, "
+               "constant on each RoPE pair; MoE: per-expert MLP rescaling (ours)", setting,
+               "MHA without GQA; RoPE only"),
     ]
     fig = _figure(ctx, tr["runs"])
     if fig:
