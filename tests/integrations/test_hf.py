@@ -69,17 +69,21 @@ def test_favor_approaches_eager_as_features_grow():
 @pytest.mark.parametrize("attention", ["favor", "plash"])
 def test_cores_run_and_train_in_every_layer_of_every_family(family, attention):
     """FAVOR+ built from the config; PLASH through configure (its parameters must exist before the optimizer).
-    Gemma 2's logit soft-cap is refused by name (neither kernel approximates a capped softmax)."""
+    Refused by name: Gemma 2's logit soft-cap (neither kernel approximates a capped softmax) and a sliding window
+    shorter than the sequence (Gemma 3's sliding layer); with a window covering the sequence Gemma 3 runs."""
     hf.register()
-    if family == "gemma2":
+    refusals = {"gemma2": r"^attn_logit_softcapping: got 5\.0", "gemma3_text": r"^attention_mask: got .*sliding window"}
+    kw = {"sliding_window": 64} if family == "gemma3_text" else {}
+    if family in refusals:
         model = hf.configure(tiny(family), attention, **({"n_features": 32} if attention == "favor" else {}))
-        with pytest.raises(ValueError, match=r"^attn_logit_softcapping: got 5\.0"):
+        with pytest.raises(ValueError, match=refusals[family]):
             _logits(model, ids())
-        return
+        if not kw:
+            return
     if attention == "favor":
-        model = tiny(family, attn_implementation="symformer_favor", symformer_attention={"n_features": 32})
+        model = tiny(family, attn_implementation="symformer_favor", symformer_attention={"n_features": 32}, **kw)
     else:
-        model = hf.configure(tiny(family), "plash", M=4, D_k=16, causal_block=8, mixer_heads=2)
+        model = hf.configure(tiny(family, **kw), "plash", M=4, D_k=16, causal_block=8, mixer_heads=2)
     model.train()
     x = ids()
     loss = model(x, labels=x).loss
@@ -182,7 +186,7 @@ def test_patched_parameters_train_and_round_trip(tmp_path):
         assert (_logits(loaded.eval(), x) - _logits(model, x)).abs().max().item() == 0.0
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen3", "gemma"])
+@pytest.mark.parametrize("family", ["llama", "qwen3", "gemma", "gemma3_text"])
 @pytest.mark.parametrize("positional,opts", [("rope", {}), ("string", {"init_scale": 0.1}),
                                              ("circulant_string", {}), ("espr", {"init_scale": 0.1})])
 def test_every_part_reloads_from_a_saved_folder(tmp_path, family, positional, opts):
@@ -195,7 +199,7 @@ def test_every_part_reloads_from_a_saved_folder(tmp_path, family, positional, op
             p.add_(0.01 * torch.randn_like(p))  # trained values, not the init, must come back
     model.save_pretrained(tmp_path)
     cls = {"llama": transformers.LlamaForCausalLM, "qwen3": transformers.Qwen3ForCausalLM,
-           "gemma": transformers.GemmaForCausalLM}[family]
+           "gemma": transformers.GemmaForCausalLM, "gemma3_text": transformers.Gemma3ForCausalLM}[family]
     loaded = hf.from_pretrained(cls, tmp_path).eval()
     x = ids()
     assert (_logits(loaded, x) - _logits(model.eval(), x)).abs().max().item() == 0.0
@@ -240,7 +244,7 @@ def test_patch_bad_input():
 def test_generation_with_cache():
     """Decoding with the KV cache: patched RoPE generates the native model's tokens; FAVOR+ decodes (Nq = 1)."""
     x = ids(n=8)
-    for family in ("llama", "gemma", "gemma2"):  # gemma2: a sliding window of 6 over 14 tokens in the cache
+    for family in ("llama", "gemma", "gemma2", "gemma3_text"):  # gemma2 / 3: a sliding window of 6 over 14 tokens
         native = tiny(family).generate(x, max_new_tokens=6, do_sample=False)
         assert torch.equal(_patched(family, "rope", torch.float32).generate(x, max_new_tokens=6, do_sample=False),
                            native)

@@ -24,7 +24,7 @@ def _model(family, positional, opts, kv_heads=2):
 
 
 QWEN3 = [("qwen3", None, {}), ("qwen3", "string", {"init_scale": 0.3}), ("qwen3", "espr", {"init_scale": 0.05}),
-         ("qwen3_moe", None, {})]
+         ("qwen3_moe", None, {}), ("gemma3_text", None, {}), ("gemma3_text", "string", {"init_scale": 0.3})]
 
 
 def _qwen3(positional=None, opts=None, seed=5, family="qwen3"):
@@ -91,12 +91,13 @@ def test_teleport_symmetry_group_dispatches_and_refuses_approximate_cores():
 
 
 @pytest.mark.parametrize("family,positional", [("llama", None), ("llama", "espr"), ("qwen3", None), ("gemma", None),
-                                               ("mixtral", None), ("qwen3_moe", None), ("gemma2", None)])
+                                               ("mixtral", None), ("qwen3_moe", None), ("gemma2", None),
+                                               ("gemma3_text", None)])
 def test_gradient_action_and_norms_match_autograd(family, positional):
     """grad L(g theta) from autograd equals grad_action(g, grad L(theta)); the inverse undoes g; closed-form
     candidate norms equal the brute-force ones (apply, backward, restore), GQA, the gated-MLP rescaling and
     Qwen3's q/k-norm scalings included."""
-    if family in ("qwen3", "qwen3_moe"):
+    if family in ("qwen3", "qwen3_moe", "gemma3_text"):
         model = _qwen3(family=family)
     else:
         model = _model(family, positional, {"init_scale": 0.05} if positional else {})
@@ -117,7 +118,7 @@ def test_gradient_action_and_norms_match_autograd(family, positional):
     _loss(model, x).backward()
     cands = group.sample(4, 0.3, torch.Generator().manual_seed(4), ffn=True)
     assert isinstance(cands, GroupElement)
-    if family.startswith("qwen3"):
+    if family.startswith("qwen3") or family == "gemma3_text":
         assert not torch.equal(cands.norm[0], torch.ones_like(cands.norm[0]))
     closed = closed_form_norms(model, group, cands)
     brute = brute_force_norms(model, group, cands, lambda: _loss(model, x))

@@ -44,7 +44,11 @@ FAMILY_MODELS = {"llama": ("LlamaConfig", "LlamaForCausalLM", {}),
                  # Gemma 2: sliding window shorter than the sequence, logit soft-cap, scale other than 1/sqrt(Dh)
                  "gemma2": ("Gemma2Config", "Gemma2ForCausalLM",
                             {"sliding_window": 6, "attn_logit_softcapping": 5.0, "final_logit_softcapping": None,
-                             "query_pre_attn_scalar": 12})}
+                             "query_pre_attn_scalar": 12}),
+                 # Gemma 3: a sliding layer (rotary base 1e4) and a full layer (base 1e6), per-head q/k norms
+                 "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM",
+                                 {"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 6,
+                                  "query_pre_attn_scalar": 12})}
 
 
 def _tiny(dtype, positional=None, seed=0, attn="eager", init=0.2, family="llama", **opts):
@@ -60,7 +64,7 @@ def _tiny(dtype, positional=None, seed=0, attn="eager", init=0.2, family="llama"
                             initializer_range=init, **extra)  # 0.2: weights large enough that attention moves logits
     torch.manual_seed(seed)
     model = getattr(tf, cls)(cfg).to(dtype).eval()
-    if family in ("qwen3", "qwen3_moe"):
+    if family in ("qwen3", "qwen3_moe", "gemma3_text"):
         with torch.no_grad():
             for layer in model.model.layers:
                 for norm in (layer.self_attn.q_norm, layer.self_attn.k_norm):
@@ -197,7 +201,7 @@ def run(ctx: RunContext) -> ExperimentResult:
     res.config.update({"train": {k: v for k, v in tr.items() if k != "runs"},
                        "curves": tr["runs"], "string_control_err": par["string_control"]})
     setting = ("tiny LlamaForCausalLM (d 32, 2 layers, 4 query / 2 key heads, Dh 8), 2 x 48 tokens, 1 seed; the f64 "
-               "parity also on the same tiny Mistral, Qwen2, Qwen3, Gemma, Gemma 2, Mixtral and Qwen3-MoE")
+               "parity also on the same tiny Mistral, Qwen2, Qwen3, Gemma, Gemma 2, Gemma 3, Mixtral and Qwen3-MoE")
     res.claims += [
         _claim("T2.4-hf", "symformer RoPE in the half pairing with the model's frequencies is HF Llama's RoPE",
                "ESPR T2.4-T2.7 (RoPE: U = I), rotate-half layout", f"max |dlogit| f32 {par['f32']:.2e}, f64 "

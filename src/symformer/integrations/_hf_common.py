@@ -10,7 +10,7 @@ from symformer._validation import fail
 #: config.model_type -> attention class of the families that share Llama's rotary code path
 FAMILIES = {"llama": "LlamaAttention", "mistral": "MistralAttention", "qwen2": "Qwen2Attention",
             "qwen3": "Qwen3Attention", "gemma": "GemmaAttention", "mixtral": "MixtralAttention",
-            "qwen3_moe": "Qwen3MoeAttention", "gemma2": "Gemma2Attention"}
+            "qwen3_moe": "Qwen3MoeAttention", "gemma2": "Gemma2Attention", "gemma3_text": "Gemma3Attention"}
 MIN_VERSION = (4, 48)  # the release that introduced AttentionInterface
 
 
@@ -49,10 +49,20 @@ def attention_modules(model: nn.Module) -> list[nn.Module]:
     return out
 
 
-def rope_theta(config) -> float:
-    """The rotary base: config.rope_parameters["rope_theta"] (transformers 5) or config.rope_theta (4.x)."""
+def rope_parameters(config, layer_type: str | None = None) -> dict:
+    """config.rope_parameters (transformers 5), or its entry for `layer_type` where the model keys them by layer
+    type (Gemma 3: sliding and full attention layers have their own base); {} when there is none."""
     params = getattr(config, "rope_parameters", None) or {}
-    theta = params.get("rope_theta") if isinstance(params, dict) else None
+    if not isinstance(params, dict):
+        return {}
+    if layer_type is not None and isinstance(params.get(layer_type), dict):
+        return params[layer_type]
+    return params
+
+
+def rope_theta(config, layer_type: str | None = None) -> float:
+    """The rotary base: rope_parameters(config, layer_type)["rope_theta"] or config.rope_theta (4.x)."""
+    theta = rope_parameters(config, layer_type).get("rope_theta")
     return float(theta if theta is not None else getattr(config, "rope_theta", 10000.0))
 
 

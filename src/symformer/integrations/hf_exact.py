@@ -27,6 +27,27 @@ class Float64Table(nn.Module):
         return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
 
 
+class Float64TypedTable(nn.Module):
+    """Float64Table per layer type (Gemma 3's rotary embedding keeps `{type}_inv_freq` and is called with the type)."""
+
+    def __init__(self, inv_freqs: dict[str, torch.Tensor]):
+        super().__init__()
+        self.tables = nn.ModuleDict({k: Float64Table(v) for k, v in inv_freqs.items()})
+
+    def forward(self, x, position_ids, layer_type=None):
+        return self.tables[layer_type](x, position_ids)
+
+
+def _float64_table(mod: nn.Module) -> nn.Module | None:
+    """The float64 replacement of an HF rotary embedding, or None for one we cannot read."""
+    if isinstance(getattr(mod, "inv_freq", None), torch.Tensor):
+        return Float64Table(mod.inv_freq)
+    types = getattr(mod, "layer_types", None)
+    if types and all(isinstance(getattr(mod, f"{t}_inv_freq", None), torch.Tensor) for t in types):
+        return Float64TypedTable({t: getattr(mod, f"{t}_inv_freq") for t in types})
+    return None
+
+
 def _norm_forward(self, hidden_states):
     """RMSNorm (Zhang & Sennrich 2019) in the input dtype: w * x / sqrt(mean(x^2) + eps)."""
     var = hidden_states.pow(2).mean(-1, keepdim=True)
@@ -42,9 +63,10 @@ def _gemma_norm_forward(self, hidden_states):
 def exact_float64(model: nn.Module) -> nn.Module:
     """Replace the model's rotary table and RMSNorms by the same formulas in the input dtype (in place)."""
     for name, mod in list(model.named_modules()):
-        if type(mod).__name__.endswith("RotaryEmbedding") and isinstance(getattr(mod, "inv_freq", None), torch.Tensor):
+        table = _float64_table(mod) if type(mod).__name__.endswith("RotaryEmbedding") else None
+        if table is not None:
             parent = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model
-            setattr(parent, name.rsplit(".", 1)[-1], Float64Table(mod.inv_freq))
+            setattr(parent, name.rsplit(".", 1)[-1], table)
         elif type(mod).__name__.endswith("RMSNorm"):
             forward = _norm_forward if hasattr(mod, "variance_epsilon") else (
                 _gemma_norm_forward if type(mod).__name__.startswith("Gemma") and hasattr(mod, "eps") else None)
@@ -57,4 +79,4 @@ def exact_float64(model: nn.Module) -> nn.Module:
     return model
 
 
-__all__ = ["exact_float64", "Float64Table"]
+__all__ = ["exact_float64", "Float64Table", "Float64TypedTable"]

@@ -13,7 +13,8 @@ train and go through `state_dict`, `save_pretrained` and `from_pretrained`:
   the part's parameters with the rest.
 
 Every part starts from the model's own rotary frequencies (its `inv_freq`, i.e. `rope_theta` and the rope
-scaling type), in the model's "half" pairing: "rope" is exactly the model's RoPE, "string" with its Cayley
+scaling type; per layer type where the model keeps one table per type, as Gemma 3's sliding and full layers), in
+the model's "half" pairing: "rope" is exactly the model's RoPE, "string" with its Cayley
 factor P = I too (T3.1: cayley(0) = I), and "espr" (d_act = head_dim) starts from the same commuting
 generators (T2.3 with U = I), so an ESPR-patched model is the unpatched one until training moves it.
 """
@@ -32,6 +33,7 @@ from symformer.integrations._hf_common import (
     model_family,
     n_kv_heads,
     require_transformers,
+    rope_parameters,
     rope_theta,
 )
 
@@ -129,13 +131,22 @@ def _patched_model_class(cls: type) -> type:
 
 
 # ---------------------------------------------------------------- building the parts
-def _rope_table(model: nn.Module) -> tuple[torch.Tensor | None, float]:
-    """(inv_freq, attention_scaling) of the model's rotary embedding (None if it has none we can read)."""
+def _rope_table(model: nn.Module, layer_type: str | None = None) -> tuple[torch.Tensor | None, float]:
+    """(inv_freq, attention_scaling) of the model's rotary embedding (None if it has none we can read); with a
+    layer type, that type's table where the model keeps one per type (Gemma 3: `{type}_inv_freq`)."""
+    prefix = f"{layer_type}_" if layer_type is not None else ""
     for m in model.modules():
-        inv = getattr(m, "inv_freq", None)
+        inv = getattr(m, f"{prefix}inv_freq", None)
         if isinstance(inv, torch.Tensor) and inv.device.type != "meta":
-            return inv.detach().to(torch.float64).cpu(), float(getattr(m, "attention_scaling", 1.0))
+            return inv.detach().to(torch.float64).cpu(), float(getattr(m, f"{prefix}attention_scaling", 1.0))
     return None, 1.0
+
+
+def _layer_type(model: nn.Module, attn: nn.Module) -> str | None:
+    """The attention layer's type where the model's rotary tables are kept per type, else None."""
+    lt = getattr(attn, "layer_type", None)
+    typed = lt is not None and rope_parameters(model.config, lt) is not rope_parameters(model.config)
+    return lt if typed else None
 
 
 def _half_generators(inv_freq: torch.Tensor, head_dim: int) -> torch.Tensor:
@@ -144,13 +155,14 @@ def _half_generators(inv_freq: torch.Tensor, head_dim: int) -> torch.Tensor:
     return generators_from_beta(inv_freq[:, None], head_dim, "half")
 
 
-def _build_part(positional: str, attn: nn.Module, config, inv_freq, options: dict) -> nn.Module:
+def _build_part(positional: str, attn: nn.Module, config, inv_freq, options: dict,
+                layer_type: str | None = None) -> nn.Module:
     from symformer.positional import POSITIONAL  # registers the parts
     head_dim = int(attn.head_dim)
     opts = dict(options)
     if positional in ("rope", "string"):
         opts.setdefault("pairing", "half")  # HF's rotate-half layout
-    opts.setdefault("base", rope_theta(config))
+    opts.setdefault("base", rope_theta(config, layer_type))
     part = POSITIONAL.build(positional, head_dim=head_dim, coord_dim=1, n_heads=config.num_attention_heads,
                             d_model=config.hidden_size, **opts)
     w = attn.q_proj.weight
@@ -164,6 +176,17 @@ def _build_part(positional: str, attn: nn.Module, config, inv_freq, options: dic
                 and options.get("init_scale") is None:
             part.set_generators(_half_generators(inv_freq, head_dim).to(part.gen_param.dtype))
     return part
+
+
+def _part_for(positional: str, model: nn.Module, attn: nn.Module, options: dict) -> nn.Module:
+    """The part for one attention layer, from the rotary table of its layer type (one table for most models)."""
+    lt = _layer_type(model, attn)
+    inv_freq, attn_scale = _rope_table(model, lt)
+    rope_type = rope_parameters(model.config, lt).get("rope_type", "default")
+    if attn_scale != 1.0 or str(rope_type).startswith("dynamic"):
+        fail("config.rope_parameters", f"rope_type={rope_type!r} (attention_scaling={attn_scale})",
+             "a rope type whose cos/sin are a pure, fixed rotation (default, linear, llama3)")
+    return _build_part(positional, attn, model.config, inv_freq, options, lt)
 
 
 def _check_options(options: dict) -> None:
@@ -191,15 +214,10 @@ def patch_positional(model: nn.Module, positional: str = "rope", **options) -> n
     if any(hasattr(a, "rotary") for a in layers):  # the layers, not the config: HF models share config objects
         fail("model", f"a model already patched with {getattr(config, 'symformer_positional', None)}",
              "an unpatched model (patch_positional replaces the native rotary embedding once)")
-    inv_freq, attn_scale = _rope_table(model)
-    rope_type = (getattr(config, "rope_parameters", None) or {}).get("rope_type", "default")
-    if attn_scale != 1.0 or str(rope_type).startswith("dynamic"):
-        fail("config.rope_parameters", f"rope_type={rope_type!r} (attention_scaling={attn_scale})",
-             "a rope type whose cos/sin are a pure, fixed rotation (default, linear, llama3)")
     kv = n_kv_heads(config)
     if config.num_attention_heads % kv:
         fail("config.num_key_value_heads", kv, f"a divisor of num_attention_heads={config.num_attention_heads}")
-    parts = [_build_part(positional, attn, config, inv_freq, options) for attn in layers]  # raises before editing
+    parts = [_part_for(positional, model, attn, options) for attn in layers]  # raises before editing
     for attn, part in zip(layers, parts, strict=True):
         attn.rotary = part
         attn.__class__ = _patched_attention_class(type(attn))

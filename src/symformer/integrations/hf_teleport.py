@@ -14,7 +14,8 @@ nonzero s: the product is linear in the up branch), each MoE expert too (telepor
 Qwen3 normalises q and k per head (RMSNorm, weights w_q, w_k of shape (Dh,)) between the projections and the
 rotation, so no U passes through W_Q / W_K there (an H(d_h) factor changes the logits); its Q/K symmetry is
 w_q <- d w_q, w_k <- w_k / d with diag(d) in the rotary's group: d constant on each RoPE pair for the native
-rotation (teleport.groups.AttentionSite). V/O, head permutations and the MLP rescaling are as above.
+rotation (teleport.groups.AttentionSite). V/O, head permutations and the MLP rescaling are as above. Gemma 3 has the
+same norms with (1 + w) weights: w <- d (1 + w) - 1.
 
 `HFTeleport` drives `teleport.TeleportCallback` from a plain training loop (no symformer Trainer).
 """
@@ -100,8 +101,9 @@ def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn:
         if getattr(attn, "q_norm", None) is None:
             sites.append(AttentionSite(names[id(attn)], view, grp, hk))
         else:  # Qwen3: q_norm(U q) != U q_norm(q), so the rotary's group acts on the norm weights (docstring)
+            offset = 1.0 if type(attn.q_norm).__name__.startswith("Gemma") else 0.0  # Gemma 3: (1 + w) * x_hat
             sites.append(AttentionSite(names[id(attn)], view, TrivialGroup(view.head_dim), hk, attn.q_norm.weight,
-                                       attn.k_norm.weight, diagonal_blocks(grp)))
+                                       attn.k_norm.weight, diagonal_blocks(grp), offset))
     mlps = [_GLUView(m) for m in model.modules() if hasattr(m, "up_proj") and hasattr(m, "down_proj")] if ffn else []
     return GQASymmetryGroup(sites, mlps, positions, _fused_experts(model) if ffn else [])
 

@@ -49,6 +49,7 @@ class AttentionSite:
     q_norm: nn.Parameter | None = None
     k_norm: nn.Parameter | None = None
     norm_blocks: torch.Tensor | None = None
+    norm_offset: float = 0.0  # the norms multiply by (offset + w): Gemma's (1 + w), so w <- d (1 + w) - 1
 
     @property
     def n_blocks(self) -> int:
@@ -271,8 +272,8 @@ class SymmetryGroup:
                 out[id(f.up.bias)] = f.up.bias * s
             out[id(f.down.weight)] = f.down.weight / s[None, :]
         for site, d in self._norm_parts(g):
-            d = d.to(site.q_norm.dtype)
-            out[id(site.q_norm)], out[id(site.k_norm)] = site.q_norm * d, site.k_norm / d
+            d, c = d.to(site.q_norm.dtype), site.norm_offset
+            out[id(site.q_norm)], out[id(site.k_norm)] = (site.q_norm + c) * d - c, (site.k_norm + c) / d - c
         for x, s in zip(self.experts, g.experts, strict=False):  # up rows * s, down columns / s (FusedExperts)
             s = s.to(x.gate_up.dtype)
             gu, i = x.gate_up, x.shape[1]
