@@ -66,5 +66,10 @@ def rope_theta(config, layer_type: str | None = None) -> float:
     return float(theta if theta is not None else getattr(config, "rope_theta", 10000.0))
 
 
+def norm_offset(norm: nn.Module) -> float:
+    """c in an RMSNorm's output (c + w) * x_hat: 1 for Gemma's norms (weight stored as w, starts at 0), else 0."""
+    return 1.0 if type(norm).__name__.startswith("Gemma") and hasattr(norm, "eps") else 0.0
+
+
 def n_kv_heads(config) -> int:
     return int(getattr(config, "num_key_value_heads", None) or config.num_attention_heads)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from symformer.integrations._hf_common import norm_offset
+
 _NORMS: dict[type, type] = {}
 
 
@@ -69,7 +71,7 @@ def exact_float64(model: nn.Module) -> nn.Module:
             setattr(parent, name.rsplit(".", 1)[-1], table)
         elif type(mod).__name__.endswith("RMSNorm"):
             forward = _norm_forward if hasattr(mod, "variance_epsilon") else (
-                _gemma_norm_forward if type(mod).__name__.startswith("Gemma") and hasattr(mod, "eps") else None)
+                _gemma_norm_forward if norm_offset(mod) == 1.0 else None)
             if forward is None:
                 continue
             cls = type(mod)

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from symformer._validation import check_int, fail
-from symformer.integrations._hf_common import FAMILIES, attention_modules, n_kv_heads
+from symformer.integrations._hf_common import FAMILIES, attention_modules, n_kv_heads, norm_offset
 from symformer.teleport import groups as _groups
 from symformer.teleport.groups import AttentionSite, FusedExperts, SymmetryGroup
 from symformer.teleport.qk_groups import TrivialGroup, diagonal_blocks, qk_group_for
@@ -101,9 +101,8 @@ def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn:
         if getattr(attn, "q_norm", None) is None:
             sites.append(AttentionSite(names[id(attn)], view, grp, hk))
         else:  # Qwen3: q_norm(U q) != U q_norm(q), so the rotary's group acts on the norm weights (docstring)
-            offset = 1.0 if type(attn.q_norm).__name__.startswith("Gemma") else 0.0  # Gemma 3: (1 + w) * x_hat
             sites.append(AttentionSite(names[id(attn)], view, TrivialGroup(view.head_dim), hk, attn.q_norm.weight,
-                                       attn.k_norm.weight, diagonal_blocks(grp), offset))
+                                       attn.k_norm.weight, diagonal_blocks(grp), norm_offset(attn.q_norm)))
     mlps = [_GLUView(m) for m in model.modules() if hasattr(m, "up_proj") and hasattr(m, "down_proj")] if ffn else []
     return GQASymmetryGroup(sites, mlps, positions, _fused_experts(model) if ffn else [])
 
