@@ -3,38 +3,23 @@ from __future__ import annotations
 
 import torch
 
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "mixtral", "qwen3_moe", "gemma2", "gemma3_text")
+from symformer.experiments.hf import FAMILY_MODELS  # the experiment's tiny configs: one table for both
+
+FAMILIES = tuple(FAMILY_MODELS)
 
 
 def tiny(family: str = "llama", dtype=torch.float32, seed: int = 0, kv_heads: int = 2, init: float = 0.2, **kw):
-    """d_model 32, 4 query heads of Dh 8 reading `kv_heads` key heads (GQA when < 4), 2 layers, vocab 40.
+    """d_model 32, 4 query heads of Dh 8 reading `kv_heads` key heads (GQA when < 4), 2 layers, vocab 40, with the
+    family's own settings from experiments.hf.FAMILY_MODELS (MoE experts, Gemma 2's cap and window, ...).
     init: weight std (0.2 makes attention move the logits; HF's 0.02 leaves them almost attention-free)."""
     import transformers as tf
-    cls = {"llama": (tf.LlamaConfig, tf.LlamaForCausalLM), "mistral": (tf.MistralConfig, tf.MistralForCausalLM),
-           "qwen2": (tf.Qwen2Config, tf.Qwen2ForCausalLM), "qwen3": (tf.Qwen3Config, tf.Qwen3ForCausalLM),
-           "gemma": (tf.GemmaConfig, tf.GemmaForCausalLM), "mixtral": (tf.MixtralConfig, tf.MixtralForCausalLM),
-           "qwen3_moe": (tf.Qwen3MoeConfig, tf.Qwen3MoeForCausalLM),
-           "gemma2": (tf.Gemma2Config, tf.Gemma2ForCausalLM),
-           "gemma3_text": (tf.Gemma3TextConfig, tf.Gemma3ForCausalLM)}[family]
+    conf, cls, extra = FAMILY_MODELS[family]
     args = dict(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                 num_key_value_heads=kv_heads, max_position_embeddings=128, initializer_range=init,
-                bos_token_id=None, eos_token_id=None)
-    if family in ("qwen3", "gemma", "qwen3_moe", "gemma2", "gemma3_text"):
-        args["head_dim"] = 8  # their head_dim is its own setting (default 128 / 256), not hidden / heads
-    if family == "mixtral":
-        args.update(num_local_experts=4, num_experts_per_tok=2)
-    if family == "qwen3_moe":
-        args.update(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32)
-    if family == "gemma2":  # a window shorter than the test sequences, a logit cap, a scale other than 1/sqrt(Dh)
-        args.update(sliding_window=6, attn_logit_softcapping=5.0, final_logit_softcapping=None,
-                    query_pre_attn_scalar=12)
-    if family == "gemma3_text":  # a sliding layer (base 1e4, window 6) and a full layer (base 1e6), own scale
-        args.update(layer_types=["sliding_attention", "full_attention"], sliding_window=6, query_pre_attn_scalar=12)
-    if family in ("mixtral", "qwen3_moe"):
-        args["experts_implementation"] = "eager"  # the grouped-matmul experts take no float64 on CPU
+                bos_token_id=None, eos_token_id=None, head_dim=8, **extra)
     args.update(kw)
     torch.manual_seed(seed)
-    return cls[1](cls[0](**args)).to(dtype).eval()
+    return getattr(tf, cls)(getattr(tf, conf)(**args)).to(dtype).eval()
 
 
 def float64_reference(model):
