@@ -1,4 +1,5 @@
-"""Symmetry groups of multi-head attention (and ReLU FFNs) acting on symformer models.
+"""Symmetry groups of multi-head attention (and ReLU FFNs) acting on symformer models: the whole-model group here,
+the per-layer Q/K groups in qk_groups.py.
 
 Paper layout is `x W` with W_i in R^{d x d_h}; here every projection is an nn.Linear (weight out x in,
 head h owns output features h*Dh:(h+1)*Dh of q/k/v and the same input features of o). Per head:
