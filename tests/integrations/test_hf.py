@@ -70,10 +70,11 @@ def test_favor_approaches_eager_as_features_grow():
 def test_cores_run_and_train_in_every_layer_of_every_family(family, attention):
     """FAVOR+ built from the config; PLASH through configure (its parameters must exist before the optimizer).
     Refused by name: Gemma 2's logit soft-cap (neither kernel approximates a capped softmax) and a sliding window
-    shorter than the sequence (Gemma 3's sliding layer); with a window covering the sequence Gemma 3 runs."""
+    shorter than the sequence (Gemma 3's and OLMo 3's sliding layers); with a window covering the sequence they run."""
     hf.register()
-    refusals = {"gemma2": r"^attn_logit_softcapping: got 5\.0", "gemma3_text": r"^attention_mask: got .*sliding window"}
-    kw = {"sliding_window": 64} if family == "gemma3_text" else {}
+    window = r"^attention_mask: got .*sliding window"
+    refusals = {"gemma2": r"^attn_logit_softcapping: got 5\.0", "gemma3_text": window, "olmo3": window}
+    kw = {"sliding_window": 64} if family in ("gemma3_text", "olmo3") else {}
     if family in refusals:
         model = hf.configure(tiny(family), attention, **({"n_features": 32} if attention == "favor" else {}))
         with pytest.raises(ValueError, match=refusals[family]):
@@ -186,7 +187,7 @@ def test_patched_parameters_train_and_round_trip(tmp_path):
         assert (_logits(loaded.eval(), x) - _logits(model, x)).abs().max().item() == 0.0
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen3", "gemma", "gemma3_text"])
+@pytest.mark.parametrize("family", ["llama", "qwen3", "gemma", "gemma3_text", "olmo2"])
 @pytest.mark.parametrize("positional,opts", [("rope", {}), ("string", {"init_scale": 0.1}),
                                              ("circulant_string", {}), ("espr", {"init_scale": 0.1})])
 def test_every_part_reloads_from_a_saved_folder(tmp_path, family, positional, opts):
@@ -199,7 +200,8 @@ def test_every_part_reloads_from_a_saved_folder(tmp_path, family, positional, op
             p.add_(0.01 * torch.randn_like(p))  # trained values, not the init, must come back
     model.save_pretrained(tmp_path)
     cls = {"llama": transformers.LlamaForCausalLM, "qwen3": transformers.Qwen3ForCausalLM,
-           "gemma": transformers.GemmaForCausalLM, "gemma3_text": transformers.Gemma3ForCausalLM}[family]
+           "gemma": transformers.GemmaForCausalLM, "gemma3_text": transformers.Gemma3ForCausalLM,
+           "olmo2": transformers.Olmo2ForCausalLM}[family]
     loaded = hf.from_pretrained(cls, tmp_path).eval()
     x = ids()
     assert (_logits(loaded, x) - _logits(model.eval(), x)).abs().max().item() == 0.0
@@ -244,7 +246,7 @@ def test_patch_bad_input():
 def test_generation_with_cache():
     """Decoding with the KV cache: patched RoPE generates the native model's tokens; FAVOR+ decodes (Nq = 1)."""
     x = ids(n=8)
-    for family in ("llama", "gemma", "gemma2", "gemma3_text"):  # gemma2 / 3: a sliding window of 6 over 14 tokens
+    for family in ("llama", "gemma", "gemma2", "gemma3_text", "olmo2", "olmo3"):  # Gemma 2 / 3, OLMo 3: window 6 < 14
         native = tiny(family).generate(x, max_new_tokens=6, do_sample=False)
         assert torch.equal(_patched(family, "rope", torch.float32).generate(x, max_new_tokens=6, do_sample=False),
                            native)
@@ -269,3 +271,14 @@ def test_exact_float64_norms_compute_in_float64(family):
         assert (norm(x) - want).abs().max() > 1e-9  # HF's float32 path
         float64_reference(norm)
         assert (norm(x) - want).abs().max() <= 1e-14
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3_text", "olmo3"])
+def test_patch_after_exact_float64_starts_from_the_model_tables(family):
+    """exact_float64 first, then patch_positional: the parts still start from the model's own frequencies (per
+    layer type for Gemma 3 and OLMo 3, whose float64 table keeps HF's `{type}_inv_freq` names), so the ESPR part at
+    its commuting init is the native RoPE."""
+    x = ids(n=24)
+    ref = _logits(float64_reference(tiny(family, torch.float64)), x)
+    out = _logits(hf.patch_positional(float64_reference(tiny(family, torch.float64)), "espr"), x)
+    assert (out - ref).abs().max().item() <= 1e-10

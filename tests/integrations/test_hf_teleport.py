@@ -9,6 +9,7 @@ pytest.importorskip("transformers")
 
 from tests.integrations._hf_models import float64_reference, ids, tiny  # noqa: E402
 
+from symformer.experiments.hf import QK_NORM_FAMILIES  # noqa: E402
 from symformer.integrations import hf  # noqa: E402
 from symformer.teleport import GroupElement, brute_force_norms, closed_form_norms, symmetry_group  # noqa: E402
 
@@ -24,12 +25,14 @@ def _model(family, positional, opts, kv_heads=2):
 
 
 QWEN3 = [("qwen3", None, {}), ("qwen3", "string", {"init_scale": 0.3}), ("qwen3", "espr", {"init_scale": 0.05}),
-         ("qwen3_moe", None, {}), ("gemma3_text", None, {}), ("gemma3_text", "string", {"init_scale": 0.3})]
+         ("qwen3_moe", None, {}), ("gemma3_text", None, {}), ("gemma3_text", "string", {"init_scale": 0.3}),
+         ("olmo2", None, {}), ("olmo2", "string", {"init_scale": 0.3}), ("olmo3", "espr", {"init_scale": 0.05}),
+         ("olmoe", None, {})]
 
 
 def _qwen3(positional=None, opts=None, seed=5, family="qwen3"):
-    """Qwen3 (or Qwen3-MoE) with generic q/k norm weights (HF starts them at 1, where any orthogonal pair rotation
-    would pass)."""
+    """Qwen3 (or another family with q/k norms: QK_NORM_FAMILIES) with generic q/k norm weights (HF starts them at
+    1, where any orthogonal pair rotation would pass)."""
     model = _model(family, positional, opts or {})
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -92,12 +95,12 @@ def test_teleport_symmetry_group_dispatches_and_refuses_approximate_cores():
 
 @pytest.mark.parametrize("family,positional", [("llama", None), ("llama", "espr"), ("qwen3", None), ("gemma", None),
                                                ("mixtral", None), ("qwen3_moe", None), ("gemma2", None),
-                                               ("gemma3_text", None)])
+                                               ("gemma3_text", None), ("olmo2", None), ("olmoe", None)])
 def test_gradient_action_and_norms_match_autograd(family, positional):
     """grad L(g theta) from autograd equals grad_action(g, grad L(theta)); the inverse undoes g; closed-form
     candidate norms equal the brute-force ones (apply, backward, restore), GQA, the gated-MLP rescaling and
     Qwen3's q/k-norm scalings included."""
-    if family in ("qwen3", "qwen3_moe", "gemma3_text"):
+    if family in QK_NORM_FAMILIES:
         model = _qwen3(family=family)
     else:
         model = _model(family, positional, {"init_scale": 0.05} if positional else {})
@@ -107,6 +110,7 @@ def test_gradient_action_and_norms_match_autograd(family, positional):
     orig = [p.detach().clone() for p in params]
     g0 = torch.autograd.grad(_loss(model, x), params)
     g = group.random(torch.Generator().manual_seed(3), scale=0.2)
+    g.perm = [torch.arange(s.n_heads).flip(0) for s in group.sites]  # never the identity (randperm(2) may be)
     pred = group.grad_action(g, {id(p): gr for p, gr in zip(params, g0)})
     group.apply(model, g)
     g1 = torch.autograd.grad(_loss(model, x), params)
@@ -118,7 +122,7 @@ def test_gradient_action_and_norms_match_autograd(family, positional):
     _loss(model, x).backward()
     cands = group.sample(4, 0.3, torch.Generator().manual_seed(4), ffn=True)
     assert isinstance(cands, GroupElement)
-    if family.startswith("qwen3") or family == "gemma3_text":
+    if family in QK_NORM_FAMILIES:
         assert not torch.equal(cands.norm[0], torch.ones_like(cands.norm[0]))
     closed = closed_form_norms(model, group, cands)
     brute = brute_force_norms(model, group, cands, lambda: _loss(model, x))
@@ -160,8 +164,10 @@ def test_qwen3_element_is_a_symmetry_through_the_query_key_norms(family, positio
     assert site.qk.kind == "trivial" and site.q_norm is model.model.layers[0].self_attn.q_norm.weight
     if positional is None:  # native RoPE, half pairing: one block per pair (u, u + Dh/2)
         assert site.norm_blocks.tolist() == [0, 1, 2, 3, 0, 1, 2, 3]
+    assert site.norm_per_head == family.startswith("olmo")  # OLMo: one norm over all heads, one d per key head
     g = group.random(torch.Generator().manual_seed(1))
     assert g.norm[0].shape == (site.n_blocks,)
+    assert site.n_blocks == (int(site.norm_blocks.max()) + 1) * (2 if site.norm_per_head else 1)
     attn = model.model.layers[0].self_attn
     moved = [attn.q_norm.weight, attn.k_norm.weight, attn.v_proj.weight, attn.o_proj.weight]
     before = [p.detach().clone() for p in moved]
@@ -252,3 +258,49 @@ def test_moe_experts_are_rescaled_per_expert_and_the_rescaling_can_fail():
         assert (model(x).logits - ref).abs().max() <= 1e-10 * ref.abs().max()
         experts.gate_up_proj[:, :group.experts[0].shape[1]] *= 1.5  # the gate rows (the first I of 2 I)
         assert (model(x).logits - ref).abs().max() > 1e-4
+
+
+def test_olmo_norm_scalings_are_per_key_head_and_follow_the_head_permutation():
+    """OLMo 2's q/k norms span all heads (weights (H Dh,), (H_kv Dh,)): a query head reads its key head's scaling;
+    different key heads may take different scalings. Negative controls: two query heads of one key head scaled
+    differently, or heads permuted in W_Q / W_K / W_V / W_O but not in the norm weights, change the logits."""
+    model, x = _qwen3(family="olmo2"), ids()
+    site = hf.symmetry_group(model).sites[0]
+    assert site.norm_index(False).view(4, 8)[:, 0].tolist() == [0, 0, 4, 4]  # query heads 0, 1 read key head 0
+    assert site.norm_index(True).view(2, 8)[:, 0].tolist() == [0, 4]
+    attn = model.model.layers[0].self_attn
+    with torch.no_grad():
+        ref = model(x).logits
+        saved = [p.clone() for p in (attn.q_norm.weight, attn.k_norm.weight)]
+        d = torch.tensor([1.5, 0.5], dtype=torch.float64).repeat_interleave(8)  # per key head, constant on pairs
+        attn.q_norm.weight.copy_(saved[0] * d.view(2, 1, 8).expand(2, 2, 8).reshape(-1))
+        attn.k_norm.weight.div_(d)
+        assert (model(x).logits - ref).abs().max() <= 1e-10 * ref.abs().max()
+        apart = torch.tensor([1.5, 0.5, 0.5, 0.5], dtype=torch.float64).repeat_interleave(8)
+        attn.q_norm.weight.copy_(saved[0] * apart)
+        assert (model(x).logits - ref).abs().max() > 1e-4  # query heads 0 and 1 of key head 0 scaled apart
+        attn.q_norm.weight.copy_(saved[0])
+        attn.k_norm.weight.copy_(saved[1])
+    group = hf.symmetry_group(model)
+    g = group.identity()
+    g.perm = [torch.tensor([1, 0]), None]
+    group.apply(model, g)
+    with torch.no_grad():
+        assert (model(x).logits - ref).abs().max() <= 1e-10 * ref.abs().max()
+        attn.q_norm.weight.copy_(saved[0])  # the projections' heads moved, the norm weights' did not
+        attn.k_norm.weight.copy_(saved[1])
+        assert (model(x).logits - ref).abs().max() > 1e-4
+
+
+def test_olmoe_clip_qkv_is_followed_by_the_patch_and_refused_by_teleport():
+    """OLMoE's clip_qkv clamps q, k, v after the norms: the patched forward clamps too (parity with a clip that
+    bites), and the symmetry group refuses it by name (clamp(U q) != U clamp(q))."""
+    x = ids()
+    with torch.no_grad():
+        ref = tiny("olmoe", clip_qkv=0.3)(x).logits
+        free = tiny("olmoe")(x).logits
+        out = hf.patch_positional(tiny("olmoe", clip_qkv=0.3), "rope")(x).logits
+    assert (free - ref).abs().max() > 1e-3  # the clip changes the model
+    assert (out - ref).abs().max() <= 1e-5
+    with pytest.raises(ValueError, match=r"^config\.clip_qkv: got 0\.3"):
+        hf.symmetry_group(tiny("olmoe", clip_qkv=0.3))

@@ -48,12 +48,24 @@ FAMILY_MODELS = {"llama": ("LlamaConfig", "LlamaForCausalLM", {}),
                  # Gemma 3: a sliding layer (rotary base 1e4) and a full layer (base 1e6), per-head q/k norms
                  "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM",
                                  {"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 6,
-                                  "query_pre_attn_scalar": 12})}
+                                  "query_pre_attn_scalar": 12}),
+                 # OLMo 2 / 3, OLMoE: q/k RMSNorms over all heads at once; OLMo 3: a sliding layer (base 1e4) and a
+                 # full layer (base 5e5); OLMoE: fused experts
+                 "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", {}),
+                 "olmo3": ("Olmo3Config", "Olmo3ForCausalLM",
+                           {"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 6,
+                            "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+                                                "full_attention": {"rope_type": "default", "rope_theta": 5e5}}}),
+                 "olmoe": ("OlmoeConfig", "OlmoeForCausalLM", {"num_experts": 4, **_MOE})}
+
+
+#: families whose q/k RMSNorm weights the tiny models draw around 1 (HF starts them at exactly 1)
+QK_NORM_FAMILIES = ("qwen3", "qwen3_moe", "gemma3_text", "olmo2", "olmo3", "olmoe")
 
 
 def _tiny(dtype, positional=None, seed=0, attn="eager", init=0.2, family="llama", **opts):
     """d_model 32, 4 query heads of Dh 8 over 2 key heads (GQA), 2 layers, vocab 40, of a FAMILY_MODELS family
-    (Qwen3's per-head q/k norm weights are drawn around 1: HF starts them at exactly 1)."""
+    (the q/k norm weights of QK_NORM_FAMILIES are drawn around 1: HF starts them at exactly 1)."""
     import transformers as tf
 
     from symformer.integrations import hf
@@ -64,7 +76,7 @@ def _tiny(dtype, positional=None, seed=0, attn="eager", init=0.2, family="llama"
                             initializer_range=init, **extra)  # 0.2: weights large enough that attention moves logits
     torch.manual_seed(seed)
     model = getattr(tf, cls)(cfg).to(dtype).eval()
-    if family in ("qwen3", "qwen3_moe", "gemma3_text"):
+    if family in QK_NORM_FAMILIES:
         with torch.no_grad():
             for layer in model.model.layers:
                 for norm in (layer.self_attn.q_norm, layer.self_attn.k_norm):
@@ -201,7 +213,8 @@ def run(ctx: RunContext) -> ExperimentResult:
     res.config.update({"train": {k: v for k, v in tr.items() if k != "runs"},
                        "curves": tr["runs"], "string_control_err": par["string_control"]})
     setting = ("tiny LlamaForCausalLM (d 32, 2 layers, 4 query / 2 key heads, Dh 8), 2 x 48 tokens, 1 seed; the f64 "
-               "parity also on the same tiny Mistral, Qwen2, Qwen3, Gemma, Gemma 2, Gemma 3, Mixtral and Qwen3-MoE")
+               "parity also on the same tiny Mistral, Qwen2, Qwen3, Gemma, Gemma 2, Gemma 3, Mixtral, Qwen3-MoE, "
+               "OLMo 2, OLMo 3 and OLMoE")
     res.claims += [
         _claim("T2.4-hf", "symformer RoPE in the half pairing with the model's frequencies is HF Llama's RoPE",
                "ESPR T2.4-T2.7 (RoPE: U = I), rotate-half layout", f"max |dlogit| f32 {par['f32']:.2e}, f64 "
@@ -228,7 +241,8 @@ def run(ctx: RunContext) -> ExperimentResult:
                "float64, one random element (scale 0.5, head permutations, gated-MLP rescaling) per model, "
                "max relative logit change; Llama with native RoPE, STRING, ESPR, and every other family with its "
                "native RoPE. Qwen3 (per-head q/k norms before the rotation): the Q/K part rescales the norm weights, "
-               "constant on each RoPE pair; MoE: per-expert MLP rescaling (ours)", setting,
+               "constant on each RoPE pair (OLMo: norms over all heads, one scaling per key head); MoE: per-expert "
+               "MLP rescaling (ours)", setting,
                "MHA without GQA; RoPE only"),
     ]
     fig = _figure(ctx, tr["runs"])

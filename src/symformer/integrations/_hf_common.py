@@ -10,7 +10,8 @@ from symformer._validation import fail
 #: config.model_type -> attention class of the families that share Llama's rotary code path
 FAMILIES = {"llama": "LlamaAttention", "mistral": "MistralAttention", "qwen2": "Qwen2Attention",
             "qwen3": "Qwen3Attention", "gemma": "GemmaAttention", "mixtral": "MixtralAttention",
-            "qwen3_moe": "Qwen3MoeAttention", "gemma2": "Gemma2Attention", "gemma3_text": "Gemma3Attention"}
+            "qwen3_moe": "Qwen3MoeAttention", "gemma2": "Gemma2Attention", "gemma3_text": "Gemma3Attention",
+            "olmo2": "Olmo2Attention", "olmo3": "Olmo3Attention", "olmoe": "OlmoeAttention"}
 MIN_VERSION = (4, 48)  # the release that introduced AttentionInterface
 
 
@@ -69,6 +70,13 @@ def rope_theta(config, layer_type: str | None = None) -> float:
 def norm_offset(norm: nn.Module) -> float:
     """c in an RMSNorm's output (c + w) * x_hat: 1 for Gemma's norms (weight stored as w, starts at 0), else 0."""
     return 1.0 if type(norm).__name__.startswith("Gemma") and hasattr(norm, "eps") else 0.0
+
+
+def flat_qk_norm(attn: nn.Module) -> bool:
+    """Whether the layer's q/k RMSNorm spans all heads at once (OLMo 2, OLMo 3, OLMoE: weight (H Dh,), applied to
+    the flat projection) rather than each head (Qwen3, Gemma 3: weight (Dh,), applied per head)."""
+    norm = getattr(attn, "q_norm", None)
+    return norm is not None and norm.weight.shape[-1] != int(attn.head_dim)
 
 
 def n_kv_heads(config) -> int:

@@ -35,6 +35,8 @@ class Float64TypedTable(nn.Module):
     def __init__(self, inv_freqs: dict[str, torch.Tensor]):
         super().__init__()
         self.tables = nn.ModuleDict({k: Float64Table(v) for k, v in inv_freqs.items()})
+        for k, v in inv_freqs.items():  # HF's names, so that patch_positional still reads each type's table
+            self.register_buffer(f"{k}_inv_freq", v.detach().to(torch.float64), persistent=False)
 
     def forward(self, x, position_ids, layer_type=None):
         return self.tables[layer_type](x, position_ids)

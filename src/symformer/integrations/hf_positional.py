@@ -30,6 +30,7 @@ from torch import nn
 from symformer._validation import check_choice, fail
 from symformer.integrations._hf_common import (
     attention_modules,
+    flat_qk_norm,
     model_family,
     n_kv_heads,
     require_transformers,
@@ -48,13 +49,7 @@ def _attention_forward(self, hidden_states, position_embeddings=None, attention_
     """The family's attention forward with `self.rotary` in place of apply_rotary_pos_emb. The KV cache arrives
     as `cache` (transformers >= 5.24), `past_key_values` (4.5x-5.23) or `past_key_value` (4.4x)."""
     input_shape = hidden_states.shape[:-1]
-    hidden_shape = (*input_shape, -1, self.head_dim)
-    q = self.q_proj(hidden_states).view(hidden_shape)
-    k = self.k_proj(hidden_states).view(hidden_shape)
-    if getattr(self, "q_norm", None) is not None:  # Qwen3: a per-head RMSNorm on q and k before the rotation
-        q, k = self.q_norm(q), self.k_norm(k)
-    q, k = q.transpose(1, 2), k.transpose(1, 2)
-    v = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+    q, k, v = _project(self, hidden_states)
     old = kwargs.pop("past_key_value", past_key_values)
     cache = cache if cache is not None else old
     positions = _positions(position_ids, cache_position, cache, q)
@@ -64,7 +59,7 @@ def _attention_forward(self, hidden_states, position_embeddings=None, attention_
     module = sys.modules[type(self).__mro__[1].__module__]
     interface = _interface(self.config._attn_implementation, module.eager_attention_forward)
     scale = _scale(self)
-    if self.config.model_type != "llama":  # Mistral / Qwen2 / Qwen3 / Gemma 2 pass their sliding window on
+    if self.config.model_type != "llama":  # Mistral / Qwen2 / Qwen3 / Gemma 2 / OLMo 3 pass their sliding window on
         window = getattr(self, "sliding_window", getattr(self.config, "sliding_window", None))
         kwargs.setdefault("sliding_window", window)
     if getattr(self, "attn_logit_softcapping", None) is not None:  # Gemma 2: cap * tanh(logits / cap)
@@ -72,6 +67,23 @@ def _attention_forward(self, hidden_states, position_embeddings=None, attention_
     dropout = 0.0 if not self.training else self.attention_dropout
     out, weights = interface(self, q, k, v, attention_mask, dropout=dropout, scaling=scale, **kwargs)
     return self.o_proj(out.reshape(*input_shape, -1).contiguous()), weights
+
+
+def _project(self, hidden_states):
+    """(B, H, N, Dh) queries and (B, H_kv, N, Dh) keys and values as the family computes them before the rotation:
+    q/k RMSNorm over all heads (OLMo 2 / 3, OLMoE) or per head (Qwen3, Gemma 3), OLMoE's optional clip_qkv."""
+    hidden_shape = (*hidden_states.shape[:-1], -1, self.head_dim)
+    q, k, v = self.q_proj(hidden_states), self.k_proj(hidden_states), self.v_proj(hidden_states)
+    flat = flat_qk_norm(self)
+    if flat:
+        q, k = self.q_norm(q), self.k_norm(k)
+    clip = getattr(self.config, "clip_qkv", None)
+    if clip is not None:
+        q, k, v = (t.clamp(min=-clip, max=clip) for t in (q, k, v))
+    q, k, v = q.view(hidden_shape), k.view(hidden_shape), v.view(hidden_shape)
+    if getattr(self, "q_norm", None) is not None and not flat:
+        q, k = self.q_norm(q), self.k_norm(k)
+    return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
 
 def _scale(attn) -> float:
@@ -144,7 +156,7 @@ def _rope_table(model: nn.Module, layer_type: str | None = None) -> tuple[torch.
 
 def _layer_type(model: nn.Module, attn: nn.Module) -> str | None:
     """The attention layer's type where the model's rotary tables are kept per type, else None."""
-    lt = getattr(attn, "layer_type", None)
+    lt = getattr(attn, "layer_type", None) or getattr(attn, "attention_type", None)  # Gemma 3 / OLMo 3
     typed = lt is not None and rope_parameters(model.config, lt) is not rope_parameters(model.config)
     return lt if typed else None
 

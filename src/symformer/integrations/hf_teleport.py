@@ -15,7 +15,9 @@ Qwen3 normalises q and k per head (RMSNorm, weights w_q, w_k of shape (Dh,)) bet
 rotation, so no U passes through W_Q / W_K there (an H(d_h) factor changes the logits); its Q/K symmetry is
 w_q <- d w_q, w_k <- w_k / d with diag(d) in the rotary's group: d constant on each RoPE pair for the native
 rotation (teleport.groups.AttentionSite). V/O, head permutations and the MLP rescaling are as above. Gemma 3 has the
-same norms with (1 + w) weights: w <- d (1 + w) - 1.
+same norms with (1 + w) weights: w <- d (1 + w) - 1. OLMo 2 / 3 and OLMoE normalise q and k over all heads at once
+(weights (H Dh,) and (H_kv Dh,)): the RMS does not see the weights, so the same scaling applies with one d per key
+head (its query heads share it), and the weights follow a head permutation. OLMoE with clip_qkv is refused.
 
 `HFTeleport` drives `teleport.TeleportCallback` from a plain training loop (no symformer Trainer).
 """
@@ -28,7 +30,7 @@ import torch
 from torch import nn
 
 from symformer._validation import check_int, fail
-from symformer.integrations._hf_common import FAMILIES, attention_modules, n_kv_heads, norm_offset
+from symformer.integrations._hf_common import FAMILIES, attention_modules, flat_qk_norm, n_kv_heads, norm_offset
 from symformer.teleport import groups as _groups
 from symformer.teleport.groups import AttentionSite, FusedExperts, SymmetryGroup
 from symformer.teleport.qk_groups import TrivialGroup, diagonal_blocks, qk_group_for
@@ -98,11 +100,15 @@ def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn:
     for attn in attention_modules(model):
         view = _AttentionView(attn, h)
         grp = qk_group_for(view.rotary, view.head_dim, positions)
+        if getattr(attn.config, "clip_qkv", None) is not None:  # OLMoE's clamp: clamp(U q) != U clamp(q)
+            fail("config.clip_qkv", attn.config.clip_qkv, "None (clamping q, k and v breaks every symmetry of the "
+                 "projections)")
         if getattr(attn, "q_norm", None) is None:
             sites.append(AttentionSite(names[id(attn)], view, grp, hk))
-        else:  # Qwen3: q_norm(U q) != U q_norm(q), so the rotary's group acts on the norm weights (docstring)
+        else:  # Qwen3, OLMo 2: q_norm(U q) != U q_norm(q), so the rotary's group acts on the norm weights (docstring)
             sites.append(AttentionSite(names[id(attn)], view, TrivialGroup(view.head_dim), hk, attn.q_norm.weight,
-                                       attn.k_norm.weight, diagonal_blocks(grp), norm_offset(attn.q_norm)))
+                                       attn.k_norm.weight, diagonal_blocks(grp), norm_offset(attn.q_norm),
+                                       flat_qk_norm(attn)))
     mlps = [_GLUView(m) for m in model.modules() if hasattr(m, "up_proj") and hasattr(m, "down_proj")] if ffn else []
     return GQASymmetryGroup(sites, mlps, positions, _fused_experts(model) if ffn else [])
 

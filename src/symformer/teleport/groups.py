@@ -12,8 +12,9 @@ Which U are allowed depends on the positional encoding (each rotary part declare
   * ESPR: the commutant of every relative rotation R(r_i)^T R(r_j), computed numerically (not in the
     paper; we prove nothing beyond q^T U^T M U^{-T} k = q^T M k when U^T commutes with M).
 V/O always get GL(d_h): positions never touch values. ReLU FFN hidden units admit positive rescaling.
-Layers with per-head query/key norms before the rotation (Qwen3) keep W_Q / W_K fixed (TrivialGroup); their Q/K
-symmetry is d w_q, w_k / d on the norm weights with diag(d) in the rotary's group (AttentionSite).
+Layers with query/key norms before the rotation (Qwen3 per head, OLMo 2 over all heads) keep W_Q / W_K fixed
+(TrivialGroup); their Q/K symmetry is d w_q, w_k / d on the norm weights with diag(d) in the rotary's group
+(AttentionSite).
 """
 from __future__ import annotations
 
@@ -51,10 +52,24 @@ class AttentionSite:
     k_norm: nn.Parameter | None = None
     norm_blocks: torch.Tensor | None = None
     norm_offset: float = 0.0  # the norms multiply by (offset + w): Gemma's (1 + w), so w <- d (1 + w) - 1
+    norm_per_head: bool = False  # OLMo 2: one norm over all heads, weights (H Dh,) and (H_kv Dh,)
 
     @property
     def n_blocks(self) -> int:
-        return 0 if self.norm_blocks is None else int(self.norm_blocks.max()) + 1
+        """Scalings per element: one per norm block, per key head where the norm weights are per head."""
+        if self.norm_blocks is None:
+            return 0
+        return (int(self.norm_blocks.max()) + 1) * (self.n_heads if self.norm_per_head else 1)
+
+    def norm_index(self, key: bool) -> torch.Tensor:
+        """The scaling read by each norm weight: (Dh,) norm_blocks where the heads share the weights; over the flat
+        weights of all heads otherwise (OLMo 2: RMS over all heads, so any per-head d in the rotary's diagonal
+        keeps the logits, a query head taking its key head's d: (d_g n_q)^T M (n_k / d_g))."""
+        b = self.norm_blocks
+        if not self.norm_per_head:
+            return b
+        heads = torch.arange(self.n_heads) if key else torch.arange(self.query_heads) // self.groups
+        return (heads[:, None] * (int(b.max()) + 1) + b[None, :]).flatten()
 
     @property
     def n_heads(self) -> int:
@@ -124,6 +139,19 @@ def _query_perm(p: torch.Tensor | None, r: int) -> torch.Tensor | None:
 def _group_sum(s, hk: int):
     """Per query head (H, D, D) Gram matrices summed over the query heads of each key head -> (H_kv, D, D)."""
     return s if isinstance(s, int) or s.shape[0] == hk else s.reshape(hk, -1, *s.shape[-2:]).sum(1)
+
+
+def _permute_heads(t: torch.Tensor, perm: torch.Tensor | None) -> torch.Tensor:
+    """Flat per-head weights (H Dh,) with their heads permuted (new head i = old head perm[i])."""
+    return t if perm is None else t.reshape(perm.shape[0], -1)[perm].reshape(t.shape)
+
+
+def _norm_coeffs_permuted(site: AttentionSite, s: torch.Tensor, perm: torch.Tensor | None) -> torch.Tensor:
+    """Per-head norm scalings (H_kv nb,) re-indexed by the key-head permutation, for the inverse (w' = (d w)[perm]
+    is undone by scalings 1 / d[perm] followed by argsort(perm)); shared scalings are left as they are."""
+    if perm is None or not site.norm_per_head:
+        return s
+    return s.reshape(site.n_heads, -1)[perm].reshape(s.shape)
 
 
 def _rows_action(lin: nn.Linear, a: torch.Tensor, heads: int, perm, tensors=None) -> dict[int, torch.Tensor]:
@@ -237,14 +265,19 @@ class SymmetryGroup:
             qk.append(ui)
             vo.append(vi)
             perm.append(p)
-        return GroupElement(qk, vo, perm, [1 / s for s in g.ffn], [None if s is None else 1 / s for s in g.norm],
-                            [1 / s for s in g.experts])
+        norm = [None if s is None else 1 / _norm_coeffs_permuted(site, s, p)
+                for site, s, p in zip(self.sites, g.norm or [None] * len(self.sites), g.perm or [None] * len(g.qk),
+                                      strict=True)]
+        return GroupElement(qk, vo, perm, [1 / s for s in g.ffn], norm, [1 / s for s in g.experts])
 
     def _norm_parts(self, g: GroupElement):
-        """(site, d) for each site with query/key norms that g moves: d (..., Dh) the per-coordinate scaling."""
-        for site, s in zip(self.sites, g.norm or [None] * len(self.sites), strict=True):
+        """(site, dq, dk, perm) for each site with query/key norms that g moves: dq, dk (..., numel of w_q, w_k) the
+        per-weight scalings; perm (query, key) the head permutations the weights follow where they are per head."""
+        perms = g.perm or [None] * len(self.sites)
+        for site, s, p in zip(self.sites, g.norm or [None] * len(self.sites), perms, strict=True):
             if s is not None and site.norm_blocks is not None:
-                yield site, s[..., site.norm_blocks.to(s.device)]
+                p = (_query_perm(p, site.groups), p) if site.norm_per_head and p is not None else (None, None)
+                yield site, s[..., site.norm_index(False).to(s.device)], s[..., site.norm_index(True).to(s.device)], p
 
     # ---- action on parameters
     def transformed(self, g: GroupElement) -> dict[int, torch.Tensor]:
@@ -272,9 +305,10 @@ class SymmetryGroup:
             if f.up.bias is not None:
                 out[id(f.up.bias)] = f.up.bias * s
             out[id(f.down.weight)] = f.down.weight / s[None, :]
-        for site, d in self._norm_parts(g):
-            d, c = d.to(site.q_norm.dtype), site.norm_offset
-            out[id(site.q_norm)], out[id(site.k_norm)] = (site.q_norm + c) * d - c, (site.k_norm + c) / d - c
+        for site, dq, dk, (pq, pk) in self._norm_parts(g):  # scaled, then permuted with the heads (per-head weights)
+            dt, c = site.q_norm.dtype, site.norm_offset
+            out[id(site.q_norm)] = _permute_heads((site.q_norm + c) * dq.to(dt) - c, pq)
+            out[id(site.k_norm)] = _permute_heads((site.k_norm + c) / dk.to(dt) - c, pk)
         for x, s in zip(self.experts, g.experts, strict=False):  # up rows * s, down columns / s (FusedExperts)
             s = s.to(x.gate_up.dtype)
             gu, i = x.gate_up, x.shape[1]
@@ -328,11 +362,11 @@ class SymmetryGroup:
             for par, fac in ((f.up.weight, 1 / s[:, None]), (f.up.bias, 1 / s), (f.down.weight, s[None, :])):
                 if par is not None and id(par) in tensors:
                     out[id(par)] = tensors[id(par)] * fac
-        for site, d in self._norm_parts(g):  # w_q <- d w_q: its gradient / d; w_k <- w_k / d: its gradient * d
-            d = d.to(site.q_norm.dtype)
-            for par, fac in ((site.q_norm, 1 / d), (site.k_norm, d)):
+        for site, dq, dk, (pq, pk) in self._norm_parts(g):  # w_q <- d w_q: its gradient / d; w_k <- w_k / d: * d
+            dt = site.q_norm.dtype
+            for par, fac, p in ((site.q_norm, 1 / dq.to(dt), pq), (site.k_norm, dk.to(dt), pk)):
                 if id(par) in tensors:
-                    out[id(par)] = tensors[id(par)] * fac
+                    out[id(par)] = _permute_heads(tensors[id(par)] * fac, p)
         for x, s in zip(self.experts, g.experts, strict=False):  # up-row gradients / s, down-column gradients * s
             s, i = s.to(x.gate_up.dtype), x.shape[1]
             if id(x.gate_up) in tensors:
@@ -369,9 +403,8 @@ class SymmetryGroup:
             ru = _row_sq(grads.get(id(f.up.weight))) + _vec_sq(grads.get(id(f.up.bias)))
             rd = 0 if grads.get(id(f.down.weight)) is None else grads[id(f.down.weight)].to(torch.float64).pow(2).sum(0)
             total = total + (ru / s ** 2).sum(-1) + (rd * s ** 2).sum(-1)
-        for site, d in self._norm_parts(cands):
-            d2 = d.to(torch.float64) ** 2
-            for par, fac in ((site.q_norm, 1 / d2), (site.k_norm, d2)):
+        for site, dq, dk, _ in self._norm_parts(cands):  # a head permutation keeps the squared norms
+            for par, fac in ((site.q_norm, 1 / dq.to(torch.float64) ** 2), (site.k_norm, dk.to(torch.float64) ** 2)):
                 if grads.get(id(par)) is not None:
                     total = total + (_vec_sq(grads[id(par)]) * fac).sum(-1)
         for x, s in zip(self.experts, cands.experts, strict=False):

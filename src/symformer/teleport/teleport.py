@@ -216,7 +216,7 @@ def zhao_teleport(model: nn.Module, group: SymmetryGroup, loss_fn: Callable[[], 
     params = criterion_parameters(model, group)
     coeffs = [torch.zeros(s.n_heads, s.qk.dimension, dtype=torch.float64, requires_grad=True) for s in group.sites]
     vcoef = [torch.zeros(s.n_heads, s.head_dim ** 2, dtype=torch.float64, requires_grad=True) for s in group.sites]
-    # query/key-norm scalings (Qwen3), one coefficient per norm block
+    # query/key-norm scalings (Qwen3; OLMo 2: per key head), one coefficient per norm block
     ncoef = [torch.zeros(s.n_blocks, dtype=torch.float64, requires_grad=True) for s in group.sites]
     ref = math.sqrt(grad_sq_norm(model, group))
 
