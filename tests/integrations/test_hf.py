@@ -92,7 +92,8 @@ def test_cores_run_and_train_in_every_layer_of_every_family(family, attention):
     cores = [layer.self_attn.symformer_core for layer in model.model.layers]
     assert torch.isfinite(loss) and len(cores) == 2
     assert all(type(c).__name__ == {"favor": "FavorAttention", "plash": "PlashAttention"}[attention] for c in cores)
-    assert model.model.layers[0].self_attn.q_proj.weight.grad is not None
+    attn = model.model.layers[0].self_attn
+    assert getattr(attn, "q_proj", getattr(attn, "qkv_proj", None)).weight.grad is not None  # Phi-3: fused qkv
 
 
 @pytest.mark.parametrize("side", ["left", "right"])
@@ -187,7 +188,7 @@ def test_patched_parameters_train_and_round_trip(tmp_path):
         assert (_logits(loaded.eval(), x) - _logits(model, x)).abs().max().item() == 0.0
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen3", "gemma", "gemma3_text", "olmo2"])
+@pytest.mark.parametrize("family", ["llama", "qwen3", "gemma", "gemma3_text", "olmo2", "phi3"])
 @pytest.mark.parametrize("positional,opts", [("rope", {}), ("string", {"init_scale": 0.1}),
                                              ("circulant_string", {}), ("espr", {"init_scale": 0.1})])
 def test_every_part_reloads_from_a_saved_folder(tmp_path, family, positional, opts):
@@ -201,7 +202,7 @@ def test_every_part_reloads_from_a_saved_folder(tmp_path, family, positional, op
     model.save_pretrained(tmp_path)
     cls = {"llama": transformers.LlamaForCausalLM, "qwen3": transformers.Qwen3ForCausalLM,
            "gemma": transformers.GemmaForCausalLM, "gemma3_text": transformers.Gemma3ForCausalLM,
-           "olmo2": transformers.Olmo2ForCausalLM}[family]
+           "olmo2": transformers.Olmo2ForCausalLM, "phi3": transformers.Phi3ForCausalLM}[family]
     loaded = hf.from_pretrained(cls, tmp_path).eval()
     x = ids()
     assert (_logits(loaded, x) - _logits(model.eval(), x)).abs().max().item() == 0.0
@@ -246,7 +247,8 @@ def test_patch_bad_input():
 def test_generation_with_cache():
     """Decoding with the KV cache: patched RoPE generates the native model's tokens; FAVOR+ decodes (Nq = 1)."""
     x = ids(n=8)
-    for family in ("llama", "gemma", "gemma2", "gemma3_text", "olmo2", "olmo3"):  # Gemma 2 / 3, OLMo 3: window 6 < 14
+    # Gemma 2 / 3 and OLMo 3: a sliding window of 6 over 14 tokens; Phi-3: fused qkv_proj
+    for family in ("llama", "gemma", "gemma2", "gemma3_text", "olmo2", "olmo3", "phi3"):
         native = tiny(family).generate(x, max_new_tokens=6, do_sample=False)
         assert torch.equal(_patched(family, "rope", torch.float32).generate(x, max_new_tokens=6, do_sample=False),
                            native)

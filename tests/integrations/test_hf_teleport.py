@@ -15,7 +15,8 @@ from symformer.teleport import GroupElement, brute_force_norms, closed_form_norm
 
 CASES = [("llama", None, {}), ("llama", "rope", {}), ("mistral", "string", {"init_scale": 0.3}),
          ("qwen2", "espr", {"init_scale": 0.05}), ("llama", "circulant_string", {}), ("gemma", None, {}),
-         ("gemma", "string", {"init_scale": 0.3}), ("mixtral", None, {}), ("gemma2", "espr", {"init_scale": 0.05})]
+         ("gemma", "string", {"init_scale": 0.3}), ("mixtral", None, {}), ("gemma2", "espr", {"init_scale": 0.05}),
+         ("phi3", None, {}), ("phi3", "string", {"init_scale": 0.3})]
 
 
 def _model(family, positional, opts, kv_heads=2):
@@ -95,7 +96,8 @@ def test_teleport_symmetry_group_dispatches_and_refuses_approximate_cores():
 
 @pytest.mark.parametrize("family,positional", [("llama", None), ("llama", "espr"), ("qwen3", None), ("gemma", None),
                                                ("mixtral", None), ("qwen3_moe", None), ("gemma2", None),
-                                               ("gemma3_text", None), ("olmo2", None), ("olmoe", None)])
+                                               ("gemma3_text", None), ("olmo2", None), ("olmoe", None),
+                                               ("phi3", None)])
 def test_gradient_action_and_norms_match_autograd(family, positional):
     """grad L(g theta) from autograd equals grad_action(g, grad L(theta)); the inverse undoes g; closed-form
     candidate norms equal the brute-force ones (apply, backward, restore), GQA, the gated-MLP rescaling and
@@ -104,6 +106,10 @@ def test_gradient_action_and_norms_match_autograd(family, positional):
         model = _qwen3(family=family)
     else:
         model = _model(family, positional, {"init_scale": 0.05} if positional else {})
+    _check_gradient_action(model, family in QK_NORM_FAMILIES)
+
+
+def _check_gradient_action(model, norms: bool):
     x = ids(n=8)
     group = hf.symmetry_group(model, ffn=True)
     params = group.parameters()
@@ -122,7 +128,7 @@ def test_gradient_action_and_norms_match_autograd(family, positional):
     _loss(model, x).backward()
     cands = group.sample(4, 0.3, torch.Generator().manual_seed(4), ffn=True)
     assert isinstance(cands, GroupElement)
-    if family in QK_NORM_FAMILIES:
+    if norms:
         assert not torch.equal(cands.norm[0], torch.ones_like(cands.norm[0]))
     closed = closed_form_norms(model, group, cands)
     brute = brute_force_norms(model, group, cands, lambda: _loss(model, x))
@@ -304,3 +310,47 @@ def test_olmoe_clip_qkv_is_followed_by_the_patch_and_refused_by_teleport():
     assert (out - ref).abs().max() <= 1e-5
     with pytest.raises(ValueError, match=r"^config\.clip_qkv: got 0\.3"):
         hf.symmetry_group(tiny("olmoe", clip_qkv=0.3))
+
+
+def test_phi3_fused_projections_are_acted_on_through_their_row_blocks():
+    """Phi-3 fuses W_Q, W_K, W_V into qkv_proj and gate / up into gate_up_proj: the group acts on row blocks of the
+    fused weights (FusedRows) and rescales the up rows of gate_up_proj (FusedExperts, 2-D); parameters() lists each
+    fused weight once. A qkv bias (added here; Phi-3 has none) moves with its rows: invariance, the gradient action
+    against autograd and the closed-form norms against brute force."""
+    from torch import nn
+    model = _model("phi3", None, {})
+    gen = torch.Generator().manual_seed(0)
+    for layer in model.model.layers:
+        lin = layer.self_attn.qkv_proj
+        lin.bias = nn.Parameter(0.1 * torch.randn(lin.out_features, generator=gen, dtype=torch.float64))
+    group = hf.symmetry_group(model, ffn=True)
+    ps, attn = group.parameters(), model.model.layers[0].self_attn
+    assert len({id(p) for p in ps}) == len(ps)
+    assert any(p is attn.qkv_proj.weight for p in ps) and any(p is attn.qkv_proj.bias for p in ps)
+    assert [x.shape for x in group.experts] == [(64,), (64,)]
+    x = ids()
+    with torch.no_grad():
+        ref = model(x).logits
+    before = attn.qkv_proj.weight.detach().clone()
+    group.apply(model, group.random(torch.Generator().manual_seed(1)))
+    with torch.no_grad():
+        assert ((model(x).logits - ref).abs().max() / ref.abs().max()).item() <= 1e-10
+    assert (attn.qkv_proj.weight - before).abs().max() > 1e-3  # in place, in the model's own parameter
+    _check_gradient_action(model, False)
+
+
+def test_phi3_negative_control_and_partial_rotary_refusal():
+    """Scaling gate rows of the fused gate_up_proj (act is not linear) changes the logits; a partial rotary
+    embedding (Phi-4-mini's partial_rotary_factor < 1) is refused by name by the group and by the patch."""
+    model, x = _model("phi3", None, {}), ids()
+    with torch.no_grad():
+        ref = model(x).logits
+        mlp = model.model.layers[0].mlp
+        mlp.gate_up_proj.weight[:64] *= 1.5
+        mlp.down_proj.weight.div_(1.5)
+        assert (model(x).logits - ref).abs().max() > 1e-4
+    rope = {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}
+    with pytest.raises(ValueError, match=r"^config\.rope_parameters: got 'partial_rotary_factor=0\.5'"):
+        hf.symmetry_group(tiny("phi3", rope_parameters=rope))
+    with pytest.raises(ValueError, match=r"^config\.rope_parameters: got 'a rotary embedding over 4 of head_dim=8"):
+        hf.patch_positional(tiny("phi3", rope_parameters=rope), "rope")

@@ -11,7 +11,7 @@ from symformer._validation import fail
 FAMILIES = {"llama": "LlamaAttention", "mistral": "MistralAttention", "qwen2": "Qwen2Attention",
             "qwen3": "Qwen3Attention", "gemma": "GemmaAttention", "mixtral": "MixtralAttention",
             "qwen3_moe": "Qwen3MoeAttention", "gemma2": "Gemma2Attention", "gemma3_text": "Gemma3Attention",
-            "olmo2": "Olmo2Attention", "olmo3": "Olmo3Attention", "olmoe": "OlmoeAttention"}
+            "olmo2": "Olmo2Attention", "olmo3": "Olmo3Attention", "olmoe": "OlmoeAttention", "phi3": "Phi3Attention"}
 MIN_VERSION = (4, 48)  # the release that introduced AttentionInterface
 
 
@@ -65,6 +65,13 @@ def rope_theta(config, layer_type: str | None = None) -> float:
     """The rotary base: rope_parameters(config, layer_type)["rope_theta"] or config.rope_theta (4.x)."""
     theta = rope_parameters(config, layer_type).get("rope_theta")
     return float(theta if theta is not None else getattr(config, "rope_theta", 10000.0))
+
+
+def partial_rotary_factor(config) -> float:
+    """The fraction of each head the native rotary embedding rotates (Phi-3 / Phi-4-mini: rope_parameters'
+    partial_rotary_factor; 1 for the other families)."""
+    factor = rope_parameters(config).get("partial_rotary_factor", getattr(config, "partial_rotary_factor", None))
+    return 1.0 if factor is None else float(factor)
 
 
 def norm_offset(norm: nn.Module) -> float:

@@ -82,7 +82,7 @@ def _make_core(kind: str, module: nn.Module, options: dict) -> nn.Module:
         core = FavorAttention(module.head_dim, **opts)
     else:
         core = PlashAttention(module.head_dim, n_heads=cfg.num_attention_heads, d_model=cfg.hidden_size, **opts)
-    w = module.q_proj.weight
+    w = module.o_proj.weight  # every family has o_proj (Phi-3 fuses q, k, v)
     return core.to(device=w.device, dtype=w.dtype)
 
 

@@ -71,9 +71,14 @@ def _attention_forward(self, hidden_states, position_embeddings=None, attention_
 
 def _project(self, hidden_states):
     """(B, H, N, Dh) queries and (B, H_kv, N, Dh) keys and values as the family computes them before the rotation:
-    q/k RMSNorm over all heads (OLMo 2 / 3, OLMoE) or per head (Qwen3, Gemma 3), OLMoE's optional clip_qkv."""
+    one fused projection (Phi-3's qkv_proj, rows [q; k; v]), q/k RMSNorm over all heads (OLMo 2 / 3, OLMoE) or per
+    head (Qwen3, Gemma 3), OLMoE's optional clip_qkv."""
     hidden_shape = (*hidden_states.shape[:-1], -1, self.head_dim)
-    q, k, v = self.q_proj(hidden_states), self.k_proj(hidden_states), self.v_proj(hidden_states)
+    if hasattr(self, "qkv_proj"):
+        nq, nkv = self.config.num_attention_heads * self.head_dim, n_kv_heads(self.config) * self.head_dim
+        q, k, v = self.qkv_proj(hidden_states).split([nq, nkv, nkv], dim=-1)
+    else:
+        q, k, v = self.q_proj(hidden_states), self.k_proj(hidden_states), self.v_proj(hidden_states)
     flat = flat_qk_norm(self)
     if flat:
         q, k = self.q_norm(q), self.k_norm(k)
@@ -177,7 +182,7 @@ def _build_part(positional: str, attn: nn.Module, config, inv_freq, options: dic
     opts.setdefault("base", rope_theta(config, layer_type))
     part = POSITIONAL.build(positional, head_dim=head_dim, coord_dim=1, n_heads=config.num_attention_heads,
                             d_model=config.hidden_size, **opts)
-    w = attn.q_proj.weight
+    w = attn.o_proj.weight  # every family has o_proj (Phi-3 fuses q, k, v)
     part = part.to(device=w.device, dtype=w.dtype)
     with torch.no_grad():
         own_freqs = inv_freq is not None and "base" not in options and inv_freq.numel() == head_dim // 2
@@ -194,6 +199,10 @@ def _part_for(positional: str, model: nn.Module, attn: nn.Module, options: dict)
     """The part for one attention layer, from the rotary table of its layer type (one table for most models)."""
     lt = _layer_type(model, attn)
     inv_freq, attn_scale = _rope_table(model, lt)
+    if inv_freq is not None and 2 * inv_freq.numel() != int(attn.head_dim):  # Phi-3's partial_rotary_factor < 1
+        fail("config.rope_parameters", f"a rotary embedding over {2 * inv_freq.numel()} of head_dim={attn.head_dim} "
+             "dimensions (partial_rotary_factor < 1)", "a rotary embedding over the whole head (partial rotary is "
+             "not supported)")
     rope_type = rope_parameters(model.config, lt).get("rope_type", "default")
     if attn_scale != 1.0 or str(rope_type).startswith("dynamic"):
         fail("config.rope_parameters", f"rope_type={rope_type!r} (attention_scaling={attn_scale})",

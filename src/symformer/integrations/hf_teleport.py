@@ -30,19 +30,47 @@ import torch
 from torch import nn
 
 from symformer._validation import check_int, fail
-from symformer.integrations._hf_common import FAMILIES, attention_modules, flat_qk_norm, n_kv_heads, norm_offset
+from symformer.integrations._hf_common import (
+    FAMILIES,
+    attention_modules,
+    flat_qk_norm,
+    n_kv_heads,
+    norm_offset,
+    partial_rotary_factor,
+)
 from symformer.teleport import groups as _groups
-from symformer.teleport.groups import AttentionSite, FusedExperts, SymmetryGroup
+from symformer.teleport.groups import AttentionSite, FusedExperts, FusedRows, SymmetryGroup
 from symformer.teleport.qk_groups import TrivialGroup, diagonal_blocks, qk_group_for
 
 
-class _AttentionView:
-    """What the group reads of an HF attention layer (the attribute names of symformer's MultiHeadAttention)."""
+class _RowBlock:
+    """Rows [a, b) of a fused Linear seen as a projection of its own: `weight` / `bias` are views sharing the fused
+    parameters' storage (teleport.groups.FusedRows), taken once so that their ids key the group's tensors. Build
+    the group after moving or casting the model (a cast gives the parameters new storage)."""
 
-    def __init__(self, attn: nn.Module, n_heads: int):
-        self.attn = attn
-        self.q_proj, self.k_proj, self.v_proj, self.o_proj = attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj
+    def __init__(self, lin: nn.Linear, a: int, b: int):
+        self.weight = lin.weight.detach()[a:b]
+        self.bias = None if lin.bias is None else lin.bias.detach()[a:b]
+
+
+class _AttentionView:
+    """What the group reads of an HF attention layer (the attribute names of symformer's MultiHeadAttention);
+    a fused qkv_proj (Phi-3, rows [q; k; v]) is handed out as three row blocks (`fused`: their FusedRows)."""
+
+    def __init__(self, attn: nn.Module, n_heads: int, kv_heads: int):
+        self.attn, self.o_proj = attn, attn.o_proj
         self.n_heads, self.head_dim = n_heads, int(attn.head_dim)
+        self.fused: list[FusedRows] = []
+        if hasattr(attn, "qkv_proj"):
+            lin, nq, nkv = attn.qkv_proj, n_heads * self.head_dim, kv_heads * self.head_dim
+            self.q_proj, self.k_proj, self.v_proj = (_RowBlock(lin, a, b) for a, b in
+                                                     ((0, nq), (nq, nq + nkv), (nq + nkv, nq + 2 * nkv)))
+            blocks = (self.q_proj, self.k_proj, self.v_proj)
+            self.fused.append(FusedRows(lin.weight, [b.weight for b in blocks]))
+            if lin.bias is not None:
+                self.fused.append(FusedRows(lin.bias, [b.bias for b in blocks]))
+        else:
+            self.q_proj, self.k_proj, self.v_proj = attn.q_proj, attn.k_proj, attn.v_proj
 
     @property
     def rotary(self):
@@ -62,13 +90,19 @@ class _GLUView:
 
 def _fused_experts(model: nn.Module) -> list[FusedExperts]:
     """The MoE expert blocks stored as gate_up_proj (E, 2 I, d) and down_proj (E, d, I) (transformers 5's Mixtral /
-    Qwen3-MoE layout, gate rows first); another layout is left out rather than guessed."""
+    Qwen3-MoE layout, gate rows first), and gated MLPs with one fused gate_up_proj Linear (Phi-3: rows [gate; up],
+    up * act(gate)); another layout is left out rather than guessed."""
     d, out = int(model.config.hidden_size), []
     for m in model.modules():
         gu, dn = getattr(m, "gate_up_proj", None), getattr(m, "down_proj", None)
-        if isinstance(gu, nn.Parameter) and isinstance(dn, nn.Parameter) and gu.ndim == 3 and dn.ndim == 3:
-            e, i = dn.shape[0], dn.shape[-1]
-            if tuple(gu.shape) == (e, 2 * i, d) and tuple(dn.shape) == (e, d, i):
+        if isinstance(gu, nn.Linear) and isinstance(dn, nn.Linear):
+            if gu.bias is not None:
+                fail("gate_up_proj.bias", "a bias", "none (the MLP rescaling of a fused gate_up_proj with a bias is "
+                     "not implemented)")
+            gu, dn = gu.weight, dn.weight
+        if isinstance(gu, torch.Tensor) and isinstance(dn, torch.Tensor) and gu.ndim == dn.ndim and gu.ndim in (2, 3):
+            i = dn.shape[-1]
+            if tuple(gu.shape) == (*dn.shape[:-2], 2 * i, d) and dn.shape[-2] == d:
                 out.append(FusedExperts(gu, dn))
     return out
 
@@ -95,10 +129,14 @@ def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn:
         fail("attn_implementation", impl, "an exact softmax implementation (eager, sdpa, ...): approximate kernels "
              "are not invariant under GL(d_h)")
     h, hk = model.config.num_attention_heads, n_kv_heads(model.config)
+    factor = partial_rotary_factor(model.config)
+    if factor != 1.0 and not all(hasattr(a, "rotary") for a in attention_modules(model)):
+        fail("config.rope_parameters", f"partial_rotary_factor={factor}", "1.0 (the group of a partial rotary "
+             "embedding is not implemented)")
     names = {id(m): n for n, m in model.named_modules()}
     sites = []
     for attn in attention_modules(model):
-        view = _AttentionView(attn, h)
+        view = _AttentionView(attn, h, hk)
         grp = qk_group_for(view.rotary, view.head_dim, positions)
         if getattr(attn.config, "clip_qkv", None) is not None:  # OLMoE's clamp: clamp(U q) != U clamp(q)
             fail("config.clip_qkv", attn.config.clip_qkv, "None (clamping q, k and v breaks every symmetry of the "
@@ -110,7 +148,8 @@ def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn:
                                        attn.k_norm.weight, diagonal_blocks(grp), norm_offset(attn.q_norm),
                                        flat_qk_norm(attn)))
     mlps = [_GLUView(m) for m in model.modules() if hasattr(m, "up_proj") and hasattr(m, "down_proj")] if ffn else []
-    return GQASymmetryGroup(sites, mlps, positions, _fused_experts(model) if ffn else [])
+    fused = [f for s in sites for f in s.module.fused]
+    return GQASymmetryGroup(sites, mlps, positions, _fused_experts(model) if ffn else [], fused)
 
 
 def _build_for_teleport(model, positions, ffn):

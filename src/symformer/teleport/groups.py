@@ -95,15 +95,29 @@ class FusedExperts:
     """Mixture-of-experts MLPs stored as two 3-D weights (HF Mixtral, Qwen3-MoE): expert e computes
     down[e] (act(x gate[e]^T) * (x up[e]^T)) with gate_up[e] = cat(gate[e], up[e]) of shape (2 I, d) and down[e] of
     shape (d, I). The product is linear in the up branch, so up rows <- s rows, down columns <- columns / s
-    (any s != 0 per expert and hidden unit; the router never sees these weights) keeps every output."""
+    (any s != 0 per expert and hidden unit; the router never sees these weights) keeps every output. 2-D weights
+    (2 I, d) and (d, I) are one such MLP (Phi-3's fused gate_up_proj Linear)."""
 
     gate_up: nn.Parameter
     down: nn.Parameter
 
     @property
-    def shape(self) -> tuple[int, int]:
-        """(n_experts, I)."""
-        return int(self.down.shape[0]), int(self.down.shape[-1])
+    def shape(self) -> tuple[int, ...]:
+        """(n_experts, I), or (I,) for 2-D weights: the shape of a scaling."""
+        return (*self.down.shape[:-2], int(self.down.shape[-1]))
+
+
+@dataclass
+class FusedRows:
+    """A parameter whose row blocks are the weights of several projections (Phi-3's qkv_proj: [W_Q; W_K; W_V]).
+    The sites act on `views` (row blocks of `param`, what the attention view hands out as q_proj.weight, ...);
+    `param` is what parameters(), gradient dicts and transformed() hold (SymmetryGroup._split / _merge)."""
+
+    param: nn.Parameter
+    views: list[torch.Tensor]
+
+    def split(self, t: torch.Tensor) -> list[torch.Tensor]:
+        return list(torch.split(t, [v.shape[0] for v in self.views], dim=0))
 
 
 @dataclass
@@ -173,9 +187,25 @@ class SymmetryGroup:
     diagonal rescaling of ReLU FFN hidden units."""
 
     def __init__(self, sites: list[AttentionSite], ffns: list[nn.Module], positions: torch.Tensor | None = None,
-                 experts: list[FusedExperts] | None = None):
+                 experts: list[FusedExperts] | None = None, fused: list[FusedRows] | None = None):
         self.sites, self.ffns, self.positions = sites, ffns, positions
         self.experts = list(experts or [])
+        self.fused = list(fused or [])
+
+    def _split(self, tensors: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
+        """Tensors keyed by a fused parameter also keyed by its row blocks (FusedRows)."""
+        out = dict(tensors)
+        for f in self.fused:
+            if id(f.param) in tensors:
+                out.update({id(v): t for v, t in zip(f.views, f.split(tensors[id(f.param)]), strict=True)})
+        return out
+
+    def _merge(self, out: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
+        """Row-block results put back together under the fused parameter (FusedRows)."""
+        for f in self.fused:
+            if all(id(v) in out for v in f.views):
+                out[id(f.param)] = torch.cat([out.pop(id(v)) for v in f.views], dim=0)
+        return out
 
     def dependent_parameters(self) -> list[nn.Parameter]:
         """Trainable parameters the group itself depends on (STRING's P, ESPR generators). L(g theta, phi) =
@@ -311,10 +341,10 @@ class SymmetryGroup:
             out[id(site.k_norm)] = _permute_heads((site.k_norm + c) / dk.to(dt) - c, pk)
         for x, s in zip(self.experts, g.experts, strict=False):  # up rows * s, down columns / s (FusedExperts)
             s = s.to(x.gate_up.dtype)
-            gu, i = x.gate_up, x.shape[1]
-            out[id(gu)] = torch.cat((gu[:, :i], gu[:, i:] * s[..., None]), 1)
-            out[id(x.down)] = x.down / s[:, None, :]
-        return out
+            gu, i = x.gate_up, x.shape[-1]
+            out[id(gu)] = torch.cat((gu[..., :i, :], gu[..., i:, :] * s[..., None]), -2)
+            out[id(x.down)] = x.down / s[..., None, :]
+        return self._merge(out)
 
     def parameters(self) -> list[nn.Parameter]:
         """Every parameter the group acts on (o_proj biases and FFN down biases are fixed by it)."""
@@ -326,7 +356,9 @@ class SymmetryGroup:
         for f in self.ffns:
             ps += [f.up.weight, f.down.weight] + ([f.up.bias] if f.up.bias is not None else [])
         ps += [p for x in self.experts for p in (x.gate_up, x.down)]
-        return ps + [p for s in self.sites if s.norm_blocks is not None for p in (s.q_norm, s.k_norm)]
+        ps += [p for s in self.sites if s.norm_blocks is not None for p in (s.q_norm, s.k_norm)]
+        views = {id(v) for f in self.fused for v in f.views}
+        return [p for p in ps if id(p) not in views] + [f.param for f in self.fused]
 
     @torch.no_grad()
     def apply(self, model: nn.Module, g: GroupElement) -> None:
@@ -342,6 +374,7 @@ class SymmetryGroup:
         Q rows U^{-T} G, K rows U G, V rows V^{-T} G, O columns G V^T; FFN up rows G / s, down cols G s.
         `tensors` maps id(param) -> gradient-like tensor; missing entries are skipped."""
         out: dict[int, torch.Tensor] = {}
+        tensors = self._split(tensors)
         for site, u, v, p in zip(self.sites, g.qk, g.vo, g.perm or [None] * len(g.qk), strict=True):
             m, r, h, hk = site.module, site.groups, site.query_heads, site.n_heads
             dt = m.q_proj.weight.dtype
@@ -368,13 +401,13 @@ class SymmetryGroup:
                 if id(par) in tensors:
                     out[id(par)] = _permute_heads(tensors[id(par)] * fac, p)
         for x, s in zip(self.experts, g.experts, strict=False):  # up-row gradients / s, down-column gradients * s
-            s, i = s.to(x.gate_up.dtype), x.shape[1]
+            s, i = s.to(x.gate_up.dtype), x.shape[-1]
             if id(x.gate_up) in tensors:
                 t = tensors[id(x.gate_up)]
-                out[id(x.gate_up)] = torch.cat((t[:, :i], t[:, i:] / s[..., None]), 1)
+                out[id(x.gate_up)] = torch.cat((t[..., :i, :], t[..., i:, :] / s[..., None]), -2)
             if id(x.down) in tensors:
-                out[id(x.down)] = tensors[id(x.down)] * s[:, None, :]
-        return out
+                out[id(x.down)] = tensors[id(x.down)] * s[..., None, :]
+        return self._merge(out)
 
     # ---- closed-form norms of the transformed gradient for many candidates (one backward pass)
     def candidate_sq_norms(self, grads: dict[int, torch.Tensor], cands: GroupElement) -> torch.Tensor:
@@ -382,7 +415,7 @@ class SymmetryGroup:
 
         ||A G||_F^2 = <A^T A, G G^T>: per head one Gram matrix of the gradient, then O(Dh^3) per
         candidate, independent of d_model and batch size."""
-        total = 0.0
+        total, grads = 0.0, self._split(grads)
         for site, u, v in zip(self.sites, cands.qk, cands.vo, strict=True):
             m, h, hk = site.module, site.query_heads, site.n_heads
             # GQA: query heads (and O column blocks) sharing a factor add their Gram matrices first
@@ -408,12 +441,12 @@ class SymmetryGroup:
                 if grads.get(id(par)) is not None:
                     total = total + (_vec_sq(grads[id(par)]) * fac).sum(-1)
         for x, s in zip(self.experts, cands.experts, strict=False):
-            s2, i = s.to(torch.float64) ** 2, x.shape[1]
+            s2, i, dims = s.to(torch.float64) ** 2, x.shape[-1], tuple(range(-len(x.shape), 0))
             gu, gd = grads.get(id(x.gate_up)), grads.get(id(x.down))
             if gu is not None:  # squared norms of the up rows (n_experts, d_expert); the gate rows do not move
-                total = total + (_row_sq(gu[:, i:]) / s2).sum((-1, -2)) + _row_sq(gu[:, :i]).sum()
+                total = total + (_row_sq(gu[..., i:, :]) / s2).sum(dims) + _row_sq(gu[..., :i, :]).sum()
             if gd is not None:  # of the down columns
-                total = total + (gd.to(torch.float64).pow(2).sum(1) * s2).sum((-1, -2))
+                total = total + (gd.to(torch.float64).pow(2).sum(-2) * s2).sum(dims)
         return total
 
     @staticmethod
