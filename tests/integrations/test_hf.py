@@ -284,3 +284,23 @@ def test_patch_after_exact_float64_starts_from_the_model_tables(family):
     ref = _logits(float64_reference(tiny(family, torch.float64)), x)
     out = _logits(hf.patch_positional(float64_reference(tiny(family, torch.float64)), "espr"), x)
     assert (out - ref).abs().max().item() <= 1e-10
+
+
+@pytest.mark.parametrize("positional", ["rope", "string"])
+def test_partial_rotary_parts_equal_the_native_partial_rope(positional):
+    """Phi-4-mini rotates part of each head (partial_rotary_factor; here 4 of 8): the patch wraps the part in
+    PartialRotary on those coordinates with the model's own frequencies (float64 parity); ESPR is refused by name
+    (its 1/sqrt(d_act) scale is stated for a whole head), as is a rotary table of another size."""
+    rope = {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}
+    x = ids(n=24)
+    ref = _logits(float64_reference(tiny("phi3", torch.float64, rope_parameters=rope)), x)
+    model = hf.patch_positional(tiny("phi3", torch.float64, rope_parameters=rope), positional)
+    part = model.model.layers[0].self_attn.rotary
+    assert (part.head_dim, part.rotary_dim) == (8, 4)
+    assert (_logits(float64_reference(model), x) - ref).abs().max().item() <= 1e-10
+    with pytest.raises(ValueError, match=r"^positional: got 'espr', expected rope, string or circulant_string"):
+        hf.patch_positional(tiny("phi3", rope_parameters=rope), "espr")
+    odd = tiny("phi3", rope_parameters=rope)
+    odd.model.rotary_emb.inv_freq = odd.model.rotary_emb.inv_freq[:1]
+    with pytest.raises(ValueError, match=r"^config\.rope_parameters: got 'a rotary table of 1 frequencies'"):
+        hf.patch_positional(odd, "rope")

@@ -339,9 +339,8 @@ def test_phi3_fused_projections_are_acted_on_through_their_row_blocks():
     _check_gradient_action(model, False)
 
 
-def test_phi3_negative_control_and_partial_rotary_refusal():
-    """Scaling gate rows of the fused gate_up_proj (act is not linear) changes the logits; a partial rotary
-    embedding (Phi-4-mini's partial_rotary_factor < 1) is refused by name by the group and by the patch."""
+def test_phi3_negative_control_on_the_gate_rows():
+    """Scaling gate rows of the fused gate_up_proj (act is not linear) changes the logits."""
     model, x = _model("phi3", None, {}), ids()
     with torch.no_grad():
         ref = model(x).logits
@@ -349,8 +348,34 @@ def test_phi3_negative_control_and_partial_rotary_refusal():
         mlp.gate_up_proj.weight[:64] *= 1.5
         mlp.down_proj.weight.div_(1.5)
         assert (model(x).logits - ref).abs().max() > 1e-4
-    rope = {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}
-    with pytest.raises(ValueError, match=r"^config\.rope_parameters: got 'partial_rotary_factor=0\.5'"):
-        hf.symmetry_group(tiny("phi3", rope_parameters=rope))
-    with pytest.raises(ValueError, match=r"^config\.rope_parameters: got 'a rotary embedding over 4 of head_dim=8"):
-        hf.patch_positional(tiny("phi3", rope_parameters=rope), "rope")
+
+
+PARTIAL = {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}
+
+
+@pytest.mark.parametrize("positional", [None, "string"])
+def test_partial_rotary_group_is_h_on_the_rotated_block_and_gl_on_the_rest(positional):
+    """Phi-4-mini rotates part of each head (here 4 of 8 coordinates): the Q/K group is H (or STRING's P H P^T) on
+    the rotated block times GL on the pass-through block (BlockGroup). Invariance, the gradient action and the
+    closed-form norms hold; a U mixing the two blocks changes the logits."""
+    model = tiny("phi3", torch.float64, rope_parameters=PARTIAL, init=0.2)
+    model = float64_reference(model if positional is None else hf.patch_positional(model, positional, init_scale=0.3))
+    x = ids()
+    with torch.no_grad():
+        ref = model(x).logits
+    group = hf.symmetry_group(model, ffn=True)
+    qk = group.sites[0].qk
+    assert qk.kind.startswith("partial-") and qk.dimension == 4 + 16  # 2 pairs x (a, b) + GL(4)
+    g = group.random(torch.Generator().manual_seed(1))
+    assert (g.qk[0][..., :4, 4:].abs().max() == 0) and (g.qk[0][..., 4:, 4:] - torch.eye(4)).abs().max() > 0.1
+    group.apply(model, g)
+    with torch.no_grad():
+        assert ((model(x).logits - ref).abs().max() / ref.abs().max()).item() <= 1e-10
+        attn = model.model.layers[0].self_attn
+        u = torch.eye(8, dtype=torch.float64)
+        u[0, 5] = 0.5  # pass-through coordinate 5 leaks into rotated coordinate 0
+        w = attn.qkv_proj.weight
+        w[:16] = torch.block_diag(u, u) @ w[:16]
+        w[32:40] = torch.linalg.inv(u).T @ w[32:40]
+        assert (model(x).logits - ref).abs().max() > 1e-4
+    _check_gradient_action(float64_reference(tiny("phi3", torch.float64, rope_parameters=PARTIAL, init=0.2)), False)

@@ -6,7 +6,7 @@ import torch
 from symformer.models import TransformerConfig, ViTClassifier, attention_layers
 
 KINDS = ["none", "sinusoidal", "learned", "rope-interleaved", "rope-half", "string", "circulant-string", "espr",
-         "espr-noncommuting"]
+         "espr-noncommuting", "partial-rope", "partial-string"]
 
 
 def positions(n: int = 6) -> torch.Tensor:
@@ -20,7 +20,7 @@ def tiny_model(kind: str, seed: int = 0, mlp: str = "relu", n_layers: int = 2) -
     if kind.startswith("rope-"):
         base, kw = "rope", {"pairing": kind.split("-")[1]}
     swap = None
-    if kind in ("string", "circulant-string", "espr", "espr-noncommuting"):
+    if kind in ("string", "circulant-string", "espr", "espr-noncommuting", "partial-rope", "partial-string"):
         swap, base = kind, "rope"
     cfg = TransformerConfig(d_model=16, n_heads=2, n_layers=n_layers, positional=base, positional_kwargs=kw,
                             coord_dim=2, mlp=mlp, max_len=8)
@@ -32,7 +32,11 @@ def tiny_model(kind: str, seed: int = 0, mlp: str = "relu", n_layers: int = 2) -
 
 
 def make_rotary(kind: str):
-    from symformer.positional import ESPR, STRING, CirculantSTRING
+    from symformer.positional import ESPR, STRING, CirculantSTRING, PartialRotary, RoPE
+    if kind == "partial-rope":  # 4 of the 8 coordinates rotated (2-D positions), GL on the other 4
+        return PartialRotary(RoPE(head_dim=4, coord_dim=2), 8)
+    if kind == "partial-string":
+        return PartialRotary(STRING(head_dim=4, coord_dim=2, init_scale=0.3), 8)
     if kind == "espr":  # commuting init: RoPE on the active block, then a random post-rotation
         r = ESPR(head_dim=8, coord_dim=2, d_act=6)
         with torch.no_grad():

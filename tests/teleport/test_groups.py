@@ -118,7 +118,7 @@ def _commuting_diagonals(rel: torch.Tensor) -> int:
 
 
 @pytest.mark.parametrize("kind", ["rope-interleaved", "rope-half", "string", "circulant-string", "espr",
-                                  "espr-noncommuting"])
+                                  "espr-noncommuting", "partial-rope"])
 def test_diagonal_blocks_are_exactly_the_commuting_diagonals(kind):
     """The norm-weight scalings of a Qwen3-style layer: diag(d) commutes with every relative rotation iff d is
     constant on each block (sound: random block-constant d commute; complete: as many blocks as the dimension of
@@ -155,7 +155,7 @@ def test_diagonal_blocks_of_gl_and_a_permuted_string():
         diagonal_blocks("rope")
 
 
-@pytest.mark.parametrize("kind", ["none", "rope-half", "string", "espr"])
+@pytest.mark.parametrize("kind", ["none", "rope-half", "string", "espr", "partial-string"])
 def test_grad_action_matches_autograd(kind):
     """grad L(g theta) is the linear image of grad L(theta) (NOTES 4)."""
     m = tiny_model(kind)
@@ -171,7 +171,8 @@ def test_grad_action_matches_autograd(kind):
         assert float((pred[id(p)] - t).abs().max()) <= 1e-10 * max(1.0, float(t.abs().max()))
 
 
-@pytest.mark.parametrize("kind", ["learned", "rope-interleaved", "rope-half", "string", "circulant-string", "espr"])
+@pytest.mark.parametrize("kind", ["learned", "rope-interleaved", "rope-half", "string", "circulant-string", "espr",
+                                  "partial-rope"])
 def test_closed_form_norms_equal_brute_force(kind):
     m = tiny_model(kind)
     x, pos, y = batch()
@@ -231,3 +232,46 @@ def test_bad_inputs():
             G.sample(4, alpha, gen)
     with pytest.raises(ValueError, match="samples"):
         G.sample(0, 0.5, gen)
+
+
+def test_block_group_elements_match_its_basis_and_the_partial_part():
+    """BlockGroup (a partial rotary part: the inner group on the rotated block, GL on the rest): from_coeffs is
+    I + sum c_k B_k over its (lazily built) basis; its elements commute with every relative rotation of the part
+    and have no entry between the blocks; a U mixing the blocks does not commute."""
+    from symformer.positional import PartialRotary
+    from symformer.teleport import BlockGroup, qk_groups
+    part = PartialRotary(RoPE(head_dim=4, coord_dim=2).double(), 8)
+    grp = qk_groups.qk_group_for(part, 8)
+    assert isinstance(grp, BlockGroup) and grp.dimension == 4 + 16 and grp.basis().shape == (20, 8, 8)
+    c = torch.randn(3, 20, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    want = torch.eye(8, dtype=torch.float64) + torch.einsum("nk,kij->nij", c, grp.basis())
+    assert float((grp.from_coeffs(c) - want).abs().max()) <= 1e-15
+    rel = relative_rotations(part, positions(6))
+    for u in (grp.random((4,), torch.Generator().manual_seed(1)), grp.near_identity((4,), 0.3,
+                                                                                     torch.Generator().manual_seed(2))):
+        assert float(grp.contains(u, rel)) <= 1e-12 and float(u[:, :4, 4:].abs().max()) == 0.0
+    mix = torch.eye(8, dtype=torch.float64)
+    mix[0, 6] = 0.5
+    assert float(grp.contains(mix, rel)) > 1e-3
+
+
+def test_partial_rotary_is_the_inner_part_on_its_block_and_refuses_bad_input():
+    """R(r) = blockdiag(R_inner(r), I) in float64; forward rotates the first rotary_dim coordinates and passes
+    the rest; ESPR (its own 1/sqrt(d_act) scale, T4.4) and a larger inner head are refused by name."""
+    from symformer.positional import ESPR, PartialRotary
+    part = PartialRotary(RoPE(head_dim=6, coord_dim=2).double(), 10)
+    q, k = (torch.randn(2, 3, 6, 10, generator=torch.Generator().manual_seed(s), dtype=torch.float64) for s in (0, 1))
+    pos = positions(6)
+    qr, kr = part(q, k, pos)
+    want = (part.matrix(pos) @ q[..., None])[..., 0]
+    assert float((qr - want).abs().max()) <= 1e-14 and torch.equal(qr[..., 6:], q[..., 6:])
+    assert float((part.matrix(pos)[..., :6, :6] - part.inner.matrix(pos)).abs().max()) == 0.0
+    assert float((part.rotate(k, pos) - kr).abs().max()) == 0.0
+    with pytest.raises(ValueError, match=r"^inner: got 'a part with its own logit scale \(ESPR"):
+        PartialRotary(ESPR(head_dim=6, coord_dim=2), 10)
+    with pytest.raises(ValueError, match=r"^inner\.head_dim: got 6, expected at most head_dim=4"):
+        PartialRotary(RoPE(head_dim=6, coord_dim=2), 4)
+    with pytest.raises(TypeError, match=r"^inner: got 'Linear'"):
+        PartialRotary(nn.Linear(2, 2), 4)
+    with pytest.raises(ValueError, match=r"^q: got 'head dim 6', expected head dim 10"):
+        part(q[..., :6], k, pos)

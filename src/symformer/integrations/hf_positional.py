@@ -33,6 +33,7 @@ from symformer.integrations._hf_common import (
     flat_qk_norm,
     model_family,
     n_kv_heads,
+    partial_rotary_factor,
     require_transformers,
     rope_parameters,
     rope_theta,
@@ -173,9 +174,11 @@ def _half_generators(inv_freq: torch.Tensor, head_dim: int) -> torch.Tensor:
 
 
 def _build_part(positional: str, attn: nn.Module, config, inv_freq, options: dict,
-                layer_type: str | None = None) -> nn.Module:
-    from symformer.positional import POSITIONAL  # registers the parts
-    head_dim = int(attn.head_dim)
+                layer_type: str | None = None, rotary_dim: int | None = None) -> nn.Module:
+    """The part on the first rotary_dim coordinates (default: the whole head), wrapped in PartialRotary when that
+    is less than the head (Phi-4-mini), starting from the model's own frequencies."""
+    from symformer.positional import POSITIONAL, PartialRotary  # registers the parts
+    head_dim = int(attn.head_dim) if rotary_dim is None else rotary_dim
     opts = dict(options)
     if positional in ("rope", "string"):
         opts.setdefault("pairing", "half")  # HF's rotate-half layout
@@ -192,22 +195,26 @@ def _build_part(positional: str, attn: nn.Module, config, inv_freq, options: dic
         if own_freqs and positional == "espr" and part.d_act == head_dim and options.get("commuting_init", True) \
                 and options.get("init_scale") is None:
             part.set_generators(_half_generators(inv_freq, head_dim).to(part.gen_param.dtype))
-    return part
+    return part if head_dim == int(attn.head_dim) else PartialRotary(part, int(attn.head_dim)).to(device=w.device)
 
 
 def _part_for(positional: str, model: nn.Module, attn: nn.Module, options: dict) -> nn.Module:
     """The part for one attention layer, from the rotary table of its layer type (one table for most models)."""
     lt = _layer_type(model, attn)
     inv_freq, attn_scale = _rope_table(model, lt)
-    if inv_freq is not None and 2 * inv_freq.numel() != int(attn.head_dim):  # Phi-3's partial_rotary_factor < 1
-        fail("config.rope_parameters", f"a rotary embedding over {2 * inv_freq.numel()} of head_dim={attn.head_dim} "
-             "dimensions (partial_rotary_factor < 1)", "a rotary embedding over the whole head (partial rotary is "
-             "not supported)")
+    rotary_dim = int(int(attn.head_dim) * partial_rotary_factor(model.config))  # as HF: int(head_dim * factor)
+    if inv_freq is not None and 2 * inv_freq.numel() != rotary_dim:
+        fail("config.rope_parameters", f"a rotary table of {inv_freq.numel()} frequencies",
+             f"{rotary_dim // 2} (head_dim={attn.head_dim} x partial_rotary_factor)")
+    if rotary_dim < int(attn.head_dim) and positional == "espr":  # PartialRotary: no part with its own scale
+        fail("positional", positional, "rope, string or circulant_string where the model rotates part of each head "
+             f"(partial_rotary_factor={partial_rotary_factor(model.config)}): ESPR's 1/sqrt(d_act) scale (T4.4) is "
+             "stated for a whole projected head")
     rope_type = rope_parameters(model.config, lt).get("rope_type", "default")
     if attn_scale != 1.0 or str(rope_type).startswith("dynamic"):
         fail("config.rope_parameters", f"rope_type={rope_type!r} (attention_scaling={attn_scale})",
              "a rope type whose cos/sin are a pure, fixed rotation (default, linear, llama3)")
-    return _build_part(positional, attn, model.config, inv_freq, options, lt)
+    return _build_part(positional, attn, model.config, inv_freq, options, lt, rotary_dim)
 
 
 def _check_options(options: dict) -> None:

@@ -57,8 +57,8 @@ class _AttentionView:
     """What the group reads of an HF attention layer (the attribute names of symformer's MultiHeadAttention);
     a fused qkv_proj (Phi-3, rows [q; k; v]) is handed out as three row blocks (`fused`: their FusedRows)."""
 
-    def __init__(self, attn: nn.Module, n_heads: int, kv_heads: int):
-        self.attn, self.o_proj = attn, attn.o_proj
+    def __init__(self, attn: nn.Module, n_heads: int, kv_heads: int, rotary_dim: int):
+        self.attn, self.o_proj, self.rotary_dim = attn, attn.o_proj, rotary_dim
         self.n_heads, self.head_dim = n_heads, int(attn.head_dim)
         self.fused: list[FusedRows] = []
         if hasattr(attn, "qkv_proj"):
@@ -74,13 +74,15 @@ class _AttentionView:
 
     @property
     def rotary(self):
-        return getattr(self.attn, "rotary", None) or _native_rope(self.head_dim)
+        return getattr(self.attn, "rotary", None) or _native_rope(self.head_dim, self.rotary_dim)
 
 
-def _native_rope(head_dim: int):
-    """HF's own rotary embedding seen as symformer RoPE in the half pairing (only its pairs matter here)."""
-    from symformer.positional import RoPE
-    return RoPE(head_dim, pairing="half")
+def _native_rope(head_dim: int, rotary_dim: int):
+    """HF's own rotary embedding seen as symformer RoPE in the half pairing (only its pairs matter here), on the
+    first rotary_dim coordinates (Phi-4-mini's partial rotary: PartialRotary, GL on the rest)."""
+    from symformer.positional import PartialRotary, RoPE
+    rope = RoPE(rotary_dim, pairing="half")
+    return rope if rotary_dim == head_dim else PartialRotary(rope, head_dim)
 
 
 class _GLUView:
@@ -129,14 +131,10 @@ def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn:
         fail("attn_implementation", impl, "an exact softmax implementation (eager, sdpa, ...): approximate kernels "
              "are not invariant under GL(d_h)")
     h, hk = model.config.num_attention_heads, n_kv_heads(model.config)
-    factor = partial_rotary_factor(model.config)
-    if factor != 1.0 and not all(hasattr(a, "rotary") for a in attention_modules(model)):
-        fail("config.rope_parameters", f"partial_rotary_factor={factor}", "1.0 (the group of a partial rotary "
-             "embedding is not implemented)")
     names = {id(m): n for n, m in model.named_modules()}
     sites = []
     for attn in attention_modules(model):
-        view = _AttentionView(attn, h, hk)
+        view = _AttentionView(attn, h, hk, int(int(attn.head_dim) * partial_rotary_factor(model.config)))
         grp = qk_group_for(view.rotary, view.head_dim, positions)
         if getattr(attn.config, "clip_qkv", None) is not None:  # OLMoE's clamp: clamp(U q) != U clamp(q)
             fail("config.clip_qkv", attn.config.clip_qkv, "None (clamping q, k and v breaks every symmetry of the "

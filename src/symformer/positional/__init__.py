@@ -12,6 +12,7 @@ from symformer.positional.base import (
 )
 from symformer.positional.cayley import cayley, check_skew, inverse_cayley, skew
 from symformer.positional.espr import ESPR
+from symformer.positional.partial import PartialRotary
 from symformer.positional.rope import RoPE, apply_rotation, pair_indices, rotate_pairs
 from symformer.positional.string import STRING, CirculantSTRING
 from symformer.registry import POSITIONAL
@@ -25,5 +26,5 @@ POSITIONAL.register("circulant_string")(CirculantSTRING)
 POSITIONAL.register("espr")(ESPR)
 
 __all__ = ["AdditivePositional", "RotaryPositional", "NoPositional", "QKSymmetry", "SinusoidalPE", "LearnedPE",
-           "RoPE", "STRING", "CirculantSTRING", "ESPR", "cayley", "inverse_cayley", "skew", "check_skew",
-           "apply_rotation", "pair_indices", "rotate_pairs", "check_positions", "default_positions"]
+           "RoPE", "STRING", "CirculantSTRING", "ESPR", "PartialRotary", "cayley", "inverse_cayley", "skew",
+           "check_skew", "apply_rotation", "pair_indices", "rotate_pairs", "check_positions", "default_positions"]

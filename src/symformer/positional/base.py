@@ -47,12 +47,15 @@ class QKSymmetry:
 
     kind "gl": every invertible U (no rotation, teleportation paper eq. (5)-(6));
     kind "h": H(d_h) of eq. (9) on the rotary `pairs` (m, 2), conjugated by `orth` when given (P H P^T);
-    kind "commutant": every U whose transpose commutes with each of `relative` (R, Dh, Dh) (float64)."""
+    kind "commutant": every U whose transpose commutes with each of `relative` (R, Dh, Dh) (float64).
+    rotary_dim: the group above acts on the first rotary_dim coordinates only (pairs, orth, relative of that size),
+    GL on the others (PartialRotary: they are not rotated); None: on the whole head."""
 
     kind: str
     pairs: torch.Tensor | None = None
     orth: torch.Tensor | None = None
     relative: torch.Tensor | None = None
+    rotary_dim: int | None = None
 
     def __post_init__(self):
         check_choice("kind", self.kind, QK_SYMMETRY_KINDS)

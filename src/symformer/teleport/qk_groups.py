@@ -1,6 +1,7 @@
 """Per-layer Q/K groups: which U (q -> U q, k -> U^{-T} k) keep the attention logits of one head, given its
 rotary part (teleportation paper Sec. 3; RoPE: H(d_h) of eq. (9); STRING, ESPR: ours), and `diagonal_blocks`, the
-diagonal part of such a group (the q/k-norm scalings of Qwen3-style layers). The whole-model group is in groups.py.
+diagonal part of such a group (the q/k-norm scalings of Qwen3-style layers). Partial rotary parts: BlockGroup. The
+whole-model group is in groups.py.
 """
 from __future__ import annotations
 
@@ -104,6 +105,48 @@ class CommutantGroup(QKGroup):
         return self.from_coeffs(c)
 
 
+class BlockGroup(QKGroup):
+    """blockdiag(U_r, U_p): `inner` (a group on the first r coordinates) times GL(Dh - r) on the rest (a partial
+    rotary part leaves those unrotated: positional.partial). The algebra is the direct sum, so its basis is the
+    inner basis embedded plus every E_ij of the pass-through block (built only when asked for: Dh - r = 32 at
+    Dh = 128 is 1024 dense (Dh, Dh) matrices); elements are built block by block."""
+
+    def __init__(self, head_dim: int, inner: QKGroup):
+        self.head_dim, self.inner, self.free = head_dim, inner, head_dim - inner.head_dim
+        self._basis = None
+        self.kind = f"partial-{inner.kind}"
+
+    @property
+    def dimension(self) -> int:
+        return self.inner.dimension + self.free ** 2
+
+    def basis(self, dtype=torch.float64) -> torch.Tensor:
+        k = self.inner.dimension
+        pass_basis = torch.eye(self.free ** 2, dtype=dtype).view(-1, self.free, self.free)
+        return torch.cat((self._block(self.inner.basis(dtype), pass_basis.new_zeros(k, self.free, self.free)),
+                          self._block(pass_basis.new_zeros(self.free ** 2, *(self.inner.head_dim,) * 2),
+                                      pass_basis)))
+
+    def _block(self, a: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+        """blockdiag(a, p) over the last two dims (differentiable: Zhao's ascent goes through it)."""
+        top = torch.cat((a, a.new_zeros(*a.shape[:-1], self.free)), dim=-1)
+        bottom = torch.cat((p.new_zeros(*p.shape[:-1], self.inner.head_dim), p), dim=-1)
+        return torch.cat((top, bottom), dim=-2)
+
+    def from_coeffs(self, c: torch.Tensor) -> torch.Tensor:
+        k, eye = self.inner.dimension, torch.eye(self.free, dtype=c.dtype, device=c.device)
+        return self._block(self.inner.from_coeffs(c[..., :k]),
+                           eye + c[..., k:].reshape(*c.shape[:-1], self.free, self.free))
+
+    def random(self, shape, gen, dtype=torch.float64, scale: float = 0.5):
+        return self._block(self.inner.random(shape, gen, dtype, scale),
+                           QKGroup(self.free).random(shape, gen, dtype, scale))
+
+    def near_identity(self, shape, alpha, gen, dtype=torch.float64):
+        return self._block(self.inner.near_identity(shape, alpha, gen, dtype),
+                           QKGroup(self.free).near_identity(shape, alpha, gen, dtype))
+
+
 class TrivialGroup(QKGroup):
     """{I}: layers whose W_Q / W_K no invertible U passes through (Qwen3's per-head RMSNorm on q and k before the
     rotation: norm(U q) != U norm(q) unless U is orthogonal and commutes with the norm weights, which trained
@@ -182,8 +225,11 @@ def qk_group_for(rotary: RotaryPositional | None, head_dim: int, positions: torc
     except NotImplementedError as e:  # a part that declares neither its group nor its rotation matrices
         fail("positional", type(rotary).__name__, f"a rotary part with a known symmetry group ({e} is missing: "
              "define qk_symmetry or matrix)")
+    r = head_dim if sym.rotary_dim is None else int(sym.rotary_dim)
     if sym.kind == "h":
-        return HGroup(head_dim, sym.pairs, orth=sym.orth)
-    if sym.kind == "commutant":
-        return CommutantGroup(head_dim, commutant_basis(sym.relative))
-    return QKGroup(head_dim)
+        grp = HGroup(r, sym.pairs, orth=sym.orth)
+    elif sym.kind == "commutant":
+        grp = CommutantGroup(r, commutant_basis(sym.relative))
+    else:
+        grp = QKGroup(r)
+    return grp if r == head_dim else BlockGroup(head_dim, grp)

@@ -1,0 +1,88 @@
+"""Partial rotary embeddings: a rotary part on the first `rotary_dim` coordinates of each head, the rest passed
+through unrotated (GPT-NeoX's rotary_pct, Phi-4-mini's partial_rotary_factor).
+
+R(r) = blockdiag(R_inner(r), I), so the logits read q_rot^T M_inner k_rot + q_pass^T k_pass, and the Q/K group
+(teleportation paper Sec. 3) is the inner part's group on the rotated block times GL on the pass-through block
+(`QKSymmetry.rotary_dim`; teleport.qk_groups.BlockGroup): both terms are kept separately by U = blockdiag(U_r, U_p)
+whenever U_r^T commutes with M_inner. The inner part must see the whole of its own block (no projection: ESPR with
+d_act < its head_dim is refused) and use the default logit scale (ESPR's 1/sqrt(d_act), T4.4, is a statement
+about the projected head, not about a head of which it rotates a part).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from symformer._validation import check_int, fail
+from symformer.positional.base import QKSymmetry, RotaryPositional
+
+
+class PartialRotary(RotaryPositional):
+    """`inner` (a RotaryPositional with head_dim = rotary_dim) on coordinates [0, rotary_dim) of a head of
+    `head_dim` coordinates; coordinates [rotary_dim, head_dim) unrotated."""
+
+    def __init__(self, inner: RotaryPositional, head_dim: int):
+        super().__init__()
+        if not isinstance(inner, RotaryPositional):
+            fail("inner", type(inner).__name__, "a RotaryPositional part", TypeError)
+        self.head_dim = check_int("head_dim", head_dim, 1)
+        self.rotary_dim, self.coord_dim = int(inner.head_dim), int(inner.coord_dim)
+        if self.rotary_dim > self.head_dim:
+            fail("inner.head_dim", self.rotary_dim, f"at most head_dim={self.head_dim}")
+        if inner.scale is not None:
+            fail("inner", f"a part with its own logit scale ({type(inner).__name__}, scale {inner.scale:.4g})",
+                 "a part using the default 1/sqrt(head_dim) scale (RoPE, STRING, circulant STRING)")
+        self.inner = inner
+        self.commuting = inner.commuting
+
+    def _split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return x[..., :self.rotary_dim], x[..., self.rotary_dim:]
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor,
+                key_positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        self._check_qk(q, k, positions, key_positions)
+        (qr, qp), (kr, kp) = self._split(q), self._split(k)
+        qr, kr = self.inner(qr, kr, positions, key_positions)
+        return torch.cat((qr, qp), dim=-1), torch.cat((kr, kp), dim=-1)
+
+    def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        xr, xp = self._split(x)
+        return torch.cat((self.inner.rotate(xr, positions), xp), dim=-1)
+
+    def _pad(self, m: torch.Tensor, diagonal: float) -> torch.Tensor:
+        """blockdiag(m, diagonal * I) for m (..., r, r) -> (..., Dh, Dh)."""
+        out = torch.zeros(*m.shape[:-2], self.head_dim, self.head_dim, dtype=m.dtype, device=m.device)
+        out[..., :self.rotary_dim, :self.rotary_dim] = m
+        idx = torch.arange(self.rotary_dim, self.head_dim, device=m.device)
+        out[..., idx, idx] = diagonal
+        return out
+
+    def matrix(self, positions: torch.Tensor) -> torch.Tensor:
+        return self._pad(self.inner.matrix(positions), 1.0)
+
+    def logit_matrix(self, positions: torch.Tensor) -> torch.Tensor:
+        return self._pad(self.inner.logit_matrix(positions), 1.0)
+
+    def generators(self) -> torch.Tensor:
+        return self._pad(self.inner.generators(), 0.0)
+
+    def rotation_parts(self) -> tuple[torch.Tensor, torch.Tensor, int]:
+        L, P, d_act = self.inner.rotation_parts()
+        if d_act != self.rotary_dim:  # a projecting inner part: refused at construction by its scale
+            fail("inner", f"d_act={d_act}", f"the inner part's whole head ({self.rotary_dim})")
+        return self._pad(L, 0.0), self._pad(P, 1.0), self.head_dim
+
+    def penalty(self) -> torch.Tensor | float:
+        return self.inner.penalty()
+
+    def qk_symmetry(self, positions: torch.Tensor | None = None) -> QKSymmetry:
+        """The inner part's group on the rotated block, GL on the pass-through block (module docstring)."""
+        sym = self.inner.qk_symmetry(positions)
+        return QKSymmetry(sym.kind, pairs=sym.pairs, orth=sym.orth, relative=sym.relative,
+                          rotary_dim=self.rotary_dim)
+
+    def symmetry_parameters(self) -> list[nn.Parameter]:
+        return self.inner.symmetry_parameters()
+
+    def extra_repr(self) -> str:
+        return f"head_dim={self.head_dim}, rotary_dim={self.rotary_dim}"
