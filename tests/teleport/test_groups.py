@@ -275,3 +275,37 @@ def test_partial_rotary_is_the_inner_part_on_its_block_and_refuses_bad_input():
         PartialRotary(nn.Linear(2, 2), 4)
     with pytest.raises(ValueError, match=r"^q: got 'head dim 6', expected head dim 10"):
         part(q[..., :6], k, pos)
+
+
+def test_partial_is_a_registered_positional_for_symformer_models():
+    """TransformerConfig(positional="partial", positional_kwargs={"rotary_dim": 4, "inner": "string", ...}) builds
+    PartialRotary in every layer (options reach the inner part; default: RoPE on half the head), and its model's
+    group is the block group; a rotary_dim above head_dim, a non-rotary inner part or a misspelt option is refused
+    by name."""
+    from symformer.models import TransformerConfig, ViTClassifier
+    from symformer.positional import PartialRotary
+
+    def build(**kw):
+        cfg = TransformerConfig(d_model=16, n_heads=2, n_layers=1, positional="partial", positional_kwargs=kw,
+                                coord_dim=2, max_len=8)
+        return ViTClassifier(cfg, 4, 3).to(torch.float64)
+    model = build(rotary_dim=4, inner="string", init_scale=0.3)
+    part = attention_layers(model)[0].rotary
+    assert isinstance(part, PartialRotary) and (part.head_dim, part.rotary_dim, part.coord_dim) == (8, 4, 2)
+    assert part.inner.skew_param.abs().max() > 0  # init_scale reached STRING
+    x, pos, _ = batch()
+    with torch.no_grad():
+        ref = model(x, pos)
+    group = symmetry_group(model)
+    assert group.sites[0].qk.kind == "partial-string"
+    group.apply(model, group.random(torch.Generator().manual_seed(0)))
+    with torch.no_grad():
+        assert rel_err(model(x, pos), ref) <= 1e-12
+    default = attention_layers(build())[0].rotary
+    assert (default.rotary_dim, type(default.inner).__name__) == (4, "RoPE")
+    with pytest.raises(ValueError, match=r"^rotary_dim: got 10, expected an integer <= 8"):
+        build(rotary_dim=10)
+    with pytest.raises(ValueError, match=r"^inner: got 'sinusoidal'"):
+        build(rotary_dim=4, inner="sinusoidal")
+    with pytest.raises(TypeError, match=r"unknown option\(s\) init_scal\b"):
+        build(rotary_dim=4, inner="string", init_scal=0.3)

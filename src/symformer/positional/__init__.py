@@ -12,7 +12,7 @@ from symformer.positional.base import (
 )
 from symformer.positional.cayley import cayley, check_skew, inverse_cayley, skew
 from symformer.positional.espr import ESPR
-from symformer.positional.partial import PartialRotary
+from symformer.positional.partial import PartialRotary, partial_rotary
 from symformer.positional.rope import RoPE, apply_rotation, pair_indices, rotate_pairs
 from symformer.positional.string import STRING, CirculantSTRING
 from symformer.registry import POSITIONAL
@@ -24,6 +24,7 @@ POSITIONAL.register("rope")(RoPE)
 POSITIONAL.register("string")(STRING)
 POSITIONAL.register("circulant_string")(CirculantSTRING)
 POSITIONAL.register("espr")(ESPR)
+POSITIONAL.register("partial")(partial_rotary)
 
 __all__ = ["AdditivePositional", "RotaryPositional", "NoPositional", "QKSymmetry", "SinusoidalPE", "LearnedPE",
            "RoPE", "STRING", "CirculantSTRING", "ESPR", "PartialRotary", "cayley", "inverse_cayley", "skew",

@@ -86,3 +86,19 @@ class PartialRotary(RotaryPositional):
 
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, rotary_dim={self.rotary_dim}"
+
+
+def partial_rotary(head_dim: int, rotary_dim: int | None = None, inner: str = "rope", **options) -> PartialRotary:
+    """Registered as "partial": the registered rotary part `inner` (default "rope") on the first `rotary_dim`
+    coordinates of each head (default: half of it, rounded down to an even number, at least 2), the rest unrotated;
+    other options (and the host's coord_dim, ...) go to `inner`."""
+    from symformer.registry import POSITIONAL
+    if rotary_dim is None:
+        rotary_dim = min(max(2, 2 * (head_dim // 4)), head_dim)
+    part = POSITIONAL.build(inner, head_dim=check_int("rotary_dim", rotary_dim, 2, head_dim), **options)
+    if not isinstance(part, RotaryPositional):
+        fail("inner", inner, "the name of a rotary part (rope, string, circulant_string)")
+    return PartialRotary(part, head_dim)
+
+
+partial_rotary.kind = "rotary"  # what hosts read off a registered factory (models.layers.MultiHeadAttention)
