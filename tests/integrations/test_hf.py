@@ -12,6 +12,7 @@ pytest.importorskip("transformers")
 from tests.integrations._hf_models import FAMILIES, float64_reference, ids, tiny  # noqa: E402
 
 from symformer.integrations import hf  # noqa: E402
+from symformer.integrations._hf_common import attention_modules, partial_rotary_factor  # noqa: E402
 
 
 def _logits(model, x, **kw):
@@ -36,8 +37,13 @@ def test_rope_parity_float32_gqa(family):
 @pytest.mark.parametrize("positional", ["rope", "string", "espr"])
 def test_rope_like_parity_float64(family, positional):
     """"rope", STRING with P = I (init_scale 0: cayley(0) = I, T3.1) and ESPR at its commuting init all equal the
-    model's native RoPE; the reference computes HF's cos/sin table in float64 (HF's own is float32)."""
+    model's native RoPE; the reference computes HF's cos/sin table in float64 (HF's own is float32). Where the
+    model rotates part of each head (GPT-NeoX here) ESPR is refused by name (test_partial_rotary_...)."""
     x = ids(n=24)
+    if positional == "espr" and partial_rotary_factor(tiny(family).config) < 1:
+        with pytest.raises(ValueError, match=r"^positional: got 'espr'"):
+            _patched(family, positional, torch.float64)
+        return
     ref = _logits(float64_reference(tiny(family, torch.float64)), x)
     out = _logits(float64_reference(_patched(family, positional, torch.float64)), x)
     assert (out - ref).abs().max().item() <= 1e-10
@@ -89,11 +95,12 @@ def test_cores_run_and_train_in_every_layer_of_every_family(family, attention):
     x = ids()
     loss = model(x, labels=x).loss
     loss.backward()
-    cores = [layer.self_attn.symformer_core for layer in model.model.layers]
+    layers = attention_modules(model)  # model.model.layers[i].self_attn; GPT-NeoX: gpt_neox.layers[i].attention
+    cores = [attn.symformer_core for attn in layers]
     assert torch.isfinite(loss) and len(cores) == 2
     assert all(type(c).__name__ == {"favor": "FavorAttention", "plash": "PlashAttention"}[attention] for c in cores)
-    attn = model.model.layers[0].self_attn
-    assert getattr(attn, "q_proj", getattr(attn, "qkv_proj", None)).weight.grad is not None  # Phi-3: fused qkv
+    first = [getattr(layers[0], n) for n in ("q_proj", "qkv_proj", "query_key_value") if hasattr(layers[0], n)]
+    assert first[0].weight.grad is not None  # Phi-3, GPT-NeoX: fused qkv
 
 
 @pytest.mark.parametrize("side", ["left", "right"])
@@ -188,21 +195,25 @@ def test_patched_parameters_train_and_round_trip(tmp_path):
         assert (_logits(loaded.eval(), x) - _logits(model, x)).abs().max().item() == 0.0
 
 
-@pytest.mark.parametrize("family", ["llama", "qwen3", "gemma", "gemma3_text", "olmo2", "phi3"])
-@pytest.mark.parametrize("positional,opts", [("rope", {}), ("string", {"init_scale": 0.1}),
-                                             ("circulant_string", {}), ("espr", {"init_scale": 0.1})])
+RELOAD_PARTS = [("rope", {}), ("string", {"init_scale": 0.1}), ("circulant_string", {}), ("espr", {"init_scale": 0.1})]
+
+
+@pytest.mark.parametrize("family,positional,opts", [
+    (f, p, o) for f in ("llama", "qwen3", "gemma", "gemma3_text", "olmo2", "phi3", "gpt_neox") for p, o in RELOAD_PARTS
+    if not (f == "gpt_neox" and p == "espr")])  # GPT-NeoX rotates part of each head: ESPR is refused there
 def test_every_part_reloads_from_a_saved_folder(tmp_path, family, positional, opts):
     """from_pretrained builds the patched model on the meta device first: the parts' construction-time value
     checks (ESPR's skew generators) must not read values there (they did: 'item() on meta tensors')."""
     import transformers
     model = _patched(family, positional, torch.float32, **opts)
     with torch.no_grad():
-        for p in model.model.layers[1].self_attn.rotary.parameters():
+        for p in attention_modules(model)[1].rotary.parameters():
             p.add_(0.01 * torch.randn_like(p))  # trained values, not the init, must come back
     model.save_pretrained(tmp_path)
     cls = {"llama": transformers.LlamaForCausalLM, "qwen3": transformers.Qwen3ForCausalLM,
            "gemma": transformers.GemmaForCausalLM, "gemma3_text": transformers.Gemma3ForCausalLM,
-           "olmo2": transformers.Olmo2ForCausalLM, "phi3": transformers.Phi3ForCausalLM}[family]
+           "olmo2": transformers.Olmo2ForCausalLM, "phi3": transformers.Phi3ForCausalLM,
+           "gpt_neox": transformers.GPTNeoXForCausalLM}[family]
     loaded = hf.from_pretrained(cls, tmp_path).eval()
     x = ids()
     assert (_logits(loaded, x) - _logits(model.eval(), x)).abs().max().item() == 0.0
@@ -247,8 +258,8 @@ def test_patch_bad_input():
 def test_generation_with_cache():
     """Decoding with the KV cache: patched RoPE generates the native model's tokens; FAVOR+ decodes (Nq = 1)."""
     x = ids(n=8)
-    # Gemma 2 / 3 and OLMo 3: a sliding window of 6 over 14 tokens; Phi-3: fused qkv_proj
-    for family in ("llama", "gemma", "gemma2", "gemma3_text", "olmo2", "olmo3", "phi3"):
+    # Gemma 2 / 3 and OLMo 3: a sliding window of 6 over 14 tokens; Phi-3, GPT-NeoX: fused qkv (NeoX: layer_past)
+    for family in ("llama", "gemma", "gemma2", "gemma3_text", "olmo2", "olmo3", "phi3", "gpt_neox"):
         native = tiny(family).generate(x, max_new_tokens=6, do_sample=False)
         assert torch.equal(_patched(family, "rope", torch.float32).generate(x, max_new_tokens=6, do_sample=False),
                            native)

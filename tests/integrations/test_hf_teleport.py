@@ -16,7 +16,8 @@ from symformer.teleport import GroupElement, brute_force_norms, closed_form_norm
 CASES = [("llama", None, {}), ("llama", "rope", {}), ("mistral", "string", {"init_scale": 0.3}),
          ("qwen2", "espr", {"init_scale": 0.05}), ("llama", "circulant_string", {}), ("gemma", None, {}),
          ("gemma", "string", {"init_scale": 0.3}), ("mixtral", None, {}), ("gemma2", "espr", {"init_scale": 0.05}),
-         ("phi3", None, {}), ("phi3", "string", {"init_scale": 0.3})]
+         ("phi3", None, {}), ("phi3", "string", {"init_scale": 0.3}), ("gpt_neox", None, {}),
+         ("gpt_neox", "string", {"init_scale": 0.3})]
 
 
 def _model(family, positional, opts, kv_heads=2):
@@ -54,7 +55,8 @@ def test_output_invariant_under_random_element(family, positional, opts):
         ref = model(x).logits
     group = hf.symmetry_group(model, ffn=True)
     g = group.random(torch.Generator().manual_seed(1))
-    assert g.qk[0].shape == (2, 8, 8)  # one factor per KEY head: shared by the 2 query heads reading it
+    kv = 4 if family == "gpt_neox" else 2  # GPT-NeoX has no GQA
+    assert g.qk[0].shape == (kv, 8, 8)  # one factor per KEY head: shared by the query heads reading it
     group.apply(model, g)
     with torch.no_grad():
         out = model(x).logits
@@ -97,7 +99,7 @@ def test_teleport_symmetry_group_dispatches_and_refuses_approximate_cores():
 @pytest.mark.parametrize("family,positional", [("llama", None), ("llama", "espr"), ("qwen3", None), ("gemma", None),
                                                ("mixtral", None), ("qwen3_moe", None), ("gemma2", None),
                                                ("gemma3_text", None), ("olmo2", None), ("olmoe", None),
-                                               ("phi3", None)])
+                                               ("phi3", None), ("gpt_neox", None)])
 def test_gradient_action_and_norms_match_autograd(family, positional):
     """grad L(g theta) from autograd equals grad_action(g, grad L(theta)); the inverse undoes g; closed-form
     candidate norms equal the brute-force ones (apply, backward, restore), GQA, the gated-MLP rescaling and

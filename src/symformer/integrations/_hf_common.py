@@ -11,7 +11,8 @@ from symformer._validation import fail
 FAMILIES = {"llama": "LlamaAttention", "mistral": "MistralAttention", "qwen2": "Qwen2Attention",
             "qwen3": "Qwen3Attention", "gemma": "GemmaAttention", "mixtral": "MixtralAttention",
             "qwen3_moe": "Qwen3MoeAttention", "gemma2": "Gemma2Attention", "gemma3_text": "Gemma3Attention",
-            "olmo2": "Olmo2Attention", "olmo3": "Olmo3Attention", "olmoe": "OlmoeAttention", "phi3": "Phi3Attention"}
+            "olmo2": "Olmo2Attention", "olmo3": "Olmo3Attention", "olmoe": "OlmoeAttention", "phi3": "Phi3Attention",
+            "gpt_neox": "GPTNeoXAttention"}
 MIN_VERSION = (4, 48)  # the release that introduced AttentionInterface
 
 
@@ -79,12 +80,34 @@ def norm_offset(norm: nn.Module) -> float:
     return 1.0 if type(norm).__name__.startswith("Gemma") and hasattr(norm, "eps") else 0.0
 
 
+def head_dim(attn: nn.Module) -> int:
+    """The layer's head size (GPT-NeoX names it head_size)."""
+    return int(getattr(attn, "head_dim", None) or attn.head_size)
+
+
+def out_proj(attn: nn.Module) -> nn.Linear:
+    """The layer's output projection (GPT-NeoX names it dense)."""
+    return attn.o_proj if hasattr(attn, "o_proj") else attn.dense
+
+
+def fused_qkv(attn: nn.Module) -> tuple[nn.Linear, str] | None:
+    """(Linear, layout) where q, k and v come from one projection: Phi-3's qkv_proj, rows [q; k; v] ("blocks"),
+    GPT-NeoX's query_key_value, rows [q_h; k_h; v_h] head by head ("heads"); None where they are separate."""
+    if hasattr(attn, "qkv_proj"):
+        return attn.qkv_proj, "blocks"
+    if hasattr(attn, "query_key_value"):
+        return attn.query_key_value, "heads"
+    return None
+
+
 def flat_qk_norm(attn: nn.Module) -> bool:
     """Whether the layer's q/k RMSNorm spans all heads at once (OLMo 2, OLMo 3, OLMoE: weight (H Dh,), applied to
     the flat projection) rather than each head (Qwen3, Gemma 3: weight (Dh,), applied per head)."""
     norm = getattr(attn, "q_norm", None)
-    return norm is not None and norm.weight.shape[-1] != int(attn.head_dim)
+    return norm is not None and norm.weight.shape[-1] != head_dim(attn)
 
 
 def n_kv_heads(config) -> int:
+    if getattr(config, "model_type", None) == "gpt_neox":  # no grouped-query attention in GPT-NeoX
+        return int(config.num_attention_heads)
     return int(getattr(config, "num_key_value_heads", None) or config.num_attention_heads)

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from symformer._validation import check_choice, fail
-from symformer.integrations._hf_common import attention_modules, require_transformers
+from symformer.integrations._hf_common import attention_modules, head_dim, out_proj, require_transformers
 
 IMPLEMENTATIONS = {"favor": "symformer_favor", "plash": "symformer_plash"}
 
@@ -79,10 +79,10 @@ def _make_core(kind: str, module: nn.Module, options: dict) -> nn.Module:
     cfg = module.config
     if kind == "favor":
         opts.setdefault("seed", int(getattr(module, "layer_idx", 0) or 0))  # independent features per layer
-        core = FavorAttention(module.head_dim, **opts)
+        core = FavorAttention(head_dim(module), **opts)
     else:
-        core = PlashAttention(module.head_dim, n_heads=cfg.num_attention_heads, d_model=cfg.hidden_size, **opts)
-    w = module.o_proj.weight  # every family has o_proj (Phi-3 fuses q, k, v)
+        core = PlashAttention(head_dim(module), n_heads=cfg.num_attention_heads, d_model=cfg.hidden_size, **opts)
+    w = out_proj(module).weight
     return core.to(device=w.device, dtype=w.dtype)
 
 

@@ -31,8 +31,11 @@ from symformer._validation import check_choice, fail
 from symformer.integrations._hf_common import (
     attention_modules,
     flat_qk_norm,
+    fused_qkv,
+    head_dim,
     model_family,
     n_kv_heads,
+    out_proj,
     partial_rotary_factor,
     require_transformers,
     rope_parameters,
@@ -48,10 +51,11 @@ _MODEL_CLASSES: dict[type, type] = {}
 def _attention_forward(self, hidden_states, position_embeddings=None, attention_mask=None, past_key_values=None,
                        cache_position=None, position_ids=None, cache=None, **kwargs):
     """The family's attention forward with `self.rotary` in place of apply_rotary_pos_emb. The KV cache arrives
-    as `cache` (transformers >= 5.24), `past_key_values` (4.5x-5.23) or `past_key_value` (4.4x)."""
+    as `cache` (transformers >= 5.24), `past_key_values` (4.5x-5.23), `past_key_value` (4.4x) or `layer_past`
+    (GPT-NeoX)."""
     input_shape = hidden_states.shape[:-1]
     q, k, v = _project(self, hidden_states)
-    old = kwargs.pop("past_key_value", past_key_values)
+    old = kwargs.pop("layer_past", kwargs.pop("past_key_value", past_key_values))
     cache = cache if cache is not None else old
     positions = _positions(position_ids, cache_position, cache, q)
     q, k = self.rotary(q, k, positions)  # RotaryPositional: (B, H, N, Dh) and (B, H_kv, N, Dh)
@@ -67,17 +71,21 @@ def _attention_forward(self, hidden_states, position_embeddings=None, attention_
         kwargs.setdefault("softcap", self.attn_logit_softcapping)
     dropout = 0.0 if not self.training else self.attention_dropout
     out, weights = interface(self, q, k, v, attention_mask, dropout=dropout, scaling=scale, **kwargs)
-    return self.o_proj(out.reshape(*input_shape, -1).contiguous()), weights
+    return out_proj(self)(out.reshape(*input_shape, -1).contiguous()), weights
 
 
 def _project(self, hidden_states):
     """(B, H, N, Dh) queries and (B, H_kv, N, Dh) keys and values as the family computes them before the rotation:
     one fused projection (Phi-3's qkv_proj, rows [q; k; v]), q/k RMSNorm over all heads (OLMo 2 / 3, OLMoE) or per
     head (Qwen3, Gemma 3), OLMoE's optional clip_qkv."""
-    hidden_shape = (*hidden_states.shape[:-1], -1, self.head_dim)
-    if hasattr(self, "qkv_proj"):
-        nq, nkv = self.config.num_attention_heads * self.head_dim, n_kv_heads(self.config) * self.head_dim
-        q, k, v = self.qkv_proj(hidden_states).split([nq, nkv, nkv], dim=-1)
+    dh = head_dim(self)
+    hidden_shape = (*hidden_states.shape[:-1], -1, dh)
+    fused = fused_qkv(self)
+    if fused is not None and fused[1] == "heads":  # GPT-NeoX: [q_h; k_h; v_h] per head
+        q, k, v = fused[0](hidden_states).view(*hidden_states.shape[:-1], -1, 3 * dh).chunk(3, dim=-1)
+    elif fused is not None:
+        nq, nkv = self.config.num_attention_heads * dh, n_kv_heads(self.config) * dh
+        q, k, v = fused[0](hidden_states).split([nq, nkv, nkv], dim=-1)
     else:
         q, k, v = self.q_proj(hidden_states), self.k_proj(hidden_states), self.v_proj(hidden_states)
     flat = flat_qk_norm(self)
@@ -98,7 +106,7 @@ def _scale(attn) -> float:
     part = attn.rotary.scale
     if part is None:
         return attn.scaling
-    ratio = attn.scaling * math.sqrt(attn.head_dim)
+    ratio = attn.scaling * math.sqrt(head_dim(attn))
     return part if math.isclose(ratio, 1.0, rel_tol=1e-12) else part * ratio
 
 
@@ -178,35 +186,36 @@ def _build_part(positional: str, attn: nn.Module, config, inv_freq, options: dic
     """The part on the first rotary_dim coordinates (default: the whole head), wrapped in PartialRotary when that
     is less than the head (Phi-4-mini), starting from the model's own frequencies."""
     from symformer.positional import POSITIONAL, PartialRotary  # registers the parts
-    head_dim = int(attn.head_dim) if rotary_dim is None else rotary_dim
+    full = head_dim(attn)
+    dim = full if rotary_dim is None else rotary_dim
     opts = dict(options)
     if positional in ("rope", "string"):
         opts.setdefault("pairing", "half")  # HF's rotate-half layout
     opts.setdefault("base", rope_theta(config, layer_type))
-    part = POSITIONAL.build(positional, head_dim=head_dim, coord_dim=1, n_heads=config.num_attention_heads,
+    part = POSITIONAL.build(positional, head_dim=dim, coord_dim=1, n_heads=config.num_attention_heads,
                             d_model=config.hidden_size, **opts)
-    w = attn.o_proj.weight  # every family has o_proj (Phi-3 fuses q, k, v)
+    w = out_proj(attn).weight
     part = part.to(device=w.device, dtype=w.dtype)
     with torch.no_grad():
-        own_freqs = inv_freq is not None and "base" not in options and inv_freq.numel() == head_dim // 2
+        own_freqs = inv_freq is not None and "base" not in options and inv_freq.numel() == dim // 2
         if own_freqs and positional in ("rope", "string") and getattr(part, "pairing", None) == "half":
             beta = part.rope.beta if positional == "string" else part.beta
             beta.copy_(inv_freq[:, None].to(beta.dtype))  # the model's own frequencies, not a recomputation
-        if own_freqs and positional == "espr" and part.d_act == head_dim and options.get("commuting_init", True) \
+        if own_freqs and positional == "espr" and part.d_act == dim and options.get("commuting_init", True) \
                 and options.get("init_scale") is None:
-            part.set_generators(_half_generators(inv_freq, head_dim).to(part.gen_param.dtype))
-    return part if head_dim == int(attn.head_dim) else PartialRotary(part, int(attn.head_dim)).to(device=w.device)
+            part.set_generators(_half_generators(inv_freq, dim).to(part.gen_param.dtype))
+    return part if dim == full else PartialRotary(part, full).to(device=w.device)
 
 
 def _part_for(positional: str, model: nn.Module, attn: nn.Module, options: dict) -> nn.Module:
     """The part for one attention layer, from the rotary table of its layer type (one table for most models)."""
     lt = _layer_type(model, attn)
     inv_freq, attn_scale = _rope_table(model, lt)
-    rotary_dim = int(int(attn.head_dim) * partial_rotary_factor(model.config))  # as HF: int(head_dim * factor)
+    rotary_dim = int(head_dim(attn) * partial_rotary_factor(model.config))  # as HF: int(head_dim * factor)
     if inv_freq is not None and 2 * inv_freq.numel() != rotary_dim:
         fail("config.rope_parameters", f"a rotary table of {inv_freq.numel()} frequencies",
-             f"{rotary_dim // 2} (head_dim={attn.head_dim} x partial_rotary_factor)")
-    if rotary_dim < int(attn.head_dim) and positional == "espr":  # PartialRotary: no part with its own scale
+             f"{rotary_dim // 2} (head_dim={head_dim(attn)} x partial_rotary_factor)")
+    if rotary_dim < head_dim(attn) and positional == "espr":  # PartialRotary: no part with its own scale
         fail("positional", positional, "rope, string or circulant_string where the model rotates part of each head "
              f"(partial_rotary_factor={partial_rotary_factor(model.config)}): ESPR's 1/sqrt(d_act) scale (T4.4) is "
              "stated for a whole projected head")

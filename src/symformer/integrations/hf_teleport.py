@@ -34,8 +34,11 @@ from symformer.integrations._hf_common import (
     FAMILIES,
     attention_modules,
     flat_qk_norm,
+    fused_qkv,
+    head_dim,
     n_kv_heads,
     norm_offset,
+    out_proj,
     partial_rotary_factor,
 )
 from symformer.teleport import groups as _groups
@@ -44,33 +47,40 @@ from symformer.teleport.qk_groups import TrivialGroup, diagonal_blocks, qk_group
 
 
 class _RowBlock:
-    """Rows [a, b) of a fused Linear seen as a projection of its own: `weight` / `bias` are views sharing the fused
-    parameters' storage (teleport.groups.FusedRows), taken once so that their ids key the group's tensors. Build
-    the group after moving or casting the model (a cast gives the parameters new storage)."""
+    """One projection's rows of a fused Linear (teleport.groups.FusedRows blocks: stable tensors refreshed from the
+    fused parameters before each use)."""
 
-    def __init__(self, lin: nn.Linear, a: int, b: int):
-        self.weight = lin.weight.detach()[a:b]
-        self.bias = None if lin.bias is None else lin.bias.detach()[a:b]
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
+        self.weight, self.bias = weight, bias
+
+
+def _qkv_rows(layout: str, n_heads: int, kv_heads: int, dh: int) -> list[torch.Tensor]:
+    """Row indices of q, k and v in a fused projection: "blocks" [q; k; v] (Phi-3), "heads" [q_h; k_h; v_h] head by
+    head (GPT-NeoX, no GQA)."""
+    if layout == "heads":
+        idx = torch.arange(3 * n_heads * dh).view(n_heads, 3, dh)
+        return [idx[:, j].flatten() for j in range(3)]
+    nq, nkv = n_heads * dh, kv_heads * dh
+    return [torch.arange(nq), torch.arange(nq, nq + nkv), torch.arange(nq + nkv, nq + 2 * nkv)]
 
 
 class _AttentionView:
     """What the group reads of an HF attention layer (the attribute names of symformer's MultiHeadAttention);
-    a fused qkv_proj (Phi-3, rows [q; k; v]) is handed out as three row blocks (`fused`: their FusedRows)."""
+    a fused q/k/v projection (Phi-3's qkv_proj, GPT-NeoX's query_key_value) is handed out as three row blocks
+    (`fused`: their FusedRows)."""
 
     def __init__(self, attn: nn.Module, n_heads: int, kv_heads: int, rotary_dim: int):
-        self.attn, self.o_proj, self.rotary_dim = attn, attn.o_proj, rotary_dim
-        self.n_heads, self.head_dim = n_heads, int(attn.head_dim)
+        self.attn, self.o_proj, self.rotary_dim = attn, out_proj(attn), rotary_dim
+        self.n_heads, self.head_dim = n_heads, head_dim(attn)
         self.fused: list[FusedRows] = []
-        if hasattr(attn, "qkv_proj"):
-            lin, nq, nkv = attn.qkv_proj, n_heads * self.head_dim, kv_heads * self.head_dim
-            self.q_proj, self.k_proj, self.v_proj = (_RowBlock(lin, a, b) for a, b in
-                                                     ((0, nq), (nq, nq + nkv), (nq + nkv, nq + 2 * nkv)))
-            blocks = (self.q_proj, self.k_proj, self.v_proj)
-            self.fused.append(FusedRows(lin.weight, [b.weight for b in blocks]))
-            if lin.bias is not None:
-                self.fused.append(FusedRows(lin.bias, [b.bias for b in blocks]))
-        else:
+        fused = fused_qkv(attn)
+        if fused is None:
             self.q_proj, self.k_proj, self.v_proj = attn.q_proj, attn.k_proj, attn.v_proj
+            return
+        lin, rows = fused[0], _qkv_rows(fused[1], n_heads, kv_heads, self.head_dim)
+        self.fused = [FusedRows(p, rows) for p in (lin.weight, lin.bias) if p is not None]
+        biases = self.fused[1].blocks if lin.bias is not None else [None] * 3
+        self.q_proj, self.k_proj, self.v_proj = (_RowBlock(w, b) for w, b in zip(self.fused[0].blocks, biases))
 
     @property
     def rotary(self):
@@ -134,7 +144,7 @@ def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn:
     names = {id(m): n for n, m in model.named_modules()}
     sites = []
     for attn in attention_modules(model):
-        view = _AttentionView(attn, h, hk, int(int(attn.head_dim) * partial_rotary_factor(model.config)))
+        view = _AttentionView(attn, h, hk, int(head_dim(attn) * partial_rotary_factor(model.config)))
         grp = qk_group_for(view.rotary, view.head_dim, positions)
         if getattr(attn.config, "clip_qkv", None) is not None:  # OLMoE's clamp: clamp(U q) != U clamp(q)
             fail("config.clip_qkv", attn.config.clip_qkv, "None (clamping q, k and v breaks every symmetry of the "

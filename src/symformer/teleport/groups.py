@@ -109,15 +109,30 @@ class FusedExperts:
 
 @dataclass
 class FusedRows:
-    """A parameter whose row blocks are the weights of several projections (Phi-3's qkv_proj: [W_Q; W_K; W_V]).
-    The sites act on `views` (row blocks of `param`, what the attention view hands out as q_proj.weight, ...);
-    `param` is what parameters(), gradient dicts and transformed() hold (SymmetryGroup._split / _merge)."""
+    """A parameter whose rows hold the weights of several projections (Phi-3's qkv_proj: blocks [W_Q; W_K; W_V];
+    GPT-NeoX's query_key_value: [q_h; k_h; v_h] head by head). `rows[j]` indexes projection j's rows in `param`;
+    `blocks[j]` is what the sites read as that projection's weight (a tensor whose id is a stable key, refreshed
+    from `param` by `sync`, so training between teleports is seen). parameters(), gradient dicts and transformed()
+    hold `param` (SymmetryGroup._split / _merge)."""
 
     param: nn.Parameter
-    views: list[torch.Tensor]
+    rows: list[torch.Tensor]
+    blocks: list[torch.Tensor] = field(init=False)
+
+    def __post_init__(self):
+        self.blocks = [self.param.detach()[r] for r in self.rows]
+        self._order = torch.argsort(torch.cat(self.rows))  # the rows partition param's: cat(blocks)[order] = param
+
+    def sync(self) -> None:
+        for b, r in zip(self.blocks, self.rows, strict=True):
+            b.data = self.param.detach()[r]  # same tensor object (its id keys the group's dicts), current values
 
     def split(self, t: torch.Tensor) -> list[torch.Tensor]:
-        return list(torch.split(t, [v.shape[0] for v in self.views], dim=0))
+        return [t[r.to(t.device)] for r in self.rows]
+
+    def merge(self, parts: list[torch.Tensor]) -> torch.Tensor:
+        """The inverse of split (differentiable: Zhao's ascent goes through it)."""
+        return torch.cat(parts)[self._order.to(parts[0].device)]
 
 
 @dataclass
@@ -197,14 +212,14 @@ class SymmetryGroup:
         out = dict(tensors)
         for f in self.fused:
             if id(f.param) in tensors:
-                out.update({id(v): t for v, t in zip(f.views, f.split(tensors[id(f.param)]), strict=True)})
+                out.update({id(b): t for b, t in zip(f.blocks, f.split(tensors[id(f.param)]), strict=True)})
         return out
 
     def _merge(self, out: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
         """Row-block results put back together under the fused parameter (FusedRows)."""
         for f in self.fused:
-            if all(id(v) in out for v in f.views):
-                out[id(f.param)] = torch.cat([out.pop(id(v)) for v in f.views], dim=0)
+            if all(id(b) in out for b in f.blocks):
+                out[id(f.param)] = f.merge([out.pop(id(b)) for b in f.blocks])
         return out
 
     def dependent_parameters(self) -> list[nn.Parameter]:
@@ -312,6 +327,8 @@ class SymmetryGroup:
     # ---- action on parameters
     def transformed(self, g: GroupElement) -> dict[int, torch.Tensor]:
         """New values of every acted-on parameter (keyed by id(param)); differentiable in g."""
+        for f in self.fused:  # the blocks the sites read must hold the fused parameters' current values
+            f.sync()
         out: dict[int, torch.Tensor] = {}
         for site, u, v, p in zip(self.sites, g.qk, g.vo, g.perm or [None] * len(g.qk), strict=True):
             m, r, h, hk = site.module, site.groups, site.query_heads, site.n_heads
@@ -357,8 +374,8 @@ class SymmetryGroup:
             ps += [f.up.weight, f.down.weight] + ([f.up.bias] if f.up.bias is not None else [])
         ps += [p for x in self.experts for p in (x.gate_up, x.down)]
         ps += [p for s in self.sites if s.norm_blocks is not None for p in (s.q_norm, s.k_norm)]
-        views = {id(v) for f in self.fused for v in f.views}
-        return [p for p in ps if id(p) not in views] + [f.param for f in self.fused]
+        blocks = {id(b) for f in self.fused for b in f.blocks}
+        return [p for p in ps if id(p) not in blocks] + [f.param for f in self.fused]
 
     @torch.no_grad()
     def apply(self, model: nn.Module, g: GroupElement) -> None:
