@@ -18,6 +18,9 @@ rotation (teleport.groups.AttentionSite). V/O, head permutations and the MLP res
 same norms with (1 + w) weights: w <- d (1 + w) - 1. OLMo 2 / 3 and OLMoE normalise q and k over all heads at once
 (weights (H Dh,) and (H_kv Dh,)): the RMS does not see the weights, so the same scaling applies with one d per key
 head (its query heads share it), and the weights follow a head permutation. OLMoE with clip_qkv is refused.
+Fused projections (Phi-3's qkv_proj and gate_up_proj, GPT-NeoX's head-by-head query_key_value) are acted on through
+their row blocks (teleport.groups.FusedRows, FusedExperts); partial rotary embeddings (Phi-4-mini, GPT-NeoX) give
+the rotary's group on the rotated block times GL on the rest (teleport.qk_groups.BlockGroup).
 
 `HFTeleport` drives `teleport.TeleportCallback` from a plain training loop (no symformer Trainer).
 """
