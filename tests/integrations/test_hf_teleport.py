@@ -381,3 +381,25 @@ def test_partial_rotary_group_is_h_on_the_rotated_block_and_gl_on_the_rest(posit
         w[32:40] = torch.linalg.inv(u).T @ w[32:40]
         assert (model(x).logits - ref).abs().max() > 1e-4
     _check_gradient_action(float64_reference(tiny("phi3", torch.float64, rope_parameters=PARTIAL, init=0.2)), False)
+
+
+def test_fused_blocks_follow_training_and_casts_after_the_group_is_built():
+    """The row blocks the sites read are refreshed from the fused parameter before each transform: weights changed
+    in place after the group was built (a training step) are the ones transformed, and a cast of the model keeps
+    the group working (its blocks take the new dtype)."""
+    model, x = _model("gpt_neox", None, {}), ids()
+    group = hf.symmetry_group(model, ffn=True)
+    with torch.no_grad():
+        for attn in (layer.attention for layer in model.gpt_neox.layers):  # a "training step" after the group
+            attn.query_key_value.weight.add_(0.05 * torch.randn_like(attn.query_key_value.weight))
+        ref = model(x).logits
+    group.apply(model, group.random(torch.Generator().manual_seed(2)))
+    with torch.no_grad():
+        assert ((model(x).logits - ref).abs().max() / ref.abs().max()).item() <= 1e-10
+    model.float()
+    with torch.no_grad():
+        ref = model(x).logits
+    group.apply(model, group.random(torch.Generator().manual_seed(3), scale=0.2))
+    assert group.fused[0].blocks[0].dtype == torch.float32
+    with torch.no_grad():
+        assert ((model(x).logits - ref).abs().max() / ref.abs().max()).item() <= 1e-4
