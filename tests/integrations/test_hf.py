@@ -315,3 +315,14 @@ def test_partial_rotary_parts_equal_the_native_partial_rope(positional):
     odd.model.rotary_emb.inv_freq = odd.model.rotary_emb.inv_freq[:1]
     with pytest.raises(ValueError, match=r"^config\.rope_parameters: got 'a rotary table of 1 frequencies'"):
         hf.patch_positional(odd, "rope")
+
+
+def test_exact_float64_olmo_layer_norm_computes_in_float64():
+    """OLMo's parameter-free LayerNorm runs in float32 in HF; exact_float64's equals float64 layer_norm."""
+    norm = tiny("olmo", torch.float64).model.norm
+    x = torch.randn(3, 32, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    want = (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + 1e-5)
+    with torch.no_grad():
+        assert (norm(x) - want).abs().max() > 1e-9  # HF's float32 path
+        float64_reference(norm)
+        assert (norm(x) - want).abs().max() <= 1e-14

@@ -17,7 +17,7 @@ CASES = [("llama", None, {}), ("llama", "rope", {}), ("mistral", "string", {"ini
          ("qwen2", "espr", {"init_scale": 0.05}), ("llama", "circulant_string", {}), ("gemma", None, {}),
          ("gemma", "string", {"init_scale": 0.3}), ("mixtral", None, {}), ("gemma2", "espr", {"init_scale": 0.05}),
          ("phi3", None, {}), ("phi3", "string", {"init_scale": 0.3}), ("gpt_neox", None, {}),
-         ("gpt_neox", "string", {"init_scale": 0.3})]
+         ("gpt_neox", "string", {"init_scale": 0.3}), ("olmo", None, {})]
 
 
 def _model(family, positional, opts, kv_heads=2):
@@ -300,18 +300,19 @@ def test_olmo_norm_scalings_are_per_key_head_and_follow_the_head_permutation():
         assert (model(x).logits - ref).abs().max() > 1e-4
 
 
-def test_olmoe_clip_qkv_is_followed_by_the_patch_and_refused_by_teleport():
-    """OLMoE's clip_qkv clamps q, k, v after the norms: the patched forward clamps too (parity with a clip that
-    bites), and the symmetry group refuses it by name (clamp(U q) != U clamp(q))."""
+@pytest.mark.parametrize("family", ["olmoe", "olmo"])
+def test_olmo_clip_qkv_is_followed_by_the_patch_and_refused_by_teleport(family):
+    """OLMoE's and OLMo's clip_qkv clamps q, k, v (after the norms): the patched forward clamps too (parity with a
+    clip that bites), and the symmetry group refuses it by name (clamp(U q) != U clamp(q))."""
     x = ids()
     with torch.no_grad():
-        ref = tiny("olmoe", clip_qkv=0.3)(x).logits
-        free = tiny("olmoe")(x).logits
-        out = hf.patch_positional(tiny("olmoe", clip_qkv=0.3), "rope")(x).logits
+        ref = tiny(family, clip_qkv=0.3)(x).logits
+        free = tiny(family)(x).logits
+        out = hf.patch_positional(tiny(family, clip_qkv=0.3), "rope")(x).logits
     assert (free - ref).abs().max() > 1e-3  # the clip changes the model
     assert (out - ref).abs().max() <= 1e-5
     with pytest.raises(ValueError, match=r"^config\.clip_qkv: got 0\.3"):
-        hf.symmetry_group(tiny("olmoe", clip_qkv=0.3))
+        hf.symmetry_group(tiny(family, clip_qkv=0.3))
 
 
 def test_phi3_fused_projections_are_acted_on_through_their_row_blocks():

@@ -63,7 +63,9 @@ FAMILY_MODELS = {"llama": ("LlamaConfig", "LlamaForCausalLM", {}),
                  # GQA (num_key_value_heads is ignored)
                  "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM",
                               {"rope_parameters": {"rope_type": "default", "rope_theta": 1e4,
-                                                   "partial_rotary_factor": 0.5}})}
+                                                   "partial_rotary_factor": 0.5}}),
+                 # OLMo (v1): parameter-free LayerNorms; clip_qkv left None here (tests set it)
+                 "olmo": ("OlmoConfig", "OlmoForCausalLM", {"pad_token_id": None})}
 
 
 #: families whose q/k RMSNorm weights the tiny models draw around 1 (HF starts them at exactly 1)
@@ -221,7 +223,7 @@ def run(ctx: RunContext) -> ExperimentResult:
                        "curves": tr["runs"], "string_control_err": par["string_control"]})
     setting = ("tiny LlamaForCausalLM (d 32, 2 layers, 4 query / 2 key heads, Dh 8), 2 x 48 tokens, 1 seed; the f64 "
                "parity also on the same tiny Mistral, Qwen2, Qwen3, Gemma, Gemma 2, Gemma 3, Mixtral, Qwen3-MoE, "
-               "OLMo 2, OLMo 3, OLMoE, Phi-3 and GPT-NeoX")
+               "OLMo, OLMo 2, OLMo 3, OLMoE, Phi-3 and GPT-NeoX")
     res.claims += [
         _claim("T2.4-hf", "symformer RoPE in the half pairing with the model's frequencies is HF Llama's RoPE",
                "ESPR T2.4-T2.7 (RoPE: U = I), rotate-half layout", f"max |dlogit| f32 {par['f32']:.2e}, f64 "

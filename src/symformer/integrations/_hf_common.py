@@ -12,7 +12,7 @@ FAMILIES = {"llama": "LlamaAttention", "mistral": "MistralAttention", "qwen2": "
             "qwen3": "Qwen3Attention", "gemma": "GemmaAttention", "mixtral": "MixtralAttention",
             "qwen3_moe": "Qwen3MoeAttention", "gemma2": "Gemma2Attention", "gemma3_text": "Gemma3Attention",
             "olmo2": "Olmo2Attention", "olmo3": "Olmo3Attention", "olmoe": "OlmoeAttention", "phi3": "Phi3Attention",
-            "gpt_neox": "GPTNeoXAttention"}
+            "gpt_neox": "GPTNeoXAttention", "olmo": "OlmoAttention"}
 MIN_VERSION = (4, 48)  # the release that introduced AttentionInterface
 
 

@@ -1,9 +1,9 @@
 """Hugging Face transformers integration (optional extra `hf`): symformer's attention cores, rotary parts and
 teleportation on Llama-family models (Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen3-MoE, Gemma, Gemma 2, Gemma 3,
-OLMo 2, OLMo 3, OLMoE, Phi-3 with its fused qkv_proj and gate_up_proj and partial rotary, GPT-NeoX / Pythia with its
-head-by-head fused query_key_value and partial rotary; where q/k norms sit before the rotation, per head in Qwen3 and
-Gemma 3 and over all heads in the OLMo models, the Q/K symmetry acts on the norm weights), built from configs, no
-download needed.
+OLMo, OLMo 2, OLMo 3, OLMoE, Phi-3 with its fused qkv_proj and gate_up_proj and partial rotary, GPT-NeoX / Pythia
+with its head-by-head fused query_key_value and partial rotary; where q/k norms sit before the rotation, per head in
+Qwen3 and Gemma 3 and over all heads in OLMo 2 / 3 and OLMoE, the Q/K symmetry acts on the norm weights), built from
+configs, no download needed.
 
     from symformer.integrations import hf
     hf.register()                                   # "symformer_favor", "symformer_plash" in AttentionInterface

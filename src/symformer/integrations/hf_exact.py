@@ -64,18 +64,34 @@ def _gemma_norm_forward(self, hidden_states):
     return (1.0 + self.weight) * (hidden_states * torch.rsqrt(var + self.eps))
 
 
+def _layer_norm_forward(self, hidden_states):
+    """OLMo's parameter-free LayerNorm in the input dtype (HF's computes it in float32)."""
+    return nn.functional.layer_norm(hidden_states, self.normalized_shape, None, None, eps=1e-5)
+
+
+def _exact_forward(mod: nn.Module):
+    """The input-dtype forward for one of HF's float32-computing norms, or None for any other module."""
+    name = type(mod).__name__
+    if name == "OlmoLayerNorm":
+        return _layer_norm_forward
+    if name.endswith("RMSNorm"):
+        if hasattr(mod, "variance_epsilon"):
+            return _norm_forward
+        return _gemma_norm_forward if norm_offset(mod) == 1.0 else None
+    return None
+
+
 def exact_float64(model: nn.Module) -> nn.Module:
-    """Replace the model's rotary table and RMSNorms by the same formulas in the input dtype (in place)."""
+    """Replace the model's rotary table and norms (RMSNorms, OLMo's LayerNorm) by the same formulas in the input
+    dtype (in place)."""
     for name, mod in list(model.named_modules()):
         table = _float64_table(mod) if type(mod).__name__.endswith("RotaryEmbedding") else None
         if table is not None:
             parent = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model
             setattr(parent, name.rsplit(".", 1)[-1], table)
-        elif type(mod).__name__.endswith("RMSNorm"):
-            forward = _norm_forward if hasattr(mod, "variance_epsilon") else (
-                _gemma_norm_forward if norm_offset(mod) == 1.0 else None)
-            if forward is None:
-                continue
+            continue
+        forward = _exact_forward(mod)
+        if forward is not None:
             cls = type(mod)
             if cls not in _NORMS:
                 _NORMS[cls] = type(cls.__name__ + "InputDtype", (cls,), {"forward": forward})
