@@ -76,11 +76,13 @@ def test_favor_approaches_eager_as_features_grow():
 def test_cores_run_and_train_in_every_layer_of_every_family(family, attention):
     """FAVOR+ built from the config; PLASH through configure (its parameters must exist before the optimizer).
     Refused by name: Gemma 2's logit soft-cap (neither kernel approximates a capped softmax) and a sliding window
-    shorter than the sequence (Gemma 3's and OLMo 3's sliding layers); with a window covering the sequence they run."""
+    shorter than the sequence (Gemma 3's, OLMo 3's and EXAONE 4's sliding layers); with a window covering the sequence
+    they run."""
     hf.register()
     window = r"^attention_mask: got .*sliding window"
-    refusals = {"gemma2": r"^attn_logit_softcapping: got 5\.0", "gemma3_text": window, "olmo3": window}
-    kw = {"sliding_window": 64} if family in ("gemma3_text", "olmo3") else {}
+    refusals = {"gemma2": r"^attn_logit_softcapping: got 5\.0", "gemma3_text": window, "olmo3": window,
+                "exaone4": window}
+    kw = {"sliding_window": 64} if family in ("gemma3_text", "olmo3", "exaone4") else {}
     if family in refusals:
         model = hf.configure(tiny(family), attention, **({"n_features": 32} if attention == "favor" else {}))
         with pytest.raises(ValueError, match=refusals[family]):
@@ -258,8 +260,10 @@ def test_patch_bad_input():
 def test_generation_with_cache():
     """Decoding with the KV cache: patched RoPE generates the native model's tokens; FAVOR+ decodes (Nq = 1)."""
     x = ids(n=8)
-    # Gemma 2 / 3 and OLMo 3: a sliding window of 6 over 14 tokens; Phi-3, GPT-NeoX: fused qkv (NeoX: layer_past)
-    for family in ("llama", "gemma", "gemma2", "gemma3_text", "olmo2", "olmo3", "phi3", "gpt_neox"):
+    # Gemma 2 / 3, OLMo 3, EXAONE 4: a sliding window of 6 over 14 tokens; Phi-3, GPT-NeoX: fused qkv (NeoX:
+    # layer_past); SmolLM3, EXAONE 4: a NoPE layer left unpatched
+    for family in ("llama", "gemma", "gemma2", "gemma3_text", "olmo2", "olmo3", "phi3", "gpt_neox", "smollm3",
+                   "exaone4"):
         native = tiny(family).generate(x, max_new_tokens=6, do_sample=False)
         assert torch.equal(_patched(family, "rope", torch.float32).generate(x, max_new_tokens=6, do_sample=False),
                            native)

@@ -17,7 +17,9 @@ CASES = [("llama", None, {}), ("llama", "rope", {}), ("mistral", "string", {"ini
          ("qwen2", "espr", {"init_scale": 0.05}), ("llama", "circulant_string", {}), ("gemma", None, {}),
          ("gemma", "string", {"init_scale": 0.3}), ("mixtral", None, {}), ("gemma2", "espr", {"init_scale": 0.05}),
          ("phi3", None, {}), ("phi3", "string", {"init_scale": 0.3}), ("gpt_neox", None, {}),
-         ("gpt_neox", "string", {"init_scale": 0.3}), ("olmo", None, {})]
+         ("gpt_neox", "string", {"init_scale": 0.3}), ("olmo", None, {}), ("granite", None, {}),
+         ("smollm3", "string", {"init_scale": 0.3}), ("seed_oss", None, {}),
+         ("stablelm", "string", {"init_scale": 0.3}), ("starcoder2", None, {}), ("phi", "string", {"init_scale": 0.3})]
 
 
 def _model(family, positional, opts, kv_heads=2):
@@ -29,7 +31,7 @@ def _model(family, positional, opts, kv_heads=2):
 QWEN3 = [("qwen3", None, {}), ("qwen3", "string", {"init_scale": 0.3}), ("qwen3", "espr", {"init_scale": 0.05}),
          ("qwen3_moe", None, {}), ("gemma3_text", None, {}), ("gemma3_text", "string", {"init_scale": 0.3}),
          ("olmo2", None, {}), ("olmo2", "string", {"init_scale": 0.3}), ("olmo3", "espr", {"init_scale": 0.05}),
-         ("olmoe", None, {})]
+         ("olmoe", None, {}), ("exaone4", None, {}), ("exaone4", "string", {"init_scale": 0.3})]
 
 
 def _qwen3(positional=None, opts=None, seed=5, family="qwen3"):
@@ -99,7 +101,8 @@ def test_teleport_symmetry_group_dispatches_and_refuses_approximate_cores():
 @pytest.mark.parametrize("family,positional", [("llama", None), ("llama", "espr"), ("qwen3", None), ("gemma", None),
                                                ("mixtral", None), ("qwen3_moe", None), ("gemma2", None),
                                                ("gemma3_text", None), ("olmo2", None), ("olmoe", None),
-                                               ("phi3", None), ("gpt_neox", None)])
+                                               ("phi3", None), ("gpt_neox", None), ("smollm3", None),
+                                               ("exaone4", None), ("phi", None), ("granite", None)])
 def test_gradient_action_and_norms_match_autograd(family, positional):
     """grad L(g theta) from autograd equals grad_action(g, grad L(theta)); the inverse undoes g; closed-form
     candidate norms equal the brute-force ones (apply, backward, restore), GQA, the gated-MLP rescaling and
@@ -404,3 +407,31 @@ def test_fused_blocks_follow_training_and_casts_after_the_group_is_built():
     assert group.fused[0].blocks[0].dtype == torch.float32
     with torch.no_grad():
         assert ((model(x).logits - ref).abs().max() / ref.abs().max()).item() <= 1e-4
+
+
+@pytest.mark.parametrize("family", ["smollm3", "exaone4"])
+def test_nope_layers_stay_unrotated_and_get_gl(family):
+    """SmolLM3's NoPE layers and EXAONE 4's global layers apply no rotation: patch_positional leaves them as they
+    are (no part) and the group gives them GL(d_h); a generic GL element on them keeps the logits."""
+    model = hf.patch_positional(tiny(family, torch.float64), "string", init_scale=0.3)
+    layers = [layer.self_attn for layer in model.model.layers]
+    assert hasattr(layers[0], "rotary") and not hasattr(layers[1], "rotary")
+    assert len(hf.rotary_parts(model)) == 1
+    group = hf.symmetry_group(float64_reference(model))
+    assert group.sites[1].qk.kind in ("gl", "trivial")  # EXAONE 4: q/k norms, the Q/K part acts on them
+    if family == "smollm3":
+        assert group.sites[1].qk.dimension == 64
+
+
+def test_layer_options_the_integration_does_not_follow_are_refused():
+    """StableLM's and Phi's qk_layernorm (per-head LayerNorms with biases on q and k) are refused by the patch and
+    the group by name; an MLP with up and down projections but no gate is not given the gated-MLP rescaling."""
+    for family in ("stablelm", "phi"):
+        with pytest.raises(ValueError, match=r"^config\.qk_layernorm: got True"):
+            hf.patch_positional(tiny(family, qk_layernorm=True), "rope")
+        with pytest.raises(ValueError, match=r"^config\.qk_layernorm: got True"):
+            hf.symmetry_group(tiny(family, qk_layernorm=True))
+    model = tiny("llama")
+    assert len(hf.symmetry_group(model, ffn=True).ffns) == 2
+    del model.model.layers[0].mlp.gate_proj  # down(act(up x)) is not linear in up
+    assert len(hf.symmetry_group(model, ffn=True).ffns) == 1

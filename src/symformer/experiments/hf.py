@@ -65,11 +65,26 @@ FAMILY_MODELS = {"llama": ("LlamaConfig", "LlamaForCausalLM", {}),
                               {"rope_parameters": {"rope_type": "default", "rope_theta": 1e4,
                                                    "partial_rotary_factor": 0.5}}),
                  # OLMo (v1): parameter-free LayerNorms; clip_qkv left None here (tests set it)
-                 "olmo": ("OlmoConfig", "OlmoForCausalLM", {"pad_token_id": None})}
+                 "olmo": ("OlmoConfig", "OlmoForCausalLM", {"pad_token_id": None}),
+                 # Granite: logit scale attention_multiplier (not 1/sqrt(Dh))
+                 "granite": ("GraniteConfig", "GraniteForCausalLM", {"attention_multiplier": 0.2}),
+                 # SmolLM3: layer 1 is a NoPE layer (no rotation: left unpatched, GL(d_h) in the group)
+                 "smollm3": ("SmolLM3Config", "SmolLM3ForCausalLM", {"no_rope_layers": [1, 0], "pad_token_id": None}),
+                 # Seed-OSS: attention dropout 0 here (its default 0.1: FAVOR+ / PLASH refuse attention dropout)
+                 "seed_oss": ("SeedOssConfig", "SeedOssForCausalLM", {"pad_token_id": None, "attention_dropout": 0.0}),
+                 # EXAONE 4: per-head q/k norms; a sliding layer (rotated) and a global layer (NoPE)
+                 "exaone4": ("Exaone4Config", "Exaone4ForCausalLM",
+                             {"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 6,
+                              "pad_token_id": None}),
+                 # StableLM, Phi (1 / 1.5 / 2), StarCoder2: LayerNorms with biases, partial rotary (StableLM, Phi),
+                 # ungated MLPs (Phi, StarCoder2), Phi's output projection named dense
+                 "stablelm": ("StableLmConfig", "StableLmForCausalLM", {"pad_token_id": None}),
+                 "starcoder2": ("Starcoder2Config", "Starcoder2ForCausalLM", {"pad_token_id": None}),
+                 "phi": ("PhiConfig", "PhiForCausalLM", {"pad_token_id": None})}
 
 
 #: families whose q/k RMSNorm weights the tiny models draw around 1 (HF starts them at exactly 1)
-QK_NORM_FAMILIES = ("qwen3", "qwen3_moe", "gemma3_text", "olmo2", "olmo3", "olmoe")
+QK_NORM_FAMILIES = ("qwen3", "qwen3_moe", "gemma3_text", "olmo2", "olmo3", "olmoe", "exaone4")
 
 
 def _tiny(dtype, positional=None, seed=0, attn="eager", init=0.2, family="llama", **opts):
@@ -223,7 +238,8 @@ def run(ctx: RunContext) -> ExperimentResult:
                        "curves": tr["runs"], "string_control_err": par["string_control"]})
     setting = ("tiny LlamaForCausalLM (d 32, 2 layers, 4 query / 2 key heads, Dh 8), 2 x 48 tokens, 1 seed; the f64 "
                "parity also on the same tiny Mistral, Qwen2, Qwen3, Gemma, Gemma 2, Gemma 3, Mixtral, Qwen3-MoE, "
-               "OLMo, OLMo 2, OLMo 3, OLMoE, Phi-3 and GPT-NeoX")
+               "OLMo, OLMo 2, OLMo 3, OLMoE, Phi-3, GPT-NeoX, Granite, SmolLM3, Seed-OSS, EXAONE 4, StableLM, "
+               "StarCoder2 and Phi")
     res.claims += [
         _claim("T2.4-hf", "symformer RoPE in the half pairing with the model's frequencies is HF Llama's RoPE",
                "ESPR T2.4-T2.7 (RoPE: U = I), rotate-half layout", f"max |dlogit| f32 {par['f32']:.2e}, f64 "

@@ -12,7 +12,9 @@ FAMILIES = {"llama": "LlamaAttention", "mistral": "MistralAttention", "qwen2": "
             "qwen3": "Qwen3Attention", "gemma": "GemmaAttention", "mixtral": "MixtralAttention",
             "qwen3_moe": "Qwen3MoeAttention", "gemma2": "Gemma2Attention", "gemma3_text": "Gemma3Attention",
             "olmo2": "Olmo2Attention", "olmo3": "Olmo3Attention", "olmoe": "OlmoeAttention", "phi3": "Phi3Attention",
-            "gpt_neox": "GPTNeoXAttention", "olmo": "OlmoAttention"}
+            "gpt_neox": "GPTNeoXAttention", "olmo": "OlmoAttention", "granite": "GraniteAttention",
+            "smollm3": "SmolLM3Attention", "seed_oss": "SeedOssAttention", "exaone4": "Exaone4Attention",
+            "stablelm": "StableLmAttention", "starcoder2": "Starcoder2Attention", "phi": "PhiAttention"}
 MIN_VERSION = (4, 48)  # the release that introduced AttentionInterface
 
 
@@ -98,6 +100,24 @@ def fused_qkv(attn: nn.Module) -> tuple[nn.Linear, str] | None:
     if hasattr(attn, "query_key_value"):
         return attn.query_key_value, "heads"
     return None
+
+
+def applies_rope(attn: nn.Module) -> bool:
+    """Whether the layer rotates q and k at all: not SmolLM3's NoPE layers (use_rope False), nor EXAONE 4's global
+    layers (it rotates only in sliding layers when the model has a sliding window)."""
+    if hasattr(attn, "use_rope"):
+        return bool(attn.use_rope)
+    if attn.config.model_type == "exaone4" and getattr(attn, "sliding_window", None) is not None:
+        return bool(attn.is_sliding)
+    return True
+
+
+def check_layer(attn: nn.Module) -> None:
+    """ValueError for a layer option neither the patch nor the group follows: StableLM's / Phi's qk_layernorm (a
+    LayerNorm with a bias on q and k, under a name the patched forward does not apply)."""
+    if getattr(attn, "qk_layernorm", False):
+        fail("config.qk_layernorm", True, "False (the per-head LayerNorms on q and k of StableLM / Phi are not "
+             "supported)")
 
 
 def flat_qk_norm(attn: nn.Module) -> bool:

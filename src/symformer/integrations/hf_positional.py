@@ -29,7 +29,9 @@ from torch import nn
 
 from symformer._validation import check_choice, fail
 from symformer.integrations._hf_common import (
+    applies_rope,
     attention_modules,
+    check_layer,
     flat_qk_norm,
     fused_qkv,
     head_dim,
@@ -254,6 +256,11 @@ def patch_positional(model: nn.Module, positional: str = "rope", **options) -> n
     kv = n_kv_heads(config)
     if config.num_attention_heads % kv:
         fail("config.num_key_value_heads", kv, f"a divisor of num_attention_heads={config.num_attention_heads}")
+    for attn in layers:
+        check_layer(attn)
+    layers = [a for a in layers if applies_rope(a)]  # NoPE layers (SmolLM3, EXAONE 4 global) stay as they are
+    if not layers:
+        fail("model", "a model whose attention layers apply no rotary embedding", "a model with rotary layers")
     parts = [_part_for(positional, model, attn, options) for attn in layers]  # raises before editing
     for attn, part in zip(layers, parts, strict=True):
         attn.rotary = part
@@ -271,7 +278,7 @@ def from_pretrained(model_class: type, path, **kwargs) -> nn.Module:
 
 
 def rotary_parts(model: nn.Module) -> list[nn.Module]:
-    """The patched parts, one per attention layer (empty for an unpatched model)."""
+    """The patched parts, one per rotary attention layer (NoPE layers have none; empty for an unpatched model)."""
     return [a.rotary for a in attention_modules(model) if hasattr(a, "rotary")]
 
 

@@ -35,7 +35,9 @@ from torch import nn
 from symformer._validation import check_int, fail
 from symformer.integrations._hf_common import (
     FAMILIES,
+    applies_rope,
     attention_modules,
+    check_layer,
     flat_qk_norm,
     fused_qkv,
     head_dim,
@@ -87,6 +89,8 @@ class _AttentionView:
 
     @property
     def rotary(self):
+        if not applies_rope(self.attn):  # NoPE layer: no rotation, GL(d_h)
+            return None
         return getattr(self.attn, "rotary", None) or _native_rope(self.head_dim, self.rotary_dim)
 
 
@@ -147,6 +151,7 @@ def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn:
     names = {id(m): n for n, m in model.named_modules()}
     sites = []
     for attn in attention_modules(model):
+        check_layer(attn)
         view = _AttentionView(attn, h, hk, int(head_dim(attn) * partial_rotary_factor(model.config)))
         grp = qk_group_for(view.rotary, view.head_dim, positions)
         if getattr(attn.config, "clip_qkv", None) is not None:  # OLMoE's clamp: clamp(U q) != U clamp(q)
@@ -158,7 +163,10 @@ def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn:
             sites.append(AttentionSite(names[id(attn)], view, TrivialGroup(view.head_dim), hk, attn.q_norm.weight,
                                        attn.k_norm.weight, diagonal_blocks(grp), norm_offset(attn.q_norm),
                                        flat_qk_norm(attn)))
-    mlps = [_GLUView(m) for m in model.modules() if hasattr(m, "up_proj") and hasattr(m, "down_proj")] if ffn else []
+    # gated MLPs only: down(act(gate x) * up x) is linear in up; an ungated down(act(up x)) (Arcee's relu^2, Apertus'
+    # xIELU) is not rescaled by up * s, down / s
+    mlps = [_GLUView(m) for m in model.modules() if all(hasattr(m, n) for n in ("gate_proj", "up_proj", "down_proj"))
+            ] if ffn else []
     fused = [f for s in sites for f in s.module.fused]
     return GQASymmetryGroup(sites, mlps, positions, _fused_experts(model) if ffn else [], fused)
 
