@@ -19,7 +19,9 @@ CASES = [("llama", None, {}), ("llama", "rope", {}), ("mistral", "string", {"ini
          ("phi3", None, {}), ("phi3", "string", {"init_scale": 0.3}), ("gpt_neox", None, {}),
          ("gpt_neox", "string", {"init_scale": 0.3}), ("olmo", None, {}), ("granite", None, {}),
          ("smollm3", "string", {"init_scale": 0.3}), ("seed_oss", None, {}),
-         ("stablelm", "string", {"init_scale": 0.3}), ("starcoder2", None, {}), ("phi", "string", {"init_scale": 0.3})]
+         ("stablelm", "string", {"init_scale": 0.3}), ("starcoder2", None, {}), ("phi", "string", {"init_scale": 0.3}),
+         ("arcee", None, {}), ("qwen2_moe", "espr", {"init_scale": 0.05}), ("phimoe", None, {}),
+         ("granitemoe", None, {})]
 
 
 def _model(family, positional, opts, kv_heads=2):
@@ -31,7 +33,7 @@ def _model(family, positional, opts, kv_heads=2):
 QWEN3 = [("qwen3", None, {}), ("qwen3", "string", {"init_scale": 0.3}), ("qwen3", "espr", {"init_scale": 0.05}),
          ("qwen3_moe", None, {}), ("gemma3_text", None, {}), ("gemma3_text", "string", {"init_scale": 0.3}),
          ("olmo2", None, {}), ("olmo2", "string", {"init_scale": 0.3}), ("olmo3", "espr", {"init_scale": 0.05}),
-         ("olmoe", None, {}), ("exaone4", None, {}), ("exaone4", "string", {"init_scale": 0.3})]
+         ("olmoe", None, {}), ("exaone4", None, {}), ("exaone4", "string", {"init_scale": 0.3}), ("apertus", None, {})]
 
 
 def _qwen3(positional=None, opts=None, seed=5, family="qwen3"):
@@ -102,7 +104,8 @@ def test_teleport_symmetry_group_dispatches_and_refuses_approximate_cores():
                                                ("mixtral", None), ("qwen3_moe", None), ("gemma2", None),
                                                ("gemma3_text", None), ("olmo2", None), ("olmoe", None),
                                                ("phi3", None), ("gpt_neox", None), ("smollm3", None),
-                                               ("exaone4", None), ("phi", None), ("granite", None)])
+                                               ("exaone4", None), ("phi", None), ("granite", None),
+                                               ("qwen2_moe", None), ("apertus", None)])
 def test_gradient_action_and_norms_match_autograd(family, positional):
     """grad L(g theta) from autograd equals grad_action(g, grad L(theta)); the inverse undoes g; closed-form
     candidate norms equal the brute-force ones (apply, backward, restore), GQA, the gated-MLP rescaling and

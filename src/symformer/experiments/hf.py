@@ -80,11 +80,22 @@ FAMILY_MODELS = {"llama": ("LlamaConfig", "LlamaForCausalLM", {}),
                  # ungated MLPs (Phi, StarCoder2), Phi's output projection named dense
                  "stablelm": ("StableLmConfig", "StableLmForCausalLM", {"pad_token_id": None}),
                  "starcoder2": ("Starcoder2Config", "Starcoder2ForCausalLM", {"pad_token_id": None}),
-                 "phi": ("PhiConfig", "PhiForCausalLM", {"pad_token_id": None})}
+                 "phi": ("PhiConfig", "PhiForCausalLM", {"pad_token_id": None}),
+                 # Arcee, Apertus: ungated MLPs (relu^2, xIELU: no MLP rescaling); Apertus: per-head q/k norms
+                 "arcee": ("ArceeConfig", "ArceeForCausalLM", {"pad_token_id": None}),
+                 "apertus": ("ApertusConfig", "ApertusForCausalLM", {"pad_token_id": None}),
+                 # MoE: Qwen2-MoE (with a gated shared expert), PhiMoE, GraniteMoE
+                 "qwen2_moe": ("Qwen2MoeConfig", "Qwen2MoeForCausalLM",
+                               {"num_experts": 4, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32,
+                                "pad_token_id": None, **_MOE}),
+                 "phimoe": ("PhimoeConfig", "PhimoeForCausalLM",
+                            {"num_local_experts": 4, "pad_token_id": None, **_MOE}),
+                 "granitemoe": ("GraniteMoeConfig", "GraniteMoeForCausalLM",
+                                {"num_local_experts": 4, "pad_token_id": None, **_MOE})}
 
 
 #: families whose q/k RMSNorm weights the tiny models draw around 1 (HF starts them at exactly 1)
-QK_NORM_FAMILIES = ("qwen3", "qwen3_moe", "gemma3_text", "olmo2", "olmo3", "olmoe", "exaone4")
+QK_NORM_FAMILIES = ("qwen3", "qwen3_moe", "gemma3_text", "olmo2", "olmo3", "olmoe", "exaone4", "apertus")
 
 
 def _tiny(dtype, positional=None, seed=0, attn="eager", init=0.2, family="llama", **opts):
@@ -239,7 +250,7 @@ def run(ctx: RunContext) -> ExperimentResult:
     setting = ("tiny LlamaForCausalLM (d 32, 2 layers, 4 query / 2 key heads, Dh 8), 2 x 48 tokens, 1 seed; the f64 "
                "parity also on the same tiny Mistral, Qwen2, Qwen3, Gemma, Gemma 2, Gemma 3, Mixtral, Qwen3-MoE, "
                "OLMo, OLMo 2, OLMo 3, OLMoE, Phi-3, GPT-NeoX, Granite, SmolLM3, Seed-OSS, EXAONE 4, StableLM, "
-               "StarCoder2 and Phi")
+               "StarCoder2, Phi, Arcee, Apertus, Qwen2-MoE, PhiMoE and GraniteMoE")
     res.claims += [
         _claim("T2.4-hf", "symformer RoPE in the half pairing with the model's frequencies is HF Llama's RoPE",
                "ESPR T2.4-T2.7 (RoPE: U = I), rotate-half layout", f"max |dlogit| f32 {par['f32']:.2e}, f64 "

@@ -14,7 +14,9 @@ FAMILIES = {"llama": "LlamaAttention", "mistral": "MistralAttention", "qwen2": "
             "olmo2": "Olmo2Attention", "olmo3": "Olmo3Attention", "olmoe": "OlmoeAttention", "phi3": "Phi3Attention",
             "gpt_neox": "GPTNeoXAttention", "olmo": "OlmoAttention", "granite": "GraniteAttention",
             "smollm3": "SmolLM3Attention", "seed_oss": "SeedOssAttention", "exaone4": "Exaone4Attention",
-            "stablelm": "StableLmAttention", "starcoder2": "Starcoder2Attention", "phi": "PhiAttention"}
+            "stablelm": "StableLmAttention", "starcoder2": "Starcoder2Attention", "phi": "PhiAttention",
+            "arcee": "ArceeAttention", "apertus": "ApertusAttention", "qwen2_moe": "Qwen2MoeAttention",
+            "phimoe": "PhimoeAttention", "granitemoe": "GraniteMoeAttention"}
 MIN_VERSION = (4, 48)  # the release that introduced AttentionInterface
 
 

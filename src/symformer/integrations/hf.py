@@ -1,10 +1,9 @@
 """Hugging Face transformers integration (optional extra `hf`): symformer's attention cores, rotary parts and
-teleportation on Llama-family models (Llama, Mistral, Mixtral, Qwen2, Qwen3, Qwen3-MoE, Gemma, Gemma 2, Gemma 3,
-OLMo, OLMo 2, OLMo 3, OLMoE, Phi-3 with its fused qkv_proj and gate_up_proj and partial rotary, GPT-NeoX / Pythia
-with its head-by-head fused query_key_value and partial rotary, Granite, SmolLM3 and EXAONE 4 (NoPE layers left
-as they are), Seed-OSS, StableLM, StarCoder2, Phi; where q/k norms sit before the rotation, per head in
-Qwen3 and Gemma 3 and over all heads in OLMo 2 / 3 and OLMoE, the Q/K symmetry acts on the norm weights), built from
-configs, no download needed.
+teleportation on the model families of `_hf_common.FAMILIES` (the README has the table: Llama, Mistral, Qwen, Gemma,
+OLMo, Phi, GPT-NeoX / Pythia, Granite, SmolLM3, EXAONE 4, StableLM, StarCoder2, and their MoE variants). Fused q/k/v
+projections, partial rotary embeddings and NoPE layers are followed; where q/k norms sit before the rotation (per head
+in Qwen3, Gemma 3, EXAONE 4, Apertus; over all heads in OLMo 2 / 3 and OLMoE) the Q/K symmetry acts on the norm
+weights. Models are built from configs, no download needed.
 
     from symformer.integrations import hf
     hf.register()                                   # "symformer_favor", "symformer_plash" in AttentionInterface
