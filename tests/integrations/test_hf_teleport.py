@@ -21,7 +21,7 @@ CASES = [("llama", None, {}), ("llama", "rope", {}), ("mistral", "string", {"ini
          ("smollm3", "string", {"init_scale": 0.3}), ("seed_oss", None, {}),
          ("stablelm", "string", {"init_scale": 0.3}), ("starcoder2", None, {}), ("phi", "string", {"init_scale": 0.3}),
          ("arcee", None, {}), ("qwen2_moe", "espr", {"init_scale": 0.05}), ("phimoe", None, {}),
-         ("granitemoe", None, {})]
+         ("granitemoe", None, {}), ("glm", "string", {"init_scale": 0.3}), ("glm4", None, {})]
 
 
 def _model(family, positional, opts, kv_heads=2):
@@ -105,7 +105,7 @@ def test_teleport_symmetry_group_dispatches_and_refuses_approximate_cores():
                                                ("gemma3_text", None), ("olmo2", None), ("olmoe", None),
                                                ("phi3", None), ("gpt_neox", None), ("smollm3", None),
                                                ("exaone4", None), ("phi", None), ("granite", None),
-                                               ("qwen2_moe", None), ("apertus", None)])
+                                               ("qwen2_moe", None), ("apertus", None), ("glm", None)])
 def test_gradient_action_and_norms_match_autograd(family, positional):
     """grad L(g theta) from autograd equals grad_action(g, grad L(theta)); the inverse undoes g; closed-form
     candidate norms equal the brute-force ones (apply, backward, restore), GQA, the gated-MLP rescaling and

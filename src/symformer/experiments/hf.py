@@ -91,7 +91,10 @@ FAMILY_MODELS = {"llama": ("LlamaConfig", "LlamaForCausalLM", {}),
                  "phimoe": ("PhimoeConfig", "PhimoeForCausalLM",
                             {"num_local_experts": 4, "pad_token_id": None, **_MOE}),
                  "granitemoe": ("GraniteMoeConfig", "GraniteMoeForCausalLM",
-                                {"num_local_experts": 4, "pad_token_id": None, **_MOE})}
+                                {"num_local_experts": 4, "pad_token_id": None, **_MOE}),
+                 # GLM, GLM-4: interleaved RoPE pairs (2u, 2u + 1) on half of each head, fused gate_up_proj
+                 "glm": ("GlmConfig", "GlmForCausalLM", {"pad_token_id": None}),
+                 "glm4": ("Glm4Config", "Glm4ForCausalLM", {"pad_token_id": None})}
 
 
 #: families whose q/k RMSNorm weights the tiny models draw around 1 (HF starts them at exactly 1)
@@ -250,7 +253,7 @@ def run(ctx: RunContext) -> ExperimentResult:
     setting = ("tiny LlamaForCausalLM (d 32, 2 layers, 4 query / 2 key heads, Dh 8), 2 x 48 tokens, 1 seed; the f64 "
                "parity also on the same tiny Mistral, Qwen2, Qwen3, Gemma, Gemma 2, Gemma 3, Mixtral, Qwen3-MoE, "
                "OLMo, OLMo 2, OLMo 3, OLMoE, Phi-3, GPT-NeoX, Granite, SmolLM3, Seed-OSS, EXAONE 4, StableLM, "
-               "StarCoder2, Phi, Arcee, Apertus, Qwen2-MoE, PhiMoE and GraniteMoE")
+               "StarCoder2, Phi, Arcee, Apertus, Qwen2-MoE, PhiMoE, GraniteMoE, GLM and GLM-4")
     res.claims += [
         _claim("T2.4-hf", "symformer RoPE in the half pairing with the model's frequencies is HF Llama's RoPE",
                "ESPR T2.4-T2.7 (RoPE: U = I), rotate-half layout", f"max |dlogit| f32 {par['f32']:.2e}, f64 "

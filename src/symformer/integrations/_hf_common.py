@@ -16,7 +16,10 @@ FAMILIES = {"llama": "LlamaAttention", "mistral": "MistralAttention", "qwen2": "
             "smollm3": "SmolLM3Attention", "seed_oss": "SeedOssAttention", "exaone4": "Exaone4Attention",
             "stablelm": "StableLmAttention", "starcoder2": "Starcoder2Attention", "phi": "PhiAttention",
             "arcee": "ArceeAttention", "apertus": "ApertusAttention", "qwen2_moe": "Qwen2MoeAttention",
-            "phimoe": "PhimoeAttention", "granitemoe": "GraniteMoeAttention"}
+            "phimoe": "PhimoeAttention", "granitemoe": "GraniteMoeAttention", "glm": "GlmAttention",
+            "glm4": "Glm4Attention"}
+#: families whose native RoPE rotates interleaved pairs (2u, 2u + 1) instead of (u, u + Dh/2)
+INTERLEAVED = ("glm", "glm4")
 MIN_VERSION = (4, 48)  # the release that introduced AttentionInterface
 
 
@@ -104,6 +107,11 @@ def fused_qkv(attn: nn.Module) -> tuple[nn.Linear, str] | None:
     return None
 
 
+def rope_pairing(config) -> str:
+    """The native RoPE's pairing in symformer's terms: "half" (Llama's rotate_half) or "interleaved" (INTERLEAVED)."""
+    return "interleaved" if getattr(config, "model_type", None) in INTERLEAVED else "half"
+
+
 def applies_rope(attn: nn.Module) -> bool:
     """Whether the layer rotates q and k at all: not SmolLM3's NoPE layers (use_rope False), nor EXAONE 4's global
     layers (it rotates only in sliding layers when the model has a sliding window)."""
@@ -120,6 +128,7 @@ def check_layer(attn: nn.Module) -> None:
     if getattr(attn, "qk_layernorm", False):
         fail("config.qk_layernorm", True, "False (the per-head LayerNorms on q and k of StableLM / Phi are not "
              "supported)")
+
 
 
 def flat_qk_norm(attn: nn.Module) -> bool:

@@ -40,6 +40,7 @@ from symformer.integrations._hf_common import (
     out_proj,
     partial_rotary_factor,
     require_transformers,
+    rope_pairing,
     rope_parameters,
     rope_theta,
 )
@@ -177,10 +178,10 @@ def _layer_type(model: nn.Module, attn: nn.Module) -> str | None:
     return lt if typed else None
 
 
-def _half_generators(inv_freq: torch.Tensor, head_dim: int) -> torch.Tensor:
-    """(1, Dh, Dh) RoPE generator in the half pairing: beta_u J on coordinates (u, u + Dh/2) (T2.3, U = I)."""
+def _rope_generators(inv_freq: torch.Tensor, head_dim: int, pairing: str) -> torch.Tensor:
+    """(1, Dh, Dh) RoPE generator: beta_u J on the model's pairs, (u, u + Dh/2) or (2u, 2u + 1) (T2.3, U = I)."""
     from symformer.positional.rope import generators_from_beta
-    return generators_from_beta(inv_freq[:, None], head_dim, "half")
+    return generators_from_beta(inv_freq[:, None], head_dim, pairing)
 
 
 def _build_part(positional: str, attn: nn.Module, config, inv_freq, options: dict,
@@ -192,7 +193,7 @@ def _build_part(positional: str, attn: nn.Module, config, inv_freq, options: dic
     dim = full if rotary_dim is None else rotary_dim
     opts = dict(options)
     if positional in ("rope", "string"):
-        opts.setdefault("pairing", "half")  # HF's rotate-half layout
+        opts.setdefault("pairing", rope_pairing(config))  # HF's rotate-half layout (Cohere, GLM: interleaved)
     opts.setdefault("base", rope_theta(config, layer_type))
     part = POSITIONAL.build(positional, head_dim=dim, coord_dim=1, n_heads=config.num_attention_heads,
                             d_model=config.hidden_size, **opts)
@@ -200,12 +201,12 @@ def _build_part(positional: str, attn: nn.Module, config, inv_freq, options: dic
     part = part.to(device=w.device, dtype=w.dtype)
     with torch.no_grad():
         own_freqs = inv_freq is not None and "base" not in options and inv_freq.numel() == dim // 2
-        if own_freqs and positional in ("rope", "string") and getattr(part, "pairing", None) == "half":
+        if own_freqs and positional in ("rope", "string") and getattr(part, "pairing", None) == rope_pairing(config):
             beta = part.rope.beta if positional == "string" else part.beta
             beta.copy_(inv_freq[:, None].to(beta.dtype))  # the model's own frequencies, not a recomputation
         if own_freqs and positional == "espr" and part.d_act == dim and options.get("commuting_init", True) \
                 and options.get("init_scale") is None:
-            part.set_generators(_half_generators(inv_freq, dim).to(part.gen_param.dtype))
+            part.set_generators(_rope_generators(inv_freq, dim, rope_pairing(config)).to(part.gen_param.dtype))
     return part if dim == full else PartialRotary(part, full).to(device=w.device)
 
 

@@ -45,6 +45,7 @@ from symformer.integrations._hf_common import (
     norm_offset,
     out_proj,
     partial_rotary_factor,
+    rope_pairing,
 )
 from symformer.teleport import groups as _groups
 from symformer.teleport.groups import AttentionSite, FusedExperts, FusedRows, SymmetryGroup
@@ -91,14 +92,16 @@ class _AttentionView:
     def rotary(self):
         if not applies_rope(self.attn):  # NoPE layer: no rotation, GL(d_h)
             return None
-        return getattr(self.attn, "rotary", None) or _native_rope(self.head_dim, self.rotary_dim)
+        return getattr(self.attn, "rotary", None) or _native_rope(self.head_dim, self.rotary_dim,
+                                                                  rope_pairing(self.attn.config))
 
 
-def _native_rope(head_dim: int, rotary_dim: int):
-    """HF's own rotary embedding seen as symformer RoPE in the half pairing (only its pairs matter here), on the
-    first rotary_dim coordinates (Phi-4-mini's partial rotary: PartialRotary, GL on the rest)."""
+def _native_rope(head_dim: int, rotary_dim: int, pairing: str = "half"):
+    """HF's own rotary embedding seen as symformer RoPE in its pairing (only its pairs matter here: half, or
+    interleaved for Cohere / GLM / ERNIE), on the first rotary_dim coordinates (partial rotary: PartialRotary, GL on
+    the rest)."""
     from symformer.positional import PartialRotary, RoPE
-    rope = RoPE(rotary_dim, pairing="half")
+    rope = RoPE(rotary_dim, pairing=pairing)
     return rope if rotary_dim == head_dim else PartialRotary(rope, head_dim)
 
 
