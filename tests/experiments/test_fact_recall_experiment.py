@@ -452,3 +452,19 @@ def test_full_run_orders_ssfr_searches_constructions_first_and_the_longest_gd_la
     kinds = [k for k, _ in order]
     assert kinds.index("ntk") > max(i for i, k in enumerate(kinds) if k.startswith("bin"))
     assert kinds.index("gd-relu") > max(i for i, k in enumerate(kinds) if k == "ntk")
+
+
+def test_scaling_row_names_kinds_whose_sizes_do_not_grow_with_f():
+    """S5.1-scaling prints the minimum sizes by F and names a kind whose sizes fall as F grows (the slope then mixes
+    in the search's own variation); the verdict rule is unchanged."""
+    from symformer.experiments import fact_recall as fr
+    from symformer.results import ExperimentResult
+    rows = [("bin+gd", 1024, 259824), ("bin+gd", 2048, 44970), ("bin+gd", 4096, 300000), ("bin+gd", 512, None),
+            ("bin+jl", 1024, 91732), ("bin+jl", 2048, 180396), ("bin+jl", 4096, 400000)]
+    out = {f"k{i}": {"kind": k, "n_facts": n, "min_params": p, "best_fact_adaptive_accuracy": 0.995,
+                     "paper_budget": False} for i, (k, n, p) in enumerate(rows)}
+    res = ExperimentResult()
+    fr._ssfr_claims(res, out, quick=False)
+    row = [c for c in res.claims if c.id == "S5.1-scaling"][0]
+    assert "not increasing in F: bin+gd" in row.measured and "bin+jl" not in row.measured.split("not increasing")[1]
+    assert "(2048, 44970)" in row.measured
