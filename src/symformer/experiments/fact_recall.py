@@ -129,6 +129,11 @@ def _ssfr_claims(res: ExperimentResult, out: dict, quick: bool) -> None:
             PAPER_SETTING_SSFR,
         )
     )
+    _scaling_claim(res, out, setting)
+
+
+def _scaling_claim(res: ExperimentResult, out: dict, setting: str) -> None:
+    """S5.1-scaling: log-log slope of the minimum parameters against F log F per kind (>= 3 F values)."""
     slopes, sizes = {}, {}
     for kind in sorted({r["kind"] for r in out.values()}):
         pts = sorted((r["n_facts"], r["min_params"]) for r in out.values() if r["kind"] == kind and r["min_params"])
