@@ -330,3 +330,13 @@ def test_exact_float64_olmo_layer_norm_computes_in_float64():
         assert (norm(x) - want).abs().max() > 1e-9  # HF's float32 path
         float64_reference(norm)
         assert (norm(x) - want).abs().max() <= 1e-14
+
+
+def test_length_dependent_rope_scaling_is_refused():
+    """Phi-3's 128k variants use longrope, whose cos/sin carry a magnitude factor (attention_scaling != 1) and whose
+    table switches with the sequence length: refused by name, not patched as a pure rotation."""
+    rope = {"rope_type": "longrope", "rope_theta": 1e4, "short_factor": [1.0] * 4, "long_factor": [2.0] * 4,
+            "partial_rotary_factor": 1.0}
+    model = tiny("phi3", rope_parameters=rope, max_position_embeddings=8192, original_max_position_embeddings=4096)
+    with pytest.raises(ValueError, match=r"^config\.rope_parameters: got \"rope_type='longrope' \(attention_scaling="):
+        hf.patch_positional(model, "rope")
