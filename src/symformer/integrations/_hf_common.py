@@ -82,6 +82,11 @@ def partial_rotary_factor(config) -> float:
     return 1.0 if factor is None else float(factor)
 
 
+def rotary_dim(attn: nn.Module) -> int:
+    """How many coordinates of each head the native rotary embedding rotates, as HF: int(head_dim * factor)."""
+    return int(head_dim(attn) * partial_rotary_factor(attn.config))
+
+
 def norm_offset(norm: nn.Module) -> float:
     """c in an RMSNorm's output (c + w) * x_hat: 1 for Gemma's norms (weight stored as w, starts at 0), else 0."""
     return 1.0 if type(norm).__name__.startswith("Gemma") and hasattr(norm, "eps") else 0.0
@@ -128,7 +133,6 @@ def check_layer(attn: nn.Module) -> None:
     if getattr(attn, "qk_layernorm", False):
         fail("config.qk_layernorm", True, "False (the per-head LayerNorms on q and k of StableLM / Phi are not "
              "supported)")
-
 
 
 def flat_qk_norm(attn: nn.Module) -> bool:

@@ -16,30 +16,35 @@ from symformer.integrations._hf_common import norm_offset
 _NORMS: dict[type, type] = {}
 
 
-class Float64Table(nn.Module):
+def _cos_sin(x, position_ids, inv_freq):
     """HF's cos/sin table (cat(freqs, freqs), freqs = position * inv_freq) evaluated in float64."""
+    f = position_ids[..., None].to(torch.float64) * inv_freq
+    emb = torch.cat((f, f), dim=-1)
+    return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+
+class Float64Table(nn.Module):
+    """HF's rotary table evaluated in float64 (`_cos_sin`)."""
 
     def __init__(self, inv_freq: torch.Tensor):
         super().__init__()
         self.register_buffer("inv_freq", inv_freq.detach().to(torch.float64), persistent=False)
 
     def forward(self, x, position_ids):
-        f = position_ids[..., None].to(torch.float64) * self.inv_freq
-        emb = torch.cat((f, f), dim=-1)
-        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+        return _cos_sin(x, position_ids, self.inv_freq)
 
 
 class Float64TypedTable(nn.Module):
-    """Float64Table per layer type (Gemma 3's rotary embedding keeps `{type}_inv_freq` and is called with the type)."""
+    """Float64Table per layer type (Gemma 3's rotary embedding keeps `{type}_inv_freq` and is called with the type);
+    the buffers keep HF's names, so that patch_positional still reads each type's table."""
 
     def __init__(self, inv_freqs: dict[str, torch.Tensor]):
         super().__init__()
-        self.tables = nn.ModuleDict({k: Float64Table(v) for k, v in inv_freqs.items()})
-        for k, v in inv_freqs.items():  # HF's names, so that patch_positional still reads each type's table
+        for k, v in inv_freqs.items():
             self.register_buffer(f"{k}_inv_freq", v.detach().to(torch.float64), persistent=False)
 
     def forward(self, x, position_ids, layer_type=None):
-        return self.tables[layer_type](x, position_ids)
+        return _cos_sin(x, position_ids, getattr(self, f"{layer_type}_inv_freq"))
 
 
 def _float64_table(mod: nn.Module) -> nn.Module | None:

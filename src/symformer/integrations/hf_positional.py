@@ -43,6 +43,7 @@ from symformer.integrations._hf_common import (
     rope_pairing,
     rope_parameters,
     rope_theta,
+    rotary_dim,
 )
 
 POSITIONALS = ("rope", "string", "circulant_string", "espr")
@@ -185,15 +186,15 @@ def _rope_generators(inv_freq: torch.Tensor, head_dim: int, pairing: str) -> tor
 
 
 def _build_part(positional: str, attn: nn.Module, config, inv_freq, options: dict,
-                layer_type: str | None = None, rotary_dim: int | None = None) -> nn.Module:
-    """The part on the first rotary_dim coordinates (default: the whole head), wrapped in PartialRotary when that
+                layer_type: str | None = None, part_dim: int | None = None) -> nn.Module:
+    """The part on the first part_dim coordinates (default: the whole head), wrapped in PartialRotary when that
     is less than the head (Phi-4-mini), starting from the model's own frequencies."""
     from symformer.positional import POSITIONAL, PartialRotary  # registers the parts
     full = head_dim(attn)
-    dim = full if rotary_dim is None else rotary_dim
+    dim = full if part_dim is None else part_dim
     opts = dict(options)
     if positional in ("rope", "string"):
-        opts.setdefault("pairing", rope_pairing(config))  # HF's rotate-half layout (Cohere, GLM: interleaved)
+        opts.setdefault("pairing", rope_pairing(config))  # HF's rotate-half layout (GLM: interleaved)
     opts.setdefault("base", rope_theta(config, layer_type))
     part = POSITIONAL.build(positional, head_dim=dim, coord_dim=1, n_heads=config.num_attention_heads,
                             d_model=config.hidden_size, **opts)
@@ -214,11 +215,11 @@ def _part_for(positional: str, model: nn.Module, attn: nn.Module, options: dict)
     """The part for one attention layer, from the rotary table of its layer type (one table for most models)."""
     lt = _layer_type(model, attn)
     inv_freq, attn_scale = _rope_table(model, lt)
-    rotary_dim = int(head_dim(attn) * partial_rotary_factor(model.config))  # as HF: int(head_dim * factor)
-    if inv_freq is not None and 2 * inv_freq.numel() != rotary_dim:
+    dim = rotary_dim(attn)
+    if inv_freq is not None and 2 * inv_freq.numel() != dim:
         fail("config.rope_parameters", f"a rotary table of {inv_freq.numel()} frequencies",
-             f"{rotary_dim // 2} (head_dim={head_dim(attn)} x partial_rotary_factor)")
-    if rotary_dim < head_dim(attn) and positional == "espr":  # PartialRotary: no part with its own scale
+             f"{dim // 2} (head_dim={head_dim(attn)} x partial_rotary_factor)")
+    if dim < head_dim(attn) and positional == "espr":  # PartialRotary: no part with its own scale
         fail("positional", positional, "rope, string or circulant_string where the model rotates part of each head "
              f"(partial_rotary_factor={partial_rotary_factor(model.config)}): ESPR's 1/sqrt(d_act) scale (T4.4) is "
              "stated for a whole projected head")
@@ -226,7 +227,7 @@ def _part_for(positional: str, model: nn.Module, attn: nn.Module, options: dict)
     if attn_scale != 1.0 or str(rope_type).startswith("dynamic"):
         fail("config.rope_parameters", f"rope_type={rope_type!r} (attention_scaling={attn_scale})",
              "a rope type whose cos/sin are a pure, fixed rotation (default, linear, llama3)")
-    return _build_part(positional, attn, model.config, inv_freq, options, lt, rotary_dim)
+    return _build_part(positional, attn, model.config, inv_freq, options, lt, dim)
 
 
 def _check_options(options: dict) -> None:

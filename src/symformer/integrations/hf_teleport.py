@@ -44,8 +44,8 @@ from symformer.integrations._hf_common import (
     n_kv_heads,
     norm_offset,
     out_proj,
-    partial_rotary_factor,
     rope_pairing,
+    rotary_dim,
 )
 from symformer.teleport import groups as _groups
 from symformer.teleport.groups import AttentionSite, FusedExperts, FusedRows, SymmetryGroup
@@ -75,8 +75,8 @@ class _AttentionView:
     a fused q/k/v projection (Phi-3's qkv_proj, GPT-NeoX's query_key_value) is handed out as three row blocks
     (`fused`: their FusedRows)."""
 
-    def __init__(self, attn: nn.Module, n_heads: int, kv_heads: int, rotary_dim: int):
-        self.attn, self.o_proj, self.rotary_dim = attn, out_proj(attn), rotary_dim
+    def __init__(self, attn: nn.Module, n_heads: int, kv_heads: int):
+        self.attn, self.o_proj, self.rotary_dim = attn, out_proj(attn), rotary_dim(attn)
         self.n_heads, self.head_dim = n_heads, head_dim(attn)
         self.fused: list[FusedRows] = []
         fused = fused_qkv(attn)
@@ -98,7 +98,7 @@ class _AttentionView:
 
 def _native_rope(head_dim: int, rotary_dim: int, pairing: str = "half"):
     """HF's own rotary embedding seen as symformer RoPE in its pairing (only its pairs matter here: half, or
-    interleaved for Cohere / GLM / ERNIE), on the first rotary_dim coordinates (partial rotary: PartialRotary, GL on
+    interleaved for GLM), on the first rotary_dim coordinates (partial rotary: PartialRotary, GL on
     the rest)."""
     from symformer.positional import PartialRotary, RoPE
     rope = RoPE(rotary_dim, pairing=pairing)
@@ -155,11 +155,11 @@ def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn:
     sites = []
     for attn in attention_modules(model):
         check_layer(attn)
-        view = _AttentionView(attn, h, hk, int(head_dim(attn) * partial_rotary_factor(model.config)))
-        grp = qk_group_for(view.rotary, view.head_dim, positions)
-        if getattr(attn.config, "clip_qkv", None) is not None:  # OLMoE's clamp: clamp(U q) != U clamp(q)
+        if getattr(attn.config, "clip_qkv", None) is not None:  # OLMo's clamp: clamp(U q) != U clamp(q)
             fail("config.clip_qkv", attn.config.clip_qkv, "None (clamping q, k and v breaks every symmetry of the "
                  "projections)")
+        view = _AttentionView(attn, h, hk)
+        grp = qk_group_for(view.rotary, view.head_dim, positions)
         if getattr(attn, "q_norm", None) is None:
             sites.append(AttentionSite(names[id(attn)], view, grp, hk))
         else:  # Qwen3, OLMo 2: q_norm(U q) != U q_norm(q), so the rotary's group acts on the norm weights (docstring)
