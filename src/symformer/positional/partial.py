@@ -17,6 +17,14 @@ from symformer._validation import check_int, fail
 from symformer.positional.base import QKSymmetry, RotaryPositional
 
 
+def block_diag(a: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """blockdiag(a, p) over the last two dims, batched (..., r, r), (..., s, s) -> (..., r + s, r + s); built by
+    concatenation, so differentiable (teleport.qk_groups.BlockGroup's elements go through Zhao's ascent)."""
+    top = torch.cat((a, a.new_zeros(*a.shape[:-1], p.shape[-1])), dim=-1)
+    bottom = torch.cat((p.new_zeros(*p.shape[:-1], a.shape[-1]), p), dim=-1)
+    return torch.cat((top, bottom), dim=-2)
+
+
 class PartialRotary(RotaryPositional):
     """`inner` (a RotaryPositional with head_dim = rotary_dim) on coordinates [0, rotary_dim) of a head of
     `head_dim` coordinates; coordinates [rotary_dim, head_dim) unrotated."""
@@ -51,11 +59,9 @@ class PartialRotary(RotaryPositional):
 
     def _pad(self, m: torch.Tensor, diagonal: float) -> torch.Tensor:
         """blockdiag(m, diagonal * I) for m (..., r, r) -> (..., Dh, Dh)."""
-        out = torch.zeros(*m.shape[:-2], self.head_dim, self.head_dim, dtype=m.dtype, device=m.device)
-        out[..., :self.rotary_dim, :self.rotary_dim] = m
-        idx = torch.arange(self.rotary_dim, self.head_dim, device=m.device)
-        out[..., idx, idx] = diagonal
-        return out
+        free = self.head_dim - self.rotary_dim
+        eye = diagonal * torch.eye(free, dtype=m.dtype, device=m.device)
+        return block_diag(m, eye.expand(*m.shape[:-2], free, free))
 
     def matrix(self, positions: torch.Tensor) -> torch.Tensor:
         return self._pad(self.inner.matrix(positions), 1.0)

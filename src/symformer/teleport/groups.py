@@ -172,15 +172,13 @@ def _group_sum(s, hk: int):
 
 def _permute_heads(t: torch.Tensor, perm: torch.Tensor | None) -> torch.Tensor:
     """Flat per-head weights (H Dh,) with their heads permuted (new head i = old head perm[i])."""
-    return t if perm is None else t.reshape(perm.shape[0], -1)[perm].reshape(t.shape)
+    return t if perm is None else _heads_rows(t, perm.shape[0])[perm].reshape(t.shape)
 
 
 def _norm_coeffs_permuted(site: AttentionSite, s: torch.Tensor, perm: torch.Tensor | None) -> torch.Tensor:
     """Per-head norm scalings (H_kv nb,) re-indexed by the key-head permutation, for the inverse (w' = (d w)[perm]
     is undone by scalings 1 / d[perm] followed by argsort(perm)); shared scalings are left as they are."""
-    if perm is None or not site.norm_per_head:
-        return s
-    return s.reshape(site.n_heads, -1)[perm].reshape(s.shape)
+    return _permute_heads(s, perm) if site.norm_per_head else s
 
 
 def _rows_action(lin: nn.Linear, a: torch.Tensor, heads: int, perm, tensors=None) -> dict[int, torch.Tensor]:

@@ -9,6 +9,7 @@ import torch
 
 from symformer._validation import fail
 from symformer.positional.base import RotaryPositional
+from symformer.positional.partial import block_diag
 
 
 # ---------------------------------------------------------------- per-layer Q/K groups
@@ -123,27 +124,21 @@ class BlockGroup(QKGroup):
     def basis(self, dtype=torch.float64) -> torch.Tensor:
         k = self.inner.dimension
         pass_basis = torch.eye(self.free ** 2, dtype=dtype).view(-1, self.free, self.free)
-        return torch.cat((self._block(self.inner.basis(dtype), pass_basis.new_zeros(k, self.free, self.free)),
-                          self._block(pass_basis.new_zeros(self.free ** 2, *(self.inner.head_dim,) * 2),
+        return torch.cat((block_diag(self.inner.basis(dtype), pass_basis.new_zeros(k, self.free, self.free)),
+                          block_diag(pass_basis.new_zeros(self.free ** 2, *(self.inner.head_dim,) * 2),
                                       pass_basis)))
-
-    def _block(self, a: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-        """blockdiag(a, p) over the last two dims (differentiable: Zhao's ascent goes through it)."""
-        top = torch.cat((a, a.new_zeros(*a.shape[:-1], self.free)), dim=-1)
-        bottom = torch.cat((p.new_zeros(*p.shape[:-1], self.inner.head_dim), p), dim=-1)
-        return torch.cat((top, bottom), dim=-2)
 
     def from_coeffs(self, c: torch.Tensor) -> torch.Tensor:
         k, eye = self.inner.dimension, torch.eye(self.free, dtype=c.dtype, device=c.device)
-        return self._block(self.inner.from_coeffs(c[..., :k]),
+        return block_diag(self.inner.from_coeffs(c[..., :k]),
                            eye + c[..., k:].reshape(*c.shape[:-1], self.free, self.free))
 
     def random(self, shape, gen, dtype=torch.float64, scale: float = 0.5):
-        return self._block(self.inner.random(shape, gen, dtype, scale),
+        return block_diag(self.inner.random(shape, gen, dtype, scale),
                            QKGroup(self.free).random(shape, gen, dtype, scale))
 
     def near_identity(self, shape, alpha, gen, dtype=torch.float64):
-        return self._block(self.inner.near_identity(shape, alpha, gen, dtype),
+        return block_diag(self.inner.near_identity(shape, alpha, gen, dtype),
                            QKGroup(self.free).near_identity(shape, alpha, gen, dtype))
 
 
