@@ -253,6 +253,10 @@ def test_block_group_elements_match_its_basis_and_the_partial_part():
     mix = torch.eye(8, dtype=torch.float64)
     mix[0, 6] = 0.5
     assert float(grp.contains(mix, rel)) > 1e-3
+    with pytest.raises(ValueError, match=r"^head_dim: got 3, expected an integer >= 4"):
+        BlockGroup(3, grp.inner)
+    with pytest.raises(TypeError, match=r"^inner: got 'RoPE', expected a QKGroup"):
+        BlockGroup(8, RoPE(head_dim=4, coord_dim=2))
 
 
 def test_partial_rotary_is_the_inner_part_on_its_block_and_refuses_bad_input():

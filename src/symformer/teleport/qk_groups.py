@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from symformer._validation import fail
+from symformer._validation import check_int, fail
 from symformer.positional.base import RotaryPositional
 from symformer.positional.partial import block_diag
 
@@ -113,6 +113,9 @@ class BlockGroup(QKGroup):
     Dh = 128 is 1024 dense (Dh, Dh) matrices); elements are built block by block."""
 
     def __init__(self, head_dim: int, inner: QKGroup):
+        if not isinstance(inner, QKGroup):
+            fail("inner", type(inner).__name__, "a QKGroup (the group on the rotated block)", TypeError)
+        check_int("head_dim", head_dim, inner.head_dim)
         self.head_dim, self.inner, self.free = head_dim, inner, head_dim - inner.head_dim
         self._basis = None
         self.kind = f"partial-{inner.kind}"
