@@ -81,8 +81,8 @@ def test_cores_run_and_train_in_every_layer_of_every_family(family, attention):
     hf.register()
     window = r"^attention_mask: got .*sliding window"
     refusals = {"gemma2": r"^attn_logit_softcapping: got 5\.0", "gemma3_text": window, "olmo3": window,
-                "exaone4": window}
-    kw = {"sliding_window": 64} if family in ("gemma3_text", "olmo3", "exaone4") else {}
+                "exaone4": window, "cohere2": window, "cohere2_moe": window}
+    kw = {"sliding_window": 64} if family in ("gemma3_text", "olmo3", "exaone4", "cohere2", "cohere2_moe") else {}
     if family in refusals:
         model = hf.configure(tiny(family), attention, **({"n_features": 32} if attention == "favor" else {}))
         with pytest.raises(ValueError, match=refusals[family]):
@@ -261,9 +261,9 @@ def test_generation_with_cache():
     """Decoding with the KV cache: patched RoPE generates the native model's tokens; FAVOR+ decodes (Nq = 1)."""
     x = ids(n=8)
     # Gemma 2 / 3, OLMo 3, EXAONE 4: a sliding window of 6 over 14 tokens; Phi-3, GPT-NeoX: fused qkv (NeoX:
-    # layer_past); SmolLM3, EXAONE 4: a NoPE layer left unpatched
+    # layer_past); SmolLM3, EXAONE 4, Cohere 2: a NoPE layer left unpatched; Cohere, ERNIE 4.5: interleaved pairs
     for family in ("llama", "gemma", "gemma2", "gemma3_text", "olmo2", "olmo3", "phi3", "gpt_neox", "smollm3",
-                   "exaone4"):
+                   "exaone4", "cohere", "cohere2", "ernie4_5"):
         native = tiny(family).generate(x, max_new_tokens=6, do_sample=False)
         assert torch.equal(_patched(family, "rope", torch.float32).generate(x, max_new_tokens=6, do_sample=False),
                            native)
@@ -340,3 +340,43 @@ def test_length_dependent_rope_scaling_is_refused():
     model = tiny("phi3", rope_parameters=rope, max_position_embeddings=8192, original_max_position_embeddings=4096)
     with pytest.raises(ValueError, match=r"^config\.rope_parameters: got \"rope_type='longrope' \(attention_scaling="):
         hf.patch_positional(model, "rope")
+
+
+@pytest.mark.parametrize("family", ["cohere", "cohere2_moe", "ernie4_5"])
+def test_exact_float64_rotates_in_float64_and_keeps_hf_forward(family):
+    """Cohere's and ERNIE 4.5's apply_rotary_pos_emb cast q and k to float32: on a float64 model the untouched
+    logits are off by float32 rounding, exact_float64 runs HF's own attention forward with the rotation in float64
+    (patched RoPE then agrees to rounding), and on float32 inputs that forward is HF's, bit for bit."""
+    x = ids(n=24)
+    raw = _logits(tiny(family, torch.float64), x)
+    ref = _logits(float64_reference(tiny(family, torch.float64)), x)
+    assert (raw - ref).abs().max() > 1e-9
+    assert (_logits(float64_reference(_patched(family, "rope", torch.float64)), x) - ref).abs().max() <= 1e-12
+    model = tiny(family)
+    attn = model.model.layers[0].self_attn
+    h = torch.randn(2, 24, 32, generator=torch.Generator().manual_seed(2))
+    pe = model.model.rotary_emb(h, torch.arange(24)[None])
+    with torch.no_grad():
+        want = attn(h, position_embeddings=pe, attention_mask=None)[0]
+        float64_reference(model)
+        assert type(attn).__mro__[1].__name__ == hf.FAMILIES[family]
+        assert torch.equal(attn(h, position_embeddings=pe, attention_mask=None)[0], want)
+    model = float64_reference(tiny(family, torch.float64))
+    assert torch.equal(_logits(float64_reference(model), x), ref)  # idempotent: the class is not wrapped twice
+
+
+def test_exact_float64_cohere_layer_norms_compute_in_float64():
+    """Cohere's LayerNorm (no bias; (d,) on the residual stream, (H, Dh) on q and k) runs in float32 in HF;
+    exact_float64's equals the float64 formula w * (x - mean) / sqrt(var + eps)."""
+    model = tiny("cohere", torch.float64, use_qk_norm=True)
+    gen = torch.Generator().manual_seed(0)
+    for norm, shape in ((model.model.norm, (3, 32)), (model.model.layers[0].self_attn.q_norm, (3, 4, 8))):
+        with torch.no_grad():
+            norm.weight.copy_(torch.randn(norm.weight.shape, generator=gen, dtype=torch.float64))
+        x = torch.randn(shape, generator=gen, dtype=torch.float64)
+        c = x - x.mean(-1, keepdim=True)
+        want = norm.weight.detach() * c / torch.sqrt(c.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
+        with torch.no_grad():
+            assert (norm(x) - want).abs().max() > 1e-9  # HF's float32 path
+            float64_reference(norm)
+            assert (norm(x) - want).abs().max() <= 1e-14

@@ -21,7 +21,9 @@ CASES = [("llama", None, {}), ("llama", "rope", {}), ("mistral", "string", {"ini
          ("smollm3", "string", {"init_scale": 0.3}), ("seed_oss", None, {}),
          ("stablelm", "string", {"init_scale": 0.3}), ("starcoder2", None, {}), ("phi", "string", {"init_scale": 0.3}),
          ("arcee", None, {}), ("qwen2_moe", "espr", {"init_scale": 0.05}), ("phimoe", None, {}),
-         ("granitemoe", None, {}), ("glm", "string", {"init_scale": 0.3}), ("glm4", None, {})]
+         ("granitemoe", None, {}), ("glm", "string", {"init_scale": 0.3}), ("glm4", None, {}), ("cohere", None, {}),
+         ("cohere2", "string", {"init_scale": 0.3}), ("cohere2_moe", None, {}),
+         ("ernie4_5", "string", {"init_scale": 0.3}), ("ernie4_5_moe", None, {})]
 
 
 def _model(family, positional, opts, kv_heads=2):
@@ -105,7 +107,8 @@ def test_teleport_symmetry_group_dispatches_and_refuses_approximate_cores():
                                                ("gemma3_text", None), ("olmo2", None), ("olmoe", None),
                                                ("phi3", None), ("gpt_neox", None), ("smollm3", None),
                                                ("exaone4", None), ("phi", None), ("granite", None),
-                                               ("qwen2_moe", None), ("apertus", None), ("glm", None)])
+                                               ("qwen2_moe", None), ("apertus", None), ("glm", None),
+                                               ("cohere", None), ("cohere2_moe", None), ("ernie4_5_moe", None)])
 def test_gradient_action_and_norms_match_autograd(family, positional):
     """grad L(g theta) from autograd equals grad_action(g, grad L(theta)); the inverse undoes g; closed-form
     candidate norms equal the brute-force ones (apply, backward, restore), GQA, the gated-MLP rescaling and
@@ -412,17 +415,17 @@ def test_fused_blocks_follow_training_and_casts_after_the_group_is_built():
         assert ((model(x).logits - ref).abs().max() / ref.abs().max()).item() <= 1e-4
 
 
-@pytest.mark.parametrize("family", ["smollm3", "exaone4"])
+@pytest.mark.parametrize("family", ["smollm3", "exaone4", "cohere2"])
 def test_nope_layers_stay_unrotated_and_get_gl(family):
-    """SmolLM3's NoPE layers and EXAONE 4's global layers apply no rotation: patch_positional leaves them as they
-    are (no part) and the group gives them GL(d_h); a generic GL element on them keeps the logits."""
+    """SmolLM3's NoPE layers and EXAONE 4's and Cohere 2's global layers apply no rotation: patch_positional leaves
+    them as they are (no part) and the group gives them GL(d_h); a generic GL element on them keeps the logits."""
     model = hf.patch_positional(tiny(family, torch.float64), "string", init_scale=0.3)
     layers = [layer.self_attn for layer in model.model.layers]
     assert hasattr(layers[0], "rotary") and not hasattr(layers[1], "rotary")
     assert len(hf.rotary_parts(model)) == 1
     group = hf.symmetry_group(float64_reference(model))
     assert group.sites[1].qk.kind in ("gl", "trivial")  # EXAONE 4: q/k norms, the Q/K part acts on them
-    if family == "smollm3":
+    if family != "exaone4":
         assert group.sites[1].qk.dimension == 64
 
 
@@ -438,3 +441,55 @@ def test_layer_options_the_integration_does_not_follow_are_refused():
     assert len(hf.symmetry_group(model, ffn=True).ffns) == 2
     del model.model.layers[0].mlp.gate_proj  # down(act(up x)) is not linear in up
     assert len(hf.symmetry_group(model, ffn=True).ffns) == 1
+
+
+def _cohere_qk_norm(positional=None, seed=5):
+    """Cohere with use_qk_norm (Command R+): per-head LayerNorms, weights (H, Dh) and (H_kv, Dh), drawn around 1."""
+    model = tiny("cohere", torch.float64, use_qk_norm=True)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for layer in model.model.layers:
+            for norm in (layer.self_attn.q_norm, layer.self_attn.k_norm):
+                norm.weight.copy_(1 + 0.5 * torch.randn(norm.weight.shape, generator=gen, dtype=torch.float64))
+    opts = {"init_scale": 0.3} if positional == "string" else {}
+    model = model if positional is None else hf.patch_positional(model, positional, **opts)
+    return float64_reference(model)
+
+
+@pytest.mark.parametrize("positional", [None, "string"])
+def test_cohere_qk_layernorm_scalings_keep_the_logits_and_match_autograd(positional):
+    """Cohere's q/k LayerNorms centre and scale each head before the weights multiply, so (as for Qwen3's RMSNorms)
+    no U passes through W_Q / W_K, and w_q <- d w_q, w_k <- w_k / d with diag(d) in the rotary's group keeps every
+    logit; the weights are per head, (H, Dh): one d per key head, and they follow a head permutation. The gradient
+    action and closed-form norms match autograd and brute force."""
+    model, x = _cohere_qk_norm(positional), ids()
+    with torch.no_grad():
+        ref = model(x).logits
+    group = hf.symmetry_group(model, ffn=True)
+    site = group.sites[0]
+    assert site.qk.kind == "trivial" and site.q_norm.shape == (4, 8) and site.norm_per_head
+    if positional is None:  # native RoPE, interleaved pairs (2u, 2u + 1)
+        assert site.norm_blocks.tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+    before = site.q_norm.detach().clone()
+    g = group.random(torch.Generator().manual_seed(1))
+    g.perm = [torch.arange(s.n_heads).flip(0) for s in group.sites]  # the weights must follow the heads
+    group.apply(model, g)
+    assert (site.q_norm - before).abs().max() > 1e-3
+    with torch.no_grad():
+        assert ((model(x).logits - ref).abs().max() / ref.abs().max()).item() <= 1e-10
+    _check_gradient_action(_cohere_qk_norm(positional), True)
+
+
+def test_cohere_qk_layernorm_parity_and_negative_control():
+    """The patched forward applies the per-head q/k LayerNorms where HF does (patched RoPE equals the native one);
+    a norm scaling that splits an interleaved RoPE pair changes the logits."""
+    model, x = _cohere_qk_norm(), ids()
+    with torch.no_grad():
+        ref = model(x).logits
+        assert (_cohere_qk_norm("rope")(x).logits - ref).abs().max() <= 1e-12
+        attn = model.model.layers[0].self_attn
+        d = torch.ones(8, dtype=torch.float64)
+        d[0] = 1.5  # coordinate 0 pairs with 1 in Cohere's layout
+        attn.q_norm.weight.mul_(d)
+        attn.k_norm.weight.div_(d)
+        assert (model(x).logits - ref).abs().max() > 1e-4

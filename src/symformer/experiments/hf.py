@@ -94,7 +94,24 @@ FAMILY_MODELS = {"llama": ("LlamaConfig", "LlamaForCausalLM", {}),
                                 {"num_local_experts": 4, "pad_token_id": None, **_MOE}),
                  # GLM, GLM-4: interleaved RoPE pairs (2u, 2u + 1) on half of each head, fused gate_up_proj
                  "glm": ("GlmConfig", "GlmForCausalLM", {"pad_token_id": None}),
-                 "glm4": ("Glm4Config", "Glm4ForCausalLM", {"pad_token_id": None})}
+                 "glm4": ("Glm4Config", "Glm4ForCausalLM", {"pad_token_id": None}),
+                 # Cohere (Command R), Cohere 2 (Command R7B / A), Cohere 2 MoE: interleaved pairs, a table repeating
+                 # each frequency in place, LayerNorms without bias, attention and MLP in parallel, logit_scale;
+                 # Cohere 2: a sliding layer (rotated) and a full layer (NoPE); ERNIE 4.5 (and MoE): interleaved
+                 # pairs from a cat table. All five rotate in float32 (exact_float64 rotates in float64).
+                 "cohere": ("CohereConfig", "CohereForCausalLM", {"pad_token_id": None}),
+                 "cohere2": ("Cohere2Config", "Cohere2ForCausalLM",
+                             {"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 6,
+                              "pad_token_id": None}),
+                 "cohere2_moe": ("Cohere2MoeConfig", "Cohere2MoeForCausalLM",
+                                 {"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 6,
+                                  "mlp_layer_types": ["sparse", "sparse"], "num_experts": 4, "pad_token_id": None,
+                                  **_MOE}),
+                 "ernie4_5": ("Ernie4_5Config", "Ernie4_5ForCausalLM", {"use_bias": True, "pad_token_id": None}),
+                 "ernie4_5_moe": ("Ernie4_5_MoeConfig", "Ernie4_5_MoeForCausalLM",
+                                  {"use_bias": True, "moe_num_experts": 4, "moe_k": 2, "moe_intermediate_size": 32,
+                                   "moe_num_shared_experts": 1, "moe_layer_start_index": 0, "moe_layer_end_index": 1,
+                                   "pad_token_id": None, "experts_implementation": "eager"})}
 
 
 #: families whose q/k RMSNorm weights the tiny models draw around 1 (HF starts them at exactly 1)

@@ -17,9 +17,15 @@ FAMILIES = {"llama": "LlamaAttention", "mistral": "MistralAttention", "qwen2": "
             "stablelm": "StableLmAttention", "starcoder2": "Starcoder2Attention", "phi": "PhiAttention",
             "arcee": "ArceeAttention", "apertus": "ApertusAttention", "qwen2_moe": "Qwen2MoeAttention",
             "phimoe": "PhimoeAttention", "granitemoe": "GraniteMoeAttention", "glm": "GlmAttention",
-            "glm4": "Glm4Attention"}
+            "glm4": "Glm4Attention", "cohere": "CohereAttention", "cohere2": "Cohere2Attention",
+            "cohere2_moe": "Cohere2MoeAttention", "ernie4_5": "Ernie4_5Attention",
+            "ernie4_5_moe": "Ernie4_5_MoeAttention"}
 #: families whose native RoPE rotates interleaved pairs (2u, 2u + 1) instead of (u, u + Dh/2)
-INTERLEAVED = ("glm", "glm4")
+INTERLEAVED = ("glm", "glm4", "cohere", "cohere2", "cohere2_moe", "ernie4_5", "ernie4_5_moe")
+#: families whose rotary table repeats each frequency in place (repeat_interleave), not cat(freqs, freqs)
+TABLE_INTERLEAVED = ("cohere", "cohere2", "cohere2_moe")
+#: families whose apply_rotary_pos_emb casts q and k to float32 (exact_float64 runs it in the input dtype)
+FLOAT32_ROTARY = ("cohere", "cohere2", "cohere2_moe", "ernie4_5", "ernie4_5_moe")
 MIN_VERSION = (4, 48)  # the release that introduced AttentionInterface
 
 
@@ -119,11 +125,15 @@ def rope_pairing(config) -> str:
 
 def applies_rope(attn: nn.Module) -> bool:
     """Whether the layer rotates q and k at all: not SmolLM3's NoPE layers (use_rope False), nor EXAONE 4's global
-    layers (it rotates only in sliding layers when the model has a sliding window)."""
+    layers (it rotates only in sliding layers when the model has a sliding window), nor Cohere 2's full-attention
+    layers (only sliding layers rotate; Cohere 2 MoE's force_rope dense prefix layers too)."""
     if hasattr(attn, "use_rope"):
         return bool(attn.use_rope)
-    if attn.config.model_type == "exaone4" and getattr(attn, "sliding_window", None) is not None:
+    family = attn.config.model_type
+    if family == "exaone4" and getattr(attn, "sliding_window", None) is not None:
         return bool(attn.is_sliding)
+    if family in ("cohere2", "cohere2_moe"):
+        return attn.sliding_window is not None or bool(getattr(attn, "force_rope", False))
     return True
 
 

@@ -4,34 +4,43 @@ HF's Llama-family models compute two things in float32 whatever the model dtype:
 (LlamaRotaryEmbedding casts position_ids and inv_freq to float32) and every RMSNorm (it upcasts to float32 and
 casts back, Gemma's (1 + w) norm too, so a float64 model is rounded to float32 at each norm). A float64 parity
 or invariance check on an untouched model therefore reads 0 or ~1e-7, by luck of the float32 rounding, never the
-float64 error.
-`exact_float64(model)` evaluates the same formulas in the input dtype; it changes nothing in float32."""
+float64 error. Cohere's LayerNorms do the same, and the interleaved families Cohere, Cohere 2 and ERNIE 4.5 also
+rotate q and k in float32 inside their apply_rotary_pos_emb (_hf_common.FLOAT32_ROTARY).
+`exact_float64(model)` evaluates the same formulas in the input dtype. In float32 the norms and the rotation are
+HF's to the bit; the rotary table is computed in float64 and rounded, so it moves float32 logits by rounding."""
 from __future__ import annotations
+
+import inspect
+import sys
+import types
 
 import torch
 from torch import nn
 
-from symformer.integrations._hf_common import norm_offset
+from symformer.integrations._hf_common import FAMILIES, FLOAT32_ROTARY, TABLE_INTERLEAVED, norm_offset
 
 _NORMS: dict[type, type] = {}
+_ATTENTIONS: dict[type, type] = {}
 
 
-def _cos_sin(x, position_ids, inv_freq):
-    """HF's cos/sin table (cat(freqs, freqs), freqs = position * inv_freq) evaluated in float64."""
+def _cos_sin(x, position_ids, inv_freq, interleaved: bool = False):
+    """HF's cos/sin table (cat(freqs, freqs), freqs = position * inv_freq; Cohere: each frequency repeated in place)
+    evaluated in float64."""
     f = position_ids[..., None].to(torch.float64) * inv_freq
-    emb = torch.cat((f, f), dim=-1)
+    emb = f.repeat_interleave(2, dim=-1) if interleaved else torch.cat((f, f), dim=-1)
     return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
 
 
 class Float64Table(nn.Module):
-    """HF's rotary table evaluated in float64 (`_cos_sin`)."""
+    """HF's rotary table evaluated in float64 (`_cos_sin`); `interleaved`: Cohere's layout (TABLE_INTERLEAVED)."""
 
-    def __init__(self, inv_freq: torch.Tensor):
+    def __init__(self, inv_freq: torch.Tensor, interleaved: bool = False):
         super().__init__()
+        self.interleaved = interleaved
         self.register_buffer("inv_freq", inv_freq.detach().to(torch.float64), persistent=False)
 
     def forward(self, x, position_ids):
-        return _cos_sin(x, position_ids, self.inv_freq)
+        return _cos_sin(x, position_ids, self.inv_freq, self.interleaved)
 
 
 class Float64TypedTable(nn.Module):
@@ -47,10 +56,10 @@ class Float64TypedTable(nn.Module):
         return _cos_sin(x, position_ids, getattr(self, f"{layer_type}_inv_freq"))
 
 
-def _float64_table(mod: nn.Module) -> nn.Module | None:
+def _float64_table(mod: nn.Module, family: str | None) -> nn.Module | None:
     """The float64 replacement of an HF rotary embedding, or None for one we cannot read."""
     if isinstance(getattr(mod, "inv_freq", None), torch.Tensor):
-        return Float64Table(mod.inv_freq)
+        return Float64Table(mod.inv_freq, family in TABLE_INTERLEAVED)
     types = getattr(mod, "layer_types", None)
     if types and all(isinstance(getattr(mod, f"{t}_inv_freq", None), torch.Tensor) for t in types):
         return Float64TypedTable({t: getattr(mod, f"{t}_inv_freq") for t in types})
@@ -69,6 +78,13 @@ def _gemma_norm_forward(self, hidden_states):
     return (1.0 + self.weight) * (hidden_states * torch.rsqrt(var + self.eps))
 
 
+def _centered_norm_forward(self, hidden_states):
+    """Cohere's LayerNorm (no bias; weight (d,), or (H, Dh) on q and k) in the input dtype: w * (x - mean) / std."""
+    centered = hidden_states - hidden_states.mean(-1, keepdim=True)
+    var = centered.pow(2).mean(-1, keepdim=True)
+    return self.weight * (centered * torch.rsqrt(var + self.variance_epsilon))
+
+
 def _layer_norm_forward(self, hidden_states):
     """OLMo's parameter-free LayerNorm in the input dtype (HF's computes it in float32)."""
     return nn.functional.layer_norm(hidden_states, self.normalized_shape, None, None, eps=1e-5)
@@ -79,6 +95,8 @@ def _exact_forward(mod: nn.Module):
     name = type(mod).__name__
     if name == "OlmoLayerNorm":
         return _layer_norm_forward
+    if name.startswith("Cohere") and name.endswith("LayerNorm") and hasattr(mod, "variance_epsilon"):
+        return _centered_norm_forward
     if name.endswith("RMSNorm"):
         if hasattr(mod, "variance_epsilon"):
             return _norm_forward
@@ -86,11 +104,46 @@ def _exact_forward(mod: nn.Module):
     return None
 
 
+def _input_dtype_rotary(module, family: str):
+    """The module's apply_rotary_pos_emb without the float32 casts: q cos + rotate_half(q) sin in the input dtype,
+    with the module's own rotate_half (interleaved pairs) and table layout (Cohere: interleaved; ERNIE 4.5: cat,
+    its first half repeated in place)."""
+    rotate_half = module.rotate_half
+    from_cat = family not in TABLE_INTERLEAVED
+
+    def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
+        cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
+        if from_cat:
+            cos = cos[..., : cos.shape[-1] // 2].repeat_interleave(2, dim=-1)
+            sin = sin[..., : sin.shape[-1] // 2].repeat_interleave(2, dim=-1)
+        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+
+    return apply_rotary_pos_emb
+
+
+def _input_dtype_attention(cls: type, family: str) -> type:
+    """HF's own attention class with its forward's code run against the module's globals, except
+    apply_rotary_pos_emb, which is `_input_dtype_rotary`: the reference stays HF's forward, not symformer's."""
+    if cls not in _ATTENTIONS:
+        module = sys.modules[cls.__module__]
+        fwd = inspect.unwrap(cls.forward)  # past the kwarg-renaming decorator: the caller passes current names
+        env = {**fwd.__globals__, "apply_rotary_pos_emb": _input_dtype_rotary(module, family)}
+        forward = types.FunctionType(fwd.__code__, env, fwd.__name__, fwd.__defaults__, fwd.__closure__)
+        forward.__kwdefaults__ = fwd.__kwdefaults__
+        _ATTENTIONS[cls] = type(cls.__name__ + "InputDtype", (cls,), {"forward": forward, "__module__": cls.__module__})
+    return _ATTENTIONS[cls]
+
+
 def exact_float64(model: nn.Module) -> nn.Module:
-    """Replace the model's rotary table and norms (RMSNorms, OLMo's LayerNorm) by the same formulas in the input
-    dtype (in place)."""
+    """Replace the model's rotary table and norms (RMSNorms, OLMo's and Cohere's LayerNorms) by the same formulas in
+    the input dtype, and the float32 rotation of FLOAT32_ROTARY families' attention layers (in place; a layer
+    already patched by patch_positional keeps its forward, which rotates in the input dtype)."""
+    family = getattr(getattr(model, "config", None), "model_type", None)
     for name, mod in list(model.named_modules()):
-        table = _float64_table(mod) if type(mod).__name__.endswith("RotaryEmbedding") else None
+        if family in FLOAT32_ROTARY and type(mod).__name__ == FAMILIES[family]:  # HF's class, not a patched one
+            mod.__class__ = _input_dtype_attention(type(mod), family)
+            continue
+        table = _float64_table(mod, family) if type(mod).__name__.endswith("RotaryEmbedding") else None
         if table is not None:
             parent = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model
             setattr(parent, name.rsplit(".", 1)[-1], table)

@@ -52,7 +52,8 @@ class AttentionSite:
     k_norm: nn.Parameter | None = None
     norm_blocks: torch.Tensor | None = None
     norm_offset: float = 0.0  # the norms multiply by (offset + w): Gemma's (1 + w), so w <- d (1 + w) - 1
-    norm_per_head: bool = False  # OLMo 2: one norm over all heads, weights (H Dh,) and (H_kv Dh,)
+    # weights per head: OLMo 2's one norm over all heads, (H Dh,) and (H_kv Dh,); Cohere's per-head (H, Dh)
+    norm_per_head: bool = False
 
     @property
     def n_blocks(self) -> int:
@@ -320,7 +321,10 @@ class SymmetryGroup:
         for site, s, p in zip(self.sites, g.norm or [None] * len(self.sites), perms, strict=True):
             if s is not None and site.norm_blocks is not None:
                 p = (_query_perm(p, site.groups), p) if site.norm_per_head and p is not None else (None, None)
-                yield site, s[..., site.norm_index(False).to(s.device)], s[..., site.norm_index(True).to(s.device)], p
+                dq, dk = (s[..., site.norm_index(key).to(s.device)] for key in (False, True))
+                # shaped as the weights: Cohere's per-head norms keep theirs as (H, Dh), the others are flat
+                yield (site, dq.reshape(*s.shape[:-1], *site.q_norm.shape),
+                       dk.reshape(*s.shape[:-1], *site.k_norm.shape), p)
 
     # ---- action on parameters
     def transformed(self, g: GroupElement) -> dict[int, torch.Tensor]:
@@ -454,7 +458,7 @@ class SymmetryGroup:
         for site, dq, dk, _ in self._norm_parts(cands):  # a head permutation keeps the squared norms
             for par, fac in ((site.q_norm, 1 / dq.to(torch.float64) ** 2), (site.k_norm, dk.to(torch.float64) ** 2)):
                 if grads.get(id(par)) is not None:
-                    total = total + (_vec_sq(grads[id(par)]) * fac).sum(-1)
+                    total = total + (_vec_sq(grads[id(par)]) * fac).flatten(-par.dim()).sum(-1)
         for x, s in zip(self.experts, cands.experts, strict=False):
             s2, i, dims = s.to(torch.float64) ** 2, x.shape[-1], tuple(range(-len(x.shape), 0))
             gu, gd = grads.get(id(x.gate_up)), grads.get(id(x.down))
