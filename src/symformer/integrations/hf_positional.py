@@ -211,10 +211,13 @@ def _build_part(positional: str, attn: nn.Module, config, inv_freq, options: dic
     return part if dim == full else PartialRotary(part, full).to(device=w.device)
 
 
-def _part_for(positional: str, model: nn.Module, attn: nn.Module, options: dict) -> nn.Module:
-    """The part for one attention layer, from the rotary table of its layer type (one table for most models)."""
+def _part_for(positional: str, model: nn.Module, attn: nn.Module, options: dict, tables: dict) -> nn.Module:
+    """The part for one attention layer, from the rotary table of its layer type (one table for most models;
+    `tables` keeps each type's, read once per model rather than once per layer)."""
     lt = _layer_type(model, attn)
-    inv_freq, attn_scale = _rope_table(model, lt)
+    if lt not in tables:
+        tables[lt] = _rope_table(model, lt)
+    inv_freq, attn_scale = tables[lt]
     dim = rotary_dim(attn)
     if inv_freq is not None and 2 * inv_freq.numel() != dim:
         fail("config.rope_parameters", f"a rotary table of {inv_freq.numel()} frequencies",
@@ -263,7 +266,8 @@ def patch_positional(model: nn.Module, positional: str = "rope", **options) -> n
     layers = [a for a in layers if applies_rope(a)]  # NoPE layers (SmolLM3, EXAONE 4 global) stay as they are
     if not layers:
         fail("model", "a model whose attention layers apply no rotary embedding", "a model with rotary layers")
-    parts = [_part_for(positional, model, attn, options) for attn in layers]  # raises before editing
+    tables: dict = {}
+    parts = [_part_for(positional, model, attn, options, tables) for attn in layers]  # raises before editing
     for attn, part in zip(layers, parts, strict=True):
         attn.rotary = part
         attn.__class__ = _patched_attention_class(type(attn))

@@ -34,12 +34,17 @@ MAX_KEYS = 32  # each key costs one compile (about a second) and its generated c
 _STATE: dict = {"fns": {}, "failed": set()}
 
 
-def _rotate_half(x: torch.Tensor, c: torch.Tensor, s: torch.Tensor, sign: float) -> torch.Tensor:
-    """[x1 cos - x2 sin, x2 cos + x1 sin] on (..., Dh/2) tables, sin times sign (-1: R^T), as one
-    elementwise expression (what inductor fuses)."""
+def rotate_half_pairs(x: torch.Tensor, c: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """[x1 cos - x2 sin, x2 cos + x1 sin] on (..., Dh/2) tables: the half-pairing rotation as one elementwise
+    expression (what inductor fuses; rope.rotate_pairs' half branch too)."""
     m = x.shape[-1] // 2
-    x1, x2, s = x[..., :m], x[..., m:], s * sign
+    x1, x2 = x[..., :m], x[..., m:]
     return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
+
+
+def _rotate_half(x: torch.Tensor, c: torch.Tensor, s: torch.Tensor, sign: float) -> torch.Tensor:
+    """rotate_half_pairs with sin times sign (-1: R^T)."""
+    return rotate_half_pairs(x, c, s * sign)
 
 
 def _tensor_key(t: torch.Tensor) -> tuple:

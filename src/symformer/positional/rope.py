@@ -19,7 +19,7 @@ from torch import nn
 
 from symformer._validation import check_choice, check_float, check_int, fail
 from symformer.positional._cache import ValueCache
-from symformer.positional._fused import fused_applies, fused_half
+from symformer.positional._fused import fused_applies, fused_half, rotate_half_pairs
 from symformer.positional.base import QKSymmetry, RotaryPositional
 
 PAIRINGS = ("interleaved", "half")
@@ -47,11 +47,9 @@ def rope_frequencies(head_dim: int, coord_dim: int = 1, base: float = 10000.0, m
 
 def rotate_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pairing: str) -> torch.Tensor:
     """Rotate each pair of x (..., Dh) by angles with cos/sin of shape broadcastable to (..., Dh/2)."""
-    m = x.shape[-1] // 2
     if pairing == "half":
-        x1, x2 = x[..., :m], x[..., m:]
-        return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
-    xp = x.unflatten(-1, (m, 2))
+        return rotate_half_pairs(x, cos, sin)
+    xp = x.unflatten(-1, (x.shape[-1] // 2, 2))
     x1, x2 = xp[..., 0], xp[..., 1]
     return torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
 
