@@ -2,6 +2,7 @@
 models (parity with the native RoPE), options, masks, save/load and bad input. Models are built from configs."""
 from __future__ import annotations
 
+import math
 import sys
 
 import pytest
@@ -81,7 +82,7 @@ def test_cores_run_and_train_in_every_layer_of_every_family(family, attention):
     hf.register()
     window = r"^attention_mask: got .*sliding window"
     refusals = {"gemma2": r"^attn_logit_softcapping: got 5\.0", "gemma3_text": window, "olmo3": window,
-                "exaone4": window, "cohere2": window, "cohere2_moe": window}
+                "exaone4": window, "cohere2": window, "cohere2_moe": window, "gpt_oss": r"^s_aux: got"}
     kw = {"sliding_window": 64} if family in ("gemma3_text", "olmo3", "exaone4", "cohere2", "cohere2_moe") else {}
     if family in refusals:
         model = hf.configure(tiny(family), attention, **({"n_features": 32} if attention == "favor" else {}))
@@ -380,3 +381,33 @@ def test_exact_float64_cohere_layer_norms_compute_in_float64():
             assert (norm(x) - want).abs().max() > 1e-9  # HF's float32 path
             float64_reference(norm)
             assert (norm(x) - want).abs().max() <= 1e-14
+
+
+YARN = {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0, "original_max_position_embeddings": 32}
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3", "mistral"])
+@pytest.mark.parametrize("positional", ["rope", "string", "espr"])
+def test_yarn_parts_equal_the_native_yarn_rope(family, positional):
+    """YaRN's table is its rotation times attention_scaling m = 1 + 0.1 ln(factor) on cos and sin, i.e. q and k
+    scaled by m: the parts rotate and the logit scale takes m^2; RoPE, STRING (P = I) and ESPR (commuting init)
+    equal the native model in float64 (exact_float64's table carries m too)."""
+    x = ids(n=24)
+    ref = _logits(float64_reference(tiny(family, torch.float64, rope_parameters=YARN)), x)
+    opts = {"init_scale": 0.0} if positional == "string" else {}
+    model = float64_reference(hf.patch_positional(tiny(family, torch.float64, rope_parameters=YARN), positional,
+                                                  **opts))
+    attn = attention_modules(model)[0]
+    assert abs(attn.rotary_magnitude - (1 + 0.1 * math.log(4.0))) <= 1e-12
+    assert (_logits(model, x) - ref).abs().max().item() <= 1e-10
+    for a in attention_modules(model):  # negative control: the rotation alone, without m^2
+        del a.rotary_magnitude
+    assert (_logits(model, x) - ref).abs().max().item() > 1e-4
+
+
+def test_yarn_with_a_partial_rotary_embedding_is_refused():
+    """With a partial rotary embedding HF's YaRN magnitude scales the rotated coordinates only, which no logit scale
+    reproduces: refused by name."""
+    rope = {**YARN, "partial_rotary_factor": 0.5}
+    with pytest.raises(ValueError, match=r"^config\.rope_parameters: got \"rope_type='yarn' \(attention_scaling="):
+        hf.patch_positional(tiny("gpt_neox", rope_parameters=rope), "rope")

@@ -23,7 +23,8 @@ CASES = [("llama", None, {}), ("llama", "rope", {}), ("mistral", "string", {"ini
          ("arcee", None, {}), ("qwen2_moe", "espr", {"init_scale": 0.05}), ("phimoe", None, {}),
          ("granitemoe", None, {}), ("glm", "string", {"init_scale": 0.3}), ("glm4", None, {}), ("cohere", None, {}),
          ("cohere2", "string", {"init_scale": 0.3}), ("cohere2_moe", None, {}),
-         ("ernie4_5", "string", {"init_scale": 0.3}), ("ernie4_5_moe", None, {})]
+         ("ernie4_5", "string", {"init_scale": 0.3}), ("ernie4_5_moe", None, {}), ("gpt_oss", None, {}),
+         ("gpt_oss", "string", {"init_scale": 0.3})]
 
 
 def _model(family, positional, opts, kv_heads=2):
@@ -108,7 +109,8 @@ def test_teleport_symmetry_group_dispatches_and_refuses_approximate_cores():
                                                ("phi3", None), ("gpt_neox", None), ("smollm3", None),
                                                ("exaone4", None), ("phi", None), ("granite", None),
                                                ("qwen2_moe", None), ("apertus", None), ("glm", None),
-                                               ("cohere", None), ("cohere2_moe", None), ("ernie4_5_moe", None)])
+                                               ("cohere", None), ("cohere2_moe", None), ("ernie4_5_moe", None),
+                                               ("gpt_oss", "string")])
 def test_gradient_action_and_norms_match_autograd(family, positional):
     """grad L(g theta) from autograd equals grad_action(g, grad L(theta)); the inverse undoes g; closed-form
     candidate norms equal the brute-force ones (apply, backward, restore), GQA, the gated-MLP rescaling and
@@ -492,4 +494,39 @@ def test_cohere_qk_layernorm_parity_and_negative_control():
         d[0] = 1.5  # coordinate 0 pairs with 1 in Cohere's layout
         attn.q_norm.weight.mul_(d)
         attn.k_norm.weight.div_(d)
+        assert (model(x).logits - ref).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("positional", [None, "string"])
+def test_yarn_model_group_keeps_the_logits(positional):
+    """A YaRN model (cos and sin carry attention_scaling: a scalar on q and k) has the same group as its rotation."""
+    yarn = {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0, "original_max_position_embeddings": 32}
+    model = tiny("llama", torch.float64, rope_parameters=yarn)
+    model = float64_reference(model if positional is None else hf.patch_positional(model, positional, init_scale=0.3))
+    x = ids()
+    with torch.no_grad():
+        ref = model(x).logits
+    group = hf.symmetry_group(model, ffn=True)
+    group.apply(model, group.random(torch.Generator().manual_seed(3), scale=0.2))
+    with torch.no_grad():
+        assert ((model(x).logits - ref).abs().max() / ref.abs().max()).item() <= 1e-10
+
+
+def test_gpt_oss_sinks_follow_the_head_permutation():
+    """GPT-OSS adds one sink logit per query head to the softmax denominator: U and V leave it alone, but a head
+    permutation must carry it along (the logits stay); permuting the heads without the sinks changes them."""
+    model, x = _model("gpt_oss", None, {}), ids()
+    with torch.no_grad():
+        model.model.layers[0].self_attn.sinks.copy_(torch.tensor([-2.0, 0.0, 1.5, 3.0], dtype=torch.float64))
+        ref = model(x).logits
+    group = hf.symmetry_group(model)
+    assert all(s.head_params[0] is a.self_attn.sinks for s, a in zip(group.sites, model.model.layers))
+    g = group.random(torch.Generator().manual_seed(2), scale=0.2)
+    g.perm = [torch.tensor([1, 0]) for _ in group.sites]
+    sinks = model.model.layers[0].self_attn.sinks.detach().clone()
+    group.apply(model, g)
+    assert torch.equal(model.model.layers[0].self_attn.sinks, sinks[[2, 3, 0, 1]])  # key head 1's query heads first
+    with torch.no_grad():
+        assert ((model(x).logits - ref).abs().max() / ref.abs().max()).item() <= 1e-10
+        model.model.layers[0].self_attn.sinks.copy_(sinks)  # the sinks left behind
         assert (model(x).logits - ref).abs().max() > 1e-4

@@ -111,7 +111,15 @@ FAMILY_MODELS = {"llama": ("LlamaConfig", "LlamaForCausalLM", {}),
                  "ernie4_5_moe": ("Ernie4_5_MoeConfig", "Ernie4_5_MoeForCausalLM",
                                   {"use_bias": True, "moe_num_experts": 4, "moe_k": 2, "moe_intermediate_size": 32,
                                    "moe_num_shared_experts": 1, "moe_layer_start_index": 0, "moe_layer_end_index": 1,
-                                   "pad_token_id": None, "experts_implementation": "eager"})}
+                                   "pad_token_id": None, "experts_implementation": "eager"}),
+                 # GPT-OSS: attention sinks, a sliding layer and a full layer, its default YaRN table (cos and sin
+                 # times attention_scaling 1.35) holding each frequency once, clamped SwiGLU experts (not rescaled)
+                 "gpt_oss": ("GptOssConfig", "GptOssForCausalLM",
+                             {"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 6,
+                              "num_local_experts": 4, "pad_token_id": None, **_MOE,
+                              "rope_parameters": {"rope_type": "yarn", "rope_theta": 1.5e5, "factor": 32.0,
+                                                  "beta_fast": 32.0, "beta_slow": 1.0,
+                                                  "original_max_position_embeddings": 4}})}
 
 
 #: families whose q/k RMSNorm weights the tiny models draw around 1 (HF starts them at exactly 1)

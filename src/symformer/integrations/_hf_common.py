@@ -19,11 +19,13 @@ FAMILIES = {"llama": "LlamaAttention", "mistral": "MistralAttention", "qwen2": "
             "phimoe": "PhimoeAttention", "granitemoe": "GraniteMoeAttention", "glm": "GlmAttention",
             "glm4": "Glm4Attention", "cohere": "CohereAttention", "cohere2": "Cohere2Attention",
             "cohere2_moe": "Cohere2MoeAttention", "ernie4_5": "Ernie4_5Attention",
-            "ernie4_5_moe": "Ernie4_5_MoeAttention"}
+            "ernie4_5_moe": "Ernie4_5_MoeAttention", "gpt_oss": "GptOssAttention"}
 #: families whose native RoPE rotates interleaved pairs (2u, 2u + 1) instead of (u, u + Dh/2)
 INTERLEAVED = ("glm", "glm4", "cohere", "cohere2", "cohere2_moe", "ernie4_5", "ernie4_5_moe")
 #: families whose rotary table repeats each frequency in place (repeat_interleave), not cat(freqs, freqs)
 TABLE_INTERLEAVED = ("cohere", "cohere2", "cohere2_moe")
+#: families whose rotary table holds each frequency once (GPT-OSS: (..., Dh/2), applied to both halves)
+TABLE_HALF = ("gpt_oss",)
 #: families whose apply_rotary_pos_emb casts q and k to float32 (exact_float64 runs it in the input dtype)
 FLOAT32_ROTARY = ("cohere", "cohere2", "cohere2_moe", "ernie4_5", "ernie4_5_moe")
 MIN_VERSION = (4, 48)  # the release that introduced AttentionInterface

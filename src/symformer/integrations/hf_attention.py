@@ -106,12 +106,15 @@ def _repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
 
 
 def _symformer_attention(kind: str, module, query, key, value, attention_mask, scaling=None, dropout=0.0,
-                         sliding_window=None, softcap=None, **kwargs):
+                         sliding_window=None, softcap=None, s_aux=None, **kwargs):
     """HF attention signature -> (output (B, N, H, Dv), None). Dropout on attention weights does not exist
     for these cores (FAVOR+ never forms them; PLASH has its own `dropout` option), so dropout > 0 is refused;
     so is a logit soft-cap (Gemma 2), a function of the logits that neither core approximates."""
     if dropout:
         fail("attention_dropout", dropout, "0.0 (set the core's own options through configure)")
+    if s_aux is not None:
+        fail("s_aux", "attention sinks (GPT-OSS)", f"None for symformer_{kind}: its kernel has no sink term in the "
+             "softmax denominator")
     if softcap is not None:
         fail("attn_logit_softcapping", softcap, f"None for symformer_{kind}: its kernel approximates softmax(q k^T), "
              "not a soft-capped softmax")

@@ -17,52 +17,58 @@ import types
 import torch
 from torch import nn
 
-from symformer.integrations._hf_common import FAMILIES, FLOAT32_ROTARY, TABLE_INTERLEAVED, norm_offset
+from symformer.integrations._hf_common import FAMILIES, FLOAT32_ROTARY, TABLE_HALF, TABLE_INTERLEAVED, norm_offset
 
 _NORMS: dict[type, type] = {}
 _ATTENTIONS: dict[type, type] = {}
 
 
-def _cos_sin(x, position_ids, inv_freq, interleaved: bool = False):
-    """HF's cos/sin table (cat(freqs, freqs), freqs = position * inv_freq; Cohere: each frequency repeated in place)
-    evaluated in float64."""
+def _cos_sin(x, position_ids, inv_freq, layout: str = "cat", magnitude: float = 1.0):
+    """HF's cos/sin table evaluated in float64: freqs = position * inv_freq laid out as cat(freqs, freqs) (Llama),
+    each repeated in place ("interleaved": Cohere) or once ("half": GPT-OSS), times the rope type's
+    attention_scaling (YaRN; 1 for the others)."""
     f = position_ids[..., None].to(torch.float64) * inv_freq
-    emb = f.repeat_interleave(2, dim=-1) if interleaved else torch.cat((f, f), dim=-1)
-    return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+    emb = {"cat": lambda: torch.cat((f, f), dim=-1), "interleaved": lambda: f.repeat_interleave(2, dim=-1),
+           "half": lambda: f}[layout]()
+    return (emb.cos() * magnitude).to(x.dtype), (emb.sin() * magnitude).to(x.dtype)
 
 
 class Float64Table(nn.Module):
-    """HF's rotary table evaluated in float64 (`_cos_sin`); `interleaved`: Cohere's layout (TABLE_INTERLEAVED)."""
+    """HF's rotary table evaluated in float64 (`_cos_sin`)."""
 
-    def __init__(self, inv_freq: torch.Tensor, interleaved: bool = False):
+    def __init__(self, inv_freq: torch.Tensor, layout: str = "cat", attention_scaling: float = 1.0):
         super().__init__()
-        self.interleaved = interleaved
+        self.layout, self.attention_scaling = layout, float(attention_scaling)
         self.register_buffer("inv_freq", inv_freq.detach().to(torch.float64), persistent=False)
 
     def forward(self, x, position_ids):
-        return _cos_sin(x, position_ids, self.inv_freq, self.interleaved)
+        return _cos_sin(x, position_ids, self.inv_freq, self.layout, self.attention_scaling)
 
 
 class Float64TypedTable(nn.Module):
     """Float64Table per layer type (Gemma 3's rotary embedding keeps `{type}_inv_freq` and is called with the type);
-    the buffers keep HF's names, so that patch_positional still reads each type's table."""
+    the buffers and scalings keep HF's names, so that patch_positional still reads each type's table."""
 
-    def __init__(self, inv_freqs: dict[str, torch.Tensor]):
+    def __init__(self, inv_freqs: dict[str, torch.Tensor], scalings: dict[str, float]):
         super().__init__()
         for k, v in inv_freqs.items():
             self.register_buffer(f"{k}_inv_freq", v.detach().to(torch.float64), persistent=False)
+            setattr(self, f"{k}_attention_scaling", float(scalings[k]))
 
     def forward(self, x, position_ids, layer_type=None):
-        return _cos_sin(x, position_ids, getattr(self, f"{layer_type}_inv_freq"))
+        return _cos_sin(x, position_ids, getattr(self, f"{layer_type}_inv_freq"), "cat",
+                        getattr(self, f"{layer_type}_attention_scaling"))
 
 
 def _float64_table(mod: nn.Module, family: str | None) -> nn.Module | None:
     """The float64 replacement of an HF rotary embedding, or None for one we cannot read."""
     if isinstance(getattr(mod, "inv_freq", None), torch.Tensor):
-        return Float64Table(mod.inv_freq, family in TABLE_INTERLEAVED)
+        layout = "interleaved" if family in TABLE_INTERLEAVED else "half" if family in TABLE_HALF else "cat"
+        return Float64Table(mod.inv_freq, layout, getattr(mod, "attention_scaling", 1.0))
     types = getattr(mod, "layer_types", None)
     if types and all(isinstance(getattr(mod, f"{t}_inv_freq", None), torch.Tensor) for t in types):
-        return Float64TypedTable({t: getattr(mod, f"{t}_inv_freq") for t in types})
+        return Float64TypedTable({t: getattr(mod, f"{t}_inv_freq") for t in types},
+                                 {t: getattr(mod, f"{t}_attention_scaling", 1.0) for t in types})
     return None
 
 

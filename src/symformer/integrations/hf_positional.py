@@ -73,6 +73,8 @@ def _attention_forward(self, hidden_states, position_embeddings=None, attention_
         kwargs.setdefault("sliding_window", window)
     if getattr(self, "attn_logit_softcapping", None) is not None:  # Gemma 2: cap * tanh(logits / cap)
         kwargs.setdefault("softcap", self.attn_logit_softcapping)
+    if getattr(self, "sinks", None) is not None:  # GPT-OSS: one sink logit per head (its eager kernel reads self.sinks)
+        kwargs.setdefault("s_aux", self.sinks)
     dropout = 0.0 if not self.training else self.attention_dropout
     out, weights = interface(self, q, k, v, attention_mask, dropout=dropout, scaling=scale, **kwargs)
     return out_proj(self)(out.reshape(*input_shape, -1).contiguous()), weights
@@ -106,12 +108,14 @@ def _project(self, hidden_states):
 
 def _scale(attn) -> float:
     """The logit scale: the model's own, except ESPR's 1/sqrt(d_act) (T4.4) in place of 1/sqrt(head_dim), taken
-    relative to the model's scale where that is not 1/sqrt(head_dim) (Gemma 2's query_pre_attn_scalar)."""
+    relative to the model's scale where that is not 1/sqrt(head_dim) (Gemma 2's query_pre_attn_scalar); times the
+    square of the magnitude YaRN puts on cos and sin (attention_scaling m: HF's q and k both carry m)."""
+    magnitude = getattr(attn, "rotary_magnitude", 1.0) ** 2
     part = attn.rotary.scale
     if part is None:
-        return attn.scaling
+        return attn.scaling * magnitude
     ratio = attn.scaling * math.sqrt(head_dim(attn))
-    return part if math.isclose(ratio, 1.0, rel_tol=1e-12) else part * ratio
+    return (part if math.isclose(ratio, 1.0, rel_tol=1e-12) else part * ratio) * magnitude
 
 
 def _interface(name, eager):
@@ -211,9 +215,11 @@ def _build_part(positional: str, attn: nn.Module, config, inv_freq, options: dic
     return part if dim == full else PartialRotary(part, full).to(device=w.device)
 
 
-def _part_for(positional: str, model: nn.Module, attn: nn.Module, options: dict, tables: dict) -> nn.Module:
-    """The part for one attention layer, from the rotary table of its layer type (one table for most models;
-    `tables` keeps each type's, read once per model rather than once per layer)."""
+def _part_for(positional: str, model: nn.Module, attn: nn.Module, options: dict,
+              tables: dict) -> tuple[nn.Module, float]:
+    """(part, magnitude) for one attention layer, from the rotary table of its layer type (one table for most
+    models; `tables` keeps each type's, read once per model rather than once per layer). magnitude: the factor
+    on HF's cos and sin (YaRN's attention_scaling; 1 for the others), kept as a logit scale (`_scale`)."""
     lt = _layer_type(model, attn)
     if lt not in tables:
         tables[lt] = _rope_table(model, lt)
@@ -226,11 +232,15 @@ def _part_for(positional: str, model: nn.Module, attn: nn.Module, options: dict,
         fail("positional", positional, "rope, string or circulant_string where the model rotates part of each head "
              f"(partial_rotary_factor={partial_rotary_factor(model.config)}): ESPR's 1/sqrt(d_act) scale (T4.4) is "
              "stated for a whole projected head")
-    rope_type = rope_parameters(model.config, lt).get("rope_type", "default")
-    if attn_scale != 1.0 or str(rope_type).startswith("dynamic"):
+    rope_type = str(rope_parameters(model.config, lt).get("rope_type", "default"))
+    if rope_type.startswith("dynamic") or rope_type == "longrope":
         fail("config.rope_parameters", f"rope_type={rope_type!r} (attention_scaling={attn_scale})",
-             "a rope type whose cos/sin are a pure, fixed rotation (default, linear, llama3)")
-    return _build_part(positional, attn, model.config, inv_freq, options, lt, dim)
+             "a rope type whose table does not change with the sequence length (default, linear, llama3, yarn)")
+    if attn_scale != 1.0 and dim < head_dim(attn):  # HF scales the rotated coordinates only: not a logit scale
+        fail("config.rope_parameters", f"rope_type={rope_type!r} (attention_scaling={attn_scale}) with "
+             f"partial_rotary_factor={partial_rotary_factor(model.config)}",
+             "a magnitude factor of 1 where the model rotates part of each head")
+    return _build_part(positional, attn, model.config, inv_freq, options, lt, dim), attn_scale
 
 
 def _check_options(options: dict) -> None:
@@ -246,9 +256,12 @@ def patch_positional(model: nn.Module, positional: str = "rope", **options) -> n
     init_scale=0.1 for STRING, d_act=32 for ESPR). Grouped-query attention works (the part rotates the H query
     heads and the H_kv key heads alike). Returns the model (patched in place).
 
+    YaRN's table (cos and sin times attention_scaling m) is its rotation with q and k scaled by m: the part does
+    the rotation and the logit scale takes m^2.
+
     ValueError: an unsupported model family, a model patched already, a head_dim the part cannot take (odd
-    head_dim for RoPE-like parts, d_act > head_dim), or a rope scaling type whose cos/sin carry a magnitude
-    factor (yarn, longrope: not a pure rotation)."""
+    head_dim for RoPE-like parts, d_act > head_dim), or a rope type whose table changes with the sequence length
+    (dynamic, longrope)."""
     require_transformers()
     model_family(model)
     check_choice("positional", positional, POSITIONALS)
@@ -268,8 +281,10 @@ def patch_positional(model: nn.Module, positional: str = "rope", **options) -> n
         fail("model", "a model whose attention layers apply no rotary embedding", "a model with rotary layers")
     tables: dict = {}
     parts = [_part_for(positional, model, attn, options, tables) for attn in layers]  # raises before editing
-    for attn, part in zip(layers, parts, strict=True):
+    for attn, (part, magnitude) in zip(layers, parts, strict=True):
         attn.rotary = part
+        if magnitude != 1.0:
+            attn.rotary_magnitude = magnitude
         attn.__class__ = _patched_attention_class(type(attn))
     config.symformer_positional = {"positional": positional, **options}
     model.__class__ = _patched_model_class(type(model))

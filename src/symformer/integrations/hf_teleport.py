@@ -19,7 +19,8 @@ same norms with (1 + w) weights: w <- d (1 + w) - 1. OLMo 2 / 3 and OLMoE normal
 (weights (H Dh,) and (H_kv Dh,)): the RMS does not see the weights, so the same scaling applies with one d per key
 head (its query heads share it), and the weights follow a head permutation. Cohere's use_qk_norm LayerNorms have
 per-head weights (H, Dh) and (H_kv, Dh), centred before the weights multiply: the same scalings, one d per key head,
-apply. OLMoE with clip_qkv is refused.
+apply. OLMoE with clip_qkv is refused. GPT-OSS's attention sinks (one logit per query head) are left alone by U and V
+and follow a head permutation (AttentionSite.head_params).
 Fused projections (Phi-3's qkv_proj and gate_up_proj, GPT-NeoX's head-by-head query_key_value) are acted on through
 their row blocks (teleport.groups.FusedRows, FusedExperts); partial rotary embeddings (Phi-4-mini, GPT-NeoX) give
 the rotary's group on the rotated block times GL on the rest (teleport.qk_groups.BlockGroup).
@@ -162,12 +163,14 @@ def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn:
                  "projections)")
         view = _AttentionView(attn, h, hk)
         grp = qk_group_for(view.rotary, view.head_dim, positions)
+        sinks = (attn.sinks,) if isinstance(getattr(attn, "sinks", None), nn.Parameter) else ()  # GPT-OSS: per head
         if getattr(attn, "q_norm", None) is None:
-            sites.append(AttentionSite(names[id(attn)], view, grp, hk))
+            sites.append(AttentionSite(names[id(attn)], view, grp, hk, head_params=sinks))
         else:  # Qwen3, OLMo 2: q_norm(U q) != U q_norm(q), so the rotary's group acts on the norm weights (docstring)
             sites.append(AttentionSite(names[id(attn)], view, TrivialGroup(view.head_dim), hk, attn.q_norm.weight,
                                        attn.k_norm.weight, diagonal_blocks(grp), norm_offset(attn.q_norm),
-                                       flat_qk_norm(attn) or attn.q_norm.weight.dim() == 2))  # Cohere: (H, Dh)
+                                       flat_qk_norm(attn) or attn.q_norm.weight.dim() == 2,  # Cohere: (H, Dh)
+                                       head_params=sinks))
     # gated MLPs only: down(act(gate x) * up x) is linear in up; an ungated down(act(up x)) (Arcee's relu^2, Apertus'
     # xIELU) is not rescaled by up * s, down / s
     mlps = [_GLUView(m) for m in model.modules() if all(hasattr(m, n) for n in ("gate_proj", "up_proj", "down_proj"))

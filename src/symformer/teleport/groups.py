@@ -54,6 +54,8 @@ class AttentionSite:
     norm_offset: float = 0.0  # the norms multiply by (offset + w): Gemma's (1 + w), so w <- d (1 + w) - 1
     # weights per head: OLMo 2's one norm over all heads, (H Dh,) and (H_kv Dh,); Cohere's per-head (H, Dh)
     norm_per_head: bool = False
+    # per-query-head parameters (H,) that follow a head permutation and are otherwise fixed (GPT-OSS's sinks)
+    head_params: tuple = ()
 
     @property
     def n_blocks(self) -> int:
@@ -346,6 +348,7 @@ class SymmetryGroup:
             if qp is not None:
                 wo = wo[qp]
             out[id(m.o_proj.weight)] = wo.transpose(0, 1).reshape(m.o_proj.weight.shape)
+            out.update({id(par): par[qp] for par in site.head_params if qp is not None})
         for f, s in zip(self.ffns, g.ffn or [None] * len(self.ffns), strict=True):
             if s is None:  # element without FFN part: identity there
                 continue
@@ -376,6 +379,7 @@ class SymmetryGroup:
             ps += [f.up.weight, f.down.weight] + ([f.up.bias] if f.up.bias is not None else [])
         ps += [p for x in self.experts for p in (x.gate_up, x.down)]
         ps += [p for s in self.sites if s.norm_blocks is not None for p in (s.q_norm, s.k_norm)]
+        ps += [p for s in self.sites for p in s.head_params]
         blocks = {id(b) for f in self.fused for b in f.blocks}
         return [p for p in ps if id(p) not in blocks] + [f.param for f in self.fused]
 
@@ -407,6 +411,8 @@ class SymmetryGroup:
             if t is not None:
                 go = t.reshape(t.shape[0], h, -1).transpose(0, 1) @ _expand(v.transpose(-1, -2), r)
                 out[id(m.o_proj.weight)] = (go if qp is None else go[qp]).transpose(0, 1).reshape(t.shape)
+            if qp is not None:  # per-head parameters: permuted only
+                out.update({id(par): tensors[id(par)][qp] for par in site.head_params if id(par) in tensors})
         for f, s in zip(self.ffns, g.ffn or [None] * len(self.ffns), strict=True):
             if s is None:  # element without FFN part: identity there
                 continue
@@ -455,6 +461,9 @@ class SymmetryGroup:
             ru = _row_sq(grads.get(id(f.up.weight))) + _vec_sq(grads.get(id(f.up.bias)))
             rd = 0 if grads.get(id(f.down.weight)) is None else grads[id(f.down.weight)].to(torch.float64).pow(2).sum(0)
             total = total + (ru / s ** 2).sum(-1) + (rd * s ** 2).sum(-1)
+        for par in (p for site in self.sites for p in site.head_params):  # only permuted: the same for every candidate
+            if grads.get(id(par)) is not None:
+                total = total + _vec_sq(grads[id(par)]).sum()
         for site, dq, dk, _ in self._norm_parts(cands):  # a head permutation keeps the squared norms
             for par, fac in ((site.q_norm, 1 / dq.to(torch.float64) ** 2), (site.k_norm, dk.to(torch.float64) ** 2)):
                 if grads.get(id(par)) is not None:
