@@ -82,7 +82,8 @@ def test_cores_run_and_train_in_every_layer_of_every_family(family, attention):
     hf.register()
     window = r"^attention_mask: got .*sliding window"
     refusals = {"gemma2": r"^attn_logit_softcapping: got 5\.0", "gemma3_text": window, "olmo3": window,
-                "exaone4": window, "cohere2": window, "cohere2_moe": window, "gpt_oss": r"^s_aux: got"}
+                "exaone4": window, "cohere2": window, "cohere2_moe": window, "gpt_oss": r"^s_aux: got",
+                "vaultgemma": r"^attn_logit_softcapping: got 50\.0"}
     kw = {"sliding_window": 64} if family in ("gemma3_text", "olmo3", "exaone4", "cohere2", "cohere2_moe") else {}
     if family in refusals:
         model = hf.configure(tiny(family), attention, **({"n_features": 32} if attention == "favor" else {}))
@@ -411,3 +412,20 @@ def test_yarn_with_a_partial_rotary_embedding_is_refused():
     rope = {**YARN, "partial_rotary_factor": 0.5}
     with pytest.raises(ValueError, match=r"^config\.rope_parameters: got \"rope_type='yarn' \(attention_scaling="):
         hf.patch_positional(tiny("gpt_neox", rope_parameters=rope), "rope")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_exact_float64_leaves_no_norm_in_float32(family):
+    """After exact_float64 every norm module of the float64 model computes in float64: an output that float32
+    represents exactly everywhere was computed in float32 (VaultGemma's (1 + w) norm was missed that way)."""
+    model = float64_reference(tiny(family, torch.float64))
+    gen = torch.Generator().manual_seed(0)
+    for name, mod in model.named_modules():
+        if "Norm" not in type(mod).__name__:
+            continue
+        w = getattr(mod, "weight", None)
+        shape = tuple(w.shape) if isinstance(w, torch.Tensor) else (32,)
+        x = torch.randn((3, *shape), dtype=torch.float64, generator=gen)
+        with torch.no_grad():
+            out = mod(x)
+        assert not torch.equal(out, out.float().double()), f"{name} ({type(mod).__name__}) computes in float32"

@@ -24,7 +24,10 @@ CASES = [("llama", None, {}), ("llama", "rope", {}), ("mistral", "string", {"ini
          ("granitemoe", None, {}), ("glm", "string", {"init_scale": 0.3}), ("glm4", None, {}), ("cohere", None, {}),
          ("cohere2", "string", {"init_scale": 0.3}), ("cohere2_moe", None, {}),
          ("ernie4_5", "string", {"init_scale": 0.3}), ("ernie4_5_moe", None, {}), ("gpt_oss", None, {}),
-         ("gpt_oss", "string", {"init_scale": 0.3})]
+         ("gpt_oss", "string", {"init_scale": 0.3}), ("helium", "string", {"init_scale": 0.3}),
+         ("ministral", None, {}), ("vaultgemma", "espr", {"init_scale": 0.05}),
+         ("nemotron", "string", {"init_scale": 0.3}), ("hyperclovax", None, {}), ("jais2", None, {}),
+         ("solar_open", None, {})]
 
 
 def _model(family, positional, opts, kv_heads=2):
@@ -36,7 +39,8 @@ def _model(family, positional, opts, kv_heads=2):
 QWEN3 = [("qwen3", None, {}), ("qwen3", "string", {"init_scale": 0.3}), ("qwen3", "espr", {"init_scale": 0.05}),
          ("qwen3_moe", None, {}), ("gemma3_text", None, {}), ("gemma3_text", "string", {"init_scale": 0.3}),
          ("olmo2", None, {}), ("olmo2", "string", {"init_scale": 0.3}), ("olmo3", "espr", {"init_scale": 0.05}),
-         ("olmoe", None, {}), ("exaone4", None, {}), ("exaone4", "string", {"init_scale": 0.3}), ("apertus", None, {})]
+         ("olmoe", None, {}), ("exaone4", None, {}), ("exaone4", "string", {"init_scale": 0.3}), ("apertus", None, {}),
+         ("flex_olmo", None, {}), ("minimax_m2", "string", {"init_scale": 0.3})]
 
 
 def _qwen3(positional=None, opts=None, seed=5, family="qwen3"):
@@ -110,7 +114,8 @@ def test_teleport_symmetry_group_dispatches_and_refuses_approximate_cores():
                                                ("exaone4", None), ("phi", None), ("granite", None),
                                                ("qwen2_moe", None), ("apertus", None), ("glm", None),
                                                ("cohere", None), ("cohere2_moe", None), ("ernie4_5_moe", None),
-                                               ("gpt_oss", "string")])
+                                               ("gpt_oss", "string"), ("helium", None), ("nemotron", None),
+                                               ("solar_open", None), ("flex_olmo", None), ("minimax_m2", None)])
 def test_gradient_action_and_norms_match_autograd(family, positional):
     """grad L(g theta) from autograd equals grad_action(g, grad L(theta)); the inverse undoes g; closed-form
     candidate norms equal the brute-force ones (apply, backward, restore), GQA, the gated-MLP rescaling and
@@ -183,7 +188,8 @@ def test_qwen3_element_is_a_symmetry_through_the_query_key_norms(family, positio
     assert site.qk.kind == "trivial" and site.q_norm is model.model.layers[0].self_attn.q_norm.weight
     if positional is None:  # native RoPE, half pairing: one block per pair (u, u + Dh/2)
         assert site.norm_blocks.tolist() == [0, 1, 2, 3, 0, 1, 2, 3]
-    assert site.norm_per_head == family.startswith("olmo")  # OLMo: one norm over all heads, one d per key head
+    # OLMo 2 / 3, OLMoE, FlexOLMo, MiniMax-M2: one norm over all heads, one d per key head
+    assert site.norm_per_head == (family.startswith("olmo") or family in ("flex_olmo", "minimax_m2"))
     g = group.random(torch.Generator().manual_seed(1))
     assert g.norm[0].shape == (site.n_blocks,)
     assert site.n_blocks == (int(site.norm_blocks.max()) + 1) * (2 if site.norm_per_head else 1)

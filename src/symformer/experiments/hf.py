@@ -119,11 +119,30 @@ FAMILY_MODELS = {"llama": ("LlamaConfig", "LlamaForCausalLM", {}),
                               "num_local_experts": 4, "pad_token_id": None, **_MOE,
                               "rope_parameters": {"rope_type": "yarn", "rope_theta": 1.5e5, "factor": 32.0,
                                                   "beta_fast": 32.0, "beta_slow": 1.0,
-                                                  "original_max_position_embeddings": 4}})}
+                                                  "original_max_position_embeddings": 4}}),
+                 # Helium: interleaved pairs; Ministral: Mistral's layout; VaultGemma: Gemma 2's soft-cap and scalar;
+                 # Nemotron: partial rotary (half of each head), LayerNorm1P, relu^2 MLP; HyperCLOVA X: Granite's
+                 # multipliers; Jais 2: ungated MLP; FlexOLMo: OLMo 2's norms with experts; Solar Open: experts with a
+                 # shared expert; MiniMax-M2: q/k norms over all heads, experts
+                 "helium": ("HeliumConfig", "HeliumForCausalLM", {"pad_token_id": None}),
+                 "ministral": ("MinistralConfig", "MinistralForCausalLM", {"pad_token_id": None}),
+                 "vaultgemma": ("VaultGemmaConfig", "VaultGemmaForCausalLM",
+                                {"pad_token_id": None, "query_pre_attn_scalar": 12, "final_logit_softcapping": None}),
+                 "nemotron": ("NemotronConfig", "NemotronForCausalLM", {"pad_token_id": None}),
+                 "hyperclovax": ("HyperCLOVAXConfig", "HyperCLOVAXForCausalLM",
+                                 {"pad_token_id": None, "attention_multiplier": 0.2}),
+                 "jais2": ("Jais2Config", "Jais2ForCausalLM", {"pad_token_id": None}),
+                 "flex_olmo": ("FlexOlmoConfig", "FlexOlmoForCausalLM",
+                               {"num_experts": 4, "pad_token_id": None, **_MOE}),
+                 "solar_open": ("SolarOpenConfig", "SolarOpenForCausalLM",
+                                {"n_routed_experts": 4, "moe_intermediate_size": 32, "pad_token_id": None, **_MOE}),
+                 "minimax_m2": ("MiniMaxM2Config", "MiniMaxM2ForCausalLM",
+                                {"num_local_experts": 4, "pad_token_id": None, **_MOE})}
 
 
 #: families whose q/k RMSNorm weights the tiny models draw around 1 (HF starts them at exactly 1)
-QK_NORM_FAMILIES = ("qwen3", "qwen3_moe", "gemma3_text", "olmo2", "olmo3", "olmoe", "exaone4", "apertus")
+QK_NORM_FAMILIES = ("qwen3", "qwen3_moe", "gemma3_text", "olmo2", "olmo3", "olmoe", "exaone4", "apertus", "flex_olmo",
+                    "minimax_m2")
 
 
 def _tiny(dtype, positional=None, seed=0, attn="eager", init=0.2, family="llama", **opts):

@@ -19,9 +19,12 @@ FAMILIES = {"llama": "LlamaAttention", "mistral": "MistralAttention", "qwen2": "
             "phimoe": "PhimoeAttention", "granitemoe": "GraniteMoeAttention", "glm": "GlmAttention",
             "glm4": "Glm4Attention", "cohere": "CohereAttention", "cohere2": "Cohere2Attention",
             "cohere2_moe": "Cohere2MoeAttention", "ernie4_5": "Ernie4_5Attention",
-            "ernie4_5_moe": "Ernie4_5_MoeAttention", "gpt_oss": "GptOssAttention"}
+            "ernie4_5_moe": "Ernie4_5_MoeAttention", "gpt_oss": "GptOssAttention", "helium": "HeliumAttention",
+            "ministral": "MinistralAttention", "vaultgemma": "VaultGemmaAttention", "nemotron": "NemotronAttention",
+            "hyperclovax": "HyperCLOVAXAttention", "jais2": "Jais2Attention", "flex_olmo": "FlexOlmoAttention",
+            "solar_open": "SolarOpenAttention", "minimax_m2": "MiniMaxM2Attention"}
 #: families whose native RoPE rotates interleaved pairs (2u, 2u + 1) instead of (u, u + Dh/2)
-INTERLEAVED = ("glm", "glm4", "cohere", "cohere2", "cohere2_moe", "ernie4_5", "ernie4_5_moe")
+INTERLEAVED = ("glm", "glm4", "cohere", "cohere2", "cohere2_moe", "ernie4_5", "ernie4_5_moe", "helium")
 #: families whose rotary table repeats each frequency in place (repeat_interleave), not cat(freqs, freqs)
 TABLE_INTERLEAVED = ("cohere", "cohere2", "cohere2_moe")
 #: families whose rotary table holds each frequency once (GPT-OSS: (..., Dh/2), applied to both halves)
@@ -97,7 +100,7 @@ def rotary_dim(attn: nn.Module) -> int:
 
 def norm_offset(norm: nn.Module) -> float:
     """c in an RMSNorm's output (c + w) * x_hat: 1 for Gemma's norms (weight stored as w, starts at 0), else 0."""
-    return 1.0 if type(norm).__name__.startswith("Gemma") and hasattr(norm, "eps") else 0.0
+    return 1.0 if "Gemma" in type(norm).__name__ and hasattr(norm, "eps") else 0.0  # Gemma 1-3, VaultGemma
 
 
 def head_dim(attn: nn.Module) -> int:
