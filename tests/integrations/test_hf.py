@@ -83,8 +83,9 @@ def test_cores_run_and_train_in_every_layer_of_every_family(family, attention):
     window = r"^attention_mask: got .*sliding window"
     refusals = {"gemma2": r"^attn_logit_softcapping: got 5\.0", "gemma3_text": window, "olmo3": window,
                 "exaone4": window, "cohere2": window, "cohere2_moe": window, "gpt_oss": r"^s_aux: got",
-                "vaultgemma": r"^attn_logit_softcapping: got 50\.0"}
-    kw = {"sliding_window": 64} if family in ("gemma3_text", "olmo3", "exaone4", "cohere2", "cohere2_moe") else {}
+                "vaultgemma": r"^attn_logit_softcapping: got 50\.0", "exaone_moe": window}
+    sliding = ("gemma3_text", "olmo3", "exaone4", "cohere2", "cohere2_moe", "exaone_moe")
+    kw = {"sliding_window": 64} if family in sliding else {}
     if family in refusals:
         model = hf.configure(tiny(family), attention, **({"n_features": 32} if attention == "favor" else {}))
         with pytest.raises(ValueError, match=refusals[family]):
@@ -263,9 +264,10 @@ def test_generation_with_cache():
     """Decoding with the KV cache: patched RoPE generates the native model's tokens; FAVOR+ decodes (Nq = 1)."""
     x = ids(n=8)
     # Gemma 2 / 3, OLMo 3, EXAONE 4: a sliding window of 6 over 14 tokens; Phi-3, GPT-NeoX: fused qkv (NeoX:
-    # layer_past); SmolLM3, EXAONE 4, Cohere 2: a NoPE layer left unpatched; Cohere, ERNIE 4.5: interleaved pairs
+    # layer_past); SmolLM3, EXAONE 4, Cohere 2: a NoPE layer left unpatched; Cohere, ERNIE 4.5: interleaved pairs;
+    # Ministral 3: its query scaling grows past position 8 while decoding
     for family in ("llama", "gemma", "gemma2", "gemma3_text", "olmo2", "olmo3", "phi3", "gpt_neox", "smollm3",
-                   "exaone4", "cohere", "cohere2", "ernie4_5"):
+                   "exaone4", "cohere", "cohere2", "ernie4_5", "ministral3"):
         native = tiny(family).generate(x, max_new_tokens=6, do_sample=False)
         assert torch.equal(_patched(family, "rope", torch.float32).generate(x, max_new_tokens=6, do_sample=False),
                            native)
@@ -429,3 +431,19 @@ def test_exact_float64_leaves_no_norm_in_float32(family):
         with torch.no_grad():
             out = mod(x)
         assert not torch.equal(out, out.float().double()), f"{name} ({type(mod).__name__}) computes in float32"
+
+
+def test_ministral3_query_position_scaling_is_kept(monkeypatch):
+    """Ministral 3 multiplies its rotated queries by 1 + beta log(1 + floor(position / original_max)): the patched
+    forward does too (float64 parity where the tiny config's original_max = 8 makes it > 1), and leaving it out
+    moves the logits."""
+    from symformer.integrations import hf_positional
+    x = ids(n=24)
+    ref = _logits(float64_reference(tiny("ministral3", torch.float64)), x)
+    model = float64_reference(_patched("ministral3", "espr", torch.float64))
+    assert (_logits(model, x) - ref).abs().max().item() <= 1e-10
+    scale = hf_positional._query_position_scale(model.config, torch.arange(24.0)[:, None])
+    assert scale.shape == (1, 1, 24, 1) and scale[0, 0, 7, 0] == 1
+    assert abs(scale[0, 0, 8, 0] - (1 + 0.1 * math.log(2))) < 1e-15
+    monkeypatch.setattr(hf_positional, "_query_position_scale", lambda config, positions: 1.0)
+    assert (_logits(model, x) - ref).abs().max().item() > 1e-3

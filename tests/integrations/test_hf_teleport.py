@@ -27,7 +27,8 @@ CASES = [("llama", None, {}), ("llama", "rope", {}), ("mistral", "string", {"ini
          ("gpt_oss", "string", {"init_scale": 0.3}), ("helium", "string", {"init_scale": 0.3}),
          ("ministral", None, {}), ("vaultgemma", "espr", {"init_scale": 0.05}),
          ("nemotron", "string", {"init_scale": 0.3}), ("hyperclovax", None, {}), ("jais2", None, {}),
-         ("solar_open", None, {})]
+         ("solar_open", None, {}), ("glm4_moe", "string", {"init_scale": 0.3}),
+         ("granitemoeshared", None, {}), ("ministral3", "string", {"init_scale": 0.3})]
 
 
 def _model(family, positional, opts, kv_heads=2):
@@ -40,7 +41,8 @@ QWEN3 = [("qwen3", None, {}), ("qwen3", "string", {"init_scale": 0.3}), ("qwen3"
          ("qwen3_moe", None, {}), ("gemma3_text", None, {}), ("gemma3_text", "string", {"init_scale": 0.3}),
          ("olmo2", None, {}), ("olmo2", "string", {"init_scale": 0.3}), ("olmo3", "espr", {"init_scale": 0.05}),
          ("olmoe", None, {}), ("exaone4", None, {}), ("exaone4", "string", {"init_scale": 0.3}), ("apertus", None, {}),
-         ("flex_olmo", None, {}), ("minimax_m2", "string", {"init_scale": 0.3})]
+         ("flex_olmo", None, {}), ("minimax_m2", "string", {"init_scale": 0.3}), ("exaone_moe", None, {}),
+         ("exaone_moe", "string", {"init_scale": 0.3})]
 
 
 def _qwen3(positional=None, opts=None, seed=5, family="qwen3"):
@@ -115,7 +117,8 @@ def test_teleport_symmetry_group_dispatches_and_refuses_approximate_cores():
                                                ("qwen2_moe", None), ("apertus", None), ("glm", None),
                                                ("cohere", None), ("cohere2_moe", None), ("ernie4_5_moe", None),
                                                ("gpt_oss", "string"), ("helium", None), ("nemotron", None),
-                                               ("solar_open", None), ("flex_olmo", None), ("minimax_m2", None)])
+                                               ("solar_open", None), ("flex_olmo", None), ("minimax_m2", None),
+                                               ("glm4_moe", None), ("ministral3", None)])
 def test_gradient_action_and_norms_match_autograd(family, positional):
     """grad L(g theta) from autograd equals grad_action(g, grad L(theta)); the inverse undoes g; closed-form
     candidate norms equal the brute-force ones (apply, backward, restore), GQA, the gated-MLP rescaling and
@@ -423,7 +426,7 @@ def test_fused_blocks_follow_training_and_casts_after_the_group_is_built():
         assert ((model(x).logits - ref).abs().max() / ref.abs().max()).item() <= 1e-4
 
 
-@pytest.mark.parametrize("family", ["smollm3", "exaone4", "cohere2"])
+@pytest.mark.parametrize("family", ["smollm3", "exaone4", "cohere2", "exaone_moe"])
 def test_nope_layers_stay_unrotated_and_get_gl(family):
     """SmolLM3's NoPE layers and EXAONE 4's and Cohere 2's global layers apply no rotation: patch_positional leaves
     them as they are (no part) and the group gives them GL(d_h); a generic GL element on them keeps the logits."""
@@ -433,7 +436,7 @@ def test_nope_layers_stay_unrotated_and_get_gl(family):
     assert len(hf.rotary_parts(model)) == 1
     group = hf.symmetry_group(float64_reference(model))
     assert group.sites[1].qk.kind in ("gl", "trivial")  # EXAONE 4: q/k norms, the Q/K part acts on them
-    if family != "exaone4":
+    if family not in ("exaone4", "exaone_moe"):
         assert group.sites[1].qk.dimension == 64
 
 

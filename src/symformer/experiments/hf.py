@@ -137,12 +137,28 @@ FAMILY_MODELS = {"llama": ("LlamaConfig", "LlamaForCausalLM", {}),
                  "solar_open": ("SolarOpenConfig", "SolarOpenForCausalLM",
                                 {"n_routed_experts": 4, "moe_intermediate_size": 32, "pad_token_id": None, **_MOE}),
                  "minimax_m2": ("MiniMaxM2Config", "MiniMaxM2ForCausalLM",
-                                {"num_local_experts": 4, "pad_token_id": None, **_MOE})}
+                                {"num_local_experts": 4, "pad_token_id": None, **_MOE}),
+                 # EXAONE MoE (EXAONE 4's per-head q/k norms and NoPE global layers), GLM-4.5 (GLM-4 MoE: partial
+                 # rotary, Llama's pairing), Granite MoE with a shared expert: experts; Ministral 3: YaRN and a query
+                 # scaling growing with the position past original_max_position_embeddings (here 8, so that the
+                 # tests' positions reach it)
+                 "exaone_moe": ("ExaoneMoeConfig", "ExaoneMoeForCausalLM",
+                                {"num_experts": 4, "moe_intermediate_size": 32, "pad_token_id": None, **_MOE,
+                                 "layer_types": ["sliding_attention", "full_attention"], "sliding_window": 6}),
+                 "glm4_moe": ("Glm4MoeConfig", "Glm4MoeForCausalLM",
+                              {"n_routed_experts": 4, "moe_intermediate_size": 32, "pad_token_id": None, **_MOE}),
+                 "granitemoeshared": ("GraniteMoeSharedConfig", "GraniteMoeSharedForCausalLM",
+                                      {"num_local_experts": 4, "pad_token_id": None, **_MOE}),
+                 "ministral3": ("Ministral3Config", "Ministral3ForCausalLM",
+                                {"pad_token_id": None, "rope_parameters": {
+                                    "rope_type": "yarn", "rope_theta": 1e6, "factor": 16.0,
+                                    "original_max_position_embeddings": 8, "beta_fast": 32.0, "beta_slow": 1.0,
+                                    "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1}})}
 
 
 #: families whose q/k RMSNorm weights the tiny models draw around 1 (HF starts them at exactly 1)
 QK_NORM_FAMILIES = ("qwen3", "qwen3_moe", "gemma3_text", "olmo2", "olmo3", "olmoe", "exaone4", "apertus", "flex_olmo",
-                    "minimax_m2")
+                    "minimax_m2", "exaone_moe")
 
 
 def _tiny(dtype, positional=None, seed=0, attn="eager", init=0.2, family="llama", **opts):

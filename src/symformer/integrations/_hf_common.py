@@ -22,7 +22,9 @@ FAMILIES = {"llama": "LlamaAttention", "mistral": "MistralAttention", "qwen2": "
             "ernie4_5_moe": "Ernie4_5_MoeAttention", "gpt_oss": "GptOssAttention", "helium": "HeliumAttention",
             "ministral": "MinistralAttention", "vaultgemma": "VaultGemmaAttention", "nemotron": "NemotronAttention",
             "hyperclovax": "HyperCLOVAXAttention", "jais2": "Jais2Attention", "flex_olmo": "FlexOlmoAttention",
-            "solar_open": "SolarOpenAttention", "minimax_m2": "MiniMaxM2Attention"}
+            "solar_open": "SolarOpenAttention", "minimax_m2": "MiniMaxM2Attention", "exaone_moe": "ExaoneMoeAttention",
+            "glm4_moe": "Glm4MoeAttention", "granitemoeshared": "GraniteMoeSharedAttention",
+            "ministral3": "Ministral3Attention"}
 #: families whose native RoPE rotates interleaved pairs (2u, 2u + 1) instead of (u, u + Dh/2)
 INTERLEAVED = ("glm", "glm4", "cohere", "cohere2", "cohere2_moe", "ernie4_5", "ernie4_5_moe", "helium")
 #: families whose rotary table repeats each frequency in place (repeat_interleave), not cat(freqs, freqs)
@@ -129,13 +131,14 @@ def rope_pairing(config) -> str:
 
 
 def applies_rope(attn: nn.Module) -> bool:
-    """Whether the layer rotates q and k at all: not SmolLM3's NoPE layers (use_rope False), nor EXAONE 4's global
-    layers (it rotates only in sliding layers when the model has a sliding window), nor Cohere 2's full-attention
-    layers (only sliding layers rotate; Cohere 2 MoE's force_rope dense prefix layers too)."""
+    """Whether the layer rotates q and k at all: not SmolLM3's NoPE layers (use_rope False), nor EXAONE 4's (and
+    EXAONE MoE's) global layers (they rotate only in sliding layers when the model has a sliding window), nor
+    Cohere 2's full-attention layers (only sliding layers rotate; Cohere 2 MoE's force_rope dense prefix layers
+    too)."""
     if hasattr(attn, "use_rope"):
         return bool(attn.use_rope)
     family = attn.config.model_type
-    if family == "exaone4" and getattr(attn, "sliding_window", None) is not None:
+    if family in ("exaone4", "exaone_moe") and getattr(attn, "sliding_window", None) is not None:
         return bool(attn.is_sliding)
     if family in ("cohere2", "cohere2_moe"):
         return attn.sliding_window is not None or bool(getattr(attn, "force_rope", False))

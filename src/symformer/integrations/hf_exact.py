@@ -5,7 +5,8 @@ HF's Llama-family models compute two things in float32 whatever the model dtype:
 casts back, Gemma's (1 + w) norm too, so a float64 model is rounded to float32 at each norm). A float64 parity
 or invariance check on an untouched model therefore reads 0 or ~1e-7, by luck of the float32 rounding, never the
 float64 error. Cohere's LayerNorms do the same, and the interleaved families Cohere, Cohere 2 and ERNIE 4.5 also
-rotate q and k in float32 inside their apply_rotary_pos_emb (_hf_common.FLOAT32_ROTARY).
+rotate q and k in float32 inside their apply_rotary_pos_emb (_hf_common.FLOAT32_ROTARY); Ministral 3 scales its
+queries by a factor computed in float32.
 `exact_float64(model)` evaluates the same formulas in the input dtype. In float32 the norms and the rotation are
 HF's to the bit; the rotary table is computed in float64 and rounded, so it moves float32 logits by rounding."""
 from __future__ import annotations
@@ -127,13 +128,35 @@ def _input_dtype_rotary(module, family: str):
     return apply_rotary_pos_emb
 
 
-def _input_dtype_attention(cls: type, family: str) -> type:
-    """HF's own attention class with its forward's code run against the module's globals, except
-    apply_rotary_pos_emb, which is `_input_dtype_rotary`: the reference stays HF's forward, not symformer's."""
+def _position_scale_in_float64(positions_ids, beta, max_position_embeddings):
+    """Ministral 3's get_llama_4_attn_scale, 1 + beta log(1 + floor(position / original_max)), in float64 (HF's
+    divides the integer positions into float32)."""
+    pos = positions_ids.to(torch.float64)
+    return (1 + beta * torch.log1p(torch.floor(pos / max_position_embeddings)))[:, None, :, None]
+
+
+def _replacements(module, family: str) -> dict:
+    """The helpers of the family's attention forward that compute in float32, by name, with input-dtype versions."""
+    out = {}
+    if family in FLOAT32_ROTARY:
+        out["apply_rotary_pos_emb"] = _input_dtype_rotary(module, family)
+    if hasattr(module, "get_llama_4_attn_scale"):
+        out["get_llama_4_attn_scale"] = _position_scale_in_float64
+    return out
+
+
+def _input_dtype_attention(cls: type, family: str) -> type | None:
+    """HF's own attention class with its forward's code run against the module's globals, except the helpers that
+    compute in float32 (`_replacements`): the reference stays HF's forward, not symformer's. None if there are
+    none."""
     if cls not in _ATTENTIONS:
         module = sys.modules[cls.__module__]
+        swaps = _replacements(module, family)
+        if not swaps:
+            _ATTENTIONS[cls] = None
+            return None
         fwd = inspect.unwrap(cls.forward)  # past the kwarg-renaming decorator: the caller passes current names
-        env = {**fwd.__globals__, "apply_rotary_pos_emb": _input_dtype_rotary(module, family)}
+        env = {**fwd.__globals__, **swaps}
         forward = types.FunctionType(fwd.__code__, env, fwd.__name__, fwd.__defaults__, fwd.__closure__)
         forward.__kwdefaults__ = fwd.__kwdefaults__
         _ATTENTIONS[cls] = type(cls.__name__ + "InputDtype", (cls,), {"forward": forward, "__module__": cls.__module__})
@@ -142,12 +165,14 @@ def _input_dtype_attention(cls: type, family: str) -> type:
 
 def exact_float64(model: nn.Module) -> nn.Module:
     """Replace the model's rotary table and norms (RMSNorms, OLMo's and Cohere's LayerNorms) by the same formulas in
-    the input dtype, and the float32 rotation of FLOAT32_ROTARY families' attention layers (in place; a layer
-    already patched by patch_positional keeps its forward, which rotates in the input dtype)."""
+    the input dtype, and the float32 helpers of some families' attention forwards (FLOAT32_ROTARY's rotation,
+    Ministral 3's position scaling of the queries; in place; a layer already patched by patch_positional keeps its
+    forward, which computes in the input dtype)."""
     family = getattr(getattr(model, "config", None), "model_type", None)
     for name, mod in list(model.named_modules()):
-        if family in FLOAT32_ROTARY and type(mod).__name__ == FAMILIES[family]:  # HF's class, not a patched one
-            mod.__class__ = _input_dtype_attention(type(mod), family)
+        exact = _input_dtype_attention(type(mod), family) if type(mod).__name__ == FAMILIES.get(family) else None
+        if exact is not None:  # HF's class (not a patched one) whose forward calls a float32 helper
+            mod.__class__ = exact
             continue
         table = _float64_table(mod, family) if type(mod).__name__.endswith("RotaryEmbedding") else None
         if table is not None:
