@@ -209,3 +209,51 @@ def test_ssfr_accuracy_batches_capped_by_the_mlp_width(monkeypatch):
     full = ssfr_accuracy(model, t)
     monkeypatch.setattr(mlp_mod, "MAX_ACTIVATIONS", 32 * 7)                # batches of 7 sequences
     assert ssfr_accuracy(model, t) == full and 0 < full
+
+
+def _small_model(seed=0):
+    t = make_ssfr(16, 16, seed=seed)
+    K, V = t.mlp_embeddings()
+    return t, K, V, build_recall_model(t, build_fact_mlp(K, V, t.facts, "gd-swiglu", h=16, strict=False), seed=seed)
+
+
+def test_attention_weights_are_what_attend_averages():
+    """attention_weights (B, N) sum to 1 over the allowed positions, are 0 on pads, and with identity V / O their
+    mix of the embeddings is attend's output at the read-out position (float64)."""
+    t, _, _, model = _small_model()
+    model = model.double()
+    with torch.no_grad():
+        model.q_proj.weight.normal_(0, 1.0)  # away from the init, so the weights are not near uniform
+        tok, mask, _ = t.batch(*[x[:40] for x in t.all_pairs()])
+        w = model.attention_weights(tok, mask)
+        x = torch.nn.functional.embedding(tok, model.embedding_table())
+        y = model.attend(x, mask, True)[:, -1]
+    assert torch.allclose(w.sum(-1), torch.ones(40, dtype=torch.float64), atol=1e-12)
+    assert float(w[~mask].abs().max()) == 0.0
+    assert float((torch.einsum("bn,bnd->bd", w, x) - y).abs().max()) <= 1e-12
+    assert float(w.max()) > 2 * float(w[mask].min())
+
+
+def test_swap_diagnostics_agree_with_the_accuracies_and_uniform_attention():
+    """new_on_inputs is the fact-adaptive accuracy and own_on_inputs the model's own recall (same inputs, same
+    read-out); with Q = 0 the attention is uniform over the allowed positions, so key_attention is the mean of
+    1 / (valid length), an independent count."""
+    from symformer.train.fact_recall import swap_diagnostics
+    t, K, V, model = _small_model()
+    f2 = torch.randperm(16, generator=torch.Generator().manual_seed(3))
+    mlp2 = build_fact_mlp(K, V, f2, "gd-swiglu", h=16, seed=1, strict=False)
+    train_ssfr(model, t, SSFRTrainConfig(steps=60, batch_size=64, lr=3e-3, eval_every=60))
+    d = swap_diagnostics(model, t, t.with_facts(f2), mlp2)
+    assert d["new_on_inputs"] == fact_adaptive_accuracy(model, t.with_facts(f2), mlp2)
+    assert d["own_on_inputs"] == ssfr_accuracy(model, t)
+    assert 0.0 < d["key_attention"] < 1.0 and -1.0 <= d["key_cosine"] <= 1.0
+    assert 0.0 <= d["own_on_shuffled"] <= 1.0 and 0.0 <= d["new_on_shuffled"] <= 1.0
+    with torch.no_grad():
+        for p in model.q_proj.parameters():  # q = 0: every score 0
+            p.zero_()
+    _, mask, _ = t.batch(*t.all_pairs())
+    want = float((1.0 / mask.sum(-1).double()).mean())
+    assert abs(swap_diagnostics(model, t, t.with_facts(f2), mlp2)["key_attention"] - want) <= 1e-6
+    with pytest.raises(ValueError, match="^model: got"):
+        swap_diagnostics(FactRecallTransformer(FactRecallConfig(t.vocab_size, 16, residual=True), t.embeddings),
+                         t, t.with_facts(f2), mlp2)

@@ -143,9 +143,10 @@ class FactRecallTransformer(nn.Module):
     def embedding_table(self) -> torch.Tensor:
         return self.emb + self.emb_delta * self.trainable_rows[:, None].to(self.emb_delta.dtype)
 
-    def attend(self, x: torch.Tensor, mask: torch.Tensor | None, last_only: bool) -> torch.Tensor:
-        """Single-head causal attention with RoPE; padded positions (mask False) are never attended."""
-        B, N, d = x.shape
+    def _attention_inputs(self, x: torch.Tensor, mask: torch.Tensor | None, last_only: bool):
+        """(q, k, v, allowed) of the single head, RoPE applied; q (B, 1, N or 1, dq); allowed broadcasts to the
+        scores: causal, and padded positions (mask False) never attended."""
+        N = x.shape[1]
         h = self.attn_norm(x)
         q, k, v = self.q_proj(h), self.k_proj(h), self.v_proj(x if self.cfg.identity_vo else h)
         pos = torch.arange(N, dtype=torch.float32).view(N, 1)
@@ -157,8 +158,19 @@ class FactRecallTransformer(nn.Module):
             allowed = allowed[:, None]
         if last_only:
             q, allowed = q[..., -1:, :], allowed[..., -1:, :]
-        y = F.scaled_dot_product_attention(q, k, v[:, None], attn_mask=allowed)[:, 0]
-        return self.o_proj(y)
+        return q, k, v[:, None], allowed
+
+    def attend(self, x: torch.Tensor, mask: torch.Tensor | None, last_only: bool) -> torch.Tensor:
+        """Single-head causal attention with RoPE; padded positions (mask False) are never attended."""
+        q, k, v, allowed = self._attention_inputs(x, mask, last_only)
+        return self.o_proj(F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)[:, 0])
+
+    def attention_weights(self, tokens: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, N) attention weights of the read-out (last) position over the sequence: what `attend` averages
+        (softmax of q k^T / sqrt(dq), SDPA's scale, over the allowed positions)."""
+        q, k, _, allowed = self._attention_inputs(F.embedding(tokens, self.embedding_table()), mask, True)
+        scores = (q @ k.transpose(-1, -2)) / q.shape[-1] ** 0.5
+        return torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)[:, 0, 0]
 
     def mixer(self, h: torch.Tensor, fact_delta: torch.Tensor | None = None) -> torch.Tensor:
         """The MLP slot (Sec. 5.1) or the 2-expert MoE (App. A.3.2). `fact_delta` (B, d) is added to the

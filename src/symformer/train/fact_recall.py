@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from symformer._io import save_atomic
-from symformer._validation import check_float, check_int
+from symformer._validation import check_float, check_int, fail
 from symformer.data.ssfr import SSFRTask
 from symformer.facts.mlp import capped_batch
 from symformer.models.fact_recall import FactRecallConfig, FactRecallTransformer, swap_fact_mlp
@@ -118,3 +118,48 @@ def lipschitz_estimate(mlp: nn.Module, keys: torch.Tensor, values: torch.Tensor,
     J = V @ torch.stack(rows, 1)                                    # (n, |V|, d) = V^T dMLP/dx per key
     best = float(torch.linalg.matrix_norm(J.detach(), ord=2).max())
     return best
+
+
+def _decode(model: FactRecallTransformer, task: SSFRTask, mlp: nn.Module, u: torch.Tensor, batch: int) -> torch.Tensor:
+    """Value predictions of `mlp` on MLP inputs u (N, d), read out as the model does (tied values, argmax)."""
+    old = model.fact.swap(mlp)
+    try:
+        step = capped_batch(mlp, batch)
+        return torch.cat([model.logits(model.fact(u[s:s + step]))[:, task.value_slice].argmax(-1)
+                          for s in range(0, len(u), step)])
+    finally:
+        model.fact.swap(old)
+
+
+@torch.no_grad()
+def swap_diagnostics(model: FactRecallTransformer, task: SSFRTask, task_new: SSFRTask, mlp_new: nn.Module,
+                     batch: int = 2048, seed: int = 0) -> dict:
+    """Where a swap (Sec. 5.1) loses accuracy, over every sequence of SSFR[f'] (`task_new`; `task` holds the f the
+    model was trained with, its MLP in the slot). With the four changes the MLP reads u = norm(sum_j a_j x_j), the
+    read-out position's attention-weighted mix of embeddings. Returns key_attention (mean a_j on the key token),
+    key_cosine (mean cosine of u with the key's MLP embedding), and the accuracy of the model's MLP on f and of
+    mlp_new on f' on those inputs (own_on_inputs = own recall, new_on_inputs = fact-adaptive accuracy) and on
+    inputs whose off-key part u - (u.k)k moved to another sequence by a fixed shuffle (same size, no longer matched
+    to the key: own_on_shuffled, new_on_shuffled). An own MLP that loses accuracy under the shuffle where the new
+    one does not was read through off-key inputs adapted to it key by key."""
+    cfg = model.cfg
+    if cfg.residual or cfg.moe or not cfg.identity_vo or not cfg.frozen_norm:
+        fail("model", "a FactRecallTransformer with residuals, an MoE, or trainable V / O or norm",
+             "the four changes of Sec. 5.1 (the MLP reads norm(sum_j a_j x_j))")
+    keys, pairs = task_new.all_pairs()
+    u, a_key = [], []
+    for s in range(0, len(keys), batch):
+        tok, mask, _ = task_new.batch(keys[s:s + batch], pairs[s:s + batch])
+        a_key.append((model.attention_weights(tok, mask) * ((tok < task_new.n_keys) & mask)).sum(-1))
+        u.append(model.mlp_norm(model.attend(F.embedding(tok, model.embedding_table()), mask, True)[:, -1]))
+    u, a_key = torch.cat(u), torch.cat(a_key)
+    k = task_new.mlp_embeddings()[0][keys].to(u.dtype)
+    c = (u * k).sum(-1, keepdim=True)
+    perm = torch.randperm(len(u), generator=torch.Generator().manual_seed(seed))
+    shuffled = c * k + (u - c * k)[perm]
+    shuffled = shuffled / shuffled.norm(dim=-1, keepdim=True)
+    out = {"key_attention": float(a_key.mean()), "key_cosine": float(c.mean())}
+    for name, mlp, facts in (("own", model.fact.mlp, task.facts), ("new", mlp_new, task_new.facts)):
+        for tag, inp in (("inputs", u), ("shuffled", shuffled)):
+            out[f"{name}_on_{tag}"] = float((_decode(model, task, mlp, inp, batch) == facts[keys]).float().mean())
+    return out
