@@ -129,11 +129,14 @@ def _ssfr_claims(res: ExperimentResult, out: dict, quick: bool) -> None:
             PAPER_SETTING_SSFR,
         )
     )
-    _scaling_claim(res, out, setting)
+    _scaling_claim(res, out, setting, paper_budget)
 
 
-def _scaling_claim(res: ExperimentResult, out: dict, setting: str) -> None:
-    """S5.1-scaling: log-log slope of the minimum parameters against F log F per kind (>= 3 F values)."""
+def _scaling_claim(res: ExperimentResult, out: dict, setting: str, paper_budget: bool = False) -> None:
+    """S5.1-scaling: log-log slope of the minimum parameters against F log F per kind (>= 3 F values). Sizes
+    measured with our shorter SSFR training budget decide only a 'holds': training longer shrinks them at small F
+    (docs/fact_recall_protocol.md, "Why the swap falls short at small F"), so a slope out of range is 'fails'
+    only under the paper's budget, as for S5.1."""
     slopes, sizes = {}, {}
     for kind in sorted({r["kind"] for r in out.values()}):
         pts = sorted((r["n_facts"], r["min_params"]) for r in out.values() if r["kind"] == kind and r["min_params"])
@@ -155,8 +158,9 @@ def _scaling_claim(res: ExperimentResult, out: dict, setting: str) -> None:
             "log W ~ log F + log log F",
             f"log-log slopes of params against F log F: {slopes or 'need >= 3 F values'}; minimum parameters by F: "
             f"{sizes}" + (f"; not increasing in F: {', '.join(unordered)}" if unordered else ""),
-            verdict(ok),
-            "holds if every non-NTK slope is within [0.75, 1.25]",
+            verdict(ok if ok or paper_budget else None),
+            "holds if every non-NTK slope is within [0.75, 1.25]; a slope outside is 'fails' only under the paper's "
+            "training budget (--set fact-recall.paper_budget=true), else inconclusive (our budget changes the sizes)",
             setting,
             PAPER_SETTING_SSFR,
         )
