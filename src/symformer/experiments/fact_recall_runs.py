@@ -71,8 +71,8 @@ def _ckpt(work_dir: str | None, args: dict, what: str) -> str | None:
     return str(Path(work_dir) / f"{_tag(args)}_{what}.pt")
 
 
-def _build(kind: str, size: int, task, facts, seed: int, quick: bool, whiten: float = 0.0,
-           h_tilde: int | None = None, checkpoint: str | None = None):
+def build_point_mlp(kind: str, size: int, task, facts, seed: int, quick: bool, whiten: float = 0.0,
+                    h_tilde: int | None = None, checkpoint: str | None = None):
     """One MLP of a swap pair: the one storing f (seed, trained with) or f' (seed + 1, swapped in), built alike.
     Every builder seeds itself, so building one without the other gives the same MLP. `checkpoint`: where a GD
     MLP's training state goes (resumed from there)."""
@@ -142,7 +142,7 @@ def _point(kind: str, size: int, n_facts: int, d: int, seed: int, quick: bool, k
     f2 = random_fact_map(n_facts, seed=10_000 + seed)
     # f' first: when its MLP stores < 99% the size cannot reach the target and the point is not trained, so the
     # MLP for f (at F = 4096 a GD build that runs all 20,000 epochs, ~1.8 h on one core) is not built either
-    mlp2 = _build(kind, size, task, f2, seed + 1, quick, whiten, h_tilde, ck["f2"])
+    mlp2 = build_point_mlp(kind, size, task, f2, seed + 1, quick, whiten, h_tilde, ck["f2"])
     rec = {
         "kind": kind,
         "size": size,
@@ -162,7 +162,7 @@ def _point(kind: str, size: int, n_facts: int, d: int, seed: int, quick: bool, k
     if mlp2.accuracy < TARGET and not lipschitz:
         rec.update(fact_adaptive_accuracy=None, trained=False, seconds=time.perf_counter() - t0)
         return rec
-    mlp = _build(kind, size, task, task.facts, seed, quick, whiten, h_tilde, ck["f"])
+    mlp = build_point_mlp(kind, size, task, task.facts, seed, quick, whiten, h_tilde, ck["f"])
     rec.update(hidden=mlp.h, params=count_params(mlp), capacity=mlp.accuracy)
     if lipschitz or KNOB[kind] == "m":
         rec["lipschitz"] = lipschitz_estimate(mlp, task.key_embeddings, task.value_embeddings, seed=seed)
@@ -224,9 +224,10 @@ def code_width(kind: str, n_facts: int, d: int, seeds: int, start: int, max_size
         for s in range(seeds):
             task = make_ssfr(n_facts, d, seed=s)
             # both must store: the second is built only when the first does (the outcome is the same)
-            if _build(kind, m, task, task.facts, s, quick).accuracy < TARGET:
+            if build_point_mlp(kind, m, task, task.facts, s, quick).accuracy < TARGET:
                 continue
-            if _build(kind, m, task, random_fact_map(n_facts, seed=10_000 + s), s + 1, quick).accuracy >= TARGET:
+            f2 = random_fact_map(n_facts, seed=10_000 + s)
+            if build_point_mlp(kind, m, task, f2, s + 1, quick).accuracy >= TARGET:
                 return True
         return False
 
