@@ -204,11 +204,13 @@ RELOAD_PARTS = [("rope", {}), ("string", {"init_scale": 0.1}), ("circulant_strin
 
 
 @pytest.mark.parametrize("family,positional,opts", [
-    (f, p, o) for f in ("llama", "qwen3", "gemma", "gemma3_text", "olmo2", "phi3", "gpt_neox") for p, o in RELOAD_PARTS
+    (f, p, o) for f in ("llama", "qwen3", "gemma", "gemma3_text", "olmo2", "phi3", "gpt_neox", "gpt_oss")
+    for p, o in RELOAD_PARTS
     if not (f == "gpt_neox" and p == "espr")])  # GPT-NeoX rotates part of each head: ESPR is refused there
 def test_every_part_reloads_from_a_saved_folder(tmp_path, family, positional, opts):
     """from_pretrained builds the patched model on the meta device first: the parts' construction-time value
-    checks (ESPR's skew generators) must not read values there (they did: 'item() on meta tensors')."""
+    checks (ESPR's skew generators) must not read values there (they did: 'item() on meta tensors'), and GPT-OSS's
+    YaRN magnitude must be read there too (it was lost: the meta table was skipped whole)."""
     import transformers
     model = _patched(family, positional, torch.float32, **opts)
     with torch.no_grad():
@@ -218,7 +220,7 @@ def test_every_part_reloads_from_a_saved_folder(tmp_path, family, positional, op
     cls = {"llama": transformers.LlamaForCausalLM, "qwen3": transformers.Qwen3ForCausalLM,
            "gemma": transformers.GemmaForCausalLM, "gemma3_text": transformers.Gemma3ForCausalLM,
            "olmo2": transformers.Olmo2ForCausalLM, "phi3": transformers.Phi3ForCausalLM,
-           "gpt_neox": transformers.GPTNeoXForCausalLM}[family]
+           "gpt_neox": transformers.GPTNeoXForCausalLM, "gpt_oss": transformers.GptOssForCausalLM}[family]
     loaded = hf.from_pretrained(cls, tmp_path).eval()
     x = ids()
     assert (_logits(loaded, x) - _logits(model.eval(), x)).abs().max().item() == 0.0

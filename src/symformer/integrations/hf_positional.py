@@ -180,13 +180,18 @@ def _patched_model_class(cls: type) -> type:
 # ---------------------------------------------------------------- building the parts
 def _rope_table(model: nn.Module, layer_type: str | None = None) -> tuple[torch.Tensor | None, float]:
     """(inv_freq, attention_scaling) of the model's rotary embedding (None if it has none we can read); with a
-    layer type, that type's table where the model keeps one per type (Gemma 3: `{type}_inv_freq`)."""
+    layer type, that type's table where the model keeps one per type (Gemma 3: `{type}_inv_freq`). A table on the
+    meta device (from_pretrained builds the model there first) has no values, but its attention_scaling is a plain
+    float: YaRN's magnitude must survive a reload (the part's own frequencies come back with its weights)."""
     prefix = f"{layer_type}_" if layer_type is not None else ""
+    scaling = 1.0
     for m in model.modules():
         inv = getattr(m, f"{prefix}inv_freq", None)
-        if isinstance(inv, torch.Tensor) and inv.device.type != "meta":
-            return inv.detach().to(torch.float64).cpu(), float(getattr(m, f"{prefix}attention_scaling", 1.0))
-    return None, 1.0
+        if isinstance(inv, torch.Tensor):
+            scaling = float(getattr(m, f"{prefix}attention_scaling", 1.0))
+            if inv.device.type != "meta":
+                return inv.detach().to(torch.float64).cpu(), scaling
+    return None, scaling
 
 
 def _layer_type(model: nn.Module, attn: nn.Module) -> str | None:
