@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib
 
+import torch
 from torch import nn
 
 from symformer._validation import fail
@@ -164,3 +165,9 @@ def n_kv_heads(config) -> int:
     if getattr(config, "model_type", None) == "gpt_neox":  # no grouped-query attention in GPT-NeoX
         return int(config.num_attention_heads)
     return int(getattr(config, "num_key_value_heads", None) or config.num_attention_heads)
+
+
+def position_query_scale(positions: torch.Tensor, beta: float, original_max: int) -> torch.Tensor:
+    """Ministral 3's query scaling after the rotation, 1 + beta log(1 + floor(position / original_max)), in the
+    positions' dtype (HF's get_llama_4_attn_scale; its integer positions divide into float32)."""
+    return 1 + beta * torch.log1p(torch.floor(positions / original_max))

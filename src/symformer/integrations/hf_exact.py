@@ -18,7 +18,14 @@ import types
 import torch
 from torch import nn
 
-from symformer.integrations._hf_common import FAMILIES, FLOAT32_ROTARY, TABLE_HALF, TABLE_INTERLEAVED, norm_offset
+from symformer.integrations._hf_common import (
+    FAMILIES,
+    FLOAT32_ROTARY,
+    TABLE_HALF,
+    TABLE_INTERLEAVED,
+    norm_offset,
+    position_query_scale,
+)
 
 _NORMS: dict[type, type] = {}
 _ATTENTIONS: dict[type, type] = {}
@@ -131,8 +138,7 @@ def _input_dtype_rotary(module, family: str):
 def _position_scale_in_float64(positions_ids, beta, max_position_embeddings):
     """Ministral 3's get_llama_4_attn_scale, 1 + beta log(1 + floor(position / original_max)), in float64 (HF's
     divides the integer positions into float32)."""
-    pos = positions_ids.to(torch.float64)
-    return (1 + beta * torch.log1p(torch.floor(pos / max_position_embeddings)))[:, None, :, None]
+    return position_query_scale(positions_ids.to(torch.float64), beta, max_position_embeddings)[:, None, :, None]
 
 
 def _replacements(module, family: str) -> dict:

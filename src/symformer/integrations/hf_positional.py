@@ -39,6 +39,7 @@ from symformer.integrations._hf_common import (
     n_kv_heads,
     out_proj,
     partial_rotary_factor,
+    position_query_scale,
     require_transformers,
     rope_pairing,
     rope_parameters,
@@ -115,7 +116,7 @@ def _query_position_scale(config, positions: torch.Tensor) -> torch.Tensor | flo
     if beta is None:
         return 1.0
     pos = positions[..., 0]  # (N,) shared or (B, N)
-    scale = 1 + beta * torch.log1p(torch.floor(pos / params["original_max_position_embeddings"]))
+    scale = position_query_scale(pos, beta, params["original_max_position_embeddings"])
     return scale.view(-1 if pos.ndim == 2 else 1, 1, pos.shape[-1], 1)
 
 
