@@ -101,7 +101,7 @@ class _AttentionView:
 
 def _native_rope(head_dim: int, rotary_dim: int, pairing: str = "half"):
     """HF's own rotary embedding seen as symformer RoPE in its pairing (only its pairs matter here: half, or
-    interleaved for GLM), on the first rotary_dim coordinates (partial rotary: PartialRotary, GL on
+    interleaved for the INTERLEAVED families: GLM, Cohere, ERNIE 4.5, Helium), on the first rotary_dim coordinates (partial rotary: PartialRotary, GL on
     the rest)."""
     from symformer.positional import PartialRotary, RoPE
     rope = RoPE(rotary_dim, pairing=pairing)
