@@ -101,8 +101,8 @@ class _AttentionView:
 
 def _native_rope(head_dim: int, rotary_dim: int, pairing: str = "half"):
     """HF's own rotary embedding seen as symformer RoPE in its pairing (only its pairs matter here: half, or
-    interleaved for the INTERLEAVED families: GLM, Cohere, ERNIE 4.5, Helium), on the first rotary_dim coordinates (partial rotary: PartialRotary, GL on
-    the rest)."""
+    interleaved for the INTERLEAVED families: GLM, Cohere, ERNIE 4.5, Helium), on the first rotary_dim coordinates
+    (partial rotary: PartialRotary, GL on the rest)."""
     from symformer.positional import PartialRotary, RoPE
     rope = RoPE(rotary_dim, pairing=pairing)
     return rope if rotary_dim == head_dim else PartialRotary(rope, head_dim)
