@@ -449,3 +449,28 @@ def test_ministral3_query_position_scaling_is_kept(monkeypatch):
     assert abs(scale[0, 0, 8, 0] - (1 + 0.1 * math.log(2))) < 1e-15
     monkeypatch.setattr(hf_positional, "_query_position_scale", lambda config, positions: 1.0)
     assert (_logits(model, x) - ref).abs().max().item() > 1e-3
+
+
+# families whose logits move when every position shifts by the same amount (absolute-position effects); the test
+# below fails for a new family that moves and is not listed here, so its forward gets read before it is added
+ABSOLUTE_POSITION_FAMILIES = {"ministral3": "queries scaled by 1 + beta log(1 + floor(position / original_max))"}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_parity_holds_far_from_position_zero(family):
+    """A 24-token check only reaches positions < 24; a family that changes q or k past some position (Ministral 3)
+    passes it unseen. Positions 1000 ... 1023 reach past the tiny configs' thresholds: the patched model still equals
+    the native one (float64), and the native logits are shift-invariant (RoPE depends on m - n only) unless the
+    family is listed in ABSOLUTE_POSITION_FAMILIES."""
+    x = ids(n=24)
+    far = (torch.arange(24) + 1000)[None].expand(2, -1)
+    ref_model = float64_reference(tiny(family, torch.float64))
+    positional = "espr" if partial_rotary_factor(ref_model.config) >= 1 else "rope"
+    out = _logits(float64_reference(_patched(family, positional, torch.float64)), x, position_ids=far)
+    ref = _logits(ref_model, x, position_ids=far)
+    assert (out - ref).abs().max().item() <= 1e-10
+    moved = (ref - _logits(ref_model, x)).abs().max().item()
+    if family in ABSOLUTE_POSITION_FAMILIES:
+        assert moved > 1e-3
+    else:
+        assert moved <= 1e-10, f"{family}: logits move by {moved:.2e} under a shift of every position"

@@ -257,3 +257,38 @@ def test_swap_diagnostics_agree_with_the_accuracies_and_uniform_attention():
     with pytest.raises(ValueError, match="^model: got"):
         swap_diagnostics(FactRecallTransformer(FactRecallConfig(t.vocab_size, 16, residual=True), t.embeddings),
                          t, t.with_facts(f2), mlp2)
+    with pytest.raises(TypeError, match="^task_new: got 'Tensor', expected an SSFRTask"):
+        swap_diagnostics(model, t, f2, mlp2)
+    with pytest.raises(TypeError, match="^model: got 'Linear'"):
+        swap_diagnostics(torch.nn.Linear(2, 2), t, t.with_facts(f2), mlp2)
+    with pytest.raises(ValueError, match="^task_new: got 'a task with 32 keys"):
+        swap_diagnostics(model, t, make_ssfr(32, 16, seed=0), mlp2)
+    with pytest.raises(ValueError, match="^mlp_new: got 'an MLP of width d=8', expected the model width d_model=16"):
+        swap_diagnostics(model, t, t.with_facts(f2), FactMLP(8, 4))
+
+
+@pytest.mark.parametrize("method", ["forward", "attention_weights", "fact_gate"])
+def test_token_and_mask_inputs_are_checked_by_every_entry_point(method):
+    """Out-of-vocabulary ids get a ValueError naming the range (not an IndexError from the embedding), and a mask
+    of another shape or dtype is named (not broadcast)."""
+    t, _, _, model = _small_model()
+    if method == "fact_gate":
+        with pytest.raises(ValueError, match=r"^model: got 'a model without an MoE \(moe=False\)'"):
+            model.fact_gate(*t.batch(*t.all_pairs())[:2])
+        model = FactRecallTransformer(FactRecallConfig(t.vocab_size, 16, moe=True), t.embeddings)
+    call = getattr(model, method)
+    tok, mask, _ = t.batch(*t.all_pairs())
+    tok, mask = tok[:4], mask[:4]
+    with pytest.raises(ValueError, match=rf"^tokens: got 'ids in \[0, {t.vocab_size}\]', expected ids in \[0, "):
+        call(torch.where(mask, tok, t.vocab_size), mask)
+    with pytest.raises(ValueError, match=r"^tokens: got 'shape \(4, \d+, 1\) dtype torch.int64'"):
+        call(tok[..., None], None)
+    with pytest.raises(ValueError, match=r"^tokens: got 'shape \(4, \d+\) dtype torch.float32'"):
+        call(tok.float(), mask)
+    with pytest.raises(TypeError, match="^tokens: got 'list'"):
+        call(tok.tolist(), mask)
+    with pytest.raises(ValueError, match=r"^mask: got 'shape \(4, \d+\) dtype torch.int64', expected None or a bool"):
+        call(tok, mask.long())
+    with pytest.raises(ValueError, match=r"^mask: got 'shape \(1, \d+\) dtype torch.bool'"):
+        call(tok, mask[:1])
+    assert call(tok, mask).shape[:2] == tok.shape

@@ -23,6 +23,16 @@ from symformer.positional.rope import RoPE
 from symformer.registry import MLP
 
 
+def check_fact_mlp(mlp: nn.Module, d_model: int, name: str = "fact_mlp") -> nn.Module:
+    """A fact MLP (with its width attribute d, as every `symformer.facts.FactMLP`) of width d_model."""
+    width = getattr(mlp, "d", None)
+    if not isinstance(mlp, nn.Module) or width is None:
+        fail(name, type(mlp).__name__, "a FactMLP (with its width attribute d)", TypeError)
+    if width != d_model:
+        fail(name, f"an MLP of width d={width}", f"the model width d_model={d_model}")
+    return mlp
+
+
 class FactSlot(nn.Module):
     """An MLP slot holding a frozen fact MLP (any `symformer.facts.FactMLP`). `swap` replaces it whole."""
 
@@ -33,11 +43,7 @@ class FactSlot(nn.Module):
 
     def swap(self, mlp: nn.Module) -> nn.Module | None:
         """Put `mlp` in the slot (frozen) and return the MLP it replaces."""
-        width = getattr(mlp, "d", None)
-        if width is None:
-            fail("fact_mlp", type(mlp).__name__, "a FactMLP (with its width attribute d)", TypeError)
-        if width != self.d_model:
-            fail("fact_mlp", f"an MLP of width d={width}", f"the model width d_model={self.d_model}")
+        check_fact_mlp(mlp, self.d_model)
         for p in mlp.parameters():
             p.requires_grad_(False)
         old, self.mlp = self.mlp, mlp
@@ -143,6 +149,20 @@ class FactRecallTransformer(nn.Module):
     def embedding_table(self) -> torch.Tensor:
         return self.emb + self.emb_delta * self.trainable_rows[:, None].to(self.emb_delta.dtype)
 
+    def _check_inputs(self, tokens: torch.Tensor, mask: torch.Tensor | None) -> None:
+        """tokens (B, N) long in [0, vocab_size); mask None or a bool tensor of the same shape (True = real)."""
+        if not isinstance(tokens, torch.Tensor):
+            fail("tokens", type(tokens).__name__, "a (B, N) LongTensor", TypeError)
+        if tokens.ndim != 2 or tokens.dtype != torch.long:
+            fail("tokens", f"shape {tuple(tokens.shape)} dtype {tokens.dtype}", "a (B, N) LongTensor")
+        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.cfg.vocab_size):
+            fail("tokens", f"ids in [{int(tokens.min())}, {int(tokens.max())}]",
+                 f"ids in [0, {self.cfg.vocab_size - 1}] (vocab_size {self.cfg.vocab_size})")
+        if mask is not None and (not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool
+                                 or mask.shape != tokens.shape):
+            got = f"shape {tuple(mask.shape)} dtype {mask.dtype}" if isinstance(mask, torch.Tensor) else mask
+            fail("mask", got, f"None or a bool tensor of the tokens' shape {tuple(tokens.shape)}")
+
     def _attention_inputs(self, x: torch.Tensor, mask: torch.Tensor | None, last_only: bool):
         """(q, k, v, allowed) of the single head, RoPE applied; q (B, 1, N or 1, dq); allowed broadcasts to the
         scores: causal, and padded positions (mask False) never attended."""
@@ -168,6 +188,7 @@ class FactRecallTransformer(nn.Module):
     def attention_weights(self, tokens: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """(B, N) attention weights of the read-out (last) position over the sequence: what `attend` averages
         (softmax of q k^T / sqrt(dq), SDPA's scale, over the allowed positions)."""
+        self._check_inputs(tokens, mask)
         q, k, _, allowed = self._attention_inputs(F.embedding(tokens, self.embedding_table()), mask, True)
         scores = (q @ k.transpose(-1, -2)) / q.shape[-1] ** 0.5
         return torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)[:, 0, 0]
@@ -196,6 +217,9 @@ class FactRecallTransformer(nn.Module):
     @torch.no_grad()
     def fact_gate(self, tokens: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """(B, N) weight the router gives the fact expert at each position (MoE models)."""
+        if not self.cfg.moe:
+            fail("model", "a model without an MoE (moe=False)", "an MoE model (FactRecallConfig(moe=True))")
+        self._check_inputs(tokens, mask)
         h = self.attend(F.embedding(tokens, self.embedding_table()), mask, False)
         if self.cfg.residual:
             h = h + F.embedding(tokens, self.embedding_table())
@@ -217,7 +241,6 @@ class FactRecallTransformer(nn.Module):
 
     def forward(self, tokens: torch.Tensor, mask: torch.Tensor | None = None, last_only: bool = False,
                 mlp_out_delta: torch.Tensor | None = None) -> torch.Tensor:
-        if tokens.ndim != 2 or tokens.dtype != torch.long:
-            fail("tokens", f"shape {tuple(tokens.shape)} dtype {tokens.dtype}", "a (B, N) LongTensor")
+        self._check_inputs(tokens, mask)
         out = self.logits(self.features(tokens, mask, last_only, mlp_out_delta))
         return out[:, -1] if last_only else out

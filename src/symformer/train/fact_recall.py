@@ -12,7 +12,7 @@ from symformer._io import save_atomic
 from symformer._validation import check_float, check_int, fail
 from symformer.data.ssfr import SSFRTask
 from symformer.facts.mlp import capped_batch
-from symformer.models.fact_recall import FactRecallConfig, FactRecallTransformer, swap_fact_mlp
+from symformer.models.fact_recall import FactRecallConfig, FactRecallTransformer, check_fact_mlp, swap_fact_mlp
 from symformer.train.checkpoint import load_loop_state, restore_loop_state
 
 
@@ -142,6 +142,15 @@ def swap_diagnostics(model: FactRecallTransformer, task: SSFRTask, task_new: SSF
     inputs whose off-key part u - (u.k)k moved to another sequence by a fixed shuffle (same size, no longer matched
     to the key: own_on_shuffled, new_on_shuffled). An own MLP that loses accuracy under the shuffle where the new
     one does not was read through off-key inputs adapted to it key by key."""
+    if not isinstance(model, FactRecallTransformer):
+        fail("model", type(model).__name__, "a FactRecallTransformer", TypeError)
+    for name, t in (("task", task), ("task_new", task_new)):
+        if not isinstance(t, SSFRTask):
+            fail(name, type(t).__name__, "an SSFRTask", TypeError)
+    if task_new.n_keys != task.n_keys or not torch.equal(task_new.embeddings, task.embeddings):
+        fail("task_new", f"a task with {task_new.n_keys} keys and other embeddings",
+             f"task with other facts (task.with_facts(f'): the same {task.n_keys} keys, values and junk)")
+    check_fact_mlp(mlp_new, model.cfg.d_model, "mlp_new")
     cfg = model.cfg
     if cfg.residual or cfg.moe or not cfg.identity_vo or not cfg.frozen_norm:
         fail("model", "a FactRecallTransformer with residuals, an MoE, or trainable V / O or norm",
