@@ -11,6 +11,7 @@ from tests.integrations._hf_models import float64_reference, ids, tiny  # noqa: 
 
 from symformer.experiments.hf import QK_NORM_FAMILIES  # noqa: E402
 from symformer.integrations import hf  # noqa: E402
+from symformer.integrations._hf_common import fused_qkv  # noqa: E402
 from symformer.teleport import GroupElement, brute_force_norms, closed_form_norms, symmetry_group  # noqa: E402
 
 CASES = [("llama", None, {}), ("llama", "rope", {}), ("mistral", "string", {"init_scale": 0.3}),
@@ -404,15 +405,22 @@ def test_partial_rotary_group_is_h_on_the_rotated_block_and_gl_on_the_rest(posit
     _check_gradient_action(float64_reference(tiny("phi3", torch.float64, rope_parameters=PARTIAL, init=0.2)), False)
 
 
-def test_fused_blocks_follow_training_and_casts_after_the_group_is_built():
+@pytest.mark.parametrize("family", ["gpt_neox", "phi3"])
+def test_fused_blocks_follow_training_and_casts_after_the_group_is_built(family):
     """The row blocks the sites read are refreshed from the fused parameter before each transform: weights changed
     in place after the group was built (a training step) are the ones transformed, and a cast of the model keeps
-    the group working (its blocks take the new dtype)."""
-    model, x = _model("gpt_neox", None, {}), ids()
+    the group working (its blocks take the new dtype). Phi-3's consecutive blocks are views of qkv_proj (no copy
+    of the weights per layer); NeoX's head-interleaved rows are copies."""
+    model, x = _model(family, None, {}), ids()
     group = hf.symmetry_group(model, ffn=True)
+    fused = [f.param for f in group.fused]  # qkv weights (and NeoX's biases)
+    assert {id(fused_qkv(m)[0].weight) for m in model.modules() if fused_qkv(m)} <= {id(w) for w in fused}
+    for f in group.fused:
+        shared = {b.untyped_storage().data_ptr() == f.param.untyped_storage().data_ptr() for b in f.blocks}
+        assert shared == {family == "phi3"}
     with torch.no_grad():
-        for attn in (layer.attention for layer in model.gpt_neox.layers):  # a "training step" after the group
-            attn.query_key_value.weight.add_(0.05 * torch.randn_like(attn.query_key_value.weight))
+        for w in fused:  # a "training step" after the group
+            w.add_(0.05 * torch.randn_like(w))
         ref = model(x).logits
     group.apply(model, group.random(torch.Generator().manual_seed(2)))
     with torch.no_grad():

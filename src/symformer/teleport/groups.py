@@ -115,20 +115,22 @@ class FusedRows:
     """A parameter whose rows hold the weights of several projections (Phi-3's qkv_proj: blocks [W_Q; W_K; W_V];
     GPT-NeoX's query_key_value: [q_h; k_h; v_h] head by head). `rows[j]` indexes projection j's rows in `param`;
     `blocks[j]` is what the sites read as that projection's weight (a tensor whose id is a stable key, refreshed
-    from `param` by `sync`, so training between teleports is seen). parameters(), gradient dicts and transformed()
-    hold `param` (SymmetryGroup._split / _merge)."""
+    from `param` by `sync`, so training between teleports is seen). A block of consecutive rows (Phi-3) is a view
+    of `param`, so the blocks cost no memory; head-interleaved rows (NeoX) cannot be one 2-D view and are copied.
+    parameters(), gradient dicts and transformed() hold `param` (SymmetryGroup._split / _merge)."""
 
     param: nn.Parameter
     rows: list[torch.Tensor]
     blocks: list[torch.Tensor] = field(init=False)
 
     def __post_init__(self):
-        self.blocks = [self.param.detach()[r] for r in self.rows]
+        self._index = [_as_slice(r) for r in self.rows]
+        self.blocks = [self.param.detach()[i] for i in self._index]
         self._order = torch.argsort(torch.cat(self.rows))  # the rows partition param's: cat(blocks)[order] = param
 
     def sync(self) -> None:
-        for b, r in zip(self.blocks, self.rows, strict=True):
-            b.data = self.param.detach()[r]  # same tensor object (its id keys the group's dicts), current values
+        for b, i in zip(self.blocks, self._index, strict=True):
+            b.data = self.param.detach()[i]  # same tensor object (its id keys the group's dicts), current values
 
     def split(self, t: torch.Tensor) -> list[torch.Tensor]:
         return [t[r.to(t.device)] for r in self.rows]
@@ -136,6 +138,12 @@ class FusedRows:
     def merge(self, parts: list[torch.Tensor]) -> torch.Tensor:
         """The inverse of split (differentiable: Zhao's ascent goes through it)."""
         return torch.cat(parts)[self._order.to(parts[0].device)]
+
+
+def _as_slice(rows: torch.Tensor) -> slice | torch.Tensor:
+    """Consecutive row indices as a slice (indexing then gives a view), any others as they are (a copy)."""
+    start = int(rows[0]) if rows.numel() else 0
+    return slice(start, start + rows.numel()) if torch.equal(rows, torch.arange(start, start + rows.numel())) else rows
 
 
 @dataclass
