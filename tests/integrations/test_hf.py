@@ -13,7 +13,11 @@ pytest.importorskip("transformers")
 from tests.integrations._hf_models import FAMILIES, float64_reference, ids, tiny  # noqa: E402
 
 from symformer.integrations import hf  # noqa: E402
-from symformer.integrations._hf_common import attention_modules, partial_rotary_factor  # noqa: E402
+from symformer.integrations._hf_common import (  # noqa: E402
+    EAGER_INPUT_DTYPE,
+    attention_modules,
+    partial_rotary_factor,
+)
 
 
 def _logits(model, x, **kw):
@@ -474,3 +478,42 @@ def test_parity_holds_far_from_position_zero(family):
         assert moved > 1e-3
     else:
         assert moved <= 1e-10, f"{family}: logits move by {moved:.2e} under a shift of every position"
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_parity_holds_on_a_left_padded_batch(family):
+    """The patched forward passes HF's padding mask on: with the first 5 tokens of one sequence padded, the real
+    positions' logits equal the native model's (float64) and differ from the unpadded ones (the mask acts). Gemma 2
+    and VaultGemma (eager attention) gave NaN here before exact_float64 ran their softmax in float64."""
+    x, mask = ids(n=24), torch.ones(2, 24, dtype=torch.long)
+    mask[1, :5] = 0
+    ref_model = float64_reference(tiny(family, torch.float64))
+    positional = "espr" if partial_rotary_factor(ref_model.config) >= 1 else "rope"
+    out = _logits(float64_reference(_patched(family, positional, torch.float64)), x, attention_mask=mask)
+    ref = _logits(ref_model, x, attention_mask=mask)
+    real = mask.bool()
+    assert torch.isfinite(out[real]).all() and (out - ref)[real].abs().max().item() <= 1e-10
+    assert (ref - _logits(ref_model, x))[1].abs().max().item() > 1e-3
+
+
+@pytest.mark.parametrize("family", [f for f in FAMILIES if f not in EAGER_INPUT_DTYPE])
+def test_input_dtype_eager_is_hf_eager_in_float32_and_float64_in_float64(family):
+    """exact_float64's eager attention equals the family's own eager_attention_forward to the bit on float32
+    inputs (GQA, an additive mask with a fully masked row, Gemma 2's soft-cap where its signature takes one); on
+    float64 inputs its probabilities are float64 numbers (HF's: float32)."""
+    import inspect
+
+    from symformer.integrations.hf_exact import input_dtype_eager
+    model = tiny(family)
+    attn = attention_modules(model)[0]
+    hf_eager = sys.modules[type(attn).__module__].eager_attention_forward
+    gen = torch.Generator().manual_seed(0)
+    hk = getattr(attn, "num_key_value_groups", 1)
+    q, k, v = (torch.randn(2, 4 // (hk if i else 1), 6, 8, generator=gen) for i in range(3))
+    mask = torch.zeros(2, 1, 6, 6).masked_fill(torch.ones(6, 6, dtype=torch.bool).triu(1), torch.finfo(q.dtype).min)
+    mask[1, :, 0] = torch.finfo(q.dtype).min
+    kw = {"scaling": 0.3} | ({"softcap": 2.0} if "softcap" in inspect.signature(hf_eager).parameters else {})
+    for a, b in zip(input_dtype_eager(attn, q, k, v, mask, **kw), hf_eager(attn, q, k, v, mask, **kw), strict=True):
+        assert torch.equal(a, b)
+    out, w = input_dtype_eager(attn, q.double(), k.double(), v.double(), mask.double(), **kw)
+    assert w.dtype == torch.float64 and not torch.equal(w, w.float().double())

@@ -34,6 +34,9 @@ TABLE_INTERLEAVED = ("cohere", "cohere2", "cohere2_moe")
 TABLE_HALF = ("gpt_oss",)
 #: families whose apply_rotary_pos_emb casts q and k to float32 (exact_float64 runs it in the input dtype)
 FLOAT32_ROTARY = ("cohere", "cohere2", "cohere2_moe", "ernie4_5", "ernie4_5_moe")
+#: families whose eager attention already computes its softmax in the input dtype (the others' take float32;
+#: exact_float64 runs those in the input dtype)
+EAGER_INPUT_DTYPE = ("gpt_oss",)
 MIN_VERSION = (4, 48)  # the release that introduced AttentionInterface
 
 

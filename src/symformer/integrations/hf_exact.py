@@ -6,7 +6,9 @@ casts back, Gemma's (1 + w) norm too, so a float64 model is rounded to float32 a
 or invariance check on an untouched model therefore reads 0 or ~1e-7, by luck of the float32 rounding, never the
 float64 error. Cohere's LayerNorms do the same, and the interleaved families Cohere, Cohere 2 and ERNIE 4.5 also
 rotate q and k in float32 inside their apply_rotary_pos_emb (_hf_common.FLOAT32_ROTARY); Ministral 3 scales its
-queries by a factor computed in float32.
+queries by a factor computed in float32, and the eager attention of every family but GPT-OSS takes its softmax
+in float32 (Gemma 2 and VaultGemma run eager by default: their attention probabilities were float32 numbers, and a
+padded float64 batch turned to NaN there, float64's mask minimum being -inf in float32).
 `exact_float64(model)` evaluates the same formulas in the input dtype. In float32 the norms and the rotation are
 HF's to the bit; the rotary table is computed in float64 and rounded, so it moves float32 logits by rounding."""
 from __future__ import annotations
@@ -19,6 +21,7 @@ import torch
 from torch import nn
 
 from symformer.integrations._hf_common import (
+    EAGER_INPUT_DTYPE,
     FAMILIES,
     FLOAT32_ROTARY,
     TABLE_HALF,
@@ -141,9 +144,27 @@ def _position_scale_in_float64(positions_ids, beta, max_position_embeddings):
     return position_query_scale(positions_ids.to(torch.float64), beta, max_position_embeddings)[:, None, :, None]
 
 
+def input_dtype_eager(module, query, key, value, attention_mask, scaling=None, dropout=0.0, softcap=None,
+                      **kwargs):
+    """HF's eager attention (Llama's; Gemma 2's soft-cap; GPT-NeoX's without key heads to repeat) with the softmax
+    in the input dtype: softmax(cap(q k^T scaling) + mask) v, cap(s) = softcap tanh(s / softcap). HF's own on
+    float32 inputs to the bit (test)."""
+    groups = getattr(module, "num_key_value_groups", 1)
+    key, value = (t.repeat_interleave(groups, dim=1) if groups > 1 else t for t in (key, value))
+    weights = torch.matmul(query, key.transpose(2, 3)) * (module.head_dim ** -0.5 if scaling is None else scaling)
+    if softcap is not None:
+        weights = torch.tanh(weights / softcap) * softcap
+    if attention_mask is not None:
+        weights = weights + attention_mask
+    weights = nn.functional.dropout(torch.softmax(weights, dim=-1), p=dropout, training=module.training)
+    return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
+
+
 def _replacements(module, family: str) -> dict:
     """The helpers of the family's attention forward that compute in float32, by name, with input-dtype versions."""
     out = {}
+    if family not in EAGER_INPUT_DTYPE and hasattr(module, "eager_attention_forward"):
+        out["eager_attention_forward"] = input_dtype_eager
     if family in FLOAT32_ROTARY:
         out["apply_rotary_pos_emb"] = _input_dtype_rotary(module, family)
     if hasattr(module, "get_llama_4_attn_scale"):
@@ -172,10 +193,14 @@ def _input_dtype_attention(cls: type, family: str) -> type | None:
 def exact_float64(model: nn.Module) -> nn.Module:
     """Replace the model's rotary table and norms (RMSNorms, OLMo's and Cohere's LayerNorms) by the same formulas in
     the input dtype, and the float32 helpers of some families' attention forwards (FLOAT32_ROTARY's rotation,
-    Ministral 3's position scaling of the queries; in place; a layer already patched by patch_positional keeps its
-    forward, which computes in the input dtype)."""
+    Ministral 3's position scaling of the queries, the eager softmax; in place; a layer already patched by
+    patch_positional keeps its forward, which computes in the input dtype and takes its eager attention from
+    `_symformer_eager`, set here)."""
     family = getattr(getattr(model, "config", None), "model_type", None)
     for name, mod in list(model.named_modules()):
+        if family in FAMILIES and family not in EAGER_INPUT_DTYPE and any(
+                c.__name__ == FAMILIES[family] for c in type(mod).__mro__):
+            mod._symformer_eager = input_dtype_eager  # read by hf_positional's patched forward (either order)
         exact = _input_dtype_attention(type(mod), family) if type(mod).__name__ == FAMILIES.get(family) else None
         if exact is not None:  # HF's class (not a patched one) whose forward calls a float32 helper
             mod.__class__ = exact
@@ -194,4 +219,4 @@ def exact_float64(model: nn.Module) -> nn.Module:
     return model
 
 
-__all__ = ["exact_float64", "Float64Table", "Float64TypedTable"]
+__all__ = ["exact_float64", "input_dtype_eager", "Float64Table", "Float64TypedTable"]

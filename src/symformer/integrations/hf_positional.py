@@ -68,7 +68,8 @@ def _attention_forward(self, hidden_states, position_embeddings=None, attention_
     if cache is not None:
         k, v = cache.update(k, v, self.layer_idx, {"cache_position": cache_position})
     module = sys.modules[type(self).__mro__[1].__module__]
-    interface = _interface(self.config._attn_implementation, module.eager_attention_forward)
+    eager = getattr(self, "_symformer_eager", None) or module.eager_attention_forward  # exact_float64's
+    interface = _interface(self.config._attn_implementation, eager)
     scale = _scale(self)
     if self.config.model_type != "llama":  # Mistral / Qwen2 / Qwen3 / Gemma 2 / OLMo 3 pass their sliding window on
         window = getattr(self, "sliding_window", getattr(self.config, "sliding_window", None))
