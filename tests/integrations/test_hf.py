@@ -463,11 +463,11 @@ ABSOLUTE_POSITION_FAMILIES = {"ministral3": "queries scaled by 1 + beta log(1 + 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_parity_holds_far_from_position_zero(family):
     """A 24-token check only reaches positions < 24; a family that changes q or k past some position (Ministral 3)
-    passes it unseen. Positions 1000 ... 1023 reach past the tiny configs' thresholds: the patched model still equals
-    the native one (float64), and the native logits are shift-invariant (RoPE depends on m - n only) unless the
-    family is listed in ABSOLUTE_POSITION_FAMILIES."""
+    passes it unseen. Positions from 1000 and 1013 (one start per row) reach past the tiny configs' thresholds:
+    the patched model still equals the native one (float64), and the native logits are shift-invariant (RoPE
+    depends on m - n only) unless the family is listed in ABSOLUTE_POSITION_FAMILIES."""
     x = ids(n=24)
-    far = (torch.arange(24) + 1000)[None].expand(2, -1)
+    far = torch.stack([torch.arange(24) + 1000, torch.arange(24) + 1013])  # per row: the parts' (B, N) path
     ref_model = float64_reference(tiny(family, torch.float64))
     positional = "espr" if partial_rotary_factor(ref_model.config) >= 1 else "rope"
     out = _logits(float64_reference(_patched(family, positional, torch.float64)), x, position_ids=far)
