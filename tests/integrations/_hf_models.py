@@ -30,3 +30,13 @@ def float64_reference(model):
 
 def ids(batch: int = 2, n: int = 16, vocab: int = 40, seed: int = 1) -> torch.Tensor:
     return torch.randint(0, vocab, (batch, n), generator=torch.Generator().manual_seed(seed))
+
+
+def logits(model, x, **kw):
+    with torch.no_grad():
+        return model(x, **kw).logits
+
+
+def patched(family, positional, dtype, **opts):
+    from symformer.integrations import hf
+    return hf.patch_positional(tiny(family, dtype), positional, **opts)
