@@ -471,10 +471,11 @@ def test_scaling_row_names_kinds_whose_sizes_do_not_grow_with_f():
     assert "(2048, 44970)" in row.measured
 
 
-@pytest.mark.parametrize("paper_budget,want", [(False, "inconclusive"), (True, "fails")])
-def test_scaling_row_fails_only_under_the_paper_budget(paper_budget, want):
-    """Slopes out of [0.75, 1.25] measured with our shorter SSFR budget cannot refute the claim (training longer
-    shrinks the small-F sizes); under the paper's budget they do. In range, the row holds either way."""
+@pytest.mark.parametrize("paper_budget,want,want_linear", [(False, "inconclusive", "inconclusive"),
+                                                            (True, "fails", "holds")])
+def test_scaling_row_decides_only_under_the_paper_budget(paper_budget, want, want_linear):
+    """Slopes measured with our shorter SSFR budget neither refute nor support the claim (training longer shrinks
+    the sizes, unevenly across F); under the paper's budget a slope out of [0.75, 1.25] fails and one in it holds."""
     from symformer.experiments import fact_recall as fr
     from symformer.results import ExperimentResult
 
@@ -488,4 +489,4 @@ def test_scaling_row_fails_only_under_the_paper_budget(paper_budget, want):
     steep = row([(1024, 10_000), (2048, 80_000), (4096, 640_000)])  # slope about 2.7
     assert steep.verdict == want and "paper's" in steep.evidence
     linear = row([(F, 10 * F * math.log(F)) for F in (1024, 2048, 4096)])
-    assert linear.verdict == "holds"
+    assert linear.verdict == want_linear and "slopes" in linear.measured
