@@ -150,12 +150,15 @@ class FactRecallTransformer(nn.Module):
         return self.emb + self.emb_delta * self.trainable_rows[:, None].to(self.emb_delta.dtype)
 
     def _check_inputs(self, tokens: torch.Tensor, mask: torch.Tensor | None) -> None:
-        """tokens (B, N) long in [0, vocab_size); mask None or a bool tensor of the same shape (True = real)."""
+        """tokens (B, N) long in [0, vocab_size); mask None or a bool tensor of the same shape (True = real). The id
+        range is checked on CPU tensors only: on an accelerator it would cost a host sync per forward, and the
+        embedding's own device-side check stops an out-of-range id there."""
         if not isinstance(tokens, torch.Tensor):
             fail("tokens", type(tokens).__name__, "a (B, N) LongTensor", TypeError)
         if tokens.ndim != 2 or tokens.dtype != torch.long:
             fail("tokens", f"shape {tuple(tokens.shape)} dtype {tokens.dtype}", "a (B, N) LongTensor")
-        if tokens.numel() and (int(tokens.min()) < 0 or int(tokens.max()) >= self.cfg.vocab_size):
+        if tokens.device.type == "cpu" and tokens.numel() and (int(tokens.min()) < 0
+                                                               or int(tokens.max()) >= self.cfg.vocab_size):
             fail("tokens", f"ids in [{int(tokens.min())}, {int(tokens.max())}]",
                  f"ids in [0, {self.cfg.vocab_size - 1}] (vocab_size {self.cfg.vocab_size})")
         if mask is not None and (not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool
