@@ -26,6 +26,7 @@ from symformer.integrations._hf_common import (
     FLOAT32_ROTARY,
     TABLE_HALF,
     TABLE_INTERLEAVED,
+    attention_modules,
     norm_offset,
     position_query_scale,
 )
@@ -197,10 +198,10 @@ def exact_float64(model: nn.Module) -> nn.Module:
     patch_positional keeps its forward, which computes in the input dtype and takes its eager attention from
     `_symformer_eager`, set here)."""
     family = getattr(getattr(model, "config", None), "model_type", None)
+    if family in FAMILIES and family not in EAGER_INPUT_DTYPE:
+        for attn in attention_modules(model):
+            attn._symformer_eager = input_dtype_eager  # read by hf_positional's patched forward (either order)
     for name, mod in list(model.named_modules()):
-        if family in FAMILIES and family not in EAGER_INPUT_DTYPE and any(
-                c.__name__ == FAMILIES[family] for c in type(mod).__mro__):
-            mod._symformer_eager = input_dtype_eager  # read by hf_positional's patched forward (either order)
         exact = _input_dtype_attention(type(mod), family) if type(mod).__name__ == FAMILIES.get(family) else None
         if exact is not None:  # HF's class (not a patched one) whose forward calls a float32 helper
             mod.__class__ = exact
