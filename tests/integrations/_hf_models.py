@@ -16,7 +16,8 @@ def tiny(family: str = "llama", dtype=torch.float32, seed: int = 0, kv_heads: in
     conf, cls, extra = FAMILY_MODELS[family]
     args = dict(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                 num_key_value_heads=kv_heads, max_position_embeddings=128, initializer_range=init,
-                bos_token_id=None, eos_token_id=None, head_dim=8, **extra)
+                bos_token_id=None, eos_token_id=None, head_dim=8)
+    args.update(extra)  # the family's own settings win (MLA: as many key heads as heads), then the test's
     args.update(kw)
     torch.manual_seed(seed)
     return getattr(tf, cls)(getattr(tf, conf)(**args)).to(dtype).eval()

@@ -100,8 +100,9 @@ def test_cores_run_and_train_in_every_layer_of_every_family(family, attention):
     cores = [attn.symformer_core for attn in layers]
     assert torch.isfinite(loss) and len(cores) == 2
     assert all(type(c).__name__ == {"favor": "FavorAttention", "plash": "PlashAttention"}[attention] for c in cores)
-    first = [getattr(layers[0], n) for n in ("q_proj", "qkv_proj", "query_key_value") if hasattr(layers[0], n)]
-    assert first[0].weight.grad is not None  # Phi-3, GPT-NeoX: fused qkv
+    names = ("q_proj", "qkv_proj", "query_key_value", "q_b_proj")  # Phi-3, GPT-NeoX: fused qkv; MLA: low-rank q
+    first = [getattr(layers[0], n) for n in names if getattr(layers[0], n, None) is not None]
+    assert first[0].weight.grad is not None
 
 
 @pytest.mark.parametrize("side", ["left", "right"])

@@ -547,3 +547,11 @@ def test_gpt_oss_sinks_follow_the_head_permutation():
         assert ((model(x).logits - ref).abs().max() / ref.abs().max()).item() <= 1e-10
         model.model.layers[0].self_attn.sinks.copy_(sinks)  # the sinks left behind
         assert (model(x).logits - ref).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("family", ["deepseek_v3", "glm4_moe_lite"])
+def test_symmetry_group_refuses_multi_head_latent_attention_by_name(family):
+    """MLA shares one rotated key block between the heads and expands keys and values from a latent: the per-key-head
+    action does not describe it, so the group is refused rather than built wrong."""
+    with pytest.raises(ValueError, match=r"^model: got '\w+ForCausalLM \(multi-head latent attention\)'"):
+        hf.symmetry_group(tiny(family, torch.float64))

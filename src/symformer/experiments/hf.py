@@ -34,6 +34,9 @@ def _claim(cid, statement, paper, measured, ok, evidence, setting, paper_setting
 #: family -> (config class, model class, extra config) of the tiny models; MoE: 4 experts, top 2, HF's eager
 #: experts (the grouped-matmul ones take no float64 on CPU)
 _MOE = {"num_experts_per_tok": 2, "experts_implementation": "eager"}
+_MLA = {"num_key_value_heads": 4, "head_dim": 4, "kv_lora_rank": 16, "qk_rope_head_dim": 4, "qk_nope_head_dim": 8,
+        "v_head_dim": 6, "n_routed_experts": 4, "moe_intermediate_size": 32, "first_k_dense_replace": 1, "n_group": 1,
+        "topk_group": 1, "pad_token_id": None, **_MOE}
 FAMILY_MODELS = {"llama": ("LlamaConfig", "LlamaForCausalLM", {}),
                  "mistral": ("MistralConfig", "MistralForCausalLM", {}),
                  "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}), "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {}),
@@ -153,7 +156,19 @@ FAMILY_MODELS = {"llama": ("LlamaConfig", "LlamaForCausalLM", {}),
                                 {"pad_token_id": None, "rope_parameters": {
                                     "rope_type": "yarn", "rope_theta": 1e6, "factor": 16.0,
                                     "original_max_position_embeddings": 8, "beta_fast": 32.0, "beta_slow": 1.0,
-                                    "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1}})}
+                                    "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1}}),
+                 # MLA (DeepSeek-V3, GLM-4.7-Flash): heads of 8 nope + 4 rope coordinates, values of 6, a latent of
+                 # 16, one rotated key block shared by the heads (num_key_value_heads = heads: keys expand per head),
+                 # a dense layer then an MoE layer. DeepSeek-V3: a low-rank q (q_lora_rank 16), interleaved pairs,
+                 # YaRN with mscale != mscale_all_dim (magnitude 1.065 on the rope blocks, mscale_all_dim^2 on the
+                 # logit scale); GLM-4.7-Flash: a full-rank q_proj, rotate-half pairs, the default table
+                 "deepseek_v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM",
+                                 {**_MLA, "q_lora_rank": 16, "rope_interleave": True,
+                                  "rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0,
+                                                      "original_max_position_embeddings": 32, "mscale": 1.0,
+                                                      "mscale_all_dim": 0.5}}),
+                 "glm4_moe_lite": ("Glm4MoeLiteConfig", "Glm4MoeLiteForCausalLM",
+                                   {**_MLA, "q_lora_rank": None, "rope_interleave": False})}
 
 
 #: families whose q/k RMSNorm weights the tiny models draw around 1 (HF starts them at exactly 1)
@@ -168,10 +183,11 @@ def _tiny(dtype, positional=None, seed=0, attn="eager", init=0.2, family="llama"
 
     from symformer.integrations import hf
     conf, cls, extra = FAMILY_MODELS[family]
-    cfg = getattr(tf, conf)(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, head_dim=8,
-                            attention_bias=True, attn_implementation=attn, bos_token_id=None, eos_token_id=None,
-                            initializer_range=init, **extra)  # 0.2: weights large enough that attention moves logits
+    args = dict(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, max_position_embeddings=128, head_dim=8, attention_bias=True,
+                attn_implementation=attn, bos_token_id=None, eos_token_id=None,
+                initializer_range=init)  # 0.2: weights large enough that attention moves logits
+    cfg = getattr(tf, conf)(**{**args, **extra})  # the family's own settings win (MLA: key heads = heads)
     torch.manual_seed(seed)
     model = getattr(tf, cls)(cfg).to(dtype).eval()
     if family in QK_NORM_FAMILIES:
@@ -224,12 +240,14 @@ def favor_convergence(seed: int, features=(64, 1024, 16384), init: float = 0.05)
 
 def teleport_invariance(seed: int) -> dict:
     from symformer.integrations import hf
+    from symformer.integrations._hf_common import MLA_FAMILIES
     from symformer.integrations.hf import exact_float64
     x = torch.randint(0, 40, (2, 24), generator=torch.Generator().manual_seed(seed))
     out = {}
     cases = [("native_rope", None, {}), ("string", "string", {"init_scale": 0.3}),
              ("espr", "espr", {"init_scale": 0.05})]
-    cases += [(f"{fam}_native_rope", None, {"family": fam}) for fam in FAMILY_MODELS if fam != "llama"]
+    cases += [(f"{fam}_native_rope", None, {"family": fam}) for fam in FAMILY_MODELS
+              if fam != "llama" and fam not in MLA_FAMILIES]  # MLA: no symmetry group yet (symmetry_group refuses)
     for name, pos, opts in cases:
         model = exact_float64(_tiny(torch.float64, pos, seed, **opts))
         ref = _logits(model, x)

@@ -25,7 +25,12 @@ FAMILIES = {"llama": "LlamaAttention", "mistral": "MistralAttention", "qwen2": "
             "hyperclovax": "HyperCLOVAXAttention", "jais2": "Jais2Attention", "flex_olmo": "FlexOlmoAttention",
             "solar_open": "SolarOpenAttention", "minimax_m2": "MiniMaxM2Attention", "exaone_moe": "ExaoneMoeAttention",
             "glm4_moe": "Glm4MoeAttention", "granitemoeshared": "GraniteMoeSharedAttention",
-            "ministral3": "Ministral3Attention"}
+            "ministral3": "Ministral3Attention",
+            "deepseek_v3": "DeepseekV3Attention", "glm4_moe_lite": "Glm4MoeLiteAttention"}
+#: families with multi-head latent attention (MLA: DeepSeek-V3, Kimi K2, GLM-4.7-Flash): each head's query and key are
+#: [nope; rope] (qk_nope_head_dim + qk_rope_head_dim coordinates), the rotation acts on the rope block only, and one
+#: rotated key block (from kv_a_proj_with_mqa) is shared by all heads; keys and values come from a normed latent
+MLA_FAMILIES = ("deepseek_v3", "glm4_moe_lite")
 #: families whose native RoPE rotates interleaved pairs (2u, 2u + 1) instead of (u, u + Dh/2)
 INTERLEAVED = ("glm", "glm4", "cohere", "cohere2", "cohere2_moe", "ernie4_5", "ernie4_5_moe", "helium")
 #: families whose rotary table repeats each frequency in place (repeat_interleave), not cat(freqs, freqs)
@@ -94,14 +99,24 @@ def rope_theta(config, layer_type: str | None = None) -> float:
 
 def partial_rotary_factor(config) -> float:
     """The fraction of each head the native rotary embedding rotates (Phi-3 / Phi-4-mini: rope_parameters'
-    partial_rotary_factor; 1 for the other families)."""
+    partial_rotary_factor; MLA: qk_rope_head_dim / qk_head_dim; 1 for the other families)."""
+    if getattr(config, "model_type", None) in MLA_FAMILIES:  # the rope block, the last of each query / key head
+        return config.qk_rope_head_dim / (config.qk_nope_head_dim + config.qk_rope_head_dim)
     factor = rope_parameters(config).get("partial_rotary_factor", getattr(config, "partial_rotary_factor", None))
     return 1.0 if factor is None else float(factor)
 
 
 def rotary_dim(attn: nn.Module) -> int:
-    """How many coordinates of each head the native rotary embedding rotates, as HF: int(head_dim * factor)."""
+    """How many coordinates of each head the native rotary embedding rotates, as HF: int(head_dim * factor); MLA:
+    qk_rope_head_dim (the last block of each head)."""
+    if is_mla(attn):
+        return int(attn.qk_rope_head_dim)
     return int(head_dim(attn) * partial_rotary_factor(attn.config))
+
+
+def is_mla(attn: nn.Module) -> bool:
+    """Whether the layer is multi-head latent attention (MLA_FAMILIES: a shared rotated key from kv_a_proj_with_mqa)."""
+    return hasattr(attn, "kv_a_proj_with_mqa")
 
 
 def norm_offset(norm: nn.Module) -> float:
@@ -110,7 +125,9 @@ def norm_offset(norm: nn.Module) -> float:
 
 
 def head_dim(attn: nn.Module) -> int:
-    """The layer's head size (GPT-NeoX names it head_size)."""
+    """The layer's query and key head size (GPT-NeoX names it head_size; MLA: qk_nope_head_dim + qk_rope_head_dim)."""
+    if is_mla(attn):
+        return int(attn.qk_head_dim)
     return int(getattr(attn, "head_dim", None) or attn.head_size)
 
 
@@ -130,8 +147,13 @@ def fused_qkv(attn: nn.Module) -> tuple[nn.Linear, str] | None:
 
 
 def rope_pairing(config) -> str:
-    """The native RoPE's pairing in symformer's terms: "half" (Llama's rotate_half) or "interleaved" (INTERLEAVED)."""
-    return "interleaved" if getattr(config, "model_type", None) in INTERLEAVED else "half"
+    """The native RoPE's pairing in symformer's terms: "half" (Llama's rotate_half) or "interleaved" (INTERLEAVED;
+    MLA with config.rope_interleave, DeepSeek-V3's default: HF rotates the pairs (2u, 2u + 1) and returns them
+    de-interleaved, the same permutation on q and k, so the logits are those of the interleaved pairing)."""
+    family = getattr(config, "model_type", None)
+    if family in MLA_FAMILIES:
+        return "interleaved" if getattr(config, "rope_interleave", False) else "half"
+    return "interleaved" if family in INTERLEAVED else "half"
 
 
 def applies_rope(attn: nn.Module) -> bool:
@@ -151,10 +173,14 @@ def applies_rope(attn: nn.Module) -> bool:
 
 def check_layer(attn: nn.Module) -> None:
     """ValueError for a layer option neither the patch nor the group follows: StableLM's / Phi's qk_layernorm (a
-    LayerNorm with a bias on q and k, under a name the patched forward does not apply)."""
+    LayerNorm with a bias on q and k, under a name the patched forward does not apply), and MLA layers older than
+    transformers' latent-cache layout (no expand_kv: the patched MLA forward follows that layout)."""
     if getattr(attn, "qk_layernorm", False):
         fail("config.qk_layernorm", True, "False (the per-head LayerNorms on q and k of StableLM / Phi are not "
              "supported)")
+    if is_mla(attn) and not hasattr(attn, "expand_kv"):
+        fail("model", f"{type(attn).__name__} without expand_kv (an older transformers MLA layout)",
+             "the MLA layout of transformers 5.x that caches the compressed latents (DeepseekV3Attention.expand_kv)")
 
 
 def flat_qk_norm(attn: nn.Module) -> bool:
@@ -174,3 +200,25 @@ def position_query_scale(positions: torch.Tensor, beta: float, original_max: int
     """Ministral 3's query scaling after the rotation, 1 + beta log(1 + floor(position / original_max)), in the
     positions' dtype (HF's get_llama_4_attn_scale; its integer positions divide into float32)."""
     return 1 + beta * torch.log1p(torch.floor(positions / original_max))
+
+
+def attention_interface(name: str, eager):
+    """The attention function registered under `name` (the family's `eager` for "eager")."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    if hasattr(ALL_ATTENTION_FUNCTIONS, "get_interface"):
+        return ALL_ATTENTION_FUNCTIONS.get_interface(name, eager)
+    return eager if name == "eager" else ALL_ATTENTION_FUNCTIONS[name]  # 4.48-4.5x
+
+
+def token_positions(position_ids, cache_position, cache, q) -> torch.Tensor:
+    """Token positions (B, N, 1), or (N, 1) when the batch shares them, as floats: the model's position_ids."""
+    n = q.shape[-2]
+    if position_ids is None:
+        if cache_position is not None:
+            position_ids = cache_position[None]
+        else:
+            start = cache.get_seq_length() if cache is not None else 0
+            position_ids = torch.arange(start, start + n, device=q.device)[None]
+    if position_ids.shape[0] == 1:  # positions shared by the batch: (N, 1), the parts' shared-table path
+        position_ids = position_ids[0]
+    return position_ids[..., None].to(q.dtype)

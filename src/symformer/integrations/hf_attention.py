@@ -135,7 +135,10 @@ def _symformer_attention(kind: str, module, query, key, value, attention_mask, s
         shift = keep[:, 0, 0].to(torch.int64).argmax(-1)
         query, k, v = (_roll_to_first_kept(t, shift) for t in (query, k, v))
         keep = _roll_to_first_kept(keep.transpose(-1, -2).expand(-1, 1, -1, 1), shift).transpose(-1, -2)
-    out = core(query, k, v, attn_mask=keep, is_causal=causal, scale=scaling)
+    dv = v.shape[-1]
+    if kind == "plash" and dv < query.shape[-1]:  # MLA's values are narrower than its queries and keys: PLASH runs at
+        v = torch.nn.functional.pad(v, (0, query.shape[-1] - dv))  # one head size, so zero columns, sliced off after
+    out = core(query, k, v, attn_mask=keep, is_causal=causal, scale=scaling)[..., :dv]
     if shift is not None:
         out = _roll_to_first_kept(out, shift, inverse=True)
     return out.transpose(1, 2).contiguous(), None

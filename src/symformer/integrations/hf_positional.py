@@ -30,11 +30,13 @@ from torch import nn
 from symformer._validation import check_choice, fail
 from symformer.integrations._hf_common import (
     applies_rope,
+    attention_interface,
     attention_modules,
     check_layer,
     flat_qk_norm,
     fused_qkv,
     head_dim,
+    is_mla,
     model_family,
     n_kv_heads,
     out_proj,
@@ -45,7 +47,9 @@ from symformer.integrations._hf_common import (
     rope_parameters,
     rope_theta,
     rotary_dim,
+    token_positions,
 )
+from symformer.integrations.hf_mla import mla_attention_forward
 
 POSITIONALS = ("rope", "string", "circulant_string", "espr")
 _ATTN_CLASSES: dict[type, type] = {}
@@ -62,14 +66,14 @@ def _attention_forward(self, hidden_states, position_embeddings=None, attention_
     q, k, v = _project(self, hidden_states)
     old = kwargs.pop("layer_past", kwargs.pop("past_key_value", past_key_values))
     cache = cache if cache is not None else old
-    positions = _positions(position_ids, cache_position, cache, q)
+    positions = token_positions(position_ids, cache_position, cache, q)
     q, k = self.rotary(q, k, positions)  # RotaryPositional: (B, H, N, Dh) and (B, H_kv, N, Dh)
     q = q * _query_position_scale(self.config, positions)
     if cache is not None:
         k, v = cache.update(k, v, self.layer_idx, {"cache_position": cache_position})
     module = sys.modules[type(self).__mro__[1].__module__]
     eager = getattr(self, "_symformer_eager", None) or module.eager_attention_forward  # exact_float64's
-    interface = _interface(self.config._attn_implementation, eager)
+    interface = attention_interface(self.config._attn_implementation, eager)
     scale = _scale(self)
     if self.config.model_type != "llama":  # Mistral / Qwen2 / Qwen3 / Gemma 2 / OLMo 3 pass their sliding window on
         window = getattr(self, "sliding_window", getattr(self.config, "sliding_window", None))
@@ -133,31 +137,10 @@ def _scale(attn) -> float:
     return (part if math.isclose(ratio, 1.0, rel_tol=1e-12) else part * ratio) * magnitude
 
 
-def _interface(name, eager):
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-    if hasattr(ALL_ATTENTION_FUNCTIONS, "get_interface"):
-        return ALL_ATTENTION_FUNCTIONS.get_interface(name, eager)
-    return eager if name == "eager" else ALL_ATTENTION_FUNCTIONS[name]  # 4.48-4.5x
-
-
-def _positions(position_ids, cache_position, cache, q) -> torch.Tensor:
-    """Token positions (B, N, 1), or (N, 1) when the batch shares them, as floats: the model's position_ids."""
-    n = q.shape[-2]
-    if position_ids is None:
-        if cache_position is not None:
-            position_ids = cache_position[None]
-        else:
-            start = cache.get_seq_length() if cache is not None else 0
-            position_ids = torch.arange(start, start + n, device=q.device)[None]
-    if position_ids.shape[0] == 1:  # positions shared by the batch: (N, 1), the parts' shared-table path
-        position_ids = position_ids[0]
-    return position_ids[..., None].to(q.dtype)
-
-
-def _patched_attention_class(cls: type) -> type:
+def _patched_attention_class(cls: type, mla: bool = False) -> type:
     if cls not in _ATTN_CLASSES:
-        _ATTN_CLASSES[cls] = type("Symformer" + cls.__name__, (cls,), {"forward": _attention_forward,
-                                                                       "__module__": __name__})
+        forward = mla_attention_forward if mla else _attention_forward
+        _ATTN_CLASSES[cls] = type("Symformer" + cls.__name__, (cls,), {"forward": forward, "__module__": __name__})
     return _ATTN_CLASSES[cls]
 
 
@@ -232,7 +215,9 @@ def _build_part(positional: str, attn: nn.Module, config, inv_freq, options: dic
         if own_freqs and positional == "espr" and part.d_act == dim and options.get("commuting_init", True) \
                 and options.get("init_scale") is None:
             part.set_generators(_rope_generators(inv_freq, dim, rope_pairing(config)).to(part.gen_param.dtype))
-    return part if dim == full else PartialRotary(part, full).to(device=w.device)
+    if dim == full or is_mla(attn):  # MLA: the part rotates the rope blocks themselves (hf_mla)
+        return part
+    return PartialRotary(part, full).to(device=w.device)
 
 
 def _part_for(positional: str, model: nn.Module, attn: nn.Module, options: dict,
@@ -247,16 +232,17 @@ def _part_for(positional: str, model: nn.Module, attn: nn.Module, options: dict,
     dim = rotary_dim(attn)
     if inv_freq is not None and 2 * inv_freq.numel() != dim:
         fail("config.rope_parameters", f"a rotary table of {inv_freq.numel()} frequencies",
-             f"{dim // 2} (head_dim={head_dim(attn)} x partial_rotary_factor)")
-    if dim < head_dim(attn) and positional == "espr":  # PartialRotary: no part with its own scale
+             f"{dim // 2} (head_dim={head_dim(attn)}, of which the table rotates {dim} coordinates)")
+    if dim < head_dim(attn) and positional == "espr":  # PartialRotary, MLA: no part with its own scale
         fail("positional", positional, "rope, string or circulant_string where the model rotates part of each head "
-             f"(partial_rotary_factor={partial_rotary_factor(model.config)}): ESPR's 1/sqrt(d_act) scale (T4.4) is "
-             "stated for a whole projected head")
+             f"({dim} of {head_dim(attn)} coordinates): ESPR's 1/sqrt(d_act) scale (T4.4) is stated for a whole "
+             "projected head")
     rope_type = str(rope_parameters(model.config, lt).get("rope_type", "default"))
     if rope_type.startswith("dynamic") or rope_type == "longrope":
         fail("config.rope_parameters", f"rope_type={rope_type!r} (attention_scaling={attn_scale})",
              "a rope type whose table does not change with the sequence length (default, linear, llama3, yarn)")
-    if attn_scale != 1.0 and dim < head_dim(attn):  # HF scales the rotated coordinates only: not a logit scale
+    if attn_scale != 1.0 and dim < head_dim(attn) and not is_mla(attn):  # HF scales the rotated coordinates only:
+        # not a logit scale (MLA's forward scales its rotated blocks itself: hf_mla)
         fail("config.rope_parameters", f"rope_type={rope_type!r} (attention_scaling={attn_scale}) with "
              f"partial_rotary_factor={partial_rotary_factor(model.config)}",
              "a magnitude factor of 1 where the model rotates part of each head")
@@ -277,7 +263,8 @@ def patch_positional(model: nn.Module, positional: str = "rope", **options) -> n
     heads and the H_kv key heads alike). Returns the model (patched in place).
 
     YaRN's table (cos and sin times attention_scaling m) is its rotation with q and k scaled by m: the part does
-    the rotation and the logit scale takes m^2.
+    the rotation and the logit scale takes m^2. Multi-head latent attention (DeepSeek-V3: hf_mla) gets its part on
+    the rope block of each head, and m scales those blocks only, as HF's table does.
 
     ValueError: an unsupported model family, a model patched already, a head_dim the part cannot take (odd
     head_dim for RoPE-like parts, d_act > head_dim), or a rope type whose table changes with the sequence length
@@ -305,7 +292,7 @@ def patch_positional(model: nn.Module, positional: str = "rope", **options) -> n
         attn.rotary = part
         if magnitude != 1.0:
             attn.rotary_magnitude = magnitude
-        attn.__class__ = _patched_attention_class(type(attn))
+        attn.__class__ = _patched_attention_class(type(attn), is_mla(attn))
     config.symformer_positional = {"positional": positional, **options}
     model.__class__ = _patched_model_class(type(model))
     return model

@@ -44,6 +44,7 @@ from symformer.integrations._hf_common import (
     flat_qk_norm,
     fused_qkv,
     head_dim,
+    is_mla,
     n_kv_heads,
     norm_offset,
     out_proj,
@@ -158,6 +159,10 @@ def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn:
     sites = []
     for attn in attention_modules(model):
         check_layer(attn)
+        if is_mla(attn):  # a shared rotated key block and latent projections: not the per-key-head action here
+            fail("model", f"{type(model).__name__} (multi-head latent attention)", "a model without MLA: its symmetry "
+                 "group (GL per head on the nope blocks, one shared rotary commutant on the rope blocks, GL per head "
+                 "on the values) is not implemented yet; its rotary parts and attention cores are")
         if getattr(attn.config, "clip_qkv", None) is not None:  # OLMo's clamp: clamp(U q) != U clamp(q)
             fail("config.clip_qkv", attn.config.clip_qkv, "None (clamping q, k and v breaks every symmetry of the "
                  "projections)")

@@ -1,0 +1,62 @@
+"""symformer rotary parts in multi-head latent attention (MLA: DeepSeek-V3, Kimi K2, GLM-4.7-Flash).
+
+MLA splits each head's query and key into a "nope" block (qk_nope_head_dim coordinates, no position) and a "rope"
+block (qk_rope_head_dim coordinates). The rope block of the keys comes from the last rows of kv_a_proj_with_mqa,
+one block shared by every head; the nope blocks of the keys and the values are expanded from a normed latent
+(kv_b_proj). Only the rope blocks rotate, so the patched part acts on those qk_rope_head_dim coordinates: the
+shared key block is a single key head read by all H query heads (grouped-query attention with H_kv = 1, which
+every part supports). YaRN's magnitude m on HF's cos and sin scales the rope blocks only, not the whole logit, so
+it is applied to the rotated blocks here (q_rot m, k_rot m), exactly as HF's table does, and the logit scale is
+HF's (its 1 / sqrt(qk_head_dim) times mscale^2 where the config asks for it).
+"""
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from symformer.integrations._hf_common import attention_interface, token_positions
+
+
+def _mla_project(self, hidden_states: torch.Tensor):
+    """(q_pass, q_rot) of shape (B, H, N, nope) and (B, H, N, rope), the normed latent (B, 1, N, kv_lora_rank) and
+    the unrotated shared key block (B, 1, N, rope), as HF's MLA forward computes them."""
+    b, n = hidden_states.shape[:-1]
+    if self.q_lora_rank is None:
+        q = self.q_proj(hidden_states)
+    else:
+        q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(hidden_states)))
+    q = q.view(b, n, -1, self.qk_head_dim).transpose(1, 2)
+    q_pass, q_rot = torch.split(q, [self.qk_nope_head_dim, self.qk_rope_head_dim], dim=-1)
+    latent, k_rot = torch.split(self.kv_a_proj_with_mqa(hidden_states), [self.kv_lora_rank, self.qk_rope_head_dim],
+                                dim=-1)
+    latent = self.kv_a_layernorm(latent).view(b, 1, n, self.kv_lora_rank)
+    return q_pass, q_rot, latent, k_rot.view(b, 1, n, self.qk_rope_head_dim)
+
+
+def mla_attention_forward(self, hidden_states, position_embeddings=None, attention_mask=None, cache=None,
+                          position_ids=None, cache_position=None, past_key_values=None, **kwargs):
+    """HF's MLA forward (transformers 5.x: the compressed latent and the rotated key block are cached) with
+    `self.rotary` on the rope blocks in place of HF's cos/sin table."""
+    b, n = hidden_states.shape[:-1]
+    q_pass, q_rot, latent, k_rot = _mla_project(self, hidden_states)
+    cache = cache if cache is not None else kwargs.pop("past_key_value", past_key_values)
+    positions = token_positions(position_ids, cache_position, cache, q_rot)
+    q_rot, k_rot = self.rotary(q_rot, k_rot, positions)  # (B, H, N, rope) and the shared (B, 1, N, rope)
+    magnitude = getattr(self, "rotary_magnitude", 1.0)
+    if magnitude != 1.0:  # YaRN's attention_scaling on cos and sin: the rope blocks only
+        q_rot, k_rot = q_rot * magnitude, k_rot * magnitude
+    if cache is not None:
+        latent, k_rot = cache.update(latent, k_rot, self.layer_idx, kwargs={"cache_position": cache_position})
+    query = torch.cat((q_pass, q_rot), dim=-1)
+    key, value = self.expand_kv(latent, k_rot)
+    module = sys.modules[type(self).__mro__[1].__module__]
+    eager = getattr(self, "_symformer_eager", None) or module.eager_attention_forward  # exact_float64's
+    interface = attention_interface(self.config._attn_implementation, eager)
+    dropout = 0.0 if not self.training else self.attention_dropout
+    out, weights = interface(self, query, key, value, attention_mask, dropout=dropout, scaling=self.scaling,
+                             **kwargs)
+    return self.o_proj(out.reshape(b, n, -1).contiguous()), weights
+
+
+__all__ = ["mla_attention_forward"]

@@ -1,0 +1,119 @@
+"""Multi-head latent attention (DeepSeek-V3, GLM-4.7-Flash): the rotary parts act on the rope blocks only, one
+shared rotated key block serves every head, and YaRN's magnitude scales those blocks, not the logit. The generic
+family tests (parity in float64, left padding, far positions, FAVOR+ / PLASH training, exact_float64) run on both
+MLA families too; these add the MLA-specific controls."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from tests.integrations._hf_models import float64_reference, ids, logits, tiny  # noqa: E402
+
+from symformer.integrations import hf  # noqa: E402
+from symformer.integrations._hf_common import attention_modules, check_layer  # noqa: E402
+
+MLA = ("deepseek_v3", "glm4_moe_lite")
+
+
+def _gap(model, ref, x) -> float:
+    return (logits(float64_reference(model), x) - ref).abs().max().item()
+
+
+@pytest.mark.parametrize("family", MLA)
+def test_the_part_rotates_the_rope_block_with_the_models_table(family):
+    """The part is built on qk_rope_head_dim coordinates (no PartialRotary: the rope block is the last of the head),
+    from the model's own frequencies, in its pairing (DeepSeek-V3 here: interleaved; GLM-4.7-Flash here: halves)."""
+    model = hf.patch_positional(tiny(family, torch.float64), "rope")
+    attn = attention_modules(model)[0]
+    assert type(attn.rotary).__name__ == "RoPE" and attn.rotary.head_dim == attn.qk_rope_head_dim == 4
+    assert attn.rotary.pairing == ("interleaved" if model.config.rope_interleave else "half")
+    assert torch.equal(attn.rotary.beta[:, 0], model.model.rotary_emb.inv_freq.to(torch.float64))
+
+
+@pytest.mark.parametrize("family", MLA)
+def test_parity_needs_the_models_pairing(family):
+    """Negative control for the pairing: the other layout rotates other coordinate pairs and the logits move."""
+    x = ids(n=24)
+    ref = logits(float64_reference(tiny(family, torch.float64)), x)
+    own = "interleaved" if tiny(family).config.rope_interleave else "half"
+    other = "half" if own == "interleaved" else "interleaved"
+    assert _gap(hf.patch_positional(tiny(family, torch.float64), "rope"), ref, x) <= 1e-10
+    assert _gap(hf.patch_positional(tiny(family, torch.float64), "rope", pairing=other), ref, x) > 1e-3
+
+
+def test_yarn_magnitude_scales_the_rope_blocks_not_the_logit():
+    """The tiny DeepSeek-V3 uses YaRN with mscale != mscale_all_dim: HF's cos and sin carry m = 1.065 (the rope
+    blocks only) and its logit scale carries mscale_all_dim^2. Parity holds with m on the blocks; without it, or with
+    m^2 on the whole logit (the rule for full-head rotations), it fails."""
+    x = ids(n=24)
+    ref = logits(float64_reference(tiny("deepseek_v3", torch.float64)), x)
+    model = hf.patch_positional(tiny("deepseek_v3", torch.float64), "string", init_scale=0.0)
+    layers = attention_modules(model)
+    m = layers[0].rotary_magnitude
+    assert m == pytest.approx(model.model.rotary_emb.attention_scaling) and abs(m - 1) > 0.05
+    assert layers[0].scaling != pytest.approx(1 / math.sqrt(layers[0].qk_head_dim))  # mscale_all_dim^2 on the logit
+    assert _gap(model, ref, x) <= 1e-10
+    for attn in layers:
+        attn.rotary_magnitude = 1.0
+    assert _gap(model, ref, x) > 1e-3
+    for attn in layers:
+        attn.scaling *= m * m
+    assert _gap(model, ref, x) > 1e-3
+
+
+@pytest.mark.parametrize("family", MLA)
+def test_decoding_with_the_latent_cache_matches_the_native_model(family):
+    """The cache holds the latent and the rotated key block (transformers 5.x): greedy decoding of the patched
+    model equals the native one, and a cached step's logits equal the full forward's in float64."""
+    x = ids(n=8)
+    native = tiny(family).generate(x, max_new_tokens=6, do_sample=False)
+    assert torch.equal(hf.patch_positional(tiny(family), "rope").generate(x, max_new_tokens=6, do_sample=False), native)
+    model = float64_reference(hf.patch_positional(tiny(family, torch.float64), "string", init_scale=0.3))
+    with torch.no_grad():
+        full = model(x).logits
+        first = model(x[:, :5], use_cache=True)
+        step = model(x[:, 5:], cache=first.past_key_values, use_cache=True).logits
+    assert (step - full[:, 5:]).abs().max().item() <= 1e-12
+
+
+def test_a_trained_part_reloads_from_a_saved_folder(tmp_path):
+    import transformers
+    model = hf.patch_positional(tiny("deepseek_v3"), "string", init_scale=0.1)
+    with torch.no_grad():
+        for p in attention_modules(model)[1].rotary.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    model.save_pretrained(tmp_path)
+    loaded = hf.from_pretrained(transformers.DeepseekV3ForCausalLM, tmp_path).eval()
+    x = ids()
+    assert attention_modules(loaded)[0].rotary_magnitude == attention_modules(model)[0].rotary_magnitude
+    assert (logits(loaded, x) - logits(model.eval(), x)).abs().max().item() == 0.0
+
+
+@pytest.mark.parametrize("family", MLA)
+def test_favor_approaches_softmax_with_narrow_values(family):
+    """FAVOR+ takes MLA's values (6 coordinates) narrower than its queries and keys (12): the error to the exact
+    softmax falls as the features grow (fixed seeds; T7.4's variance shrinks like 1 / n_features)."""
+    x = ids(n=24)
+    ref = logits(tiny(family, torch.float64, init=0.05), x)
+    errs = [(logits(hf.configure(tiny(family, torch.float64, init=0.05), "favor", n_features=n, seed=0), x) - ref)
+            .abs().max().item() for n in (16, 4096)]
+    assert errs[1] < errs[0] / 4 and errs[1] < 1e-2
+
+
+def test_an_older_mla_layout_is_refused_by_name():
+    """transformers releases whose MLA caches expanded keys (no expand_kv) follow another forward: refused."""
+    class OldMLA(torch.nn.Module):
+        kv_a_proj_with_mqa = None
+
+    with pytest.raises(ValueError, match=r"^model: got 'OldMLA without expand_kv"):
+        check_layer(OldMLA())
+
+
+@pytest.mark.parametrize("family", MLA)
+def test_espr_is_refused_on_the_rope_block(family):
+    with pytest.raises(ValueError, match=r"^positional: got 'espr'.*\(4 of 12 coordinates\)"):
+        hf.patch_positional(tiny(family), "espr")
