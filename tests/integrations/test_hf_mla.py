@@ -117,3 +117,70 @@ def test_an_older_mla_layout_is_refused_by_name():
 def test_espr_is_refused_on_the_rope_block(family):
     with pytest.raises(ValueError, match=r"^positional: got 'espr'.*\(4 of 12 coordinates\)"):
         hf.patch_positional(tiny(family), "espr")
+
+
+# ---------------------------------------------------------------- the symmetry group
+def _model(family, positional=None, **opts):
+    model = tiny(family, torch.float64, attention_bias=True)  # kv_a_proj_with_mqa's bias: its rope rows move too
+    return float64_reference(model if positional is None else hf.patch_positional(model, positional, **opts))
+
+
+@pytest.mark.parametrize("family,positional,opts", [
+    (f, p, o) for f in MLA for p, o in ((None, {}), ("string", {"init_scale": 0.3}), ("circulant_string", {}))])
+def test_logits_invariant_under_a_random_element(family, positional, opts):
+    """Two sites per layer: GL(nope) per head on the query / key nope blocks with GL(v) per head on the values and
+    output columns, and one element of the rotary's group on the rope blocks, shared by the heads (a single key
+    head); gated-MLP, shared-expert and per-expert rescalings with ffn=True. float64, generic element."""
+    model, x = _model(family, positional, **opts), ids(n=24)
+    ref = logits(model, x)
+    group = hf.symmetry_group(model, ffn=True)
+    nope, rope = group.sites[:2]
+    assert (nope.head_dim, nope.value_dim, nope.n_heads, rope.head_dim, rope.value_dim, rope.n_heads) == (8, 6, 4, 4,
+                                                                                                        0, 1)
+    assert rope.qk.kind == {None: "h", "string": "string", "circulant_string": "commutant"}[positional]
+    before = [p.detach().clone() for p in group.parameters()]
+    group.apply(model, group.random(torch.Generator().manual_seed(1)))
+    moved = max((p - b).abs().max().item() for p, b in zip(group.parameters(), before, strict=True))
+    assert moved > 0.1 and ((logits(model, x) - ref).abs().max() / ref.abs().max()).item() <= 1e-10
+
+
+def test_invariance_needs_the_rotary_group_and_one_factor_for_all_heads():
+    """Negative controls: a GL factor on the rope blocks (not in H), and a rope factor for one query head only (the
+    key block is shared, so the other heads read it through U^{-T} without U on their queries)."""
+    model, x = _model("deepseek_v3"), ids(n=24)
+    ref = logits(model, x)
+    group = hf.symmetry_group(model)
+    saved = [p.detach().clone() for p in group.parameters()]
+    g = group.identity()
+    gen = torch.Generator().manual_seed(2)
+    g.qk[1] = torch.eye(4, dtype=torch.float64) + 0.3 * torch.randn(1, 4, 4, generator=gen, dtype=torch.float64)
+    group.apply(model, g)
+    assert (logits(model, x) - ref).abs().max().item() > 1e-4
+    with torch.no_grad():
+        for p, s in zip(group.parameters(), saved, strict=True):
+            p.copy_(s)
+        u = group.sites[1].qk.random((1,), gen)[0]  # in H: fine for every head at once, not for one alone
+        attn = model.model.layers[0].self_attn
+        rope_rows = slice(8, 12)  # head 0's rope block in q_b_proj (rows [nope; rope] per head)
+        attn.q_b_proj.weight[rope_rows] = u @ attn.q_b_proj.weight[rope_rows]
+        k = attn.kv_a_proj_with_mqa
+        k.weight[16:] = torch.linalg.inv(u).T @ k.weight[16:]
+        k.bias[16:] = torch.linalg.inv(u).T @ k.bias[16:]
+    assert (logits(model, x) - ref).abs().max().item() > 1e-4
+
+
+def test_hf_teleport_trains_an_mla_model_in_a_plain_loop():
+    model = hf.patch_positional(tiny("deepseek_v3"), "string", init_scale=0.1)
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    data = torch.randint(0, 40, (6, 4, 13), generator=torch.Generator().manual_seed(0))
+    loss_fn = lambda m, batch: m(batch, labels=batch).loss  # noqa: E731
+    tele = hf.HFTeleport(model, opt, loss_fn, total_steps=6, step=2, steps=2, samples=8, alpha=0.3,
+                         state_policy="transform")
+    for i in range(6):
+        loss = loss_fn(model, data[i])
+        loss.backward()
+        tele.after_backward(i, data[i], loss)
+        opt.step()
+        opt.zero_grad()
+    assert [e["step"] for e in tele.log] == [2, 3] and all(e["skipped"] == 0 for e in tele.log)

@@ -21,10 +21,8 @@ def test_hf_parity_covers_every_supported_family():
 
 def test_hf_teleport_invariance_rows_cover_every_family():
     from symformer.experiments.hf import FAMILY_MODELS, teleport_invariance
-    from symformer.integrations._hf_common import MLA_FAMILIES
     tel = teleport_invariance(0)
-    assert set(tel) == {"native_rope", "string", "espr"} | {f"{f}_native_rope" for f in FAMILY_MODELS
-                                                           if f != "llama" and f not in MLA_FAMILIES}
+    assert set(tel) == {"native_rope", "string", "espr"} | {f"{f}_native_rope" for f in FAMILY_MODELS if f != "llama"}
     assert max(tel.values()) <= 1e-10
 
 

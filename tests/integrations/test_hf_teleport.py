@@ -33,7 +33,7 @@ CASES = [("llama", None, {}), ("llama", "rope", {}), ("mistral", "string", {"ini
 
 
 def _model(family, positional, opts, kv_heads=2):
-    model = tiny(family, torch.float64, kv_heads=kv_heads, attention_bias=family == "llama")
+    model = tiny(family, torch.float64, kv_heads=kv_heads, attention_bias=family in ("llama", "deepseek_v3"))
     model = model if positional is None else hf.patch_positional(model, positional, **opts)
     return float64_reference(model)  # float64 norms and rotary table: invariance is then read at float64 rounding
 
@@ -119,7 +119,8 @@ def test_teleport_symmetry_group_dispatches_and_refuses_approximate_cores():
                                                ("cohere", None), ("cohere2_moe", None), ("ernie4_5_moe", None),
                                                ("gpt_oss", "string"), ("helium", None), ("nemotron", None),
                                                ("solar_open", None), ("flex_olmo", None), ("minimax_m2", None),
-                                               ("glm4_moe", None), ("ministral3", None)])
+                                               ("glm4_moe", None), ("ministral3", None), ("deepseek_v3", None),
+                                               ("glm4_moe_lite", "string")])
 def test_gradient_action_and_norms_match_autograd(family, positional):
     """grad L(g theta) from autograd equals grad_action(g, grad L(theta)); the inverse undoes g; closed-form
     candidate norms equal the brute-force ones (apply, backward, restore), GQA, the gated-MLP rescaling and
@@ -138,7 +139,8 @@ def _check_gradient_action(model, norms: bool):
     orig = [p.detach().clone() for p in params]
     g0 = torch.autograd.grad(_loss(model, x), params)
     g = group.random(torch.Generator().manual_seed(3), scale=0.2)
-    g.perm = [torch.arange(s.n_heads).flip(0) for s in group.sites]  # never the identity (randperm(2) may be)
+    # never the identity (randperm(2) may be); MLA's two sites per layer share the heads: not permuted
+    g.perm = [torch.arange(s.n_heads).flip(0) if s.permutable else None for s in group.sites]
     pred = group.grad_action(g, {id(p): gr for p, gr in zip(params, g0)})
     group.apply(model, g)
     g1 = torch.autograd.grad(_loss(model, x), params)
@@ -547,11 +549,3 @@ def test_gpt_oss_sinks_follow_the_head_permutation():
         assert ((model(x).logits - ref).abs().max() / ref.abs().max()).item() <= 1e-10
         model.model.layers[0].self_attn.sinks.copy_(sinks)  # the sinks left behind
         assert (model(x).logits - ref).abs().max() > 1e-4
-
-
-@pytest.mark.parametrize("family", ["deepseek_v3", "glm4_moe_lite"])
-def test_symmetry_group_refuses_multi_head_latent_attention_by_name(family):
-    """MLA shares one rotated key block between the heads and expands keys and values from a latent: the per-key-head
-    action does not describe it, so the group is refused rather than built wrong."""
-    with pytest.raises(ValueError, match=r"^model: got '\w+ForCausalLM \(multi-head latent attention\)'"):
-        hf.symmetry_group(tiny(family, torch.float64))

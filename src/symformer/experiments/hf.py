@@ -240,14 +240,12 @@ def favor_convergence(seed: int, features=(64, 1024, 16384), init: float = 0.05)
 
 def teleport_invariance(seed: int) -> dict:
     from symformer.integrations import hf
-    from symformer.integrations._hf_common import MLA_FAMILIES
     from symformer.integrations.hf import exact_float64
     x = torch.randint(0, 40, (2, 24), generator=torch.Generator().manual_seed(seed))
     out = {}
     cases = [("native_rope", None, {}), ("string", "string", {"init_scale": 0.3}),
              ("espr", "espr", {"init_scale": 0.05})]
-    cases += [(f"{fam}_native_rope", None, {"family": fam}) for fam in FAMILY_MODELS
-              if fam != "llama" and fam not in MLA_FAMILIES]  # MLA: no symmetry group yet (symmetry_group refuses)
+    cases += [(f"{fam}_native_rope", None, {"family": fam}) for fam in FAMILY_MODELS if fam != "llama"]
     for name, pos, opts in cases:
         model = exact_float64(_tiny(torch.float64, pos, seed, **opts))
         ref = _logits(model, x)

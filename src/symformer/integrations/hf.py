@@ -1,7 +1,7 @@
 """Hugging Face transformers integration (optional extra `hf`): symformer's attention cores, rotary parts and
 teleportation on the model families of `_hf_common.FAMILIES` (the README has the table: Llama, Mistral, Qwen, Gemma,
-OLMo, Phi, GPT-NeoX / Pythia, Granite, SmolLM3, EXAONE 4, StableLM, StarCoder2, GLM, and their MoE variants; the
-rotary parts and cores also on DeepSeek-V3's multi-head latent attention, `hf_mla`, whose group is not implemented).
+OLMo, Phi, GPT-NeoX / Pythia, Granite, SmolLM3, EXAONE 4, StableLM, StarCoder2, GLM, DeepSeek-V3's multi-head latent
+attention (`hf_mla`), and their MoE variants).
 Fused q/k/v projections, partial rotary embeddings, interleaved pairs and NoPE layers are followed; where q/k norms
 sit before the rotation (per head in Qwen3, Gemma 3, EXAONE 4, Apertus; over all heads in OLMo 2 / 3 and OLMoE) the
 Q/K symmetry acts on the norm weights. Models are built from configs, no download needed.

@@ -24,6 +24,12 @@ and follow a head permutation (AttentionSite.head_params).
 Fused projections (Phi-3's qkv_proj and gate_up_proj, GPT-NeoX's head-by-head query_key_value) are acted on through
 their row blocks (teleport.groups.FusedRows, FusedExperts); partial rotary embeddings (Phi-4-mini, GPT-NeoX) give
 the rotary's group on the rotated block times GL on the rest (teleport.qk_groups.BlockGroup).
+Multi-head latent attention (DeepSeek-V3: [nope; rope] query and key blocks per head, one rotated key block shared by
+the heads, keys and values from a normed latent) is two sites per layer on row blocks (`_mla_sites`): GL(nope) per
+head on the nope blocks of q_b_proj and kv_b_proj with GL(v) per head on kv_b_proj's value rows and o_proj's columns,
+and one element of the rotary's group on the rope blocks, shared by every head because they all read the same key
+block (a site with one key head and no values); the latent rows of kv_a_proj_with_mqa are left alone, and no head
+permutation (the two sites share each head).
 
 `HFTeleport` drives `teleport.TeleportCallback` from a plain training loop (no symformer Trainer).
 """
@@ -109,6 +115,53 @@ def _native_rope(head_dim: int, rotary_dim: int, pairing: str = "half"):
     return rope if rotary_dim == head_dim else PartialRotary(rope, head_dim)
 
 
+class _MLAView:
+    """One of the two sites of an MLA layer, with the attribute names AttentionSite reads: the nope site (query and key
+    nope blocks, values and output; GL on Q/K, since nothing rotates there) or the rope site (the query rope blocks of
+    all heads and the one shared rotated key block: a single key head, so the rotary's group element is shared by
+    every head, as q_h^T U^T M U^{-T} k = q_h^T M k needs; no values)."""
+
+    def __init__(self, attn, q_proj, k_proj, v_proj, o_proj, head_dim: int, rotary):
+        self.attn, self.q_proj, self.k_proj, self.v_proj, self.o_proj = attn, q_proj, k_proj, v_proj, o_proj
+        self.n_heads, self.head_dim, self.rotary = int(attn.config.num_attention_heads), head_dim, rotary
+        self.fused: list[FusedRows] = []
+
+
+def _head_rows(n_heads: int, width: int, start: int, size: int) -> torch.Tensor:
+    """Row indices [start, start + size) of every head in a projection of n_heads blocks of `width` rows."""
+    return (torch.arange(n_heads)[:, None] * width + start + torch.arange(size)).flatten()
+
+
+def _fused_blocks(lin: nn.Linear, rows: list[torch.Tensor], passive: tuple[int, ...] = ()):
+    """(FusedRows of the weight and bias, the row blocks as _RowBlocks)."""
+    fused = [FusedRows(p, rows, passive) for p in (lin.weight, lin.bias) if p is not None]
+    biases = fused[1].blocks if lin.bias is not None else [None] * len(rows)
+    return fused, [_RowBlock(w, b) for w, b in zip(fused[0].blocks, biases, strict=True)]
+
+
+def _mla_sites(attn: nn.Module, name: str, positions) -> list[AttentionSite]:
+    """Multi-head latent attention (DeepSeek-V3) as two sites acting on row blocks of q_b_proj (or q_proj), kv_b_proj
+    and kv_a_proj_with_mqa (whose latent rows stay as they are): per head GL(nope) on the nope blocks and GL(v) on the
+    values; one rotary-group element on the rope blocks, shared by the heads. No head permutations: the two sites
+    share each head (a permutation would have to move both at once)."""
+    h, nope, rope, dv = attn.config.num_attention_heads, attn.qk_nope_head_dim, attn.qk_rope_head_dim, attn.v_head_dim
+    q = attn.q_proj if attn.q_lora_rank is None else attn.q_b_proj
+    fq, (q_nope, q_rope) = _fused_blocks(q, [_head_rows(h, nope + rope, 0, nope),
+                                             _head_rows(h, nope + rope, nope, rope)])
+    fkv, (k_nope, v) = _fused_blocks(attn.kv_b_proj, [_head_rows(h, nope + dv, 0, nope),
+                                                      _head_rows(h, nope + dv, nope, dv)])
+    r = attn.kv_lora_rank  # kv_a_proj_with_mqa rows: [latent (normed, then kv_b_proj); the shared key rope block]
+    fa, (_, k_rope) = _fused_blocks(attn.kv_a_proj_with_mqa, [torch.arange(r), torch.arange(r, r + rope)],
+                                    passive=(0,))
+    rotary = getattr(attn, "rotary", None) or _native_rope(rope, rope, rope_pairing(attn.config))
+    nope_view = _MLAView(attn, q_nope, k_nope, v, attn.o_proj, nope, None)
+    rope_view = _MLAView(attn, q_rope, k_rope, None, None, rope, rotary)
+    rope_view.fused = fq + fkv + fa
+    return [AttentionSite(name + ".nope", nope_view, qk_group_for(None, nope), h, vo_dim=dv, permutable=False),
+            AttentionSite(name + ".rope", rope_view, qk_group_for(rotary, rope, positions), 1, vo_dim=0,
+                          permutable=False)]
+
+
 class _GLUView:
     def __init__(self, mlp: nn.Module):
         self.up, self.down = mlp.up_proj, mlp.down_proj
@@ -159,10 +212,9 @@ def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn:
     sites = []
     for attn in attention_modules(model):
         check_layer(attn)
-        if is_mla(attn):  # a shared rotated key block and latent projections: not the per-key-head action here
-            fail("model", f"{type(model).__name__} (multi-head latent attention)", "a model without MLA: its symmetry "
-                 "group (GL per head on the nope blocks, one shared rotary commutant on the rope blocks, GL per head "
-                 "on the values) is not implemented yet; its rotary parts and attention cores are")
+        if is_mla(attn):  # a shared rotated key block and latent projections: two sites on row blocks
+            sites += _mla_sites(attn, names[id(attn)], positions)
+            continue
         if getattr(attn.config, "clip_qkv", None) is not None:  # OLMo's clamp: clamp(U q) != U clamp(q)
             fail("config.clip_qkv", attn.config.clip_qkv, "None (clamping q, k and v breaks every symmetry of the "
                  "projections)")

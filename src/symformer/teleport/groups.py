@@ -56,6 +56,11 @@ class AttentionSite:
     norm_per_head: bool = False
     # per-query-head parameters (H,) that follow a head permutation and are otherwise fixed (GPT-OSS's sinks)
     head_params: tuple = ()
+    # the V/O factor's size (None: head_dim; 0: a site without values, whose module has v_proj = o_proj = None:
+    # MLA's rope blocks, integrations.hf_teleport); MLA's value heads are narrower than its nope blocks
+    vo_dim: int | None = None
+    # whether the heads may be permuted (MLA's two sites share each head, so a permutation of one alone breaks it)
+    permutable: bool = True
 
     @property
     def n_blocks(self) -> int:
@@ -92,6 +97,15 @@ class AttentionSite:
     def head_dim(self) -> int:
         return self.module.head_dim
 
+    @property
+    def value_dim(self) -> int:
+        return self.head_dim if self.vo_dim is None else self.vo_dim
+
+
+def _vo_factors(site: AttentionSite, shape: tuple[int, ...], dtype, make) -> torch.Tensor:
+    """V/O factors make(GL(value_dim), shape), or empty (*shape, 0, 0) ones for a site without values."""
+    return make(QKGroup(site.value_dim), shape) if site.value_dim else torch.zeros(*shape, 0, 0, dtype=dtype)
+
 
 @dataclass
 class FusedExperts:
@@ -121,6 +135,8 @@ class FusedRows:
 
     param: nn.Parameter
     rows: list[torch.Tensor]
+    # blocks no site acts on (MLA's latent rows of kv_a_proj_with_mqa): merged back as they are
+    passive: tuple[int, ...] = ()
     blocks: list[torch.Tensor] = field(init=False)
 
     def __post_init__(self):
@@ -224,11 +240,16 @@ class SymmetryGroup:
                 out.update({id(b): t for b, t in zip(f.blocks, f.split(tensors[id(f.param)]), strict=True)})
         return out
 
-    def _merge(self, out: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
-        """Row-block results put back together under the fused parameter (FusedRows)."""
+    def _merge(self, out: dict[int, torch.Tensor], source: dict[int, torch.Tensor] | None = None
+               ) -> dict[int, torch.Tensor]:
+        """Row-block results put back together under the fused parameter (FusedRows); a passive block comes from
+        `source` (the split gradients) or, without one, is the block's current value."""
         for f in self.fused:
-            if all(id(b) in out for b in f.blocks):
-                out[id(f.param)] = f.merge([out.pop(id(b)) for b in f.blocks])
+            acted = [b for j, b in enumerate(f.blocks) if j not in f.passive]
+            if acted and all(id(b) in out for b in acted):
+                parts = [(b if source is None else source[id(b)]) if j in f.passive else out.pop(id(b))
+                         for j, b in enumerate(f.blocks)]
+                out[id(f.param)] = f.merge(parts)
         return out
 
     def dependent_parameters(self) -> list[nn.Parameter]:
@@ -265,9 +286,10 @@ class SymmetryGroup:
 
     # ---- elements
     def identity(self, dtype=torch.float64) -> GroupElement:
-        def eye(s):
-            return torch.eye(s.head_dim, dtype=dtype).expand(s.n_heads, -1, -1).clone()
-        return GroupElement([eye(s) for s in self.sites], [eye(s) for s in self.sites], [None] * len(self.sites),
+        def eye(s, dim):
+            return torch.eye(dim, dtype=dtype).expand(s.n_heads, -1, -1).clone()
+        return GroupElement([eye(s, s.head_dim) for s in self.sites], [eye(s, s.value_dim) for s in self.sites],
+                            [None] * len(self.sites),
                             [torch.ones(f.up.out_features, dtype=dtype) for f in self.ffns],
                             self._norms(lambda s: torch.ones(s.n_blocks, dtype=dtype)),
                             [torch.ones(x.shape, dtype=dtype) for x in self.experts])
@@ -280,8 +302,9 @@ class SymmetryGroup:
                ffn: bool = True) -> GroupElement:
         """A generic element (general GL / H / commutant matrices, random permutations and scalings)."""
         qk = [s.qk.random((s.n_heads,), gen, dtype, scale) for s in self.sites]
-        vo = [QKGroup(s.head_dim).random((s.n_heads,), gen, dtype, scale) for s in self.sites]
-        perm = [torch.randperm(s.n_heads, generator=gen) if permute else None for s in self.sites]
+        vo = [_vo_factors(s, (s.n_heads,), dtype, lambda grp, shape: grp.random(shape, gen, dtype, scale))
+              for s in self.sites]
+        perm = [torch.randperm(s.n_heads, generator=gen) if permute and s.permutable else None for s in self.sites]
         sc = [torch.exp(scale * torch.randn(f.up.out_features, generator=gen, dtype=dtype)) if ffn
               else torch.ones(f.up.out_features, dtype=dtype) for f in self.ffns]
         nm = self._norms(lambda s: torch.exp(scale * torch.randn(s.n_blocks, generator=gen, dtype=dtype)))
@@ -295,7 +318,8 @@ class SymmetryGroup:
         check_int("samples", n, 1)
         check_float("alpha", alpha, 0.0, 1.0, low_open=True, high_open=True)
         qk = [s.qk.near_identity((n, s.n_heads), alpha, gen, dtype) for s in self.sites]
-        vo = [QKGroup(s.head_dim).near_identity((n, s.n_heads), alpha, gen, dtype) for s in self.sites]
+        vo = [_vo_factors(s, (n, s.n_heads), dtype, lambda grp, shape: grp.near_identity(shape, alpha, gen, dtype))
+              for s in self.sites]
         sc = [1 + alpha * (2 * torch.rand(n, f.up.out_features, generator=gen, dtype=dtype) - 1) if ffn
               else torch.ones(n, f.up.out_features, dtype=dtype) for f in self.ffns]
         # the norm scalings belong to the attention group (like H's per-pair scales): always sampled
@@ -350,13 +374,15 @@ class SymmetryGroup:
             qp = _query_perm(p, r)
             out.update(_rows_action(m.q_proj, _expand(u, r), h, qp))
             out.update(_rows_action(m.k_proj, u_it, hk, p))
+            out.update({id(par): par[qp] for par in site.head_params if qp is not None})
+            if m.v_proj is None:  # a site without values (AttentionSite.vo_dim = 0)
+                continue
             out.update(_rows_action(m.v_proj, v, hk, p))
             wo = m.o_proj.weight.reshape(m.o_proj.weight.shape[0], h, -1).transpose(0, 1)  # (H, d, Dh)
             wo = wo @ _expand(v_inv, r)
             if qp is not None:
                 wo = wo[qp]
             out[id(m.o_proj.weight)] = wo.transpose(0, 1).reshape(m.o_proj.weight.shape)
-            out.update({id(par): par[qp] for par in site.head_params if qp is not None})
         for f, s in zip(self.ffns, g.ffn or [None] * len(self.ffns), strict=True):
             if s is None:  # element without FFN part: identity there
                 continue
@@ -381,8 +407,9 @@ class SymmetryGroup:
         ps = []
         for s in self.sites:
             m = s.module
-            ps += [m.q_proj.weight, m.k_proj.weight, m.v_proj.weight, m.o_proj.weight]
-            ps += [lin.bias for lin in (m.q_proj, m.k_proj, m.v_proj) if lin.bias is not None]
+            lins = [lin for lin in (m.q_proj, m.k_proj, m.v_proj) if lin is not None]
+            ps += [lin.weight for lin in lins] + ([m.o_proj.weight] if m.v_proj is not None else [])
+            ps += [lin.bias for lin in lins if lin.bias is not None]
         for f in self.ffns:
             ps += [f.up.weight, f.down.weight] + ([f.up.bias] if f.up.bias is not None else [])
         ps += [p for x in self.experts for p in (x.gate_up, x.down)]
@@ -414,13 +441,15 @@ class SymmetryGroup:
             qp = _query_perm(p, r)
             out.update(_rows_action(m.q_proj, _expand(u_it, r), h, qp, tensors))
             out.update(_rows_action(m.k_proj, u, hk, p, tensors))
+            if qp is not None:  # per-head parameters: permuted only
+                out.update({id(par): tensors[id(par)][qp] for par in site.head_params if id(par) in tensors})
+            if m.v_proj is None:  # a site without values
+                continue
             out.update(_rows_action(m.v_proj, v_it, hk, p, tensors))
             t = tensors.get(id(m.o_proj.weight))
             if t is not None:
                 go = t.reshape(t.shape[0], h, -1).transpose(0, 1) @ _expand(v.transpose(-1, -2), r)
                 out[id(m.o_proj.weight)] = (go if qp is None else go[qp]).transpose(0, 1).reshape(t.shape)
-            if qp is not None:  # per-head parameters: permuted only
-                out.update({id(par): tensors[id(par)][qp] for par in site.head_params if id(par) in tensors})
         for f, s in zip(self.ffns, g.ffn or [None] * len(self.ffns), strict=True):
             if s is None:  # element without FFN part: identity there
                 continue
@@ -440,7 +469,7 @@ class SymmetryGroup:
                 out[id(x.gate_up)] = torch.cat((t[..., :i, :], t[..., i:, :] / s[..., None]), -2)
             if id(x.down) in tensors:
                 out[id(x.down)] = tensors[id(x.down)] * s[..., None, :]
-        return self._merge(out)
+        return self._merge(out, tensors)
 
     # ---- closed-form norms of the transformed gradient for many candidates (one backward pass)
     def candidate_sq_norms(self, grads: dict[int, torch.Tensor], cands: GroupElement) -> torch.Tensor:
@@ -454,7 +483,7 @@ class SymmetryGroup:
             # GQA: query heads (and O column blocks) sharing a factor add their Gram matrices first
             sq = _group_sum(self._gram_rows(m.q_proj, grads, h), hk)
             sk, sv = (self._gram_rows(lin, grads, hk) for lin in (m.k_proj, m.v_proj))
-            go = grads.get(id(m.o_proj.weight))
+            go = None if m.o_proj is None else grads.get(id(m.o_proj.weight))
             so = 0 if go is None else _group_sum((lambda c: c.transpose(-1, -2) @ c)(
                 go.to(torch.float64).reshape(go.shape[0], h, -1).transpose(0, 1)), hk)
             u, v = u.to(torch.float64), v.to(torch.float64)
@@ -469,6 +498,8 @@ class SymmetryGroup:
             ru = _row_sq(grads.get(id(f.up.weight))) + _vec_sq(grads.get(id(f.up.bias)))
             rd = 0 if grads.get(id(f.down.weight)) is None else grads[id(f.down.weight)].to(torch.float64).pow(2).sum(0)
             total = total + (ru / s ** 2).sum(-1) + (rd * s ** 2).sum(-1)
+        for t in (grads.get(id(f.blocks[j])) for f in self.fused for j in f.passive):  # rows no site acts on
+            total = total + (0 if t is None else t.to(torch.float64).pow(2).sum())  # the same for every candidate
         for par in (p for site in self.sites for p in site.head_params):  # only permuted: the same for every candidate
             if grads.get(id(par)) is not None:
                 total = total + _vec_sq(grads[id(par)]).sum()
@@ -487,7 +518,7 @@ class SymmetryGroup:
 
     @staticmethod
     def _gram_rows(lin: nn.Linear, grads: dict[int, torch.Tensor], h: int):
-        gw = grads.get(id(lin.weight))
+        gw = None if lin is None else grads.get(id(lin.weight))
         if gw is None:
             return 0
         rows = _heads_rows(gw.to(torch.float64), h)  # (H, Dh, d)
