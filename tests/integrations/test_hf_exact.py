@@ -61,11 +61,12 @@ def test_exact_float64_olmo_layer_norm_computes_in_float64():
         assert (norm(x) - want).abs().max() <= 1e-14
 
 
-@pytest.mark.parametrize("family", ["cohere", "cohere2_moe", "ernie4_5"])
+@pytest.mark.parametrize("family", ["cohere", "cohere2_moe", "ernie4_5", "deepseek_v2"])
 def test_exact_float64_rotates_in_float64_and_keeps_hf_forward(family):
-    """Cohere's and ERNIE 4.5's apply_rotary_pos_emb cast q and k to float32: on a float64 model the untouched
-    logits are off by float32 rounding, exact_float64 runs HF's own attention forward with the rotation in float64
-    (patched RoPE then agrees to rounding), and on float32 inputs that forward is HF's, bit for bit."""
+    """Cohere's and ERNIE 4.5's apply_rotary_pos_emb (DeepSeek-V2's complex apply_rotary_emb) cast q and k to
+    float32: on a float64 model the untouched logits are off by float32 rounding, exact_float64 runs HF's own
+    attention forward with the rotation in float64 (patched RoPE then agrees to rounding), and on float32 inputs
+    that forward is HF's, bit for bit."""
     x = ids(n=24)
     raw = _logits(tiny(family, torch.float64), x)
     ref = _logits(float64_reference(tiny(family, torch.float64)), x)

@@ -14,9 +14,9 @@ pytest.importorskip("transformers")
 from tests.integrations._hf_models import float64_reference, ids, logits, tiny  # noqa: E402
 
 from symformer.integrations import hf  # noqa: E402
-from symformer.integrations._hf_common import attention_modules, check_layer  # noqa: E402
+from symformer.integrations._hf_common import attention_modules, check_layer, rope_pairing  # noqa: E402
 
-MLA = ("deepseek_v3", "glm4_moe_lite")
+MLA = ("deepseek_v2", "deepseek_v3", "glm4_moe_lite")
 
 
 def _gap(model, ref, x) -> float:
@@ -30,7 +30,8 @@ def test_the_part_rotates_the_rope_block_with_the_models_table(family):
     model = hf.patch_positional(tiny(family, torch.float64), "rope")
     attn = attention_modules(model)[0]
     assert type(attn.rotary).__name__ == "RoPE" and attn.rotary.head_dim == attn.qk_rope_head_dim == 4
-    assert attn.rotary.pairing == ("interleaved" if model.config.rope_interleave else "half")
+    pairing = "half" if family == "glm4_moe_lite" else "interleaved"  # V2: complex pairs; V3 here: rope_interleave
+    assert attn.rotary.pairing == pairing == rope_pairing(model.config)
     assert torch.equal(attn.rotary.beta[:, 0], model.model.rotary_emb.inv_freq.to(torch.float64))
 
 
@@ -39,7 +40,7 @@ def test_parity_needs_the_models_pairing(family):
     """Negative control for the pairing: the other layout rotates other coordinate pairs and the logits move."""
     x = ids(n=24)
     ref = logits(float64_reference(tiny(family, torch.float64)), x)
-    own = "interleaved" if tiny(family).config.rope_interleave else "half"
+    own = rope_pairing(tiny(family).config)
     other = "half" if own == "interleaved" else "interleaved"
     assert _gap(hf.patch_positional(tiny(family, torch.float64), "rope"), ref, x) <= 1e-10
     assert _gap(hf.patch_positional(tiny(family, torch.float64), "rope", pairing=other), ref, x) > 1e-3

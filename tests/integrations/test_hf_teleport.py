@@ -119,8 +119,8 @@ def test_teleport_symmetry_group_dispatches_and_refuses_approximate_cores():
                                                ("cohere", None), ("cohere2_moe", None), ("ernie4_5_moe", None),
                                                ("gpt_oss", "string"), ("helium", None), ("nemotron", None),
                                                ("solar_open", None), ("flex_olmo", None), ("minimax_m2", None),
-                                               ("glm4_moe", None), ("ministral3", None), ("deepseek_v3", None),
-                                               ("glm4_moe_lite", "string")])
+                                               ("glm4_moe", None), ("ministral3", None), ("deepseek_v2", None),
+                                               ("deepseek_v3", None), ("glm4_moe_lite", "string")])
 def test_gradient_action_and_norms_match_autograd(family, positional):
     """grad L(g theta) from autograd equals grad_action(g, grad L(theta)); the inverse undoes g; closed-form
     candidate norms equal the brute-force ones (apply, backward, restore), GQA, the gated-MLP rescaling and

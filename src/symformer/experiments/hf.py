@@ -162,6 +162,8 @@ FAMILY_MODELS = {"llama": ("LlamaConfig", "LlamaForCausalLM", {}),
                  # a dense layer then an MoE layer. DeepSeek-V3: a low-rank q (q_lora_rank 16), interleaved pairs,
                  # YaRN with mscale != mscale_all_dim (magnitude 1.065 on the rope blocks, mscale_all_dim^2 on the
                  # logit scale); GLM-4.7-Flash: a full-rank q_proj, rotate-half pairs, the default table
+                 # DeepSeek-V2 (and V2-Lite, Coder-V2): a full-rank q_proj, a complex rotary table on interleaved pairs
+                 "deepseek_v2": ("DeepseekV2Config", "DeepseekV2ForCausalLM", {**_MLA, "q_lora_rank": None}),
                  "deepseek_v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM",
                                  {**_MLA, "q_lora_rank": 16, "rope_interleave": True,
                                   "rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 4.0,

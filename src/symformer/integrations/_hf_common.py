@@ -26,17 +26,22 @@ FAMILIES = {"llama": "LlamaAttention", "mistral": "MistralAttention", "qwen2": "
             "solar_open": "SolarOpenAttention", "minimax_m2": "MiniMaxM2Attention", "exaone_moe": "ExaoneMoeAttention",
             "glm4_moe": "Glm4MoeAttention", "granitemoeshared": "GraniteMoeSharedAttention",
             "ministral3": "Ministral3Attention",
-            "deepseek_v3": "DeepseekV3Attention", "glm4_moe_lite": "Glm4MoeLiteAttention"}
-#: families with multi-head latent attention (MLA: DeepSeek-V3, Kimi K2, GLM-4.7-Flash): each head's query and key are
-#: [nope; rope] (qk_nope_head_dim + qk_rope_head_dim coordinates), the rotation acts on the rope block only, and one
-#: rotated key block (from kv_a_proj_with_mqa) is shared by all heads; keys and values come from a normed latent
-MLA_FAMILIES = ("deepseek_v3", "glm4_moe_lite")
+            "deepseek_v2": "DeepseekV2Attention", "deepseek_v3": "DeepseekV3Attention",
+            "glm4_moe_lite": "Glm4MoeLiteAttention"}
+#: families with multi-head latent attention (MLA: DeepSeek-V2 / V3, Kimi K2, GLM-4.7-Flash): each head's query and
+#: key are [nope; rope] (qk_nope_head_dim + qk_rope_head_dim coordinates), the rotation acts on the rope block only,
+#: and one rotated key block (from kv_a_proj_with_mqa) is shared by all heads; keys and values come from a normed
+#: latent
+MLA_FAMILIES = ("deepseek_v2", "deepseek_v3", "glm4_moe_lite")
 #: families whose native RoPE rotates interleaved pairs (2u, 2u + 1) instead of (u, u + Dh/2)
-INTERLEAVED = ("glm", "glm4", "cohere", "cohere2", "cohere2_moe", "ernie4_5", "ernie4_5_moe", "helium")
+INTERLEAVED = ("glm", "glm4", "cohere", "cohere2", "cohere2_moe", "ernie4_5", "ernie4_5_moe", "helium", "deepseek_v2")
 #: families whose rotary table repeats each frequency in place (repeat_interleave), not cat(freqs, freqs)
 TABLE_INTERLEAVED = ("cohere", "cohere2", "cohere2_moe")
 #: families whose rotary table holds each frequency once (GPT-OSS: (..., Dh/2), applied to both halves)
 TABLE_HALF = ("gpt_oss",)
+#: families whose rotary table is complex, polar(1, freqs), applied to the pairs (2u, 2u + 1) as complex numbers in
+#: float32 (DeepSeek-V2's apply_rotary_emb; exact_float64 runs both in the input dtype)
+TABLE_COMPLEX = ("deepseek_v2",)
 #: families whose apply_rotary_pos_emb casts q and k to float32 (exact_float64 runs it in the input dtype)
 FLOAT32_ROTARY = ("cohere", "cohere2", "cohere2_moe", "ernie4_5", "ernie4_5_moe")
 #: families whose eager attention already computes its softmax in the input dtype (the others' take float32;
@@ -151,7 +156,7 @@ def rope_pairing(config) -> str:
     MLA with config.rope_interleave, DeepSeek-V3's default: HF rotates the pairs (2u, 2u + 1) and returns them
     de-interleaved, the same permutation on q and k, so the logits are those of the interleaved pairing)."""
     family = getattr(config, "model_type", None)
-    if family in MLA_FAMILIES:
+    if family in MLA_FAMILIES and family not in INTERLEAVED:  # DeepSeek-V2: always interleaved (complex pairs)
         return "interleaved" if getattr(config, "rope_interleave", False) else "half"
     return "interleaved" if family in INTERLEAVED else "half"
 

@@ -5,7 +5,8 @@ HF's Llama-family models compute two things in float32 whatever the model dtype:
 casts back, Gemma's (1 + w) norm too, so a float64 model is rounded to float32 at each norm). A float64 parity
 or invariance check on an untouched model therefore reads 0 or ~1e-7, by luck of the float32 rounding, never the
 float64 error. Cohere's LayerNorms do the same, and the interleaved families Cohere, Cohere 2 and ERNIE 4.5 also
-rotate q and k in float32 inside their apply_rotary_pos_emb (_hf_common.FLOAT32_ROTARY); Ministral 3 scales its
+rotate q and k in float32 inside their apply_rotary_pos_emb (_hf_common.FLOAT32_ROTARY), DeepSeek-V2 its complex
+pairs with a complex64 table (TABLE_COMPLEX); Ministral 3 scales its
 queries by a factor computed in float32, and the eager attention of every family but GPT-OSS takes its softmax
 in float32 (Gemma 2 and VaultGemma run eager by default: their attention probabilities were float32 numbers, and a
 padded float64 batch turned to NaN there, float64's mask minimum being -inf in float32).
@@ -24,6 +25,7 @@ from symformer.integrations._hf_common import (
     EAGER_INPUT_DTYPE,
     FAMILIES,
     FLOAT32_ROTARY,
+    TABLE_COMPLEX,
     TABLE_HALF,
     TABLE_INTERLEAVED,
     attention_modules,
@@ -38,8 +40,12 @@ _ATTENTIONS: dict[type, type] = {}
 def _cos_sin(x, position_ids, inv_freq, layout: str = "cat", magnitude: float = 1.0):
     """HF's cos/sin table evaluated in float64: freqs = position * inv_freq laid out as cat(freqs, freqs) (Llama),
     each repeated in place ("interleaved": Cohere) or once ("half": GPT-OSS), times the rope type's
-    attention_scaling (YaRN; 1 for the others)."""
+    attention_scaling (YaRN; 1 for the others); "complex": DeepSeek-V2's polar(1, freqs) times that scaling, complex
+    of x's precision."""
     f = position_ids[..., None].to(torch.float64) * inv_freq
+    if layout == "complex":
+        return (torch.polar(torch.ones_like(f), f) * magnitude).to(torch.complex128 if x.dtype == torch.float64
+                                                                   else torch.complex64)
     emb = {"cat": lambda: torch.cat((f, f), dim=-1), "interleaved": lambda: f.repeat_interleave(2, dim=-1),
            "half": lambda: f}[layout]()
     return (emb.cos() * magnitude).to(x.dtype), (emb.sin() * magnitude).to(x.dtype)
@@ -75,7 +81,8 @@ class Float64TypedTable(nn.Module):
 def _float64_table(mod: nn.Module, family: str | None) -> nn.Module | None:
     """The float64 replacement of an HF rotary embedding, or None for one we cannot read."""
     if isinstance(getattr(mod, "inv_freq", None), torch.Tensor):
-        layout = "interleaved" if family in TABLE_INTERLEAVED else "half" if family in TABLE_HALF else "cat"
+        layout = "interleaved" if family in TABLE_INTERLEAVED else "half" if family in TABLE_HALF else \
+            "complex" if family in TABLE_COMPLEX else "cat"
         return Float64Table(mod.inv_freq, layout, getattr(mod, "attention_scaling", 1.0))
     types = getattr(mod, "layer_types", None)
     if types and all(isinstance(getattr(mod, f"{t}_inv_freq", None), torch.Tensor) for t in types):
@@ -139,6 +146,16 @@ def _input_dtype_rotary(module, family: str):
     return apply_rotary_pos_emb
 
 
+def _input_dtype_complex_rotary(xq, xk, freqs_cis):
+    """DeepSeek-V2's apply_rotary_emb without its float32 casts: the pairs (2u, 2u + 1) as complex numbers of the
+    input's precision times freqs_cis, laid back out as pairs."""
+    def rotate(x):
+        z = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2))  # a view where HF has one: its rounding
+        return torch.view_as_real(z * freqs_cis.unsqueeze(1).to(z.dtype)).flatten(3)
+
+    return rotate(xq), rotate(xk)
+
+
 def _position_scale_in_float64(positions_ids, beta, max_position_embeddings):
     """Ministral 3's get_llama_4_attn_scale, 1 + beta log(1 + floor(position / original_max)), in float64 (HF's
     divides the integer positions into float32)."""
@@ -168,6 +185,8 @@ def _replacements(module, family: str) -> dict:
         out["eager_attention_forward"] = input_dtype_eager
     if family in FLOAT32_ROTARY:
         out["apply_rotary_pos_emb"] = _input_dtype_rotary(module, family)
+    if family in TABLE_COMPLEX:
+        out["apply_rotary_emb"] = _input_dtype_complex_rotary
     if hasattr(module, "get_llama_4_attn_scale"):
         out["get_llama_4_attn_scale"] = _position_scale_in_float64
     return out
