@@ -41,3 +41,40 @@ def logits(model, x, **kw):
 def patched(family, positional, dtype, **opts):
     from symformer.integrations import hf
     return hf.patch_positional(tiny(family, dtype), positional, **opts)
+
+
+def check_gradient_action(model, norms: bool) -> None:
+    """grad L(g theta) from autograd equals grad_action(g, grad L(theta)) (a generic element, heads permuted where the
+    sites allow it); the inverse undoes g; closed-form candidate norms equal the brute-force ones (apply, backward,
+    restore). norms: the sites' q/k-norm scalings are sampled (not all 1)."""
+    from symformer.integrations import hf
+    from symformer.teleport import GroupElement, brute_force_norms, closed_form_norms
+
+    def loss(m, x):
+        return m(x, labels=x).loss
+
+    x = ids(n=8)
+    group = hf.symmetry_group(model, ffn=True)
+    params = group.parameters()
+    orig = [p.detach().clone() for p in params]
+    g0 = torch.autograd.grad(loss(model, x), params)
+    g = group.random(torch.Generator().manual_seed(3), scale=0.2)
+    # never the identity (randperm(2) may be); MLA's two sites per layer share the heads: not permuted
+    g.perm = [torch.arange(s.n_heads).flip(0) if s.permutable else None for s in group.sites]
+    pred = group.grad_action(g, {id(p): gr for p, gr in zip(params, g0, strict=True)})
+    group.apply(model, g)
+    g1 = torch.autograd.grad(loss(model, x), params)
+    err = max(((pred[id(p)] - gr).abs().max() / gr.abs().max().clamp_min(1e-30)).item()
+              for p, gr in zip(params, g1, strict=True))
+    assert err <= 1e-8
+    group.apply(model, group.inverse(g))
+    assert max(((p - o).abs().max() / o.abs().max()).item() for p, o in zip(params, orig, strict=True)) <= 1e-12
+    model.zero_grad()
+    loss(model, x).backward()
+    cands = group.sample(4, 0.3, torch.Generator().manual_seed(4), ffn=True)
+    assert isinstance(cands, GroupElement)
+    if norms:
+        assert not torch.equal(cands.norm[0], torch.ones_like(cands.norm[0]))
+    closed = closed_form_norms(model, group, cands)
+    brute = brute_force_norms(model, group, cands, lambda: loss(model, x))
+    assert torch.allclose(closed, brute, rtol=1e-9, atol=0)

@@ -7,12 +7,12 @@ import torch
 
 pytest.importorskip("transformers")
 
-from tests.integrations._hf_models import float64_reference, ids, tiny  # noqa: E402
+from tests.integrations._hf_models import check_gradient_action, float64_reference, ids, tiny  # noqa: E402
 
 from symformer.experiments.hf import QK_NORM_FAMILIES  # noqa: E402
 from symformer.integrations import hf  # noqa: E402
 from symformer.integrations._hf_common import fused_qkv  # noqa: E402
-from symformer.teleport import GroupElement, brute_force_norms, closed_form_norms, symmetry_group  # noqa: E402
+from symformer.teleport import GroupElement, symmetry_group  # noqa: E402
 
 CASES = [("llama", None, {}), ("llama", "rope", {}), ("mistral", "string", {"init_scale": 0.3}),
          ("qwen2", "espr", {"init_scale": 0.05}), ("llama", "circulant_string", {}), ("gemma", None, {}),
@@ -129,34 +129,7 @@ def test_gradient_action_and_norms_match_autograd(family, positional):
         model = _qwen3(family=family)
     else:
         model = _model(family, positional, {"init_scale": 0.05} if positional else {})
-    _check_gradient_action(model, family in QK_NORM_FAMILIES)
-
-
-def _check_gradient_action(model, norms: bool):
-    x = ids(n=8)
-    group = hf.symmetry_group(model, ffn=True)
-    params = group.parameters()
-    orig = [p.detach().clone() for p in params]
-    g0 = torch.autograd.grad(_loss(model, x), params)
-    g = group.random(torch.Generator().manual_seed(3), scale=0.2)
-    # never the identity (randperm(2) may be); MLA's two sites per layer share the heads: not permuted
-    g.perm = [torch.arange(s.n_heads).flip(0) if s.permutable else None for s in group.sites]
-    pred = group.grad_action(g, {id(p): gr for p, gr in zip(params, g0)})
-    group.apply(model, g)
-    g1 = torch.autograd.grad(_loss(model, x), params)
-    err = max(((pred[id(p)] - gr).abs().max() / gr.abs().max().clamp_min(1e-30)).item() for p, gr in zip(params, g1))
-    assert err <= 1e-8
-    group.apply(model, group.inverse(g))
-    assert max(((p - o).abs().max() / o.abs().max()).item() for p, o in zip(params, orig)) <= 1e-12
-    model.zero_grad()
-    _loss(model, x).backward()
-    cands = group.sample(4, 0.3, torch.Generator().manual_seed(4), ffn=True)
-    assert isinstance(cands, GroupElement)
-    if norms:
-        assert not torch.equal(cands.norm[0], torch.ones_like(cands.norm[0]))
-    closed = closed_form_norms(model, group, cands)
-    brute = brute_force_norms(model, group, cands, lambda: _loss(model, x))
-    assert torch.allclose(closed, brute, rtol=1e-9, atol=0)
+    check_gradient_action(model, family in QK_NORM_FAMILIES)
 
 
 def _plain_loop(model, opt, total: int, step: int):
@@ -362,7 +335,7 @@ def test_phi3_fused_projections_are_acted_on_through_their_row_blocks():
     with torch.no_grad():
         assert ((model(x).logits - ref).abs().max() / ref.abs().max()).item() <= 1e-10
     assert (attn.qkv_proj.weight - before).abs().max() > 1e-3  # in place, in the model's own parameter
-    _check_gradient_action(model, False)
+    check_gradient_action(model, False)
 
 
 def test_phi3_negative_control_on_the_gate_rows():
@@ -404,7 +377,7 @@ def test_partial_rotary_group_is_h_on_the_rotated_block_and_gl_on_the_rest(posit
         w[:16] = torch.block_diag(u, u) @ w[:16]
         w[32:40] = torch.linalg.inv(u).T @ w[32:40]
         assert (model(x).logits - ref).abs().max() > 1e-4
-    _check_gradient_action(float64_reference(tiny("phi3", torch.float64, rope_parameters=PARTIAL, init=0.2)), False)
+    check_gradient_action(float64_reference(tiny("phi3", torch.float64, rope_parameters=PARTIAL, init=0.2)), False)
 
 
 @pytest.mark.parametrize("family", ["gpt_neox", "phi3"])
@@ -498,7 +471,7 @@ def test_cohere_qk_layernorm_scalings_keep_the_logits_and_match_autograd(positio
     assert (site.q_norm - before).abs().max() > 1e-3
     with torch.no_grad():
         assert ((model(x).logits - ref).abs().max() / ref.abs().max()).item() <= 1e-10
-    _check_gradient_action(_cohere_qk_norm(positional), True)
+    check_gradient_action(_cohere_qk_norm(positional), True)
 
 
 def test_cohere_qk_layernorm_parity_and_negative_control():

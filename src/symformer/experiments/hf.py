@@ -170,10 +170,18 @@ FAMILY_MODELS = {"llama": ("LlamaConfig", "LlamaForCausalLM", {}),
                                                       "original_max_position_embeddings": 32, "mscale": 1.0,
                                                       "mscale_all_dim": 0.5}}),
                  "glm4_moe_lite": ("Glm4MoeLiteConfig", "Glm4MoeLiteForCausalLM",
-                                   {**_MLA, "q_lora_rank": None, "rope_interleave": False})}
+                                   {**_MLA, "q_lora_rank": None, "rope_interleave": False}),
+                 # Hunyuan (dense, and MoE with 4 experts, top 2): per-head q/k RMSNorms AFTER the rotation
+                 "hunyuan_v1_dense": ("HunYuanDenseV1Config", "HunYuanDenseV1ForCausalLM",
+                                      {"pad_token_id": None, "eod_token_id": None, "sep_token_id": None}),
+                 "hunyuan_v1_moe": ("HunYuanMoEV1Config", "HunYuanMoEV1ForCausalLM",
+                                    {"pad_token_id": None, "eod_token_id": None, "sep_token_id": None,
+                                     "num_experts": 4, "moe_topk": 2, "experts_implementation": "eager"})}
 
 
 #: families whose q/k RMSNorm weights the tiny models draw around 1 (HF starts them at exactly 1)
+#: families whose q/k norms come after the rotation (Hunyuan: query_layernorm, key_layernorm)
+POST_NORM_FAMILIES = ("hunyuan_v1_dense", "hunyuan_v1_moe")
 QK_NORM_FAMILIES = ("qwen3", "qwen3_moe", "gemma3_text", "olmo2", "olmo3", "olmoe", "exaone4", "apertus", "flex_olmo",
                     "minimax_m2", "exaone_moe")
 
@@ -192,11 +200,12 @@ def _tiny(dtype, positional=None, seed=0, attn="eager", init=0.2, family="llama"
     cfg = getattr(tf, conf)(**{**args, **extra})  # the family's own settings win (MLA: key heads = heads)
     torch.manual_seed(seed)
     model = getattr(tf, cls)(cfg).to(dtype).eval()
-    if family in QK_NORM_FAMILIES:
+    if family in QK_NORM_FAMILIES or family in POST_NORM_FAMILIES:
+        names = ("q_norm", "k_norm") if family in QK_NORM_FAMILIES else ("query_layernorm", "key_layernorm")
         with torch.no_grad():
             for layer in model.model.layers:
-                for norm in (layer.self_attn.q_norm, layer.self_attn.k_norm):
-                    norm.weight.normal_(1.0, 0.5)
+                for name in names:
+                    getattr(layer.self_attn, name).weight.normal_(1.0, 0.5)
     return model if positional is None else hf.patch_positional(model, positional, **opts)
 
 

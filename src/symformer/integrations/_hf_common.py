@@ -27,7 +27,8 @@ FAMILIES = {"llama": "LlamaAttention", "mistral": "MistralAttention", "qwen2": "
             "glm4_moe": "Glm4MoeAttention", "granitemoeshared": "GraniteMoeSharedAttention",
             "ministral3": "Ministral3Attention",
             "deepseek_v2": "DeepseekV2Attention", "deepseek_v3": "DeepseekV3Attention",
-            "glm4_moe_lite": "Glm4MoeLiteAttention"}
+            "glm4_moe_lite": "Glm4MoeLiteAttention", "hunyuan_v1_dense": "HunYuanDenseV1Attention",
+            "hunyuan_v1_moe": "HunYuanMoEV1Attention"}
 #: families with multi-head latent attention (MLA: DeepSeek-V2 / V3, Kimi K2, GLM-4.7-Flash): each head's query and
 #: key are [nope; rope] (qk_nope_head_dim + qk_rope_head_dim coordinates), the rotation acts on the rope block only,
 #: and one rotated key block (from kv_a_proj_with_mqa) is shared by all heads; keys and values come from a normed

@@ -69,6 +69,8 @@ def _attention_forward(self, hidden_states, position_embeddings=None, attention_
     positions = token_positions(position_ids, cache_position, cache, q)
     q, k = self.rotary(q, k, positions)  # RotaryPositional: (B, H, N, Dh) and (B, H_kv, N, Dh)
     q = q * _query_position_scale(self.config, positions)
+    if hasattr(self, "query_layernorm"):  # Hunyuan: per-head RMSNorms after the rotation
+        q, k = self.query_layernorm(q), self.key_layernorm(k)
     if cache is not None:
         k, v = cache.update(k, v, self.layer_idx, {"cache_position": cache_position})
     module = sys.modules[type(self).__mro__[1].__module__]

@@ -24,6 +24,10 @@ and follow a head permutation (AttentionSite.head_params).
 Fused projections (Phi-3's qkv_proj and gate_up_proj, GPT-NeoX's head-by-head query_key_value) are acted on through
 their row blocks (teleport.groups.FusedRows, FusedExperts); partial rotary embeddings (Phi-4-mini, GPT-NeoX) give
 the rotary's group on the rotated block times GL on the rest (teleport.qk_groups.BlockGroup).
+Hunyuan normalises q and k per head AFTER the rotation (query_layernorm, key_layernorm; weights (Dh,) shared by the
+heads): the logit is n(R_i q)^T diag(w_q w_k) n(R_j k), so only the product w_q w_k counts and w_q <- d w_q,
+w_k <- w_k / d holds for any positive d per coordinate, whatever the rotation; no U passes through the norms
+(TrivialGroup on W_Q / W_K, whose scalings the norm's eps breaks); V/O and head permutations as above.
 Multi-head latent attention (DeepSeek-V3: [nope; rope] query and key blocks per head, one rotated key block shared by
 the heads, keys and values from a normed latent) is two sites per layer on row blocks (`_mla_sites`): GL(nope) per
 head on the nope blocks of q_b_proj and kv_b_proj with GL(v) per head on kv_b_proj's value rows and o_proj's columns,
@@ -88,6 +92,7 @@ class _AttentionView:
     def __init__(self, attn: nn.Module, n_heads: int, kv_heads: int):
         self.attn, self.o_proj, self.rotary_dim = attn, out_proj(attn), rotary_dim(attn)
         self.n_heads, self.head_dim = n_heads, head_dim(attn)
+        self.post_norm = hasattr(attn, "query_layernorm")  # Hunyuan: q/k RMSNorms after the rotation
         self.fused: list[FusedRows] = []
         fused = fused_qkv(attn)
         if fused is None:
@@ -100,8 +105,8 @@ class _AttentionView:
 
     @property
     def rotary(self):
-        if not applies_rope(self.attn):  # NoPE layer: no rotation, GL(d_h)
-            return None
+        if not applies_rope(self.attn) or self.post_norm:  # NoPE layer: no rotation, GL(d_h); Hunyuan: the group
+            return None  # acts on the norm weights only and does not depend on the rotation (no refresh)
         return getattr(self.attn, "rotary", None) or _native_rope(self.head_dim, self.rotary_dim,
                                                                   rope_pairing(self.attn.config))
 
@@ -191,6 +196,29 @@ class GQASymmetryGroup(SymmetryGroup):
     have one factor per key head; the actions are teleport.groups' grouped-query ones."""
 
 
+def _sites(attn: nn.Module, name: str, h: int, hk: int, positions) -> list[AttentionSite]:
+    """The group's sites of one attention layer (one; MLA: two)."""
+    check_layer(attn)
+    if is_mla(attn):  # a shared rotated key block and latent projections: two sites on row blocks
+        return _mla_sites(attn, name, positions)
+    if getattr(attn.config, "clip_qkv", None) is not None:  # OLMo's clamp: clamp(U q) != U clamp(q)
+        fail("config.clip_qkv", attn.config.clip_qkv, "None (clamping q, k and v breaks every symmetry of the "
+             "projections)")
+    view = _AttentionView(attn, h, hk)
+    sinks = (attn.sinks,) if isinstance(getattr(attn, "sinks", None), nn.Parameter) else ()  # GPT-OSS: per head
+    if view.post_norm:  # Hunyuan: the logits see only w_q * w_k (module docstring): any positive d per coordinate
+        return [AttentionSite(name, view, TrivialGroup(view.head_dim), hk, attn.query_layernorm.weight,
+                              attn.key_layernorm.weight, torch.arange(view.head_dim), head_params=sinks)]
+    grp = qk_group_for(view.rotary, view.head_dim, positions)
+    if getattr(attn, "q_norm", None) is None:
+        return [AttentionSite(name, view, grp, hk, head_params=sinks)]
+    # Qwen3, OLMo 2: q_norm(U q) != U q_norm(q), so the rotary's group acts on the norm weights (docstring)
+    return [AttentionSite(name, view, TrivialGroup(view.head_dim), hk, attn.q_norm.weight, attn.k_norm.weight,
+                          diagonal_blocks(grp), norm_offset(attn.q_norm),
+                          flat_qk_norm(attn) or attn.q_norm.weight.dim() == 2,  # Cohere: (H, Dh)
+                          head_params=sinks)]
+
+
 def _is_hf_family(model: nn.Module) -> bool:
     return getattr(getattr(model, "config", None), "model_type", None) in FAMILIES
 
@@ -209,25 +237,7 @@ def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn:
              "are not invariant under GL(d_h)")
     h, hk = model.config.num_attention_heads, n_kv_heads(model.config)
     names = {id(m): n for n, m in model.named_modules()}
-    sites = []
-    for attn in attention_modules(model):
-        check_layer(attn)
-        if is_mla(attn):  # a shared rotated key block and latent projections: two sites on row blocks
-            sites += _mla_sites(attn, names[id(attn)], positions)
-            continue
-        if getattr(attn.config, "clip_qkv", None) is not None:  # OLMo's clamp: clamp(U q) != U clamp(q)
-            fail("config.clip_qkv", attn.config.clip_qkv, "None (clamping q, k and v breaks every symmetry of the "
-                 "projections)")
-        view = _AttentionView(attn, h, hk)
-        grp = qk_group_for(view.rotary, view.head_dim, positions)
-        sinks = (attn.sinks,) if isinstance(getattr(attn, "sinks", None), nn.Parameter) else ()  # GPT-OSS: per head
-        if getattr(attn, "q_norm", None) is None:
-            sites.append(AttentionSite(names[id(attn)], view, grp, hk, head_params=sinks))
-        else:  # Qwen3, OLMo 2: q_norm(U q) != U q_norm(q), so the rotary's group acts on the norm weights (docstring)
-            sites.append(AttentionSite(names[id(attn)], view, TrivialGroup(view.head_dim), hk, attn.q_norm.weight,
-                                       attn.k_norm.weight, diagonal_blocks(grp), norm_offset(attn.q_norm),
-                                       flat_qk_norm(attn) or attn.q_norm.weight.dim() == 2,  # Cohere: (H, Dh)
-                                       head_params=sinks))
+    sites = [s for attn in attention_modules(model) for s in _sites(attn, names[id(attn)], h, hk, positions)]
     # gated MLPs only: down(act(gate x) * up x) is linear in up; an ungated down(act(up x)) (Arcee's relu^2, Apertus'
     # xIELU) is not rescaled by up * s, down / s
     mlps = [_GLUView(m) for m in model.modules() if all(hasattr(m, n) for n in ("gate_proj", "up_proj", "down_proj"))
