@@ -171,6 +171,10 @@ FAMILY_MODELS = {"llama": ("LlamaConfig", "LlamaForCausalLM", {}),
                                                       "mscale_all_dim": 0.5}}),
                  "glm4_moe_lite": ("Glm4MoeLiteConfig", "Glm4MoeLiteForCausalLM",
                                    {**_MLA, "q_lora_rank": None, "rope_interleave": False}),
+                 # LongCat-Flash: MLA with LoRA scalings, two attention blocks per layer, zero experts
+                 "longcat_flash": ("LongcatFlashConfig", "LongcatFlashForCausalLM",
+                                   {**_MLA, "q_lora_rank": 16, "ffn_hidden_size": 64, "expert_ffn_hidden_size": 32,
+                                    "moe_topk": 2, "zero_expert_num": 2, "routed_scaling_factor": 1.0}),
                  # Hunyuan (dense, and MoE with 4 experts, top 2): per-head q/k RMSNorms AFTER the rotation
                  "hunyuan_v1_dense": ("HunYuanDenseV1Config", "HunYuanDenseV1ForCausalLM",
                                       {"pad_token_id": None, "eod_token_id": None, "sep_token_id": None}),

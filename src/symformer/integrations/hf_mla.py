@@ -1,4 +1,4 @@
-"""symformer rotary parts in multi-head latent attention (MLA: DeepSeek-V3, Kimi K2, GLM-4.7-Flash).
+"""symformer rotary parts in multi-head latent attention (MLA: DeepSeek-V2 / V3, Kimi K2, GLM-4.7-Flash, LongCat-Flash).
 
 MLA splits each head's query and key into a "nope" block (qk_nope_head_dim coordinates, no position) and a "rope"
 block (qk_rope_head_dim coordinates). The rope block of the keys comes from the last rows of kv_a_proj_with_mqa,
@@ -31,6 +31,9 @@ def _mla_project(self, hidden_states: torch.Tensor):
     latent, k_rot = torch.split(self.kv_a_proj_with_mqa(hidden_states), [self.kv_lora_rank, self.qk_rope_head_dim],
                                 dim=-1)
     latent = self.kv_a_layernorm(latent).view(b, 1, n, self.kv_lora_rank)
+    if hasattr(self, "mla_scale_q_lora"):  # LongCat-Flash: constant LoRA scalings of the queries and the latent
+        q_pass, q_rot, latent = q_pass * self.mla_scale_q_lora, q_rot * self.mla_scale_q_lora, \
+            latent * self.mla_scale_kv_lora
     return q_pass, q_rot, latent, k_rot.view(b, 1, n, self.qk_rope_head_dim)
 
 
