@@ -180,14 +180,21 @@ FAMILY_MODELS = {"llama": ("LlamaConfig", "LlamaForCausalLM", {}),
                                       {"pad_token_id": None, "eod_token_id": None, "sep_token_id": None}),
                  "hunyuan_v1_moe": ("HunYuanMoEV1Config", "HunYuanMoEV1ForCausalLM",
                                     {"pad_token_id": None, "eod_token_id": None, "sep_token_id": None,
-                                     "num_experts": 4, "moe_topk": 2, "experts_implementation": "eager"})}
+                                     "num_experts": 4, "moe_topk": 2, "experts_implementation": "eager"}),
+                 # Tencent HY-V3, Aleph Alpha Kolibri-1: Qwen3-like (per-head q/k norms), MoE with a shared expert
+                 "hy_v3": ("HYV3Config", "HYV3ForCausalLM",
+                           {"pad_token_id": None, "num_experts": 4, "moe_intermediate_size": 32,
+                            "mlp_layer_types": ["dense", "sparse"], **_MOE}),
+                 "kolibri1": ("Kolibri1Config", "Kolibri1ForCausalLM",
+                              {"pad_token_id": None, "num_experts": 4, "moe_intermediate_size": 32,
+                               "shared_expert_intermediate_size": 32, **_MOE})}
 
 
 #: families whose q/k RMSNorm weights the tiny models draw around 1 (HF starts them at exactly 1)
 #: families whose q/k norms come after the rotation (Hunyuan: query_layernorm, key_layernorm)
 POST_NORM_FAMILIES = ("hunyuan_v1_dense", "hunyuan_v1_moe")
 QK_NORM_FAMILIES = ("qwen3", "qwen3_moe", "gemma3_text", "olmo2", "olmo3", "olmoe", "exaone4", "apertus", "flex_olmo",
-                    "minimax_m2", "exaone_moe")
+                    "minimax_m2", "exaone_moe", "hy_v3", "kolibri1")
 
 
 def _tiny(dtype, positional=None, seed=0, attn="eager", init=0.2, family="llama", **opts):

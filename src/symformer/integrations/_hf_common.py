@@ -29,7 +29,7 @@ FAMILIES = {"llama": "LlamaAttention", "mistral": "MistralAttention", "qwen2": "
             "deepseek_v2": "DeepseekV2Attention", "deepseek_v3": "DeepseekV3Attention",
             "glm4_moe_lite": "Glm4MoeLiteAttention", "longcat_flash": "LongcatFlashMLA",
             "hunyuan_v1_dense": "HunYuanDenseV1Attention",
-            "hunyuan_v1_moe": "HunYuanMoEV1Attention"}
+            "hunyuan_v1_moe": "HunYuanMoEV1Attention", "hy_v3": "HYV3Attention", "kolibri1": "Kolibri1Attention"}
 #: families with multi-head latent attention (MLA: DeepSeek-V2 / V3, Kimi K2, GLM-4.7-Flash): each head's query and
 #: key are [nope; rope] (qk_nope_head_dim + qk_rope_head_dim coordinates), the rotation acts on the rope block only,
 #: and one rotated key block (from kv_a_proj_with_mqa) is shared by all heads; keys and values come from a normed
