@@ -353,7 +353,8 @@ def test_ministral3_query_position_scaling_is_kept(monkeypatch):
 
 # families whose logits move when every position shifts by the same amount (absolute-position effects); the test
 # below fails for a new family that moves and is not listed here, so its forward gets read before it is added
-ABSOLUTE_POSITION_FAMILIES = {"ministral3": "queries scaled by 1 + beta log(1 + floor(position / original_max))"}
+ABSOLUTE_POSITION_FAMILIES = {"ministral3": "queries scaled by 1 + beta log(1 + floor(position / original_max))",
+                              "mistral4": "queries scaled as ministral3's"}
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -16,7 +16,7 @@ from tests.integrations._hf_models import float64_reference, ids, logits, tiny  
 from symformer.integrations import hf  # noqa: E402
 from symformer.integrations._hf_common import attention_modules, check_layer, rope_pairing  # noqa: E402
 
-MLA = ("deepseek_v2", "deepseek_v3", "glm4_moe_lite", "longcat_flash")
+MLA = ("deepseek_v2", "deepseek_v3", "glm4_moe_lite", "longcat_flash", "mistral4", "minicpm3")
 
 
 def _gap(model, ref, x) -> float:
@@ -30,7 +30,8 @@ def test_the_part_rotates_the_rope_block_with_the_models_table(family):
     model = hf.patch_positional(tiny(family, torch.float64), "rope")
     attn = attention_modules(model)[0]
     assert type(attn.rotary).__name__ == "RoPE" and attn.rotary.head_dim == attn.qk_rope_head_dim == 4
-    pairing = "half" if family == "glm4_moe_lite" else "interleaved"  # V2: complex pairs; V3 here: rope_interleave
+    pairing = "half" if family in ("glm4_moe_lite", "minicpm3") else "interleaved"  # V2: complex pairs; V3 and
+    # Mistral 4 here: rope_interleave
     assert attn.rotary.pairing == pairing == rope_pairing(model.config)
     assert torch.equal(attn.rotary.beta[:, 0], model.model.rotary_emb.inv_freq.to(torch.float64))
 

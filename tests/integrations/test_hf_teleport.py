@@ -121,7 +121,8 @@ def test_teleport_symmetry_group_dispatches_and_refuses_approximate_cores():
                                                ("solar_open", None), ("flex_olmo", None), ("minimax_m2", None),
                                                ("glm4_moe", None), ("ministral3", None), ("deepseek_v2", None),
                                                ("deepseek_v3", None), ("glm4_moe_lite", "string"),
-                                               ("longcat_flash", None), ("hy_v3", None), ("kolibri1", None)])
+                                               ("longcat_flash", None), ("hy_v3", None), ("kolibri1", None),
+                                               ("mistral4", "string"), ("minicpm3", None)])
 def test_gradient_action_and_norms_match_autograd(family, positional):
     """grad L(g theta) from autograd equals grad_action(g, grad L(theta)); the inverse undoes g; closed-form
     candidate norms equal the brute-force ones (apply, backward, restore), GQA, the gated-MLP rescaling and

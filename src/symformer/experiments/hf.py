@@ -175,6 +175,19 @@ FAMILY_MODELS = {"llama": ("LlamaConfig", "LlamaForCausalLM", {}),
                  "longcat_flash": ("LongcatFlashConfig", "LongcatFlashForCausalLM",
                                    {**_MLA, "q_lora_rank": 16, "ffn_hidden_size": 64, "expert_ffn_hidden_size": 32,
                                     "moe_topk": 2, "zero_expert_num": 2, "routed_scaling_factor": 1.0}),
+                 # Mistral Small 4: MLA (interleaved pairs) with Ministral 3's YaRN table and query scaling by position
+                 "mistral4": ("Mistral4Config", "Mistral4ForCausalLM",
+                              {**_MLA, "head_dim": 12, "q_lora_rank": 16, "rope_parameters": {
+                                  "rope_type": "yarn", "rope_theta": 1e4, "factor": 16.0,
+                                  "original_max_position_embeddings": 8, "beta_fast": 32.0, "beta_slow": 1.0,
+                                  "mscale": 1.0, "mscale_all_dim": 0.5, "llama_4_scaling_beta": 0.1}}),
+                 # MiniCPM3: dense MLA with rotate-half pairs and MiniCPM's scaled residuals (embedding scale 1 and
+                 # dim_model_base = hidden here, not 12 and 256: logits of the other tiny models' size, so the float32
+                 # parity check reads the same rounding; float64 parity holds either way)
+                 "minicpm3": ("MiniCPM3Config", "MiniCPM3ForCausalLM",
+                              {"num_key_value_heads": 4, "head_dim": 4, "kv_lora_rank": 16, "q_lora_rank": 16,
+                               "qk_rope_head_dim": 4, "qk_nope_head_dim": 8, "v_head_dim": 6, "pad_token_id": None,
+                               "scale_emb": 1.0, "dim_model_base": 32}),
                  # Hunyuan (dense, and MoE with 4 experts, top 2): per-head q/k RMSNorms AFTER the rotation
                  "hunyuan_v1_dense": ("HunYuanDenseV1Config", "HunYuanDenseV1ForCausalLM",
                                       {"pad_token_id": None, "eod_token_id": None, "sep_token_id": None}),

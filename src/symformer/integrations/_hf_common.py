@@ -28,13 +28,14 @@ FAMILIES = {"llama": "LlamaAttention", "mistral": "MistralAttention", "qwen2": "
             "ministral3": "Ministral3Attention",
             "deepseek_v2": "DeepseekV2Attention", "deepseek_v3": "DeepseekV3Attention",
             "glm4_moe_lite": "Glm4MoeLiteAttention", "longcat_flash": "LongcatFlashMLA",
+            "mistral4": "Mistral4Attention", "minicpm3": "MiniCPM3Attention",
             "hunyuan_v1_dense": "HunYuanDenseV1Attention",
             "hunyuan_v1_moe": "HunYuanMoEV1Attention", "hy_v3": "HYV3Attention", "kolibri1": "Kolibri1Attention"}
 #: families with multi-head latent attention (MLA: DeepSeek-V2 / V3, Kimi K2, GLM-4.7-Flash): each head's query and
 #: key are [nope; rope] (qk_nope_head_dim + qk_rope_head_dim coordinates), the rotation acts on the rope block only,
 #: and one rotated key block (from kv_a_proj_with_mqa) is shared by all heads; keys and values come from a normed
 #: latent
-MLA_FAMILIES = ("deepseek_v2", "deepseek_v3", "glm4_moe_lite", "longcat_flash")
+MLA_FAMILIES = ("deepseek_v2", "deepseek_v3", "glm4_moe_lite", "longcat_flash", "mistral4", "minicpm3")
 #: families whose native RoPE rotates interleaved pairs (2u, 2u + 1) instead of (u, u + Dh/2)
 INTERLEAVED = ("glm", "glm4", "cohere", "cohere2", "cohere2_moe", "ernie4_5", "ernie4_5_moe", "helium", "deepseek_v2",
                "longcat_flash")
@@ -230,3 +231,15 @@ def token_positions(position_ids, cache_position, cache, q) -> torch.Tensor:
     if position_ids.shape[0] == 1:  # positions shared by the batch: (N, 1), the parts' shared-table path
         position_ids = position_ids[0]
     return position_ids[..., None].to(q.dtype)
+
+
+def llama4_query_scale(config, positions: torch.Tensor) -> torch.Tensor | float:
+    """Ministral 3's query scaling after the rotation, 1 + beta log(1 + floor(position / original_max)) (its rope
+    parameters' llama_4_scaling_beta; 1 for the other families), shaped to (B or 1, 1, N, 1)."""
+    params = rope_parameters(config)
+    beta = params.get("llama_4_scaling_beta")
+    if beta is None:
+        return 1.0
+    pos = positions[..., 0]  # (N,) shared or (B, N)
+    scale = position_query_scale(pos, beta, params["original_max_position_embeddings"])
+    return scale.view(-1 if pos.ndim == 2 else 1, 1, pos.shape[-1], 1)

@@ -15,7 +15,7 @@ import sys
 
 import torch
 
-from symformer.integrations._hf_common import attention_interface, token_positions
+from symformer.integrations._hf_common import attention_interface, llama4_query_scale, token_positions
 
 
 def _mla_project(self, hidden_states: torch.Tensor):
@@ -51,7 +51,8 @@ def mla_attention_forward(self, hidden_states, position_embeddings=None, attenti
         q_rot, k_rot = q_rot * magnitude, k_rot * magnitude
     if cache is not None:
         latent, k_rot = cache.update(latent, k_rot, self.layer_idx, kwargs={"cache_position": cache_position})
-    query = torch.cat((q_pass, q_rot), dim=-1)
+    query = torch.cat((q_pass, q_rot), dim=-1) * llama4_query_scale(self.config, positions)  # Mistral 4: as
+    # Ministral 3, 1 + beta log(1 + floor(position / original_max)) on the whole query after the rotation
     key, value = self.expand_kv(latent, k_rot)
     module = sys.modules[type(self).__mro__[1].__module__]
     eager = getattr(self, "_symformer_eager", None) or module.eager_attention_forward  # exact_float64's

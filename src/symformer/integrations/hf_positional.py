@@ -37,11 +37,11 @@ from symformer.integrations._hf_common import (
     fused_qkv,
     head_dim,
     is_mla,
+    llama4_query_scale,
     model_family,
     n_kv_heads,
     out_proj,
     partial_rotary_factor,
-    position_query_scale,
     require_transformers,
     rope_pairing,
     rope_parameters,
@@ -68,7 +68,7 @@ def _attention_forward(self, hidden_states, position_embeddings=None, attention_
     cache = cache if cache is not None else old
     positions = token_positions(position_ids, cache_position, cache, q)
     q, k = self.rotary(q, k, positions)  # RotaryPositional: (B, H, N, Dh) and (B, H_kv, N, Dh)
-    q = q * _query_position_scale(self.config, positions)
+    q = q * llama4_query_scale(self.config, positions)
     if hasattr(self, "query_layernorm"):  # Hunyuan: per-head RMSNorms after the rotation
         q, k = self.query_layernorm(q), self.key_layernorm(k)
     if cache is not None:
@@ -113,18 +113,6 @@ def _project(self, hidden_states):
     if getattr(self, "q_norm", None) is not None and not flat:
         q, k = self.q_norm(q), self.k_norm(k)
     return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-
-
-def _query_position_scale(config, positions: torch.Tensor) -> torch.Tensor | float:
-    """Ministral 3's query scaling after the rotation, 1 + beta log(1 + floor(position / original_max)) (its rope
-    parameters' llama_4_scaling_beta; 1 for the other families), shaped to (B or 1, 1, N, 1)."""
-    params = rope_parameters(config)
-    beta = params.get("llama_4_scaling_beta")
-    if beta is None:
-        return 1.0
-    pos = positions[..., 0]  # (N,) shared or (B, N)
-    scale = position_query_scale(pos, beta, params["original_max_position_embeddings"])
-    return scale.view(-1 if pos.ndim == 2 else 1, 1, pos.shape[-1], 1)
 
 
 def _scale(attn) -> float:
