@@ -335,19 +335,22 @@ def test_yarn_with_a_partial_rotary_embedding_is_refused():
         hf.patch_positional(tiny("gpt_neox", rope_parameters=rope), "rope")
 
 
-def test_ministral3_query_position_scaling_is_kept(monkeypatch):
-    """Ministral 3 multiplies its rotated queries by 1 + beta log(1 + floor(position / original_max)): the patched
-    forward does too (float64 parity where the tiny config's original_max = 8 makes it > 1), and leaving it out
-    moves the logits."""
-    from symformer.integrations import hf_positional
+@pytest.mark.parametrize("family,positional,module", [("ministral3", "espr", "hf_positional"),
+                                                      ("mistral4", "rope", "hf_mla")])
+def test_query_position_scaling_is_kept(monkeypatch, family, positional, module):
+    """Ministral 3 (and Mistral Small 4's MLA) multiply their rotated queries by 1 + beta log(1 + floor(position /
+    original_max)): the patched forward does too (float64 parity where the tiny config's original_max = 8 makes it
+    > 1), and leaving it out moves the logits."""
+    import importlib
+    forward_module = importlib.import_module(f"symformer.integrations.{module}")
     x = ids(n=24)
-    ref = _logits(float64_reference(tiny("ministral3", torch.float64)), x)
-    model = float64_reference(_patched("ministral3", "espr", torch.float64))
+    ref = _logits(float64_reference(tiny(family, torch.float64)), x)
+    model = float64_reference(_patched(family, positional, torch.float64))
     assert (_logits(model, x) - ref).abs().max().item() <= 1e-10
-    scale = hf_positional._query_position_scale(model.config, torch.arange(24.0)[:, None])
+    scale = forward_module.llama4_query_scale(model.config, torch.arange(24.0)[:, None])
     assert scale.shape == (1, 1, 24, 1) and scale[0, 0, 7, 0] == 1
     assert abs(scale[0, 0, 8, 0] - (1 + 0.1 * math.log(2))) < 1e-15
-    monkeypatch.setattr(hf_positional, "_query_position_scale", lambda config, positions: 1.0)
+    monkeypatch.setattr(forward_module, "llama4_query_scale", lambda config, positions: 1.0)
     assert (_logits(model, x) - ref).abs().max().item() > 1e-3
 
 
@@ -393,3 +396,24 @@ def test_parity_holds_on_a_left_padded_batch(family):
     assert (ref - _logits(ref_model, x))[1].abs().max().item() > 1e-3
 
 
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt_neox", "deepseek_v3"])
+def test_the_patched_forward_passes_position_ids_on_to_the_attention_function(family):
+    """HF's forwards hand position_ids to the attention function (its flash-attention path finds packed sequences
+    there); the patched forward does the same, for a registered custom function too."""
+    import transformers
+    seen = []
+
+    def spy(module, query, key, value, attention_mask, **kwargs):
+        seen.append(kwargs.get("position_ids"))
+        return transformers.integrations.sdpa_attention.sdpa_attention_forward(module, query, key, value,
+                                                                               attention_mask, **kwargs)
+
+    transformers.AttentionInterface.register("symformer_test_spy", spy)
+    model = _patched(family, "rope", torch.float32)
+    model.config._attn_implementation = "symformer_test_spy"
+    x, pos = ids(n=6), torch.tensor([[3, 4, 5, 0, 1, 2], [0, 1, 2, 3, 4, 5]])  # two packed documents in row 0
+    with torch.no_grad():
+        model(x, position_ids=pos)
+    assert len(seen) == model.config.num_hidden_layers and all(torch.equal(p, pos) for p in seen)

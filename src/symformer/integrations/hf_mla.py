@@ -58,6 +58,8 @@ def mla_attention_forward(self, hidden_states, position_embeddings=None, attenti
     eager = getattr(self, "_symformer_eager", None) or module.eager_attention_forward  # exact_float64's
     interface = attention_interface(self.config._attn_implementation, eager)
     dropout = 0.0 if not self.training else self.attention_dropout
+    if position_ids is not None:  # as HF passes them on (flash attention reads packed sequences off them)
+        kwargs.setdefault("position_ids", position_ids)
     out, weights = interface(self, query, key, value, attention_mask, dropout=dropout, scaling=self.scaling,
                              **kwargs)
     return self.o_proj(out.reshape(b, n, -1).contiguous()), weights

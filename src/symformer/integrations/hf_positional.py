@@ -85,6 +85,8 @@ def _attention_forward(self, hidden_states, position_embeddings=None, attention_
     if getattr(self, "sinks", None) is not None:  # GPT-OSS: one sink logit per head (its eager kernel reads self.sinks)
         kwargs.setdefault("s_aux", self.sinks)
     dropout = 0.0 if not self.training else self.attention_dropout
+    if position_ids is not None:  # as HF passes them on (flash attention reads packed sequences off them)
+        kwargs.setdefault("position_ids", position_ids)
     out, weights = interface(self, q, k, v, attention_mask, dropout=dropout, scaling=scale, **kwargs)
     return out_proj(self)(out.reshape(*input_shape, -1).contiguous()), weights
 
