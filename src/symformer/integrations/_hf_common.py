@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib
+import sys
 
 import torch
 from torch import nn
@@ -217,6 +218,19 @@ def attention_interface(name: str, eager):
     if hasattr(ALL_ATTENTION_FUNCTIONS, "get_interface"):
         return ALL_ATTENTION_FUNCTIONS.get_interface(name, eager)
     return eager if name == "eager" else ALL_ATTENTION_FUNCTIONS[name]  # 4.48-4.5x
+
+
+def call_attention(attn: nn.Module, q, k, v, attention_mask, scaling: float, position_ids, kwargs: dict):
+    """The patched forwards' attention call, as HF's forwards make it: the function of config._attn_implementation
+    (the family's own eager one for "eager", or exact_float64's `_symformer_eager`), attention dropout only in
+    training, and position_ids passed on (flash attention reads packed sequences off them)."""
+    module = sys.modules[type(attn).__mro__[1].__module__]  # the HF class's module (the patched class subclasses it)
+    eager = getattr(attn, "_symformer_eager", None) or module.eager_attention_forward
+    interface = attention_interface(attn.config._attn_implementation, eager)
+    if position_ids is not None:
+        kwargs.setdefault("position_ids", position_ids)
+    dropout = 0.0 if not attn.training else attn.attention_dropout
+    return interface(attn, q, k, v, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
 
 
 def token_positions(position_ids, cache_position, cache, q) -> torch.Tensor:

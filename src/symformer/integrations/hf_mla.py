@@ -11,11 +11,9 @@ HF's (its 1 / sqrt(qk_head_dim) times mscale^2 where the config asks for it).
 """
 from __future__ import annotations
 
-import sys
-
 import torch
 
-from symformer.integrations._hf_common import attention_interface, llama4_query_scale, token_positions
+from symformer.integrations._hf_common import call_attention, llama4_query_scale, token_positions
 
 
 def _mla_project(self, hidden_states: torch.Tensor):
@@ -54,14 +52,7 @@ def mla_attention_forward(self, hidden_states, position_embeddings=None, attenti
     query = torch.cat((q_pass, q_rot), dim=-1) * llama4_query_scale(self.config, positions)  # Mistral 4: as
     # Ministral 3, 1 + beta log(1 + floor(position / original_max)) on the whole query after the rotation
     key, value = self.expand_kv(latent, k_rot)
-    module = sys.modules[type(self).__mro__[1].__module__]
-    eager = getattr(self, "_symformer_eager", None) or module.eager_attention_forward  # exact_float64's
-    interface = attention_interface(self.config._attn_implementation, eager)
-    dropout = 0.0 if not self.training else self.attention_dropout
-    if position_ids is not None:  # as HF passes them on (flash attention reads packed sequences off them)
-        kwargs.setdefault("position_ids", position_ids)
-    out, weights = interface(self, query, key, value, attention_mask, dropout=dropout, scaling=self.scaling,
-                             **kwargs)
+    out, weights = call_attention(self, query, key, value, attention_mask, self.scaling, position_ids, kwargs)
     return self.o_proj(out.reshape(b, n, -1).contiguous()), weights
 
 

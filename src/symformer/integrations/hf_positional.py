@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 
 import torch
 from torch import nn
@@ -30,8 +29,8 @@ from torch import nn
 from symformer._validation import check_choice, fail
 from symformer.integrations._hf_common import (
     applies_rope,
-    attention_interface,
     attention_modules,
+    call_attention,
     check_layer,
     flat_qk_norm,
     fused_qkv,
@@ -73,9 +72,6 @@ def _attention_forward(self, hidden_states, position_embeddings=None, attention_
         q, k = self.query_layernorm(q), self.key_layernorm(k)
     if cache is not None:
         k, v = cache.update(k, v, self.layer_idx, {"cache_position": cache_position})
-    module = sys.modules[type(self).__mro__[1].__module__]
-    eager = getattr(self, "_symformer_eager", None) or module.eager_attention_forward  # exact_float64's
-    interface = attention_interface(self.config._attn_implementation, eager)
     scale = _scale(self)
     if self.config.model_type != "llama":  # Mistral / Qwen2 / Qwen3 / Gemma 2 / OLMo 3 pass their sliding window on
         window = getattr(self, "sliding_window", getattr(self.config, "sliding_window", None))
@@ -84,10 +80,7 @@ def _attention_forward(self, hidden_states, position_embeddings=None, attention_
         kwargs.setdefault("softcap", self.attn_logit_softcapping)
     if getattr(self, "sinks", None) is not None:  # GPT-OSS: one sink logit per head (its eager kernel reads self.sinks)
         kwargs.setdefault("s_aux", self.sinks)
-    dropout = 0.0 if not self.training else self.attention_dropout
-    if position_ids is not None:  # as HF passes them on (flash attention reads packed sequences off them)
-        kwargs.setdefault("position_ids", position_ids)
-    out, weights = interface(self, q, k, v, attention_mask, dropout=dropout, scaling=scale, **kwargs)
+    out, weights = call_attention(self, q, k, v, attention_mask, scale, position_ids, kwargs)
     return out_proj(self)(out.reshape(*input_shape, -1).contiguous()), weights
 
 

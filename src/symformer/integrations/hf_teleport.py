@@ -98,10 +98,8 @@ class _AttentionView:
         if fused is None:
             self.q_proj, self.k_proj, self.v_proj = attn.q_proj, attn.k_proj, attn.v_proj
             return
-        lin, rows = fused[0], _qkv_rows(fused[1], n_heads, kv_heads, self.head_dim)
-        self.fused = [FusedRows(p, rows) for p in (lin.weight, lin.bias) if p is not None]
-        biases = self.fused[1].blocks if lin.bias is not None else [None] * 3
-        self.q_proj, self.k_proj, self.v_proj = (_RowBlock(w, b) for w, b in zip(self.fused[0].blocks, biases))
+        self.fused, (self.q_proj, self.k_proj, self.v_proj) = _fused_blocks(
+            fused[0], _qkv_rows(fused[1], n_heads, kv_heads, self.head_dim))
 
     @property
     def rotary(self):
