@@ -396,8 +396,6 @@ def test_parity_holds_on_a_left_padded_batch(family):
     assert (ref - _logits(ref_model, x))[1].abs().max().item() > 1e-3
 
 
-
-
 @pytest.mark.parametrize("family", ["llama", "gpt_neox", "deepseek_v3"])
 def test_the_patched_forward_passes_position_ids_on_to_the_attention_function(family):
     """HF's forwards hand position_ids to the attention function (its flash-attention path finds packed sequences

@@ -34,9 +34,12 @@ def _claim(cid, statement, paper, measured, ok, evidence, setting, paper_setting
 #: family -> (config class, model class, extra config) of the tiny models; MoE: 4 experts, top 2, HF's eager
 #: experts (the grouped-matmul ones take no float64 on CPU)
 _MOE = {"num_experts_per_tok": 2, "experts_implementation": "eager"}
-_MLA = {"num_key_value_heads": 4, "head_dim": 4, "kv_lora_rank": 16, "qk_rope_head_dim": 4, "qk_nope_head_dim": 8,
-        "v_head_dim": 6, "n_routed_experts": 4, "moe_intermediate_size": 32, "first_k_dense_replace": 1, "n_group": 1,
-        "topk_group": 1, "pad_token_id": None, **_MOE}
+#: MLA attention (heads of 8 nope + 4 rope coordinates, values of 6, a latent of 16; key heads = heads: keys expand
+#: per head), and the DeepSeek-style MoE the MLA families but MiniCPM3 add (a dense layer, then an MoE layer)
+_MLA_ATTENTION = {"num_key_value_heads": 4, "head_dim": 4, "kv_lora_rank": 16, "qk_rope_head_dim": 4,
+                  "qk_nope_head_dim": 8, "v_head_dim": 6, "pad_token_id": None}
+_MLA = {**_MLA_ATTENTION, "n_routed_experts": 4, "moe_intermediate_size": 32, "first_k_dense_replace": 1,
+        "n_group": 1, "topk_group": 1, **_MOE}
 FAMILY_MODELS = {"llama": ("LlamaConfig", "LlamaForCausalLM", {}),
                  "mistral": ("MistralConfig", "MistralForCausalLM", {}),
                  "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}), "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {}),
@@ -157,12 +160,10 @@ FAMILY_MODELS = {"llama": ("LlamaConfig", "LlamaForCausalLM", {}),
                                     "rope_type": "yarn", "rope_theta": 1e6, "factor": 16.0,
                                     "original_max_position_embeddings": 8, "beta_fast": 32.0, "beta_slow": 1.0,
                                     "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.1}}),
-                 # MLA (DeepSeek-V3, GLM-4.7-Flash): heads of 8 nope + 4 rope coordinates, values of 6, a latent of
-                 # 16, one rotated key block shared by the heads (num_key_value_heads = heads: keys expand per head),
-                 # a dense layer then an MoE layer. DeepSeek-V3: a low-rank q (q_lora_rank 16), interleaved pairs,
-                 # YaRN with mscale != mscale_all_dim (magnitude 1.065 on the rope blocks, mscale_all_dim^2 on the
-                 # logit scale); GLM-4.7-Flash: a full-rank q_proj, rotate-half pairs, the default table
-                 # DeepSeek-V2 (and V2-Lite, Coder-V2): a full-rank q_proj, a complex rotary table on interleaved pairs
+                 # MLA (_MLA). DeepSeek-V2 (and V2-Lite, Coder-V2): a full-rank q_proj, a complex rotary table on
+                 # interleaved pairs. DeepSeek-V3: a low-rank q (q_lora_rank 16), interleaved pairs, YaRN with
+                 # mscale != mscale_all_dim (magnitude 1.065 on the rope blocks, mscale_all_dim^2 on the logit
+                 # scale). GLM-4.7-Flash: a full-rank q_proj, rotate-half pairs, the default table
                  "deepseek_v2": ("DeepseekV2Config", "DeepseekV2ForCausalLM", {**_MLA, "q_lora_rank": None}),
                  "deepseek_v3": ("DeepseekV3Config", "DeepseekV3ForCausalLM",
                                  {**_MLA, "q_lora_rank": 16, "rope_interleave": True,
@@ -185,9 +186,7 @@ FAMILY_MODELS = {"llama": ("LlamaConfig", "LlamaForCausalLM", {}),
                  # dim_model_base = hidden here, not 12 and 256: logits of the other tiny models' size, so the float32
                  # parity check reads the same rounding; float64 parity holds either way)
                  "minicpm3": ("MiniCPM3Config", "MiniCPM3ForCausalLM",
-                              {"num_key_value_heads": 4, "head_dim": 4, "kv_lora_rank": 16, "q_lora_rank": 16,
-                               "qk_rope_head_dim": 4, "qk_nope_head_dim": 8, "v_head_dim": 6, "pad_token_id": None,
-                               "scale_emb": 1.0, "dim_model_base": 32}),
+                              {**_MLA_ATTENTION, "q_lora_rank": 16, "scale_emb": 1.0, "dim_model_base": 32}),
                  # Hunyuan (dense, and MoE with 4 experts, top 2): per-head q/k RMSNorms AFTER the rotation
                  "hunyuan_v1_dense": ("HunYuanDenseV1Config", "HunYuanDenseV1ForCausalLM",
                                       {"pad_token_id": None, "eod_token_id": None, "sep_token_id": None}),
@@ -203,9 +202,10 @@ FAMILY_MODELS = {"llama": ("LlamaConfig", "LlamaForCausalLM", {}),
                                "shared_expert_intermediate_size": 32, **_MOE})}
 
 
-#: families whose q/k RMSNorm weights the tiny models draw around 1 (HF starts them at exactly 1)
 #: families whose q/k norms come after the rotation (Hunyuan: query_layernorm, key_layernorm)
 POST_NORM_FAMILIES = ("hunyuan_v1_dense", "hunyuan_v1_moe")
+#: families whose q/k RMSNorm weights the tiny models draw around 1 (HF starts them at exactly 1; POST_NORM_FAMILIES'
+#: too)
 QK_NORM_FAMILIES = ("qwen3", "qwen3_moe", "gemma3_text", "olmo2", "olmo3", "olmoe", "exaone4", "apertus", "flex_olmo",
                     "minimax_m2", "exaone_moe", "hy_v3", "kolibri1")
 
