@@ -471,6 +471,34 @@ def test_scaling_row_names_kinds_whose_sizes_do_not_grow_with_f():
     assert "(2048, 44970)" in row.measured
 
 
+def test_scaling_row_names_trainings_that_ended_above_uniform_loss():
+    """A trained point whose final loss is above ln F (worse than a uniform guess among the values) is listed in
+    ssfr_diverged_trainings and counted in the S5.1-scaling row; one at the search's largest failing size is named
+    as deciding its bracket. Losses at or below ln F and untrained points are not listed; the verdict is unchanged."""
+    from symformer.experiments import fact_recall as fr
+    from symformer.results import ExperimentResult
+
+    def pt(h, loss=None):
+        return {"kind": "gd-relu", "n_facts": 2048, "hidden": h, "size": h, "h_tilde": None,
+                **({"train": {"final_loss": loss}} if loss is not None else {})}
+
+    lnf = math.log(2048)
+    pts = [pt(16), pt(64, 0.3), pt(40, lnf + 0.01), pt(44, 0.5), pt(42, lnf), pt(43, lnf + 2.0)]
+    out = {"k": {"kind": "gd-relu", "n_facts": 2048, "min_params": 11436, "best_fact_adaptive_accuracy": 0.995,
+                 "paper_budget": False, "max_failing_size": 43, "points": pts}}
+    res = ExperimentResult()
+    fr._ssfr_claims(res, out, quick=False)
+    rows = res.metrics["ssfr_diverged_trainings"]
+    assert [(q["hidden"], q["deciding"]) for q in rows] == [(40, False), (43, True)]
+    row = [c for c in res.claims if c.id == "S5.1-scaling"][0]
+    assert "2 training(s) ended with loss above ln F" in row.measured
+    assert "deciding a bracket: gd-relu F=2048 h=43" in row.measured and row.verdict == "inconclusive"
+    out["k"]["max_failing_size"] = 42
+    res = ExperimentResult()
+    fr._ssfr_claims(res, out, quick=False)
+    assert "none deciding a bracket" in [c for c in res.claims if c.id == "S5.1-scaling"][0].measured
+
+
 @pytest.mark.parametrize("paper_budget,want,want_linear", [(False, "inconclusive", "inconclusive"),
                                                             (True, "fails", "holds")])
 def test_scaling_row_decides_only_under_the_paper_budget(paper_budget, want, want_linear):
