@@ -161,8 +161,9 @@ def bench(suites: Optional[List[str]] = typer.Argument(None, help="suites to run
     _threads()
     for name in chosen:
         typer.echo(f"[{name}] timing ...", err=True)
+        t0 = time.perf_counter()
         res = reg.get(name).fn(BenchContext(out_dir=out / name, quick=quick, device=device))
-        write_bench(out / name, name, quick, res, device)
+        write_bench(out / name, name, quick, res, device, time.perf_counter() - t0)
         typer.echo(f"[{name}] -> {out / name / 'results.json'}")
 
 

@@ -85,6 +85,24 @@ def test_bench_list_and_unknown(capsys):
     assert code == 2 and "no-such-suite" in err
 
 
+def test_bench_records_command_commit_and_wall_time(capsys, tmp_path, monkeypatch):
+    """A bench run writes where it came from (commit, command, machine) and its wall time into results.json and the
+    head of report.md, as a recorded run under results/ must."""
+    from symformer.benchmarks.base import BenchResult, SuiteSpec
+    from symformer.registry import Registry
+
+    reg = Registry("benchmark suite")
+    tiny = BenchResult(rows=[{"method": "a", "seconds": 0.5}], ratios={"a_vs_b": 2.0})
+    reg.register("tiny")(SuiteSpec("tiny", lambda ctx: tiny, "a tiny suite"))
+    monkeypatch.setattr("symformer.benchmarks.load_all", lambda: reg)
+    code, out, _ = run(capsys, "bench", "tiny", "--out", str(tmp_path))
+    assert code == 0
+    payload = json.loads((tmp_path / "tiny" / "results.json").read_text())
+    assert payload["seconds"] >= 0 and payload["environment"]["command"].startswith("symformer bench tiny")
+    head = (tmp_path / "tiny" / "report.md").read_text().splitlines()[2]
+    assert payload["environment"]["git_sha"] in head and "`symformer bench tiny" in head and head.endswith(" s.")
+
+
 def test_data_list(capsys, tmp_path):
     code, out, _ = run(capsys, "data", "list", "--data-dir", str(tmp_path))
     assert code == 0 and "ETTh1.csv: MISSING" in out and "digits" in out
