@@ -121,13 +121,19 @@ def test_exact_float64_leaves_no_norm_in_float32(family):
 
 def _float32_ops(model, x) -> tuple[set, set]:
     """(ops that produced a float32 / half tensor during the forward, those of them inside an attention module, a
-    norm or a rotary table), recorded at the dispatcher: what an output check on one module can miss."""
+    norm or a rotary table), recorded at the dispatcher: what an output check on one module can miss. DSA's
+    indexer (DeepSeek-V3.2, GLM-5) counts as outside, like the MoE routers: HF scores its discrete top-k choice of
+    keys in float32 (and keeps its weights_proj in float32), and exact_float64 leaves it so."""
     from torch.utils._python_dispatch import TorchDispatchMode
     inside = [0]
     watched = [m for m in model.modules() if m in attention_modules(model) or "Norm" in type(m).__name__
                or "Rotary" in type(m).__name__ or "Table" in type(m).__name__]
     hooks = [h for m in watched for h in (m.register_forward_pre_hook(lambda *a: inside.__setitem__(0, inside[0] + 1)),
                                            m.register_forward_hook(lambda *a: inside.__setitem__(0, inside[0] - 1)))]
+    indexers = [m for m in model.modules() if type(m).__name__.endswith("Indexer")]
+    out_of_count = (lambda *a: inside.__setitem__(0, inside[0] - 99), lambda *a: inside.__setitem__(0, inside[0] + 99))
+    hooks += [h for m in indexers for h in (m.register_forward_pre_hook(out_of_count[0]),
+                                            m.register_forward_hook(out_of_count[1]))]
     found, found_inside = set(), set()
 
     class Low(TorchDispatchMode):
@@ -135,7 +141,7 @@ def _float32_ops(model, x) -> tuple[set, set]:
             out = func(*args, **(kwargs or {}))
             if any(isinstance(o, torch.Tensor) and o.dtype in (torch.float32, torch.float16, torch.bfloat16)
                    for o in (out if isinstance(out, (tuple, list)) else [out])):
-                (found_inside if inside[0] else found).add(str(func))
+                (found_inside if inside[0] > 0 else found).add(str(func))
             return out
 
     try:

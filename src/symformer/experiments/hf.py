@@ -40,6 +40,7 @@ _MLA_ATTENTION = {"num_key_value_heads": 4, "head_dim": 4, "kv_lora_rank": 16, "
                   "qk_nope_head_dim": 8, "v_head_dim": 6, "pad_token_id": None}
 _MLA = {**_MLA_ATTENTION, "n_routed_experts": 4, "moe_intermediate_size": 32, "first_k_dense_replace": 1,
         "n_group": 1, "topk_group": 1, **_MOE}
+_DSA = {"q_lora_rank": 16, "index_topk": 64, "index_head_dim": 8, "index_n_heads": 2}
 FAMILY_MODELS = {"llama": ("LlamaConfig", "LlamaForCausalLM", {}),
                  "mistral": ("MistralConfig", "MistralForCausalLM", {}),
                  "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}), "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {}),
@@ -187,6 +188,13 @@ FAMILY_MODELS = {"llama": ("LlamaConfig", "LlamaForCausalLM", {}),
                  # parity check reads the same rounding; float64 parity holds either way)
                  "minicpm3": ("MiniCPM3Config", "MiniCPM3ForCausalLM",
                               {**_MLA_ATTENTION, "q_lora_rank": 16, "scale_emb": 1.0, "dim_model_base": 32}),
+                 # DeepSeek sparse attention (DSA): DeepSeek-V3.2 and GLM-5 (whose second layer reuses the first's
+                 # selection) keep each query's top index_topk keys by an indexer of 2 heads of 8 (native RoPE on its
+                 # first 4). 64 here: the shared checks (FAVOR+ / PLASH cores among them) read dense causal attention;
+                 # the DSA tests set 6, so that their sequences attend sparsely
+                 "deepseek_v32": ("DeepseekV32Config", "DeepseekV32ForCausalLM", {**_MLA, **_DSA}),
+                 "glm_moe_dsa": ("GlmMoeDsaConfig", "GlmMoeDsaForCausalLM",
+                                 {**_MLA, **_DSA, "indexer_types": ["full", "shared"]}),
                  # Hunyuan (dense, and MoE with 4 experts, top 2): per-head q/k RMSNorms AFTER the rotation
                  "hunyuan_v1_dense": ("HunYuanDenseV1Config", "HunYuanDenseV1ForCausalLM",
                                       {"pad_token_id": None, "eod_token_id": None, "sep_token_id": None}),

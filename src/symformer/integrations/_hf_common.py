@@ -30,16 +30,18 @@ FAMILIES = {"llama": "LlamaAttention", "mistral": "MistralAttention", "qwen2": "
             "deepseek_v2": "DeepseekV2Attention", "deepseek_v3": "DeepseekV3Attention",
             "glm4_moe_lite": "Glm4MoeLiteAttention", "longcat_flash": "LongcatFlashMLA",
             "mistral4": "Mistral4Attention", "minicpm3": "MiniCPM3Attention",
+            "deepseek_v32": "DeepseekV32Attention", "glm_moe_dsa": "GlmMoeDsaAttention",
             "hunyuan_v1_dense": "HunYuanDenseV1Attention",
             "hunyuan_v1_moe": "HunYuanMoEV1Attention", "hy_v3": "HYV3Attention", "kolibri1": "Kolibri1Attention"}
 #: families with multi-head latent attention (MLA: DeepSeek-V2 / V3, Kimi K2, GLM-4.7-Flash, LongCat-Flash, Mistral
-#: Small 4, MiniCPM3): each head's query and key are [nope; rope] (qk_nope_head_dim + qk_rope_head_dim
-#: coordinates), the rotation acts on the rope block only, and one rotated key block (from kv_a_proj_with_mqa) is
-#: shared by all heads; keys and values come from a normed latent
-MLA_FAMILIES = ("deepseek_v2", "deepseek_v3", "glm4_moe_lite", "longcat_flash", "mistral4", "minicpm3")
+#: Small 4, MiniCPM3, and with DeepSeek sparse attention DeepSeek-V3.2 and GLM-5): each head's query and key are
+#: [nope; rope] (qk_nope_head_dim + qk_rope_head_dim coordinates), the rotation acts on the rope block only, and one
+#: rotated key block (from kv_a_proj_with_mqa) is shared by all heads; keys and values come from a normed latent
+MLA_FAMILIES = ("deepseek_v2", "deepseek_v3", "glm4_moe_lite", "longcat_flash", "mistral4", "minicpm3", "deepseek_v32",
+                "glm_moe_dsa")
 #: families whose native RoPE rotates interleaved pairs (2u, 2u + 1) instead of (u, u + Dh/2)
 INTERLEAVED = ("glm", "glm4", "cohere", "cohere2", "cohere2_moe", "ernie4_5", "ernie4_5_moe", "helium", "deepseek_v2",
-               "longcat_flash")
+               "longcat_flash", "deepseek_v32", "glm_moe_dsa")
 #: families whose rotary table repeats each frequency in place (repeat_interleave), not cat(freqs, freqs)
 TABLE_INTERLEAVED = ("cohere", "cohere2", "cohere2_moe")
 #: families whose rotary table holds each frequency once (GPT-OSS: (..., Dh/2), applied to both halves)

@@ -105,11 +105,24 @@ def _repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
     return x if groups == 1 else x.repeat_interleave(groups, dim=1)
 
 
+def _fold_indices(attention_mask, indices: torch.Tensor, nk: int) -> torch.Tensor:
+    """DSA's top-k key indices (B, Nq, topk) as a boolean (B, 1, Nq, Nk) mask, ANDed with the model's mask (HF
+    folds them the same way for eager and sdpa; other implementations get them as `indices`)."""
+    b, nq = indices.shape[:2]
+    keep = torch.zeros(b, nq, nk, dtype=torch.bool, device=indices.device).scatter(-1, indices.long(), True)[:, None]
+    if attention_mask is None:
+        return keep & torch.ones(nq, nk, dtype=torch.bool, device=keep.device).tril(nk - nq)
+    if attention_mask.dtype != torch.bool:
+        attention_mask = attention_mask == 0
+    return attention_mask & keep
+
+
 def _symformer_attention(kind: str, module, query, key, value, attention_mask, scaling=None, dropout=0.0,
-                         sliding_window=None, softcap=None, s_aux=None, **kwargs):
+                         sliding_window=None, softcap=None, s_aux=None, indices=None, **kwargs):
     """HF attention signature -> (output (B, N, H, Dv), None). Dropout on attention weights does not exist
     for these cores (FAVOR+ never forms them; PLASH has its own `dropout` option), so dropout > 0 is refused;
-    so is a logit soft-cap (Gemma 2), a function of the logits that neither core approximates."""
+    so is a logit soft-cap (Gemma 2), a function of the logits that neither core approximates. DSA's `indices`
+    (DeepSeek-V3.2, GLM-5) join the mask: a selection that drops earlier keys is a per-query mask, refused there."""
     if dropout:
         fail("attention_dropout", dropout, "0.0 (set the core's own options through configure)")
     if s_aux is not None:
@@ -122,6 +135,8 @@ def _symformer_attention(kind: str, module, query, key, value, attention_mask, s
     groups = query.shape[1] // key.shape[1]  # grouped-query attention: each key head serves `groups` query heads
     k, v = _repeat_kv(key, groups), _repeat_kv(value, groups)
     nq, nk = query.shape[-2], k.shape[-2]
+    if indices is not None:
+        attention_mask = _fold_indices(attention_mask, indices, nk)
     causal, keep = mask_structure(attention_mask, nq, nk, bool(getattr(module, "is_causal", True)))
     if attention_mask is None and sliding_window is not None and nk > sliding_window:  # a window sdpa_mask skipped
         fail("sliding_window", sliding_window, f">= the {nk} keys: symformer cores attend to all earlier keys")

@@ -11,7 +11,10 @@ queries by a factor computed in float32, and the eager attention of every family
 in float32 (Gemma 2 and VaultGemma run eager by default: their attention probabilities were float32 numbers, and a
 padded float64 batch turned to NaN there, float64's mask minimum being -inf in float32).
 `exact_float64(model)` evaluates the same formulas in the input dtype. In float32 the norms and the rotation are
-HF's to the bit; the rotary table is computed in float64 and rounded, so it moves float32 logits by rounding."""
+HF's to the bit; the rotary table is computed in float64 and rounded, so it moves float32 logits by rounding.
+Left in float32, as the MoE routers are: DSA's indexer (DeepSeek-V3.2, GLM-5), whose scores only choose each
+query's top-k keys (a discrete choice, HF's, with its weights_proj kept in float32); the attention over the chosen
+keys runs in the input dtype."""
 from __future__ import annotations
 
 import inspect
