@@ -4,7 +4,7 @@ Every `import` in src/symformer, module level or inside a function (a lazy impor
 read with ast; an import of a higher layer fails, and so does one between the sibling top layers
 experiments and benchmarks. Layers, from the bottom:
 
-  0  _validation, registry, results, stats, _io, report   (plumbing)
+  0  _validation, registry, results, stats, _io, _rng, report   (plumbing)
   1  data, positional, attention, facts                    (parts)
   2  models
   3  train
@@ -25,7 +25,7 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "symformer"
 LAYERS = {
-    "_validation": 0, "registry": 0, "results": 0, "stats": 0, "_io": 0, "report": 0,
+    "_validation": 0, "registry": 0, "results": 0, "stats": 0, "_io": 0, "_rng": 0, "report": 0,
     "data": 1, "positional": 1, "attention": 1, "facts": 1,
     "models": 2, "train": 3, "teleport": 4, "integrations": 5,
     "experiments": 6, "benchmarks": 6, "cli": 7, "cli_facts": 7,

@@ -55,7 +55,7 @@ def test_ntk_search_reports_the_cap_not_a_bare_none(monkeypatch):
     res = laws._ntk_search(fs, decodability(fs.values), "ntk", quick=True)
     assert res["params"] is None and res["best_accuracy"] < 1.0 and res["params_at_cap"] > 0
     assert "no h <= 4096 stores every fact" in res["reason"]
-    ok = laws._ntk_search(make_fact_set(16, 8, seed=1), None, "ntk", quick=True)
+    ok = laws._ntk_search(make_fact_set(16, 16, seed=1), None, "ntk", quick=True)  # h = 1352 stores all
     assert ok["params"] and "reason" not in ok
 
 

@@ -7,6 +7,7 @@ import os
 import torch
 
 from symformer._io import save_atomic
+from symformer._rng import generator
 from symformer._validation import check_choice, check_float, check_int, fail
 from symformer.data.files import DataFileError, torch_load
 from symformer.facts.decodability import Decodability, require_vertices
@@ -63,7 +64,7 @@ def ntk_mlp(keys: torch.Tensor, values: torch.Tensor, facts: torch.Tensor, h: in
     check_int("degree", degree, 0)
     K = keys.double()
     n, d = K.shape
-    g = torch.Generator().manual_seed(seed)
+    g = generator("ntk", seed)  # not the data's stream: with manual_seed(seed) W_gate was make_ssfr(seed)'s keys
     W_gate = torch.randn(h, d, generator=g, dtype=torch.float64)
     P = torch.randn(d, h, generator=g, dtype=torch.float64)
     P = P / P.norm(dim=0, keepdim=True)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from symformer._rng import generator
 from symformer._validation import check_choice, check_int, check_tensor
 from symformer.facts.decodability import Decodability, decodability, require_vertices
 
@@ -31,7 +32,7 @@ def jl_decoder(values: torch.Tensor, m: int, kind: str = "gaussian", seed: int =
     check_int("m", m, 1)
     check_choice("kind", kind, ("gaussian", "sign"))
     info = require_vertices(values, info)
-    g = torch.Generator().manual_seed(seed)
+    g = generator("jl", seed)  # independent of the values' stream (symformer._rng)
     d = values.shape[1]
     D = torch.randn(d, m, generator=g, dtype=torch.float64)
     if kind == "sign":
@@ -55,7 +56,7 @@ def gd_decoder(values: torch.Tensor, m: int, steps: int = 1000, lr: float = 1.0,
     check_int("m", m, 1)
     check_int("steps", steps, 1)
     n, d = values.shape
-    g = torch.Generator().manual_seed(seed)
+    g = generator("gd_decoder", seed)
     C = (torch.randn(n, m, generator=g) / math.sqrt(m)).to(dtype).requires_grad_()
     M = (torch.randn(m, d, generator=g) / math.sqrt(d)).to(dtype).requires_grad_()
     V = values.to(dtype)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
+from symformer._rng import generator
 from symformer._validation import check_float, check_int, check_tensor, fail
 from symformer.facts.mlp import FactMLP, activate
 
@@ -62,7 +63,7 @@ def solve_gadgets(keys: torch.Tensor, targets: torch.Tensor, h_tilde: int, activ
     check_general_position(keys)
     T = targets.double().reshape(n, -1)                     # (|K|, m)
     K = keys.double()
-    g = torch.Generator().manual_seed(seed)
+    g = generator("gadget", seed)  # independent of the keys' stream (symformer._rng)
     G = torch.randn(h_tilde, d, generator=g, dtype=torch.float64)       # Alg. 3, line 1
     bG = torch.randn(h_tilde, generator=g, dtype=torch.float64) if bias else None
     pre = K @ G.T + (bG if bias else 0.0)
