@@ -158,6 +158,12 @@ def test_configure_records_options_and_refuses_bad_ones():
     model = hf.configure(tiny("mistral"), "favor", n_features=48, seed=3)
     assert model.config.symformer_attention == {"attention": "favor", "n_features": 48, "seed": 3}
     assert model.model.layers[1].self_attn.symformer_core.n_features == 48
+    # each layer its own features (seed 1000 s + l), for FAVOR+ and PLASH alike
+    assert [int(layer.self_attn.symformer_core.seed) for layer in model.model.layers] == [3000, 3001]
+    cores = [layer.self_attn.symformer_core for layer in hf.configure(tiny("llama"), "plash").model.layers]
+    assert not torch.equal(cores[0].hash_0, cores[1].hash_0)
+    with pytest.raises(TypeError, match=r"^seed: got 1.5, expected an integer"):
+        hf.configure(tiny("llama"), "favor", seed=1.5)
     with pytest.raises(ValueError, match="attention"):
         hf.configure(tiny("llama"), "flash")
     with pytest.raises(ValueError, match="n_features"):

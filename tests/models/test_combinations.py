@@ -89,3 +89,20 @@ def test_naive_matches_sdpa():
         a = SoftmaxAttention()(q, k, v, is_causal=causal)
         b = NaiveAttention()(q, k, v, is_causal=causal)
         assert (a - b).abs().max() < 1e-12
+
+
+@pytest.mark.parametrize("attention,buffer", [("favor", "features"), ("plash", "hash_0")])
+def test_every_layer_draws_its_own_random_structure(attention, buffer):
+    """Each layer's FAVOR+ features / PLASH hashes come from its own seed, drawn from the global generator: layers
+    differ, the same torch.manual_seed rebuilds the same model, another seed another one; an explicit
+    attention_kwargs seed is kept in every layer."""
+    def cores(run_seed, **kw):
+        torch.manual_seed(run_seed)
+        cfg = TransformerConfig(d_model=32, n_heads=2, n_layers=2, attention=attention, attention_kwargs=kw)
+        return [getattr(b.attn.core, buffer) for b in CausalLM(cfg, vocab_size=11).encoder.blocks]
+
+    a, b = cores(0), cores(0)
+    assert not torch.equal(a[0], a[1]) and all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+    assert not torch.equal(cores(1)[0], a[0])
+    fixed = cores(0, seed=5)
+    assert torch.equal(fixed[0], fixed[1])

@@ -276,7 +276,8 @@ def favor_convergence(seed: int, features=(64, 1024, 16384), init: float = 0.05)
     ref = _logits(_tiny(torch.float64, None, seed, init=init), x)
     out = {}
     for m in features:
-        model = hf.configure(_tiny(torch.float64, None, seed, init=init), "favor", n_features=m, seed=seed)
+        # seed + 1: layer l draws its features with 1000 (seed + 1) + l, never the generator of the inputs x
+        model = hf.configure(_tiny(torch.float64, None, seed, init=init), "favor", n_features=m, seed=seed + 1)
         out[m] = float((_logits(model, x) - ref).abs().max())
     return out
 

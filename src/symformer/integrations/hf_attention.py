@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from symformer._validation import check_choice, fail
+from symformer._validation import check_choice, check_int, fail
 from symformer.integrations._hf_common import attention_modules, head_dim, out_proj, require_transformers
 
 IMPLEMENTATIONS = {"favor": "symformer_favor", "plash": "symformer_plash"}
@@ -77,8 +77,10 @@ def _make_core(kind: str, module: nn.Module, options: dict) -> nn.Module:
     from symformer.attention.plash import PlashAttention
     opts = {k: v for k, v in options.items() if k != "attention"}
     cfg = module.config
+    # every layer its own random structure (FAVOR+ features, PLASH hashes): a seed s (default 0) gives layer l the
+    # seed 1000 s + l; before, a given seed (and PLASH always) put the same structure in every layer
+    opts["seed"] = 1000 * check_int("seed", opts.get("seed", 0), 0) + int(getattr(module, "layer_idx", 0) or 0)
     if kind == "favor":
-        opts.setdefault("seed", int(getattr(module, "layer_idx", 0) or 0))  # independent features per layer
         core = FavorAttention(head_dim(module), **opts)
     else:
         core = PlashAttention(head_dim(module), n_heads=cfg.num_attention_heads, d_model=cfg.hidden_size, **opts)
@@ -187,7 +189,8 @@ def configure(model: nn.Module, attention: str = "favor", **options) -> nn.Modul
     """Run `attention` ("favor" | "plash") in every attention layer of a Llama-family model, with `options`
     passed to the core (FavorAttention: n_features, orthogonal, chunk_size, seed, ...;
     PlashAttention: M, degrees, D_k, causal_block, ...). Records them in config.symformer_attention, builds
-    one core per layer (seeds differ per layer unless `seed` is given) and switches the implementation."""
+    one core per layer (layer l of a model configured with seed s, default 0, draws its random features or hashes
+    with seed 1000 s + l) and switches the implementation."""
     register()
     check_choice("attention", attention, tuple(IMPLEMENTATIONS))
     layers = attention_modules(model)

@@ -1,6 +1,8 @@
 """Building blocks: norms, feed-forward parts, multi-head attention over named parts, blocks."""
 from __future__ import annotations
 
+import inspect
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -91,8 +93,13 @@ class MultiHeadAttention(nn.Module):
         if getattr(POSITIONAL.get(positional), "kind", None) == "rotary":
             self.rotary = POSITIONAL.build(positional, head_dim=self.head_dim, coord_dim=coord_dim, n_heads=n_heads,
                                            d_model=d_model, **(positional_kwargs or {}))
-        self.core = ATTENTION.build(attention, head_dim=self.head_dim, n_heads=n_heads, d_model=d_model,
-                                    **(attention_kwargs or {}))
+        kw = dict(attention_kwargs or {})
+        if "seed" not in kw and "seed" in inspect.signature(ATTENTION.get(attention)).parameters:
+            # every layer its own random structure (FAVOR+ features, PLASH prototypes and sketches), drawn from the
+            # global generator so that the run seed changes it, as in Informer's layers; before, every layer of a
+            # Transformer drew seed 0's, the same features in each layer
+            kw["seed"] = int(torch.randint(2**31 - 1, ()))
+        self.core = ATTENTION.build(attention, head_dim=self.head_dim, n_heads=n_heads, d_model=d_model, **kw)
         self.drop = nn.Dropout(dropout)
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
