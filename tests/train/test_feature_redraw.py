@@ -25,7 +25,9 @@ def _setup(steps=6):
 def test_layers_get_distinct_features_and_redraw_every_n_steps():
     model, data, tcfg = _setup()
     mods = feature_modules(model)
-    assert len(mods) == 2 and torch.equal(mods[0].features, mods[1].features)  # the shared-seed default
+    # each layer draws its own seed from the global generator (models.layers.MultiHeadAttention); the callback
+    # replaces them with seed * 1000 + layer
+    assert len(mods) == 2 and not torch.equal(mods[0].features, mods[1].features)
     seen = []
 
     class Spy(FeatureRedraw):
@@ -36,6 +38,7 @@ def test_layers_get_distinct_features_and_redraw_every_n_steps():
     cb = Spy(model, every=2, seed=3)
     Trainer(model, LanguageModeling(), data, None, tcfg, callbacks=[cb]).fit()
     assert not torch.equal(mods[0].features, mods[1].features)
+    assert [int(m.seed) for m in mods] == [3000, 3001]
     assert cb.redraws == 3 and int(mods[0].draws) == 3
     # features change exactly after steps 2, 4, 6
     changed = [not torch.equal(a, b) for a, b in zip(seen, seen[1:])]
