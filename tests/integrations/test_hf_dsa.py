@@ -108,14 +108,15 @@ def test_gradient_action_and_norms_with_a_sparse_selection(family, positional):
 
 @pytest.mark.parametrize("family", DSA)
 @pytest.mark.parametrize("patched", [False, True])
-def test_favor_refuses_a_sparse_selection_and_runs_a_dense_one(family, patched):
-    """FAVOR+ cannot drop keys per query: a selection that drops earlier keys (24 tokens, top 6) is a ValueError
-    naming the mask, never dense attention in its place; up to 6 tokens the selection keeps every earlier key
-    (causal), and the core runs (native forward, or patched: both hand the indices on)."""
+@pytest.mark.parametrize("core,opts", [("favor", {"n_features": 64}), ("plash", {"M": 4})])
+def test_cores_refuse_a_sparse_selection_and_run_a_dense_one(family, patched, core, opts):
+    """FAVOR+ and PLASH cannot drop keys per query: a selection that drops earlier keys (24 tokens, top 6) is a
+    ValueError naming the mask, never dense attention in its place; up to 6 tokens the selection keeps every earlier
+    key (causal), and the core runs (native forward, or patched: both hand the indices on)."""
     model = _sparse(family, torch.float32)
     if patched:
         model = hf.patch_positional(model, "rope")
-    hf.configure(model, "favor", n_features=64)
+    hf.configure(model, core, **opts)
     assert torch.isfinite(logits(model, ids(n=6))).all()
     with pytest.raises(ValueError, match=r"^attention_mask: got 'a mask that is neither causal nor key padding"):
         logits(model, ids(n=24))
