@@ -76,8 +76,10 @@ def check_arm(arm: str) -> str:
     return arm
 
 
-def arm_config(arm: str, cfg: OODConfig):
-    """TransformerConfig of one arm; ESPR levels differ in penalty weights on eps_comm / eta_mix (T6'.0)."""
+def arm_config(arm: str, cfg: OODConfig, seed: int = 0):
+    """TransformerConfig of one arm; ESPR levels differ in penalty weights on eps_comm / eta_mix (T6'.0). `seed`:
+    the training seed, which also seeds free ESPR's random non-commuting init (with the parts' default seed 0 every
+    training seed started from the same generators, and the standard error over seeds left that variation out)."""
     from symformer.models import TransformerConfig
 
     check_arm(arm)
@@ -88,7 +90,7 @@ def arm_config(arm: str, cfg: OODConfig):
         return TransformerConfig(positional=arm, **base)
     level = arm[len("espr_") :]
     if level == "free":  # non-commuting from the start, no pull back to STRING
-        kw = dict(commuting_init=False, eps_comm_penalty=0.0, eta_mix_penalty=0.0)
+        kw = dict(commuting_init=False, eps_comm_penalty=0.0, eta_mix_penalty=0.0, seed=seed)
     else:
         w = float(level[len("pen") :])
         kw = dict(commuting_init=True, eps_comm_penalty=w, eta_mix_penalty=w)
@@ -157,7 +159,7 @@ def train_model(arm: str, seed: int, lr: float, cfg: OODConfig):
         eval_batch_size=1024,
     )
     torch.manual_seed(seed)
-    model = ViTClassifier(arm_config(arm, cfg), token_dim=PATCH * PATCH, n_classes=10)
+    model = ViTClassifier(arm_config(arm, cfg, seed), token_dim=PATCH * PATCH, n_classes=10)
     trainer = Trainer(model, Classification(), train, val, tc)
     final = trainer.fit()
     return model.eval(), {
