@@ -15,7 +15,6 @@ What differs: the attention core is any registered one ("full" = Informer's vani
 softmax); ProbSparse is not implemented (the PLASH paper replaces it)."""
 from __future__ import annotations
 
-import inspect
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from symformer._validation import check_choice, check_float, check_int, check_tensor, fail
+from symformer.models.layers import seeded_core_kwargs
 from symformer.registry import ATTENTION
 
 #: Informer's paper size (main_informer.py defaults): the `--full` setting of the plash experiment
@@ -95,11 +95,7 @@ class AttentionLayer(nn.Module):
         self.n_heads, self.head_dim, self.mix = h, d // h, mix
         self.q_proj, self.k_proj, self.v_proj, self.o_proj = (nn.Linear(d, d) for _ in range(4))
         # attention dropout = cfg.dropout unless the caller set it; a core without dropout rejects it loudly
-        kw = {"dropout": cfg.dropout, **cfg.attention_kwargs}
-        if "seed" in inspect.signature(ATTENTION.get(cfg.attention)).parameters and "seed" not in kw:
-            # every layer its own random structure (FAVOR+ features, PLASH hashes/prototypes), drawn from the
-            # global generator so the run seed changes it too
-            kw["seed"] = int(torch.randint(2**31 - 1, ()))
+        kw = seeded_core_kwargs(cfg.attention, {"dropout": cfg.dropout, **cfg.attention_kwargs})
         self.core = ATTENTION.build(cfg.attention, head_dim=self.head_dim, n_heads=h, d_model=d, **kw)
 
     def forward(self, x: torch.Tensor, src: torch.Tensor, is_causal: bool = False) -> torch.Tensor:

@@ -72,6 +72,16 @@ MLP.register("relu")(relu_ffn)
 MLP.register("swiglu")(SwiGLU)
 
 
+def seeded_core_kwargs(attention: str, kwargs: dict) -> dict:
+    """A copy of `kwargs` for ATTENTION.build(attention, ...) with a seed of the layer's own when the core takes one
+    and none is given: every layer its own random structure (FAVOR+ features, PLASH prototypes and sketches), drawn
+    from the global generator so that the run seed changes it (a Transformer's layers all drew seed 0's before)."""
+    kw = dict(kwargs)
+    if "seed" not in kw and "seed" in inspect.signature(ATTENTION.get(attention)).parameters:
+        kw["seed"] = int(torch.randint(2**31 - 1, ()))
+    return kw
+
+
 class MultiHeadAttention(nn.Module):
     """Projections q/k/v/o (nn.Linear, heads contiguous in the output features), an optional rotary
     positional part acting on q/k, and an attention core chosen by name."""
@@ -93,13 +103,8 @@ class MultiHeadAttention(nn.Module):
         if getattr(POSITIONAL.get(positional), "kind", None) == "rotary":
             self.rotary = POSITIONAL.build(positional, head_dim=self.head_dim, coord_dim=coord_dim, n_heads=n_heads,
                                            d_model=d_model, **(positional_kwargs or {}))
-        kw = dict(attention_kwargs or {})
-        if "seed" not in kw and "seed" in inspect.signature(ATTENTION.get(attention)).parameters:
-            # every layer its own random structure (FAVOR+ features, PLASH prototypes and sketches), drawn from the
-            # global generator so that the run seed changes it, as in Informer's layers; before, every layer of a
-            # Transformer drew seed 0's, the same features in each layer
-            kw["seed"] = int(torch.randint(2**31 - 1, ()))
-        self.core = ATTENTION.build(attention, head_dim=self.head_dim, n_heads=n_heads, d_model=d_model, **kw)
+        self.core = ATTENTION.build(attention, head_dim=self.head_dim, n_heads=n_heads, d_model=d_model,
+                                    **seeded_core_kwargs(attention, attention_kwargs or {}))
         self.drop = nn.Dropout(dropout)
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
