@@ -52,10 +52,10 @@ def test_ntk_search_reports_the_cap_not_a_bare_none(monkeypatch):
     from symformer.experiments import facts_laws as laws
     monkeypatch.setattr(laws, "NTK_H_CAP", 4096)
     fs = make_fact_set(64, 16, kappa=30.0, seed=13)
-    res = laws._ntk_search(fs, decodability(fs.values), "ntk", quick=True)
+    res = laws.ntk_search(fs, decodability(fs.values), "ntk", quick=True)
     assert res["params"] is None and res["best_accuracy"] < 1.0 and res["params_at_cap"] > 0
     assert "no h <= 4096 stores every fact" in res["reason"]
-    ok = laws._ntk_search(make_fact_set(16, 16, seed=1), None, "ntk", quick=True)  # h = 1352 stores all
+    ok = laws.ntk_search(make_fact_set(16, 16, seed=1), None, "ntk", quick=True)  # h = 1352 stores all
     assert ok["params"] and "reason" not in ok
 
 

@@ -11,81 +11,16 @@
 from __future__ import annotations
 
 import math
-import sys
 import time
 
-import torch
-
 from symformer.experiments import facts_laws as laws
+from symformer.experiments import facts_runs as R
 from symformer.experiments.base import RunContext, experiment
-from symformer.facts.capacity import build_fact_mlp, method_capacity
-from symformer.facts.decodability import decodability
-from symformer.facts.embeddings import make_fact_set, random_fact_map, sample_embeddings
-from symformer.facts.encoders import two_hot_keys
+from symformer.experiments.jobs import Job, reuse_note, run_jobs
 from symformer.results import Claim, ExperimentResult, verdict
 
 PAPER = {"gd_vs_binjl": 20.0, "gdgd_vs_gd": 4.0, "ntk_lo": 5.0, "ntk_hi": 150.0}
-# search brackets (lo, hi) of each method's knob, per d (doubling past hi when needed)
-BRACKET = {"bin+jl": (2, 64), "bin+gd": (2, 16), "gd+gd": (2, 16), "ntk": (64, 2048), "ntk-mo": (64, 2048),
-           "gd-swiglu": (2, 64), "gd-relu": (2, 64)}
-
-
-def _log(ctx: RunContext, msg: str) -> None:
-    if ctx.progress:
-        print(f"[facts] {msg}", file=sys.stderr, flush=True)
-
-
-_options = laws.options
-
-
-# ---------------------------------------------------------------- (a)
-def part_a(ctx: RunContext, dims: list[int]) -> tuple[dict, list[str]]:
-    acc, notes = {}, []
-    for d in dims:
-        F = d * d // 4
-        fs = make_fact_set(F, d, seed=ctx.seed)
-        info = decodability(fs.values)
-        m = 2 * d  # generous decoder width: (a) checks that constructions store, (b) finds the minimum
-        opts = _options(ctx.quick)
-        for method, kw in [("bin+jl", {"m": m}), ("bin-bias+jl", {"m": m}), ("bin+jl-sign", {"m": m}),
-                           ("cd+jl", {"m": m}), ("lagrangian+jl", {"m": m}), ("bin+gd", {"m": d // 4}),
-                           ("gd+gd", {"m": d // 4}), ("naive", {})]:
-            t = time.perf_counter()
-            mlp = build_fact_mlp(fs.keys, fs.values, fs.facts, method, strict=False, info=info, options=opts, **kw)
-            acc[f"{method}@d{d}"] = mlp.accuracy
-            _log(ctx, f"(a) d={d} {method}: acc {mlp.accuracy:.4f} params {mlp.n_params()} "
-                      f"({time.perf_counter() - t:.1f}s)")
-    # two-hot keys (Construction 4.1 / B.1) have their own key set: |K| = d (d - 1)
-    d2 = 8 if ctx.quick else 16
-    K = two_hot_keys(d2)
-    V = sample_embeddings(K.shape[0], d2, seed=ctx.seed + 1)
-    f = random_fact_map(K.shape[0], seed=ctx.seed + 2)
-    info = decodability(V)
-    for method in ("two-hot+jl", "two-hot-gated+jl"):
-        mlp = build_fact_mlp(K, V, f, method, m=8 * d2, strict=False, info=info)
-        acc[f"{method}@d{d2}"] = mlp.accuracy
-    notes.append("(a) decoder width m = 2d for the JL methods (two-hot: 8d), m = d/4 for the GD decoders; naive has "
-                 "hidden |K|. NTK MLPs are not in (a): their conditions (untied keys and values) do not hold for "
-                 "tied embeddings; their size is searched in (b).")
-    return acc, notes
-
-
-# ---------------------------------------------------------------- (b), (e)
-def part_b(ctx: RunContext, grid: dict[int, list[int]], methods_by_d: dict[int, list[str]], n_seeds: int):
-    rows = []
-    for d, Fs in grid.items():
-        for F in Fs:
-            fss = [make_fact_set(F, d, seed=ctx.seed + 100 * s) for s in range(n_seeds)]
-            infos = [decodability(fs.values) for fs in fss]
-            for method in methods_by_d[d]:
-                t = time.perf_counter()
-                lo, hi = BRACKET[method]
-                r = method_capacity(method, fss, lo, hi, max_size=64 * hi, options=_options(ctx.quick), infos=infos)
-                rows.append({"d": d, "F": F, "method": method, "size": r.size, "params": r.params,
-                             "bits_per_param": r.bits_per_param, "info_bits": r.info_bits,
-                             "seconds": round(time.perf_counter() - t, 2)})
-                _log(ctx, f"(b) d={d} F={F} {method}: size {r.size} params {r.params} ({rows[-1]['seconds']}s)")
-    return rows
+GD_METHODS = ["bin+jl", "bin+gd", "gd+gd", "ntk", "ntk-mo", "gd-swiglu", "gd-relu"]
 
 
 def _figure_b(ctx: RunContext, rows: list[dict]) -> str | None:
@@ -165,58 +100,118 @@ def _claims_scaling(res: ExperimentResult, rows: list[dict], setting: str) -> No
         pts = [(r["F"], r["params"]) for r in rows if r["method"] == method and r["params"]]
         if len({f for f, _ in pts}) >= 2:
             slopes[method] = fit_exponent([f for f, _ in pts], [q for _, q in pts])
-    res.metrics["scaling_exponent"] = slopes
-    ok = None if {"bin+jl", "gd-swiglu"} - set(slopes) else abs(slopes["bin+jl"] - slopes["gd-swiglu"]) <= 0.3
+    res.metrics["scaling_exponent"] = slopes  # each method over all of its own points
+    # the comparison fits both methods on the same (d, F) points: slopes over different supports (quick runs
+    # GD at d = 32 only) would mix the d-dependence into the F-dependence
+    params = {m: {(r["d"], r["F"]): r["params"] for r in rows if r["method"] == m and r["params"]}
+              for m in ("bin+jl", "gd-swiglu")}
+    common = sorted(set(params["bin+jl"]) & set(params["gd-swiglu"]))
+    both = {m: fit_exponent([F for _, F in common], [params[m][p] for p in common])
+            for m in params} if len({F for _, F in common}) >= 2 else {}
+    res.metrics["scaling_exponent_common"] = both
+    ok = abs(both["bin+jl"] - both["gd-swiglu"]) <= 0.3 if both else None
     res.claims.append(Claim(
         "b/Fig2c", "constructed MLPs scale like GD MLPs as F grows (across d)", "same slope of params against F",
-        f"exponents {slopes}", verdict(ok), "holds if the log-log slopes of Bin+JL and GD differ by <= 0.3",
-        setting, "Fig. 2c: d up to 256, F up to 16k"))
+        "n/a" if not both else f"Bin+JL {both['bin+jl']:.3f}, GD {both['gd-swiglu']:.3f} (difference "
+        f"{abs(both['bin+jl'] - both['gd-swiglu']):.3f})", verdict(ok),
+        f"log-log slopes of params against F on the (d, F) points both methods have: {common}; holds if they "
+        f"differ by <= 0.3; each method over all its points: {slopes}", setting, "Fig. 2c: d up to 256, F up to 16k"))
 
 
-def _parts_ab(ctx: RunContext, res: ExperimentResult) -> None:
-    acc, notes = part_a(ctx, [32, 64])
-    res.notes += notes
+# ---------------------------------------------------------------- the plan: every point a recorded job
+def config(quick: bool) -> dict:
+    """Grids of each part. quick: one seed, small (d, F); full: the sizes of issue #11 and Fig. 2 at d <= 128."""
+    if quick:
+        return {"dims_a": [32, 64], "d_two_hot": 8, "grid": {32: [64, 256], 64: [256, 1024]},
+                "by_d": {32: [m for m in GD_METHODS if m != "gd-relu"], 64: ["bin+jl"]}, "seeds_per_point": 1,
+                # (c): 3 kappas x (raw, whitened) + 2 offsets = 8 points per method (the GD searches dominate)
+                "laws": {"d": 16, "F": 64, "seeds": 1, "kappas": [1.0, 100.0, 1e4], "offsets": [1.0, 3.0]},
+                "whiten": {"dims": [16, 32, 64], "kappas": [1.0, 1e2, 1e4]},
+                "ntk_kappas": [1.0, 3.0, 10.0, 30.0, 100.0],
+                "solver": {"dims": [16, 32], "kappas": [1.0, 1e2, 1e3, 1e4], "F": 128, "anchors": 8}}
+    return {"dims_a": [32, 64], "d_two_hot": 16, "grid": {32: [64, 128, 256], 64: [256, 512, 1024],
+                                                        128: [1024, 2048, 4096]},
+            "by_d": {32: GD_METHODS, 64: GD_METHODS, 128: ["bin+jl", "bin+gd", "ntk", "gd-swiglu", "gd+gd"]},
+            "seeds_per_point": 2,
+            "laws": {"d": 32, "F": 256, "seeds": 2, "kappas": [1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1e3, 3e3, 1e4],
+                     "offsets": [1.0, 2.0, 4.0]},
+            "whiten": {"dims": [16, 32, 64, 128], "kappas": [1.0, 1e2, 1e3, 1e4]},
+            "ntk_kappas": [1.0, 3.0, 10.0, 30.0, 100.0],
+            "solver": {"dims": [16, 32, 64], "kappas": [1.0, 1e2, 1e3, 1e4], "F": 256, "anchors": 64}}
+
+
+def _key(*parts: str) -> str:
+    # record names allow letters, digits, '.', '_', '-', '=' (method names carry '+'; kappas are written :g)
+    return "_".join(parts).replace("+", "-")
+
+
+def plan(cfg: dict, quick: bool, seed: int) -> dict[str, list[tuple[Job, float]]]:
+    """{part: [(job, rough cost)]}; the cost orders the jobs longest first (GD trainings dominate)."""
+    law, wh, sv = cfg["laws"], cfg["whiten"], cfg["solver"]
+    qs = dict(quick=quick, seed=seed)
+    gd = lambda method: 20.0 if "gd" in method else 1.0  # noqa: E731
+    p = {"a": [(Job(_key("a", f"d={d}"), R.construction_point, dict(d=d, **qs)), d ** 3 / 4) for d in cfg["dims_a"]]}
+    p["a"].append((Job(_key("a_two-hot", f"d={cfg['d_two_hot']}"), R.two_hot_point,
+                       dict(d=cfg["d_two_hot"], seed=seed)), 1.0))
+    # the searches with GD trainings keep their evaluations and training checkpoints (work_dir) as they go
+    p["b"] = [(Job(_key("b", f"d={d}", f"F={F}", m), R.scaling_point,
+                   dict(d=d, F=F, method=m, n_seeds=cfg["seeds_per_point"], **qs), checkpoints="gd" in m),
+               F * d * gd(m)) for d, Fs in cfg["grid"].items() for F in Fs for m in cfg["by_d"][d]]
+    pt = dict(d=law["d"], F=law["F"], n_seeds=law["seeds"], **qs)
+    c = law["F"] * law["d"] * 20.0
+    p["c"] = [(Job(_key("c", fam, f"k={k:g}"), R.rho_size_point, dict(kappa=k, family=fam, **pt), checkpoints=True),
+               c) for k in law["kappas"] for fam in ("raw", "whitened")]
+    p["c"] += [(Job(_key("c_offset", f"t={t:g}"), R.rho_size_point,
+                    dict(kappa=law["kappas"][0], family="offset", shift=t, **pt), checkpoints=True), c)
+               for t in law["offsets"]]
+    p["d"] = [(Job(_key("d", f"d={d}", f"k={k:g}"), R.whiten_point, dict(d=d, kappa=k, **qs)), 4.0 * d * d)
+              for d in wh["dims"] for k in wh["kappas"]]
+    p["e"] = [(Job(_key("e", f"k={k:g}"), R.ntk_point, dict(d=law["d"], F=law["F"], kappa=k, **qs)),
+               law["F"] * law["d"] * 5.0) for k in cfg["ntk_kappas"]]
+    p["f"] = [(Job(_key("f", f"d={d}", f"k={k:g}"), R.solver_point,
+                   dict(d=d, kappa=k, F=sv["F"], n_anchors=sv["anchors"], seed=seed)), 1.0)
+              for d in sv["dims"] for k in sv["kappas"]]
+    return p
+
+
+def _run_points(ctx: RunContext, p: dict[str, list[tuple[Job, float]]], stats: dict) -> dict[str, list]:
+    """{part: [result per job, in plan order]}: every point through run_jobs, longest first."""
+    jobs = sorted((jc for part in p.values() for jc in part), key=lambda jc: -jc[1])
+    got = run_jobs([j for j, _ in jobs], ctx.out_dir / "runs", ctx.jobs, ctx.resume, stats, ctx.job_log)
+    return {part: [got[j.key] for j, _ in jcs] for part, jcs in p.items()}
+
+
+# ---------------------------------------------------------------- the report
+def _report_ab(res: ExperimentResult, ctx: RunContext, cfg: dict, got: dict[str, list]) -> None:
+    acc = {f"{m}@d{d}": r["accuracy"] for d, pt in zip(cfg["dims_a"], got["a"]) for m, r in pt.items()}
+    acc.update({f"{m}@d{cfg['d_two_hot']}": r["accuracy"] for m, r in got["a"][-1].items()})
+    res.notes.append("(a) decoder width m = 2d for the JL methods (two-hot: 8d), m = d/4 for the GD decoders; naive "
+                     "has hidden |K|. NTK MLPs are not in (a): their conditions (untied keys and values) do not hold "
+                     "for tied embeddings; their size is searched in (b).")
     _claims_a(res, acc)
-    gd_methods = ["bin+jl", "bin+gd", "gd+gd", "ntk", "ntk-mo", "gd-swiglu", "gd-relu"]
-    if ctx.quick:
-        grid = {32: [64, 256], 64: [256, 1024]}
-        by_d = {32: [m for m in gd_methods if m != "gd-relu"], 64: ["bin+jl"]}
-        n_seeds = 1
-    else:
-        grid = {32: [64, 128, 256], 64: [256, 512, 1024], 128: [1024, 2048, 4096]}
-        by_d = {32: gd_methods, 64: gd_methods, 128: ["bin+jl", "bin+gd", "ntk", "gd-swiglu", "gd+gd"]}
-        n_seeds = 2
-    rows = part_b(ctx, grid, by_d, n_seeds)
+    rows, grid = got["b"], cfg["grid"]
     res.config["scaling_rows"] = rows
-    res.config.update({"grid": {str(k): v for k, v in grid.items()}, "seeds_per_point": n_seeds})
+    res.config.update({"grid": {str(k): v for k, v in grid.items()}, "seeds_per_point": cfg["seeds_per_point"]})
     fig = _figure_b(ctx, rows)
     if fig:
         res.figures.append(fig)
-    setting = f"ours: (d, F) grid {grid}, {n_seeds} seed(s), tied sphere embeddings"
-    _claims_ratios(res, rows, gd_methods, setting)
+    setting = f"ours: (d, F) grid {grid}, {cfg['seeds_per_point']} seed(s), tied sphere embeddings"
+    _claims_ratios(res, rows, GD_METHODS, setting)
     _claims_scaling(res, rows, setting)
 
 
-def _parts_laws(ctx: RunContext, res: ExperimentResult) -> None:
-    log = lambda m: _log(ctx, m)  # noqa: E731
-    q = ctx.quick
-    d, F, n_seeds = (16, 64, 1) if q else (32, 256, 2)
-    # quick: 3 kappas x (raw, whitened) + 2 offsets = 8 points per method (the GD searches dominate the time)
-    kappas = [1.0, 100.0, 1e4] if q else [1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1e3, 3e3, 1e4]
-    rows = laws.part_rho_size(ctx, d, F, kappas, [1.0, 3.0] if q else [1.0, 2.0, 4.0], n_seeds, log)
-    res.config["rho_size_rows"] = rows
-    res.claims += laws.claims_rho_size(rows, d, F, n_seeds, res.metrics)
-    res.claims += laws.claims_coherence(rows, res.metrics, f"ours: d={d}, F={F}, kappa in {kappas} (raw + "
+def _report_laws(res: ExperimentResult, cfg: dict, got: dict[str, list], quick: bool) -> None:
+    law, sv = cfg["laws"], cfg["solver"]
+    d, F, n_seeds, kappas = law["d"], law["F"], law["seeds"], law["kappas"]
+    res.config["rho_size_rows"] = got["c"]
+    res.claims += laws.claims_rho_size(got["c"], d, F, n_seeds, res.metrics)
+    res.claims += laws.claims_coherence(got["c"], res.metrics, f"ours: d={d}, F={F}, kappa in {kappas} (raw + "
                                         f"whitened) + offset family, {n_seeds} seed(s)")
-    wrows = laws.part_whiten(ctx, [16, 32, 64] if q else [16, 32, 64, 128], [1.0, 1e2, 1e4] if q else
-                             [1.0, 1e2, 1e3, 1e4], log)
-    res.config["whitening_rows"] = wrows
-    res.claims += laws.claims_whiten(wrows, res.metrics, q)
-    nrows = laws.part_ntk(ctx, d, F, [1.0, 3.0, 10.0, 30.0, 100.0], log)
-    res.config["ntk_kappa_rows"] = nrows
-    res.claims += laws.claims_ntk(nrows, res.metrics, d, F)
-    chk = laws.part_solver(ctx, [16, 32] if q else [16, 32, 64], [1.0, 1e2, 1e3, 1e4], 128 if q else 256,
-                           8 if q else 64)
+    res.config["whitening_rows"] = got["d"]
+    res.claims += laws.claims_whiten(got["d"], res.metrics, quick)
+    res.config["ntk_kappa_rows"] = got["e"]
+    res.claims += laws.claims_ntk(got["e"], res.metrics, d, F)
+    chk = laws.solver_summary(got["f"], sv["dims"], sv["kappas"], sv["F"], sv["anchors"])
     res.metrics["rho_solver_max_abs_err"] = None if chk is None else chk["max_abs_err"]
     res.metrics["rho_solver_false_non_vertices"] = None if chk is None else chk["false_non_vertices"]
     res.config["rho_solver_check"] = chk
@@ -226,12 +221,11 @@ def _parts_laws(ctx: RunContext, res: ExperimentResult) -> None:
 
 @experiment("facts", "fact-storing MLPs: constructions, decodability rho, capacity and scaling")
 def run(ctx: RunContext) -> ExperimentResult:
-    torch.manual_seed(ctx.seed)
-    res = ExperimentResult()
     t0 = time.perf_counter()
-    _parts_ab(ctx, res)
-    _log(ctx, f"(a, b) done at {time.perf_counter() - t0:.0f}s")
-    _parts_laws(ctx, res)
+    res, cfg, stats = ExperimentResult(), config(ctx.quick), {}
+    got = _run_points(ctx, plan(cfg, ctx.quick, ctx.seed), stats)
+    _report_ab(res, ctx, cfg, got)
+    _report_laws(res, cfg, got, ctx.quick)
     res.config.update({"quick": ctx.quick, "seed": ctx.seed})
     res.notes.append(
         "Regressor change (issue #11): the rho-size rows now fit log(params) against log(rho) at fixed F, the "
@@ -242,5 +236,6 @@ def run(ctx: RunContext) -> ExperimentResult:
     if ctx.quick:
         res.notes.append("quick: GD MLPs use Adam lr 1e-2 for <= 2000 epochs (paper: 1e-3, 20k), GD codecs 300 "
                          "steps (paper: 1000), one seed per point; the rho-size sweep uses d=16, F=64.")
+    res.notes.append(reuse_note("point", stats))
     res.notes.append(f"total {time.perf_counter() - t0:.0f}s")
     return res

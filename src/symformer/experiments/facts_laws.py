@@ -1,5 +1,6 @@
-"""Experiment `facts`, parts (c)-(f): the rho-size law as fact-storing-mlps.txt states it (Sec. 4.1, 4.4,
-Fig. 2a: cost scales inversely with rho, raw and whitened points pooled), coherence separated from rho,
+"""Experiment `facts`, parts (c)-(f): helpers and claim rows (each point is a job of facts_runs.py). The
+rho-size law as fact-storing-mlps.txt states it (Sec. 4.1, 4.4, Fig. 2a: cost scales inversely with rho, raw
+and whitened points pooled), coherence separated from rho,
 the whitening gain per (d, kappa), the margin-optimal NTK gain across kappa (Fig. 5), and the decodability
 solver against cvxpy / the hull LP (issue #11).
 
@@ -13,10 +14,8 @@ import math
 
 import torch
 
-from symformer.experiments.base import RunContext
 from symformer.facts.capacity import BuildOptions, method_capacity
-from symformer.facts.decodability import decodability
-from symformer.facts.embeddings import FactSet, coherence, make_fact_set, whitening_matrix
+from symformer.facts.embeddings import FactSet, whitening_matrix
 from symformer.results import Claim
 from symformer.stats import loglog, r2
 
@@ -43,37 +42,6 @@ def offset(fs: FactSet, t: float, seed: int) -> FactSet:
     c = torch.randn(fs.values.shape[1], generator=g, dtype=torch.float64)
     c = c / c.norm() * fs.values.double().norm(dim=1).mean()
     return FactSet(fs.keys.double() + t * c, fs.values.double() + t * c, fs.facts)
-
-
-def size_point(ctx: RunContext, fss: list[FactSet], methods: tuple[str, ...]) -> dict:
-    """rho, coherence and the capacity (params) of each method on the given fact sets (one per seed)."""
-    infos = [decodability(fs.values) for fs in fss]
-    row = {"rho": min(i.rho for i in infos), "coherence": max(coherence(fs.values) for fs in fss),
-           "rho_max_gap": max(i.max_gap for i in infos)}
-    for method in methods:
-        lo, hi = BRACKET[method]
-        r = method_capacity(method, fss, lo, hi, max_size=64 * hi, options=options(ctx.quick), infos=infos)
-        row[method] = r.params
-    return row
-
-
-# ---------------------------------------------------------------- (c) rho-size law and coherence
-def part_rho_size(ctx: RunContext, d: int, F: int, kappas: list[float], offsets: list[float], n_seeds: int,
-                  log) -> list[dict]:
-    """Raw and whitened points over a kappa sweep (Fig. 2a), plus the coherence-only offset family."""
-    rows = []
-    methods = ("bin+jl", "gd-swiglu")
-    for kappa in kappas:
-        fss = [make_fact_set(F, d, kappa=kappa, seed=ctx.seed + 7 + 100 * s) for s in range(n_seeds)]
-        for family, sets in (("raw", fss), ("whitened", [whitened(fs) for fs in fss])):
-            rows.append({"family": family, "kappa": kappa, **size_point(ctx, sets, methods)})
-            log(f"(c) d={d} F={F} kappa={kappa:g} {family}: {rows[-1]}")
-    base = [make_fact_set(F, d, kappa=kappas[0], seed=ctx.seed + 7 + 100 * s) for s in range(n_seeds)]
-    for t in offsets:
-        sets = [offset(fs, t, ctx.seed + 11 + s) for s, fs in enumerate(base)]
-        rows.append({"family": "offset", "kappa": kappas[0], "offset": t, **size_point(ctx, sets, methods)})
-        log(f"(c) offset t={t:g}: {rows[-1]}")
-    return rows
 
 
 def claims_rho_size(rows: list[dict], d: int, F: int, n_seeds: int, metrics: dict) -> list[Claim]:
@@ -144,26 +112,6 @@ def _verdict_bool(ok: bool | None) -> str:
 
 
 # ---------------------------------------------------------------- (d) whitening gain per (d, kappa)
-def part_whiten(ctx: RunContext, dims: list[int], kappas: list[float], log) -> list[dict]:
-    """Constructed (Bin+JL) cost on raw and on fully whitened embeddings (Thm B.7.1), F = 4d."""
-    rows = []
-    for d in dims:
-        for kappa in kappas:
-            fs = make_fact_set(4 * d, d, kappa=kappa, seed=ctx.seed + 7)
-            row = {"d": d, "F": 4 * d, "kappa": kappa}
-            for family, s in (("raw", fs), ("whitened", whitened(fs))):
-                info = decodability(s.values)
-                r = method_capacity("bin+jl", [s], *BRACKET["bin+jl"], max_size=64 * 64, options=options(ctx.quick),
-                                    infos=[info])
-                row[f"rho_{family}"], row[f"params_{family}"] = info.rho, r.params
-                # where the construction stores nothing up to the largest m tried, its cost is at least that
-                row[f"params_{family}_lower_bound"] = r.params or max((v[1] for v in r.evaluations.values()),
-                                                                      default=None)
-            rows.append(row)
-            log(f"(d) {row}")
-    return rows
-
-
 def claims_whiten(rows: list[dict], metrics: dict, quick: bool) -> list[Claim]:
     gain, bound = {}, {}
     for r in rows:
@@ -194,7 +142,7 @@ def claims_whiten(rows: list[dict], metrics: dict, quick: bool) -> list[Claim]:
 NTK_H_CAP = 1 << 17
 
 
-def _ntk_search(fs: FactSet, info, method: str, quick: bool) -> dict:
+def ntk_search(fs: FactSet, info, method: str, quick: bool) -> dict:
     """Smallest h (<= NTK_H_CAP) storing every fact, with its parameters, or the reason there is none."""
     r = method_capacity(method, [fs], *BRACKET[method], max_size=NTK_H_CAP, options=options(quick), infos=[info])
     out = {"h": r.size, "params": r.params}
@@ -204,28 +152,6 @@ def _ntk_search(fs: FactSet, info, method: str, quick: bool) -> dict:
         out.update({"params_at_cap": r.evaluations[h_max][1], "best_accuracy": acc, "best_h": h_best,
                     "reason": f"no h <= {NTK_H_CAP} stores every fact (best accuracy {acc:.3f} at h={h_best})"})
     return out
-
-
-def part_ntk(ctx: RunContext, d: int, F: int, kappas: list[float], log) -> list[dict]:
-    """NTK(V) and NTK(U*) capacity per kappa (App. A.1.4, Fig. 5) and the gain NTK(V) / NTK(U*) in params:
-    exact where both store every fact, a lower bound (V's params at the cap) where only U* does, none else."""
-    rows = []
-    for kappa in kappas:
-        fs = make_fact_set(F, d, kappa=kappa, seed=ctx.seed + 13)
-        info = decodability(fs.values)
-        row = {"kappa": kappa, "rho": info.rho}
-        res = {m: _ntk_search(fs, info, m, ctx.quick) for m in ("ntk", "ntk-mo")}
-        row["ntk"], row["ntk-mo"] = res["ntk"]["params"], res["ntk-mo"]["params"]
-        row["search"] = res
-        row["gain"], row["gain_kind"] = None, "none"
-        if row["ntk"] and row["ntk-mo"]:
-            row["gain"], row["gain_kind"] = row["ntk"] / row["ntk-mo"], "exact"
-        elif row["ntk-mo"]:
-            row["gain"], row["gain_kind"] = res["ntk"]["params_at_cap"] / row["ntk-mo"], "lower bound"
-        row["reason"] = "; ".join(f"{m}: {r['reason']}" for m, r in res.items() if "reason" in r) or None
-        rows.append(row)
-        log(f"(e) ntk {row}")
-    return rows
 
 
 def claims_ntk(rows: list[dict], metrics: dict, d: int, F: int) -> list[Claim]:
@@ -252,22 +178,12 @@ def claims_ntk(rows: list[dict], metrics: dict, d: int, F: int) -> list[Claim]:
 
 
 # ---------------------------------------------------------------- (f) the solver against its references
-def part_solver(ctx: RunContext, dims: list[int], kappas: list[float], F: int, n_anchors: int) -> dict | None:
-    """rho_i against cvxpy and the vertex decision against the hull LP (needs the `dev` extra)."""
-    try:
-        import cvxpy  # noqa: F401
-        import scipy  # noqa: F401
-    except ImportError:
+def solver_summary(points: list[dict], dims: list[int], kappas: list[float], F: int, n_anchors: int) -> dict | None:
+    """The solver check over every (d, kappa) point: the largest error and the vertex-decision counts."""
+    if any("skipped" in p for p in points):
         return None
-    from symformer.facts.reference import solver_check
-    err, fnv, fv, n, gap = 0.0, 0, 0, 0, 0.0
-    for d in dims:
-        for kappa in kappas:
-            V = make_fact_set(F, d, kappa=kappa, seed=ctx.seed + 7).values
-            info = decodability(V)
-            anchors = torch.linspace(0, F - 1, n_anchors).long().tolist()
-            res = solver_check(V, info.rho_i, anchors)
-            err, fnv, fv = max(err, res["max_abs_err"]), fnv + res["false_non_vertices"], fv + res["false_vertices"]
-            n, gap = n + res["anchors"], max(gap, info.max_gap)
-    return {"max_abs_err": err, "false_non_vertices": fnv, "false_vertices": fv, "anchors": n, "max_gap": gap,
+    return {"max_abs_err": max(p["max_abs_err"] for p in points),
+            "false_non_vertices": sum(p["false_non_vertices"] for p in points),
+            "false_vertices": sum(p["false_vertices"] for p in points), "anchors": sum(p["anchors"] for p in points),
+            "max_gap": max(p["max_gap"] for p in points),
             "setting": f"d in {dims}, kappa in {kappas}, F={F}, {n_anchors} anchors per set"}

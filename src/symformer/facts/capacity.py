@@ -1,8 +1,11 @@
 """Full constructions (Alg. 1, Thm 4.3.1) by method name, and the capacity binary search (App. A.1.1-A.1.2)."""
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass, field
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
@@ -12,6 +15,7 @@ from symformer.facts import baselines, decoders, encoders
 from symformer.facts.decodability import Decodability, decodability, require_vertices
 from symformer.facts.embeddings import FactSet, fold_whitening, validate_fact_set, whitening_matrix
 from symformer.facts.mlp import FactMLP, count_params, fact_accuracy
+from symformer.results import atomic_write_text
 
 ENCODERS = ("bin", "bin-bias", "cd", "lagrangian", "two-hot", "two-hot-gated", "gd")
 DECODERS = ("jl", "jl-sign", "gd")
@@ -166,26 +170,57 @@ def capacity_search(evaluate: Callable[[int, int], tuple[float, int]], n_seeds: 
     return hi, seen
 
 
+class _Remembered:
+    """A capacity search's evaluations kept in `work_dir` (one JSON file per method, written atomically after
+    each evaluation) with a training checkpoint per GD evaluation: a search killed midway (a full-protocol GD
+    search at F = 4096 trains for hours) resumes where it stopped, with the same results."""
+
+    def __init__(self, work_dir: str | os.PathLike, method: str):
+        self.dir = Path(work_dir)
+        self.path = self.dir / f"{method}_evaluations.json"
+        self.seen = json.loads(self.path.read_text()) if self.path.exists() else {}
+
+    def __call__(self, key: str, build: Callable[[str], tuple[float, int]]) -> tuple[float, int]:
+        if key not in self.seen:
+            ckpt = self.dir / f"{key}.pt"
+            self.seen[key] = list(build(str(ckpt)))
+            atomic_write_text(self.path, json.dumps(self.seen))
+            ckpt.unlink(missing_ok=True)  # remembered: the training's checkpoint is no longer needed
+        acc, params = self.seen[key]
+        return acc, params
+
+
 def method_capacity(method: str, fact_sets: Sequence[FactSet], lo: int, hi: int, max_size: int | None = None,
-                    options: BuildOptions | None = None, infos: Sequence[Decodability] | None = None) -> CapacityResult:
+                    options: BuildOptions | None = None, infos: Sequence[Decodability] | None = None,
+                    work_dir: str | os.PathLike | None = None) -> CapacityResult:
     """Capacity of one method over fact sets (one per seed): smallest knob, its parameter count, facts and
-    bits per parameter."""
+    bits per parameter. With `work_dir` every evaluation is remembered there and GD trainings checkpoint there,
+    so a call after a kill continues the search (same results: each build seeds itself)."""
     check_choice("method", method, METHODS)
     for fs in fact_sets:
         validate_fact_set(fs.keys, fs.values, fs.facts)
     opts = options or BuildOptions()
     if infos is None and opts.whiten == 0 and method.split("+")[-1] in ("jl", "jl-sign", "naive", "ntk-mo"):
         infos = [decodability(fs.values) for fs in fact_sets]
+    memo = None if work_dir is None else _Remembered(work_dir, method)
+
+    def remembered(key: str, build: Callable[[BuildOptions], tuple[float, int]], o: BuildOptions):
+        if memo is None:
+            return build(o)
+        return memo(key, lambda ckpt: build(replace(o, train_checkpoint=ckpt) if o.train_checkpoint is None else o))
 
     def evaluate(size: int, s: int) -> tuple[float, int]:
         fs = fact_sets[s]
         kw = {KNOB[method]: size} if KNOB[method] else {}
-        try:
-            mlp = build_fact_mlp(fs.keys, fs.values, fs.facts, method, seed=s, strict=False,
-                                 info=infos[s] if infos else None, options=opts, **kw)
-        except (torch.linalg.LinAlgError, ValueError):   # a gadget system that is not solvable
-            return 0.0, 0
-        return mlp.accuracy, count_params(mlp)
+
+        def build(o: BuildOptions) -> tuple[float, int]:
+            try:
+                mlp = build_fact_mlp(fs.keys, fs.values, fs.facts, method, seed=s, strict=False,
+                                     info=infos[s] if infos else None, options=o, **kw)
+            except (torch.linalg.LinAlgError, ValueError):   # a gadget system that is not solvable
+                return 0.0, 0
+            return mlp.accuracy, count_params(mlp)
+        return remembered(f"size={size}_seed={s}", build, opts)
 
     size, seen = capacity_search(evaluate, len(fact_sets), lo, hi, max_size)
     params = seen[size][1] if size is not None else None
@@ -196,9 +231,11 @@ def method_capacity(method: str, fact_sets: Sequence[FactSet], lo: int, hi: int,
 
         def evaluate_width(k: int, s: int) -> tuple[float, int]:
             fs = fact_sets[s]
-            o = BuildOptions(**{**opts.__dict__, "h_mult": k / 8})
-            mlp = build_fact_mlp(fs.keys, fs.values, fs.facts, method, m=m_hat, seed=s, strict=False, options=o)
-            return mlp.accuracy, count_params(mlp)
+
+            def build(o: BuildOptions) -> tuple[float, int]:
+                mlp = build_fact_mlp(fs.keys, fs.values, fs.facts, method, m=m_hat, seed=s, strict=False, options=o)
+                return mlp.accuracy, count_params(mlp)
+            return remembered(f"m={m_hat}_h_mult={k}_8_seed={s}", build, replace(opts, h_mult=k / 8))
 
         k, seen_w = capacity_search(evaluate_width, len(fact_sets), 1, 16, 16)
         if k is not None and seen_w[k][1] < params:
