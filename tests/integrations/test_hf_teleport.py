@@ -29,7 +29,8 @@ CASES = [("llama", None, {}), ("llama", "rope", {}), ("mistral", "string", {"ini
          ("ministral", None, {}), ("vaultgemma", "espr", {"init_scale": 0.05}),
          ("nemotron", "string", {"init_scale": 0.3}), ("hyperclovax", None, {}), ("jais2", None, {}),
          ("solar_open", None, {}), ("glm4_moe", "string", {"init_scale": 0.3}),
-         ("granitemoeshared", None, {}), ("ministral3", "string", {"init_scale": 0.3})]
+         ("granitemoeshared", None, {}), ("ministral3", "string", {"init_scale": 0.3}),
+         ("cwm", "string", {"init_scale": 0.3})]
 
 
 def _model(family, positional, opts, kv_heads=2):
@@ -43,7 +44,8 @@ QWEN3 = [("qwen3", None, {}), ("qwen3", "string", {"init_scale": 0.3}), ("qwen3"
          ("olmo2", None, {}), ("olmo2", "string", {"init_scale": 0.3}), ("olmo3", "espr", {"init_scale": 0.05}),
          ("olmoe", None, {}), ("exaone4", None, {}), ("exaone4", "string", {"init_scale": 0.3}), ("apertus", None, {}),
          ("flex_olmo", None, {}), ("minimax_m2", "string", {"init_scale": 0.3}), ("exaone_moe", None, {}),
-         ("exaone_moe", "string", {"init_scale": 0.3})]
+         ("exaone_moe", "string", {"init_scale": 0.3}), ("dots1", None, {}),
+         ("apertus1p5_text", "string", {"init_scale": 0.3})]
 
 
 def _qwen3(positional=None, opts=None, seed=5, family="qwen3"):
@@ -122,7 +124,8 @@ def test_teleport_symmetry_group_dispatches_and_refuses_approximate_cores():
                                                ("glm4_moe", None), ("ministral3", None), ("deepseek_v2", None),
                                                ("deepseek_v3", None), ("glm4_moe_lite", "string"),
                                                ("longcat_flash", None), ("hy_v3", None), ("kolibri1", None),
-                                               ("mistral4", "string"), ("minicpm3", None)])
+                                               ("mistral4", "string"), ("minicpm3", None), ("dots1", None),
+                                               ("cwm", None), ("apertus1p5_text", None)])
 def test_gradient_action_and_norms_match_autograd(family, positional):
     """grad L(g theta) from autograd equals grad_action(g, grad L(theta)); the inverse undoes g; closed-form
     candidate norms equal the brute-force ones (apply, backward, restore), GQA, the gated-MLP rescaling and

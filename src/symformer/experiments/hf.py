@@ -207,7 +207,17 @@ FAMILY_MODELS = {"llama": ("LlamaConfig", "LlamaForCausalLM", {}),
                             "mlp_layer_types": ["dense", "sparse"], **_MOE}),
                  "kolibri1": ("Kolibri1Config", "Kolibri1ForCausalLM",
                               {"pad_token_id": None, "num_experts": 4, "moe_intermediate_size": 32,
-                               "shared_expert_intermediate_size": 32, **_MOE})}
+                               "shared_expert_intermediate_size": 32, **_MOE}),
+                 # rednote dots.llm1: Qwen3's attention (per-head q/k norms), DeepSeek-style MoE (a dense layer, then
+                 # 4 routed experts and a shared one); Meta CWM: Llama's attention, a sliding and a full layer;
+                 # Apertus 1.5 (its text model): per-head q/k norms, ungated xIELU MLP as apertus
+                 "dots1": ("Dots1Config", "Dots1ForCausalLM",
+                           {"pad_token_id": None, "n_routed_experts": 4, "n_shared_experts": 1,
+                            "moe_intermediate_size": 32, "first_k_dense_replace": 1, **_MOE}),
+                 "cwm": ("CwmConfig", "CwmForCausalLM",
+                         {"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 6,
+                          "pad_token_id": None, "bos_token_id": 0, "eos_token_id": 1}),  # its config wants ints
+                 "apertus1p5_text": ("Apertus1p5TextConfig", "Apertus1p5TextForCausalLM", {"pad_token_id": None})}
 
 
 #: families whose q/k norms come after the rotation (Hunyuan: query_layernorm, key_layernorm)
@@ -215,7 +225,7 @@ POST_NORM_FAMILIES = ("hunyuan_v1_dense", "hunyuan_v1_moe")
 #: families whose q/k RMSNorm weights the tiny models draw around 1 (HF starts them at exactly 1; POST_NORM_FAMILIES'
 #: too)
 QK_NORM_FAMILIES = ("qwen3", "qwen3_moe", "gemma3_text", "olmo2", "olmo3", "olmoe", "exaone4", "apertus", "flex_olmo",
-                    "minimax_m2", "exaone_moe", "hy_v3", "kolibri1")
+                    "minimax_m2", "exaone_moe", "hy_v3", "kolibri1", "dots1", "apertus1p5_text")
 
 
 def _tiny(dtype, positional=None, seed=0, attn="eager", init=0.2, family="llama", **opts):

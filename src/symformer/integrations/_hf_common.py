@@ -32,7 +32,8 @@ FAMILIES = {"llama": "LlamaAttention", "mistral": "MistralAttention", "qwen2": "
             "mistral4": "Mistral4Attention", "minicpm3": "MiniCPM3Attention",
             "deepseek_v32": "DeepseekV32Attention", "glm_moe_dsa": "GlmMoeDsaAttention",
             "hunyuan_v1_dense": "HunYuanDenseV1Attention",
-            "hunyuan_v1_moe": "HunYuanMoEV1Attention", "hy_v3": "HYV3Attention", "kolibri1": "Kolibri1Attention"}
+            "hunyuan_v1_moe": "HunYuanMoEV1Attention", "hy_v3": "HYV3Attention", "kolibri1": "Kolibri1Attention",
+            "dots1": "Dots1Attention", "cwm": "CwmAttention", "apertus1p5_text": "Apertus1p5TextAttention"}
 #: families with multi-head latent attention (MLA: DeepSeek-V2 / V3, Kimi K2, GLM-4.7-Flash, LongCat-Flash, Mistral
 #: Small 4, MiniCPM3, and with DeepSeek sparse attention DeepSeek-V3.2 and GLM-5): each head's query and key are
 #: [nope; rope] (qk_nope_head_dim + qk_rope_head_dim coordinates), the rotation acts on the rope block only, and one
