@@ -98,7 +98,9 @@ def run(ctx: BenchContext) -> BenchResult:
              "(key and query projections, phi(K)^T [V, 1], phi(Q) [.]; performer-pytorch makes the same four), "
              "so no ratio of the two methods can go below about floor / performer",
              "FAVOR+ and performer-pytorch use the same projection matrix; ours without performer's 1e-4 feature "
-             "epsilon (an unbiased estimator), see attention/favor.py"]
+             "epsilon (an unbiased estimator), see attention/favor.py",
+             "plash_core_vs_sdpa_* and plash_vs_favor_8192 are speed-ups: the other method's time over PLASH's "
+             "(above 1: PLASH is faster); the *_vs_* ratios of FAVOR+ are ours over theirs (below 1: ours is faster)"]
     if "performer_pytorch" not in methods:
         notes.append("performer-pytorch is not installed (pip install symformer[bench]): its rows are missing")
     for fn in common.CONTRIBUTIONS:  # e.g. the PLASH rows, measured in this same process
