@@ -150,9 +150,11 @@ def test_bad_input():
         ESPR(8, post_rotation=False).set_skew(torch.zeros(8, 8))
 
 
-@pytest.mark.parametrize("positions", [[0, 1, 2, 5, 3, 1], [-4, 7, 0, -1, 2, 2], [0.5, 1.0, 2.0, 0.5, 3.0, 1.0]])
+@pytest.mark.parametrize("positions", [[0, 1, 2, 5, 3, 1], [-4, 7, 0, -1, 2, 2], [0.5, 1.0, 2.0, 0.5, 3.0, 1.0],
+                                       [0, 1, 2, 3, 4, 5]])
 def test_power_path_equals_matrix_exp(positions):
-    # 1-D integer positions use exp(nL) = exp(L)^n; it must agree with matrix_exp per position
+    # 1-D integer positions use exp(nL) = exp(L)^n; it must agree with matrix_exp per position (0..N-1 in order:
+    # the power table itself, no gather)
     fast = ESPR(8, 1, d_act=6, commuting_init=False, init_scale=0.4).double()
     ref = ESPR(8, 1, d_act=6, commuting_init=False, init_scale=0.4, exp_method="matrix_exp").double()
     with torch.no_grad():
@@ -162,10 +164,11 @@ def test_power_path_equals_matrix_exp(positions):
     q = torch.randn(2, 2, 6, 8, dtype=torch.float64)
     a, b = fast(q, q, pos), ref(q, q, pos)
     assert (a[0] - b[0]).abs().max() <= 1e-12 and (a[1] - b[1]).abs().max() <= 1e-12
-    pos_i = torch.tensor([[0.0], [2.0], [3.0]], dtype=torch.float64)
     qq = torch.randn(1, 1, 3, 8, dtype=torch.float64, requires_grad=True)
-    fn = lambda x, gp, sp: fast(x, x, pos_i)[0]  # noqa: E731
-    assert torch.autograd.gradcheck(fn, (qq, fast.gen_param, fast.skew_param))
+    for pos_i in ([[0.0], [2.0], [3.0]], [[0.0], [1.0], [2.0]]):  # gathered, and the table in order
+        pos_i = torch.tensor(pos_i, dtype=torch.float64)
+        fn = lambda x, gp, sp, pos_i=pos_i: fast(x, x, pos_i)[0]  # noqa: E731
+        assert torch.autograd.gradcheck(fn, (qq, fast.gen_param, fast.skew_param))
 
 
 def test_gradcheck_penalty():

@@ -179,6 +179,8 @@ class ESPR(RotaryPositional):
             return self.exp_generator(reps)
         table = _power_table(self._expm(self.generators()[0]), hi + 1)
         idx = n.long()
+        if idx.numel() == hi + 1 and torch.equal(idx, torch.arange(hi + 1, device=idx.device)):
+            return table  # token positions 0..N-1 in order (the usual case): no gather, no sign select
         e = table[idx.abs()]
         return torch.where((idx < 0)[:, None, None], e.transpose(-1, -2), e)  # exp(-nL) = exp(nL)^T
 
