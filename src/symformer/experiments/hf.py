@@ -217,7 +217,10 @@ FAMILY_MODELS = {"llama": ("LlamaConfig", "LlamaForCausalLM", {}),
                  "cwm": ("CwmConfig", "CwmForCausalLM",
                          {"layer_types": ["sliding_attention", "full_attention"], "sliding_window": 6,
                           "pad_token_id": None, "bos_token_id": 0, "eos_token_id": 1}),  # its config wants ints
-                 "apertus1p5_text": ("Apertus1p5TextConfig", "Apertus1p5TextForCausalLM", {"pad_token_id": None})}
+                 "apertus1p5_text": ("Apertus1p5TextConfig", "Apertus1p5TextForCausalLM", {"pad_token_id": None}),
+                 # NanoChat: RoPE turning by -theta p (its rotate_half is cat(x2, -x1)), parameter-free q/k RMSNorms
+                 # after the rotation, an ungated relu^2 MLP, a final logit soft-cap
+                 "nanochat": ("NanoChatConfig", "NanoChatForCausalLM", {"pad_token_id": None})}
 
 
 #: families whose q/k norms come after the rotation (Hunyuan: query_layernorm, key_layernorm)

@@ -33,7 +33,8 @@ FAMILIES = {"llama": "LlamaAttention", "mistral": "MistralAttention", "qwen2": "
             "deepseek_v32": "DeepseekV32Attention", "glm_moe_dsa": "GlmMoeDsaAttention",
             "hunyuan_v1_dense": "HunYuanDenseV1Attention",
             "hunyuan_v1_moe": "HunYuanMoEV1Attention", "hy_v3": "HYV3Attention", "kolibri1": "Kolibri1Attention",
-            "dots1": "Dots1Attention", "cwm": "CwmAttention", "apertus1p5_text": "Apertus1p5TextAttention"}
+            "dots1": "Dots1Attention", "cwm": "CwmAttention", "apertus1p5_text": "Apertus1p5TextAttention",
+            "nanochat": "NanoChatAttention"}
 #: families with multi-head latent attention (MLA: DeepSeek-V2 / V3, Kimi K2, GLM-4.7-Flash, LongCat-Flash, Mistral
 #: Small 4, MiniCPM3, and with DeepSeek sparse attention DeepSeek-V3.2 and GLM-5): each head's query and key are
 #: [nope; rope] (qk_nope_head_dim + qk_rope_head_dim coordinates), the rotation acts on the rope block only, and one
@@ -55,6 +56,12 @@ FLOAT32_ROTARY = ("cohere", "cohere2", "cohere2_moe", "ernie4_5", "ernie4_5_moe"
 #: families whose eager attention already computes its softmax in the input dtype (the others' take float32;
 #: exact_float64 runs those in the input dtype)
 EAGER_INPUT_DTYPE = ("gpt_oss",)
+#: families whose rotate_half is cat(x2, -x1) (NanoChat): their RoPE turns each pair by -theta p, so a part starts from
+#: the negated frequencies
+NEGATED_ROTATION = ("nanochat",)
+#: families that normalise q and k per head AFTER the rotation with a parameter-free RMSNorm named q_norm / k_norm
+#: (NanoChat; Hunyuan's post-rotation norms have weights and other names: query_layernorm, key_layernorm)
+WEIGHTLESS_POST_NORM = ("nanochat",)
 MIN_VERSION = (4, 48)  # the release that introduced AttentionInterface
 
 
@@ -200,7 +207,8 @@ def flat_qk_norm(attn: nn.Module) -> bool:
     """Whether the layer's q/k RMSNorm spans all heads at once (OLMo 2, OLMo 3, OLMoE: weight (H Dh,), applied to
     the flat projection) rather than each head (Qwen3, Gemma 3: weight (Dh,), applied per head)."""
     norm = getattr(attn, "q_norm", None)
-    return norm is not None and norm.weight.shape[-1] != head_dim(attn)
+    weight = getattr(norm, "weight", None)  # NanoChat's q/k norms have none (WEIGHTLESS_POST_NORM)
+    return weight is not None and weight.shape[-1] != head_dim(attn)
 
 
 def n_kv_heads(config) -> int:

@@ -113,6 +113,12 @@ def _centered_norm_forward(self, hidden_states):
     return self.weight * (centered * torch.rsqrt(var + self.variance_epsilon))
 
 
+def _weightless_norm_forward(self, hidden_states):
+    """NanoChat's parameter-free RMSNorm in the input dtype (HF's computes it in float32): x / sqrt(mean(x^2) + eps)."""
+    var = hidden_states.pow(2).mean(-1, keepdim=True)
+    return hidden_states * torch.rsqrt(var + self.eps)
+
+
 def _layer_norm_forward(self, hidden_states):
     """OLMo's parameter-free LayerNorm in the input dtype (HF's computes it in float32)."""
     return nn.functional.layer_norm(hidden_states, self.normalized_shape, None, None, eps=1e-5)
@@ -126,6 +132,8 @@ def _exact_forward(mod: nn.Module):
     if name.startswith("Cohere") and name.endswith("LayerNorm") and hasattr(mod, "variance_epsilon"):
         return _centered_norm_forward
     if name.endswith("RMSNorm"):
+        if getattr(mod, "weight", None) is None and hasattr(mod, "eps"):
+            return _weightless_norm_forward
         if hasattr(mod, "variance_epsilon"):
             return _norm_forward
         return _gemma_norm_forward if norm_offset(mod) == 1.0 else None

@@ -28,6 +28,8 @@ from torch import nn
 
 from symformer._validation import check_choice, fail
 from symformer.integrations._hf_common import (
+    NEGATED_ROTATION,
+    WEIGHTLESS_POST_NORM,
     applies_rope,
     attention_modules,
     call_attention,
@@ -70,6 +72,8 @@ def _attention_forward(self, hidden_states, position_embeddings=None, attention_
     q = q * llama4_query_scale(self.config, positions)
     if hasattr(self, "query_layernorm"):  # Hunyuan: per-head RMSNorms after the rotation
         q, k = self.query_layernorm(q), self.key_layernorm(k)
+    elif self.config.model_type in WEIGHTLESS_POST_NORM:  # NanoChat: parameter-free RMSNorms after the rotation
+        q, k = self.q_norm(q), self.k_norm(k)
     if cache is not None:
         k, v = cache.update(k, v, self.layer_idx, {"cache_position": cache_position})
     scale = _scale(self)
@@ -105,7 +109,7 @@ def _project(self, hidden_states):
     if clip is not None:
         q, k, v = (t.clamp(min=-clip, max=clip) for t in (q, k, v))
     q, k, v = q.view(hidden_shape), k.view(hidden_shape), v.view(hidden_shape)
-    if getattr(self, "q_norm", None) is not None and not flat:
+    if getattr(self, "q_norm", None) is not None and not flat and self.config.model_type not in WEIGHTLESS_POST_NORM:
         q, k = self.q_norm(q), self.k_norm(k)
     return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
@@ -214,6 +218,8 @@ def _part_for(positional: str, model: nn.Module, attn: nn.Module, options: dict,
     if lt not in tables:
         tables[lt] = _rope_table(model, lt)
     inv_freq, attn_scale = tables[lt]
+    if inv_freq is not None and model.config.model_type in NEGATED_ROTATION:  # NanoChat turns by -theta p
+        inv_freq = -inv_freq
     dim = rotary_dim(attn)
     if inv_freq is not None and 2 * inv_freq.numel() != dim:
         fail("config.rope_parameters", f"a rotary table of {inv_freq.numel()} frequencies",

@@ -28,6 +28,8 @@ Hunyuan normalises q and k per head AFTER the rotation (query_layernorm, key_lay
 heads): the logit is n(R_i q)^T diag(w_q w_k) n(R_j k), so only the product w_q w_k counts and w_q <- d w_q,
 w_k <- w_k / d holds for any positive d per coordinate, whatever the rotation; no U passes through the norms
 (TrivialGroup on W_Q / W_K, whose scalings the norm's eps breaks); V/O and head permutations as above.
+NanoChat's norms after the rotation have no weights: the Q/K factor is trivial (a scaling U changes rms(U q)), V/O
+and head permutations as above.
 Multi-head latent attention (DeepSeek-V3: [nope; rope] query and key blocks per head, one rotated key block shared by
 the heads, keys and values from a normed latent) is two sites per layer on row blocks (`_mla_sites`): GL(nope) per
 head on the nope blocks of q_b_proj and kv_b_proj with GL(v) per head on kv_b_proj's value rows and o_proj's columns,
@@ -48,6 +50,7 @@ from torch import nn
 from symformer._validation import check_int, fail
 from symformer.integrations._hf_common import (
     FAMILIES,
+    WEIGHTLESS_POST_NORM,
     applies_rope,
     attention_modules,
     check_layer,
@@ -92,7 +95,8 @@ class _AttentionView:
     def __init__(self, attn: nn.Module, n_heads: int, kv_heads: int):
         self.attn, self.o_proj, self.rotary_dim = attn, out_proj(attn), rotary_dim(attn)
         self.n_heads, self.head_dim = n_heads, head_dim(attn)
-        self.post_norm = hasattr(attn, "query_layernorm")  # Hunyuan: q/k RMSNorms after the rotation
+        # Hunyuan: q/k RMSNorms after the rotation; NanoChat: parameter-free ones (WEIGHTLESS_POST_NORM)
+        self.post_norm = hasattr(attn, "query_layernorm") or attn.config.model_type in WEIGHTLESS_POST_NORM
         self.fused: list[FusedRows] = []
         fused = fused_qkv(attn)
         if fused is None:
@@ -204,6 +208,8 @@ def _sites(attn: nn.Module, name: str, h: int, hk: int, positions) -> list[Atten
              "projections)")
     view = _AttentionView(attn, h, hk)
     sinks = (attn.sinks,) if isinstance(getattr(attn, "sinks", None), nn.Parameter) else ()  # GPT-OSS: per head
+    if view.post_norm and not hasattr(attn, "query_layernorm"):  # NanoChat: rms(U q) != rms(q) for a scaling U
+        return [AttentionSite(name, view, TrivialGroup(view.head_dim), hk, head_params=sinks)]
     if view.post_norm:  # Hunyuan: the logits see only w_q * w_k (module docstring): any positive d per coordinate
         return [AttentionSite(name, view, TrivialGroup(view.head_dim), hk, attn.query_layernorm.weight,
                               attn.key_layernorm.weight, torch.arange(view.head_dim), head_params=sinks)]
