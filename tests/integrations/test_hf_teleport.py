@@ -11,7 +11,7 @@ from tests.integrations._hf_models import check_gradient_action, float64_referen
 
 from symformer.experiments.hf import QK_NORM_FAMILIES  # noqa: E402
 from symformer.integrations import hf  # noqa: E402
-from symformer.integrations._hf_common import fused_qkv  # noqa: E402
+from symformer.integrations._hf_common import attention_modules, fused_qkv, out_proj, qk_norms  # noqa: E402
 from symformer.teleport import GroupElement, symmetry_group  # noqa: E402
 
 CASES = [("llama", None, {}), ("llama", "rope", {}), ("mistral", "string", {"init_scale": 0.3}),
@@ -45,7 +45,8 @@ QWEN3 = [("qwen3", None, {}), ("qwen3", "string", {"init_scale": 0.3}), ("qwen3"
          ("olmoe", None, {}), ("exaone4", None, {}), ("exaone4", "string", {"init_scale": 0.3}), ("apertus", None, {}),
          ("flex_olmo", None, {}), ("minimax_m2", "string", {"init_scale": 0.3}), ("exaone_moe", None, {}),
          ("exaone_moe", "string", {"init_scale": 0.3}), ("dots1", None, {}),
-         ("apertus1p5_text", "string", {"init_scale": 0.3})]
+         ("apertus1p5_text", "string", {"init_scale": 0.3}), ("lfm2", None, {}),
+         ("lfm2", "string", {"init_scale": 0.3})]
 
 
 def _qwen3(positional=None, opts=None, seed=5, family="qwen3"):
@@ -54,8 +55,8 @@ def _qwen3(positional=None, opts=None, seed=5, family="qwen3"):
     model = _model(family, positional, opts or {})
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for layer in model.model.layers:
-            for norm in (layer.self_attn.q_norm, layer.self_attn.k_norm):
+        for attn in attention_modules(model):  # LFM2: the attention layers only
+            for norm in qk_norms(attn):
                 norm.weight.copy_(1 + 0.5 * torch.randn(norm.weight.shape, generator=gen, dtype=torch.float64))
     return model
 
@@ -125,7 +126,7 @@ def test_teleport_symmetry_group_dispatches_and_refuses_approximate_cores():
                                                ("deepseek_v3", None), ("glm4_moe_lite", "string"),
                                                ("longcat_flash", None), ("hy_v3", None), ("kolibri1", None),
                                                ("mistral4", "string"), ("minicpm3", None), ("dots1", None),
-                                               ("cwm", None), ("apertus1p5_text", None)])
+                                               ("cwm", None), ("apertus1p5_text", None), ("lfm2", None)])
 def test_gradient_action_and_norms_match_autograd(family, positional):
     """grad L(g theta) from autograd equals grad_action(g, grad L(theta)); the inverse undoes g; closed-form
     candidate norms equal the brute-force ones (apply, backward, restore), GQA, the gated-MLP rescaling and
@@ -168,8 +169,9 @@ def test_qwen3_element_is_a_symmetry_through_the_query_key_norms(family, positio
     with torch.no_grad():
         ref = model(x).logits
     group = hf.symmetry_group(model, ffn=True)
-    site = group.sites[0]
-    assert site.qk.kind == "trivial" and site.q_norm is model.model.layers[0].self_attn.q_norm.weight
+    site, attn = group.sites[0], attention_modules(model)[0]  # LFM2: its first attention layer is layer 1
+    norms = qk_norms(attn)
+    assert site.qk.kind == "trivial" and site.q_norm is norms[0].weight
     if positional is None:  # native RoPE, half pairing: one block per pair (u, u + Dh/2)
         assert site.norm_blocks.tolist() == [0, 1, 2, 3, 0, 1, 2, 3]
     # OLMo 2 / 3, OLMoE, FlexOLMo, MiniMax-M2: one norm over all heads, one d per key head
@@ -177,8 +179,7 @@ def test_qwen3_element_is_a_symmetry_through_the_query_key_norms(family, positio
     g = group.random(torch.Generator().manual_seed(1))
     assert g.norm[0].shape == (site.n_blocks,)
     assert site.n_blocks == (int(site.norm_blocks.max()) + 1) * (2 if site.norm_per_head else 1)
-    attn = model.model.layers[0].self_attn
-    moved = [attn.q_norm.weight, attn.k_norm.weight, attn.v_proj.weight, attn.o_proj.weight]
+    moved = [norms[0].weight, norms[1].weight, attn.v_proj.weight, out_proj(attn).weight]
     before = [p.detach().clone() for p in moved]
     group.apply(model, g)
     assert all((p - b).abs().max() > 1e-3 for p, b in zip(moved, before))  # (W_Q / W_K move only by permutation)

@@ -220,7 +220,12 @@ FAMILY_MODELS = {"llama": ("LlamaConfig", "LlamaForCausalLM", {}),
                  "apertus1p5_text": ("Apertus1p5TextConfig", "Apertus1p5TextForCausalLM", {"pad_token_id": None}),
                  # NanoChat: RoPE turning by -theta p (its rotate_half is cat(x2, -x1)), parameter-free q/k RMSNorms
                  # after the rotation, an ungated relu^2 MLP, a final logit soft-cap
-                 "nanochat": ("NanoChatConfig", "NanoChatForCausalLM", {"pad_token_id": None})}
+                 "nanochat": ("NanoChatConfig", "NanoChatForCausalLM", {"pad_token_id": None}),
+                 # LFM2 (Liquid): a short-convolution layer, then an attention layer with per-head q/k RMSNorms named
+                 # q_layernorm / k_layernorm and an out_proj; SwiGLU MLPs named w1 (gate), w3 (up), w2 (down)
+                 "lfm2": ("Lfm2Config", "Lfm2ForCausalLM",
+                          {"pad_token_id": None, "layer_types": ["conv", "full_attention"],
+                           "block_auto_adjust_ff_dim": False})}
 
 
 #: families whose q/k norms come after the rotation (Hunyuan: query_layernorm, key_layernorm)
@@ -228,7 +233,7 @@ POST_NORM_FAMILIES = ("hunyuan_v1_dense", "hunyuan_v1_moe")
 #: families whose q/k RMSNorm weights the tiny models draw around 1 (HF starts them at exactly 1; POST_NORM_FAMILIES'
 #: too)
 QK_NORM_FAMILIES = ("qwen3", "qwen3_moe", "gemma3_text", "olmo2", "olmo3", "olmoe", "exaone4", "apertus", "flex_olmo",
-                    "minimax_m2", "exaone_moe", "hy_v3", "kolibri1", "dots1", "apertus1p5_text")
+                    "minimax_m2", "exaone_moe", "hy_v3", "kolibri1", "dots1", "apertus1p5_text", "lfm2")
 
 
 def _tiny(dtype, positional=None, seed=0, attn="eager", init=0.2, family="llama", **opts):
@@ -246,11 +251,12 @@ def _tiny(dtype, positional=None, seed=0, attn="eager", init=0.2, family="llama"
     torch.manual_seed(seed)
     model = getattr(tf, cls)(cfg).to(dtype).eval()
     if family in QK_NORM_FAMILIES or family in POST_NORM_FAMILIES:
-        names = ("q_norm", "k_norm") if family in QK_NORM_FAMILIES else ("query_layernorm", "key_layernorm")
+        from symformer.integrations._hf_common import attention_modules, qk_norms
         with torch.no_grad():
-            for layer in model.model.layers:
-                for name in names:
-                    getattr(layer.self_attn, name).weight.normal_(1.0, 0.5)
+            for attn in attention_modules(model):  # LFM2: the attention layers only (its others are convolutions)
+                norms = qk_norms(attn) if family in QK_NORM_FAMILIES else (attn.query_layernorm, attn.key_layernorm)
+                for norm in norms:
+                    norm.weight.normal_(1.0, 0.5)
     return model if positional is None else hf.patch_positional(model, positional, **opts)
 
 

@@ -34,7 +34,7 @@ FAMILIES = {"llama": "LlamaAttention", "mistral": "MistralAttention", "qwen2": "
             "hunyuan_v1_dense": "HunYuanDenseV1Attention",
             "hunyuan_v1_moe": "HunYuanMoEV1Attention", "hy_v3": "HYV3Attention", "kolibri1": "Kolibri1Attention",
             "dots1": "Dots1Attention", "cwm": "CwmAttention", "apertus1p5_text": "Apertus1p5TextAttention",
-            "nanochat": "NanoChatAttention"}
+            "nanochat": "NanoChatAttention", "lfm2": "Lfm2Attention"}
 #: families with multi-head latent attention (MLA: DeepSeek-V2 / V3, Kimi K2, GLM-4.7-Flash, LongCat-Flash, Mistral
 #: Small 4, MiniCPM3, and with DeepSeek sparse attention DeepSeek-V3.2 and GLM-5): each head's query and key are
 #: [nope; rope] (qk_nope_head_dim + qk_rope_head_dim coordinates), the rotation acts on the rope block only, and one
@@ -152,8 +152,23 @@ def head_dim(attn: nn.Module) -> int:
 
 
 def out_proj(attn: nn.Module) -> nn.Linear:
-    """The layer's output projection (GPT-NeoX names it dense)."""
-    return attn.o_proj if hasattr(attn, "o_proj") else attn.dense
+    """The layer's output projection (GPT-NeoX names it dense, LFM2 out_proj)."""
+    for name in ("o_proj", "out_proj"):
+        if hasattr(attn, name):
+            return getattr(attn, name)
+    return attn.dense
+
+
+def qk_norms(attn: nn.Module) -> tuple[nn.Module, nn.Module] | None:
+    """The layer's q and k norms applied BEFORE the rotation, or None: q_norm / k_norm (Qwen3, OLMo 2, Cohere, ...;
+    NanoChat's come after it: WEIGHTLESS_POST_NORM) or LFM2's RMSNorms q_layernorm / k_layernorm (StableLM's and Phi's
+    per-head LayerNorms of that name are refused by check_layer)."""
+    if getattr(attn, "q_norm", None) is not None:
+        return attn.q_norm, attn.k_norm
+    norm = getattr(attn, "q_layernorm", None)
+    if norm is not None and any(c.__name__.endswith("RMSNorm") for c in type(norm).__mro__):  # exact_float64 subclasses
+        return norm, attn.k_layernorm
+    return None
 
 
 def fused_qkv(attn: nn.Module) -> tuple[nn.Linear, str] | None:
@@ -206,8 +221,8 @@ def check_layer(attn: nn.Module) -> None:
 def flat_qk_norm(attn: nn.Module) -> bool:
     """Whether the layer's q/k RMSNorm spans all heads at once (OLMo 2, OLMo 3, OLMoE: weight (H Dh,), applied to
     the flat projection) rather than each head (Qwen3, Gemma 3: weight (Dh,), applied per head)."""
-    norm = getattr(attn, "q_norm", None)
-    weight = getattr(norm, "weight", None)  # NanoChat's q/k norms have none (WEIGHTLESS_POST_NORM)
+    norms = qk_norms(attn)
+    weight = None if norms is None else getattr(norms[0], "weight", None)  # NanoChat's have none
     return weight is not None and weight.shape[-1] != head_dim(attn)
 
 

@@ -43,6 +43,7 @@ from symformer.integrations._hf_common import (
     n_kv_heads,
     out_proj,
     partial_rotary_factor,
+    qk_norms,
     require_transformers,
     rope_pairing,
     rope_parameters,
@@ -102,15 +103,15 @@ def _project(self, hidden_states):
         q, k, v = fused[0](hidden_states).split([nq, nkv, nkv], dim=-1)
     else:
         q, k, v = self.q_proj(hidden_states), self.k_proj(hidden_states), self.v_proj(hidden_states)
-    flat = flat_qk_norm(self)
+    flat, norms = flat_qk_norm(self), qk_norms(self)
     if flat:
-        q, k = self.q_norm(q), self.k_norm(k)
+        q, k = norms[0](q), norms[1](k)
     clip = getattr(self.config, "clip_qkv", None)
     if clip is not None:
         q, k, v = (t.clamp(min=-clip, max=clip) for t in (q, k, v))
     q, k, v = q.view(hidden_shape), k.view(hidden_shape), v.view(hidden_shape)
-    if getattr(self, "q_norm", None) is not None and not flat and self.config.model_type not in WEIGHTLESS_POST_NORM:
-        q, k = self.q_norm(q), self.k_norm(k)
+    if norms is not None and not flat and self.config.model_type not in WEIGHTLESS_POST_NORM:
+        q, k = norms[0](q), norms[1](k)
     return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
 

@@ -61,6 +61,7 @@ from symformer.integrations._hf_common import (
     n_kv_heads,
     norm_offset,
     out_proj,
+    qk_norms,
     rope_pairing,
     rotary_dim,
 )
@@ -170,8 +171,15 @@ def _mla_sites(attn: nn.Module, name: str, positions) -> list[AttentionSite]:
 
 
 class _GLUView:
+    """down(act(gate x) * up x): the up and down projections (LFM2 names them w3 and w2, its gate w1)."""
+
     def __init__(self, mlp: nn.Module):
-        self.up, self.down = mlp.up_proj, mlp.down_proj
+        lfm = type(mlp).__name__ == "Lfm2MLP"
+        self.up, self.down = (mlp.w3, mlp.w2) if lfm else (mlp.up_proj, mlp.down_proj)
+
+
+def _is_glu(m: nn.Module) -> bool:
+    return all(hasattr(m, n) for n in ("gate_proj", "up_proj", "down_proj")) or type(m).__name__ == "Lfm2MLP"
 
 
 def _fused_experts(model: nn.Module) -> list[FusedExperts]:
@@ -213,13 +221,13 @@ def _sites(attn: nn.Module, name: str, h: int, hk: int, positions) -> list[Atten
     if view.post_norm:  # Hunyuan: the logits see only w_q * w_k (module docstring): any positive d per coordinate
         return [AttentionSite(name, view, TrivialGroup(view.head_dim), hk, attn.query_layernorm.weight,
                               attn.key_layernorm.weight, torch.arange(view.head_dim), head_params=sinks)]
-    grp = qk_group_for(view.rotary, view.head_dim, positions)
-    if getattr(attn, "q_norm", None) is None:
+    grp, norms = qk_group_for(view.rotary, view.head_dim, positions), qk_norms(attn)
+    if norms is None:
         return [AttentionSite(name, view, grp, hk, head_params=sinks)]
-    # Qwen3, OLMo 2: q_norm(U q) != U q_norm(q), so the rotary's group acts on the norm weights (docstring)
-    return [AttentionSite(name, view, TrivialGroup(view.head_dim), hk, attn.q_norm.weight, attn.k_norm.weight,
-                          diagonal_blocks(grp), norm_offset(attn.q_norm),
-                          flat_qk_norm(attn) or attn.q_norm.weight.dim() == 2,  # Cohere: (H, Dh)
+    # Qwen3, OLMo 2, LFM2: q_norm(U q) != U q_norm(q), so the rotary's group acts on the norm weights (docstring)
+    return [AttentionSite(name, view, TrivialGroup(view.head_dim), hk, norms[0].weight, norms[1].weight,
+                          diagonal_blocks(grp), norm_offset(norms[0]),
+                          flat_qk_norm(attn) or norms[0].weight.dim() == 2,  # Cohere: (H, Dh)
                           head_params=sinks)]
 
 
@@ -244,8 +252,7 @@ def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn:
     sites = [s for attn in attention_modules(model) for s in _sites(attn, names[id(attn)], h, hk, positions)]
     # gated MLPs only: down(act(gate x) * up x) is linear in up; an ungated down(act(up x)) (Arcee's relu^2, Apertus'
     # xIELU) is not rescaled by up * s, down / s
-    mlps = [_GLUView(m) for m in model.modules() if all(hasattr(m, n) for n in ("gate_proj", "up_proj", "down_proj"))
-            ] if ffn else []
+    mlps = [_GLUView(m) for m in model.modules() if _is_glu(m)] if ffn else []
     fused = [f for s in sites for f in s.module.fused]
     return GQASymmetryGroup(sites, mlps, positions, _fused_experts(model) if ffn else [], fused)
 
