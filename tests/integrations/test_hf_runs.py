@@ -22,7 +22,8 @@ def test_hf_parity_covers_every_supported_family():
 def test_hf_teleport_invariance_rows_cover_every_family():
     from symformer.experiments.hf import FAMILY_MODELS, teleport_invariance
     tel = teleport_invariance(0)
-    assert set(tel) == {"native_rope", "string", "espr"} | {f"{f}_native_rope" for f in FAMILY_MODELS if f != "llama"}
+    assert set(tel) == {"native_rope", "string", "espr"} | {f"{f}_native_rope" for f in FAMILY_MODELS
+                                                            if f not in ("llama", "qwen3_next")}  # group refused
     assert max(tel.values()) <= 1e-10
 
 

@@ -15,6 +15,7 @@ import time
 import torch
 
 from symformer.experiments.base import RunContext, experiment
+from symformer.integrations._hf_common import GATED_OUTPUT
 from symformer.results import Claim, ExperimentResult, verdict
 
 POSITIONALS = ("rope", "string", "espr")
@@ -225,7 +226,16 @@ FAMILY_MODELS = {"llama": ("LlamaConfig", "LlamaForCausalLM", {}),
                  # q_layernorm / k_layernorm and an out_proj; SwiGLU MLPs named w1 (gate), w3 (up), w2 (down)
                  "lfm2": ("Lfm2Config", "Lfm2ForCausalLM",
                           {"pad_token_id": None, "layer_types": ["conv", "full_attention"],
-                           "block_auto_adjust_ff_dim": False})}
+                           "block_auto_adjust_ff_dim": False}),
+                 # Qwen3-Next: a Gated DeltaNet (linear attention) layer, then a full-attention layer whose q_proj
+                 # also gives an output gate (rows [q_h; g_h] per head), (1 + w) q/k norms, partial rotary (half of
+                 # each head here), MoE with a shared expert
+                 "qwen3_next": ("Qwen3NextConfig", "Qwen3NextForCausalLM",
+                                {"layer_types": ["linear_attention", "full_attention"], "linear_key_head_dim": 8,
+                                 "linear_value_head_dim": 8, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+                                 "num_experts": 4, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32,
+                                 "rope_parameters": {"rope_type": "default", "rope_theta": 1e4,
+                                                     "partial_rotary_factor": 0.5}, **_MOE})}
 
 
 #: families whose q/k norms come after the rotation (Hunyuan: query_layernorm, key_layernorm)
@@ -233,7 +243,8 @@ POST_NORM_FAMILIES = ("hunyuan_v1_dense", "hunyuan_v1_moe")
 #: families whose q/k RMSNorm weights the tiny models draw around 1 (HF starts them at exactly 1; POST_NORM_FAMILIES'
 #: too)
 QK_NORM_FAMILIES = ("qwen3", "qwen3_moe", "gemma3_text", "olmo2", "olmo3", "olmoe", "exaone4", "apertus", "flex_olmo",
-                    "minimax_m2", "exaone_moe", "hy_v3", "kolibri1", "dots1", "apertus1p5_text", "lfm2")
+                    "minimax_m2", "exaone_moe", "hy_v3", "kolibri1", "dots1", "apertus1p5_text", "lfm2",
+                    "qwen3_next")
 
 
 def _tiny(dtype, positional=None, seed=0, attn="eager", init=0.2, family="llama", **opts):
@@ -308,7 +319,8 @@ def teleport_invariance(seed: int) -> dict:
     out = {}
     cases = [("native_rope", None, {}), ("string", "string", {"init_scale": 0.3}),
              ("espr", "espr", {"init_scale": 0.05})]
-    cases += [(f"{fam}_native_rope", None, {"family": fam}) for fam in FAMILY_MODELS if fam != "llama"]
+    cases += [(f"{fam}_native_rope", None, {"family": fam}) for fam in FAMILY_MODELS
+              if fam != "llama" and fam not in GATED_OUTPUT]  # Qwen3-Next: its group is refused (output gate)
     for name, pos, opts in cases:
         model = exact_float64(_tiny(torch.float64, pos, seed, **opts))
         ref = _logits(model, x)
@@ -418,7 +430,8 @@ def run(ctx: RunContext) -> ExperimentResult:
                ", ".join(f"{k}: {v:.1e}" for k, v in tel.items()), max(tel.values()) <= 1e-10,
                "float64, one random element (scale 0.5, head permutations, gated-MLP rescaling) per model, "
                "max relative logit change; Llama with native RoPE, STRING, ESPR, and every other family with its "
-               "native RoPE. Qwen3 (per-head q/k norms before the rotation): the Q/K part rescales the norm weights, "
+               "native RoPE but Qwen3-Next (its output gate breaks GL(d_h) on V / O: symmetry_group refuses it). "
+               "Qwen3 (per-head q/k norms before the rotation): the Q/K part rescales the norm weights, "
                "constant on each RoPE pair (OLMo: norms over all heads, one scaling per key head); MoE: per-expert "
                "MLP rescaling (ours)", setting,
                "MHA without GQA; RoPE only"),

@@ -34,7 +34,7 @@ FAMILIES = {"llama": "LlamaAttention", "mistral": "MistralAttention", "qwen2": "
             "hunyuan_v1_dense": "HunYuanDenseV1Attention",
             "hunyuan_v1_moe": "HunYuanMoEV1Attention", "hy_v3": "HYV3Attention", "kolibri1": "Kolibri1Attention",
             "dots1": "Dots1Attention", "cwm": "CwmAttention", "apertus1p5_text": "Apertus1p5TextAttention",
-            "nanochat": "NanoChatAttention", "lfm2": "Lfm2Attention"}
+            "nanochat": "NanoChatAttention", "lfm2": "Lfm2Attention", "qwen3_next": "Qwen3NextAttention"}
 #: families with multi-head latent attention (MLA: DeepSeek-V2 / V3, Kimi K2, GLM-4.7-Flash, LongCat-Flash, Mistral
 #: Small 4, MiniCPM3, and with DeepSeek sparse attention DeepSeek-V3.2 and GLM-5): each head's query and key are
 #: [nope; rope] (qk_nope_head_dim + qk_rope_head_dim coordinates), the rotation acts on the rope block only, and one
@@ -59,6 +59,9 @@ EAGER_INPUT_DTYPE = ("gpt_oss",)
 #: families whose rotate_half is cat(x2, -x1) (NanoChat): their RoPE turns each pair by -theta p, so a part starts from
 #: the negated frequencies
 NEGATED_ROTATION = ("nanochat",)
+#: families whose q_proj also gives an output gate, rows [q_h; g_h] per head: the attention output is multiplied by
+#: sigmoid(g) coordinate by coordinate before o_proj (Qwen3-Next's full-attention layers)
+GATED_OUTPUT = ("qwen3_next",)
 #: families that normalise q and k per head AFTER the rotation with a parameter-free RMSNorm named q_norm / k_norm
 #: (NanoChat; Hunyuan's post-rotation norms have weights and other names: query_layernorm, key_layernorm)
 WEIGHTLESS_POST_NORM = ("nanochat",)
@@ -140,8 +143,11 @@ def is_mla(attn: nn.Module) -> bool:
 
 
 def norm_offset(norm: nn.Module) -> float:
-    """c in an RMSNorm's output (c + w) * x_hat: 1 for Gemma's norms (weight stored as w, starts at 0), else 0."""
-    return 1.0 if "Gemma" in type(norm).__name__ and hasattr(norm, "eps") else 0.0  # Gemma 1-3, VaultGemma
+    """c in an RMSNorm's output (c + w) * x_hat: 1 for Gemma's and Qwen3-Next's norms (weight stored as w, starts
+    at 0), else 0."""
+    names = [c.__name__ for c in type(norm).__mro__]  # exact_float64 subclasses the norm classes
+    offset = any("Gemma" in n or n.startswith("Qwen3Next") for n in names)  # Gemma 1-3, VaultGemma, Qwen3-Next
+    return 1.0 if offset and hasattr(norm, "eps") else 0.0
 
 
 def head_dim(attn: nn.Module) -> int:

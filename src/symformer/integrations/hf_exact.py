@@ -119,6 +119,13 @@ def _weightless_norm_forward(self, hidden_states):
     return hidden_states * torch.rsqrt(var + self.eps)
 
 
+def _gated_norm_forward(self, hidden_states, gate):
+    """Qwen3-Next's gated RMSNorm (its Gated DeltaNet layers) in the input dtype: w * x / sqrt(mean(x^2) + eps) *
+    silu(gate)."""
+    var = hidden_states.pow(2).mean(-1, keepdim=True)
+    return self.weight * (hidden_states * torch.rsqrt(var + self.variance_epsilon)) * nn.functional.silu(gate)
+
+
 def _layer_norm_forward(self, hidden_states):
     """OLMo's parameter-free LayerNorm in the input dtype (HF's computes it in float32)."""
     return nn.functional.layer_norm(hidden_states, self.normalized_shape, None, None, eps=1e-5)
@@ -131,6 +138,8 @@ def _exact_forward(mod: nn.Module):
         return _layer_norm_forward
     if name.startswith("Cohere") and name.endswith("LayerNorm") and hasattr(mod, "variance_epsilon"):
         return _centered_norm_forward
+    if name == "Qwen3NextRMSNormGated":
+        return _gated_norm_forward
     if name.endswith("RMSNorm"):
         if getattr(mod, "weight", None) is None and hasattr(mod, "eps"):
             return _weightless_norm_forward

@@ -28,6 +28,7 @@ from torch import nn
 
 from symformer._validation import check_choice, fail
 from symformer.integrations._hf_common import (
+    GATED_OUTPUT,
     NEGATED_ROTATION,
     WEIGHTLESS_POST_NORM,
     applies_rope,
@@ -65,7 +66,7 @@ def _attention_forward(self, hidden_states, position_embeddings=None, attention_
     as `cache` (transformers >= 5.24), `past_key_values` (4.5x-5.23), `past_key_value` (4.4x) or `layer_past`
     (GPT-NeoX)."""
     input_shape = hidden_states.shape[:-1]
-    q, k, v = _project(self, hidden_states)
+    q, k, v, gate = _project(self, hidden_states)
     old = kwargs.pop("layer_past", kwargs.pop("past_key_value", past_key_values))
     cache = cache if cache is not None else old
     positions = token_positions(position_ids, cache_position, cache, q)
@@ -86,13 +87,14 @@ def _attention_forward(self, hidden_states, position_embeddings=None, attention_
     if getattr(self, "sinks", None) is not None:  # GPT-OSS: one sink logit per head (its eager kernel reads self.sinks)
         kwargs.setdefault("s_aux", self.sinks)
     out, weights = call_attention(self, q, k, v, attention_mask, scale, position_ids, kwargs)
-    return out_proj(self)(out.reshape(*input_shape, -1).contiguous()), weights
+    out = out.reshape(*input_shape, -1).contiguous()
+    return out_proj(self)(out if gate is None else out * torch.sigmoid(gate)), weights  # Qwen3-Next: output gate
 
 
 def _project(self, hidden_states):
     """(B, H, N, Dh) queries and (B, H_kv, N, Dh) keys and values as the family computes them before the rotation:
     one fused projection (Phi-3's qkv_proj, rows [q; k; v]), q/k RMSNorm over all heads (OLMo 2 / 3, OLMoE) or per
-    head (Qwen3, Gemma 3), OLMoE's optional clip_qkv."""
+    head (Qwen3, Gemma 3), OLMoE's optional clip_qkv; and the output gate (B, N, H Dh) of GATED_OUTPUT, else None."""
     dh = head_dim(self)
     hidden_shape = (*hidden_states.shape[:-1], -1, dh)
     fused = fused_qkv(self)
@@ -103,6 +105,10 @@ def _project(self, hidden_states):
         q, k, v = fused[0](hidden_states).split([nq, nkv, nkv], dim=-1)
     else:
         q, k, v = self.q_proj(hidden_states), self.k_proj(hidden_states), self.v_proj(hidden_states)
+    gate = None
+    if self.config.model_type in GATED_OUTPUT:  # rows [q_h; g_h] per head: split as HF does
+        q, gate = q.view(*hidden_states.shape[:-1], -1, 2 * dh).chunk(2, dim=-1)
+        q, gate = q.reshape(*hidden_states.shape[:-1], -1), gate.reshape(*hidden_states.shape[:-1], -1)
     flat, norms = flat_qk_norm(self), qk_norms(self)
     if flat:
         q, k = norms[0](q), norms[1](k)
@@ -112,7 +118,7 @@ def _project(self, hidden_states):
     q, k, v = q.view(hidden_shape), k.view(hidden_shape), v.view(hidden_shape)
     if norms is not None and not flat and self.config.model_type not in WEIGHTLESS_POST_NORM:
         q, k = norms[0](q), norms[1](k)
-    return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), gate
 
 
 def _scale(attn) -> float:

@@ -50,6 +50,7 @@ from torch import nn
 from symformer._validation import check_int, fail
 from symformer.integrations._hf_common import (
     FAMILIES,
+    GATED_OUTPUT,
     WEIGHTLESS_POST_NORM,
     applies_rope,
     attention_modules,
@@ -211,6 +212,9 @@ def _sites(attn: nn.Module, name: str, h: int, hk: int, positions) -> list[Atten
     check_layer(attn)
     if is_mla(attn):  # a shared rotated key block and latent projections: two sites on row blocks
         return _mla_sites(attn, name, positions)
+    if attn.config.model_type in GATED_OUTPUT:  # sigmoid(g) * (A V V') != (sigmoid(g) * A V) V' for V' in GL(d_h)
+        fail("model", f"{attn.config.model_type} (an output gate sigmoid(g) multiplies the attention output before "
+             "o_proj)", "a family without an output gate: the gate does not commute with GL(d_h) on V / O")
     if getattr(attn.config, "clip_qkv", None) is not None:  # OLMo's clamp: clamp(U q) != U clamp(q)
         fail("config.clip_qkv", attn.config.clip_qkv, "None (clamping q, k and v breaks every symmetry of the "
              "projections)")

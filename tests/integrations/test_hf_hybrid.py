@@ -1,0 +1,44 @@
+"""Hybrid families: LFM2 (short-convolution layers between attention layers) and Qwen3-Next (Gated DeltaNet layers,
+and full-attention layers with an output gate from q_proj). Only the attention layers are patched; the others keep
+their own caches. The generic family tests (parity, padding, far positions, cores, exact_float64) run on both."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from tests.integrations._hf_models import ids, tiny  # noqa: E402
+
+from symformer.integrations import hf  # noqa: E402
+from symformer.integrations._hf_common import attention_modules  # noqa: E402
+
+
+@pytest.mark.parametrize("family", ["lfm2", "qwen3_next"])
+def test_greedy_decoding_with_the_cache_equals_the_native_model(family):
+    """RoPE patched in: the same tokens as the native model, decoding step by step through the hybrid cache."""
+    x = ids(batch=1, n=8)
+    kw = dict(max_new_tokens=10, do_sample=False, pad_token_id=0)
+    native = tiny(family, torch.float64).generate(x, **kw)
+    patched = hf.patch_positional(tiny(family, torch.float64), "rope")
+    assert len(attention_modules(patched)) == 1  # layer 0 is a convolution / a Gated DeltaNet, left alone
+    assert torch.equal(patched.generate(x, **kw), native)
+
+
+def test_qwen3_next_output_gate_is_applied_and_teleport_refused():
+    """The gate splits from q_proj head by head ([q_h; g_h]); with the gate rows moved, the patched model follows the
+    native one (the gate is read, not dropped). The group is refused by name: sigmoid(g) * (A V) does not commute
+    with GL(d_h) on V / O."""
+    x = ids(n=16)
+    native, patched = tiny("qwen3_next", torch.float64), hf.patch_positional(tiny("qwen3_next", torch.float64), "rope")
+    for model in (native, patched):
+        attn = attention_modules(model)[0]
+        with torch.no_grad():  # the gate rows of each head: rows 2 Dh h + Dh ... 2 Dh (h + 1)
+            rows = attn.q_proj.weight.view(attn.config.num_attention_heads, 2, 8, -1)[:, 1]
+            rows.mul_(3.0)
+    with torch.no_grad():
+        a, b = native(x).logits, patched(x).logits
+        before = tiny("qwen3_next", torch.float64)(x).logits
+    assert (a - b).abs().max().item() <= 1e-6 and (a - before).abs().max().item() > 1e-3
+    with pytest.raises(ValueError, match=r"^model: got 'qwen3_next \(an output gate"):
+        hf.symmetry_group(tiny("qwen3_next", torch.float64))
