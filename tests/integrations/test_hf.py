@@ -79,8 +79,9 @@ def test_cores_run_and_train_in_every_layer_of_every_family(family, attention):
     window = r"^attention_mask: got .*sliding window"
     refusals = {"gemma2": r"^attn_logit_softcapping: got 5\.0", "gemma3_text": window, "olmo3": window,
                 "exaone4": window, "cohere2": window, "cohere2_moe": window, "gpt_oss": r"^s_aux: got",
-                "vaultgemma": r"^attn_logit_softcapping: got 50\.0", "exaone_moe": window, "cwm": window}
-    sliding = ("gemma3_text", "olmo3", "exaone4", "cohere2", "cohere2_moe", "exaone_moe", "cwm")
+                "vaultgemma": r"^attn_logit_softcapping: got 50\.0", "exaone_moe": window, "cwm": window,
+                "afmoe": window}
+    sliding = ("gemma3_text", "olmo3", "exaone4", "cohere2", "cohere2_moe", "exaone_moe", "cwm", "afmoe")
     kw = {"sliding_window": 64} if family in sliding else {}
     if family in refusals:
         model = hf.configure(tiny(family), attention, **({"n_features": 32} if attention == "favor" else {}))

@@ -1,6 +1,7 @@
 """Hybrid families: LFM2 (short-convolution layers between attention layers) and Qwen3-Next (Gated DeltaNet layers,
-and full-attention layers with an output gate from q_proj). Only the attention layers are patched; the others keep
-their own caches. The generic family tests (parity, padding, far positions, cores, exact_float64) run on both."""
+and full-attention layers with an output gate from q_proj); and AFMoE's output gate (its own gate_proj). Only the
+attention layers are patched; the others keep their own caches. The generic family tests (parity, padding, far
+positions, cores, exact_float64) run on all three."""
 from __future__ import annotations
 
 import pytest
@@ -40,5 +41,22 @@ def test_qwen3_next_output_gate_is_applied_and_teleport_refused():
         a, b = native(x).logits, patched(x).logits
         before = tiny("qwen3_next", torch.float64)(x).logits
     assert (a - b).abs().max().item() <= 1e-6 and (a - before).abs().max().item() > 1e-3
-    with pytest.raises(ValueError, match=r"^model: got 'qwen3_next \(an output gate"):
-        hf.symmetry_group(tiny("qwen3_next", torch.float64))
+    for family in ("qwen3_next", "afmoe"):
+        with pytest.raises(ValueError, match=rf"^model: got '{family} \(an output gate"):
+            hf.symmetry_group(tiny(family, torch.float64))
+
+
+def test_afmoe_reads_its_gate_and_rotates_only_its_local_layers():
+    """AFMoE: the gate from its own gate_proj (scaling it moves native and patched alike), and a part in the local
+    (sliding) layer only: the global layer is NoPE and keeps no part."""
+    x = ids(n=16)
+    native, patched = tiny("afmoe", torch.float64), hf.patch_positional(tiny("afmoe", torch.float64), "string",
+                                                                          init_scale=0.0)
+    assert [hasattr(a, "rotary") for a in attention_modules(patched)] == [True, False]
+    for model in (native, patched):
+        with torch.no_grad():
+            attention_modules(model)[1].gate_proj.weight.mul_(3.0)
+    with torch.no_grad():
+        a, b = native(x).logits, patched(x).logits
+        before = tiny("afmoe", torch.float64)(x).logits
+    assert (a - b).abs().max().item() <= 1e-6 and (a - before).abs().max().item() > 1e-3

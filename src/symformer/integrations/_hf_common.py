@@ -34,7 +34,8 @@ FAMILIES = {"llama": "LlamaAttention", "mistral": "MistralAttention", "qwen2": "
             "hunyuan_v1_dense": "HunYuanDenseV1Attention",
             "hunyuan_v1_moe": "HunYuanMoEV1Attention", "hy_v3": "HYV3Attention", "kolibri1": "Kolibri1Attention",
             "dots1": "Dots1Attention", "cwm": "CwmAttention", "apertus1p5_text": "Apertus1p5TextAttention",
-            "nanochat": "NanoChatAttention", "lfm2": "Lfm2Attention", "qwen3_next": "Qwen3NextAttention"}
+            "nanochat": "NanoChatAttention", "lfm2": "Lfm2Attention", "qwen3_next": "Qwen3NextAttention",
+            "afmoe": "AfmoeAttention"}
 #: families with multi-head latent attention (MLA: DeepSeek-V2 / V3, Kimi K2, GLM-4.7-Flash, LongCat-Flash, Mistral
 #: Small 4, MiniCPM3, and with DeepSeek sparse attention DeepSeek-V3.2 and GLM-5): each head's query and key are
 #: [nope; rope] (qk_nope_head_dim + qk_rope_head_dim coordinates), the rotation acts on the rope block only, and one
@@ -59,9 +60,9 @@ EAGER_INPUT_DTYPE = ("gpt_oss",)
 #: families whose rotate_half is cat(x2, -x1) (NanoChat): their RoPE turns each pair by -theta p, so a part starts from
 #: the negated frequencies
 NEGATED_ROTATION = ("nanochat",)
-#: families whose q_proj also gives an output gate, rows [q_h; g_h] per head: the attention output is multiplied by
-#: sigmoid(g) coordinate by coordinate before o_proj (Qwen3-Next's full-attention layers)
-GATED_OUTPUT = ("qwen3_next",)
+#: families whose attention output is multiplied by sigmoid(g) coordinate by coordinate before o_proj: g from q_proj,
+#: rows [q_h; g_h] per head (Qwen3-Next's full-attention layers), or from the layer's own gate_proj (AFMoE)
+GATED_OUTPUT = ("qwen3_next", "afmoe")
 #: families that normalise q and k per head AFTER the rotation with a parameter-free RMSNorm named q_norm / k_norm
 #: (NanoChat; Hunyuan's post-rotation norms have weights and other names: query_layernorm, key_layernorm)
 WEIGHTLESS_POST_NORM = ("nanochat",)
@@ -201,7 +202,7 @@ def applies_rope(attn: nn.Module) -> bool:
     """Whether the layer rotates q and k at all: not SmolLM3's NoPE layers (use_rope False), nor EXAONE 4's (and
     EXAONE MoE's) global layers (they rotate only in sliding layers when the model has a sliding window), nor
     Cohere 2's full-attention layers (only sliding layers rotate; Cohere 2 MoE's force_rope dense prefix layers
-    too)."""
+    too), nor AFMoE's global layers."""
     if hasattr(attn, "use_rope"):
         return bool(attn.use_rope)
     family = attn.config.model_type
@@ -209,6 +210,8 @@ def applies_rope(attn: nn.Module) -> bool:
         return bool(attn.is_sliding)
     if family in ("cohere2", "cohere2_moe"):
         return attn.sliding_window is not None or bool(getattr(attn, "force_rope", False))
+    if family == "afmoe":  # AFMoE: only its local (sliding) layers rotate, the global ones are NoPE
+        return bool(attn.is_local_attention)
     return True
 
 

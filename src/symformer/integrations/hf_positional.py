@@ -106,7 +106,9 @@ def _project(self, hidden_states):
     else:
         q, k, v = self.q_proj(hidden_states), self.k_proj(hidden_states), self.v_proj(hidden_states)
     gate = None
-    if self.config.model_type in GATED_OUTPUT:  # rows [q_h; g_h] per head: split as HF does
+    if self.config.model_type in GATED_OUTPUT and hasattr(self, "gate_proj"):  # AFMoE: a gate projection of its own
+        gate = self.gate_proj(hidden_states)
+    elif self.config.model_type in GATED_OUTPUT:  # Qwen3-Next: rows [q_h; g_h] per head, split as HF does
         q, gate = q.view(*hidden_states.shape[:-1], -1, 2 * dh).chunk(2, dim=-1)
         q, gate = q.reshape(*hidden_states.shape[:-1], -1), gate.reshape(*hidden_states.shape[:-1], -1)
     flat, norms = flat_qk_norm(self), qk_norms(self)
