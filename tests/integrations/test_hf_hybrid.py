@@ -15,7 +15,7 @@ from symformer.integrations import hf  # noqa: E402
 from symformer.integrations._hf_common import attention_modules  # noqa: E402
 
 
-@pytest.mark.parametrize("family", ["lfm2", "qwen3_next"])
+@pytest.mark.parametrize("family", ["lfm2", "qwen3_next", "qwen3_5_text"])
 def test_greedy_decoding_with_the_cache_equals_the_native_model(family):
     """RoPE patched in: the same tokens as the native model, decoding step by step through the hybrid cache."""
     x = ids(batch=1, n=8)
@@ -41,7 +41,7 @@ def test_qwen3_next_output_gate_is_applied_and_teleport_refused():
         a, b = native(x).logits, patched(x).logits
         before = tiny("qwen3_next", torch.float64)(x).logits
     assert (a - b).abs().max().item() <= 1e-6 and (a - before).abs().max().item() > 1e-3
-    for family in ("qwen3_next", "afmoe"):
+    for family in ("qwen3_next", "qwen3_5_text", "afmoe"):
         with pytest.raises(ValueError, match=rf"^model: got '{family} \(an output gate"):
             hf.symmetry_group(tiny(family, torch.float64))
 
@@ -60,3 +60,29 @@ def test_afmoe_reads_its_gate_and_rotates_only_its_local_layers():
         a, b = native(x).logits, patched(x).logits
         before = tiny("afmoe", torch.float64)(x).logits
     assert (a - b).abs().max().item() <= 1e-6 and (a - before).abs().max().item() > 1e-3
+
+
+def test_qwen3_5_multimodal_table_in_float64_and_grid_positions_refused():
+    """exact_float64's table follows HF's recomposition of the three position streams (T, H, W) on an image-like
+    grid (a wrong mrope_section does not); the parts take text positions (three equal streams) and refuse a grid."""
+    import transformers as tf
+
+    from symformer.integrations._hf_common import token_positions
+    from symformer.integrations.hf_exact import Float64MropeTable
+    cfg = tf.Qwen3_5TextConfig(hidden_size=64, num_attention_heads=4, head_dim=16, num_key_value_heads=2,
+                               rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 1.0,
+                                                "mrope_section": [3, 3, 2]})
+    hf_table = [m for m in tf.Qwen3_5ForCausalLM(cfg).modules() if type(m).__name__.endswith("RotaryEmbedding")][0]
+    gen = torch.Generator().manual_seed(0)
+    grid = torch.randint(0, 50, (3, 2, 12), generator=gen)  # three streams that differ, as an image grid's
+    x = torch.zeros(1, dtype=torch.float32)
+    ref = hf_table(x, grid)
+    ours = Float64MropeTable(hf_table.inv_freq, [3, 3, 2])(x.double(), grid)
+    wrong = Float64MropeTable(hf_table.inv_freq, [8, 0, 0])(x.double(), grid)  # every frequency from T
+    assert all((a.double() - b).abs().max().item() <= 1e-5 for a, b in zip(ref, ours))
+    assert (ref[0].double() - wrong[0]).abs().max().item() > 1e-2
+    q = torch.zeros(2, 4, 12, 16)
+    text = torch.arange(12).expand(3, 2, 12)
+    assert torch.equal(token_positions(text, None, None, q), torch.arange(12.0).expand(2, 12)[..., None])
+    with pytest.raises(ValueError, match=r"^position_ids: got 'multimodal"):
+        token_positions(grid, None, None, q)

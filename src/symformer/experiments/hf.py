@@ -236,6 +236,13 @@ FAMILY_MODELS = {"llama": ("LlamaConfig", "LlamaForCausalLM", {}),
                                  "num_experts": 4, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32,
                                  "rope_parameters": {"rope_type": "default", "rope_theta": 1e4,
                                                      "partial_rotary_factor": 0.5}, **_MOE}),
+                 # Qwen3.5 (its text model): Qwen3-Next's attention and Gated DeltaNet layers, dense MLPs; its
+                 # multimodal rotary table reduces to RoPE for text positions (one position per token)
+                 "qwen3_5_text": ("Qwen3_5TextConfig", "Qwen3_5ForCausalLM",
+                                  {"layer_types": ["linear_attention", "full_attention"], "linear_key_head_dim": 8,
+                                   "linear_value_head_dim": 8, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+                                   "rope_parameters": {"rope_type": "default", "rope_theta": 1e4,
+                                                       "partial_rotary_factor": 0.5, "mrope_section": [1, 1, 0]}}),
                  # AFMoE (Arcee Trinity): a local (sliding, rotated) layer and a global NoPE layer, per-head q/k norms,
                  # an output gate from its own gate_proj, a dense layer then MoE (4 experts, a shared one)
                  "afmoe": ("AfmoeConfig", "AfmoeForCausalLM",
@@ -250,7 +257,7 @@ POST_NORM_FAMILIES = ("hunyuan_v1_dense", "hunyuan_v1_moe")
 #: too)
 QK_NORM_FAMILIES = ("qwen3", "qwen3_moe", "gemma3_text", "olmo2", "olmo3", "olmoe", "exaone4", "apertus", "flex_olmo",
                     "minimax_m2", "exaone_moe", "hy_v3", "kolibri1", "dots1", "apertus1p5_text", "lfm2",
-                    "qwen3_next", "afmoe")
+                    "qwen3_next", "afmoe", "qwen3_5_text")
 
 
 def _tiny(dtype, positional=None, seed=0, attn="eager", init=0.2, family="llama", **opts):
@@ -326,7 +333,7 @@ def teleport_invariance(seed: int) -> dict:
     cases = [("native_rope", None, {}), ("string", "string", {"init_scale": 0.3}),
              ("espr", "espr", {"init_scale": 0.05})]
     cases += [(f"{fam}_native_rope", None, {"family": fam}) for fam in FAMILY_MODELS
-              if fam != "llama" and fam not in GATED_OUTPUT]  # Qwen3-Next, AFMoE: group refused (output gate)
+              if fam != "llama" and fam not in GATED_OUTPUT]  # group refused (output gate)
     for name, pos, opts in cases:
         model = exact_float64(_tiny(torch.float64, pos, seed, **opts))
         ref = _logits(model, x)
@@ -436,8 +443,8 @@ def run(ctx: RunContext) -> ExperimentResult:
                ", ".join(f"{k}: {v:.1e}" for k, v in tel.items()), max(tel.values()) <= 1e-10,
                "float64, one random element (scale 0.5, head permutations, gated-MLP rescaling) per model, "
                "max relative logit change; Llama with native RoPE, STRING, ESPR, and every other family with its "
-               "native RoPE but Qwen3-Next and AFMoE (their output gates break GL(d_h) on V / O: symmetry_group "
-               "refuses them). "
+               "native RoPE but Qwen3-Next, Qwen3.5 and AFMoE (their output gates break GL(d_h) on V / O: "
+               "symmetry_group refuses them). "
                "Qwen3 (per-head q/k norms before the rotation): the Q/K part rescales the norm weights, "
                "constant on each RoPE pair (OLMo: norms over all heads, one scaling per key head); MoE: per-expert "
                "MLP rescaling (ours)", setting,

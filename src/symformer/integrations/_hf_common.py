@@ -35,7 +35,7 @@ FAMILIES = {"llama": "LlamaAttention", "mistral": "MistralAttention", "qwen2": "
             "hunyuan_v1_moe": "HunYuanMoEV1Attention", "hy_v3": "HYV3Attention", "kolibri1": "Kolibri1Attention",
             "dots1": "Dots1Attention", "cwm": "CwmAttention", "apertus1p5_text": "Apertus1p5TextAttention",
             "nanochat": "NanoChatAttention", "lfm2": "Lfm2Attention", "qwen3_next": "Qwen3NextAttention",
-            "afmoe": "AfmoeAttention"}
+            "afmoe": "AfmoeAttention", "qwen3_5_text": "Qwen3_5Attention"}
 #: families with multi-head latent attention (MLA: DeepSeek-V2 / V3, Kimi K2, GLM-4.7-Flash, LongCat-Flash, Mistral
 #: Small 4, MiniCPM3, and with DeepSeek sparse attention DeepSeek-V3.2 and GLM-5): each head's query and key are
 #: [nope; rope] (qk_nope_head_dim + qk_rope_head_dim coordinates), the rotation acts on the rope block only, and one
@@ -61,8 +61,9 @@ EAGER_INPUT_DTYPE = ("gpt_oss",)
 #: the negated frequencies
 NEGATED_ROTATION = ("nanochat",)
 #: families whose attention output is multiplied by sigmoid(g) coordinate by coordinate before o_proj: g from q_proj,
-#: rows [q_h; g_h] per head (Qwen3-Next's full-attention layers), or from the layer's own gate_proj (AFMoE)
-GATED_OUTPUT = ("qwen3_next", "afmoe")
+#: rows [q_h; g_h] per head (the full-attention layers of Qwen3-Next and Qwen3.5), or from the layer's own gate_proj
+#: (AFMoE)
+GATED_OUTPUT = ("qwen3_next", "qwen3_5_text", "afmoe")
 #: families that normalise q and k per head AFTER the rotation with a parameter-free RMSNorm named q_norm / k_norm
 #: (NanoChat; Hunyuan's post-rotation norms have weights and other names: query_layernorm, key_layernorm)
 WEIGHTLESS_POST_NORM = ("nanochat",)
@@ -144,10 +145,10 @@ def is_mla(attn: nn.Module) -> bool:
 
 
 def norm_offset(norm: nn.Module) -> float:
-    """c in an RMSNorm's output (c + w) * x_hat: 1 for Gemma's and Qwen3-Next's norms (weight stored as w, starts
-    at 0), else 0."""
+    """c in an RMSNorm's output (c + w) * x_hat: 1 for the norms of Gemma, Qwen3-Next and Qwen3.5 (weight stored as
+    w, starts at 0), else 0."""
     names = [c.__name__ for c in type(norm).__mro__]  # exact_float64 subclasses the norm classes
-    offset = any("Gemma" in n or n.startswith("Qwen3Next") for n in names)  # Gemma 1-3, VaultGemma, Qwen3-Next
+    offset = any("Gemma" in n or n.startswith(("Qwen3Next", "Qwen3_5")) for n in names)  # and Qwen3.5
     return 1.0 if offset and hasattr(norm, "eps") else 0.0
 
 
@@ -269,8 +270,14 @@ def call_attention(attn: nn.Module, q, k, v, attention_mask, scaling: float, pos
 
 
 def token_positions(position_ids, cache_position, cache, q) -> torch.Tensor:
-    """Token positions (B, N, 1), or (N, 1) when the batch shares them, as floats: the model's position_ids."""
+    """Token positions (B, N, 1), or (N, 1) when the batch shares them, as floats: the model's position_ids. Qwen3.5's
+    multimodal position ids (3, B, N) are taken when their three streams agree (text); an image grid's are refused."""
     n = q.shape[-2]
+    if position_ids is not None and position_ids.ndim == 3:
+        if not bool((position_ids == position_ids[:1]).all()):
+            fail("position_ids", "multimodal rotary positions (three streams that differ: an image or video grid)",
+                 "text positions (one position per token): the parts rotate by one position per token")
+        position_ids = position_ids[0]
     if position_ids is None:
         if cache_position is not None:
             position_ids = cache_position[None]

@@ -66,6 +66,26 @@ class Float64Table(nn.Module):
         return _cos_sin(x, position_ids, self.inv_freq, self.layout, self.attention_scaling)
 
 
+class Float64MropeTable(Float64Table):
+    """Qwen3.5's multimodal table in float64: three position streams (T, H, W; text expands one to all three),
+    frequency u read from H for u = 1 mod 3 and from W for u = 2 mod 3 within 3 x its mrope_section, else from T
+    (HF's recomposition_frequencies), laid out as cat(freqs, freqs)."""
+
+    def __init__(self, inv_freq: torch.Tensor, section, attention_scaling: float = 1.0):
+        super().__init__(inv_freq, "cat", attention_scaling)
+        self.section = [int(s) for s in section]
+
+    def forward(self, x, position_ids):
+        pos = position_ids.expand(3, -1, -1) if position_ids.ndim == 2 else position_ids
+        f = pos[..., None].to(torch.float64) * self.inv_freq
+        thw = f[0].clone()
+        for stream in (1, 2):
+            idx = slice(stream, self.section[stream] * 3, 3)
+            thw[..., idx] = f[stream, ..., idx]
+        emb = torch.cat((thw, thw), dim=-1)
+        return (emb.cos() * self.attention_scaling).to(x.dtype), (emb.sin() * self.attention_scaling).to(x.dtype)
+
+
 class Float64TypedTable(nn.Module):
     """Float64Table per layer type (Gemma 3's rotary embedding keeps `{type}_inv_freq` and is called with the type);
     the buffers and scalings keep HF's names, so that patch_positional still reads each type's table."""
@@ -83,6 +103,8 @@ class Float64TypedTable(nn.Module):
 
 def _float64_table(mod: nn.Module, family: str | None) -> nn.Module | None:
     """The float64 replacement of an HF rotary embedding, or None for one we cannot read."""
+    if isinstance(getattr(mod, "inv_freq", None), torch.Tensor) and hasattr(mod, "mrope_section"):  # Qwen3.5
+        return Float64MropeTable(mod.inv_freq, mod.mrope_section, getattr(mod, "attention_scaling", 1.0))
     if isinstance(getattr(mod, "inv_freq", None), torch.Tensor):
         layout = "interleaved" if family in TABLE_INTERLEAVED else "half" if family in TABLE_HALF else \
             "complex" if family in TABLE_COMPLEX else "cat"
@@ -120,8 +142,8 @@ def _weightless_norm_forward(self, hidden_states):
 
 
 def _gated_norm_forward(self, hidden_states, gate):
-    """Qwen3-Next's gated RMSNorm (its Gated DeltaNet layers) in the input dtype: w * x / sqrt(mean(x^2) + eps) *
-    silu(gate)."""
+    """Qwen3-Next's and Qwen3.5's gated RMSNorm (their Gated DeltaNet layers) in the input dtype:
+    w * x / sqrt(mean(x^2) + eps) * silu(gate)."""
     var = hidden_states.pow(2).mean(-1, keepdim=True)
     return self.weight * (hidden_states * torch.rsqrt(var + self.variance_epsilon)) * nn.functional.silu(gate)
 
@@ -138,7 +160,7 @@ def _exact_forward(mod: nn.Module):
         return _layer_norm_forward
     if name.startswith("Cohere") and name.endswith("LayerNorm") and hasattr(mod, "variance_epsilon"):
         return _centered_norm_forward
-    if name == "Qwen3NextRMSNormGated":
+    if name in ("Qwen3NextRMSNormGated", "Qwen3_5RMSNormGated"):
         return _gated_norm_forward
     if name.endswith("RMSNorm"):
         if getattr(mod, "weight", None) is None and hasattr(mod, "eps"):
