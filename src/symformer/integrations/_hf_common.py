@@ -84,10 +84,21 @@ def require_transformers():
     return tf
 
 
+def text_config(model: nn.Module):
+    """The language model's config: model.config, or the text config of a multimodal model (Gemma 3's
+    Gemma3ForConditionalGeneration, LLaVA: config.get_text_config()), whose model_type names the family."""
+    config = model.config
+    sub = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return config if getattr(config, "model_type", None) in FAMILIES or sub is None else sub
+
+
 def model_family(model: nn.Module) -> str:
-    """config.model_type of a supported model, else ValueError naming the class and the supported families."""
+    """config.model_type of a supported model (of its language model for a multimodal one: text_config), else
+    ValueError naming the class and the supported families."""
     config = getattr(model, "config", None)
     family = getattr(config, "model_type", None)
+    if isinstance(model, nn.Module) and config is not None and family not in FAMILIES:
+        family = getattr(text_config(model), "model_type", None)  # a vision-language model's language model
     if not isinstance(model, nn.Module) or family not in FAMILIES:
         fail("model", f"{type(model).__name__} (model_type={family!r})",
              "a Hugging Face model of a supported family: " + ", ".join(

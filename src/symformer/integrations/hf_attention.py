@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from symformer._validation import check_choice, check_int, fail
-from symformer.integrations._hf_common import attention_modules, head_dim, out_proj, require_transformers
+from symformer.integrations._hf_common import attention_modules, head_dim, out_proj, require_transformers, text_config
 
 IMPLEMENTATIONS = {"favor": "symformer_favor", "plash": "symformer_plash"}
 
@@ -200,7 +200,13 @@ def configure(model: nn.Module, attention: str = "favor", **options) -> nn.Modul
         m.symformer_core = core
     model.config.symformer_attention = record
     name = IMPLEMENTATIONS[attention]
-    if hasattr(model, "set_attn_implementation"):
+    tc = text_config(model)
+    if tc is not model.config:  # multimodal: the language model only (its vision tower keeps its own attention)
+        key = next((k for k in getattr(model.config, "sub_configs", {}) if getattr(model.config, k, None) is tc), None)
+        if key is None:
+            fail("model", type(model).__name__, "a multimodal model whose config lists its text config in sub_configs")
+        model.set_attn_implementation({key: name})
+    elif hasattr(model, "set_attn_implementation"):
         model.set_attn_implementation(name)
     else:  # 4.48-4.5x
         model.config._attn_implementation = name

@@ -34,6 +34,7 @@ from symformer.integrations._hf_common import (
     attention_modules,
     norm_offset,
     position_query_scale,
+    text_config,
 )
 
 _NORMS: dict[type, type] = {}
@@ -259,6 +260,8 @@ def exact_float64(model: nn.Module) -> nn.Module:
     patch_positional keeps its forward, which computes in the input dtype and takes its eager attention from
     `_symformer_eager`, set here)."""
     family = getattr(getattr(model, "config", None), "model_type", None)
+    if family not in FAMILIES and getattr(model, "config", None) is not None:  # a multimodal model's language model
+        family = getattr(text_config(model), "model_type", None)
     if family in FAMILIES and family not in EAGER_INPUT_DTYPE:
         for attn in attention_modules(model):
             attn._symformer_eager = input_dtype_eager  # read by hf_positional's patched forward (either order)

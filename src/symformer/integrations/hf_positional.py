@@ -50,6 +50,7 @@ from symformer.integrations._hf_common import (
     rope_parameters,
     rope_theta,
     rotary_dim,
+    text_config,
     token_positions,
 )
 from symformer.integrations.hf_mla import mla_attention_forward
@@ -180,7 +181,8 @@ def _rope_table(model: nn.Module, layer_type: str | None = None) -> tuple[torch.
 def _layer_type(model: nn.Module, attn: nn.Module) -> str | None:
     """The attention layer's type where the model's rotary tables are kept per type, else None."""
     lt = getattr(attn, "layer_type", None) or getattr(attn, "attention_type", None)  # Gemma 3 / OLMo 3
-    typed = lt is not None and rope_parameters(model.config, lt) is not rope_parameters(model.config)
+    cfg = text_config(model)
+    typed = lt is not None and rope_parameters(cfg, lt) is not rope_parameters(cfg)
     return lt if typed else None
 
 
@@ -227,7 +229,8 @@ def _part_for(positional: str, model: nn.Module, attn: nn.Module, options: dict,
     if lt not in tables:
         tables[lt] = _rope_table(model, lt)
     inv_freq, attn_scale = tables[lt]
-    if inv_freq is not None and model.config.model_type in NEGATED_ROTATION:  # NanoChat turns by -theta p
+    cfg = text_config(model)  # a multimodal model's language model
+    if inv_freq is not None and cfg.model_type in NEGATED_ROTATION:  # NanoChat turns by -theta p
         inv_freq = -inv_freq
     dim = rotary_dim(attn)
     if inv_freq is not None and 2 * inv_freq.numel() != dim:
@@ -237,16 +240,16 @@ def _part_for(positional: str, model: nn.Module, attn: nn.Module, options: dict,
         fail("positional", positional, "rope, string or circulant_string where the model rotates part of each head "
              f"({dim} of {head_dim(attn)} coordinates): ESPR's 1/sqrt(d_act) scale (T4.4) is stated for a whole "
              "projected head")
-    rope_type = str(rope_parameters(model.config, lt).get("rope_type", "default"))
+    rope_type = str(rope_parameters(cfg, lt).get("rope_type", "default"))
     if rope_type.startswith("dynamic") or rope_type == "longrope":
         fail("config.rope_parameters", f"rope_type={rope_type!r} (attention_scaling={attn_scale})",
              "a rope type whose table does not change with the sequence length (default, linear, llama3, yarn)")
     if attn_scale != 1.0 and dim < head_dim(attn) and not is_mla(attn):  # HF scales the rotated coordinates only:
         # not a logit scale (MLA's forward scales its rotated blocks itself: hf_mla)
         fail("config.rope_parameters", f"rope_type={rope_type!r} (attention_scaling={attn_scale}) with "
-             f"partial_rotary_factor={partial_rotary_factor(model.config)}",
+             f"partial_rotary_factor={partial_rotary_factor(cfg)}",
              "a magnitude factor of 1 where the model rotates part of each head")
-    return _build_part(positional, attn, model.config, inv_freq, options, lt, dim), attn_scale
+    return _build_part(positional, attn, cfg, inv_freq, options, lt, dim), attn_scale
 
 
 def _check_options(options: dict) -> None:
@@ -273,14 +276,14 @@ def patch_positional(model: nn.Module, positional: str = "rope", **options) -> n
     model_family(model)
     check_choice("positional", positional, POSITIONALS)
     _check_options(options)
-    config = model.config
+    config, tc = model.config, text_config(model)  # the patch is recorded in the model's own config
     layers = attention_modules(model)
     if any(hasattr(a, "rotary") for a in layers):  # the layers, not the config: HF models share config objects
         fail("model", f"a model already patched with {getattr(config, 'symformer_positional', None)}",
              "an unpatched model (patch_positional replaces the native rotary embedding once)")
-    kv = n_kv_heads(config)
-    if config.num_attention_heads % kv:
-        fail("config.num_key_value_heads", kv, f"a divisor of num_attention_heads={config.num_attention_heads}")
+    kv = n_kv_heads(tc)
+    if tc.num_attention_heads % kv:
+        fail("config.num_key_value_heads", kv, f"a divisor of num_attention_heads={tc.num_attention_heads}")
     for attn in layers:
         check_layer(attn)
     layers = [a for a in layers if applies_rope(a)]  # NoPE layers (SmolLM3, EXAONE 4 global) stay as they are

@@ -65,6 +65,7 @@ from symformer.integrations._hf_common import (
     qk_norms,
     rope_pairing,
     rotary_dim,
+    text_config,
 )
 from symformer.teleport import groups as _groups
 from symformer.teleport.groups import AttentionSite, FusedExperts, FusedRows, SymmetryGroup
@@ -187,7 +188,7 @@ def _fused_experts(model: nn.Module) -> list[FusedExperts]:
     """The MoE expert blocks stored as gate_up_proj (E, 2 I, d) and down_proj (E, d, I) (transformers 5's Mixtral /
     Qwen3-MoE layout, gate rows first), and gated MLPs with one fused gate_up_proj Linear (Phi-3: rows [gate; up],
     up * act(gate)); another layout is left out rather than guessed."""
-    d, out = int(model.config.hidden_size), []
+    d, out = int(text_config(model).hidden_size), []
     for m in model.modules():
         gu, dn = getattr(m, "gate_up_proj", None), getattr(m, "down_proj", None)
         if isinstance(gu, nn.Linear) and isinstance(dn, nn.Linear):
@@ -236,7 +237,11 @@ def _sites(attn: nn.Module, name: str, h: int, hk: int, positions) -> list[Atten
 
 
 def _is_hf_family(model: nn.Module) -> bool:
-    return getattr(getattr(model, "config", None), "model_type", None) in FAMILIES
+    """An HF model of a supported family, or a vision-language model whose language model is one (text_config)."""
+    if getattr(getattr(model, "config", None), "model_type", None) in FAMILIES:
+        return True
+    return isinstance(model, nn.Module) and getattr(model, "config", None) is not None and \
+        getattr(text_config(model), "model_type", None) in FAMILIES
 
 
 def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn: bool = False) -> SymmetryGroup:
@@ -247,11 +252,11 @@ def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn:
     ValueError for an approximate attention core."""
     if not _is_hf_family(model):
         return _groups.symmetry_group(model, positions, ffn=ffn)
-    impl = getattr(model.config, "_attn_implementation", None) or "eager"
+    impl = getattr(text_config(model), "_attn_implementation", None) or "eager"
     if str(impl).startswith("symformer_"):
         fail("attn_implementation", impl, "an exact softmax implementation (eager, sdpa, ...): approximate kernels "
              "are not invariant under GL(d_h)")
-    h, hk = model.config.num_attention_heads, n_kv_heads(model.config)
+    h, hk = text_config(model).num_attention_heads, n_kv_heads(text_config(model))
     names = {id(m): n for n, m in model.named_modules()}
     sites = [s for attn in attention_modules(model) for s in _sites(attn, names[id(attn)], h, hk, positions)]
     # gated MLPs only: down(act(gate x) * up x) is linear in up; an ungated down(act(up x)) (Arcee's relu^2, Apertus'
