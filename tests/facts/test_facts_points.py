@@ -94,12 +94,21 @@ def test_a_search_killed_midway_resumes_from_its_work_dir(tmp_path, monkeypatch)
     with pytest.raises(Killed):
         capacity.method_capacity("gd-swiglu", fss, 2, 8, max_size=64, options=opts, work_dir=tmp_path)
     assert all(c and c.startswith(str(tmp_path)) for c in calls)  # GD trainings checkpoint in the work dir
-    remembered = json.loads((tmp_path / "gd-swiglu_evaluations.json").read_text())
-    assert len(remembered) == 3
+    (path,) = tmp_path.glob("gd-swiglu_*_evaluations.json")
+    assert len(json.loads(path.read_text())) == 3
     calls.clear()
     monkeypatch.setattr(capacity, "build_fact_mlp", lambda *a, **kw: calls.append(1) or real(*a, **kw))
     again = capacity.method_capacity("gd-swiglu", fss, 2, 8, max_size=64, options=opts, work_dir=tmp_path)
     assert (again.size, again.params) == (whole.size, whole.params) and whole.size is not None
     assert again.evaluations == whole.evaluations
-    n_evals = len(json.loads((tmp_path / "gd-swiglu_evaluations.json").read_text()))
+    n_evals = len(json.loads(path.read_text()))
     assert len(calls) == n_evals - 3 and not list(tmp_path.glob("*.pt"))
+    # another search in the same folder (other fact sets, or other options) does not read these evaluations
+    calls.clear()
+    other = [make_fact_set(32, 16, seed=s + 5) for s in range(2)]
+    capacity.method_capacity("gd-swiglu", other, 2, 8, max_size=64, options=opts, work_dir=tmp_path)
+    assert len(calls) > 0 and len(list(tmp_path.glob("gd-swiglu_*_evaluations.json"))) == 2
+    calls.clear()
+    capacity.method_capacity("gd-swiglu", fss, 2, 8, max_size=64, options=capacity.BuildOptions(train_epochs=200,
+                             train_lr=1e-2), work_dir=tmp_path)
+    assert len(calls) > 0

@@ -1,6 +1,7 @@
 """Full constructions (Alg. 1, Thm 4.3.1) by method name, and the capacity binary search (App. A.1.1-A.1.2)."""
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -171,18 +172,26 @@ def capacity_search(evaluate: Callable[[int, int], tuple[float, int]], n_seeds: 
 
 
 class _Remembered:
-    """A capacity search's evaluations kept in `work_dir` (one JSON file per method, written atomically after
+    """A capacity search's evaluations kept in `work_dir` (one JSON file per search, written atomically after
     each evaluation) with a training checkpoint per GD evaluation: a search killed midway (a full-protocol GD
-    search at F = 4096 trains for hours) resumes where it stopped, with the same results."""
+    search at F = 4096 trains for hours) resumes where it stopped, with the same results. The file is named by
+    the method and a hash of the fact sets and options, so another search in the same folder (other facts, quick
+    against full options) never reads this one's evaluations."""
 
-    def __init__(self, work_dir: str | os.PathLike, method: str):
-        self.dir = Path(work_dir)
-        self.path = self.dir / f"{method}_evaluations.json"
+    def __init__(self, work_dir: str | os.PathLike, method: str, fact_sets: Sequence[FactSet], opts: BuildOptions):
+        h = hashlib.sha256(method.encode())
+        h.update(json.dumps({k: v for k, v in vars(opts).items() if k != "train_checkpoint"}, sort_keys=True,
+                            default=str).encode())
+        for fs in fact_sets:
+            for t in (fs.keys, fs.values, fs.facts):
+                h.update(str(t.dtype).encode() + t.detach().cpu().contiguous().numpy().tobytes())
+        self.dir, self.name = Path(work_dir), f"{method}_{h.hexdigest()[:16]}"
+        self.path = self.dir / f"{self.name}_evaluations.json"
         self.seen = json.loads(self.path.read_text()) if self.path.exists() else {}
 
     def __call__(self, key: str, build: Callable[[str], tuple[float, int]]) -> tuple[float, int]:
         if key not in self.seen:
-            ckpt = self.dir / f"{key}.pt"
+            ckpt = self.dir / f"{self.name}_{key}.pt"
             self.seen[key] = list(build(str(ckpt)))
             atomic_write_text(self.path, json.dumps(self.seen))
             ckpt.unlink(missing_ok=True)  # remembered: the training's checkpoint is no longer needed
@@ -202,7 +211,7 @@ def method_capacity(method: str, fact_sets: Sequence[FactSet], lo: int, hi: int,
     opts = options or BuildOptions()
     if infos is None and opts.whiten == 0 and method.split("+")[-1] in ("jl", "jl-sign", "naive", "ntk-mo"):
         infos = [decodability(fs.values) for fs in fact_sets]
-    memo = None if work_dir is None else _Remembered(work_dir, method)
+    memo = None if work_dir is None else _Remembered(work_dir, method, fact_sets, opts)
 
     def remembered(key: str, build: Callable[[BuildOptions], tuple[float, int]], o: BuildOptions):
         if memo is None:
