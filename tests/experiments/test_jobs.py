@@ -111,6 +111,24 @@ def test_checkpointing_jobs_get_a_work_dir_that_resume_keeps(tmp_path):
     assert "work_dir" not in rec["signature"]["kwargs"]
 
 
+def test_resume_keeps_checkpoints_only_for_the_same_job(tmp_path):
+    """--resume with other arguments under the same key (another config) does not read the first job's checkpoints;
+    a folder from before the signature file existed is adopted."""
+    work = tmp_path / ".partial" / "c"
+    with pytest.raises(RuntimeError, match="killed at 1"):
+        run_jobs([Job("c", resumable_count, {"target": 3}, checkpoints=True)], tmp_path, resume=True)
+    assert (work / "count").read_text() == "1"
+    with pytest.raises(RuntimeError, match="killed at 1"):  # other arguments: afresh (a stale count would say 2)
+        run_jobs([Job("c", resumable_count, {"target": 4}, checkpoints=True)], tmp_path, resume=True)
+    lines: list[str] = []
+    with pytest.raises(RuntimeError, match="killed at 2"):  # the same job again: its checkpoint is read
+        run_jobs([Job("c", resumable_count, {"target": 4}, checkpoints=True)], tmp_path, resume=True, log=lines.append)
+    assert "(1 resume from checkpoints)" in lines[0]
+    (work / "signature.json").unlink()  # an older folder, without the file: kept
+    with pytest.raises(RuntimeError, match="killed at 3"):
+        run_jobs([Job("c", resumable_count, {"target": 5}, checkpoints=True)], tmp_path, resume=True)
+
+
 def test_without_resume_a_checkpointing_job_starts_afresh(tmp_path):
     job = [Job("c", resumable_count, {"target": 1}, checkpoints=True)]
     work = tmp_path / ".partial" / "c"

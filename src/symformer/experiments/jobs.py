@@ -80,13 +80,23 @@ def _call(job: Job, work: Path | None = None) -> tuple[Any, float]:
 
 
 def _work_dir(job: Job, record_dir: Path | None, resume: bool) -> Path | None:
-    """The job's checkpoint folder (None when it keeps none); emptied unless this call resumes."""
+    """The job's checkpoint folder (None when it keeps none); emptied unless this call resumes the same job. The
+    folder keeps the signature it was made for (signature.json): a --resume call whose job under that key has
+    other arguments (another config, quick against full) starts afresh instead of reading the other job's
+    checkpoints. A folder without the file (written before it existed) is adopted as it is."""
     if record_dir is None or not job.checkpoints:
         return None
     work = record_dir / ".partial" / job.key
-    if not resume:
+    marker, sig = work / "signature.json", json.dumps(job.signature(), sort_keys=True)
+    if not resume or (marker.exists() and marker.read_text() != sig):
         shutil.rmtree(work, ignore_errors=True)
+    atomic_write_text(marker, sig)
     return work
+
+
+def _has_checkpoints(work: Path) -> bool:
+    """Whether a job's folder holds anything besides its signature (what it left when it was stopped)."""
+    return work.exists() and any(p.name != "signature.json" for p in work.iterdir())
 
 
 def _provenance(seconds: float) -> dict:
@@ -122,7 +132,7 @@ def run_jobs(jobs: list[Job], record_dir: Path | None = None, n_workers: int = 1
 
     work = {j.key: _work_dir(j, record_dir, resume) for j in todo}
     if log is not None and todo:
-        partial = sum(1 for w in work.values() if w is not None and w.exists())
+        partial = sum(1 for w in work.values() if w is not None and _has_checkpoints(w))
         log(f"{len(out)} of {len(jobs)} jobs reused from records, running {len(todo)} "
             f"({partial} resume from checkpoints) on {min(n_workers, len(todo))} worker(s)")
 
