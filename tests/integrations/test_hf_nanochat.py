@@ -37,7 +37,8 @@ def test_the_norms_come_after_the_rotation(monkeypatch):
     x = ids(n=24)
     opts = {"d_act": 4, "commuting_init": False, "init_scale": 0.3}
     after = logits(_model("espr", **opts), x)
-    monkeypatch.setattr(hf_positional, "WEIGHTLESS_POST_NORM", ())
+    for module in (hf_positional, _hf_common):  # qk_norms then hands the norms to _project, before the rotation
+        monkeypatch.setattr(module, "WEIGHTLESS_POST_NORM", ())
     before = logits(_model("espr", **opts), x)
     assert (after - before).abs().max().item() > 1e-3
 

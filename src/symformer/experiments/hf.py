@@ -15,7 +15,7 @@ import time
 import torch
 
 from symformer.experiments.base import RunContext, experiment
-from symformer.integrations._hf_common import GATED_OUTPUT
+from symformer.integrations._hf_common import GATED_OUTPUT, attention_modules, qk_norms
 from symformer.results import Claim, ExperimentResult, verdict
 
 POSITIONALS = ("rope", "string", "espr")
@@ -275,7 +275,6 @@ def _tiny(dtype, positional=None, seed=0, attn="eager", init=0.2, family="llama"
     torch.manual_seed(seed)
     model = getattr(tf, cls)(cfg).to(dtype).eval()
     if family in QK_NORM_FAMILIES or family in POST_NORM_FAMILIES:
-        from symformer.integrations._hf_common import attention_modules, qk_norms
         with torch.no_grad():
             for attn in attention_modules(model):  # LFM2: the attention layers only (its others are convolutions)
                 norms = qk_norms(attn) if family in QK_NORM_FAMILIES else (attn.query_layernorm, attn.key_layernorm)

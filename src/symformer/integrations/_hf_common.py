@@ -88,19 +88,26 @@ def text_config(model: nn.Module):
     """The language model's config: model.config, or the text config of a multimodal model (Gemma 3's
     Gemma3ForConditionalGeneration, LLaVA: config.get_text_config()), whose model_type names the family."""
     config = model.config
-    sub = config.get_text_config() if hasattr(config, "get_text_config") else config
-    return config if getattr(config, "model_type", None) in FAMILIES or sub is None else sub
+    if getattr(config, "model_type", None) in FAMILIES or not hasattr(config, "get_text_config"):
+        return config
+    return config.get_text_config()
+
+
+def family_of(model) -> str | None:
+    """The supported family of an HF model (of its language model for a vision-language one: text_config), or
+    None for anything else."""
+    if not isinstance(model, nn.Module) or getattr(model, "config", None) is None:
+        return None
+    family = getattr(text_config(model), "model_type", None)
+    return family if family in FAMILIES else None
 
 
 def model_family(model: nn.Module) -> str:
-    """config.model_type of a supported model (of its language model for a multimodal one: text_config), else
-    ValueError naming the class and the supported families."""
-    config = getattr(model, "config", None)
-    family = getattr(config, "model_type", None)
-    if isinstance(model, nn.Module) and config is not None and family not in FAMILIES:
-        family = getattr(text_config(model), "model_type", None)  # a vision-language model's language model
-    if not isinstance(model, nn.Module) or family not in FAMILIES:
-        fail("model", f"{type(model).__name__} (model_type={family!r})",
+    """family_of(model), else ValueError naming the class and the supported families."""
+    family = family_of(model)
+    if family is None:
+        model_type = getattr(getattr(model, "config", None), "model_type", None)
+        fail("model", f"{type(model).__name__} (model_type={model_type!r})",
              "a Hugging Face model of a supported family: " + ", ".join(
                  f"{k} ({v})" for k, v in FAMILIES.items()))
     return family
@@ -180,8 +187,10 @@ def out_proj(attn: nn.Module) -> nn.Linear:
 
 def qk_norms(attn: nn.Module) -> tuple[nn.Module, nn.Module] | None:
     """The layer's q and k norms applied BEFORE the rotation, or None: q_norm / k_norm (Qwen3, OLMo 2, Cohere, ...;
-    NanoChat's come after it: WEIGHTLESS_POST_NORM) or LFM2's RMSNorms q_layernorm / k_layernorm (StableLM's and Phi's
-    per-head LayerNorms of that name are refused by check_layer)."""
+    not NanoChat's, which come after it: WEIGHTLESS_POST_NORM) or LFM2's RMSNorms q_layernorm / k_layernorm
+    (StableLM's and Phi's per-head LayerNorms of that name are refused by check_layer)."""
+    if attn.config.model_type in WEIGHTLESS_POST_NORM:
+        return None
     if getattr(attn, "q_norm", None) is not None:
         return attn.q_norm, attn.k_norm
     norm = getattr(attn, "q_layernorm", None)
@@ -243,7 +252,7 @@ def flat_qk_norm(attn: nn.Module) -> bool:
     """Whether the layer's q/k RMSNorm spans all heads at once (OLMo 2, OLMo 3, OLMoE: weight (H Dh,), applied to
     the flat projection) rather than each head (Qwen3, Gemma 3: weight (Dh,), applied per head)."""
     norms = qk_norms(attn)
-    weight = None if norms is None else getattr(norms[0], "weight", None)  # NanoChat's have none
+    weight = None if norms is None else getattr(norms[0], "weight", None)  # a parameter-free norm is per head
     return weight is not None and weight.shape[-1] != head_dim(attn)
 
 

@@ -32,9 +32,9 @@ from symformer.integrations._hf_common import (
     TABLE_HALF,
     TABLE_INTERLEAVED,
     attention_modules,
+    family_of,
     norm_offset,
     position_query_scale,
-    text_config,
 )
 
 _NORMS: dict[type, type] = {}
@@ -259,10 +259,8 @@ def exact_float64(model: nn.Module) -> nn.Module:
     Ministral 3's position scaling of the queries, the eager softmax; in place; a layer already patched by
     patch_positional keeps its forward, which computes in the input dtype and takes its eager attention from
     `_symformer_eager`, set here)."""
-    family = getattr(getattr(model, "config", None), "model_type", None)
-    if family not in FAMILIES and getattr(model, "config", None) is not None:  # a multimodal model's language model
-        family = getattr(text_config(model), "model_type", None)
-    if family in FAMILIES and family not in EAGER_INPUT_DTYPE:
+    family = family_of(model)  # a vision-language model: its language model's
+    if family is not None and family not in EAGER_INPUT_DTYPE:
         for attn in attention_modules(model):
             attn._symformer_eager = input_dtype_eager  # read by hf_positional's patched forward (either order)
     for name, mod in list(model.named_modules()):

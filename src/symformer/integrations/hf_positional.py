@@ -119,7 +119,7 @@ def _project(self, hidden_states):
     if clip is not None:
         q, k, v = (t.clamp(min=-clip, max=clip) for t in (q, k, v))
     q, k, v = q.view(hidden_shape), k.view(hidden_shape), v.view(hidden_shape)
-    if norms is not None and not flat and self.config.model_type not in WEIGHTLESS_POST_NORM:
+    if norms is not None and not flat:
         q, k = norms[0](q), norms[1](k)
     return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), gate
 

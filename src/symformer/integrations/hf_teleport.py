@@ -49,12 +49,12 @@ from torch import nn
 
 from symformer._validation import check_int, fail
 from symformer.integrations._hf_common import (
-    FAMILIES,
     GATED_OUTPUT,
     WEIGHTLESS_POST_NORM,
     applies_rope,
     attention_modules,
     check_layer,
+    family_of,
     flat_qk_norm,
     fused_qkv,
     head_dim,
@@ -221,7 +221,7 @@ def _sites(attn: nn.Module, name: str, h: int, hk: int, positions) -> list[Atten
              "projections)")
     view = _AttentionView(attn, h, hk)
     sinks = (attn.sinks,) if isinstance(getattr(attn, "sinks", None), nn.Parameter) else ()  # GPT-OSS: per head
-    if view.post_norm and not hasattr(attn, "query_layernorm"):  # NanoChat: rms(U q) != rms(q) for a scaling U
+    if attn.config.model_type in WEIGHTLESS_POST_NORM:  # NanoChat: rms(U q) != rms(q) for a scaling U
         return [AttentionSite(name, view, TrivialGroup(view.head_dim), hk, head_params=sinks)]
     if view.post_norm:  # Hunyuan: the logits see only w_q * w_k (module docstring): any positive d per coordinate
         return [AttentionSite(name, view, TrivialGroup(view.head_dim), hk, attn.query_layernorm.weight,
@@ -236,27 +236,20 @@ def _sites(attn: nn.Module, name: str, h: int, hk: int, positions) -> list[Atten
                           head_params=sinks)]
 
 
-def _is_hf_family(model: nn.Module) -> bool:
-    """An HF model of a supported family, or a vision-language model whose language model is one (text_config)."""
-    if getattr(getattr(model, "config", None), "model_type", None) in FAMILIES:
-        return True
-    return isinstance(model, nn.Module) and getattr(model, "config", None) is not None and \
-        getattr(text_config(model), "model_type", None) in FAMILIES
-
-
 def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn: bool = False) -> SymmetryGroup:
     """The symmetry group of a Llama-family model (_hf_common.FAMILIES; module docstring; on Qwen3 the Q/K part
     acts on the q/k norm weights; fused MoE experts: teleport.groups.FusedExperts); any other model
     goes to symformer.teleport.symmetry_group. positions: (N, 1) positions for the ESPR commutant (default: generic
     points). ffn: include the gated MLP's up/down rescaling.
     ValueError for an approximate attention core."""
-    if not _is_hf_family(model):
+    if family_of(model) is None:
         return _groups.symmetry_group(model, positions, ffn=ffn)
-    impl = getattr(text_config(model), "_attn_implementation", None) or "eager"
+    tc = text_config(model)  # a vision-language model's language model
+    impl = getattr(tc, "_attn_implementation", None) or "eager"
     if str(impl).startswith("symformer_"):
         fail("attn_implementation", impl, "an exact softmax implementation (eager, sdpa, ...): approximate kernels "
              "are not invariant under GL(d_h)")
-    h, hk = text_config(model).num_attention_heads, n_kv_heads(text_config(model))
+    h, hk = tc.num_attention_heads, n_kv_heads(tc)
     names = {id(m): n for n, m in model.named_modules()}
     sites = [s for attn in attention_modules(model) for s in _sites(attn, names[id(attn)], h, hk, positions)]
     # gated MLPs only: down(act(gate x) * up x) is linear in up; an ungated down(act(up x)) (Arcee's relu^2, Apertus'
@@ -268,7 +261,7 @@ def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn:
 
 def _build_for_teleport(model, positions, ffn):
     """Hook for teleport.groups.symmetry_group (so TeleportCallback(model=hf_model) works)."""
-    return symmetry_group(model, positions, ffn=ffn) if _is_hf_family(model) else None
+    return symmetry_group(model, positions, ffn=ffn) if family_of(model) is not None else None
 
 
 if _build_for_teleport not in _groups.EXTERNAL_BUILDERS:
