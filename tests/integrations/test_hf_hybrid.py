@@ -1,5 +1,6 @@
 """Hybrid families: LFM2 (short-convolution layers between attention layers) and Qwen3-Next (Gated DeltaNet layers,
-and full-attention layers with an output gate from q_proj); and AFMoE's output gate (its own gate_proj). Only the
+and full-attention layers with an output gate from q_proj); and AFMoE's output gate (its own gate_proj), with their
+symmetry group (a diagonal V/O factor, the gate rows following a head permutation). Only the
 attention layers are patched; the others keep their own caches. The generic family tests (parity, padding, far
 positions, cores, exact_float64) run on all three."""
 from __future__ import annotations
@@ -9,10 +10,10 @@ import torch
 
 pytest.importorskip("transformers")
 
-from tests.integrations._hf_models import ids, tiny  # noqa: E402
+from tests.integrations._hf_models import check_gradient_action, float64_reference, ids, tiny  # noqa: E402
 
 from symformer.integrations import hf  # noqa: E402
-from symformer.integrations._hf_common import attention_modules  # noqa: E402
+from symformer.integrations._hf_common import attention_modules, qk_norms  # noqa: E402
 
 
 @pytest.mark.parametrize("family", ["lfm2", "qwen3_next", "qwen3_5_text"])
@@ -26,24 +27,87 @@ def test_greedy_decoding_with_the_cache_equals_the_native_model(family):
     assert torch.equal(patched.generate(x, **kw), native)
 
 
-def test_qwen3_next_output_gate_is_applied_and_teleport_refused():
+def test_qwen3_next_output_gate_is_applied():
     """The gate splits from q_proj head by head ([q_h; g_h]); with the gate rows moved, the patched model follows the
-    native one (the gate is read, not dropped). The group is refused by name: sigmoid(g) * (A V) does not commute
-    with GL(d_h) on V / O."""
+    native one (the gate is read, not dropped)."""
     x = ids(n=16)
     native, patched = tiny("qwen3_next", torch.float64), hf.patch_positional(tiny("qwen3_next", torch.float64), "rope")
     for model in (native, patched):
-        attn = attention_modules(model)[0]
-        with torch.no_grad():  # the gate rows of each head: rows 2 Dh h + Dh ... 2 Dh (h + 1)
-            rows = attn.q_proj.weight.view(attn.config.num_attention_heads, 2, 8, -1)[:, 1]
-            rows.mul_(3.0)
+        with torch.no_grad():
+            _gate_rows(model, 0).mul_(3.0)
     with torch.no_grad():
         a, b = native(x).logits, patched(x).logits
         before = tiny("qwen3_next", torch.float64)(x).logits
     assert (a - b).abs().max().item() <= 1e-6 and (a - before).abs().max().item() > 1e-3
-    for family in ("qwen3_next", "qwen3_5_text", "afmoe"):
-        with pytest.raises(ValueError, match=rf"^model: got '{family} \(an output gate"):
-            hf.symmetry_group(tiny(family, torch.float64))
+
+
+def _gate_rows(model, layer: int) -> torch.Tensor:
+    """A view of the gate's weight rows of one attention layer: AFMoE's gate_proj; Qwen3-Next / Qwen3.5: rows
+    2 Dh h + Dh ... 2 Dh (h + 1) of q_proj."""
+    attn = attention_modules(model)[layer]
+    if hasattr(attn, "gate_proj"):
+        return attn.gate_proj.weight
+    return attn.q_proj.weight.view(attn.config.num_attention_heads, 2, attn.head_dim, -1)[:, 1]
+
+
+def _gated(family, positional=None):
+    """A gated family in float64 with generic q/k norm weights (HF starts them at 1)."""
+    model = tiny(family, torch.float64)
+    model = float64_reference(model if positional is None else hf.patch_positional(model, positional, init_scale=0.05))
+    gen = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for attn in attention_modules(model):
+            for norm in qk_norms(attn):
+                norm.weight.copy_(1 + 0.5 * torch.randn(norm.weight.shape, generator=gen, dtype=torch.float64))
+    return model
+
+
+@pytest.mark.parametrize("family,positional", [("qwen3_next", None), ("qwen3_5_text", "string"), ("afmoe", None),
+                                               ("afmoe", "espr")])
+def test_gated_families_teleport_with_a_diagonal_value_factor(family, positional):
+    """sigmoid(g) * (A V D) = (sigmoid(g) * A V) D for diagonal D: a generic element (heads swapped, the gate rows
+    with them; random diagonal V/O factors with both signs) keeps the logits; the gradient action, the inverse and
+    the closed-form candidate norms match autograd and brute force."""
+    model, x = _gated(family, positional), ids()
+    with torch.no_grad():
+        ref = model(x).logits
+    group = hf.symmetry_group(model, ffn=True)
+    assert {s.value_group.kind for s in group.sites} == {"diagonal"}
+    g = group.random(torch.Generator().manual_seed(1))
+    g.perm = [torch.arange(s.n_heads).flip(0) for s in group.sites]
+    v = g.vo[0]
+    assert torch.equal(v, torch.diag_embed(torch.diagonal(v, dim1=-2, dim2=-1))) and (v < 0).any()
+    gate = _gate_rows(model, 0).detach().clone()
+    group.apply(model, g)
+    assert (_gate_rows(model, 0) - gate).abs().max() > 1e-3  # the gate rows moved with their heads
+    with torch.no_grad():
+        assert ((model(x).logits - ref).abs().max() / ref.abs().max()).item() <= 1e-10
+    check_gradient_action(model, True)
+
+
+@pytest.mark.parametrize("family", ["qwen3_next", "afmoe"])
+def test_output_gate_negative_controls(family):
+    """A generic GL(d_h) V/O factor, or a head permutation that leaves the gate rows behind, changes the logits."""
+    model, x = _gated(family), ids()
+    with torch.no_grad():
+        ref = model(x).logits
+    group = hf.symmetry_group(model)
+    saved = [p.detach().clone() for p in group.parameters()]
+    g = group.identity()
+    g.vo[0] = g.vo[0] + 0.3 * torch.randn(g.vo[0].shape, generator=torch.Generator().manual_seed(2),
+                                          dtype=torch.float64)  # not diagonal
+    group.apply(model, g)
+    with torch.no_grad():
+        assert (model(x).logits - ref).abs().max() > 1e-4
+        for p, s in zip(group.parameters(), saved, strict=True):
+            p.copy_(s)
+    g = group.identity()
+    g.perm = [torch.arange(s.n_heads).flip(0) for s in group.sites]
+    gate = _gate_rows(model, 0).detach().clone()
+    group.apply(model, g)
+    with torch.no_grad():
+        _gate_rows(model, 0).copy_(gate)  # the gate stays with the old head order
+        assert (model(x).logits - ref).abs().max() > 1e-4
 
 
 def test_afmoe_reads_its_gate_and_rotates_only_its_local_layers():

@@ -203,3 +203,19 @@ def test_hf_teleport_trains_an_mla_model_in_a_plain_loop():
         opt.step()
         opt.zero_grad()
     assert [e["step"] for e in tele.log] == [2, 3] and all(e["skipped"] == 0 for e in tele.log)
+
+
+def test_zhao_ascent_on_mla_whose_values_are_narrower_than_the_nope_blocks():
+    """Zhao's ascent builds V/O factors in each site's value group: the tiny config's v_head_dim (6) differs from
+    qk_nope_head_dim (8), and the rope site has no values (a head_dim-sized factor there fails on the value rows)."""
+    from symformer.teleport import zhao_teleport
+    model, x = float64_reference(tiny("deepseek_v3", torch.float64)), ids()
+    assert (model.config.v_head_dim, model.config.qk_nope_head_dim) == (6, 8)
+    group = hf.symmetry_group(model)
+    model.zero_grad()
+    before = model(x, labels=x).loss
+    before.backward()
+    out = zhao_teleport(model, group, lambda: model(x, labels=x).loss, lr=1e-2, steps=3)
+    assert out.applied and out.best_norm > out.ref_norm
+    with torch.no_grad():
+        assert abs(model(x, labels=x).loss.item() - before.item()) <= 1e-10

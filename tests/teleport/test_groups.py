@@ -313,3 +313,17 @@ def test_partial_is_a_registered_positional_for_symformer_models():
         build(rotary_dim=4, inner="sinusoidal")
     with pytest.raises(TypeError, match=r"unknown option\(s\) init_scal\b"):
         build(rotary_dim=4, inner="string", init_scal=0.3)
+
+
+def test_diagonal_group_is_the_invertible_diagonal_matrices():
+    """DiagonalGroup (the V/O factor under an output gate): its fast from_coeffs equals the basis expansion, its
+    random elements are diagonal with both signs, and its diagonal part is every coordinate alone."""
+    from symformer.teleport import DiagonalGroup, QKGroup, diagonal_blocks
+    grp, gen = DiagonalGroup(6), torch.Generator().manual_seed(0)
+    c = torch.randn(3, 6, generator=gen, dtype=torch.float64)
+    assert grp.dimension == 6 and grp.kind == "diagonal"
+    assert torch.equal(grp.from_coeffs(c), QKGroup.from_coeffs(grp, c))
+    r = grp.random((200,), gen)
+    d = torch.diagonal(r, dim1=-2, dim2=-1)
+    assert torch.equal(r, torch.diag_embed(d)) and (d < 0).any() and (d > 0).any() and d.abs().min() > 0
+    assert torch.equal(diagonal_blocks(grp), torch.arange(6))

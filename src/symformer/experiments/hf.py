@@ -15,7 +15,7 @@ import time
 import torch
 
 from symformer.experiments.base import RunContext, experiment
-from symformer.integrations._hf_common import GATED_OUTPUT, attention_modules, qk_norms
+from symformer.integrations._hf_common import attention_modules, qk_norms
 from symformer.results import Claim, ExperimentResult, verdict
 
 POSITIONALS = ("rope", "string", "espr")
@@ -331,8 +331,7 @@ def teleport_invariance(seed: int) -> dict:
     out = {}
     cases = [("native_rope", None, {}), ("string", "string", {"init_scale": 0.3}),
              ("espr", "espr", {"init_scale": 0.05})]
-    cases += [(f"{fam}_native_rope", None, {"family": fam}) for fam in FAMILY_MODELS
-              if fam != "llama" and fam not in GATED_OUTPUT]  # group refused (output gate)
+    cases += [(f"{fam}_native_rope", None, {"family": fam}) for fam in FAMILY_MODELS if fam != "llama"]
     for name, pos, opts in cases:
         model = exact_float64(_tiny(torch.float64, pos, seed, **opts))
         ref = _logits(model, x)
@@ -442,8 +441,8 @@ def run(ctx: RunContext) -> ExperimentResult:
                ", ".join(f"{k}: {v:.1e}" for k, v in tel.items()), max(tel.values()) <= 1e-10,
                "float64, one random element (scale 0.5, head permutations, gated-MLP rescaling) per model, "
                "max relative logit change; Llama with native RoPE, STRING, ESPR, and every other family with its "
-               "native RoPE but Qwen3-Next, Qwen3.5 and AFMoE (their output gates break GL(d_h) on V / O: "
-               "symmetry_group refuses them). "
+               "native RoPE (Qwen3-Next, Qwen3.5, AFMoE: their output gates leave diagonal V / O factors only, "
+               "ours). "
                "Qwen3 (per-head q/k norms before the rotation): the Q/K part rescales the norm weights, "
                "constant on each RoPE pair (OLMo: norms over all heads, one scaling per key head); MoE: per-expert "
                "MLP rescaling (ours)", setting,

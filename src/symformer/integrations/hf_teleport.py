@@ -28,6 +28,11 @@ Hunyuan normalises q and k per head AFTER the rotation (query_layernorm, key_lay
 heads): the logit is n(R_i q)^T diag(w_q w_k) n(R_j k), so only the product w_q w_k counts and w_q <- d w_q,
 w_k <- w_k / d holds for any positive d per coordinate, whatever the rotation; no U passes through the norms
 (TrivialGroup on W_Q / W_K, whose scalings the norm's eps breaks); V/O and head permutations as above.
+Output gates (Qwen3-Next and Qwen3.5 [q_h; g_h] rows of q_proj, AFMoE's gate_proj) multiply the attention output
+elementwise before o_proj: sigmoid(g) * (A V D) = (sigmoid(g) * A V) D for a diagonal D only, so the V/O factor is
+diagonal (teleport.qk_groups.DiagonalGroup, any nonzero entries) instead of GL(d_h); the gate rows follow a head
+permutation and are otherwise fixed; the q/k norms carry the Q/K scalings as in Qwen3. Their Gated DeltaNet layers
+(Qwen3-Next, Qwen3.5) are left alone.
 NanoChat's norms after the rotation have no weights: the Q/K factor is trivial (a scaling U changes rms(U q)), V/O
 and head permutations as above.
 Multi-head latent attention (DeepSeek-V3: [nope; rope] query and key blocks per head, one rotated key block shared by
@@ -69,7 +74,7 @@ from symformer.integrations._hf_common import (
 )
 from symformer.teleport import groups as _groups
 from symformer.teleport.groups import AttentionSite, FusedExperts, FusedRows, SymmetryGroup
-from symformer.teleport.qk_groups import TrivialGroup, diagonal_blocks, qk_group_for
+from symformer.teleport.qk_groups import DiagonalGroup, TrivialGroup, diagonal_blocks, qk_group_for
 
 
 class _RowBlock:
@@ -101,12 +106,29 @@ class _AttentionView:
         # Hunyuan: q/k RMSNorms after the rotation; NanoChat: parameter-free ones (WEIGHTLESS_POST_NORM)
         self.post_norm = hasattr(attn, "query_layernorm") or attn.config.model_type in WEIGHTLESS_POST_NORM
         self.fused: list[FusedRows] = []
+        self.gate_rows: tuple = ()  # an output gate's rows, in query-head blocks (they follow a head permutation)
         fused = fused_qkv(attn)
+        if attn.config.model_type in GATED_OUTPUT:
+            self._gated(attn, n_heads, kv_heads)
+            return
         if fused is None:
             self.q_proj, self.k_proj, self.v_proj = attn.q_proj, attn.k_proj, attn.v_proj
             return
         self.fused, (self.q_proj, self.k_proj, self.v_proj) = _fused_blocks(
             fused[0], _qkv_rows(fused[1], n_heads, kv_heads, self.head_dim))
+
+    def _gated(self, attn: nn.Module, n_heads: int, kv_heads: int) -> None:
+        """AFMoE: a gate_proj of its own; Qwen3-Next, Qwen3.5: q_proj rows [q_h; g_h] head by head, seen as a q block
+        and a gate block (FusedRows)."""
+        self.k_proj, self.v_proj = attn.k_proj, attn.v_proj
+        if hasattr(attn, "gate_proj"):
+            self.q_proj = attn.q_proj
+            self.gate_rows = tuple(p for p in (attn.gate_proj.weight, attn.gate_proj.bias) if p is not None)
+            return
+        dh = self.head_dim
+        self.fused, (self.q_proj, gate) = _fused_blocks(attn.q_proj, [_head_rows(n_heads, 2 * dh, 0, dh),
+                                                                      _head_rows(n_heads, 2 * dh, dh, dh)])
+        self.gate_rows = tuple(t for t in (gate.weight, gate.bias) if t is not None)
 
     @property
     def rotary(self):
@@ -213,14 +235,13 @@ def _sites(attn: nn.Module, name: str, h: int, hk: int, positions) -> list[Atten
     check_layer(attn)
     if is_mla(attn):  # a shared rotated key block and latent projections: two sites on row blocks
         return _mla_sites(attn, name, positions)
-    if attn.config.model_type in GATED_OUTPUT:  # sigmoid(g) * (A V V') != (sigmoid(g) * A V) V' for V' in GL(d_h)
-        fail("model", f"{attn.config.model_type} (an output gate sigmoid(g) multiplies the attention output before "
-             "o_proj)", "a family without an output gate: the gate does not commute with GL(d_h) on V / O")
     if getattr(attn.config, "clip_qkv", None) is not None:  # OLMo's clamp: clamp(U q) != U clamp(q)
         fail("config.clip_qkv", attn.config.clip_qkv, "None (clamping q, k and v breaks every symmetry of the "
              "projections)")
     view = _AttentionView(attn, h, hk)
     sinks = (attn.sinks,) if isinstance(getattr(attn, "sinks", None), nn.Parameter) else ()  # GPT-OSS: per head
+    if attn.config.model_type in GATED_OUTPUT:  # sigmoid(g) * (A V D) = (sigmoid(g) * A V) D for diagonal D only
+        return _gated_sites(attn, view, name, hk, positions)
     if attn.config.model_type in WEIGHTLESS_POST_NORM:  # NanoChat: rms(U q) != rms(q) for a scaling U
         return [AttentionSite(name, view, TrivialGroup(view.head_dim), hk, head_params=sinks)]
     if view.post_norm:  # Hunyuan: the logits see only w_q * w_k (module docstring): any positive d per coordinate
@@ -234,6 +255,17 @@ def _sites(attn: nn.Module, name: str, h: int, hk: int, positions) -> list[Atten
                           diagonal_blocks(grp), norm_offset(norms[0]),
                           flat_qk_norm(attn) or norms[0].weight.dim() == 2,  # Cohere: (H, Dh)
                           head_params=sinks)]
+
+
+def _gated_sites(attn: nn.Module, view: _AttentionView, name: str, hk: int, positions) -> list[AttentionSite]:
+    """Qwen3-Next, Qwen3.5, AFMoE (module docstring): the q/k norms' scalings, a diagonal V/O factor, and the gate rows
+    moving with a head permutation."""
+    grp, norms = qk_group_for(view.rotary, view.head_dim, positions), qk_norms(attn)
+    if norms is None:  # every gated family normalises q and k per head; another layout is not guessed
+        fail("model", f"{attn.config.model_type} without q/k norms", "the q_norm / k_norm layers of its family")
+    return [AttentionSite(name, view, TrivialGroup(view.head_dim), hk, norms[0].weight, norms[1].weight,
+                          diagonal_blocks(grp), norm_offset(norms[0]), head_params=view.gate_rows,
+                          vo_group=DiagonalGroup(view.head_dim))]
 
 
 def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn: bool = False) -> SymmetryGroup:

@@ -6,6 +6,7 @@ from symformer.teleport.groups import GroupElement, SymmetryGroup, symmetry_grou
 from symformer.teleport.qk_groups import (
     BlockGroup,
     CommutantGroup,
+    DiagonalGroup,
     HGroup,
     QKGroup,
     TrivialGroup,
@@ -27,7 +28,8 @@ from symformer.teleport.teleport import (
     zhao_teleport,
 )
 
-__all__ = ["BlockGroup", "CommutantGroup", "GroupElement", "HGroup", "QKGroup", "SymmetryGroup", "TrivialGroup",
+__all__ = ["BlockGroup", "CommutantGroup", "DiagonalGroup", "GroupElement", "HGroup", "QKGroup", "SymmetryGroup",
+           "TrivialGroup",
            "commutant_basis", "diagonal_blocks", "relative_rotations", "symmetry_group",
            "DEFAULT_MAX_CUMULATIVE_RATIO", "STATE_POLICIES", "TeleportCallback", "TeleportOutcome", "TeleportSchedule",
            "brute_force_norms", "closed_form_norms", "make_teleport", "teleport_step", "update_optimizer_state",

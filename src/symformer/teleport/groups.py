@@ -54,13 +54,16 @@ class AttentionSite:
     norm_offset: float = 0.0  # the norms multiply by (offset + w): Gemma's (1 + w), so w <- d (1 + w) - 1
     # weights per head: OLMo 2's one norm over all heads, (H Dh,) and (H_kv Dh,); Cohere's per-head (H, Dh)
     norm_per_head: bool = False
-    # per-query-head parameters (H,) that follow a head permutation and are otherwise fixed (GPT-OSS's sinks)
+    # per-query-head parameters that follow a head permutation and are otherwise fixed: (H,) (GPT-OSS's sinks) or rows
+    # in H head blocks (an output gate's projection, AFMoE's gate_proj)
     head_params: tuple = ()
     # the V/O factor's size (None: head_dim; 0: a site without values, whose module has v_proj = o_proj = None:
     # MLA's rope blocks, integrations.hf_teleport); MLA's value heads are narrower than its nope blocks
     vo_dim: int | None = None
     # whether the heads may be permuted (MLA's two sites share each head, so a permutation of one alone breaks it)
     permutable: bool = True
+    # the V/O factor's group (None: GL(value_dim); an output gate: qk_groups.DiagonalGroup)
+    vo_group: QKGroup | None = None
 
     @property
     def n_blocks(self) -> int:
@@ -101,10 +104,14 @@ class AttentionSite:
     def value_dim(self) -> int:
         return self.head_dim if self.vo_dim is None else self.vo_dim
 
+    @property
+    def value_group(self) -> QKGroup:
+        return QKGroup(self.value_dim) if self.vo_group is None else self.vo_group
+
 
 def _vo_factors(site: AttentionSite, shape: tuple[int, ...], dtype, make) -> torch.Tensor:
-    """V/O factors make(GL(value_dim), shape), or empty (*shape, 0, 0) ones for a site without values."""
-    return make(QKGroup(site.value_dim), shape) if site.value_dim else torch.zeros(*shape, 0, 0, dtype=dtype)
+    """V/O factors make(value_group, shape), or empty (*shape, 0, 0) ones for a site without values."""
+    return make(site.value_group, shape) if site.value_dim else torch.zeros(*shape, 0, 0, dtype=dtype)
 
 
 @dataclass
@@ -198,7 +205,7 @@ def _group_sum(s, hk: int):
 
 
 def _permute_heads(t: torch.Tensor, perm: torch.Tensor | None) -> torch.Tensor:
-    """Flat per-head weights (H Dh,) with their heads permuted (new head i = old head perm[i])."""
+    """Per-head weights (H Dh, ...) (or (H,)) with their heads permuted (new head i = old head perm[i])."""
     return t if perm is None else _heads_rows(t, perm.shape[0])[perm].reshape(t.shape)
 
 
@@ -374,7 +381,8 @@ class SymmetryGroup:
             qp = _query_perm(p, r)
             out.update(_rows_action(m.q_proj, _expand(u, r), h, qp))
             out.update(_rows_action(m.k_proj, u_it, hk, p))
-            out.update({id(par): par[qp] for par in site.head_params if qp is not None})
+            # always present (a gate block of a fused q_proj must be merged back even when no head moves)
+            out.update({id(par): _permute_heads(par, qp) for par in site.head_params})
             if m.v_proj is None:  # a site without values (AttentionSite.vo_dim = 0)
                 continue
             out.update(_rows_action(m.v_proj, v, hk, p))
@@ -441,8 +449,9 @@ class SymmetryGroup:
             qp = _query_perm(p, r)
             out.update(_rows_action(m.q_proj, _expand(u_it, r), h, qp, tensors))
             out.update(_rows_action(m.k_proj, u, hk, p, tensors))
-            if qp is not None:  # per-head parameters: permuted only
-                out.update({id(par): tensors[id(par)][qp] for par in site.head_params if id(par) in tensors})
+            # per-head parameters (rows in head blocks): permuted only
+            out.update({id(par): _permute_heads(tensors[id(par)], qp)
+                        for par in site.head_params if id(par) in tensors})
             if m.v_proj is None:  # a site without values
                 continue
             out.update(_rows_action(m.v_proj, v_it, hk, p, tensors))

@@ -1,7 +1,8 @@
 """Per-layer Q/K groups: which U (q -> U q, k -> U^{-T} k) keep the attention logits of one head, given its
 rotary part (teleportation paper Sec. 3; RoPE: H(d_h) of eq. (9); STRING, ESPR: ours), and `diagonal_blocks`, the
-diagonal part of such a group (the q/k-norm scalings of Qwen3-style layers). Partial rotary parts: BlockGroup. The
-whole-model group is in groups.py.
+diagonal part of such a group (the q/k-norm scalings of Qwen3-style layers). Partial rotary parts: BlockGroup.
+DiagonalGroup is the V/O factor where an output gate blocks GL(d_h) (integrations.hf_teleport). The whole-model
+group is in groups.py.
 """
 from __future__ import annotations
 
@@ -160,6 +161,26 @@ class TrivialGroup(QKGroup):
 
     def near_identity(self, shape, alpha, gen, dtype=torch.float64):
         return self.random(shape, gen, dtype)
+
+
+class DiagonalGroup(QKGroup):
+    """The invertible diagonal matrices: the V/O group of a layer whose attention output is gated elementwise before
+    the output projection (Qwen3-Next, AFMoE: o_proj(sigmoid(g) * A V)). sigmoid(g) * (A V D) = (sigmoid(g) * A V) D
+    for diagonal D only, so V rows <- D V, O columns <- O D^{-1} keep the output; a generic V' in GL(d_h) does not."""
+
+    kind = "diagonal"
+
+    def __init__(self, head_dim: int):
+        super().__init__(head_dim, torch.diag_embed(torch.eye(head_dim, dtype=torch.float64)))
+
+    def from_coeffs(self, c: torch.Tensor) -> torch.Tensor:
+        return torch.diag_embed(1 + c)
+
+    def random(self, shape, gen, dtype=torch.float64, scale: float = 0.5):
+        """diag(+-exp(scale z)): generic magnitudes and signs (the group holds every nonzero diagonal)."""
+        mag = torch.exp(scale * torch.randn(*shape, self.head_dim, generator=gen, dtype=dtype))
+        sign = 2 * torch.randint(0, 2, (*shape, self.head_dim), generator=gen).to(dtype) - 1
+        return torch.diag_embed(sign * mag)
 
 
 def diagonal_blocks(group: QKGroup, tol: float = 1e-6) -> torch.Tensor:

@@ -215,14 +215,16 @@ def zhao_teleport(model: nn.Module, group: SymmetryGroup, loss_fn: Callable[[], 
     names = {id(p): n for n, p in model.named_parameters()}
     params = criterion_parameters(model, group)
     coeffs = [torch.zeros(s.n_heads, s.qk.dimension, dtype=torch.float64, requires_grad=True) for s in group.sites]
-    vcoef = [torch.zeros(s.n_heads, s.head_dim ** 2, dtype=torch.float64, requires_grad=True) for s in group.sites]
+    # V/O coefficients in each site's value group (GL(d_v); diagonal under an output gate; none without values)
+    vcoef = [torch.zeros(s.n_heads, s.value_group.dimension if s.value_dim else 0, dtype=torch.float64,
+                         requires_grad=True) for s in group.sites]
     # query/key-norm scalings (Qwen3; OLMo 2: per key head), one coefficient per norm block
     ncoef = [torch.zeros(s.n_blocks, dtype=torch.float64, requires_grad=True) for s in group.sites]
     ref = math.sqrt(grad_sq_norm(model, group))
 
     def element() -> GroupElement:
         return GroupElement([s.qk.from_coeffs(c) for s, c in zip(group.sites, coeffs, strict=True)],
-                            [torch.eye(s.head_dim, dtype=torch.float64) + c.view(s.n_heads, s.head_dim, s.head_dim)
+                            [s.value_group.from_coeffs(c) if s.value_dim else c.view(s.n_heads, 0, 0)
                              for s, c in zip(group.sites, vcoef, strict=True)], [None] * len(group.sites),
                             [torch.ones(f.up.out_features, dtype=torch.float64) for f in group.ffns],
                             [None if s.norm_blocks is None else 1 + c for s, c in zip(group.sites, ncoef, strict=True)])
