@@ -112,3 +112,22 @@ def test_a_search_killed_midway_resumes_from_its_work_dir(tmp_path, monkeypatch)
     capacity.method_capacity("gd-swiglu", fss, 2, 8, max_size=64, options=capacity.BuildOptions(train_epochs=200,
                              train_lr=1e-2), work_dir=tmp_path)
     assert len(calls) > 0
+
+
+def test_a_bad_work_dir_is_refused_before_any_work(tmp_path, monkeypatch):
+    """work_dir: not a path (TypeError), a file (ValueError), or a damaged remembered-evaluations file (ValueError
+    naming it), each before any model is built."""
+    from symformer.facts import capacity
+    from symformer.facts.embeddings import make_fact_set
+    fss = [make_fact_set(32, 16, seed=0)]
+    monkeypatch.setattr(capacity, "build_fact_mlp", lambda *a, **kw: pytest.fail("built a model"))
+    with pytest.raises(TypeError, match=r"^work_dir: got 'int', expected a folder path"):
+        capacity.method_capacity("gd-swiglu", fss, 2, 8, work_dir=3)
+    (tmp_path / "f.txt").write_text("x")
+    with pytest.raises(ValueError, match=r"^work_dir: got '.*f\.txt', expected a folder \(this path is a file\)"):
+        capacity.method_capacity("gd-swiglu", fss, 2, 8, work_dir=tmp_path / "f.txt")
+    opts = capacity.BuildOptions(train_epochs=5)
+    name = capacity._Remembered(tmp_path, "gd-swiglu", fss, opts).path
+    name.write_text("{not json")
+    with pytest.raises(ValueError, match=r"^work_dir: got '.*_evaluations\.json', expected a remembered-evaluations"):
+        capacity.method_capacity("gd-swiglu", fss, 2, 8, options=opts, work_dir=tmp_path)

@@ -187,7 +187,26 @@ class _Remembered:
                 h.update(str(t.dtype).encode() + t.detach().cpu().contiguous().numpy().tobytes())
         self.dir, self.name = Path(work_dir), f"{method}_{h.hexdigest()[:16]}"
         self.path = self.dir / f"{self.name}_evaluations.json"
-        self.seen = json.loads(self.path.read_text()) if self.path.exists() else {}
+        self.seen = self._read() if self.path.exists() else {}
+
+    @staticmethod
+    def check(work_dir) -> None:
+        """Up front, before any fact set is hashed or any model trained: a folder path, or one that can be made."""
+        if not isinstance(work_dir, (str, os.PathLike)):
+            fail("work_dir", type(work_dir).__name__, "a folder path (str or os.PathLike) or None", TypeError)
+        if Path(work_dir).exists() and not Path(work_dir).is_dir():
+            fail("work_dir", str(work_dir), "a folder (this path is a file)")
+        Path(work_dir).mkdir(parents=True, exist_ok=True)
+
+    def _read(self) -> dict:
+        try:
+            seen = json.loads(self.path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            seen = None
+        if not isinstance(seen, dict) or not all(isinstance(v, list) and len(v) == 2 for v in seen.values()):
+            fail("work_dir", str(self.path), "a remembered-evaluations file of {key: [accuracy, parameters]} "
+                 "(delete it to search afresh)")
+        return seen
 
     def __call__(self, key: str, build: Callable[[str], tuple[float, int]]) -> tuple[float, int]:
         if key not in self.seen:
@@ -206,6 +225,8 @@ def method_capacity(method: str, fact_sets: Sequence[FactSet], lo: int, hi: int,
     bits per parameter. With `work_dir` every evaluation is remembered there and GD trainings checkpoint there,
     so a call after a kill continues the search (same results: each build seeds itself)."""
     check_choice("method", method, METHODS)
+    if work_dir is not None:
+        _Remembered.check(work_dir)
     for fs in fact_sets:
         validate_fact_set(fs.keys, fs.values, fs.facts)
     opts = options or BuildOptions()
