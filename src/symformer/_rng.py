@@ -10,8 +10,11 @@ both, so the stream of each purpose is independent of every other purpose's and 
 from __future__ import annotations
 
 import hashlib
+import numbers
 
 import torch
+
+from symformer._validation import fail
 
 
 def derived_seed(purpose: str, seed: int) -> int:
@@ -25,4 +28,24 @@ def generator(purpose: str, seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(derived_seed(purpose, seed))
 
 
-__all__ = ["derived_seed", "generator"]
+def init_generator(seed: int | None) -> torch.Generator | None:
+    """The generator of a module's random initialisation: seeded with `seed`, or None (torch's global generator,
+    as nn.Linear draws its weights, so torch.manual_seed governs it)."""
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        fail("seed", seed, "an integer or None", TypeError)
+    return torch.Generator().manual_seed(int(seed))
+
+
+def layer_kwargs(kwargs: dict, layer: int | str | None) -> dict:
+    """A copy of a part's kwargs for layer `layer` of a model: a given seed becomes derived_seed("layer<l>", seed), so
+    that the layers of one model draw different initial parameters and the run stays reproducible (every layer drew
+    the same numbers from one given seed before); without a seed (or a layer index) the kwargs are unchanged."""
+    kw = dict(kwargs)
+    if layer is not None and kw.get("seed") is not None:
+        kw["seed"] = derived_seed(f"layer{layer}", kw["seed"])
+    return kw
+
+
+__all__ = ["derived_seed", "generator", "init_generator", "layer_kwargs"]

@@ -423,3 +423,21 @@ def test_the_patched_forward_passes_position_ids_on_to_the_attention_function(fa
     with torch.no_grad():
         model(x, position_ids=pos)
     assert len(seen) == model.config.num_hidden_layers and all(torch.equal(p, pos) for p in seen)
+
+
+def test_patched_layers_draw_their_own_initial_parts():
+    """patch_positional with a seed gives each rotary layer its own seed derived from it (one given seed put the
+    same P in every layer before): layers differ, and the same seed gives the same parts whatever the global
+    generator's state; without a seed each layer draws from the global generator."""
+    from symformer.integrations.hf import rotary_parts
+
+    def skews(**opts):
+        return [p.skew_param.detach() for p in rotary_parts(hf.patch_positional(tiny("llama"), "string", **opts))]
+
+    torch.manual_seed(1)
+    a = skews(init_scale=0.3, seed=4)
+    torch.manual_seed(2)
+    b = skews(init_scale=0.3, seed=4)
+    assert len(a) == 2 and not torch.equal(a[0], a[1]) and all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+    c = skews(init_scale=0.3)
+    assert not torch.equal(c[0], c[1])

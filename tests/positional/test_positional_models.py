@@ -65,3 +65,46 @@ def test_folded_string_vit_same_logits():
     before = model(tokens, pos)
     assert fold_rotary(model) == 2
     assert (model(tokens, pos) - before).abs().max() <= 1e-12
+
+
+def _initial(model) -> list[torch.Tensor]:
+    """Each attention layer's random initial part parameters (STRING's skew, CirculantSTRING's c, ESPR's generators)."""
+    return [next(p for n, p in layer.rotary.named_parameters() if n in ("skew_param", "c", "gen_param")).detach()
+            for layer in attention_layers(model)]
+
+
+@pytest.mark.parametrize("name,kw", [("string", {"init_scale": 0.3}), ("circulant_string", {}),
+                                     ("espr", {"commuting_init": False})])
+def test_every_layer_draws_its_own_initial_part(name, kw):
+    """Without a seed a part draws from torch's global generator (as nn.Linear does): layers differ, and
+    torch.manual_seed reproduces the model; with a seed, layer l takes its own seed derived from it (layers differ,
+    the model is the same whatever the global generator's state, and another seed gives another model)."""
+    def build(**extra):
+        cfg = TransformerConfig(d_model=16, n_heads=2, n_layers=3, positional=name, coord_dim=2,
+                                positional_kwargs={**kw, **extra})
+        return _initial(ViTClassifier(cfg, token_dim=5, n_classes=3))
+
+    def distinct(ps):
+        return all(not torch.equal(ps[i], ps[j]) for i in range(len(ps)) for j in range(i))
+
+    torch.manual_seed(0)
+    a = build()
+    torch.manual_seed(0)
+    assert distinct(a) and all(torch.equal(x, y) for x, y in zip(a, build(), strict=True))
+    torch.manual_seed(1)
+    b = build(seed=7)
+    torch.manual_seed(2)
+    assert distinct(b) and all(torch.equal(x, y) for x, y in zip(b, build(seed=7), strict=True))
+    assert not torch.equal(b[0], build(seed=8)[0])
+
+
+def test_deterministic_inits_draw_nothing_and_a_bad_seed_is_refused():
+    """RoPE-equal inits (STRING init_scale 0, ESPR's commuting init) use no generator: the global stream is left as
+    it is; a seed that is not an integer gets a TypeError naming it."""
+    torch.manual_seed(3)
+    state = torch.get_rng_state()
+    STRING(8, 1)
+    ESPR(8, 1)
+    assert torch.equal(torch.get_rng_state(), state)
+    with pytest.raises(TypeError, match=r"^seed: got 1.5, expected an integer or None"):
+        STRING(8, 1, init_scale=0.1, seed=1.5)

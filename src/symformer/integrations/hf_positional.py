@@ -26,6 +26,7 @@ import math
 import torch
 from torch import nn
 
+from symformer._rng import layer_kwargs
 from symformer._validation import check_choice, fail
 from symformer.integrations._hf_common import (
     GATED_OUTPUT,
@@ -290,7 +291,9 @@ def patch_positional(model: nn.Module, positional: str = "rope", **options) -> n
     if not layers:
         fail("model", "a model whose attention layers apply no rotary embedding", "a model with rotary layers")
     tables: dict = {}
-    parts = [_part_for(positional, model, attn, options, tables) for attn in layers]  # raises before editing
+    # a given seed is made each layer's own (_rng.layer_kwargs), so the layers do not share one initial draw
+    parts = [_part_for(positional, model, attn, layer_kwargs(options, i), tables)
+             for i, attn in enumerate(layers)]  # raises before editing
     for attn, (part, magnitude) in zip(layers, parts, strict=True):
         attn.rotary = part
         if magnitude != 1.0:

@@ -27,7 +27,7 @@ class Forecaster(nn.Module):
         self.enc_time = nn.Linear(time_features, cfg.d_model)
         self.dec_time = nn.Linear(time_features, cfg.d_model)
         self.encoder = Encoder(cfg)
-        self.decoder = Encoder(cfg, cross=True, n_layers=dec_layers)
+        self.decoder = Encoder(cfg, cross=True, n_layers=dec_layers, name="decoder")
         self.head = nn.Linear(cfg.d_model, n_vars)
 
     def forward(self, x: torch.Tensor, x_time: torch.Tensor | None = None,

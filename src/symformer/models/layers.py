@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from symformer._rng import layer_kwargs
 from symformer._validation import check_int, fail
 from symformer.registry import ATTENTION, MLP, POSITIONAL
 
@@ -88,7 +89,7 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, d_model: int, n_heads: int, attention: str = "softmax", positional: str = "none",
                  coord_dim: int = 1, attention_kwargs: dict | None = None, positional_kwargs: dict | None = None,
-                 dropout: float = 0.0):
+                 dropout: float = 0.0, layer: int | str | None = None):
         super().__init__()
         check_int("d_model", d_model, 1)
         check_int("n_heads", n_heads, 1)
@@ -101,8 +102,9 @@ class MultiHeadAttention(nn.Module):
         self.o_proj = nn.Linear(d_model, d_model)
         self.rotary = None
         if getattr(POSITIONAL.get(positional), "kind", None) == "rotary":
+            # layer: a given seed is made the layer's own (_rng.layer_kwargs), so layers do not share an init
             self.rotary = POSITIONAL.build(positional, head_dim=self.head_dim, coord_dim=coord_dim, n_heads=n_heads,
-                                           d_model=d_model, **(positional_kwargs or {}))
+                                           d_model=d_model, **layer_kwargs(positional_kwargs or {}, layer))
         self.core = ATTENTION.build(attention, head_dim=self.head_dim, n_heads=n_heads, d_model=d_model,
                                     **seeded_core_kwargs(attention, attention_kwargs or {}))
         self.drop = nn.Dropout(dropout)
@@ -129,15 +131,15 @@ class MultiHeadAttention(nn.Module):
 class Block(nn.Module):
     """Self-attention, optional cross-attention, feed-forward; pre- or post-norm residuals."""
 
-    def __init__(self, cfg, cross: bool = False):
+    def __init__(self, cfg, cross: bool = False, layer: str | None = None):
         super().__init__()
         self.prenorm = cfg.prenorm
         mk = dict(d_model=cfg.d_model, n_heads=cfg.n_heads, attention=cfg.attention, positional=cfg.positional,
                   coord_dim=cfg.coord_dim, attention_kwargs=dict(cfg.attention_kwargs),
                   positional_kwargs=dict(cfg.positional_kwargs), dropout=cfg.dropout)
-        self.attn = MultiHeadAttention(**mk)
+        self.attn = MultiHeadAttention(**mk, layer=layer)
         self.norm1 = make_norm(cfg.norm, cfg.d_model)
-        self.cross = MultiHeadAttention(**mk) if cross else None
+        self.cross = MultiHeadAttention(**mk, layer=None if layer is None else f"{layer}.cross") if cross else None
         self.norm_c = make_norm(cfg.norm, cfg.d_model) if cross else None
         self.mlp = MLP.build(cfg.mlp, d_model=cfg.d_model, d_ff=cfg.ff_dim, dropout=cfg.dropout)
         self.norm2 = make_norm(cfg.norm, cfg.d_model)

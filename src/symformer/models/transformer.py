@@ -57,14 +57,16 @@ class TransformerConfig:
 class Encoder(nn.Module):
     """Additive PE (if any) + blocks + final norm. Rotary parts live inside each attention layer."""
 
-    def __init__(self, cfg: TransformerConfig, cross: bool = False, n_layers: int | None = None):
+    def __init__(self, cfg: TransformerConfig, cross: bool = False, n_layers: int | None = None, name: str = "encoder"):
         super().__init__()
         self.cfg = cfg
         self.additive = None
         if getattr(POSITIONAL.get(cfg.positional), "kind", None) == "additive":
             self.additive = POSITIONAL.build(cfg.positional, d_model=cfg.d_model, coord_dim=cfg.coord_dim,
                                              max_len=cfg.max_len, **dict(cfg.positional_kwargs))
-        self.blocks = nn.ModuleList(Block(cfg, cross=cross) for _ in range(n_layers or cfg.n_layers))
+        # block i's rotary parts take a given seed as their own (_rng.layer_kwargs: "<name>.<i>")
+        self.blocks = nn.ModuleList(Block(cfg, cross=cross, layer=f"{name}.{i}")
+                                    for i in range(n_layers or cfg.n_layers))
         self.norm = make_norm(cfg.norm, cfg.d_model) if cfg.prenorm else nn.Identity()
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor, is_causal: bool = False,

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from symformer._rng import init_generator
 from symformer._validation import check_choice, check_float, check_int, fail
 from symformer.positional._cache import ValueCache
 from symformer.positional.base import RotaryPositional, check_positions
@@ -60,7 +61,8 @@ class ESPR(RotaryPositional):
     RoPE's commuting generators on the active block, else add `init_scale` Gaussian noise, default 0.02,
     which makes them non-commuting); post_rotation (learn P, else P = I); eps_comm_penalty /
     eta_mix_penalty (weights of `penalty()`); base, mode (RoPE frequencies of the commuting init);
-    learnable; seed (initial noise); exp_method ("auto": 1-D integer positions use exp(nL) = exp(L)^n,
+    learnable; seed (initial noise; None draws it from torch's global generator, as nn.Linear does);
+    exp_method ("auto": 1-D integer positions use exp(nL) = exp(L)^n,
     everything else one expm_skew exponential (Pade-13 in float64, solve-free Taylor-12 in float32) per
     distinct position; "pade": always the latter;
     "matrix_exp": always torch.linalg.matrix_exp, the reference).
@@ -73,7 +75,7 @@ class ESPR(RotaryPositional):
     def __init__(self, head_dim: int, coord_dim: int = 1, d_act: int | None = None, commuting_init: bool = True,
                  post_rotation: bool = True, eps_comm_penalty: float = 0.0, eta_mix_penalty: float = 0.0,
                  base: float = 10000.0, mode: str | None = None, init_scale: float | None = None,
-                 learnable: bool = True, seed: int = 0, exp_method: str = "auto"):
+                 learnable: bool = True, seed: int | None = None, exp_method: str = "auto"):
         super().__init__()
         self.head_dim = check_int("head_dim", head_dim, 2)
         self.coord_dim = check_int("coord_dim", coord_dim, 1)
@@ -95,8 +97,8 @@ class ESPR(RotaryPositional):
         beta = rope_frequencies(d_act, coord_dim, base, mode)
         g0 = beta.new_zeros(coord_dim, head_dim, head_dim)
         g0[:, :d_act, :d_act] = generators_from_beta(beta, d_act, "interleaved") / 2  # G - G^T = L0
-        gen = torch.Generator().manual_seed(seed)
-        g0 = g0 + noise * torch.randn(g0.shape, generator=gen, dtype=g0.dtype)
+        if noise:  # the commuting init without noise is RoPE's, drawn from no generator
+            g0 = g0 + noise * torch.randn(g0.shape, generator=init_generator(seed), dtype=g0.dtype)
         dt = torch.get_default_dtype()
         self.gen_param = nn.Parameter(g0.to(dt), requires_grad=learnable)
         self.exp_method = check_choice("exp_method", exp_method, ("auto", "pade", "matrix_exp"))

@@ -16,6 +16,7 @@ import math
 import torch
 from torch import nn
 
+from symformer._rng import init_generator
 from symformer._validation import check_int, fail
 from symformer.positional._cache import ValueCache
 from symformer.positional.base import QKSymmetry, RotaryPositional
@@ -29,18 +30,20 @@ class STRING(RotaryPositional):
     Args: head_dim (even), coord_dim C, base (RoPE frequency base of the initial beta), learnable (learn
     beta and P), pairing ("interleaved" | "half"), mode (initial beta: "axial" or "mixed"; default mixed
     for C > 1, the RoPE-mixed initialisation of Cayley-STRING), init_scale (std of the initial skew
-    parameter; 0 gives P = I, i.e. exactly RoPE at init)."""
+    parameter; 0 gives P = I, i.e. exactly RoPE at init), seed (the draw of that parameter when init_scale > 0:
+    None draws from torch's global generator, as nn.Linear does)."""
 
     def __init__(self, head_dim: int, coord_dim: int = 1, base: float = 10000.0, learnable: bool = True,
                  pairing: str = "interleaved", mode: str | None = None, init_scale: float = 0.0,
-                 seed: int = 0):
+                 seed: int | None = None):
         super().__init__()
         mode = mode or ("mixed" if coord_dim > 1 else "axial")
         # one RoPE implementation: STRING = RoPE(beta) conjugated by a learned orthogonal P
         self.rope = RoPE(head_dim, coord_dim, base, pairing, mode, learnable=learnable)
         self.head_dim, self.coord_dim, self.pairing = head_dim, coord_dim, pairing
-        g = torch.Generator().manual_seed(seed)
-        a = torch.randn(head_dim, head_dim, generator=g, dtype=torch.float64) * float(init_scale)
+        a = torch.zeros(head_dim, head_dim, dtype=torch.float64)
+        if float(init_scale) != 0.0:  # init_scale 0: P = I exactly, and no draw from any generator
+            a = torch.randn(head_dim, head_dim, generator=init_generator(seed), dtype=torch.float64) * float(init_scale)
         self.skew_param = nn.Parameter(a.to(torch.get_default_dtype()), requires_grad=learnable)
         self.register_buffer("folded", torch.zeros((), dtype=torch.bool))
 
@@ -133,15 +136,16 @@ class CirculantSTRING(RotaryPositional):
     A real skew circulant matrix circ(a) (a_j = -a_{-j}) has purely imaginary eigenvalues
     i * theta_f = rfft(a)_f, so exp(A(r)) multiplies frequency f of x by e^{i theta_f(r)} with
     theta(r) = r @ Im rfft(a_k): linear in r, hence exactly relative (T2.9). Any Dh >= 2 works (no pairs).
-    The initial first columns are chosen so that the frequencies are log-spaced like RoPE's."""
+    The initial first columns are chosen so that the frequencies are log-spaced like RoPE's, with random signs
+    (seed: None draws them from torch's global generator, as nn.Linear does)."""
 
     def __init__(self, head_dim: int, coord_dim: int = 1, base: float = 10000.0, learnable: bool = True,
-                 seed: int = 0):
+                 seed: int | None = None):
         super().__init__()
         self.head_dim = check_int("head_dim", head_dim, 2)
         self.coord_dim = check_int("coord_dim", coord_dim, 1)
         nf = head_dim // 2 + 1
-        g = torch.Generator().manual_seed(seed)
+        g = init_generator(seed)
         freqs = torch.zeros(coord_dim, nf, dtype=torch.float64)
         inner = torch.arange(1, (head_dim + 1) // 2)  # DC and (even Dh) Nyquist stay real: theta = 0
         mags = base ** (-(inner - 1).double() / max(len(inner), 1))
