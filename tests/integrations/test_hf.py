@@ -20,6 +20,9 @@ from symformer.integrations._hf_common import (  # noqa: E402
     partial_rotary_factor,
 )
 
+#: families whose tiny model has one attention layer (the other is a convolution or a Gated DeltaNet)
+HYBRID = ("lfm2", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
+
 
 # ---------------------------------------------------------------- parity (issue item 3)
 @pytest.mark.parametrize("family", FAMILIES)
@@ -100,7 +103,7 @@ def test_cores_run_and_train_in_every_layer_of_every_family(family, attention):
     layers = attention_modules(model)  # model.model.layers[i].self_attn; GPT-NeoX: gpt_neox.layers[i].attention
     cores = [attn.symformer_core for attn in layers]
     # LFM2's layer 0 is a convolution, Qwen3-Next's and Qwen3.5's a Gated DeltaNet
-    assert torch.isfinite(loss) and len(cores) == (1 if family in ("lfm2", "qwen3_next", "qwen3_5_text") else 2)
+    assert torch.isfinite(loss) and len(cores) == (1 if family in HYBRID else 2)
     assert all(type(c).__name__ == {"favor": "FavorAttention", "plash": "PlashAttention"}[attention] for c in cores)
     names = ("q_proj", "qkv_proj", "query_key_value", "q_b_proj")  # Phi-3, GPT-NeoX: fused qkv; MLA: low-rank q
     first = [getattr(layers[0], n) for n in names if getattr(layers[0], n, None) is not None]

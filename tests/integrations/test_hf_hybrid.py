@@ -16,7 +16,7 @@ from symformer.integrations import hf  # noqa: E402
 from symformer.integrations._hf_common import attention_modules, qk_norms  # noqa: E402
 
 
-@pytest.mark.parametrize("family", ["lfm2", "qwen3_next", "qwen3_5_text"])
+@pytest.mark.parametrize("family", ["lfm2", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"])
 def test_greedy_decoding_with_the_cache_equals_the_native_model(family):
     """RoPE patched in: the same tokens as the native model, decoding step by step through the hybrid cache."""
     x = ids(batch=1, n=8)
@@ -62,8 +62,8 @@ def _gated(family, positional=None):
     return model
 
 
-@pytest.mark.parametrize("family,positional", [("qwen3_next", None), ("qwen3_5_text", "string"), ("afmoe", None),
-                                               ("afmoe", "espr")])
+@pytest.mark.parametrize("family,positional", [("qwen3_next", None), ("qwen3_5_text", "string"),
+                                               ("qwen3_5_moe_text", None), ("afmoe", None), ("afmoe", "espr")])
 def test_gated_families_teleport_with_a_diagonal_value_factor(family, positional):
     """sigmoid(g) * (A V D) = (sigmoid(g) * A V) D for diagonal D: a generic element (heads swapped, the gate rows
     with them; random diagonal V/O factors with both signs) keeps the logits; the gradient action, the inverse and

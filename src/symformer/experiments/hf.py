@@ -243,6 +243,15 @@ FAMILY_MODELS = {"llama": ("LlamaConfig", "LlamaForCausalLM", {}),
                                    "linear_value_head_dim": 8, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
                                    "rope_parameters": {"rope_type": "default", "rope_theta": 1e4,
                                                        "partial_rotary_factor": 0.5, "mrope_section": [1, 1, 0]}}),
+                 # Qwen3.5-MoE (its text model): Qwen3.5's layers with Qwen3-Next's MoE (a shared expert)
+                 "qwen3_5_moe_text": ("Qwen3_5MoeTextConfig", "Qwen3_5MoeForCausalLM",
+                                      {"layer_types": ["linear_attention", "full_attention"], "linear_key_head_dim": 8,
+                                       "linear_value_head_dim": 8, "linear_num_key_heads": 2,
+                                       "linear_num_value_heads": 4, "num_experts": 4, "moe_intermediate_size": 32,
+                                       "shared_expert_intermediate_size": 32,
+                                       "rope_parameters": {"rope_type": "default", "rope_theta": 1e4,
+                                                           "partial_rotary_factor": 0.5, "mrope_section": [1, 1, 0]},
+                                       **_MOE}),
                  # AFMoE (Arcee Trinity): a local (sliding, rotated) layer and a global NoPE layer, per-head q/k norms,
                  # an output gate from its own gate_proj, a dense layer then MoE (4 experts, a shared one)
                  "afmoe": ("AfmoeConfig", "AfmoeForCausalLM",
@@ -257,7 +266,7 @@ POST_NORM_FAMILIES = ("hunyuan_v1_dense", "hunyuan_v1_moe")
 #: too)
 QK_NORM_FAMILIES = ("qwen3", "qwen3_moe", "gemma3_text", "olmo2", "olmo3", "olmoe", "exaone4", "apertus", "flex_olmo",
                     "minimax_m2", "exaone_moe", "hy_v3", "kolibri1", "dots1", "apertus1p5_text", "lfm2",
-                    "qwen3_next", "afmoe", "qwen3_5_text")
+                    "qwen3_next", "afmoe", "qwen3_5_text", "qwen3_5_moe_text")
 
 
 def _tiny(dtype, positional=None, seed=0, attn="eager", init=0.2, family="llama", **opts):

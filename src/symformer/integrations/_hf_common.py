@@ -35,7 +35,8 @@ FAMILIES = {"llama": "LlamaAttention", "mistral": "MistralAttention", "qwen2": "
             "hunyuan_v1_moe": "HunYuanMoEV1Attention", "hy_v3": "HYV3Attention", "kolibri1": "Kolibri1Attention",
             "dots1": "Dots1Attention", "cwm": "CwmAttention", "apertus1p5_text": "Apertus1p5TextAttention",
             "nanochat": "NanoChatAttention", "lfm2": "Lfm2Attention", "qwen3_next": "Qwen3NextAttention",
-            "afmoe": "AfmoeAttention", "qwen3_5_text": "Qwen3_5Attention"}
+            "afmoe": "AfmoeAttention", "qwen3_5_text": "Qwen3_5Attention",
+            "qwen3_5_moe_text": "Qwen3_5MoeAttention"}
 #: families with multi-head latent attention (MLA: DeepSeek-V2 / V3, Kimi K2, GLM-4.7-Flash, LongCat-Flash, Mistral
 #: Small 4, MiniCPM3, and with DeepSeek sparse attention DeepSeek-V3.2 and GLM-5): each head's query and key are
 #: [nope; rope] (qk_nope_head_dim + qk_rope_head_dim coordinates), the rotation acts on the rope block only, and one
@@ -63,7 +64,7 @@ NEGATED_ROTATION = ("nanochat",)
 #: families whose attention output is multiplied by sigmoid(g) coordinate by coordinate before o_proj: g from q_proj,
 #: rows [q_h; g_h] per head (the full-attention layers of Qwen3-Next and Qwen3.5), or from the layer's own gate_proj
 #: (AFMoE)
-GATED_OUTPUT = ("qwen3_next", "qwen3_5_text", "afmoe")
+GATED_OUTPUT = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "afmoe")
 #: families that normalise q and k per head AFTER the rotation with a parameter-free RMSNorm named q_norm / k_norm
 #: (NanoChat; Hunyuan's post-rotation norms have weights and other names: query_layernorm, key_layernorm)
 WEIGHTLESS_POST_NORM = ("nanochat",)

@@ -161,7 +161,7 @@ def _exact_forward(mod: nn.Module):
         return _layer_norm_forward
     if name.startswith("Cohere") and name.endswith("LayerNorm") and hasattr(mod, "variance_epsilon"):
         return _centered_norm_forward
-    if name in ("Qwen3NextRMSNormGated", "Qwen3_5RMSNormGated"):
+    if name in ("Qwen3NextRMSNormGated", "Qwen3_5RMSNormGated", "Qwen3_5MoeRMSNormGated"):
         return _gated_norm_forward
     if name.endswith("RMSNorm"):
         if getattr(mod, "weight", None) is None and hasattr(mod, "eps"):
