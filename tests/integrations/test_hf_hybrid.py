@@ -150,3 +150,21 @@ def test_qwen3_5_multimodal_table_in_float64_and_grid_positions_refused():
     assert torch.equal(token_positions(text, None, None, q), torch.arange(12.0).expand(2, 12)[..., None])
     with pytest.raises(ValueError, match=r"^position_ids: got 'multimodal"):
         token_positions(grid, None, None, q)
+
+
+def test_gated_family_teleports_in_a_plain_loop():
+    """HFTeleport on Qwen3-Next in float32 with Adam: both teleports applied (none skipped by the loss guard)."""
+    model = tiny("qwen3_next")
+    model.train()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    data = torch.randint(0, 40, (4, 4, 13), generator=torch.Generator().manual_seed(0))
+    loss_fn = lambda m, batch: m(batch, labels=batch).loss  # noqa: E731
+    tele = hf.HFTeleport(model, opt, loss_fn, total_steps=4, step=1, steps=2, samples=8, alpha=0.3,
+                         state_policy="transform")
+    for i in range(4):
+        loss = loss_fn(model, data[i])
+        loss.backward()
+        tele.after_backward(i, data[i], loss)
+        opt.step()
+        opt.zero_grad()
+    assert [e["step"] for e in tele.log] == [1, 2] and all(e["skipped"] == 0 for e in tele.log)
