@@ -38,6 +38,27 @@ def logits(model, x, **kw):
         return model(x, **kw).logits
 
 
+def lm_loss(model, x):
+    return model(x, labels=x).loss
+
+
+def teleport_in_plain_loop(model, opt, total: int, step: int):
+    """A plain training loop of `total` steps on random tokens with HFTeleport (2 teleports from `step`); returns
+    the callback, whose log says which teleports ran."""
+    from symformer.integrations import hf
+    model.train()
+    data = torch.randint(0, 40, (total, 4, 13), generator=torch.Generator().manual_seed(0))
+    tele = hf.HFTeleport(model, opt, lm_loss, total_steps=total, step=step, steps=2, samples=8, alpha=0.3,
+                         state_policy="transform")
+    for i in range(total):
+        loss = lm_loss(model, data[i])
+        loss.backward()
+        tele.after_backward(i, data[i], loss)
+        opt.step()
+        opt.zero_grad()
+    return tele
+
+
 def patched(family, positional, dtype, **opts):
     from symformer.integrations import hf
     return hf.patch_positional(tiny(family, dtype), positional, **opts)
@@ -50,31 +71,28 @@ def check_gradient_action(model, norms: bool) -> None:
     from symformer.integrations import hf
     from symformer.teleport import GroupElement, brute_force_norms, closed_form_norms
 
-    def loss(m, x):
-        return m(x, labels=x).loss
-
     x = ids(n=8)
     group = hf.symmetry_group(model, ffn=True)
     params = group.parameters()
     orig = [p.detach().clone() for p in params]
-    g0 = torch.autograd.grad(loss(model, x), params)
+    g0 = torch.autograd.grad(lm_loss(model, x), params)
     g = group.random(torch.Generator().manual_seed(3), scale=0.2)
     # never the identity (randperm(2) may be); MLA's two sites per layer share the heads: not permuted
     g.perm = [torch.arange(s.n_heads).flip(0) if s.permutable else None for s in group.sites]
     pred = group.grad_action(g, {id(p): gr for p, gr in zip(params, g0, strict=True)})
     group.apply(model, g)
-    g1 = torch.autograd.grad(loss(model, x), params)
+    g1 = torch.autograd.grad(lm_loss(model, x), params)
     err = max(((pred[id(p)] - gr).abs().max() / gr.abs().max().clamp_min(1e-30)).item()
               for p, gr in zip(params, g1, strict=True))
     assert err <= 1e-8
     group.apply(model, group.inverse(g))
     assert max(((p - o).abs().max() / o.abs().max()).item() for p, o in zip(params, orig, strict=True)) <= 1e-12
     model.zero_grad()
-    loss(model, x).backward()
+    lm_loss(model, x).backward()
     cands = group.sample(4, 0.3, torch.Generator().manual_seed(4), ffn=True)
     assert isinstance(cands, GroupElement)
     if norms:
         assert not torch.equal(cands.norm[0], torch.ones_like(cands.norm[0]))
     closed = closed_form_norms(model, group, cands)
-    brute = brute_force_norms(model, group, cands, lambda: loss(model, x))
+    brute = brute_force_norms(model, group, cands, lambda: lm_loss(model, x))
     assert torch.allclose(closed, brute, rtol=1e-9, atol=0)

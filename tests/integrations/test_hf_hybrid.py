@@ -10,7 +10,7 @@ import torch
 
 pytest.importorskip("transformers")
 
-from tests.integrations._hf_models import check_gradient_action, float64_reference, ids, tiny  # noqa: E402
+from tests.integrations._hf_models import check_gradient_action, float64_reference, ids, teleport_in_plain_loop, tiny  # noqa: E402
 
 from symformer.integrations import hf  # noqa: E402
 from symformer.integrations._hf_common import attention_modules, qk_norms  # noqa: E402
@@ -155,16 +155,5 @@ def test_qwen3_5_multimodal_table_in_float64_and_grid_positions_refused():
 def test_gated_family_teleports_in_a_plain_loop():
     """HFTeleport on Qwen3-Next in float32 with Adam: both teleports applied (none skipped by the loss guard)."""
     model = tiny("qwen3_next")
-    model.train()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    data = torch.randint(0, 40, (4, 4, 13), generator=torch.Generator().manual_seed(0))
-    loss_fn = lambda m, batch: m(batch, labels=batch).loss  # noqa: E731
-    tele = hf.HFTeleport(model, opt, loss_fn, total_steps=4, step=1, steps=2, samples=8, alpha=0.3,
-                         state_policy="transform")
-    for i in range(4):
-        loss = loss_fn(model, data[i])
-        loss.backward()
-        tele.after_backward(i, data[i], loss)
-        opt.step()
-        opt.zero_grad()
+    tele = teleport_in_plain_loop(model, torch.optim.Adam(model.parameters(), lr=1e-3), 4, 1)
     assert [e["step"] for e in tele.log] == [1, 2] and all(e["skipped"] == 0 for e in tele.log)

@@ -11,7 +11,7 @@ import torch
 
 pytest.importorskip("transformers")
 
-from tests.integrations._hf_models import float64_reference, ids, logits, tiny  # noqa: E402
+from tests.integrations._hf_models import float64_reference, ids, logits, teleport_in_plain_loop, tiny  # noqa: E402
 
 from symformer.integrations import hf  # noqa: E402
 from symformer.integrations._hf_common import attention_modules, check_layer, rope_pairing  # noqa: E402
@@ -190,18 +190,7 @@ def test_invariance_needs_the_rotary_group_and_one_factor_for_all_heads():
 
 def test_hf_teleport_trains_an_mla_model_in_a_plain_loop():
     model = hf.patch_positional(tiny("deepseek_v3"), "string", init_scale=0.1)
-    model.train()
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    data = torch.randint(0, 40, (6, 4, 13), generator=torch.Generator().manual_seed(0))
-    loss_fn = lambda m, batch: m(batch, labels=batch).loss  # noqa: E731
-    tele = hf.HFTeleport(model, opt, loss_fn, total_steps=6, step=2, steps=2, samples=8, alpha=0.3,
-                         state_policy="transform")
-    for i in range(6):
-        loss = loss_fn(model, data[i])
-        loss.backward()
-        tele.after_backward(i, data[i], loss)
-        opt.step()
-        opt.zero_grad()
+    tele = teleport_in_plain_loop(model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), 6, 2)
     assert [e["step"] for e in tele.log] == [2, 3] and all(e["skipped"] == 0 for e in tele.log)
 
 

@@ -7,7 +7,14 @@ import torch
 
 pytest.importorskip("transformers")
 
-from tests.integrations._hf_models import check_gradient_action, float64_reference, ids, tiny  # noqa: E402
+from tests.integrations._hf_models import (  # noqa: E402
+    check_gradient_action,
+    float64_reference,
+    ids,
+    lm_loss,
+    teleport_in_plain_loop,
+    tiny,
+)
 
 from symformer.experiments.hf import QK_NORM_FAMILIES  # noqa: E402
 from symformer.integrations import hf  # noqa: E402
@@ -59,10 +66,6 @@ def _qwen3(positional=None, opts=None, seed=5, family="qwen3"):
             for norm in qk_norms(attn):
                 norm.weight.copy_(1 + 0.5 * torch.randn(norm.weight.shape, generator=gen, dtype=torch.float64))
     return model
-
-
-def _loss(model, x):
-    return model(x, labels=x).loss
 
 
 @pytest.mark.parametrize("family,positional,opts", CASES)
@@ -138,29 +141,14 @@ def test_gradient_action_and_norms_match_autograd(family, positional):
     check_gradient_action(model, family in QK_NORM_FAMILIES)
 
 
-def _plain_loop(model, opt, total: int, step: int):
-    """A plain training loop with HFTeleport (steps 2 teleports from `step`); returns the callback."""
-    model.train()
-    data = torch.randint(0, 40, (total, 4, 13), generator=torch.Generator().manual_seed(0))
-    tele = hf.HFTeleport(model, opt, _loss, total_steps=total, step=step, steps=2, samples=8, alpha=0.3,
-                         state_policy="transform")
-    for i in range(total):
-        loss = _loss(model, data[i])
-        loss.backward()
-        tele.after_backward(i, data[i], loss)
-        opt.step()
-        opt.zero_grad()
-    return tele
-
-
-def test_hf_teleport_in_a_plain_loop():
+def test_hf_teleport_in_ateleport_in_plain_loop():
     model = hf.patch_positional(tiny("llama", kv_heads=2), "string", init_scale=0.1)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    tele = _plain_loop(model, opt, 6, 2)
+    tele = teleport_in_plain_loop(model, opt, 6, 2)
     assert [e["step"] for e in tele.log] == [2, 3]
     assert all(e["skipped"] == 0 for e in tele.log)
     with pytest.raises(ValueError, match="step"):
-        hf.HFTeleport(model, opt, _loss, total_steps=3, step=5)
+        hf.HFTeleport(model, opt, lm_loss, total_steps=3, step=5)
 
 
 @pytest.mark.parametrize("family,positional,opts", QWEN3)
@@ -212,9 +200,9 @@ def test_qwen3_negative_controls():
         assert (model(x).logits - ref).abs().max() > 1e-4
 
 
-def test_qwen3_teleports_in_a_plain_loop():
+def test_qwen3_teleports_in_ateleport_in_plain_loop():
     model = _qwen3().to(torch.float32)
-    tele = _plain_loop(model, torch.optim.Adam(model.parameters(), lr=1e-3), 4, 1)
+    tele = teleport_in_plain_loop(model, torch.optim.Adam(model.parameters(), lr=1e-3), 4, 1)
     assert [e["step"] for e in tele.log] == [1, 2] and all(e["skipped"] == 0 for e in tele.log)
 
 
@@ -224,13 +212,13 @@ def test_qwen3_zhao_ascent_moves_the_norm_weights_and_keeps_the_loss():
     group = hf.symmetry_group(model)
     w0 = model.model.layers[0].self_attn.q_norm.weight.detach().clone()
     model.zero_grad()
-    before = _loss(model, x)
+    before = lm_loss(model, x)
     before.backward()
-    out = zhao_teleport(model, group, lambda: _loss(model, x), lr=1e-2, steps=3)
+    out = zhao_teleport(model, group, lambda: lm_loss(model, x), lr=1e-2, steps=3)
     assert out.applied and out.best_norm > out.ref_norm
     assert (model.model.layers[0].self_attn.q_norm.weight - w0).abs().max() > 1e-4
     with torch.no_grad():
-        assert abs(_loss(model, x).item() - before.item()) <= 1e-10
+        assert abs(lm_loss(model, x).item() - before.item()) <= 1e-10
         w1 = model.model.layers[0].self_attn.q_norm.weight.detach().clone()
         g = group.identity()
         group.apply(model, GroupElement(g.qk, g.vo))  # an element without a norm part leaves the norms alone
@@ -244,7 +232,7 @@ def test_qwen3_float32_string_blocks_follow_the_learned_rotation():
     assert hf.symmetry_group(_qwen3("string", {"init_scale": 0.3}).float()).sites[0].norm_blocks.tolist() == [0] * 8
     model = _qwen3("string", {"init_scale": 0.0}).float()
     assert hf.symmetry_group(model).sites[0].norm_blocks.tolist() == [0, 1, 2, 3, 0, 1, 2, 3]
-    tele = _plain_loop(model, torch.optim.Adam(model.parameters(), lr=1e-2), 5, 1)
+    tele = teleport_in_plain_loop(model, torch.optim.Adam(model.parameters(), lr=1e-2), 5, 1)
     assert [e["step"] for e in tele.log] == [1, 2] and all(e["skipped"] == 0 for e in tele.log)
     assert tele.callback.group.sites[0].norm_blocks.tolist() == [0] * 8
 
