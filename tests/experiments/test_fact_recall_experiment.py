@@ -113,6 +113,24 @@ def test_quick_run_writes_results(tmp_path):
     for name in ("ssfr_fact_adaptive_accuracy", "ssfr_min_params_99", "lm_swap_new_fact_accuracy",
                  "lm_swap_nonfact_ce_change_pct", "edit_score", "edit_score_swap_vs_best_baseline"):
         assert name in data["metrics"]
+    assert (tmp_path / "ssfr_size_vs_facts.png").is_file()
+
+
+def test_size_figure_plots_each_kinds_minimum_against_f(monkeypatch, tmp_path):
+    seen = {}
+    monkeypatch.setattr(X, "size_vs_facts", lambda path, series, *a: seen.update(path=path, series=series))
+    ssfr = {"a": {"kind": "gd-relu", "n_facts": 256, "min_params": 100},
+            "b": {"kind": "gd-relu", "n_facts": 512, "min_params": None},
+            "c": {"kind": "ntk", "n_facts": 256, "min_params": 7}}
+    name = X._size_figure(RunContext(out_dir=tmp_path, quick=True, progress=False), ssfr)
+    assert seen["path"] == tmp_path / name
+    assert seen["series"] == {"gd-relu": [(256, 100), (512, None)], "ntk": [(256, 7)]}
+
+
+def test_size_vs_facts_skips_missing_sizes_and_writes_a_png(tmp_path):
+    from symformer.experiments.plots import size_vs_facts
+    size_vs_facts(tmp_path / "f.png", {"x": [(512, 30), (256, None), (1024, 90)], "none": [(256, None)]}, "p", "t")
+    assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_constructed_search_fixes_m_then_grows_the_gadget_width(monkeypatch):

@@ -17,6 +17,7 @@ from symformer._validation import check_choice
 from symformer.experiments import fact_recall_runs as R
 from symformer.experiments.base import RunContext, experiment
 from symformer.experiments.jobs import Job, reuse_note, run_jobs
+from symformer.experiments.plots import size_vs_facts
 from symformer.results import Claim, ExperimentResult, verdict
 
 PAPER_SETTING_SSFR = "d=128, F in 2^8..2^14, 4 seeds (max), AdamW lr 2e-4 for 4.8M sequences, 5 MLP kinds"
@@ -485,6 +486,18 @@ def _run_plan(ctx: RunContext, lm_job: Job, runs, stats: dict) -> tuple[dict, di
             second[top1.key])
 
 
+def _size_figure(ctx: RunContext, ssfr: dict) -> str:
+    """Item 3 / Fig. 3a: the smallest usable MLP (>= 99% fact-adaptive accuracy) against F, per kind, beside the
+    F log F optimum (a kind whose search found no size at some F has no point there)."""
+    series: dict[str, list] = {}
+    for r in ssfr.values():
+        series.setdefault(r["kind"], []).append((r["n_facts"], r["min_params"]))
+    size_vs_facts(ctx.out_dir / "ssfr_size_vs_facts.png", series,
+                  "parameters, smallest MLP with >= 99% fact-adaptive acc.",
+                  "SSFR: usable MLP size against F (Fig. 3a style, d = 128)")
+    return "ssfr_size_vs_facts.png"
+
+
 @experiment(
     "fact-recall",
     "fact MLPs inside transformers: SSFR recall, MLP swapping, editing vs ROME/MEMIT/AlphaEdit",
@@ -507,6 +520,7 @@ def run(ctx: RunContext) -> ExperimentResult:
             f"best acc {r['best_fact_adaptive_accuracy']:.4f}",
         )
     _ssfr_claims(res, ssfr, ctx.quick)
+    res.figures.append(_size_figure(ctx, ssfr))
     if pts is not None:
         _usability_claims(res, best_trainings(pts), PAPER_TRAININGS_PER_POINT if paper_usability else 1)
     _log(ctx, f"LM swap: {lm['swap']}")

@@ -10,44 +10,25 @@
 """
 from __future__ import annotations
 
-import math
 import time
 
 from symformer.experiments import facts_laws as laws
 from symformer.experiments import facts_runs as R
 from symformer.experiments.base import RunContext, experiment
 from symformer.experiments.jobs import Job, reuse_note, run_jobs
+from symformer.experiments.plots import size_vs_facts
 from symformer.results import Claim, ExperimentResult, verdict
 
 PAPER = {"gd_vs_binjl": 20.0, "gdgd_vs_gd": 4.0, "ntk_lo": 5.0, "ntk_hi": 150.0}
 GD_METHODS = ["bin+jl", "bin+gd", "gd+gd", "ntk", "ntk-mo", "gd-swiglu", "gd-relu"]
 
 
-def _figure_b(ctx: RunContext, rows: list[dict]) -> str | None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    keys = sorted({(r["method"], r["d"]) for r in rows})
-    for method, d in keys:
-        pts = sorted((r["F"], r["params"]) for r in rows if r["method"] == method and r["d"] == d and r["params"])
-        if pts:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=f"{method} d={d}")
-    Fs = sorted({r["F"] for r in rows})
-    ax.plot(Fs, [F * math.log2(F) for F in Fs], "k--", label="F log2 F (info bound, 1 bit/param)")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("facts F")
-    ax.set_ylabel("parameters to store all facts")
-    ax.legend(fontsize=7)
-    ax.set_title("fact-storage cost (Fig. 2c style)")
-    fig.tight_layout()
-    ctx.out_dir.mkdir(parents=True, exist_ok=True)
-    fig.savefig(ctx.out_dir / "scaling.png", dpi=110)
-    plt.close(fig)
+def _figure_b(ctx: RunContext, rows: list[dict]) -> str:
+    series = {}
+    for method, d in sorted({(r["method"], r["d"]) for r in rows}):
+        series[f"{method} d={d}"] = [(r["F"], r["params"]) for r in rows if r["method"] == method and r["d"] == d]
+    size_vs_facts(ctx.out_dir / "scaling.png", series, "parameters to store all facts",
+                  "fact-storage cost (Fig. 2c style)")
     return "scaling.png"
 
 
@@ -192,9 +173,7 @@ def _report_ab(res: ExperimentResult, ctx: RunContext, cfg: dict, got: dict[str,
     rows, grid = got["b"], cfg["grid"]
     res.config["scaling_rows"] = rows
     res.config.update({"grid": {str(k): v for k, v in grid.items()}, "seeds_per_point": cfg["seeds_per_point"]})
-    fig = _figure_b(ctx, rows)
-    if fig:
-        res.figures.append(fig)
+    res.figures.append(_figure_b(ctx, rows))
     setting = f"ours: (d, F) grid {grid}, {cfg['seeds_per_point']} seed(s), tied sphere embeddings"
     _claims_ratios(res, rows, GD_METHODS, setting)
     _claims_scaling(res, rows, setting)

@@ -1,0 +1,35 @@
+"""Figures shared by the fact-storing experiments: parameters against the number of facts on log-log axes, with
+the information-theoretic F log2 F line (1 bit per parameter) that fact-storing-mlps.txt compares sizes with
+(Fig. 2c for storage, Fig. 3a for usable MLPs inside the transformer)."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+
+def size_vs_facts(path: Path, series: dict[str, list[tuple[int, int | None]]], ylabel: str, title: str) -> None:
+    """Write the figure to `path`; `series` maps a label to its (F, parameters) points (a None size, where no
+    size was found, is left out)."""
+    import matplotlib  # imported here: the CLI does not pay for it unless a figure is drawn
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for label, pts in series.items():
+        pts = sorted(p for p in pts if p[1])
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=label)
+    Fs = sorted({F for pts in series.values() for F, _ in pts})
+    if Fs:
+        ax.plot(Fs, [F * math.log2(F) for F in Fs], "k--", label="F log2 F (info bound, 1 bit/param)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("facts F")
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=7)
+    ax.set_title(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
