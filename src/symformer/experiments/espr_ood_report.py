@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 
 from symformer.experiments.espr_ood import CANVAS, IR_ZERO, PATCH, OODConfig, ir_radius, is_aligned
+from symformer.experiments.plots import pyplot
 from symformer.results import Claim, verdict
 
 PAPER = "espr-positional-rotations"
@@ -237,19 +238,10 @@ def ood_metrics(ood: dict) -> dict:
     return m
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def plot_ood(acc: dict, offs, path) -> None:
     """Accuracy vs offset distance dy + dx, split into patch-aligned offsets (a pure token shift, where
     relative logits can help) and the others (new patch contents)."""
-    plt = _plt()
+    plt = pyplot()
     offs = [tuple(o) for o in offs]
     groups = {"patch-aligned offsets": [o for o in offs if is_aligned(o)]}
     groups["other offsets"] = [o for o in offs if not is_aligned(o)]
@@ -272,7 +264,7 @@ def plot_ood(acc: dict, offs, path) -> None:
 
 def plot_ir_gap(runs: dict, path) -> None:
     """IR_spec of every trained rotary model against its OOD gap (symlog x: RoPE/STRING sit at 0)."""
-    plt = _plt()
+    plt = pyplot()
     pts = ir_gap_points(runs)
     fig, ax = plt.subplots(figsize=(5.5, 4))
     for arm in dict.fromkeys(p[0] for p in pts):

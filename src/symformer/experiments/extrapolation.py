@@ -18,6 +18,7 @@ import torch
 from symformer._validation import check_float, check_int, fail
 from symformer.experiments.base import RunContext, experiment
 from symformer.experiments.jobs import Job, one_thread, reuse_note, run_jobs
+from symformer.experiments.plots import pyplot
 from symformer.results import Claim, ExperimentResult, verdict
 
 PARTS = ("none", "sinusoidal", "learned", "rope", "string", "circulant_string", "espr")
@@ -251,11 +252,7 @@ def claims(runs: dict[str, list[dict]], cfg: ExtrapolationConfig) -> list[Claim]
 
 def plot(table: dict, contexts: tuple[int, ...], path) -> None:
     """bpc against evaluation context, one line per part (N/A points left out), standard errors as bars."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
     for part, row in table.items():
         pts = [(c, row[str(c)]) for c in contexts if row[str(c)]["mean"] is not None]

@@ -16,6 +16,7 @@ from symformer.attention.favor import FavorAttention, draw_features
 from symformer.attention.softmax import naive_attention
 from symformer.experiments.base import RunContext, experiment
 from symformer.experiments.favor_lm import lm_part
+from symformer.experiments.plots import pyplot
 from symformer.results import Claim, ExperimentResult, verdict
 from symformer.stats import fit_exponent
 
@@ -163,9 +164,7 @@ def performer_diff(dtype: torch.dtype, causal: bool, n: int = 512, dh: int = 64,
 
 # ---------------------------------------------------------------------------- figure
 def plot_errors(path, ms: list[int], errs: dict) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 4))
     for kind, ys in errs.items():
         ax.loglog(ms, ys, "o-" if "eps" not in kind else "x--", label=kind)

@@ -8,6 +8,7 @@ import time
 import torch
 
 from symformer.experiments.base import RunContext
+from symformer.experiments.plots import pyplot
 from symformer.results import Claim, verdict
 
 N_FEATURES = 64
@@ -43,9 +44,7 @@ def train_lm(ctx: RunContext, attention: str, epochs: int) -> dict:
 
 
 def plot_curves(path, runs: dict) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(5.5, 4))
     for (att, ep), r in sorted(runs.items()):
         xs, ys = zip(*r["curve"])

@@ -15,6 +15,7 @@ import time
 import torch
 
 from symformer.experiments.base import RunContext, experiment
+from symformer.experiments.plots import pyplot
 from symformer.integrations._hf_common import attention_modules, qk_norms
 from symformer.results import Claim, ExperimentResult, verdict
 
@@ -374,9 +375,7 @@ def train_runs(ctx: RunContext) -> dict:
 
 def _figure(ctx: RunContext, runs: dict) -> str | None:
     try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        plt = pyplot()
     except ImportError:  # pragma: no cover
         return None
     ctx.out_dir.mkdir(parents=True, exist_ok=True)

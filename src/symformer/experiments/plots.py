@@ -1,20 +1,28 @@
-"""Figures shared by the fact-storing experiments: parameters against the number of facts on log-log axes, with
-the information-theoretic F log2 F line (1 bit per parameter) that fact-storing-mlps.txt compares sizes with
-(Fig. 2c for storage, Fig. 3a for usable MLPs inside the transformer)."""
+"""Figures. `pyplot()` gives every experiment matplotlib on the headless Agg backend; `size_vs_facts` is the figure
+the fact-storing experiments share: parameters against the number of facts on log-log axes, with the
+information-theoretic F log2 F line (1 bit per parameter) that fact-storing-mlps.txt compares sizes with (Fig. 2c
+for storage, Fig. 3a for usable MLPs inside the transformer)."""
 from __future__ import annotations
 
 import math
 from pathlib import Path
 
 
-def size_vs_facts(path: Path, series: dict[str, list[tuple[int, int | None]]], ylabel: str, title: str) -> None:
-    """Write the figure to `path`; `series` maps a label to its (F, parameters) points (a None size, where no
-    size was found, is left out)."""
-    import matplotlib  # imported here: the CLI does not pay for it unless a figure is drawn
+def pyplot():
+    """matplotlib.pyplot on the file-only Agg backend (reports are written headless). Imported on call: the CLI
+    does not pay for matplotlib unless a figure is drawn."""
+    import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def size_vs_facts(path: Path, series: dict[str, list[tuple[int, int | None]]], ylabel: str, title: str) -> None:
+    """Write the figure to `path`; `series` maps a label to its (F, parameters) points (a None size, where no
+    size was found, is left out)."""
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     for label, pts in series.items():
         pts = sorted(p for p in pts if p[1])

@@ -25,6 +25,7 @@ from torch import nn
 from symformer.experiments import teleport_claims as C
 from symformer.experiments.base import RunContext, experiment
 from symformer.experiments.jobs import Job, reuse_note, run_jobs
+from symformer.experiments.plots import pyplot
 from symformer.experiments.teleport_runs import (  # noqa: F401  (re-exported: tests and jobs use these names)
     ALPHA_GRID,
     PAPER_LR,
@@ -137,9 +138,7 @@ def closed_form_checks(samples: int = 16) -> float:
 
 # ---------------------------------------------------------------- figures
 def _figures(ctx: RunContext, runs: dict, lm: dict) -> list[str]:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
     names = []
 
     def save(fig, name: str) -> None:
