@@ -181,7 +181,7 @@ def _sharpen(model, factor: float) -> None:
 
 @torch.no_grad()
 def hf_base_model(family: str, dtype: torch.dtype, n_tokens: int = 2048, seed: int = 0, sharpness: float = 3.0):
-    """A float32 tiny model of `family` (1 layer, d_model 32, 4 heads of Dh 8, vocab 40) whose weights are exactly
+    """A float32 tiny model of `family` (1 layer, d_model 16, 2 heads of Dh 8, vocab 40) whose weights are exactly
     representable in `dtype` (so the 16-bit models and the float64 one share them), with sharpened attention."""
     import transformers as tf
 
@@ -189,10 +189,12 @@ def hf_base_model(family: str, dtype: torch.dtype, n_tokens: int = 2048, seed: i
     from symformer.integrations._hf_common import attention_modules, qk_norms
     check_choice("family", family, tuple(FAMILY_MODELS))
     conf, cls, extra = FAMILY_MODELS[family]
-    args = dict(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
-                num_key_value_heads=2, max_position_embeddings=max(2 * n_tokens, 128), head_dim=8,
+    args = dict(vocab_size=40, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                num_key_value_heads=1, max_position_embeddings=max(2 * n_tokens, 128), head_dim=8,
                 attn_implementation="eager", bos_token_id=None, eos_token_id=None, initializer_range=0.2)
-    cfg = getattr(tf, conf)(**{**args, **extra, "num_hidden_layers": 1, "first_k_dense_replace": 1})
+    mla = "kv_lora_rank" in extra  # MLA: as many key heads as heads
+    cfg = getattr(tf, conf)(**{**args, **extra, "num_hidden_layers": 1, "first_k_dense_replace": 1,
+                               "num_attention_heads": 2, "num_key_value_heads": 2 if mla else 1})
     torch.manual_seed(seed)
     model = getattr(tf, cls)(cfg).float().eval()
     if family in QK_NORM_FAMILIES:
@@ -229,9 +231,12 @@ def hf_reference_logits(base, x: torch.Tensor) -> torch.Tensor:
 
 
 def logit_err(model, x: torch.Tensor, ref: torch.Tensor) -> float:
-    """max |logits - reference logits| over every token."""
+    """The root-mean-square logit error against the reference over the second half of the tokens (positions n/2 to n,
+    where a rounded position shows first). RMS, not the max: the max over ~40k logits of two models that both round
+    correctly differs by tens of percent from draw to draw, which a 1.5x goal cannot tell from a real error."""
     with torch.no_grad():
-        return float((model(x).logits.double() - ref).abs().max())
+        d = model(x).logits.double() - ref
+    return float(d[:, d.shape[1] // 2:].pow(2).mean().sqrt())
 
 
 def hf_tokens(n_tokens: int, seed: int = 0) -> torch.Tensor:
@@ -240,8 +245,8 @@ def hf_tokens(n_tokens: int, seed: int = 0) -> torch.Tensor:
 
 def hf_logit_err_vs_native(family: str, dtype: torch.dtype, n_tokens: int = 2048, seed: int = 0,
                            route: str = "config") -> dict:
-    """Logit errors against the float64 model of the "rope"-patched and of the native `dtype` model (built as
-    from_pretrained(dtype=...) builds it, or cast with .to()): {"ratio": patched / native (goal <= 1.5),
+    """Logit errors (`logit_err`) against the float64 model of the "rope"-patched and of the native `dtype` model
+    (built as from_pretrained(dtype=...) builds it, or cast with .to()): {"ratio": patched / native (goal <= 1.5),
     "patched_err", "native_err"}."""
     check_choice("family", family, HF_PRECISION_FAMILIES)
     base = hf_base_model(family, dtype, n_tokens, seed)
