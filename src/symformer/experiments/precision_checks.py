@@ -180,7 +180,8 @@ def _sharpen(model, factor: float) -> None:
 
 
 @torch.no_grad()
-def hf_base_model(family: str, dtype: torch.dtype, n_tokens: int = 2048, seed: int = 0, sharpness: float = 3.0):
+def hf_base_model(family: str, dtype: torch.dtype, n_tokens: int = 2048, seed: int = 0, sharpness: float = 3.0,
+                  attn: str = "sdpa"):
     """A float32 tiny model of `family` (1 layer, d_model 16, 2 heads of Dh 8, vocab 40) whose weights are exactly
     representable in `dtype` (so the 16-bit models and the float64 one share them), with sharpened attention."""
     import transformers as tf
@@ -191,7 +192,7 @@ def hf_base_model(family: str, dtype: torch.dtype, n_tokens: int = 2048, seed: i
     conf, cls, extra = FAMILY_MODELS[family]
     args = dict(vocab_size=40, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
                 num_key_value_heads=1, max_position_embeddings=max(2 * n_tokens, 128), head_dim=8,
-                attn_implementation="eager", bos_token_id=None, eos_token_id=None, initializer_range=0.2)
+                attn_implementation=attn, bos_token_id=None, eos_token_id=None, initializer_range=0.2)
     mla = "kv_lora_rank" in extra  # MLA: as many key heads as heads
     cfg = getattr(tf, conf)(**{**args, **extra, "num_hidden_layers": 1, "first_k_dense_replace": 1,
                                "num_attention_heads": 2, "num_key_value_heads": 2 if mla else 1})

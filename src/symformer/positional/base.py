@@ -164,9 +164,8 @@ class Float32Master(nn.Module):
     def _apply(self, fn, recurse=True):
         def keep(t):
             out = fn(t)
-            if isinstance(out, torch.Tensor) and out.dtype in LOW_PRECISION and t.is_floating_point() \
-                    and t.dtype not in LOW_PRECISION:
-                return t.to(device=out.device)  # the move, without the rounding
+            if isinstance(out, torch.Tensor) and out.dtype in LOW_PRECISION and t.dtype not in LOW_PRECISION:
+                return t.to(device=out.device)  # the move, without the rounding (or Module.type's cast of a flag)
             return out
         return super()._apply(keep, recurse)
 
