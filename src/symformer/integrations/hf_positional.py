@@ -18,7 +18,8 @@ the model's "half" pairing: "rope" is exactly the model's RoPE, "string" with it
 factor P = I too (T3.1: cayley(0) = I), and "espr" (d_act = head_dim) starts from the same commuting
 generators (T2.3 with U = I), so an ESPR-patched model is the unpatched one until training moves it.
 
-Precision: a part is never cast to the model's dtype. Its parameters are a float32 master (positional.base.
+Precision: a part is never cast to a 16-bit model dtype (a float64 model gets a float64 part). Its parameters are a
+float32 master (positional.base.
 Float32Master: built in float32 when the model is built in 16 bits, kept float32 by `.to(torch.bfloat16)` /
 `.half()`, loaded in float32 by from_pretrained(dtype=...), whose loader keeps a parameter's own dtype), it rotates
 16-bit queries and keys in float32 and rounds them once, and the positions reach it as int64 (`token_positions`),
@@ -239,7 +240,8 @@ def _build_part(positional: str, attn: nn.Module, config, inv_freq, options: dic
     part = POSITIONAL.build(positional, head_dim=dim, coord_dim=1, n_heads=config.num_attention_heads,
                             d_model=config.hidden_size, **opts)
     w = out_proj(attn).weight
-    part = part.to(device=w.device)  # never to the weights' dtype: the float32 master (module docstring)
+    # never to a 16-bit weight dtype: the float32 master (module docstring); a float64 model gets a float64 part
+    part = part.to(device=w.device, dtype=torch.float64 if w.dtype == torch.float64 else None)
     with torch.no_grad():
         own_freqs = inv_freq is not None and "base" not in options and inv_freq.numel() == dim // 2
         if own_freqs and positional in ("rope", "string") and getattr(part, "pairing", None) == rope_pairing(config):
