@@ -45,8 +45,6 @@ def test_2d_grid_within_bound(part, dtype, route):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("part", PARTS)
 def test_8192_token_positions_within_bound_cuda(part, dtype, route):
-    if route == "autocast":  # the helper's autocast runs on CPU; on CUDA the same rules apply through cuda autocast
-        pytest.skip("autocast route is checked on CPU")
     _check(rotation_errors(part, dtype, route, n=8192, coord_dim=1, backward=True, heads=4, device="cuda"))
 
 

@@ -102,7 +102,7 @@ def route_part(part: str, dtype: torch.dtype, route: str, coord_dim: int = 1, se
 
 def _run(module, inputs: tuple, positions: torch.Tensor, dtype: torch.dtype, autocast: bool):
     if autocast:
-        with torch.autocast("cpu", dtype=dtype):
+        with torch.autocast(positions.device.type, dtype=dtype):
             return module(*inputs, positions)
     return module(*inputs, positions)
 

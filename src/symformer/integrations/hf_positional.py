@@ -19,12 +19,12 @@ factor P = I too (T3.1: cayley(0) = I), and "espr" (d_act = head_dim) starts fro
 generators (T2.3 with U = I), so an ESPR-patched model is the unpatched one until training moves it.
 
 Precision: a part is never cast to a 16-bit model dtype (a float64 model gets a float64 part). Its parameters are a
-float32 master (positional.base.
-Float32Master: built in float32 when the model is built in 16 bits, kept float32 by `.to(torch.bfloat16)` /
-`.half()`, loaded in float32 by from_pretrained(dtype=...), whose loader keeps a parameter's own dtype), it rotates
-16-bit queries and keys in float32 and rounds them once, and the positions reach it as int64 (`token_positions`),
-so a bfloat16 / float16 model is as accurate as the native one at any position, with or without the KV cache. A
-model cast to 16 bits before patching has a rounded `inv_freq`; the part then takes HF's float32 recomputation.
+float32 master (positional.base.Float32Master: built in float32 when the model is built in 16 bits, kept float32 by
+`.to(torch.bfloat16)` / `.half()`, loaded in float32 by from_pretrained(dtype=...), whose loader keeps a
+parameter's own dtype), it rotates 16-bit queries and keys in float32 and rounds them once, and the positions reach
+it as int64 (`token_positions`), so a bfloat16 / float16 model is as accurate as the native one at any position,
+with or without the KV cache. A model cast to 16 bits before patching has a rounded `inv_freq`; the part then takes
+HF's float32 recomputation.
 """
 from __future__ import annotations
 
