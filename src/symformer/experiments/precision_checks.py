@@ -5,7 +5,8 @@ within 2 eps(dtype) max|q|, eps(bfloat16) = 2^-7, eps(float16) = 2^-10 (one roun
 at most eps/2 of each entry; the second eps leaves room for the float32 arithmetic before it). The float64
 reference is the same part built under a float32 default dtype (its float32 master values), cast with .double(),
 applied to the 16-bit q upcast: a part built in 16 bits, cast with .to() or run under autocast is held to the part
-a float32 user builds, so rounding its frequencies to 16 bits counts as error.
+a float32 user builds, so rounding its frequencies to 16 bits counts as error. Additive parts (x + PE) are held to
+2 eps(dtype) max|x + PE| (the encoding is of order 1 whatever x is).
 
 Routes: "built" (constructed while torch's default dtype is the 16-bit one), "cast" (built in float32, then
 .to(dtype)), "autocast" (float32 part and float32 q, k holding the same values, run under torch.autocast at dtype:
