@@ -163,8 +163,8 @@ def test_bad_dtypes(part):
         m(q, q.to(torch.int32), p)
     with pytest.raises(TypeError, match=r"k: got 'dtype torch\.bfloat16'.*dtype of q"):
         m(q, q.to(torch.bfloat16), p)
-    for low in LOW:
-        with pytest.raises(ValueError, match=r"positions: got 'dtype torch\.(b?float16)'.*int64 or float32"):
+    for low in (*LOW, torch.float8_e4m3fn):
+        with pytest.raises(ValueError, match=r"positions: got 'dtype torch\.(b?float16|float8_e4m3fn)'.*int64 or"):
             m(q, q, p.to(low))
     with pytest.raises(ValueError, match=r"positions: got 'shape \(3, 8, 1\) \(batch 3\)'"):
         m(q.expand(2, 2, 8, 16), q.expand(2, 2, 8, 16), p.expand(3, 8, 1))

@@ -63,7 +63,8 @@ def check_positions(positions: torch.Tensor, coord_dim: int, n: int | None = Non
     """Positions (N, C) or (B, N, C), integer (int64: converted exactly to the compute dtype inside the part) or
     float32 / float64. 16-bit floats are refused: bfloat16 cannot hold 257, float16 2049 (no silent rounding).
     batch: the batch of the tensor they position ((B, N, C) positions need B equal to it, or 1)."""
-    if isinstance(positions, torch.Tensor) and positions.dtype in LOW_PRECISION:
+    if isinstance(positions, torch.Tensor) and positions.is_floating_point() \
+            and positions.dtype not in (torch.float32, torch.float64):  # 16-bit (and float8) floats
         fail(name, f"dtype {positions.dtype}", "int64 or float32 positions (pass int64 or float32: a 16-bit float "
              "rounds positions above 256 in bfloat16, 2048 in float16)")
     if isinstance(positions, torch.Tensor) and not positions.is_floating_point() \
