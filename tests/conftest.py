@@ -21,6 +21,11 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
+    if not torch.cuda.is_available():
+        skip_cuda = pytest.mark.skip(reason="cuda: needs a CUDA device")
+        for item in items:
+            if "cuda" in item.keywords:
+                item.add_marker(skip_cuda)
     if config.getoption("--runslow") or "slow" in (config.getoption("-m") or ""):
         return
     skip = pytest.mark.skip(reason="slow: run with --runslow")

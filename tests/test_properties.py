@@ -114,8 +114,11 @@ def _part(name, c):
 
 
 def _valid(pos, c, n):
-    return (pos.dtype.is_floating_point and pos.ndim in (2, 3) and pos.shape[-1] == c and pos.shape[-2] == n
-            and bool(torch.isfinite(pos).all()))
+    """float32 / float64 (finite) or integer positions of shape (N, C) or (B, N, C); 16-bit floats round positions
+    (bfloat16: 257 -> 256), so they are refused, as are bool and complex."""
+    integer = not pos.dtype.is_floating_point and not pos.dtype.is_complex and pos.dtype != torch.bool
+    return ((pos.dtype in (torch.float32, torch.float64) or integer) and pos.ndim in (2, 3) and pos.shape[-1] == c
+            and pos.shape[-2] == n and bool(torch.isfinite(pos).all()))
 
 
 @pytest.mark.parametrize("name", PARTS)
@@ -124,7 +127,8 @@ def _valid(pos, c, n):
 @example(case=(2, 3, torch.tensor([[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]], dtype=torch.float64)))  # valid, shared
 @example(case=(1, 4, torch.arange(8, dtype=torch.float32).view(2, 4, 1)))  # valid, batched, float32
 @example(case=(1, 2, torch.tensor([[0.0], [math.nan]], dtype=torch.float64)))  # NaN
-@example(case=(1, 2, torch.tensor([[0], [1]])))  # integer dtype
+@example(case=(1, 2, torch.tensor([[0], [1]])))  # integer dtype (exact: accepted)
+@example(case=(1, 2, torch.tensor([[0.0], [257.0]], dtype=torch.bfloat16)))  # 16-bit: refused, never rounded
 def test_positions_accepted_correctly_or_rejected_by_name(name, case):
     c, n, pos = case
     kind, part = _part(name, c)

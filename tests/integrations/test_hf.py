@@ -361,7 +361,7 @@ def test_query_position_scaling_is_kept(monkeypatch, family, positional, module)
     scale = forward_module.llama4_query_scale(model.config, torch.arange(24.0)[:, None])
     assert scale.shape == (1, 1, 24, 1) and scale[0, 0, 7, 0] == 1
     assert abs(scale[0, 0, 8, 0] - (1 + 0.1 * math.log(2))) < 1e-15
-    monkeypatch.setattr(forward_module, "llama4_query_scale", lambda config, positions: 1.0)
+    monkeypatch.setattr(forward_module, "llama4_query_scale", lambda config, positions, dtype=None: 1.0)
     assert (_logits(model, x) - ref).abs().max().item() > 1e-3
 
 

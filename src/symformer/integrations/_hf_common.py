@@ -291,8 +291,10 @@ def call_attention(attn: nn.Module, q, k, v, attention_mask, scaling: float, pos
 
 
 def token_positions(position_ids, cache_position, cache, q) -> torch.Tensor:
-    """Token positions (B, N, 1), or (N, 1) when the batch shares them, as floats: the model's position_ids. Qwen3.5's
-    multimodal position ids (3, B, N) are taken when their three streams agree (text); an image grid's are refused."""
+    """Token positions (B, N, 1), or (N, 1) when the batch shares them: the model's position_ids, kept int64 (the
+    parts convert them exactly; a 16-bit float would round 257 to 256 in bfloat16), or float32 / float64 (float64
+    for a float64 model) where they are given as floats. Qwen3.5's multimodal position ids (3, B, N) are taken when
+    their three streams agree (text); an image grid's are refused."""
     n = q.shape[-2]
     if position_ids is not None and position_ids.ndim == 3:
         if not bool((position_ids == position_ids[:1]).all()):
@@ -307,16 +309,20 @@ def token_positions(position_ids, cache_position, cache, q) -> torch.Tensor:
             position_ids = torch.arange(start, start + n, device=q.device)[None]
     if position_ids.shape[0] == 1:  # positions shared by the batch: (N, 1), the parts' shared-table path
         position_ids = position_ids[0]
-    return position_ids[..., None].to(q.dtype)
+    if not position_ids.is_floating_point():
+        return position_ids[..., None].long()
+    return position_ids[..., None].to(torch.float64 if q.dtype == torch.float64 else torch.float32)
 
 
-def llama4_query_scale(config, positions: torch.Tensor) -> torch.Tensor | float:
+def llama4_query_scale(config, positions: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor | float:
     """Ministral 3's query scaling after the rotation, 1 + beta log(1 + floor(position / original_max)) (its rope
-    parameters' llama_4_scaling_beta; 1 for the other families), shaped to (B or 1, 1, N, 1)."""
+    parameters' llama_4_scaling_beta; 1 for the other families), shaped to (B or 1, 1, N, 1), computed in float32
+    (float64 for a float64 query) and returned in `dtype` (the query's; default: the compute dtype)."""
     params = rope_parameters(config)
     beta = params.get("llama_4_scaling_beta")
     if beta is None:
         return 1.0
-    pos = positions[..., 0]  # (N,) shared or (B, N)
+    cd = torch.float64 if torch.float64 in (dtype, positions.dtype) else torch.float32
+    pos = positions[..., 0].to(cd)  # (N,) shared or (B, N)
     scale = position_query_scale(pos, beta, params["original_max_position_embeddings"])
-    return scale.view(-1 if pos.ndim == 2 else 1, 1, pos.shape[-1], 1)
+    return scale.view(-1 if pos.ndim == 2 else 1, 1, pos.shape[-1], 1).to(dtype or cd)

@@ -88,8 +88,8 @@ def mla_attention_forward(self, hidden_states, position_embeddings=None, attenti
         q_rot, k_rot = q_rot * magnitude, k_rot * magnitude
     if cache is not None:
         latent, k_rot = cache.update(latent, k_rot, self.layer_idx, kwargs={"cache_position": cache_position})
-    query = torch.cat((q_pass, q_rot), dim=-1) * llama4_query_scale(self.config, positions)  # Mistral 4: as
-    # Ministral 3, 1 + beta log(1 + floor(position / original_max)) on the whole query after the rotation
+    # Mistral 4: as Ministral 3, 1 + beta log(1 + floor(position / original_max)) on the whole query after the rotation
+    query = torch.cat((q_pass, q_rot), dim=-1) * llama4_query_scale(self.config, positions, q_rot.dtype)
     key, value = self.expand_kv(latent, k_rot)
     topk = None
     if hasattr(self, "indexer"):

@@ -17,6 +17,14 @@ scaling type; per layer type where the model keeps one table per type, as Gemma 
 the model's "half" pairing: "rope" is exactly the model's RoPE, "string" with its Cayley
 factor P = I too (T3.1: cayley(0) = I), and "espr" (d_act = head_dim) starts from the same commuting
 generators (T2.3 with U = I), so an ESPR-patched model is the unpatched one until training moves it.
+
+Precision: a part is never cast to a 16-bit model dtype (a float64 model gets a float64 part). Its parameters are a
+float32 master (positional.base.Float32Master: built in float32 when the model is built in 16 bits, kept float32 by
+`.to(torch.bfloat16)` / `.half()`, loaded in float32 by from_pretrained(dtype=...), whose loader keeps a
+parameter's own dtype), it rotates 16-bit queries and keys in float32 and rounds them once, and the positions reach
+it as int64 (`token_positions`), so a bfloat16 / float16 model is as accurate as the native one at any position,
+with or without the KV cache. A model cast to 16 bits before patching has a rounded `inv_freq`; the part then takes
+HF's float32 recomputation.
 """
 from __future__ import annotations
 
@@ -73,7 +81,7 @@ def _attention_forward(self, hidden_states, position_embeddings=None, attention_
     cache = cache if cache is not None else old
     positions = token_positions(position_ids, cache_position, cache, q)
     q, k = self.rotary(q, k, positions)  # RotaryPositional: (B, H, N, Dh) and (B, H_kv, N, Dh)
-    q = q * llama4_query_scale(self.config, positions)
+    q = q * llama4_query_scale(self.config, positions, q.dtype)
     if hasattr(self, "query_layernorm"):  # Hunyuan: per-head RMSNorms after the rotation
         q, k = self.query_layernorm(q), self.key_layernorm(k)
     elif self.config.model_type in WEIGHTLESS_POST_NORM:  # NanoChat: parameter-free RMSNorms after the rotation
@@ -175,8 +183,33 @@ def _rope_table(model: nn.Module, layer_type: str | None = None) -> tuple[torch.
         if isinstance(inv, torch.Tensor):
             scaling = float(getattr(m, f"{prefix}attention_scaling", 1.0))
             if inv.device.type != "meta":
+                if inv.dtype in (torch.float16, torch.bfloat16):  # a model cast to 16 bits: rounded frequencies
+                    inv = _float32_inv_freq(m, inv, layer_type)
                 return inv.detach().to(torch.float64).cpu(), scaling
     return None, scaling
+
+
+def _float32_inv_freq(rotary: nn.Module, inv: torch.Tensor, layer_type: str | None) -> torch.Tensor:
+    """The float32 table HF's rotary embedding computes at construction (its rope init function), in place of a
+    16-bit `inv_freq` left by `.to(torch.bfloat16)` (transformers issue 29496); the rounded table with a warning
+    where that function cannot be found."""
+    import warnings
+
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    kind = getattr(rotary, "rope_type", "default")
+    kind = kind.get(layer_type, "default") if isinstance(kind, dict) else kind
+    fn = ROPE_INIT_FUNCTIONS.get(kind) or getattr(rotary, "compute_default_rope_parameters", None)
+    config = getattr(rotary, "config", None)
+    try:
+        kwargs = {} if layer_type is None else {"layer_type": layer_type}
+        fresh = fn(config, device="cpu", **kwargs)[0] if fn is not None and config is not None else None
+    except (TypeError, KeyError, AttributeError, ValueError):
+        fresh = None
+    if fresh is None or fresh.shape != inv.shape:
+        warnings.warn(f"symformer: the model's rotary inv_freq is {inv.dtype} and could not be recomputed in float32; "
+                      "the patched part starts from the rounded frequencies", RuntimeWarning, stacklevel=4)
+        return inv
+    return fresh
 
 
 def _layer_type(model: nn.Module, attn: nn.Module) -> str | None:
@@ -207,7 +240,8 @@ def _build_part(positional: str, attn: nn.Module, config, inv_freq, options: dic
     part = POSITIONAL.build(positional, head_dim=dim, coord_dim=1, n_heads=config.num_attention_heads,
                             d_model=config.hidden_size, **opts)
     w = out_proj(attn).weight
-    part = part.to(device=w.device, dtype=w.dtype)
+    # never to a 16-bit weight dtype: the float32 master (module docstring); a float64 model gets a float64 part
+    part = part.to(device=w.device, dtype=torch.float64 if w.dtype == torch.float64 else None)
     with torch.no_grad():
         own_freqs = inv_freq is not None and "base" not in options and inv_freq.numel() == dim // 2
         if own_freqs and positional in ("rope", "string") and getattr(part, "pairing", None) == rope_pairing(config):

@@ -1,4 +1,8 @@
-"""Additive absolute positional encodings: sinusoidal (any C) and learned (axial tables)."""
+"""Additive absolute positional encodings: sinusoidal (any C) and learned (axial tables).
+
+Precision (base.Float32Master): the learned tables are float32 masters; the encoding is computed and added in
+float32 (float64 for float64 inputs) from positions never rounded to 16 bits, and the sum is rounded once to x's
+dtype."""
 from __future__ import annotations
 
 import math
@@ -7,7 +11,13 @@ import torch
 from torch import nn
 
 from symformer._validation import check_int, fail
-from symformer.positional.base import AdditivePositional, check_positions
+from symformer.positional.base import (
+    AdditivePositional,
+    check_input_dtype,
+    check_positions,
+    compute_dtype,
+    master_dtype,
+)
 
 
 def sinusoidal_table(positions: torch.Tensor, dim: int, base: float = 10000.0) -> torch.Tensor:
@@ -35,8 +45,10 @@ class SinusoidalPE(AdditivePositional):
                          dim=-1)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        check_positions(positions, self.coord_dim, x.shape[-2])
-        return x + self.encoding(positions.to(x.dtype))
+        check_input_dtype("x", x)
+        check_positions(positions, self.coord_dim, x.shape[-2], batch=x.shape[0] if x.ndim == 3 else None)
+        cd = compute_dtype(x.dtype)
+        return (x.to(cd) + self.encoding(positions.to(cd))).to(x.dtype)
 
 
 class LearnedPE(AdditivePositional):
@@ -47,16 +59,17 @@ class LearnedPE(AdditivePositional):
         super().__init__()
         self.coord_dim = check_int("coord_dim", coord_dim, 1)
         self.max_len = check_int("max_len", max_len, 1)
-        self.tables = nn.Parameter(torch.randn(coord_dim, max_len, d_model) * 0.02)
+        self.tables = nn.Parameter(torch.randn(coord_dim, max_len, d_model, dtype=master_dtype()) * 0.02)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        check_positions(positions, self.coord_dim, x.shape[-2])
-        idx = positions.round().long()
+        check_input_dtype("x", x)
+        check_positions(positions, self.coord_dim, x.shape[-2], batch=x.shape[0] if x.ndim == 3 else None)
+        idx = positions.round().long() if positions.is_floating_point() else positions.long()
         out_of_range = bool((idx < 0).any()) or bool((idx >= self.max_len).any())
         if out_of_range or not torch.equal(idx.to(positions.dtype), positions):
             fail("positions", "non-integer or out-of-range coordinates",
                  f"integers in [0, {self.max_len}) for a learned table")
-        out = x
+        out = x.to(compute_dtype(x.dtype, self.tables.dtype))  # the sum in float32 (float64), rounded once
         for c in range(self.coord_dim):
             out = out + self.tables[c][idx[..., c]]
-        return out
+        return out.to(x.dtype)

@@ -20,6 +20,7 @@
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -28,16 +29,56 @@ from torch import nn
 from symformer._validation import check_choice, check_tensor, fail
 
 QK_SYMMETRY_KINDS = ("gl", "h", "commutant")
+#: the dtypes q, k (and x for additive parts) may have; 16-bit ones are computed in float32 and cast back once
+INPUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+_SUPPORTED = "float16, bfloat16, float32 or float64"
+_POSITION_INTS = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+
+
+def compute_dtype(*dtypes: torch.dtype) -> torch.dtype:
+    """The dtype a part computes in for inputs / parameters of these dtypes: float64 if any is float64, else
+    float32 (16-bit inputs are rotated in float32 and the result rounded once)."""
+    return torch.float64 if torch.float64 in dtypes else torch.float32
+
+
+def master_dtype() -> torch.dtype:
+    """The dtype of a new part's parameters (its master copy): torch's default dtype, or float32 while that is a
+    16-bit type (a model built in 16 bits, e.g. from_pretrained(dtype=torch.bfloat16), keeps float32 frequencies)."""
+    dt = torch.get_default_dtype()
+    return torch.float32 if dt in LOW_PRECISION else dt
+
+
+def check_input_dtype(name: str, x: torch.Tensor) -> torch.Tensor:
+    """TypeError unless x (a query, key or embedding) has one of INPUT_DTYPES (integer, complex, float8 cannot run)."""
+    if not isinstance(x, torch.Tensor):
+        fail(name, type(x).__name__, "a torch.Tensor", TypeError)
+    if x.dtype not in INPUT_DTYPES:
+        fail(name, f"dtype {x.dtype}", f"a tensor of dtype {_SUPPORTED}", TypeError)
+    return x
 
 
 def check_positions(positions: torch.Tensor, coord_dim: int, n: int | None = None,
-                    name: str = "positions") -> torch.Tensor:
-    check_tensor(name, positions, (2, 3))
+                    name: str = "positions", batch: int | None = None) -> torch.Tensor:
+    """Positions (N, C) or (B, N, C), integer (int64: converted exactly to the compute dtype inside the part) or
+    float32 / float64. 16-bit floats are refused: bfloat16 cannot hold 257, float16 2049 (no silent rounding).
+    batch: the batch of the tensor they position ((B, N, C) positions need B equal to it, or 1)."""
+    if isinstance(positions, torch.Tensor) and positions.is_floating_point() \
+            and positions.dtype not in (torch.float32, torch.float64):  # 16-bit (and float8) floats
+        fail(name, f"dtype {positions.dtype}", "int64 or float32 positions (pass int64 or float32: a 16-bit float "
+             "rounds positions above 256 in bfloat16, 2048 in float16)")
+    if isinstance(positions, torch.Tensor) and not positions.is_floating_point() \
+            and positions.dtype not in _POSITION_INTS:
+        fail(name, f"dtype {positions.dtype}", "int64 or float32 / float64 positions", TypeError)
+    check_tensor(name, positions, (2, 3), floating=False)
     if positions.shape[-1] != coord_dim:
         fail(name, f"shape {tuple(positions.shape)}",
              f"a last dimension equal to the coordinate dimension C={coord_dim}")
     if n is not None and positions.shape[-2] != n:
         fail(name, f"{positions.shape[-2]} positions", f"one per token ({n})")
+    if batch is not None and positions.ndim == 3 and positions.shape[0] not in (1, batch):
+        fail(name, f"shape {tuple(positions.shape)} (batch {positions.shape[0]})",
+             f"(N, C) positions shared by the batch or (B, N, C) with B = {batch}, the batch of the queries/keys")
     return positions
 
 
@@ -85,12 +126,67 @@ def relative_products(r: torch.Tensor) -> torch.Tensor:
     return (r.transpose(-1, -2)[:, None] @ r[None, :]).reshape(-1, r.shape[-1], r.shape[-1])
 
 
-class AdditivePositional(nn.Module):
+def _autocast_off(method):
+    """Run a part's method with autocast off on its input's device: autocast would run the part's matmuls
+    (positions @ beta^T, q P, ESPR's maps) in 16 bits; the part computes in float32 itself and returns the input
+    dtype (float32 in under autocast: float32 out; the next matmul is where autocast casts)."""
+    @functools.wraps(method)
+    def run(self, x, *args, **kwargs):
+        dev = x.device.type if isinstance(x, torch.Tensor) else "cpu"
+        if torch.amp.is_autocast_available(dev) and torch.is_autocast_enabled(dev):
+            with torch.autocast(dev, enabled=False):
+                return method(self, x, *args, **kwargs)
+        return method(self, x, *args, **kwargs)
+    run.autocast_off = True
+    return run
+
+
+class Float32Master(nn.Module):
+    """The precision rules every positional part follows (designed once here, like HF's `_keep_in_fp32_modules`,
+    but applied to `.to()` too):
+
+    * a float32 master: a cast of the module (or of a model holding it) to a 16-bit floating dtype -- `.to(dtype)`,
+      `.half()`, `.bfloat16()`, `.type()` -- leaves its floating parameters and buffers (frequencies, generators,
+      Cayley parameters, circulant columns, learned tables) in their dtype (float32, or float64 when the user made
+      them so) and still applies device moves. A part built while the default dtype is 16-bit (`master_dtype`,
+      what from_pretrained(dtype=...) and _from_config(cfg, dtype=...) do) starts in float32. So an optimizer sees
+      float32 parameters with float32 gradients, `state_dict` holds float32 tensors, and loading a 16-bit
+      state_dict upcasts into them (also with assign=True). Casts to float32 / float64 apply as usual;
+    * forward and rotate run with autocast off (`_autocast_off`) and compute in float32 (float64 for float64
+      inputs); the output has the input's dtype."""
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for name in ("forward", "rotate"):
+            f = cls.__dict__.get(name)
+            if f is not None and not getattr(f, "autocast_off", False):
+                setattr(cls, name, _autocast_off(f))
+
+    def _apply(self, fn, recurse=True):
+        def keep(t):
+            out = fn(t)
+            if isinstance(out, torch.Tensor) and out.dtype in LOW_PRECISION and t.dtype not in LOW_PRECISION:
+                return t.to(device=out.device)  # the move, without the rounding (or Module.type's cast of a flag)
+            return out
+        return super()._apply(keep, recurse)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                              error_msgs):
+        for name, t in (*self._parameters.items(), *self._buffers.items()):
+            given = state_dict.get(prefix + name)
+            if t is not None and isinstance(given, torch.Tensor) and given.dtype in LOW_PRECISION \
+                    and t.is_floating_point() and t.dtype not in LOW_PRECISION:
+                state_dict[prefix + name] = given.to(t.dtype)  # load_state_dict hands a copy of the user's dict
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
+                                      error_msgs)
+
+
+class AdditivePositional(Float32Master):
     kind = "additive"
     coord_dim: int
 
 
-class RotaryPositional(nn.Module):
+class RotaryPositional(Float32Master):
     """Base of every rotary part (module docstring): subclasses implement `forward`, `rotate`, `matrix`
     and `generators`, and override the rest where their structure differs from the defaults."""
 
@@ -163,15 +259,19 @@ class RotaryPositional(nn.Module):
     # ----- validation ---------------------------------------------------------------------------
     def _check_qk(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor,
                   key_positions: torch.Tensor | None) -> torch.Tensor:
+        check_input_dtype("q", q)
+        check_input_dtype("k", k)
+        if k.dtype != q.dtype:
+            fail("k", f"dtype {k.dtype}", f"the dtype of q ({q.dtype}): q and k must share one dtype", TypeError)
         check_tensor("q", q, 4)
         check_tensor("k", k, 4)
         for name, t in (("q", q), ("k", k)):
             if t.shape[-1] != self.head_dim:
                 fail(name, f"head dim {t.shape[-1]}", f"head dim {self.head_dim}")
-        check_positions(positions, self.coord_dim, q.shape[-2])
-        kp = positions if key_positions is None else key_positions
-        check_positions(kp, self.coord_dim, k.shape[-2], "key_positions")
-        return kp
+        check_positions(positions, self.coord_dim, q.shape[-2], batch=q.shape[0])
+        if key_positions is None:  # the keys share the queries' positions
+            return check_positions(positions, self.coord_dim, k.shape[-2], batch=k.shape[0])
+        return check_positions(key_positions, self.coord_dim, k.shape[-2], "key_positions", batch=k.shape[0])
 
 
 class NoPositional(nn.Module):

@@ -14,6 +14,9 @@ where torch.linalg.matrix_exp's is ~7x) runs once per DISTINCT position of the c
 range repeats across the batch), shared by queries and keys, and is cached across calls (value-keyed,
 _cache.ValueCache) when no gradient is needed; P is multiplied in per distinct position, so the rotation is one
 small batched matmul per token (O(N d_act^2) per head).
+
+Precision (base.Float32Master): the generators and the Cayley parameter are float32 masters; the exponentials, P
+and the rotation run in float32 (float64 for float64 inputs) and a 16-bit q is rounded once.
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ from torch import nn
 from symformer._rng import init_generator
 from symformer._validation import check_choice, check_float, check_int, fail
 from symformer.positional._cache import ValueCache
-from symformer.positional.base import RotaryPositional, check_positions
+from symformer.positional.base import LOW_PRECISION, RotaryPositional, check_positions, compute_dtype, master_dtype
 from symformer.positional.cayley import cayley, check_skew, skew
 from symformer.positional.expm import SUPPORTED, expm_skew
 from symformer.positional.rope import generators_from_beta, rope_frequencies
@@ -99,7 +102,7 @@ class ESPR(RotaryPositional):
         g0[:, :d_act, :d_act] = generators_from_beta(beta, d_act, "interleaved") / 2  # G - G^T = L0
         if noise:  # the commuting init without noise is RoPE's, drawn from no generator
             g0 = g0 + noise * torch.randn(g0.shape, generator=init_generator(seed), dtype=g0.dtype)
-        dt = torch.get_default_dtype()
+        dt = master_dtype()
         self.gen_param = nn.Parameter(g0.to(dt), requires_grad=learnable)
         self.exp_method = check_choice("exp_method", exp_method, ("auto", "pade", "matrix_exp"))
         check_skew("generators", self.generators().detach())  # skew by construction; checked once, not per call
@@ -128,7 +131,8 @@ class ESPR(RotaryPositional):
         """P = cayley(S) in SO(Dh) (T3.2); the identity without post-rotation."""
         if self.skew_param is None:
             return torch.eye(self.head_dim, dtype=self.gen_param.dtype, device=self.gen_param.device)
-        return cayley(self.skew_matrix(), check=False)
+        s = self.skew_matrix()
+        return cayley(s.float() if s.dtype in LOW_PRECISION else s, check=False)  # no 16-bit CPU solve
 
     def projector(self) -> torch.Tensor:
         """Pi_act = diag(I_{d_act}, 0) (T2.10 with U = I)."""
@@ -156,9 +160,11 @@ class ESPR(RotaryPositional):
         self.skew_param.copy_(s / 2)
 
     # ----- rotations -------------------------------------------------------------------------
-    def exp_generator(self, positions: torch.Tensor) -> torch.Tensor:
-        """R_STR(r) = exp(A(r)) (..., Dh, Dh) for positions (..., C) (T1.6), one matrix_exp per row."""
-        a = torch.einsum("...c,cij->...ij", positions.to(self.gen_param.dtype), self.generators())
+    def exp_generator(self, positions: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """R_STR(r) = exp(A(r)) (..., Dh, Dh) for positions (..., C) (T1.6), one matrix_exp per row, in float32 or
+        better (`dtype`, at least the generators' precision)."""
+        dt = compute_dtype(self.gen_param.dtype, dtype or self.gen_param.dtype)
+        a = torch.einsum("...c,cij->...ij", positions.to(dt), self.generators().to(dt))
         return self._expm(a)
 
     def _expm(self, a: torch.Tensor) -> torch.Tensor:
@@ -168,18 +174,18 @@ class ESPR(RotaryPositional):
             return expm_skew(a.float()).to(a.dtype)
         return expm_skew(a)
 
-    def _exp_distinct(self, reps: torch.Tensor) -> torch.Tensor:
+    def _exp_distinct(self, reps: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """exp(A(r)) for distinct positions (U, C). 1-D integer positions (token indices) use the exact
         identity exp(nL) = exp(L)^n (one generator commutes with itself, T0.11): one matrix_exp and
         log-depth batched products, much cheaper than a matrix_exp (and its backward) per position."""
         if self.exp_method != "auto" or self.coord_dim != 1 or reps.requires_grad or reps.numel() == 0:
-            return self.exp_generator(reps)
+            return self.exp_generator(reps, dtype)
         r = reps[:, 0]
         n = r.round()
         hi = int(n.abs().max())
         if not torch.equal(n, r) or hi + 1 > 4 * r.numel() + 64:
-            return self.exp_generator(reps)
-        table = _power_table(self._expm(self.generators()[0]), hi + 1)
+            return self.exp_generator(reps, dtype)
+        table = _power_table(self._expm(self.generators()[0].to(dtype)), hi + 1)
         idx = n.long()
         if idx.numel() == hi + 1 and torch.equal(idx, torch.arange(hi + 1, device=idx.device)):
             return table  # token positions 0..N-1 in order (the usual case): no gather, no sign select
@@ -205,15 +211,17 @@ class ESPR(RotaryPositional):
         """(L, P, d_act) (T3.5, T4.3)."""
         return self.generators(), self.post_rotation(), self.d_act
 
-    def _token_maps(self, positions: torch.Tensor) -> torch.Tensor:
+    def _token_maps(self, positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """Per token, (Pi_act exp(A(r)) P Pi_act)^T on the active block: (..., N, d_act, d_act), a
         transposed view (bmm takes it as is). exp(A(r)) P costs one matrix_exp and one
         (d_act x Dh)(Dh x d_act) product per DISTINCT position; cached when no gradient is needed."""
         params = tuple(p for p in (self.gen_param, self.skew_param) if p is not None)
         needs_graph = torch.is_grad_enabled() and (any(p.requires_grad for p in params) or positions.requires_grad)
+        dt = compute_dtype(dtype, self.gen_param.dtype)  # the maps in float32 (float64) whatever q's dtype
+        positions = positions if positions.is_floating_point() else positions.to(dt)  # int64: exact below 2^24
         cache = self.__dict__.setdefault("_maps_cache", ValueCache(2))
         if not needs_graph:
-            hit = cache.lookup("maps", (positions, *params))
+            hit = cache.lookup(("maps", dt), (positions, *params))
             if hit is not None:
                 return hit
         inv = None  # None: the distinct positions are the tokens themselves, in order (no gather)
@@ -225,35 +233,37 @@ class ESPR(RotaryPositional):
                 reps = positions.reshape(-1, self.coord_dim)
                 inv = None
         d = self.d_act
-        rows = self._exp_distinct(reps)[:, :d, :]  # Pi_act exp(A(r)), (U, d, Dh)
-        m = rows @ self.post_rotation()[:, :d] if self.use_post_rotation else rows[..., :d]  # T4.3
+        rows = self._exp_distinct(reps, dt)[:, :d, :]  # Pi_act exp(A(r)), (U, d, Dh)
+        m = rows @ self.post_rotation().to(dt)[:, :d] if self.use_post_rotation else rows[..., :d]  # T4.3
         maps = m.transpose(-1, -2)  # a transposed view: bmm reads it as such, no copy
         maps = maps.reshape(*positions.shape[:-1], d, d) if inv is None else maps[inv]
-        return maps if needs_graph else cache.store("maps", (positions, *params), maps)
+        return maps if needs_graph else cache.store(("maps", dt), (positions, *params), maps)
 
     def _rotate_active(self, x: torch.Tensor, maps: torch.Tensor) -> torch.Tensor:
-        """q~ = Pi_act exp(A(r)) P Pi_act q for x (B, H, N, Dh) (T4.3); maps from _token_maps."""
+        """q~ = Pi_act exp(A(r)) P Pi_act q for x (B, H, N, Dh) (T4.3); maps from _token_maps. The products run in
+        the maps' dtype (float32 / float64) and the result is rounded once to x's dtype."""
         d = self.d_act
-        v = x[..., :d]
-        maps_t = maps.to(x.dtype)
+        v = x[..., :d].to(maps.dtype)
+        maps_t = maps
         b, h, n, _ = v.shape
         if maps.ndim == 3:  # shared positions: N batched (B*H x d) @ (d x d) products
             out = torch.bmm(v.permute(2, 0, 1, 3).reshape(n, b * h, d), maps_t)
             out = out.view(n, b, h, d).permute(1, 2, 0, 3)
         else:  # batched positions (B, N, d, d): B*N products (H x d) @ (d x d)
             out = (v.transpose(1, 2) @ maps_t).transpose(1, 2)
+        out = out.to(x.dtype)
         return F.pad(out, (0, self.head_dim - d)) if d < self.head_dim else out
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor,
                 key_positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         kp = self._check_qk(q, k, positions, key_positions)
-        mq = self._token_maps(positions)
-        mk = mq if key_positions is None else self._token_maps(kp)
+        mq = self._token_maps(positions, q.dtype)
+        mk = mq if key_positions is None else self._token_maps(kp, k.dtype)
         return self._rotate_active(q, mq), self._rotate_active(k, mk)
 
     def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """q~ for x (B, H, N, Dh) without validation."""
-        return self._rotate_active(x, self._token_maps(positions))
+        return self._rotate_active(x, self._token_maps(positions, x.dtype))
 
     # ----- regularisation --------------------------------------------------------------------
     def penalty(self) -> torch.Tensor:

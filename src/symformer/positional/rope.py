@@ -6,8 +6,11 @@ The angle of pair u is theta_u(r) = beta_u . r (ESPR T2.4-T2.7 with U = I); 1-D 
 log-spaced beta; "axial" splits the pairs among the C axes; "mixed" learns beta (RoPE-mixed).
 
 Speed: a rotation by theta of pair (x1, x2) is the complex product (x1 + i x2) e^{i theta} (T0.17), so
-interleaved float32/float64 does one complex multiply per pair on a table e^{i theta(r)}; half pairing
-(and bfloat16) uses contiguous [cos, cos] / [-sin, sin] tables with a hand-written backward R^T = R(-theta).
+interleaved pairing does one complex multiply per pair on a table e^{i theta(r)}; half pairing uses
+contiguous [cos, cos] / [-sin, sin] tables with a hand-written backward R^T = R(-theta).
+Precision (base.Float32Master): beta is a float32 master; angles, tables and the rotation are computed in float32
+(float64 for float64 inputs) from positions that are never rounded to 16 bits, and a 16-bit q is rotated in
+float32 and rounded once.
 `RoPE.tables` caches them per position set (same idea as rotary-embedding-torch's cached freqs; see
 benchmarks/positional.py).
 STRING (string.py) reuses this class for its RoPE part: one implementation.
@@ -20,7 +23,7 @@ from torch import nn
 from symformer._validation import check_choice, check_float, check_int, fail
 from symformer.positional._cache import ValueCache
 from symformer.positional._fused import fused_applies, fused_half, rotate_half_pairs
-from symformer.positional.base import QKSymmetry, RotaryPositional
+from symformer.positional.base import QKSymmetry, RotaryPositional, compute_dtype, master_dtype
 
 PAIRINGS = ("interleaved", "half")
 
@@ -98,14 +101,18 @@ class _RotateHalf(torch.autograd.Function):
 
 def apply_tables(x: torch.Tensor, tables: tuple, pairing: str) -> torch.Tensor:
     """Rotate the pairs of x (..., Dh) with tables from `RoPE.tables`: ("complex", rot) for interleaved
-    pairing (one complex multiply per pair, T0.17; low precision computed in float32) or
-    ("cos", [cos, cos], [-sin, sin], cos, sin) for half pairing (the first two (..., Dh) for the eager kernel,
-    the last two (..., Dh/2) for the compiled one)."""
+    pairing (one complex multiply per pair, T0.17) or ("cos", [cos, cos], [-sin, sin], cos, sin) for half pairing
+    (the first two (..., Dh) for the eager kernel, the last two (..., Dh/2) for the compiled one). The rotation
+    runs in the tables' dtype (float32 / float64); an x of another dtype (bfloat16, float16) is upcast and the
+    result rounded once to x's dtype."""
     if tables[0] == "complex":
-        if x.dtype not in (torch.float32, torch.float64):  # bfloat16 / float16: the complex multiply in float32
-            return torch.view_as_real(_complex_view(x.float()) * tables[1]).flatten(-2).to(x.dtype)
+        real = tables[1].real.dtype
+        if x.dtype != real:
+            return torch.view_as_real(_complex_view(x.to(real)) * tables[1]).flatten(-2).to(x.dtype)
         return torch.view_as_real(_complex_view(x) * tables[1]).flatten(-2)
     cos2, ssin = tables[1], tables[2]
+    if x.dtype != cos2.dtype:
+        return apply_tables(x.to(cos2.dtype), tables, pairing).to(x.dtype)
     m = x.shape[-1] // 2
     if pairing == "interleaved" or cos2.requires_grad or ssin.requires_grad:  # learnable beta: autograd arithmetic
         return rotate_pairs(x, cos2[..., :m], ssin[..., m:], pairing)
@@ -127,12 +134,12 @@ def _cos_tables(c: torch.Tensor, s: torch.Tensor, dtype: torch.dtype) -> tuple:
 def apply_rotation(x: torch.Tensor, rot: torch.Tensor, pairing: str) -> torch.Tensor:
     """Rotate the pairs of x (..., Dh) by the unit complex numbers rot (broadcastable to (..., Dh/2)).
 
-    Interleaved float32/float64: one complex multiply per pair (R_2(theta) acting on (x1, x2) is
-    multiplication by e^{i theta}, T0.17). Otherwise the cos/sin tables are read off rot once (uncached:
-    `RoPE.tables` caches them per position set)."""
-    if pairing == "interleaved" and x.dtype in (torch.float32, torch.float64):
+    Interleaved: one complex multiply per pair (R_2(theta) acting on (x1, x2) is multiplication by e^{i theta},
+    T0.17). Half: the cos/sin tables are read off rot once (uncached: `RoPE.tables` caches them per position set).
+    Computed in rot's real dtype; the result has x's dtype."""
+    if pairing == "interleaved":
         return apply_tables(x, ("complex", rot), pairing)
-    return apply_tables(x, _cos_tables(rot.real, rot.imag, x.dtype), pairing)
+    return apply_tables(x, _cos_tables(rot.real, rot.imag, rot.real.dtype), pairing)
 
 
 def pair_indices(head_dim: int, pairing: str) -> torch.Tensor:
@@ -158,15 +165,17 @@ class RoPE(RotaryPositional):
         self.pairing = check_choice("pairing", pairing, PAIRINGS)
         self.mode = check_choice("mode", mode, ("axial", "mixed"))
         check_float("base", base, 1.0, low_open=True)
-        beta = rope_frequencies(head_dim, coord_dim, base, mode).to(torch.get_default_dtype())
+        beta = rope_frequencies(head_dim, coord_dim, base, mode).to(master_dtype())
         if learnable:
             self.beta = nn.Parameter(beta)
         else:
             self.register_buffer("beta", beta)
 
-    def angles(self, positions: torch.Tensor) -> torch.Tensor:
-        """theta (..., N, Dh/2) = positions @ beta^T."""
-        return positions.to(self.beta.dtype) @ self.beta.T
+    def angles(self, positions: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """theta (..., N, Dh/2) = positions @ beta^T in float32 or better (`dtype`: at least beta's precision;
+        default compute_dtype(beta)); integer positions are converted exactly (below 2^24 in float32)."""
+        dt = compute_dtype(self.beta.dtype, dtype or self.beta.dtype)
+        return positions.to(dt) @ self.beta.to(dt).T
 
     def generators(self) -> torch.Tensor:
         """The commuting skew generators L_k = (+)_u beta_{u,k} J (C, Dh, Dh) in this pairing (T2.3 with U = I)."""
@@ -184,34 +193,37 @@ class RoPE(RotaryPositional):
         hit = cache.lookup(kind, (positions, self.beta))
         return hit if hit is not None else cache.store(kind, (positions, self.beta), build())
 
-    def _theta(self, positions: torch.Tensor) -> torch.Tensor:
-        th = self.angles(positions)
+    def _theta(self, positions: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+        th = self.angles(positions, dtype)
         return th.unsqueeze(1) if th.ndim == 3 else th  # (B, N, m) -> (B, 1, N, m) to broadcast over heads
 
     def rotation(self, positions: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-        """e^{i theta(r)} as a complex tensor (..., N, Dh/2), (B, 1, N, Dh/2) for batched positions; cached."""
-        dtype = dtype or self.beta.dtype
-        cdt = torch.complex128 if dtype == torch.float64 else torch.complex64
+        """e^{i theta(r)} as a complex tensor (..., N, Dh/2), (B, 1, N, Dh/2) for batched positions; cached.
+        complex128 where dtype or beta is float64, else complex64."""
+        cdt = torch.complex128 if compute_dtype(dtype or self.beta.dtype, self.beta.dtype) == torch.float64 \
+            else torch.complex64
 
         def build():
-            th = self._theta(positions)
-            return torch.polar(torch.ones_like(th), th).to(cdt)
+            th = self._theta(positions, torch.float64 if cdt == torch.complex128 else torch.float32)
+            return torch.polar(torch.ones_like(th), th)
         return self._cached(("rot", cdt, positions.device), positions, build)
 
     def tables(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple:
-        """What `apply_tables` needs to rotate a `dtype` tensor in this pairing, cached per position set:
-        the complex table for interleaved float32/float64, contiguous [cos, cos] and [-sin, sin] otherwise
-        (reading the strided .real/.imag of a complex table in the hot path is what made half slow)."""
-        if self.pairing == "interleaved":  # low precision too: upcast, one complex multiply, cast back
-            return ("complex", self.rotation(positions, dtype if dtype == torch.float64 else torch.float32))
-        return self._cached(("cos", dtype, positions.device), positions,
-                            lambda: half_tables(self._theta(positions), dtype))
+        """What `apply_tables` needs to rotate a `dtype` tensor in this pairing, cached per position set, in
+        float32 (float64 for float64 inputs or a float64 beta): the complex table for interleaved pairing,
+        contiguous [cos, cos] and [-sin, sin] for half (reading the strided .real/.imag of a complex table in the hot
+        path is what made half slow). A 16-bit tensor is rotated in float32 and rounded once (apply_tables)."""
+        cd = compute_dtype(dtype, self.beta.dtype)
+        if self.pairing == "interleaved":
+            return ("complex", self.rotation(positions, cd))
+        return self._cached(("cos", cd, positions.device), positions,
+                            lambda: half_tables(self._theta(positions, cd), cd))
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor,
                 key_positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         kp = self._check_qk(q, k, positions, key_positions)
         tq = self.tables(positions, q.dtype)
-        tk = tq if key_positions is None and k.dtype == q.dtype else self.tables(kp, k.dtype)
+        tk = tq if key_positions is None else self.tables(kp, k.dtype)  # q and k share one dtype (_check_qk)
         return apply_tables(q, tq, self.pairing), apply_tables(k, tk, self.pairing)
 
     def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -220,8 +232,8 @@ class RoPE(RotaryPositional):
 
     def matrix(self, positions: torch.Tensor) -> torch.Tensor:
         """R(r) of shape (..., N, Dh, Dh): column j is the rotation of basis vector e_j."""
-        eye = torch.eye(self.head_dim, dtype=self.beta.dtype, device=self.beta.device)
         th = self.angles(positions)  # (..., N, m)
+        eye = torch.eye(self.head_dim, dtype=th.dtype, device=self.beta.device)
         c, s = th.cos()[..., None, :], th.sin()[..., None, :]
         # rotate every basis vector (rows of eye), giving R^T row by row
         rt = rotate_pairs(eye.expand(*th.shape[:-1], self.head_dim, self.head_dim), c, s, self.pairing)

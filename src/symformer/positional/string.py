@@ -8,6 +8,10 @@
   inference costs exactly RoPE.
 * `CirculantSTRING`: generators L_k = circ(c_k) - circ(c_k)^T (circulant, hence commuting); the
   rotation exp(A(r)) is diagonal in the Fourier basis and is applied with torch.fft in O(Dh log Dh).
+
+Precision (base.Float32Master): beta, the Cayley parameter and the circulant columns are float32 masters; the
+Cayley solve, the FFTs and the rotation run in float32 (float64 for float64 inputs; CPUs have no 16-bit solve or
+FFT) and the result is rounded once to the input dtype.
 """
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ from torch import nn
 from symformer._rng import init_generator
 from symformer._validation import check_int, fail
 from symformer.positional._cache import ValueCache
-from symformer.positional.base import QKSymmetry, RotaryPositional
+from symformer.positional.base import LOW_PRECISION, QKSymmetry, RotaryPositional, compute_dtype, master_dtype
 from symformer.positional.cayley import cayley, skew
 from symformer.positional.rope import RoPE, apply_tables, pair_indices
 
@@ -44,7 +48,7 @@ class STRING(RotaryPositional):
         a = torch.zeros(head_dim, head_dim, dtype=torch.float64)
         if float(init_scale) != 0.0:  # init_scale 0: P = I exactly, and no draw from any generator
             a = torch.randn(head_dim, head_dim, generator=init_generator(seed), dtype=torch.float64) * float(init_scale)
-        self.skew_param = nn.Parameter(a.to(torch.get_default_dtype()), requires_grad=learnable)
+        self.skew_param = nn.Parameter(a.to(master_dtype()), requires_grad=learnable)
         self.register_buffer("folded", torch.zeros((), dtype=torch.bool))
 
     @property
@@ -56,8 +60,9 @@ class STRING(RotaryPositional):
         return skew(self.skew_param)
 
     def orthogonal(self) -> torch.Tensor:
-        """P = (I - S)(I + S)^{-1} in SO(Dh) (T3.2)."""
-        return cayley(self.skew_matrix(), check=False)
+        """P = (I - S)(I + S)^{-1} in SO(Dh) (T3.2), solved in float32 at least (no 16-bit CPU solve)."""
+        s = self.skew_matrix()
+        return cayley(s.float() if s.dtype in LOW_PRECISION else s, check=False)
 
     def _orthogonal_cached(self, dtype: torch.dtype) -> torch.Tensor:
         if torch.is_grad_enabled() and self.skew_param.requires_grad:
@@ -87,9 +92,10 @@ class STRING(RotaryPositional):
         """Returns (R_rope(r) P^T q, R_rope(r') P^T k): the logits equal those of (R(r) q, R(r') k)."""
         kp = self._check_qk(q, k, positions, key_positions)
         tq = self.rope.tables(positions, q.dtype)  # cached per position set whenever no grad reaches beta
-        tk = tq if key_positions is None and k.dtype == q.dtype else self.rope.tables(kp, k.dtype)
-        q, k = self._to_rope_basis(q, k)
-        return apply_tables(q, tq, self.pairing), apply_tables(k, tk, self.pairing)
+        tk = tq if key_positions is None else self.rope.tables(kp, k.dtype)
+        cd = compute_dtype(q.dtype, self.skew_param.dtype)  # P^T and the rotation in float32 (float64), one rounding
+        qc, kc = self._to_rope_basis(q.to(cd), k.to(cd))
+        return apply_tables(qc, tq, self.pairing).to(q.dtype), apply_tables(kc, tk, self.pairing).to(k.dtype)
 
     def qk_symmetry(self, positions: torch.Tensor | None = None) -> QKSymmetry:
         """P H(d_h) P^T (R = P R_rope P^T; not in the teleportation paper); H(d_h) once P^T is folded
@@ -117,12 +123,13 @@ class STRING(RotaryPositional):
         if bool(self.folded):
             fail("self", "a STRING module already folded", "an unfolded module (fold_into merges P^T once)")
         pt = self.orthogonal().T
-        for lin in (q_linear, k_linear):
+        for lin in (q_linear, k_linear):  # the product in float32 or better, written back once (16-bit weights)
             w = lin.weight.unflatten(0, (-1, self.head_dim))  # (H, Dh, D)
-            lin.weight.copy_((pt.to(w.dtype) @ w).flatten(0, 1))
+            cd = compute_dtype(w.dtype, pt.dtype)
+            lin.weight.copy_((pt.to(cd) @ w.to(cd)).flatten(0, 1))
             if lin.bias is not None:
                 b = lin.bias.unflatten(0, (-1, self.head_dim))
-                lin.bias.copy_((b @ pt.T.to(b.dtype)).flatten())
+                lin.bias.copy_((b.to(cd) @ pt.T.to(cd)).flatten())
         self.folded.fill_(True)
 
     def extra_repr(self) -> str:
@@ -152,17 +159,18 @@ class CirculantSTRING(RotaryPositional):
         sign = torch.where(torch.rand(coord_dim, len(inner), generator=g) < 0.5, -1.0, 1.0).double()
         freqs[:, inner] = mags * sign / math.sqrt(coord_dim)
         a = torch.fft.irfft(1j * freqs, n=head_dim)  # skew circulant first column with these angles
-        self.c = nn.Parameter((a / 2).to(torch.get_default_dtype()), requires_grad=learnable)  # a = c - c^T
+        self.c = nn.Parameter((a / 2).to(master_dtype()), requires_grad=learnable)  # a = c - c^T
 
     def columns(self) -> torch.Tensor:
         """a_k = first column of L_k = c_k - c_k[(-j) mod Dh] (C, Dh)."""
         flip = torch.roll(torch.flip(self.c, dims=(-1,)), 1, dims=-1)
         return self.c - flip
 
-    def angles(self, positions: torch.Tensor) -> torch.Tensor:
-        """theta(r) (..., N, Dh//2+1) = r @ Im rfft(a_k)."""
-        spec = torch.fft.rfft(self.columns(), dim=-1).imag  # (C, F); the real part is 0 for skew columns
-        return positions.to(spec.dtype) @ spec
+    def angles(self, positions: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """theta(r) (..., N, Dh//2+1) = r @ Im rfft(a_k), in float32 or better (`dtype`, at least c's precision)."""
+        dt = compute_dtype(self.c.dtype, dtype or self.c.dtype)
+        spec = torch.fft.rfft(self.columns().to(dt), dim=-1).imag  # (C, F); the real part is 0 for skew columns
+        return positions.to(dt) @ spec
 
     def generators(self) -> torch.Tensor:
         """Dense (C, Dh, Dh) circulant generators (analysis only)."""
@@ -171,11 +179,12 @@ class CirculantSTRING(RotaryPositional):
         return a[:, idx]
 
     def _rotate_fourier(self, x: torch.Tensor, th: torch.Tensor) -> torch.Tensor:
+        """IFFT(e^{i theta} FFT(x)) in th's dtype (float32 / float64), rounded once to x's dtype."""
         rot = torch.polar(torch.ones_like(th), th)
-        return torch.fft.irfft(torch.fft.rfft(x, dim=-1) * rot, n=self.head_dim, dim=-1).to(x.dtype)
+        return torch.fft.irfft(torch.fft.rfft(x.to(th.dtype), dim=-1) * rot, n=self.head_dim, dim=-1).to(x.dtype)
 
     def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        th = self.angles(positions)
+        th = self.angles(positions, compute_dtype(x.dtype))
         return self._rotate_fourier(x, th.unsqueeze(1) if th.ndim == 3 and x.ndim == 4 else th)
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor,
