@@ -94,3 +94,23 @@ def test_cli_quick_into_full_is_one_line_exit_2(capsys, one_experiment, tmp_path
     assert err.startswith("error: --resume: ") and str(tmp_path / "tiny" / "runs") in err
     assert "quick: false there, true here" in err
     assert cli.main(["reproduce", "tiny", "--resume", "--out", str(tmp_path)]) == 0  # the same protocol resumes
+
+
+def _interrupt_parent(wait: float) -> None:
+    import os
+    import signal
+    import time
+    os.kill(os.getppid(), signal.SIGINT)  # what Ctrl-C does to the main process
+    time.sleep(wait)
+
+
+def test_ctrl_c_stops_worker_processes_at_once(tmp_path):
+    """Ctrl-C must stop `reproduce --jobs N`, not leave the workers running the queued jobs for hours."""
+    import time
+    from multiprocessing import active_children
+    jobs = [Job(f"j{i}", _interrupt_parent, {"wait": 60.0}) for i in range(4)]
+    t0 = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        run_jobs(jobs, tmp_path, n_workers=2)
+    assert time.perf_counter() - t0 < 45 and not active_children()
+    assert not list(tmp_path.glob("j*.json"))
