@@ -214,7 +214,9 @@ def _report_ab(res: ExperimentResult, ctx: RunContext, cfg: dict, got: dict[str,
     res.figures.append(_figure_b(ctx, rows))
     setting = (f"ours: (d, F) grid {grid}, {cfg['seeds_per_point']} seed(s), tied sphere embeddings; methods per d "
                f"{ {d: len(ms) for d, ms in cfg['by_d'].items()} } of {GD_METHODS} (no GD+JL); GD decoders "
-               f"{'300 steps, stopped once every value decodes' if ctx.quick else '1000 steps'}")
+               f"{'300 steps, stopped once every value decodes' if ctx.quick else '1000 steps'}; GD encoders with a "
+               f"cosine decay to lr/100 (the paper states none); F = alpha d^2, alpha in "
+               f"{sorted({f'1/{d * d // F}' for d, Fs in grid.items() for F in Fs})} (the paper's are not in its text)")
     _claims_ratios(res, rows, GD_METHODS, setting)
     _claims_scaling(res, rows, setting)
 

@@ -49,8 +49,8 @@ def offset(fs: FactSet, t: float, seed: int) -> FactSet:
 
 def claims_rho_size(rows: list[dict], d: int, F: int, n_seeds: int, metrics: dict) -> list[Claim]:
     """Metrics and claim rows for (c): the log-log slope (the paper's claim), the B.6.1 bound, coherence."""
-    setting = (f"ours: d={d}, F={F}, kappa in {sorted({r['kappa'] for r in rows})}, raw + whitened pooled, "
-               f"{n_seeds} seed(s) per point")
+    setting = (f"ours: d={d}, F={F}, kappa in {sorted({r['kappa'] for r in rows})} (the paper's grid is not in its "
+               f"text), raw + whitened (W_1 of the second moment, App. A.1.3) pooled, {n_seeds} seed(s) per point")
     paper_setting = "Fig. 2a: d up to 256, F up to 16k, raw + whitened embeddings pooled, several seeds"
     claims = []
     pts = [r for r in rows if r["family"] != "offset"]

@@ -174,6 +174,31 @@ def _provenance(seconds: float) -> dict:
             "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
 
+def _run_pool(todo: list[Job], work: dict, n_workers: int, done: Callable, failed: list) -> None:
+    """The jobs in spawned worker processes (one thread each); `done` records each, `failed` collects errors."""
+    before = set(active_children())
+    pool = ProcessPoolExecutor(min(n_workers, len(todo)), mp_context=get_context("spawn"), initializer=_init_worker)
+    try:
+        futures = {pool.submit(_call, j, work[j.key]): j for j in todo}
+        for f in as_completed(futures):
+            try:
+                done(futures[f], f.result())
+            except Exception as e:  # noqa: BLE001  (re-raised by run_jobs after the other jobs are recorded)
+                failed.append((futures[f].key, e))
+    except BaseException:
+        # Ctrl-C (or a kill) stops the run now: a worker hands a KeyboardInterrupt back as its job's result and
+        # takes the next job, and the pool's exit would wait for every queued job. What is recorded stays, and
+        # the jobs in flight resume from their checkpoints (--resume).
+        pool.shutdown(wait=False, cancel_futures=True)
+        stop = set(active_children()) - before
+        for proc in stop:
+            proc.terminate()
+        for proc in stop:
+            proc.join(10)
+        raise
+    pool.shutdown()
+
+
 def run_jobs(jobs: list[Job], record_dir: Path | None = None, n_workers: int = 1, resume: bool = False,
              stats: dict | None = None, log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """{key: fn(**kwargs)} for every job; results must be JSON-serialisable when record_dir is given.
@@ -233,28 +258,7 @@ def run_jobs(jobs: list[Job], record_dir: Path | None = None, n_workers: int = 1
                 except Exception as e:  # noqa: BLE001  (re-raised below, after the other jobs are recorded)
                     failed.append((j.key, e))
     else:
-        before = set(active_children())
-        pool = ProcessPoolExecutor(min(n_workers, len(todo)), mp_context=get_context("spawn"),
-                                   initializer=_init_worker)
-        try:
-            futures = {pool.submit(_call, j, work[j.key]): j for j in todo}
-            for f in as_completed(futures):
-                try:
-                    done(futures[f], f.result())
-                except Exception as e:  # noqa: BLE001
-                    failed.append((futures[f].key, e))
-        except BaseException:
-            # Ctrl-C (or a kill) stops the run now: a worker hands a KeyboardInterrupt back as its job's result and
-            # takes the next job, and the pool's exit would wait for every queued job. What is recorded stays, and
-            # the jobs in flight resume from their checkpoints (--resume).
-            pool.shutdown(wait=False, cancel_futures=True)
-            stop = set(active_children()) - before
-            for proc in stop:
-                proc.terminate()
-            for proc in stop:
-                proc.join(10)
-            raise
-        pool.shutdown()
+        _run_pool(todo, work, n_workers, done, failed)
     if failed:
         # one failing job does not throw away the others: every job that finished is recorded (a --resume call
         # after the fix reruns only the failed ones), then the first failure is raised, naming its job
