@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from symformer.experiments.jobs import recorded_plan
 from symformer.registry import Registry, description_of
 from symformer.results import ExperimentResult
 
@@ -23,6 +24,9 @@ class ExperimentSpec:
     # {importable module: optional extra that installs it}: checked beside data_files, so a run of every
     # experiment skips this one (with the reason) where the extra is not installed
     requires: dict[str, str] = field(default_factory=dict)
+    # the version of what the experiment's points compute: bump it when a commit changes a point's result for
+    # the same arguments, so that --resume refuses a runs folder of the older version (jobs.recorded_plan)
+    protocol: str = "1"
 
     def missing_requirement(self) -> str | None:
         """None when every required module imports, else the reason this experiment cannot run here."""
@@ -85,18 +89,24 @@ EXPERIMENTS: Registry[ExperimentSpec] = Registry("experiment", "symformer.experi
 
 
 def experiment(name: str, description: str = "", data_files: tuple[str, ...] = (),
-               options: dict[str, tuple[Any, str]] | None = None, requires: dict[str, str] | None = None):
+               options: dict[str, tuple[Any, str]] | None = None, requires: dict[str, str] | None = None,
+               protocol: str = "1"):
     """Register `fn(ctx) -> ExperimentResult` as experiment `name`; `data_files` are checked before it runs.
     `options` {name: (default, help)} are what `reproduce --set NAME.option=value` may change; the
-    registered function sees every option in `ctx.options` (defaults filled in, also for direct calls)."""
+    registered function sees every option in `ctx.options` (defaults filled in, also for direct calls).
+    The run's plan (experiment, `protocol`, quick, seed, options, --full) names its runs folder
+    (out_dir/runs/PLAN.json): --resume refuses a folder of another plan (jobs.recorded_plan)."""
     def deco(fn):
         spec = ExperimentSpec(name, fn, description_of(fn, description), tuple(data_files), dict(options or {}),
-                              dict(requires or {}))
+                              dict(requires or {}), protocol)
 
         @functools.wraps(fn)
         def with_options(ctx: RunContext) -> ExperimentResult:
             ctx.options = spec.resolve_options(ctx.options)
-            return fn(ctx)
+            plan = {"experiment": name, "protocol": protocol, "quick": ctx.quick, "seed": ctx.seed,
+                    "options": ctx.options, "full": bool(ctx.extra.get("full", False))}
+            with recorded_plan(ctx.out_dir / "runs", plan, ctx.resume):
+                return fn(ctx)
         spec.fn = with_options
         EXPERIMENTS.register(name)(spec)
         return with_options

@@ -25,7 +25,10 @@ BRACKET = {"bin+jl": (2, 64), "gd-swiglu": (2, 8), "ntk": (64, 2048), "ntk-mo": 
 
 def options(quick: bool, **kw) -> BuildOptions:
     # quick: GD MLPs get lr 1e-2 and 2000 epochs instead of 1e-3 and 20k (App. A.1.3); GD codecs 300 steps
-    base = dict(train_epochs=2000, train_lr=1e-2, decoder_steps=300, encoder_steps=300) if quick else {}
+    # full: the GD decoder runs all its 1000 steps as the appendix does (quick keeps the early stop once every
+    # value decodes)
+    base = (dict(train_epochs=2000, train_lr=1e-2, decoder_steps=300, encoder_steps=300) if quick
+            else dict(decoder_early_stop=False))
     return BuildOptions(**{**base, **kw})
 
 
@@ -46,8 +49,8 @@ def offset(fs: FactSet, t: float, seed: int) -> FactSet:
 
 def claims_rho_size(rows: list[dict], d: int, F: int, n_seeds: int, metrics: dict) -> list[Claim]:
     """Metrics and claim rows for (c): the log-log slope (the paper's claim), the B.6.1 bound, coherence."""
-    setting = (f"ours: d={d}, F={F}, kappa in {sorted({r['kappa'] for r in rows})}, raw + whitened pooled, "
-               f"{n_seeds} seed(s) per point")
+    setting = (f"ours: d={d}, F={F}, kappa in {sorted({r['kappa'] for r in rows})} (the paper's grid is not in its "
+               f"text), raw + whitened (W_1 of the second moment, App. A.1.3) pooled, {n_seeds} seed(s) per point")
     paper_setting = "Fig. 2a: d up to 256, F up to 16k, raw + whitened embeddings pooled, several seeds"
     claims = []
     pts = [r for r in rows if r["family"] != "offset"]
@@ -55,23 +58,29 @@ def claims_rho_size(rows: list[dict], d: int, F: int, n_seeds: int, metrics: dic
         ok = [r for r in pts if r[method] and r["rho"] > 0]
         r2_ll, slope = loglog([r["rho"] for r in ok], [r[method] for r in ok])
         metrics[f"rho_size_loglog_r2_{key}"], metrics[f"rho_size_exponent_{key}"] = r2_ll, slope
+        # "cost scales inversely with rho" (Sec. 3.1) read literally: params linear in 1/rho
+        inv = r2([1 / r["rho"] for r in ok], [r[method] for r in ok])
+        metrics[f"rho_size_inv_r2_{key}"] = inv
         bound = r2([r["rho"] ** -2 * F * math.log(F) for r in ok], [r[method] for r in ok])
         metrics[f"rho_size_r2_{key}"] = bound
         claims.append(Claim(
             f"c/Fig2a-{key}", f"{key} MLP size scales inversely with rho at fixed F (log-log fit)",
             "R^2 > 0.97, size ~ rho^-b", "n/a" if r2_ll is None else f"R^2 = {r2_ll:.3f}, exponent b = {-slope:.2f}",
-            _verdict(r2_ll, 0.97), f"{len(ok)} points (log params against log rho); holds if R^2 > 0.97",
+            _verdict(r2_ll, 0.97), f"{len(ok)} points (log params against log rho); holds if R^2 > 0.97; the same "
+            f"points fitted linearly on 1/rho (the other reading of Sec. 3.1's 'inversely'): R^2 = {_f(inv)}",
             setting, paper_setting))
         if key == "constructed":
             # a bound size = O(rho^-2 F log F): at fixed F its rho-dependence must not be steeper than rho^-2
             claims.append(Claim(
-                "c/B.6.1-bound", "constructed MLP size is O(rho^-2 F log F) (the bound of Construction B.6.1, "
+                "c/B.6.1-bound", "ours: constructed MLP size is O(rho^-2 F log F) (the bound of Construction B.6.1, "
                 "not the paper's fitted law)", "a bound: size grows no faster than rho^-2 at fixed F",
                 "n/a" if bound is None
                 else f"linear fit on rho^-2 F log F: R^2 = {bound:.3f}; exponent b = {-slope:.2f}",
                 _verdict_bool(None if slope is None else -slope <= 2.0),
                 "holds if the log-log exponent b <= 2; the R^2 of the linear fit (the old regressor) is shown for "
-                "reference only", setting, "Construction B.6.1 (bound, any d, F)"))
+                "reference only. Sec. 4.4 says the cost scales 'at a rate matching the prediction from Construction "
+                "B.6.1', i.e. reads b = 2 as the rate; this row tests it as a bound", f"ours (our fit): {setting[6:]}",
+                "Construction B.6.1 (bound, any d, F); Sec. 4.4"))
     return claims
 
 
@@ -122,6 +131,8 @@ def claims_whiten(rows: list[dict], metrics: dict, quick: bool) -> list[Claim]:
     gmax = max(vals) if vals else None
     metrics["whitening_gain_max"], metrics["whitening_gain"], metrics["whitening_gain_lower_bounds"] = gmax, gain, bound
     dims, kap = sorted({r["d"] for r in rows}), sorted({r["kappa"] for r in rows})
+    rule = ("4d" if all(r["F"] == 4 * r["d"] for r in rows) else "d^2/4" if all(4 * r["F"] == r["d"] ** 2 for r in rows)
+            else str(sorted({(r["d"], r["F"]) for r in rows})))
     return [Claim(
         "d/Fig2a", "embedding whitening cuts the constructed cost by up to 32x", "up to 32x",
         "n/a" if gmax is None
@@ -129,8 +140,41 @@ def claims_whiten(rows: list[dict], metrics: dict, quick: bool) -> list[Claim]:
         _verdict_bool(None if gmax is None else gmax >= 16.0),
         f"gain = raw / whitened Bin+JL parameters per (d, kappa): {gain}; lower bounds (raw fails at every "
         f"m <= 4096): {bound}; holds if the max reaches >= 16x",
-        f"ours: d in {dims}, F = 4d, kappa in {kap}, 1 seed{' (quick)' if quick else ''}",
+        f"ours: d in {dims}, F = {rule}, kappa in {kap}, 1 seed per (d, kappa)"
+        f"{' (quick)' if quick else ''}; Bin+JL only; the paper-form gain at Fig. 2a's fixed F is row d/Fig2a-pooled",
         "Fig. 2a: d up to 256, F up to 16k, kappa up to ~1e4")]
+
+
+def claims_whiten_pooled(rows: list[dict], metrics: dict, d: int, F: int, n_seeds: int) -> list[Claim]:
+    """The whitening gain as Fig. 2a shows it: at its fixed F, raw against whitened Bin+JL cost of the same
+    fact sets, per kappa of (c)'s sweep (the points the rho law pools). A raw search that stores nothing up to
+    its cap gives a lower bound. The GD gain on the same points is a metric only (the claim is constructed)."""
+    by = {(r["family"], r["kappa"]): r for r in rows if r["family"] in ("raw", "whitened")}
+    out: dict[str, dict] = {"bin+jl": {}, "gd-swiglu": {}}
+    bound: set[float] = set()
+    for (fam, k), raw in sorted(by.items()):
+        wh = by.get(("whitened", k))
+        if fam != "raw" or wh is None:
+            continue
+        for m in out:
+            lb = raw.get(f"{m}_lower_bound", raw[m])
+            if wh[m] and lb:
+                out[m][k] = round(lb / wh[m], 3)
+                if m == "bin+jl" and not raw[m]:
+                    bound.add(k)
+    g = out["bin+jl"]
+    gmax = max(g.values()) if g else None
+    metrics["whitening_gain_fig2a"], metrics["whitening_gain_fig2a_max"] = g, gmax
+    metrics["whitening_gain_fig2a_gd"], metrics["whitening_gain_fig2a_lower_bounds"] = out["gd-swiglu"], sorted(bound)
+    lb = gmax is not None and any(g[k] == gmax for k in bound)
+    return [Claim(
+        "d/Fig2a-pooled", "embedding whitening cuts the constructed cost by up to 32x (at Fig. 2a's fixed F, "
+        "paper's form)", "up to 32x", "n/a" if gmax is None else f"max {gmax:.3g}x{' (a lower bound)' if lb else ''}",
+        _verdict_bool(None if gmax is None else gmax >= 16.0),
+        f"gain = raw / whitened Bin+JL parameters on the same fact sets, per kappa: {g} (lower bounds where raw "
+        f"stores nothing up to its cap: kappa in {sorted(bound)}); GD on the same points: {out['gd-swiglu']}; holds "
+        "if the max reaches >= 16x", f"ours: d={d}, F={F}{' (= d^2/4)' if 4 * F == d * d else ''}, the kappa sweep "
+        f"of (c), {n_seeds} seed(s) (minimum over seeds)", "Fig. 2a: fixed F, raw + whitened points, kappa up to ~1e4")]
 
 
 # ---------------------------------------------------------------- (e) margin-optimal NTK across kappa

@@ -14,18 +14,31 @@ A job that runs for hours (a PLASH horizon-168 Informer) sets `checkpoints=True`
 written, and a call without --resume starts the job afresh. `work_dir` is not part of the signature.
 
 A job that raises does not cost the others: every other job still runs and is recorded, then `JobError` names
-the failed job (its exception is the `__cause__`), and a --resume call after the fix runs only what failed."""
+the failed job (its exception is the `__cause__`), and a --resume call after the fix runs only what failed.
+
+A runs folder belongs to one protocol. `recorded_plan` (entered by every registered experiment, base.py) names
+it: the experiment, its declared protocol version, --quick, --seed, --full and the options. The first run_jobs
+call into that folder writes it as runs/PLAN.json and stamps each record with its digest. Rule:
+- --resume into a folder whose PLAN.json differs refuses (ValueError, one line naming the folder and the
+  difference: the CLI prints it and exits 2), so a quick run is never resumed into a full one, nor one
+  protocol version into another;
+- --resume into a folder without PLAN.json (records written before it existed, e.g. results/fact-recall) is
+  compatible: the records are reused by their signatures as before, and PLAN.json is written;
+- without --resume the plan is (re)written, and a record stamped with another plan's digest is never reused,
+  so a fresh run that was killed in an old protocol's folder does not later mix the two."""
 from __future__ import annotations
 
+import hashlib
 import json
 import platform
 import shutil
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from multiprocessing import get_context
+from multiprocessing import active_children, get_context
 from pathlib import Path
 from typing import Any, Callable
 
@@ -44,12 +57,67 @@ class Job:
         return {"fn": f"{self.fn.__module__}.{self.fn.__qualname__}", "kwargs": self.kwargs}
 
 
-def _load(path: Path, job: Job) -> Any:
+PLAN_FILE = "PLAN.json"
+# (runs folder, plan, resume) of the experiment running in this context (recorded_plan), checked by run_jobs
+_PLAN: ContextVar[tuple[Path, dict, bool] | None] = ContextVar("symformer_plan", default=None)
+
+
+class PlanMismatch(ValueError):
+    """--resume into a runs folder that another protocol wrote."""
+
+
+def plan_digest(plan: dict) -> str:
+    return hashlib.sha256(json.dumps(plan, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@contextmanager
+def recorded_plan(record_dir: Path, plan: dict, resume: bool):
+    """Inside: run_jobs calls into `record_dir` check and write its PLAN.json and stamp their records (the rule
+    is in the module docstring). The folder is touched only when a run_jobs call uses it."""
+    token = _PLAN.set((Path(record_dir), json.loads(json.dumps(plan, sort_keys=True)), resume))
+    try:
+        yield
+    finally:
+        _PLAN.reset(token)
+
+
+def _plan_difference(old: Any, new: dict) -> str:
+    if not isinstance(old, dict):
+        return f"{PLAN_FILE} is not a plan"
+    keys = sorted(set(old) | set(new))
+    return "; ".join(f"{k}: {json.dumps(old.get(k))} there, {json.dumps(new.get(k))} here"
+                     for k in keys if old.get(k) != new.get(k))
+
+
+def _check_plan(record_dir: Path) -> str | None:
+    """The digest that this run's records carry (None outside recorded_plan or for another folder)."""
+    got = _PLAN.get()
+    if got is None or got[0].resolve() != record_dir.resolve():
+        return None
+    _, plan, resume = got
+    path = record_dir / PLAN_FILE
+    if resume and path.exists():
+        try:
+            old = json.loads(path.read_text())
+        except (OSError, ValueError):
+            old = None
+        if old != plan:
+            raise PlanMismatch(f"--resume: {record_dir} holds the runs of another protocol "
+                               f"({_plan_difference(old, plan)}); give another --out, or drop --resume to rerun "
+                               "every point there")
+    if not path.exists() or path.read_text() != json.dumps(plan, sort_keys=True, indent=1):
+        atomic_write_text(path, json.dumps(plan, sort_keys=True, indent=1))
+    return plan_digest(plan)
+
+
+def _load(path: Path, job: Job, digest: str | None = None) -> Any:
     try:
         rec = json.loads(path.read_text())
     except (OSError, ValueError):  # absent, torn or not JSON: run the job again
         return None
     if not isinstance(rec, dict) or "result" not in rec:
+        return None
+    if digest is not None and rec.get("plan", digest) != digest:  # another protocol's record (unstamped: legacy)
         return None
     same = rec.get("signature") == json.loads(json.dumps(job.signature()))
     return rec["result"] if same else None
@@ -106,6 +174,31 @@ def _provenance(seconds: float) -> dict:
             "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
 
+def _run_pool(todo: list[Job], work: dict, n_workers: int, done: Callable, failed: list) -> None:
+    """The jobs in spawned worker processes (one thread each); `done` records each, `failed` collects errors."""
+    before = set(active_children())
+    pool = ProcessPoolExecutor(min(n_workers, len(todo)), mp_context=get_context("spawn"), initializer=_init_worker)
+    try:
+        futures = {pool.submit(_call, j, work[j.key]): j for j in todo}
+        for f in as_completed(futures):
+            try:
+                done(futures[f], f.result())
+            except Exception as e:  # noqa: BLE001  (re-raised by run_jobs after the other jobs are recorded)
+                failed.append((futures[f].key, e))
+    except BaseException:
+        # Ctrl-C (or a kill) stops the run now: a worker hands a KeyboardInterrupt back as its job's result and
+        # takes the next job, and the pool's exit would wait for every queued job. What is recorded stays, and
+        # the jobs in flight resume from their checkpoints (--resume).
+        pool.shutdown(wait=False, cancel_futures=True)
+        stop = set(active_children()) - before
+        for proc in stop:
+            proc.terminate()
+        for proc in stop:
+            proc.join(10)
+        raise
+    pool.shutdown()
+
+
 def run_jobs(jobs: list[Job], record_dir: Path | None = None, n_workers: int = 1, resume: bool = False,
              stats: dict | None = None, log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """{key: fn(**kwargs)} for every job; results must be JSON-serialisable when record_dir is given.
@@ -119,10 +212,12 @@ def run_jobs(jobs: list[Job], record_dir: Path | None = None, n_workers: int = 1
     if bad:
         fail("jobs", f"key {bad[0]!r}", "keys made of letters, digits, '.', '_', '-', '='")
     out: dict[str, Any] = {}
+    digest = None
     if record_dir is not None:
         record_dir.mkdir(parents=True, exist_ok=True)
+        digest = _check_plan(record_dir)
         for j in jobs:
-            got = _load(record_dir / f"{j.key}.json", j) if resume else None
+            got = _load(record_dir / f"{j.key}.json", j, digest) if resume else None
             if got is not None:
                 out[j.key] = got
     todo = [j for j in jobs if j.key not in out]
@@ -142,7 +237,8 @@ def run_jobs(jobs: list[Job], record_dir: Path | None = None, n_workers: int = 1
         if record_dir is not None:
             # json.dumps, not results.write_json: NaN must read back as NaN, not as the string "nan"
             # (provenance.seconds: this call's wall time; a job resumed from its checkpoint counts the last part)
-            rec = {"signature": job.signature(), "result": result, "provenance": _provenance(seconds)}
+            rec = {"signature": job.signature(), "result": result, "provenance": _provenance(seconds),
+                   **({} if digest is None else {"plan": digest})}
             atomic_write_text(record_dir / f"{job.key}.json", json.dumps(rec))
             if work[job.key] is not None:  # recorded: its checkpoints are no longer needed
                 shutil.rmtree(work[job.key], ignore_errors=True)
@@ -162,14 +258,7 @@ def run_jobs(jobs: list[Job], record_dir: Path | None = None, n_workers: int = 1
                 except Exception as e:  # noqa: BLE001  (re-raised below, after the other jobs are recorded)
                     failed.append((j.key, e))
     else:
-        with ProcessPoolExecutor(min(n_workers, len(todo)), mp_context=get_context("spawn"),
-                                 initializer=_init_worker) as pool:
-            futures = {pool.submit(_call, j, work[j.key]): j for j in todo}
-            for f in as_completed(futures):
-                try:
-                    done(futures[f], f.result())
-                except Exception as e:  # noqa: BLE001
-                    failed.append((futures[f].key, e))
+        _run_pool(todo, work, n_workers, done, failed)
     if failed:
         # one failing job does not throw away the others: every job that finished is recorded (a --resume call
         # after the fix reruns only the failed ones), then the first failure is raised, naming its job

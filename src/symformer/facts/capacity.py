@@ -11,7 +11,9 @@ from typing import Callable, Sequence
 
 import torch
 
+from symformer._io import save_atomic
 from symformer._validation import check_choice, check_float, check_int, fail
+from symformer.data.files import torch_load
 from symformer.facts import baselines, decoders, encoders
 from symformer.facts.decodability import Decodability, decodability, require_vertices
 from symformer.facts.embeddings import FactSet, fold_whitening, validate_fact_set, whitening_matrix
@@ -42,13 +44,37 @@ class BuildOptions:
     ntk_degree: int = 2
     whiten: float = 0.0            # partial ZCA strength alpha (App. A.1.3)
     train_checkpoint: str | None = None  # GD MLPs: file where the training state is saved and resumed from
+    decoder_early_stop: bool = True  # GD decoder stops once every value decodes (App. A.1.3: all steps)
+    codec_cache: str | None = None   # folder keeping each GD decoder built (same values, m, seed, steps: same codes)
 
 
 def _decoder(values: torch.Tensor, kind: str, m: int, seed: int, info: Decodability | None,
              opts: BuildOptions) -> decoders.Decoder:
     if kind == "gd":
-        return decoders.gd_decoder(values, m, steps=opts.decoder_steps, seed=seed)
+        return _gd_decoder_cached(values, m, seed, opts)
     return decoders.jl_decoder(values, m, "sign" if kind == "jl-sign" else "gaussian", seed=seed, info=info)
+
+
+def _gd_decoder_cached(values: torch.Tensor, m: int, seed: int, opts: BuildOptions) -> decoders.Decoder:
+    """The GD decoder, kept in opts.codec_cache when given. A GD decoder depends on the values, m, seed, steps
+    and early stop alone (seeded stream, one thread), so Bin+GD and GD+GD evaluations at the same m and the
+    GD+GD width search (m fixed at m^) read the same codes that a rebuild would give, without the 1000 steps
+    (F = 4096: minutes each). The file is named by a hash of all of them."""
+    make = lambda: decoders.gd_decoder(values, m, steps=opts.decoder_steps, seed=seed,  # noqa: E731
+                                       early_stop=opts.decoder_early_stop)
+    if opts.codec_cache is None:
+        return make()
+    h = hashlib.sha256(json.dumps([m, seed, opts.decoder_steps, opts.decoder_early_stop]).encode())
+    h.update(str(values.dtype).encode() + values.detach().cpu().contiguous().numpy().tobytes())
+    path = Path(opts.codec_cache) / f"gd_decoder_{h.hexdigest()[:20]}.pt"
+    if path.exists():
+        state = torch_load(path, "a cached GD decoder")
+        if isinstance(state, dict) and isinstance(state.get("C"), torch.Tensor) and isinstance(state.get("D"),
+                                                                                              torch.Tensor):
+            return decoders.Decoder(state["C"], state["D"], "gd")
+    dec = make()
+    save_atomic({"C": dec.C, "D": dec.D}, path)
+    return dec
 
 
 def _encoder(keys: torch.Tensor, codes: torch.Tensor, kind: str, seed: int, opts: BuildOptions) -> FactMLP:
@@ -180,8 +206,8 @@ class _Remembered:
 
     def __init__(self, work_dir: str | os.PathLike, method: str, fact_sets: Sequence[FactSet], opts: BuildOptions):
         h = hashlib.sha256(method.encode())
-        h.update(json.dumps({k: v for k, v in vars(opts).items() if k != "train_checkpoint"}, sort_keys=True,
-                            default=str).encode())
+        h.update(json.dumps({k: v for k, v in vars(opts).items() if k not in ("train_checkpoint", "codec_cache")},
+                            sort_keys=True, default=str).encode())
         for fs in fact_sets:
             for t in (fs.keys, fs.values, fs.facts):
                 h.update(str(t.dtype).encode() + t.detach().cpu().contiguous().numpy().tobytes())
@@ -230,6 +256,8 @@ def method_capacity(method: str, fact_sets: Sequence[FactSet], lo: int, hi: int,
     for fs in fact_sets:
         validate_fact_set(fs.keys, fs.values, fs.facts)
     opts = options or BuildOptions()
+    if work_dir is not None and opts.codec_cache is None and method.endswith("+gd"):
+        opts = replace(opts, codec_cache=str(work_dir))  # the search's GD decoders, kept until the record is written
     if infos is None and opts.whiten == 0 and method.split("+")[-1] in ("jl", "jl-sign", "naive", "ntk-mo"):
         infos = [decodability(fs.values) for fs in fact_sets]
     memo = None if work_dir is None else _Remembered(work_dir, method, fact_sets, opts)

@@ -47,11 +47,12 @@ def jl_bound(rho: float, n_keys: int, delta: float = 1 / 3) -> int:
 
 
 def gd_decoder(values: torch.Tensor, m: int, steps: int = 1000, lr: float = 1.0, seed: int = 0,
-               dtype: torch.dtype = torch.float32) -> Decoder:
+               dtype: torch.dtype = torch.float32, early_stop: bool = True) -> Decoder:
     """GD decoder (App. A.1.3): learn C (|V| x m), M (m x d); scores (C M) V^T; cross-entropy; full-batch
     Adam lr 1 with cosine decay to 0.01, 1000 steps. Afterwards the rows of C are normalised (argmax per
     row is scale-free) and M is scaled by one scalar; normalising M's rows, as the appendix says, changes
-    the decoding map itself, so we do not."""
+    the decoding map itself, so we do not. early_stop: stop (checked every 25 steps) once every value
+    decodes; the appendix runs all `steps`, which keeps widening the margins the encoder may use."""
     check_tensor("values", values, 2)
     check_int("m", m, 1)
     check_int("steps", steps, 1)
@@ -70,7 +71,7 @@ def gd_decoder(values: torch.Tensor, m: int, steps: int = 1000, lr: float = 1.0,
         loss.backward()
         opt.step()
         sched.step()
-        if step % 25 == 24 and bool((s.argmax(1) == target).all()):
+        if early_stop and step % 25 == 24 and bool((s.argmax(1) == target).all()):
             break  # every value decodes: the codes are all the encoder needs
     with torch.no_grad():
         Cn = C.double() / C.double().norm(dim=1, keepdim=True).clamp_min(1e-300)
