@@ -34,6 +34,7 @@ from symformer._validation import (
     check_int,
     fail,
 )
+from symformer.attention.plash_state import PlashState, plash_step
 from symformer.attention.sketch import (
     MERSENNE_31,
     bucket_hashes,
@@ -41,7 +42,6 @@ from symformer.attention.sketch import (
     sign_hashes,
     tensor_sketch_dense,
 )
-from symformer.attention.plash_state import PlashState, plash_step
 from symformer.attention.softmax import AttentionCore, float32_compute, key_padding_mask, needs_float32
 
 

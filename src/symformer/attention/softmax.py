@@ -29,6 +29,8 @@ _HALF = (torch.float16, torch.bfloat16)
 def needs_float32(*xs: torch.Tensor) -> bool:
     """Whether a core that accumulates exponentials (FAVOR+, PLASH) must recompute in float32: a 16-bit input, or
     autocast on the inputs' device (it would run the matmuls in 16 bits)."""
+    if not all(isinstance(x, torch.Tensor) for x in xs):
+        return False  # the core's own validation names the argument
     if any(x.dtype in _HALF for x in xs):
         return True
     try:
