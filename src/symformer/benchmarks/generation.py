@@ -1,0 +1,147 @@
+"""`generation` suite: per-token decoding latency and state memory of a config-built ~20M-parameter Llama with
+SDPA and a KV cache (transformers' DynamicCache), FAVOR+ and PLASH (symformer decoding states in a StateCache,
+integrations.hf_cache), at contexts 1k, 4k, 16k (and 64k without --quick), batch 1, in one process.
+
+Per context and method: the prompt is prefilled in one forward (timed once: `prefill_s`), then `tokens` single
+tokens are decoded (`decode_s`: the median of their times after two warm-up tokens). PLASH recomputes its prefix
+summaries once per finished block of `causal_block` tokens; that cost (timed on the live states) divided by
+causal_block is added to its per-token time (`block_amortised_s`), so the figure is the true average.
+`state_bytes`: the bytes the cache holds after the prefill (keys and values for SDPA; [S, z] and the stabiliser for
+FAVOR+; summaries, their Stage II-III keys and values and the current block for PLASH).
+
+Ratios (issue goals): favor/plash_decode_16k_vs_1k <= 1.2, favor/plash_decode_vs_sdpa_16k <= 0.25,
+favor/plash_state_bytes_vs_kv_16k <= 0.05; sdpa_decode_16k_vs_1k for reference."""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from symformer.benchmarks.base import BenchContext, BenchResult, suite
+
+VOCAB = 256
+SPEC = dict(hidden_size=512, intermediate_size=1408, num_hidden_layers=6, num_attention_heads=8,
+            num_key_value_heads=8, head_dim=64)
+FAVOR = dict(n_features=256, chunk_size=128)
+PLASH = dict(M=64, D_k=64, width=64, mixer_heads=4, causal_block=256)
+METHODS = ("sdpa", "favor", "plash")
+
+
+def _model(method: str, seed: int, max_len: int):
+    import transformers as tf
+
+    from symformer.integrations import hf
+    torch.manual_seed(seed)
+    cfg = tf.LlamaConfig(vocab_size=VOCAB, max_position_embeddings=max_len, bos_token_id=None, eos_token_id=None,
+                         pad_token_id=None, **SPEC)
+    model = tf.LlamaForCausalLM._from_config(cfg, attn_implementation="sdpa").eval()
+    if method != "sdpa":
+        hf.configure(model, attention=method, **(FAVOR if method == "favor" else PLASH))
+    return model
+
+
+def _cache(model, method: str):
+    import transformers as tf
+
+    from symformer.integrations.hf_cache import state_cache
+    return tf.DynamicCache(config=model.config) if method == "sdpa" else state_cache(model)
+
+
+def _state_bytes(cache, method: str) -> int:
+    if method == "sdpa":
+        return sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+    return sum(layer.nbytes() for layer in cache.layers)
+
+
+def _block_amortised(cache, method: str) -> float:
+    """PLASH: time of one prefix-summary recomputation in every layer (what a finished block costs) / causal_block."""
+    if method != "plash":
+        return 0.0
+    t0 = time.perf_counter()
+    for layer in cache.layers:
+        st = layer.state
+        if st is not None and st.pk is not None:
+            layer.core.prefix_summaries(st.pk, st.pv)
+    return (time.perf_counter() - t0) / PLASH["causal_block"]
+
+
+def _synthetic_kv(model, cache, context: int, g: torch.Generator) -> None:
+    """Fill a DynamicCache with `context` random keys and values per layer: what a decoding step reads and copies
+    depends on the cache's size only, and a quadratic SDPA prefill at 16k takes minutes on 2 cores."""
+    for i in range(SPEC["num_hidden_layers"]):
+        shape = (1, SPEC["num_key_value_heads"], context, SPEC["head_dim"])
+        cache.update(torch.randn(shape, generator=g), torch.randn(shape, generator=g), i)
+
+
+@torch.no_grad()
+def measure(model, method: str, context: int, tokens: int, seed: int, prefill: bool = True) -> dict:
+    """Prefill `context` random tokens (prefill=False: SDPA's cache filled with random keys and values, prefill
+    not timed), then decode `tokens` + 2 single tokens (the first two are warm-up)."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, VOCAB, (1, context), generator=g)
+    cache = _cache(model, method)
+    if prefill:
+        t0 = time.perf_counter()
+        nxt = model(ids, cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1:].argmax(-1)
+        seconds = time.perf_counter() - t0
+    else:
+        _synthetic_kv(model, cache, context, g)
+        nxt, seconds = ids[:, -1:], None
+    state_bytes = _state_bytes(cache, method)
+    times = []
+    for t in range(tokens + 2):
+        pos = torch.tensor([[context + t]])
+        t0 = time.perf_counter()
+        out = model(nxt, cache=cache, use_cache=True, position_ids=pos)
+        times.append(time.perf_counter() - t0)
+        nxt = out.logits[:, -1:].argmax(-1)
+    amortised = _block_amortised(cache, method)
+    return {"prefill_s": seconds, "decode_s": statistics.median(times[2:]) + amortised,
+            "block_amortised_s": amortised, "state_bytes": state_bytes}
+
+
+@suite("generation", "per-token decoding latency and state memory: SDPA + KV cache vs FAVOR+ and PLASH states "
+       "(HF Llama ~20M parameters, contexts 1k-16k)")
+def run(ctx: BenchContext) -> BenchResult:
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return BenchResult(notes=["generation suite skipped: transformers is not installed (pip install "
+                                  "'symformer[hf]')"])
+    contexts = (1024, 4096, 16384) if ctx.quick else (1024, 4096, 16384, 65536)
+    tokens = 6 if ctx.quick else 32
+    res = BenchResult(config={"model": {"vocab_size": VOCAB, **SPEC}, "favor": FAVOR, "plash": PLASH,
+                              "contexts": contexts, "tokens": tokens, "batch": 1})
+    rows: dict[tuple[str, int], dict] = {}
+    models = {m: _model(m, ctx.seed, max(contexts) + tokens + 8).to(ctx.device) for m in METHODS}
+    n_params = sum(p.numel() for p in models["sdpa"].parameters())
+    threads = torch.get_num_threads()
+    if ctx.device == "cpu":  # batch-1 decoding is matrix-vector work: threads add OpenMP joins on a loaded machine
+        torch.set_num_threads(1)
+    try:
+        for context in contexts:
+            for method in METHODS:
+                full = not (ctx.quick and method == "sdpa" and context > 4096)
+                r = measure(models[method], method, context, tokens, ctx.seed, prefill=full)
+                rows[method, context] = r
+                res.rows.append({"method": method, "context": context, "params": n_params, **r})
+                if ctx.progress:
+                    print(f"[generation] {method} {context}: decode {r['decode_s'] * 1e3:.1f} ms", flush=True)
+    finally:
+        torch.set_num_threads(threads)
+    for m in ("favor", "plash", "sdpa"):
+        res.ratios[f"{m}_decode_16k_vs_1k"] = rows[m, 16384]["decode_s"] / rows[m, 1024]["decode_s"]
+    for m in ("favor", "plash"):
+        res.ratios[f"{m}_decode_vs_sdpa_16k"] = rows[m, 16384]["decode_s"] / rows["sdpa", 16384]["decode_s"]
+    for m in ("favor", "plash"):
+        res.ratios[f"{m}_state_bytes_vs_kv_16k"] = rows[m, 16384]["state_bytes"] / rows["sdpa", 16384]["state_bytes"]
+    res.notes.append(f"transformers LlamaForCausalLM from a config ({n_params:,} parameters, float32), batch 1, "
+                     "one CPU thread; --quick: SDPA's cache beyond 4k is filled with random keys and values (its "
+                     f"quadratic prefill is not timed: prefill_s null); decode_s = median of {tokens} single-token "
+                     "steps after 2 warm-up steps (+ PLASH's per-block summary recomputation / causal_block); "
+                     "prefill_s = one call")
+    return res
+
+
+__all__ = ["run", "measure"]
