@@ -55,6 +55,8 @@ class CausalLM(nn.Module):
         softmax(logits / temperature) over the top_k most likely (top_k=1: greedy). The prompt fills the layers'
         decoding states in one pass; every new token then costs one step (constant for FAVOR+ and PLASH)."""
         check_tensor("ids", ids, 2, floating=False)
+        if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+            fail("ids", f"dtype {ids.dtype}", "integer token ids (torch.long)", TypeError)
         if ids.shape[1] == 0:
             fail("ids", "an empty prompt (0 tokens)", "at least one token to condition on")
         max_new_tokens = check_int("max_new_tokens", max_new_tokens, 0)
