@@ -1,0 +1,97 @@
+"""generate() and cached decoding of HF models configured with FAVOR+ / PLASH (hf.configure): the decoding states
+live in a StateCache (integrations.hf_cache); every decoded token's logits equal the full causal forward's (float64,
+grouped-query attention, a left-padded row, a prompt across several PLASH blocks / FAVOR+ chunks)."""
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from symformer.integrations import hf  # noqa: E402
+from symformer.integrations.hf_cache import state_cache  # noqa: E402
+from tests.integrations._hf_models import tiny  # noqa: E402
+
+OPTIONS = {"favor": {"n_features": 16, "chunk_size": 4}, "plash": {"M": 4, "D_k": 8, "causal_block": 5, "mixer_heads": 2}}
+PROMPT, NEW = 14, 6
+
+
+def _model(family, kind, seed=0):
+    return hf.configure(tiny(family, torch.float64, seed=seed, kv_heads=2), attention=kind, **OPTIONS[kind])
+
+
+def _batch():
+    ids = torch.randint(0, 40, (2, PROMPT), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones(2, PROMPT, dtype=torch.long)
+    mask[1, :3] = 0  # row 1 left-padded by 3
+    return ids, mask
+
+
+def _positions(mask):
+    return (mask.cumsum(-1) - 1).clamp_min(0)  # generate()'s position ids under left padding
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+@pytest.mark.parametrize("kind", ["favor", "plash"])
+def test_generate_and_state_decoding_equal_the_full_forward(family, kind):
+    model = _model(family, kind)
+    ids, mask = _batch()
+    seq = model.generate(ids, attention_mask=mask, max_new_tokens=NEW, do_sample=False, pad_token_id=0)
+    am = torch.cat([mask, torch.ones(2, NEW, dtype=torch.long)], 1)
+    pos = _positions(am)
+    with torch.no_grad():
+        full = model(seq, attention_mask=am, position_ids=pos).logits
+        cache = state_cache(model)
+        out = model(seq[:, :PROMPT], attention_mask=am[:, :PROMPT], position_ids=pos[:, :PROMPT], cache=cache)
+        err = (out.logits - full[:, :PROMPT])[am[:, :PROMPT].bool()].abs().max()
+        for t in range(PROMPT, PROMPT + NEW):
+            out = model(seq[:, t:t + 1], attention_mask=am[:, :t + 1], position_ids=pos[:, t:t + 1], cache=cache)
+            err = max(err, (out.logits[:, 0] - full[:, t]).abs().max())
+    assert err < 1e-10
+    assert torch.equal(full[:, PROMPT - 1:-1].argmax(-1), seq[:, PROMPT:])  # greedy = the full forward's argmax
+    assert cache.get_seq_length() == PROMPT + NEW and cache.layers[0].nbytes() > 0
+
+
+@pytest.mark.parametrize("kind", ["favor", "plash"])
+def test_generate_builds_a_state_cache_and_beam_search_reorders_it(kind):
+    """generate() keeps decoding states (not keys); beam search over states equals beam search over a KV cache
+    (a user-passed DynamicCache, recomputed exactly from the cached keys), and sampling runs."""
+    import transformers as tf
+    model = _model("llama", kind)
+    ids, mask = _batch()
+    res = model.generate(ids, attention_mask=mask, max_new_tokens=3, do_sample=False, pad_token_id=0,
+                         return_dict_in_generate=True)
+    cache = getattr(res, "past_key_values", None) or getattr(res, "cache", None)
+    assert type(cache.layers[0]).__name__ == "StateLayer"
+    beams = model.generate(ids, attention_mask=mask, max_new_tokens=4, num_beams=2, do_sample=False, pad_token_id=0)
+    kv = model.generate(ids, attention_mask=mask, max_new_tokens=4, num_beams=2, do_sample=False, pad_token_id=0,
+                        cache=tf.DynamicCache(config=model.config))
+    assert torch.equal(beams, kv)
+    torch.manual_seed(0)
+    sampled = model.generate(ids, attention_mask=mask, max_new_tokens=3, do_sample=True, top_k=5, pad_token_id=0)
+    assert sampled.shape == (2, PROMPT + 3)
+
+
+def test_cache_of_another_model_or_kind_is_refused():
+    ids, mask = _batch()
+    fav, other = _model("llama", "favor"), _model("llama", "favor", seed=1)
+    with pytest.raises(ValueError, match="^cache: .*built for another model"):
+        other(ids, attention_mask=mask, cache=state_cache(fav))
+    cache = state_cache(fav)
+    hf.configure(fav, attention="plash", **OPTIONS["plash"])
+    with pytest.raises(ValueError, match="^cache: got \"a StateCache built for attention='favor'\""):
+        fav(ids, attention_mask=mask, cache=cache)
+    sdpa = tiny("llama", torch.float64, kv_heads=2)
+    with pytest.raises(ValueError, match="^model: .*configured with"):
+        state_cache(sdpa)
+    cache = state_cache(_model("llama", "favor"))
+    cache.layers[0].update(torch.zeros(2, 2, 1, 8), torch.zeros(2, 2, 1, 8))  # keys no symformer core read
+    with pytest.raises(TypeError, match="^cache: .*was not read by its attention"):
+        cache.layers[0].update(torch.zeros(2, 2, 1, 8), torch.zeros(2, 2, 1, 8))
+    with pytest.raises(ValueError, match="^tokens_to_remove: "):
+        cache.crop(-1)
+
+
+def test_a_mask_the_cores_cannot_honour_is_refused():
+    from symformer.integrations.hf_attention import split_state_mask
+    window = torch.ones(4, 6, dtype=torch.bool).tril(2) & ~torch.ones(4, 6, dtype=torch.bool).tril(-1)
+    with pytest.raises(ValueError, match="^attention_mask: .*sliding window"):
+        split_state_mask(window[None, None], 4, 6)
