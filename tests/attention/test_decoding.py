@@ -20,7 +20,8 @@ def _favor(**kw):
 
 
 def _plash(**kw):
-    return PlashAttention(8, **{"n_heads": 2, "M": 4, "D_k": 8, "causal_block": 5, "mixer_heads": 2, **kw}).double().eval()
+    args = {"n_heads": 2, "M": 4, "D_k": 8, "causal_block": 5, "mixer_heads": 2, **kw}
+    return PlashAttention(8, **args).double().eval()
 
 
 def _left_padding(b, n, pad):

@@ -6,11 +6,13 @@ import torch
 
 pytest.importorskip("transformers")
 
-from symformer.integrations import hf  # noqa: E402
-from symformer.integrations.hf_cache import state_cache  # noqa: E402
 from tests.integrations._hf_models import tiny  # noqa: E402
 
-OPTIONS = {"favor": {"n_features": 16, "chunk_size": 4}, "plash": {"M": 4, "D_k": 8, "causal_block": 5, "mixer_heads": 2}}
+from symformer.integrations import hf  # noqa: E402
+from symformer.integrations.hf_cache import state_cache  # noqa: E402
+
+OPTIONS = {"favor": {"n_features": 16, "chunk_size": 4},
+           "plash": {"M": 4, "D_k": 8, "causal_block": 5, "mixer_heads": 2}}
 PROMPT, NEW = 14, 6
 
 
