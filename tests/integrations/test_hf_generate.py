@@ -97,3 +97,25 @@ def test_a_mask_the_cores_cannot_honour_is_refused():
     window = torch.ones(4, 6, dtype=torch.bool).tril(2) & ~torch.ones(4, 6, dtype=torch.bool).tril(-1)
     with pytest.raises(ValueError, match="^attention_mask: .*sliding window"):
         split_state_mask(window[None, None], 4, 6)
+
+
+@pytest.mark.parametrize("kind", ["favor", "plash"])
+def test_16bit_model_and_patched_rotary_part_decode_like_the_full_forward(kind):
+    """A bfloat16 model runs its FAVOR+ / PLASH cores in float32 (attention.softmax.float32_compute) and decodes with
+    the states like its full forward; a symformer rotary part (patch_positional) takes its positions from the
+    cache's length when decoding, so float64 decoding stays exact."""
+    ids = torch.randint(0, 40, (2, 24), generator=torch.Generator().manual_seed(2))
+    for dtype, positional in ((torch.bfloat16, None), (torch.float64, "rope")):
+        model = tiny("llama", dtype, kv_heads=2)
+        if positional:
+            hf.patch_positional(model, positional)
+        hf.configure(model, attention=kind, **OPTIONS[kind])
+        with torch.no_grad():
+            full = model(ids).logits
+            cache = state_cache(model)
+            rows = [model(ids[:, :20], cache=cache).logits] + [model(ids[:, t:t + 1], cache=cache).logits
+                                                                for t in range(20, 24)]
+        dec = torch.cat(rows, 1)
+        assert dec.dtype == dtype
+        tol = 1e-10 if dtype == torch.float64 else 2.0 ** -6 * float(full.abs().max())
+        assert (dec.double() - full.double()).abs().max() <= tol
