@@ -129,3 +129,14 @@ def test_16bit_inputs_match_a_float64_reference(make, dtype):
     assert (last.double() - ref[..., 2000:, :]).abs().max() <= bound
     if make is _favor:
         assert half.features.dtype == torch.float32  # the float32 master survives .to(16 bits)
+
+
+@pytest.mark.parametrize("make", [_favor, _plash], ids=["favor", "plash"])
+def test_autocast_runs_the_core_in_float32(make):
+    core = make().float()
+    q, k, v = _qkv(n=40, dtype=torch.float32)
+    with torch.no_grad():
+        plain = core(q, k, v, is_causal=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            auto = core(q, k, v, is_causal=True)
+    assert auto.dtype == torch.float32 and torch.equal(auto, plain)

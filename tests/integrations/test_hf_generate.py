@@ -105,7 +105,7 @@ def test_16bit_model_and_patched_rotary_part_decode_like_the_full_forward(kind):
     the states like its full forward; a symformer rotary part (patch_positional) takes its positions from the
     cache's length when decoding, so float64 decoding stays exact."""
     ids = torch.randint(0, 40, (2, 24), generator=torch.Generator().manual_seed(2))
-    for dtype, positional in ((torch.bfloat16, None), (torch.float64, "rope")):
+    for dtype, positional in ((torch.bfloat16, None), (torch.float16, None), (torch.float64, "rope")):
         model = tiny("llama", dtype, kv_heads=2)
         if positional:
             hf.patch_positional(model, positional)
@@ -117,5 +117,6 @@ def test_16bit_model_and_patched_rotary_part_decode_like_the_full_forward(kind):
                                                                 for t in range(20, 24)]
         dec = torch.cat(rows, 1)
         assert dec.dtype == dtype
-        tol = 1e-10 if dtype == torch.float64 else 2.0 ** -6 * float(full.abs().max())
+        eps = {torch.bfloat16: 2.0 ** -7, torch.float16: 2.0 ** -10}.get(dtype)
+        tol = 1e-10 if eps is None else 2 * eps * float(full.abs().max())  # the 16-bit layers' own rounding
         assert (dec.double() - full.double()).abs().max() <= tol

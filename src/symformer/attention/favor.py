@@ -323,6 +323,10 @@ class FavorAttention(AttentionCore):
     form (None: ~4 MB of features per block). kernel_eps / denominator_eps: see module doc.
     attn_mask: only a boolean key-padding mask (True = keep) of shape broadcastable to (B, H, 1, Nk) can be
     honoured (by zeroing the masked keys' features); any other mask raises ValueError.
+    Decoding: `init_state()` and `forward(..., is_causal=True, state=st)` / `step` continue a causal sequence at a
+    constant cost per token (favor_state); the features must stay fixed while a state lives (a redraw makes the
+    next step raise). 16-bit inputs (or autocast) are computed in float32 and returned in their dtype; the features
+    stay a float32 master under `.to(torch.bfloat16)` / `.half()`.
     """
 
     supports_causal = True

@@ -14,7 +14,10 @@ causal variant, chunked prefix compression (not in the paper): the sequence is c
 of the keys of blocks 0..b-1 (exclusive prefix sums of A^T K, A^T V) and (ii) the keys of its own block
 up to itself, exactly. Guarantee: output i depends only on keys / values j <= i (tested by perturbation);
 it is exact causal softmax attention whenever N <= causal_block. The Thm H.3 certificate does not cover it.
-Cost O(N (c + M) d + (N / c) M^2 d).
+Cost O(N (c + M) d + (N / c) M^2 d). Decoding continues it exactly from a state of O((M + c) d) per row
+(plash_state); a boolean key-padding mask is honoured as defined there (the paper has no masked form).
+16-bit inputs or parameters run in float32 (prototype softmax, TensorSketch FFTs, mixer LayerNorm statistics)
+and return the input dtype.
 """
 from __future__ import annotations
 

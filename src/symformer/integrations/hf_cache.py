@@ -36,87 +36,93 @@ def _cache_base():
     return require_transformers().cache_utils.Cache
 
 
+class _StateLayerMethods:
+    """One attention layer's decoding state (module doc); mixed into transformers' CacheLayerMixin by
+    _state_layer_class, so that this module imports without transformers."""
+
+    is_compileable = False
+    is_croppable = False
+    is_sliding = False
+    supports_early_init = False
+
+    def __init__(self, module, kind: str):
+        super().__init__()
+        self.module = weakref.ref(module)
+        self.kind = kind
+        self.state = None
+        self.core = None
+        self.length = 0
+        self.pending = False
+
+    def lazy_initialization(self, key_states, value_states) -> None:
+        self.device, self.is_initialized = key_states.device, True
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        if self.pending:
+            module = self.module()
+            impl = getattr(getattr(module, "config", None), "_attn_implementation", None)
+            fail("cache", f"a symformer StateCache whose layer {getattr(module, 'layer_idx', '?')} state was not "
+                 f"read by its attention (attn_implementation {impl!r})", "a model configured with "
+                 f"symformer.integrations.hf.configure(model, attention={self.kind!r}) whose attention forward "
+                 "passes the cache's keys to the attention function", TypeError)
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        self.pending = True
+        setattr(key_states, _TAG, self)
+        return key_states, value_states
+
+    def consumed(self, n_new: int) -> None:
+        self.length += n_new
+        self.pending = False
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.length + query_length, 0
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def get_max_length(self) -> int:
+        return -1
+
+    def offload(self):
+        pass
+
+    def prefetch(self):
+        pass
+
+    def reset(self) -> None:
+        self.state, self.core, self.length, self.pending, self.is_initialized = None, None, 0, False, False
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove:
+            fail("tokens_to_remove", tokens_to_remove, "0: a recurrent FAVOR+ / PLASH state cannot forget tokens "
+                 "(assisted decoding and cache cropping need a KV cache)")
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        if self.state is not None:
+            self.state.select(beam_idx)
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.state is not None:
+            idx = indices.nonzero().flatten() if indices.dtype == torch.bool else indices
+            self.state.select(torch.as_tensor(idx, dtype=torch.long))
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        if self.state is not None:
+            self.state.repeat_interleave(repeats)
+
+    def nbytes(self) -> int:
+        return 0 if self.state is None else self.state.nbytes()
+
+
+_LAYER_CLASS: list = []
+
+
 def _state_layer_class():
-    base = _layer_base()
-
-    class StateLayer(base):
-        """One attention layer's decoding state (module doc)."""
-
-        is_compileable = False
-        is_croppable = False
-        is_sliding = False
-        supports_early_init = False
-
-        def __init__(self, module, kind: str):
-            super().__init__()
-            self.module = weakref.ref(module)
-            self.kind = kind
-            self.state = None
-            self.core = None
-            self.length = 0
-            self.pending = False
-
-        def lazy_initialization(self, key_states, value_states) -> None:
-            self.device, self.is_initialized = key_states.device, True
-
-        def update(self, key_states, value_states, *args, **kwargs):
-            if self.pending:
-                module = self.module()
-                impl = getattr(getattr(module, "config", None), "_attn_implementation", None)
-                fail("cache", f"a symformer StateCache whose layer {getattr(module, 'layer_idx', '?')} state was not "
-                     f"read by its attention (attn_implementation {impl!r})", "a model configured with "
-                     f"symformer.integrations.hf.configure(model, attention={self.kind!r}) whose attention forward "
-                     "passes the cache's keys to the attention function", TypeError)
-            if not self.is_initialized:
-                self.lazy_initialization(key_states, value_states)
-            self.pending = True
-            setattr(key_states, _TAG, self)
-            return key_states, value_states
-
-        def consumed(self, n_new: int) -> None:
-            self.length += n_new
-            self.pending = False
-
-        def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
-            return self.length + query_length, 0
-
-        def get_seq_length(self) -> int:
-            return self.length
-
-        def get_max_length(self) -> int:
-            return -1
-
-        def offload(self):
-            pass
-
-        def prefetch(self):
-            pass
-
-        def reset(self) -> None:
-            self.state, self.core, self.length, self.pending, self.is_initialized = None, None, 0, False, False
-
-        def crop(self, tokens_to_remove: int) -> None:
-            if tokens_to_remove:
-                fail("tokens_to_remove", tokens_to_remove, "0: a recurrent FAVOR+ / PLASH state cannot forget tokens "
-                     "(assisted decoding and cache cropping need a KV cache)")
-
-        def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
-            if self.state is not None:
-                self.state.select(beam_idx)
-
-        def batch_select_indices(self, indices: torch.Tensor) -> None:
-            if self.state is not None:
-                idx = indices.nonzero().flatten() if indices.dtype == torch.bool else indices
-                self.state.select(torch.as_tensor(idx, dtype=torch.long))
-
-        def batch_repeat_interleave(self, repeats: int) -> None:
-            if self.state is not None:
-                self.state.repeat_interleave(repeats)
-
-        def nbytes(self) -> int:
-            return 0 if self.state is None else self.state.nbytes()
-
-    return StateLayer
+    """StateLayer = _StateLayerMethods on transformers' CacheLayerMixin (built once, on first use)."""
+    if not _LAYER_CLASS:
+        _LAYER_CLASS.append(type("StateLayer", (_StateLayerMethods, _layer_base()), {}))
+    return _LAYER_CLASS[0]
 
 
 def state_cache(model):
