@@ -2,9 +2,10 @@
 SDPA and a KV cache (transformers' DynamicCache), FAVOR+ and PLASH (symformer decoding states in a StateCache,
 integrations.hf_cache), at contexts 1k, 4k, 16k (and 64k without --quick), batch 1, in one process.
 
-Per context and method: the prompt is prefilled in one forward (timed once: `prefill_s`), then `tokens` single
-tokens are decoded (`decode_s`: the median of their times after two warm-up tokens). PLASH recomputes its prefix
-summaries once per finished block of `causal_block` tokens; that cost (timed on the live states) divided by
+Per context and method: the prompt is prefilled in one forward (timed once: `prefill_s`); then every (method,
+context) decodes `tokens` + 2 single tokens, round-robin, one step each per round (`decode_s`: the median of its
+step times after the first two), so a burst of load on a shared machine hits every row alike. PLASH recomputes
+its prefix summaries once per finished block of `causal_block` tokens; that cost (timed on the live states) divided by
 causal_block is added to its per-token time (`block_amortised_s`), so the figure is the true average.
 `state_bytes`: the bytes the cache holds after the prefill (keys and values for SDPA; [S, z] and the stabiliser for
 FAVOR+; summaries, their Stage II-III keys and values and the current block for PLASH).
@@ -75,30 +76,46 @@ def _synthetic_kv(model, cache, context: int, g: torch.Generator) -> None:
 
 
 @torch.no_grad()
-def measure(model, method: str, context: int, tokens: int, seed: int, prefill: bool = True) -> dict:
-    """Prefill `context` random tokens (prefill=False: SDPA's cache filled with random keys and values, prefill
-    not timed), then decode `tokens` + 2 single tokens (the first two are warm-up)."""
+def prefill(model, method: str, context: int, seed: int, timed: bool = True) -> dict:
+    """A cache holding `context` random tokens (timed=False: SDPA's filled with random keys and values, prefill
+    not timed), the next token to feed, and the row's measurements so far."""
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(0, VOCAB, (1, context), generator=g)
     cache = _cache(model, method)
-    if prefill:
+    if timed:
         t0 = time.perf_counter()
         nxt = model(ids, cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1:].argmax(-1)
         seconds = time.perf_counter() - t0
     else:
         _synthetic_kv(model, cache, context, g)
         nxt, seconds = ids[:, -1:], None
-    state_bytes = _state_bytes(cache, method)
-    times = []
-    for t in range(tokens + 2):
-        pos = torch.tensor([[context + t]])
-        t0 = time.perf_counter()
-        out = model(nxt, cache=cache, use_cache=True, position_ids=pos)
-        times.append(time.perf_counter() - t0)
-        nxt = out.logits[:, -1:].argmax(-1)
-    amortised = _block_amortised(cache, method)
-    return {"prefill_s": seconds, "decode_s": statistics.median(times[2:]) + amortised,
-            "block_amortised_s": amortised, "state_bytes": state_bytes}
+    return {"model": model, "method": method, "cache": cache, "next": nxt, "position": context, "times": [],
+            "prefill_s": seconds, "state_bytes": _state_bytes(cache, method)}
+
+
+@torch.no_grad()
+def decode_one(run: dict) -> None:
+    """Decode one token with the run's cache; its wall time is appended to run["times"]."""
+    pos = torch.tensor([[run["position"]]])
+    t0 = time.perf_counter()
+    out = run["model"](run["next"], cache=run["cache"], use_cache=True, position_ids=pos)
+    run["times"].append(time.perf_counter() - t0)
+    run["next"], run["position"] = out.logits[:, -1:].argmax(-1), run["position"] + 1
+
+
+def summary(run: dict) -> dict:
+    """decode_s: the median step after two warm-up steps, plus PLASH's amortised per-block recomputation."""
+    amortised = _block_amortised(run["cache"], run["method"])
+    return {"prefill_s": run["prefill_s"], "decode_s": statistics.median(run["times"][2:]) + amortised,
+            "block_amortised_s": amortised, "state_bytes": run["state_bytes"]}
+
+
+def measure(model, method: str, context: int, tokens: int, seed: int, timed: bool = True) -> dict:
+    """One row on its own: prefill, then `tokens` + 2 single-token steps."""
+    run = prefill(model, method, context, seed, timed)
+    for _ in range(tokens + 2):
+        decode_one(run)
+    return summary(run)
 
 
 @suite("generation", "per-token decoding latency and state memory: SDPA + KV cache vs FAVOR+ and PLASH states "
@@ -122,14 +139,20 @@ def run(ctx: BenchContext) -> BenchResult:
     try:
         for method in METHODS:  # warm-up: first-call costs (allocator, lazy init) stay out of the 1k row
             measure(models[method], method, 256, 2, ctx.seed)
+        runs = {}
         for context in contexts:
             for method in METHODS:
-                full = not (ctx.quick and method == "sdpa" and context > 4096)
-                r = measure(models[method], method, context, tokens, ctx.seed, prefill=full)
-                rows[method, context] = r
-                res.rows.append({"method": method, "context": context, "params": n_params, **r})
-                if ctx.progress:
-                    print(f"[generation] {method} {context}: decode {r['decode_s'] * 1e3:.1f} ms", flush=True)
+                timed = not (ctx.quick and method == "sdpa" and context > 4096)
+                runs[method, context] = prefill(models[method], method, context, ctx.seed, timed)
+        # decoding steps round-robin over every (method, context): load on a shared machine hits all rows alike
+        for _ in range(tokens + 2):
+            for run in runs.values():
+                decode_one(run)
+        for (method, context), run in runs.items():
+            rows[method, context] = r = summary(run)
+            res.rows.append({"method": method, "context": context, "params": n_params, **r})
+            if ctx.progress:
+                print(f"[generation] {method} {context}: decode {r['decode_s'] * 1e3:.1f} ms", flush=True)
     finally:
         torch.set_num_threads(threads)
     for m in ("favor", "plash", "sdpa"):
@@ -141,9 +164,9 @@ def run(ctx: BenchContext) -> BenchResult:
     res.notes.append(f"transformers LlamaForCausalLM from a config ({n_params:,} parameters, float32), batch 1, "
                      "one CPU thread; --quick: SDPA's cache beyond 4k is filled with random keys and values (its "
                      f"quadratic prefill is not timed: prefill_s null); decode_s = median of {tokens} single-token "
-                     "steps after 2 warm-up steps (+ PLASH's per-block summary recomputation / causal_block); "
-                     "prefill_s = one call")
+                     "steps (round-robin over the rows) after 2 warm-up steps (+ PLASH's per-block summary "
+                     "recomputation / causal_block); prefill_s = one call")
     return res
 
 
-__all__ = ["run", "measure"]
+__all__ = ["run", "measure", "prefill", "decode_one", "summary"]
