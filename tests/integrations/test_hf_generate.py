@@ -120,3 +120,17 @@ def test_16bit_model_and_patched_rotary_part_decode_like_the_full_forward(kind):
         eps = {torch.bfloat16: 2.0 ** -7, torch.float16: 2.0 ** -10}.get(dtype)
         tol = 1e-10 if eps is None else 2 * eps * float(full.abs().max())  # the 16-bit layers' own rounding
         assert (dec.double() - full.double()).abs().max() <= tol
+
+
+def test_generation_bench_rows_on_a_small_model(monkeypatch):
+    """The `generation` suite's row: prefill, round-robin steps and state bytes (a small model; timings unchecked)."""
+    from symformer.benchmarks import generation as g
+    monkeypatch.setattr(g, "SPEC", dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=4, head_dim=8))
+    monkeypatch.setattr(g, "FAVOR", dict(n_features=16, chunk_size=16))
+    monkeypatch.setattr(g, "PLASH", dict(M=4, D_k=8, width=8, mixer_heads=2, causal_block=16))
+    rows = {m: g.measure(g._model(m, 0, 128), m, 40, 2, 0, timed=m != "sdpa") for m in g.METHODS}
+    assert rows["sdpa"]["state_bytes"] == 2 * 2 * 4 * 40 * 8 * 4  # keys and values, 2 layers, float32
+    assert rows["favor"]["state_bytes"] == 2 * 4 * (16 * 9 + 1) * 4  # [S, z] (m x (Dv + 1)) and c, per head
+    assert rows["plash"]["block_amortised_s"] > 0 and rows["sdpa"]["prefill_s"] is None
+    assert all(r["decode_s"] > 0 for r in rows.values())
