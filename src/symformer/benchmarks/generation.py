@@ -3,8 +3,9 @@ SDPA and a KV cache (transformers' DynamicCache), FAVOR+ and PLASH (symformer de
 integrations.hf_cache), at contexts 1k, 4k, 16k (and 64k without --quick), batch 1, in one process.
 
 Per context and method: the prompt is prefilled in one forward (timed once: `prefill_s`); then every (method,
-context) decodes `tokens` + 2 single tokens, round-robin, one step each per round (`decode_s`: the median of its
-step times after the first two), so a burst of load on a shared machine hits every row alike. PLASH recomputes
+context) decodes `tokens` + 2 single tokens, round-robin in a shuffled order, one step each per round
+(`decode_s`: the median of its step times after the first two), so a burst of load on a shared machine, or the
+memory traffic of SDPA's long caches, hits every row alike. PLASH recomputes
 its prefix summaries once per finished block of `causal_block` tokens; that cost (timed on the live states) divided by
 causal_block is added to its per-token time (`block_amortised_s`), so the figure is the true average.
 `state_bytes`: the bytes the cache holds after the prefill (keys and values for SDPA; [S, z] and the stabiliser for
@@ -127,7 +128,7 @@ def run(ctx: BenchContext) -> BenchResult:
         return BenchResult(notes=["generation suite skipped: transformers is not installed (pip install "
                                   "'symformer[hf]')"])
     contexts = (1024, 4096, 16384) if ctx.quick else (1024, 4096, 16384, 65536)
-    tokens = 8 if ctx.quick else 32
+    tokens = 12 if ctx.quick else 32
     res = BenchResult(config={"model": {"vocab_size": VOCAB, **SPEC}, "favor": FAVOR, "plash": PLASH,
                               "contexts": contexts, "tokens": tokens, "batch": 1})
     rows: dict[tuple[str, int], dict] = {}
@@ -144,10 +145,13 @@ def run(ctx: BenchContext) -> BenchResult:
             for method in METHODS:
                 timed = not (ctx.quick and method == "sdpa" and context > 4096)
                 runs[method, context] = prefill(models[method], method, context, ctx.seed, timed)
-        # decoding steps round-robin over every (method, context): load on a shared machine hits all rows alike
+        # decoding steps round-robin over every (method, context), in a fresh order each round: load on a shared
+        # machine, and the memory traffic of SDPA's long caches (a 16k step copies 400 MB), hit all rows alike
+        order = list(runs.values())
+        g = torch.Generator().manual_seed(ctx.seed)
         for _ in range(tokens + 2):
-            for run in runs.values():
-                decode_one(run)
+            for i in torch.randperm(len(order), generator=g).tolist():
+                decode_one(order[i])
         for (method, context), run in runs.items():
             rows[method, context] = r = summary(run)
             res.rows.append({"method": method, "context": context, "params": n_params, **r})
@@ -164,8 +168,8 @@ def run(ctx: BenchContext) -> BenchResult:
     res.notes.append(f"transformers LlamaForCausalLM from a config ({n_params:,} parameters, float32), batch 1, "
                      "one CPU thread; --quick: SDPA's cache beyond 4k is filled with random keys and values (its "
                      f"quadratic prefill is not timed: prefill_s null); decode_s = median of {tokens} single-token "
-                     "steps (round-robin over the rows) after 2 warm-up steps (+ PLASH's per-block summary "
-                     "recomputation / causal_block); prefill_s = one call")
+                     "steps (round-robin over the rows, shuffled each round) after 2 warm-up steps (+ PLASH's "
+                     "per-block summary recomputation / causal_block); prefill_s = one call")
     return res
 
 
