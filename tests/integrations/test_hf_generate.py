@@ -1,6 +1,8 @@
 """generate() and cached decoding of HF models configured with FAVOR+ / PLASH (hf.configure): the decoding states
 live in a StateCache (integrations.hf_cache); every decoded token's logits equal the full causal forward's (float64,
 grouped-query attention, a left-padded row, a prompt across several PLASH blocks / FAVOR+ chunks)."""
+import copy
+
 import pytest
 import torch
 
@@ -63,6 +65,9 @@ def test_generate_builds_a_state_cache_and_beam_search_reorders_it(kind):
                          return_dict_in_generate=True)
     cache = getattr(res, "past_key_values", None) or getattr(res, "cache", None)
     assert type(cache.layers[0]).__name__ == "StateLayer"
+    twin = copy.deepcopy(model)  # its generate() builds states for itself, not for the original
+    assert torch.equal(twin.generate(ids, attention_mask=mask, max_new_tokens=3, do_sample=False, pad_token_id=0),
+                       res.sequences)
     beams = model.generate(ids, attention_mask=mask, max_new_tokens=4, num_beams=2, do_sample=False, pad_token_id=0)
     kv = model.generate(ids, attention_mask=mask, max_new_tokens=4, num_beams=2, do_sample=False, pad_token_id=0,
                         cache=tf.DynamicCache(config=model.config))

@@ -18,6 +18,7 @@ Beam search and `num_return_sequences` reorder / repeat the states (`reorder_cac
 """
 from __future__ import annotations
 
+import types
 import weakref
 
 import torch
@@ -154,24 +155,23 @@ def tagged_layer(key: torch.Tensor):
     return layer
 
 
+def _prepare_cache_with_states(self, generation_config, model_kwargs, *args, **kwargs):
+    """GenerationMixin._prepare_cache_for_generation, then its fresh DynamicCache replaced by a state_cache."""
+    out = type(self)._prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs)
+    dynamic = require_transformers().cache_utils.DynamicCache
+    for name in ("cache", "past_key_values"):
+        cache = model_kwargs.get(name)
+        if type(cache) is dynamic and not getattr(cache, "_is_user_defined", False):
+            model_kwargs[name] = state_cache(self)
+    return out
+
+
 def install_generation_cache(model) -> None:
     """Make `model.generate()` build a state_cache in place of the DynamicCache it would create (a cache the user
-    passes is kept). Idempotent; a no-op for a model without generate."""
-    if getattr(model, "_symformer_generation_cache", False) or not hasattr(model, "_prepare_cache_for_generation"):
-        return
-    original = model._prepare_cache_for_generation
-    dynamic = require_transformers().cache_utils.DynamicCache
-
-    def prepare(generation_config, model_kwargs, *args, **kwargs):
-        out = original(generation_config, model_kwargs, *args, **kwargs)
-        for name in ("cache", "past_key_values"):
-            cache = model_kwargs.get(name)
-            if type(cache) is dynamic and not getattr(cache, "_is_user_defined", False):
-                model_kwargs[name] = state_cache(model)
-        return out
-
-    model._prepare_cache_for_generation = prepare
-    model._symformer_generation_cache = True
+    passes is kept). A bound method on the instance: copy.deepcopy rebinds it to the copy. Idempotent; a no-op
+    for a model without generate."""
+    if hasattr(model, "_prepare_cache_for_generation"):
+        model._prepare_cache_for_generation = types.MethodType(_prepare_cache_with_states, model)
 
 
 __all__ = ["state_cache", "install_generation_cache", "tagged_layer"]
