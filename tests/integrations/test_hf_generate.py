@@ -139,3 +139,17 @@ def test_generation_bench_rows_on_a_small_model(monkeypatch):
     assert rows["favor"]["state_bytes"] == 2 * 4 * (16 * 9 + 1) * 4  # [S, z] (m x (Dv + 1)) and c, per head
     assert rows["plash"]["block_amortised_s"] > 0 and rows["sdpa"]["prefill_s"] is None
     assert all(r["decode_s"] > 0 for r in rows.values())
+
+
+@pytest.mark.parametrize("family", ["lfm2", "deepseek_v3"])
+def test_hybrid_and_mla_models_generate_like_their_full_forward(family):
+    """LFM2 (convolution layers between attention layers): the attention layers hold states, the others keep
+    transformers' own cache layers. MLA (DeepSeek-V3) keeps its latent KV cache (decoding recomputes exactly)."""
+    model = hf.configure(tiny(family, torch.float64), attention="plash", **OPTIONS["plash"])
+    x = torch.randint(0, 40, (1, 12), generator=torch.Generator().manual_seed(4))
+    res = model.generate(x, max_new_tokens=5, do_sample=False, pad_token_id=0, return_dict_in_generate=True)
+    with torch.no_grad():
+        full = model(res.sequences).logits
+    assert torch.equal(full[:, 11:-1].argmax(-1), res.sequences[:, 12:])
+    kinds = {type(layer).__name__ for layer in (getattr(res, "past_key_values", None) or res.cache).layers}
+    assert ("StateLayer" in kinds) == (family == "lfm2") and (len(kinds) > 1) == (family == "lfm2")

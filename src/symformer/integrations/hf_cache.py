@@ -24,7 +24,7 @@ import weakref
 import torch
 
 from symformer._validation import fail
-from symformer.integrations._hf_common import attention_modules, is_mla, require_transformers
+from symformer.integrations._hf_common import attention_modules, is_mla, require_transformers, text_config
 
 _TAG = "_symformer_state_layer"
 
@@ -141,8 +141,14 @@ def state_cache(model):
         fail("model", type(model).__name__, "a family without multi-head latent attention: MLA rebuilds its keys "
              "from the cached latents, so a recurrent state cannot stand in for them")
     cls = _state_layer_class()
-    by_index = sorted(layers, key=lambda m: int(getattr(m, "layer_idx", 0) or 0))
-    cache = _cache_base()(layers=[cls(m, kind) for m in by_index])
+    by_index = {int(getattr(m, "layer_idx", 0) or 0): m for m in layers}
+    # hybrid models (LFM2's convolutions, Qwen3-Next's Gated DeltaNet): their other layers keep the cache layers
+    # transformers gives them; only the attention layers hold symformer states
+    tf = require_transformers()
+    base = tf.cache_utils.DynamicCache(config=text_config(model)).layers
+    n = max(len(base), max(by_index) + 1)
+    others = [base[i] if i < len(base) else tf.cache_utils.DynamicLayer() for i in range(n)]
+    cache = _cache_base()(layers=[cls(by_index[i], kind) if i in by_index else others[i] for i in range(n)])
     cache.symformer_kind = kind
     return cache
 
@@ -159,6 +165,8 @@ def _prepare_cache_with_states(self, generation_config, model_kwargs, *args, **k
     """GenerationMixin._prepare_cache_for_generation, then its fresh DynamicCache replaced by a state_cache."""
     out = type(self)._prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs)
     dynamic = require_transformers().cache_utils.DynamicCache
+    if any(is_mla(m) for m in attention_modules(self)):  # MLA keeps its latent KV cache (exact, O(N) per token)
+        return out
     for name in ("cache", "past_key_values"):
         cache = model_kwargs.get(name)
         if type(cache) is dynamic and not getattr(cache, "_is_user_defined", False):
