@@ -204,6 +204,9 @@ def _symformer_attention(kind: str, module, query, key, value, attention_mask, s
     if kind == "plash" and dv < query.shape[-1]:  # MLA's values are narrower than its queries and keys: PLASH runs at
         v = torch.nn.functional.pad(v, (0, query.shape[-1] - dv))  # one head size, so zero columns, sliced off after
     if layer is not None:
+        if sliding_window is not None and layer.length + nq > sliding_window:  # the state holds every earlier key
+            fail("sliding_window", sliding_window, f">= the {layer.length + nq} tokens: symformer cores attend to all "
+                 "earlier keys")
         out = _state_attention(kind, module, core, layer, query, k, v, attention_mask, scaling)
     elif bool(getattr(module, "is_causal", True)) and 0 < nq < nk:
         out = _cached_prefix_attention(core, query, k, v, attention_mask, scaling)
