@@ -239,6 +239,58 @@ def train(preset: Optional[str] = typer.Option(None, "--preset", help="a named s
     typer.echo(json.dumps(metrics))
 
 
+@app.command()
+def sample(out: Path = typer.Option(..., "--out", help="a `symformer train --preset shakespeare-char` folder"),
+           prompt: str = typer.Option(..., "--prompt", help="text to continue (characters of the corpus)"),
+           tokens: int = typer.Option(200, "--tokens", help="characters to generate"),
+           temperature: float = typer.Option(1.0, "--temperature"),
+           top_k: Optional[int] = typer.Option(None, "--top-k", help="sample among the k likeliest (1: greedy)"),
+           seed: int = typer.Option(0, "--seed"),
+           data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="the corpus (its vocabulary)")):
+    """Print PROMPT continued by a trained character LM (OUT/config.json and OUT/checkpoint.pt, loaded safely)."""
+    import torch
+    _threads()
+    model, vocab = _load_char_lm(out, data_dir)
+    if not prompt:
+        raise CLIError("--prompt: got an empty prompt, expected at least one character to condition on")
+    stoi = {c: i for i, c in enumerate(vocab)}
+    unknown = sorted({c for c in prompt if c not in stoi})
+    if unknown:
+        raise CLIError(f"--prompt: got characters not in the corpus vocabulary ({''.join(unknown)!r}), expected "
+                       "characters of the training corpus")
+    ids = torch.tensor([[stoi[c] for c in prompt]])
+    names = {"max_new_tokens": "--tokens", "temperature": "--temperature", "top_k": "--top-k", "ids": "--prompt"}
+    try:
+        seq = model.generate(ids, tokens, temperature, top_k, generator=torch.Generator().manual_seed(seed))
+    except (ValueError, TypeError) as e:
+        name, _, rest = str(e).partition(":")
+        raise CLIError(f"{names.get(name, name)}:{rest}") from None
+    typer.echo("".join(vocab[i] for i in seq[0].tolist()))
+
+
+def _load_char_lm(out: Path, data_dir: Optional[Path]):
+    """(model, vocabulary) of a character-LM training folder: config.json rebuilds the model, the corpus gives the
+    vocabulary, checkpoint.pt the weights (weights_only, format marker and parameter shapes checked, as --resume)."""
+    from symformer.train import CheckpointError
+    from symformer.train.checkpoint import check_compatible, load_checkpoint
+    from symformer.train.presets import build, load_config
+    config, ckpt = out / "config.json", out / "checkpoint.pt"
+    if not config.is_file() or not ckpt.is_file():
+        raise CLIError(f"--out: got '{out}', expected a folder written by `symformer train` (config.json and "
+                       "checkpoint.pt)")
+    spec = load_config(config)
+    if spec.get("task") != "shakespeare":
+        raise CLIError(f"--out: got a {spec.get('task')!r} model, expected a character LM (task shakespeare)")
+    model, _, split, _ = build(spec, data_dir=data_dir)
+    try:
+        ck = load_checkpoint(ckpt)
+        check_compatible(ckpt, ck, model, {})
+    except CheckpointError as e:
+        raise CLIError(f"--out: {e}") from None
+    model.load_state_dict(ck["model"])
+    return model.eval(), split.meta["vocab"]
+
+
 @data_app.command("list")
 def data_list(data_dir: Optional[Path] = typer.Option(None, "--data-dir")):
     """List data sets, the file each needs and whether it is found."""

@@ -36,7 +36,8 @@ from symformer._validation import (
     check_tensor,
     fail,
 )
-from symformer.attention.softmax import AttentionCore
+from symformer.attention.favor_state import FavorState, check_features, favor_step
+from symformer.attention.softmax import AttentionCore, float32_compute, key_padding_mask, needs_float32
 
 __all__ = ["FavorAttention", "draw_features", "haar_orthogonal", "positive_features", "favor_noncausal",
            "favor_noncausal_streamed",
@@ -269,17 +270,26 @@ def _favor_one_block(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ws: torc
     return out[..., :-1] / out[..., -1:]
 
 
+def _quotient(out: torch.Tensor, padded: bool) -> torch.Tensor:
+    """[numerator, denominator] -> numerator / denominator; with key padding a query before the first kept key has
+    denominator 0 and gets the output 0 (never read, but finite, so later layers stay finite)."""
+    den = out[..., -1:]
+    if padded:
+        den = torch.where(den > 0, den, torch.ones_like(den))
+    return out[..., :-1] / den
+
+
 def favor_causal(qf: torch.Tensor, kf: torch.Tensor, v: torch.Tensor, chunk_size: int = 128,
-                 denominator_eps: float = 0.0) -> torch.Tensor:
+                 denominator_eps: float = 0.0, padded: bool = False) -> torch.Tensor:
     """Causal y_i = sum_{j<=i} ... with chunked prefix sums: within a chunk the C x C masked kernel, across
-    chunks an exclusive prefix sum of per-chunk phi(K)^T [V, 1]. Memory O(N (C + m Dv / C)), linear in N."""
+    chunks an exclusive prefix sum of per-chunk phi(K)^T [V, 1]. Memory O(N (C + m Dv / C)), linear in N.
+    padded: some keys were zeroed by a key-padding mask (see _quotient)."""
     b, h, n, m = qf.shape
     c = min(chunk_size, n)
     pad = (-n) % c
     vv = _with_ones(v)
     if c == n and not denominator_eps:  # one chunk: no earlier chunk, so no prefix sums phi(K)^T [V, 1] to form
-        out = (qf @ kf.transpose(-1, -2)).tril() @ vv
-        return out[..., :-1] / out[..., -1:]
+        return _quotient((qf @ kf.transpose(-1, -2)).tril() @ vv, padded)
     if pad:  # zero key features on padding rows contribute nothing; padded query rows are dropped
         qf, kf, vv = (F.pad(t, (0, 0, 0, pad)) for t in (qf, kf, vv))
     nc = (n + pad) // c
@@ -289,8 +299,7 @@ def favor_causal(qf: torch.Tensor, kf: torch.Tensor, v: torch.Tensor, chunk_size
     if denominator_eps:
         prev = prev + F.pad(torch.full_like(prev[..., :1], denominator_eps), (prev.shape[-1] - 1, 0))
     local = (qc @ kc.transpose(-1, -2)).tril()  # (B, H, nc, C, C) keys j <= i inside the chunk
-    out = (qc @ prev + local @ vc).reshape(b, h, nc * c, -1)[:, :, :n]
-    return out[..., :-1] / out[..., -1:]
+    return _quotient((qc @ prev + local @ vc).reshape(b, h, nc * c, -1)[:, :, :n], padded)
 
 
 def _check_finite_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -314,6 +323,10 @@ class FavorAttention(AttentionCore):
     form (None: ~4 MB of features per block). kernel_eps / denominator_eps: see module doc.
     attn_mask: only a boolean key-padding mask (True = keep) of shape broadcastable to (B, H, 1, Nk) can be
     honoured (by zeroing the masked keys' features); any other mask raises ValueError.
+    Decoding: `init_state()` and `forward(..., is_causal=True, state=st)` / `step` continue a causal sequence at a
+    constant cost per token (favor_state); the features must stay fixed while a state lives (a redraw makes the
+    next step raise). 16-bit inputs (or autocast) are computed in float32 and returned in their dtype; the features
+    stay a float32 master under `.to(torch.bfloat16)` / `.half()`.
     """
 
     supports_causal = True
@@ -369,25 +382,54 @@ class FavorAttention(AttentionCore):
 
     def _key_keep(self, attn_mask: torch.Tensor | None, k: torch.Tensor) -> torch.Tensor | None:
         """(B|1, H|1, Nk, 1) float keep-mask from a boolean key-padding mask, else ValueError."""
-        if attn_mask is None:
-            return None
-        check_tensor("attn_mask", attn_mask, floating=False, finite=False)
-        nk = k.shape[-2]
-        ok = (attn_mask.dtype == torch.bool and attn_mask.ndim <= 4 and attn_mask.shape[-1] == nk
-              and (attn_mask.ndim < 2 or attn_mask.shape[-2] == 1))
-        if ok:
-            try:
-                torch.broadcast_shapes(attn_mask.shape, (*k.shape[:2], 1, nk))
-            except RuntimeError:
-                ok = False
-        if not ok:
-            fail("attn_mask", f"{attn_mask.dtype} mask of shape {tuple(attn_mask.shape)}",
-                 f"a boolean key-padding mask broadcastable to {(*k.shape[:2], 1, nk)}: random features can only drop "
-                 "keys, not per-query logits (use attention='softmax' for general masks)")
-        keep = attn_mask.reshape((1,) * (4 - attn_mask.ndim) + tuple(attn_mask.shape))
-        return keep.transpose(-1, -2).to(k.dtype)
+        keep = key_padding_mask(attn_mask, k, "random features")
+        return None if keep is None else keep.to(k.dtype)
 
-    def forward(self, q, k, v, attn_mask=None, is_causal=False, scale=None):
+    def init_state(self) -> FavorState:
+        """An empty causal decoding state (favor_state module doc); fill it with `step` (prefill and decoding)."""
+        if self.kernel_eps or self.denominator_eps:
+            fail("kernel_eps / denominator_eps", (self.kernel_eps, self.denominator_eps), "0 for a decoding state: "
+                 "performer-pytorch's eps terms are added at the scale of the global stabiliser, which a running "
+                 "state cannot reproduce")
+        return FavorState()
+
+    def step(self, q, k, v, state: FavorState, attn_mask=None, scale=None) -> torch.Tensor:
+        """Causal FAVOR+ over L new tokens given the state of the earlier ones: q, k (B, H, L, Dh), v (B, H, L, Dv)
+        -> (B, H, L, Dv), equal to the last L rows of the full causal forward over all tokens; `state` is updated.
+        attn_mask: a boolean key-padding mask of the new keys, broadcastable to (B, H, 1, L). Per new token
+        O(m (Dh + Dv)) time whatever the context; the state is O(m Dv) per head (favor_state module doc)."""
+        if not isinstance(state, FavorState):
+            fail("state", type(state).__name__, "a FavorState from FavorAttention.init_state()", TypeError)
+        check_attention_inputs(q, k, v, finite_kv=False, finite_q=False)
+        if q.shape[-1] != self.head_dim or q.shape[-2] != k.shape[-2]:
+            fail("q", f"shape {tuple(q.shape)} with {k.shape[-2]} keys", f"head dim {self.head_dim} and one query "
+                 "per new key")
+        check_features(state, self.features)
+        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else check_float("scale", scale, 0.0, low_open=True)
+        keep = self._key_keep(attn_mask, k)
+        with torch.autocast(q.device.type, enabled=False):
+            y = favor_step(q, k, v, self.features, scale, None if keep is None else keep > 0, state, self.chunk_size)
+        if not all_finite(y):
+            _check_finite_inputs(q, k, v)
+        return y
+
+    def _apply(self, fn, recurse=True):
+        """`.to(torch.bfloat16)` / `.half()` keep the features a float32 master (16 bits would round the random
+        directions themselves); the computation casts the inputs up (forward)."""
+        master = self.features
+        out = super()._apply(fn, recurse)
+        if self.features.dtype in (torch.float16, torch.bfloat16):
+            self.features = master.to(device=self.features.device, dtype=torch.float32)
+        return out
+
+    def forward(self, q, k, v, attn_mask=None, is_causal=False, scale=None, state: FavorState | None = None):
+        """SDPA's call; with `state` (causal only) the queries continue the sequence the state holds (`step`)."""
+        if state is not None:
+            if not is_causal:
+                fail("is_causal", is_causal, "True with a decoding state")
+            return self.step(q, k, v, state, attn_mask, scale)
+        if needs_float32(q, k, v):  # 16-bit inputs or autocast: exponential features and sums in float32
+            return float32_compute(self, q, k, v, attn_mask, is_causal, scale)
         check_attention_inputs(q, k, v, finite_kv=False, finite_q=False)  # finiteness: the output is tested
         if q.shape[-1] != self.head_dim:
             fail("q", f"head dim {q.shape[-1]}", f"the head_dim {self.head_dim} the features were drawn for")
@@ -406,7 +448,7 @@ class FavorAttention(AttentionCore):
             if keep is not None:
                 kf = kf * keep
             if is_causal:
-                y = favor_causal(qf, kf, v, self.chunk_size, self.denominator_eps)
+                y = favor_causal(qf, kf, v, self.chunk_size, self.denominator_eps, keep is not None)
             else:
                 y = favor_noncausal(qf, kf, v, self.denominator_eps)
         if not all_finite(y):  # cheap test on the output; name the culprit only when it fails

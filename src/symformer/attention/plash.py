@@ -14,7 +14,10 @@ causal variant, chunked prefix compression (not in the paper): the sequence is c
 of the keys of blocks 0..b-1 (exclusive prefix sums of A^T K, A^T V) and (ii) the keys of its own block
 up to itself, exactly. Guarantee: output i depends only on keys / values j <= i (tested by perturbation);
 it is exact causal softmax attention whenever N <= causal_block. The Thm H.3 certificate does not cover it.
-Cost O(N (c + M) d + (N / c) M^2 d).
+Cost O(N (c + M) d + (N / c) M^2 d). Decoding continues it exactly from a state of O((M + c) d) per row
+(plash_state); a boolean key-padding mask is honoured as defined there (the paper has no masked form).
+16-bit inputs or parameters run in float32 (prototype softmax, TensorSketch FFTs, mixer LayerNorm statistics)
+and return the input dtype.
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ from symformer._validation import (
     check_int,
     fail,
 )
+from symformer.attention.plash_state import PlashState, plash_step
 from symformer.attention.sketch import (
     MERSENNE_31,
     bucket_hashes,
@@ -41,7 +45,7 @@ from symformer.attention.sketch import (
     sign_hashes,
     tensor_sketch_dense,
 )
-from symformer.attention.softmax import AttentionCore
+from symformer.attention.softmax import AttentionCore, float32_compute, key_padding_mask, needs_float32
 
 
 def _degrees(degrees) -> tuple[int, ...]:
@@ -74,6 +78,13 @@ class PlashTrace:
     k_g: torch.Tensor
     v_g: torch.Tensor
     out: torch.Tensor
+
+
+def _softmax(logits: torch.Tensor, masked: bool) -> torch.Tensor:
+    """Softmax over the last axis; with masks a row with every logit -inf (a query that sees no kept key) gives
+    weights 0 instead of NaN."""
+    w = torch.softmax(logits, dim=-1)
+    return w.nan_to_num(0.0) if masked else w
 
 
 class PlashAttention(AttentionCore):
@@ -117,13 +128,18 @@ class PlashAttention(AttentionCore):
         self.w_v = nn.Linear(d, head_dim, bias=False)
 
     # ------------------------------------------------------------------ stages
-    def compress(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Stage I, streamed over N_k: (n, N_k, d_k), (n, N_k, d_v) -> K~ (n, M, d_k), V~ (n, M, d_v)."""
+    def compress(self, k: torch.Tensor, v: torch.Tensor,
+                 keep: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Stage I, streamed over N_k: (n, N_k, d_k), (n, N_k, d_v) -> K~ (n, M, d_k), V~ (n, M, d_v).
+        keep: (n, N_k) boolean key padding (ours): a padded key adds nothing to K~ or V~."""
         p = self.prototypes.to(k.dtype).t() / self.tau
         kt = vt = None
         for s in range(0, k.shape[-2], self.chunk_size):
             kc, vc = k[:, s:s + self.chunk_size], v[:, s:s + self.chunk_size]
-            a = torch.softmax(kc @ p, dim=-1).transpose(-1, -2)  # A^T (eqs. 3-5): weighted sums over keys
+            a = torch.softmax(kc @ p, dim=-1)  # A (eqs. 3-5): weighted sums over keys
+            if keep is not None:
+                a = a * keep[:, s:s + self.chunk_size, None].to(a.dtype)
+            a = a.transpose(-1, -2)
             if kt is None:
                 kt, vt = a @ kc, a @ vc
             else:  # accumulate in the GEMM (beta = 1): no chunk-sized temporaries
@@ -191,22 +207,37 @@ class PlashAttention(AttentionCore):
         out, z, k_g, v_g = self.readout(q, y_enh, scale)
         return PlashTrace(kt, vt, gt, y_enh, z, k_g, v_g, out)
 
-    def forward(self, q, k, v, attn_mask=None, is_causal=False, scale=None):
+    def forward(self, q, k, v, attn_mask=None, is_causal=False, scale=None, state: PlashState | None = None):
+        """SDPA's call. attn_mask: a boolean key-padding mask (B|1, H|1, 1, Nk) (ours: `causal`). state: a
+        PlashState (causal only): the queries continue the sequence it holds (plash_state module doc)."""
+        if needs_float32(q, k, v) or self.prototypes.dtype in (torch.float16, torch.bfloat16):
+            # 16 bits: the prototype softmax, the TensorSketch FFTs (none in 16 bits on CPU) and the mixer's
+            # LayerNorm statistics run in float32
+            return float32_compute(self, q, k, v, attn_mask, is_causal, scale, state=state)
         # Non-causal: a NaN/inf anywhere in k or v reaches K~ or V~ (softmax weights are > 0, and 0 * inf
         # is NaN), so the M x d summaries are checked instead of the N x d inputs (saves ~5% at N = 8192).
         check_attention_inputs(q, k, v, finite_kv=is_causal)
-        if is_causal and q.shape[-2] != k.shape[-2]:
+        if (is_causal or state is not None) and q.shape[-2] != k.shape[-2]:
             fail("is_causal", f"True with N_q={q.shape[-2]} != N_k={k.shape[-2]}", "N_q == N_k for causal PLASH")
-        if attn_mask is not None:
-            fail("attn_mask", "a mask", "None: PLASH has no masked variant")
         if q.shape[-1] != self.head_dim or v.shape[-1] != self.head_dim:
             fail("q", f"head dim {q.shape[-1]} (v: {v.shape[-1]})", f"head_dim={self.head_dim} for q, k and v")
         b, h, nq, dh = q.shape
+        keep = key_padding_mask(attn_mask, k, "PLASH")
+        if keep is not None:
+            keep = keep[..., 0].expand(b, h, k.shape[-2]).reshape(b * h, -1)
+
         def fold(x):
             return x.reshape(b * h, x.shape[-2], x.shape[-1])
+        if state is not None:
+            if not is_causal:
+                fail("is_causal", is_causal, "True with a decoding state")
+            if not isinstance(state, PlashState):
+                fail("state", type(state).__name__, "a PlashState from PlashAttention.init_state()", TypeError)
+            state.heads = h
+            return plash_step(self, fold(q), fold(k), fold(v), keep, state, scale).reshape(b, h, nq, -1)
         if is_causal:
-            return self.causal(fold(q), fold(k), fold(v), scale).reshape(b, h, nq, -1)
-        kt, vt = self.compress(fold(k), fold(v))
+            return self.causal(fold(q), fold(k), fold(v), scale, keep).reshape(b, h, nq, -1)
+        kt, vt = self.compress(fold(k), fold(v), keep)
         if not all_finite(kt):  # the keys set the routing weights, so they reach both summaries
             check_finite_kv(k, v, "k", "Stage I summary K~")
         if not all_finite(vt):
@@ -215,8 +246,16 @@ class PlashAttention(AttentionCore):
         out = self.readout(fold(q), y_enh, scale)[0]
         return out.reshape(b, h, nq, -1)
 
-    def causal(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None) -> torch.Tensor:
-        """Chunked prefix compression on folded (n, N, d) inputs (module docstring)."""
+    def init_state(self) -> PlashState:
+        """An empty causal decoding state (plash_state module doc)."""
+        return PlashState()
+
+    def causal(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None,
+               keep: torch.Tensor | None = None) -> torch.Tensor:
+        """Chunked prefix compression on folded (n, N, d) inputs (module docstring). keep: (n, N) boolean key
+        padding (ours; the paper has no masked form): a padded key adds nothing to any Stage I summary (its
+        routing row A_j is zeroed) and is masked in the exact in-block part; a block whose prefix holds no kept key
+        reads no summary; a query that sees no kept key at all gets the output 0."""
         n, length, _ = q.shape
         c = self.causal_block
         nb = -(-length // c)
@@ -225,24 +264,39 @@ class PlashAttention(AttentionCore):
         def blocks(x):
             return F.pad(x, (0, 0, 0, pad)).unflatten(1, (nb, c))
         qb, kb, vb = blocks(q), blocks(k), blocks(v)
+        kp = None if keep is None else F.pad(keep, (0, pad)).unflatten(1, (nb, c))  # (n, nb, c)
         s = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
         ll = (qb @ kb.transpose(-1, -2)) * s
-        ll = ll.masked_fill(~torch.ones(c, c, dtype=torch.bool, device=q.device).tril(), float("-inf"))
+        visible = torch.ones(c, c, dtype=torch.bool, device=q.device).tril()
+        ll = ll.masked_fill(~(visible if kp is None else visible & kp[:, :, None, :]), float("-inf"))
         if nb == 1:  # no earlier block: exact causal softmax within the block, no summaries to build
-            return (self._drop(torch.softmax(ll, dim=-1)) @ vb).flatten(1, 2)[:, :length]
-        a = torch.softmax(kb[:, :-1] @ (self.prototypes.to(k.dtype).t() / self.tau), dim=-1).transpose(-1, -2)
+            return (self._drop(_softmax(ll, kp is not None)) @ vb).flatten(1, 2)[:, :length]
+        a = self.routing(kb[:, :-1], None if kp is None else kp[:, :-1])
         # per-block A^T K, A^T V (n, nb - 1, M, d) and their inclusive prefix sums = the exclusive prefix of
         # blocks 1..nb-1; block 0 has no prefix, so Stage II and the mixer never run on its (empty) summaries
         pk, pv = (a @ kb[:, :-1]).cumsum(1), (a @ vb[:, :-1]).cumsum(1)
-        y_enh = self.embed(self.sketch_features(self.normalized_features(pk.flatten(0, 1), pv.flatten(0, 1))))
-        z = self.mixer(y_enh)
-        k_g, v_g = self.w_k(z).unflatten(0, (n, nb - 1)), self.w_v(z).unflatten(0, (n, nb - 1))
+        k_g, v_g = self.prefix_summaries(pk.flatten(0, 1), pv.flatten(0, 1))
+        k_g, v_g = k_g.unflatten(0, (n, nb - 1)), v_g.unflatten(0, (n, nb - 1))
         lg = (qb[:, 1:] @ k_g.transpose(-1, -2)) * s
+        if kp is not None:  # a prefix without a kept key has no summary to read
+            lg = lg.masked_fill((kp[:, :-1].sum(-1).cumsum(1) == 0)[:, :, None, None], float("-inf"))
         lg = torch.cat([lg.new_full((n, 1, c, self.M), float("-inf")), lg], 1)  # block 0 reads no summary
         v_g = torch.cat([v_g.new_zeros(n, 1, self.M, v_g.shape[-1]), v_g], 1)
-        w = self._drop(torch.softmax(torch.cat([lg, ll], dim=-1), dim=-1))
+        w = self._drop(_softmax(torch.cat([lg, ll], dim=-1), kp is not None))
         out = w[..., :self.M] @ v_g + w[..., self.M:] @ vb
         return out.flatten(1, 2)[:, :length]
+
+    def routing(self, k: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
+        """A^T (eq. 3) of keys (..., N, d_k) -> (..., M, N); a padded key's column is 0 (it adds to no summary)."""
+        a = torch.softmax(k @ (self.prototypes.to(k.dtype).t() / self.tau), dim=-1)
+        if keep is not None:
+            a = a * keep[..., None].to(a.dtype)
+        return a.transpose(-1, -2)
+
+    def prefix_summaries(self, pk: torch.Tensor, pv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Stages II-III keys and values (K_g, V_g) of Stage I sums K~, V~ (n, M, d) (eqs. 6-12)."""
+        z = self.mixer(self.embed(self.sketch_features(self.normalized_features(pk, pv))))
+        return self.w_k(z), self.w_v(z)
 
     def _drop(self, w: torch.Tensor) -> torch.Tensor:
         return F.dropout(w, self.dropout) if self.training and self.dropout > 0 else w

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from symformer._validation import check_attention_inputs, fail
+from symformer._validation import check_attention_inputs, check_tensor, fail
 
 
 class AttentionCore(nn.Module):
@@ -21,6 +21,59 @@ class AttentionCore(nn.Module):
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None,
                 is_causal: bool = False, scale: float | None = None) -> torch.Tensor:  # pragma: no cover
         raise NotImplementedError
+
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def needs_float32(*xs: torch.Tensor) -> bool:
+    """Whether a core that accumulates exponentials (FAVOR+, PLASH) must recompute in float32: a 16-bit input, or
+    autocast on the inputs' device (it would run the matmuls in 16 bits)."""
+    if not all(isinstance(x, torch.Tensor) for x in xs):
+        return False  # the core's own validation names the argument
+    if any(x.dtype in _HALF for x in xs):
+        return True
+    try:
+        return torch.is_autocast_enabled(xs[0].device.type)
+    except TypeError:  # torch < 2.4
+        return torch.is_autocast_enabled()
+
+
+def key_padding_mask(attn_mask: torch.Tensor | None, k: torch.Tensor, core: str) -> torch.Tensor | None:
+    """(B|1, H|1, Nk, 1) boolean keep-mask from a boolean key-padding mask (True = keep) broadcastable to
+    (B, H, 1, Nk); any other mask is a ValueError (the linear cores drop keys, never per-query logits)."""
+    if attn_mask is None:
+        return None
+    check_tensor("attn_mask", attn_mask, floating=False, finite=False)
+    nk = k.shape[-2]
+    ok = (attn_mask.dtype == torch.bool and attn_mask.ndim <= 4 and attn_mask.shape[-1] == nk
+          and (attn_mask.ndim < 2 or attn_mask.shape[-2] == 1))
+    if ok:
+        try:
+            torch.broadcast_shapes(attn_mask.shape, (*k.shape[:2], 1, nk))
+        except RuntimeError:
+            ok = False
+    if not ok:
+        fail("attn_mask", f"{attn_mask.dtype} mask of shape {tuple(attn_mask.shape)}",
+             f"a boolean key-padding mask broadcastable to {(*k.shape[:2], 1, nk)}: {core} can only drop keys, not "
+             "per-query logits (use attention='softmax' for general masks)")
+    keep = attn_mask.reshape((1,) * (4 - attn_mask.ndim) + tuple(attn_mask.shape))
+    return keep.transpose(-1, -2)
+
+
+def float32_compute(core: nn.Module, q, k, v, attn_mask, is_causal, scale, **extra) -> torch.Tensor:
+    """core(q, k, v, ...) in float32 with autocast off and every 16-bit parameter and buffer of the core taken as
+    float32 (torch.func.functional_call: gradients reach the stored 16-bit parameters), cast back to q's dtype."""
+    def up(t):
+        return t.float() if t.is_floating_point() and t.dtype in _HALF else t
+    tensors = {n: up(t) for n, t in (*core.named_parameters(), *core.named_buffers())}
+    if q.dtype not in (*_HALF, torch.float32, torch.float64) or k.dtype != q.dtype or v.dtype != q.dtype:
+        fail("q, k, v", f"dtypes {q.dtype}, {k.dtype}, {v.dtype}", "one floating dtype: float16, bfloat16, float32 "
+             "or float64", TypeError)
+    with torch.autocast(q.device.type, enabled=False):
+        y = torch.func.functional_call(core, tensors, (up(q), up(k), up(v)),
+                                       {"attn_mask": attn_mask, "is_causal": is_causal, "scale": scale, **extra})
+    return y.to(q.dtype)
 
 
 class SoftmaxAttention(AttentionCore):

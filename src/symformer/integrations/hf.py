@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from symformer.integrations._hf_common import FAMILIES, require_transformers
 from symformer.integrations.hf_attention import IMPLEMENTATIONS, configure, mask_structure, register
+from symformer.integrations.hf_cache import state_cache
 from symformer.integrations.hf_exact import exact_float64
 from symformer.integrations.hf_positional import (
            POSITIONALS,
@@ -35,4 +36,4 @@ from symformer.integrations.hf_teleport import GQASymmetryGroup, HFTeleport, sym
 
 __all__ = ["FAMILIES", "IMPLEMENTATIONS", "POSITIONALS", "GQASymmetryGroup", "HFTeleport", "configure", "exact_float64",
            "from_pretrained", "mask_structure", "patch_positional", "register", "require_transformers",
-           "rotary_parts", "symmetry_group"]
+           "rotary_parts", "state_cache", "symmetry_group"]

@@ -13,9 +13,13 @@ cores on first use from `config.symformer_attention` (or the defaults); PLASH ha
 must exist before the optimizer, so it requires `configure`.
 
 Masks: what a core can honour is read off the boolean (B, 1, Nq, Nk) mask and anything else raises
-ValueError, never a silent fallback. FAVOR+: causal, key padding (left or right), both, or none. PLASH: causal
-or none (the paper's block has no masked form). Not supported: sliding windows, packed-sequence masks,
-additive bias masks, causal attention with fewer queries than keys except single-token decoding.
+ValueError, never a silent fallback. Both cores: causal, key padding (left or right), both, or none (PLASH's
+key padding is ours, attention.plash_state: the paper's block has no masked form). Not supported: sliding
+windows, packed-sequence masks, additive bias masks.
+
+Decoding: `configure` makes `generate()` keep one decoding state per layer in a `hf_cache.state_cache` (constant
+cost per token); with a KV cache (a DynamicCache passed by the user) the last Nq rows of the causal attention over
+the cached keys are recomputed exactly from a fresh state.
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ from torch import nn
 
 from symformer._validation import check_choice, check_int, fail
 from symformer.integrations._hf_common import attention_modules, head_dim, out_proj, require_transformers, text_config
+from symformer.integrations.hf_cache import install_generation_cache, tagged_layer
 
 IMPLEMENTATIONS = {"favor": "symformer_favor", "plash": "symformer_plash"}
 
@@ -60,11 +65,64 @@ def mask_structure(mask: torch.Tensor | None, nq: int, nk: int, causal_default: 
     raise AssertionError
 
 
-def _roll_to_first_kept(x: torch.Tensor, shift: torch.Tensor, inverse: bool = False) -> torch.Tensor:
-    """Rotate each sequence of x (B, H, N, D) left by shift[b] (right when inverse)."""
-    n = x.shape[-2]
-    idx = (torch.arange(n, device=x.device)[None] + (-shift[:, None] if inverse else shift[:, None])) % n
-    return x.gather(-2, idx[:, None, :, None].expand(x.shape[0], x.shape[1], n, x.shape[-1]))
+def split_state_mask(mask: torch.Tensor | None, nq: int, nk: int):
+    """(keep_past, keep_new): boolean (B, 1, 1, Nk - Nq) and (B, 1, 1, Nq) key-padding masks (None when nothing is
+    padded) of the last Nq queries of a causal sequence of Nk tokens, read off an HF mask that must equal
+    causal-with-offset & key padding; anything else (sliding window, packed sequences) is a ValueError."""
+    if mask is None:
+        return None, None
+    if mask.dtype != torch.bool:
+        floor = torch.finfo(mask.dtype).min / 2 if mask.is_floating_point() else -1
+        if not bool(((mask == 0) | (mask <= floor)).all()):
+            fail("attention_mask", "an additive bias mask", "a boolean or 0/-inf mask (symformer cores drop keys only)")
+        mask = mask == 0
+    if mask.ndim != 4 or mask.shape[-2:] != (nq, nk):
+        fail("attention_mask", f"shape {tuple(mask.shape)}", f"(B, 1, {nq}, {nk})")
+    m = mask[:, :1]
+    keep = m.any(dim=-2, keepdim=True)
+    tril = torch.ones(nq, nk, dtype=torch.bool, device=m.device).tril(nk - nq)
+    if not bool((m == (tril & keep)).all()) or not bool((mask == m).all()):
+        fail("attention_mask", "a mask that is neither causal nor key padding (sliding window, packed sequences, "
+             "per-head masks, ...)", "causal and/or key-padding masks: the random-feature and summary cores cannot "
+             "honour per-query masks")
+    past, new = keep[..., :nk - nq], keep[..., nk - nq:]
+    return (None if bool(past.all()) else past), (None if bool(new.all()) else new)
+
+
+def _with_state(core, state, query, k, v, keep, scaling):
+    return core(query, k, v, attn_mask=keep, is_causal=True, scale=scaling, state=state)
+
+
+def _state_attention(kind: str, module, core, layer, query, k, v, attention_mask, scaling):
+    """The attention of new tokens with the layer's decoding state from a StateCache (hf_cache)."""
+    if layer.module() is not module:
+        fail("cache", f"a symformer StateCache built for another model (its layer {getattr(module, 'layer_idx', '?')} "
+             "is another module)", "the cache of this model: let generate() build it, or state_cache(model)")
+    if layer.kind != kind:
+        fail("cache", f"a StateCache built for attention={layer.kind!r}", f"one built for {kind!r} (the model's "
+             "symformer attention now)")
+    if layer.state is None:
+        layer.state, layer.core = core.init_state(), core
+    elif layer.core is not core:
+        fail("cache", "a StateCache whose states were built by cores the model no longer has (configured again)",
+             "a fresh cache after configure()")
+    nq = query.shape[-2]
+    if k.shape[-2] != nq:
+        fail("key", f"{k.shape[-2]} keys for {nq} queries", "one new key per new query with a StateCache")
+    _, keep = split_state_mask(attention_mask, nq, layer.length + nq)
+    out = _with_state(core, layer.state, query, k, v, keep, scaling)
+    layer.consumed(nq)
+    return out
+
+
+def _cached_prefix_attention(core, query, k, v, attention_mask, scaling):
+    """The last Nq rows of the causal attention over Nk > Nq cached keys (a DynamicCache): the keys before the
+    queries build a fresh decoding state, then the queries step it. Exact; O(Nk) per call."""
+    nq, nk = query.shape[-2], k.shape[-2]
+    past_keep, keep = split_state_mask(attention_mask, nq, nk)
+    state, p = core.init_state(), nk - nq
+    _with_state(core, state, k[..., :p, :], k[..., :p, :], v[..., :p, :], past_keep, scaling)
+    return _with_state(core, state, query, k[..., p:, :], v[..., p:, :], keep, scaling)
 
 
 # ---------------------------------------------------------------- the cores on a layer
@@ -134,31 +192,29 @@ def _symformer_attention(kind: str, module, query, key, value, attention_mask, s
         fail("attn_logit_softcapping", softcap, f"None for symformer_{kind}: its kernel approximates softmax(q k^T), "
              "not a soft-capped softmax")
     core = _core(module, kind)
+    layer = tagged_layer(key)
     groups = query.shape[1] // key.shape[1]  # grouped-query attention: each key head serves `groups` query heads
     k, v = _repeat_kv(key, groups), _repeat_kv(value, groups)
     nq, nk = query.shape[-2], k.shape[-2]
     if indices is not None:
         attention_mask = _fold_indices(attention_mask, indices, nk)
-    causal, keep = mask_structure(attention_mask, nq, nk, bool(getattr(module, "is_causal", True)))
     if attention_mask is None and sliding_window is not None and nk > sliding_window:  # a window sdpa_mask skipped
         fail("sliding_window", sliding_window, f">= the {nk} keys: symformer cores attend to all earlier keys")
-    if kind == "plash" and keep is not None:
-        fail("attention_mask", "a key-padding mask", "no padding for symformer_plash (PLASH has no masked form)")
-    shift = None
-    if causal and keep is not None and not bool(keep[..., 0].all()):
-        # a query before the first kept key would see no key (0/0); rolling each sequence so that it starts at
-        # its first kept key keeps the causal order among every kept key and query (the skipped positions are
-        # all padding), and the rotary positions were applied before, so the outputs of real tokens are exact
-        shift = keep[:, 0, 0].to(torch.int64).argmax(-1)
-        query, k, v = (_roll_to_first_kept(t, shift) for t in (query, k, v))
-        keep = _roll_to_first_kept(keep.transpose(-1, -2).expand(-1, 1, -1, 1), shift).transpose(-1, -2)
     dv = v.shape[-1]
     if kind == "plash" and dv < query.shape[-1]:  # MLA's values are narrower than its queries and keys: PLASH runs at
         v = torch.nn.functional.pad(v, (0, query.shape[-1] - dv))  # one head size, so zero columns, sliced off after
-    out = core(query, k, v, attn_mask=keep, is_causal=causal, scale=scaling)[..., :dv]
-    if shift is not None:
-        out = _roll_to_first_kept(out, shift, inverse=True)
-    return out.transpose(1, 2).contiguous(), None
+    if layer is not None:
+        if sliding_window is not None and layer.length + nq > sliding_window:  # the state holds every earlier key
+            fail("sliding_window", sliding_window, f">= the {layer.length + nq} tokens: symformer cores attend to all "
+                 "earlier keys")
+        out = _state_attention(kind, module, core, layer, query, k, v, attention_mask, scaling)
+    elif bool(getattr(module, "is_causal", True)) and 0 < nq < nk:
+        out = _cached_prefix_attention(core, query, k, v, attention_mask, scaling)
+    else:
+        # a query before its row's first kept key sees no key: both cores give it the output 0 (never read)
+        causal, keep = mask_structure(attention_mask, nq, nk, bool(getattr(module, "is_causal", True)))
+        out = core(query, k, v, attn_mask=keep, is_causal=causal, scale=scaling)
+    return out[..., :dv].transpose(1, 2).contiguous(), None
 
 
 def favor_attention(module, query, key, value, attention_mask, **kwargs):
@@ -199,6 +255,7 @@ def configure(model: nn.Module, attention: str = "favor", **options) -> nn.Modul
     for m, core in zip(layers, cores, strict=True):
         m.symformer_core = core
     model.config.symformer_attention = record
+    install_generation_cache(model)  # generate() keeps decoding states (hf_cache), not keys and values
     name = IMPLEMENTATIONS[attention]
     tc = text_config(model)
     if tc is not model.config:  # multimodal: the language model only (its vision tower keeps its own attention)

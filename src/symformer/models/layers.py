@@ -83,6 +83,21 @@ def seeded_core_kwargs(attention: str, kwargs: dict) -> dict:
     return kw
 
 
+class KVCache:
+    """The keys and values a softmax layer has seen, (B, H, N, Dh) each: its decoding state."""
+
+    def __init__(self):
+        self.k = self.v = None
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        self.k = k if self.k is None else torch.cat((self.k, k), dim=-2)
+        self.v = v if self.v is None else torch.cat((self.v, v), dim=-2)
+        return self.k, self.v
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.k, self.v) if t is not None)
+
+
 class MultiHeadAttention(nn.Module):
     """Projections q/k/v/o (nn.Linear, heads contiguous in the output features), an optional rotary
     positional part acting on q/k, and an attention core chosen by name."""
@@ -113,9 +128,32 @@ class MultiHeadAttention(nn.Module):
         b, n, _ = x.shape
         return x.view(b, n, self.n_heads, self.head_dim).transpose(1, 2)
 
+    def init_state(self):
+        """An empty causal decoding state for `forward(..., state=)`: the core's own (FAVOR+, PLASH: constant
+        size) or, for exact softmax cores, a KVCache; ValueError for a core with neither."""
+        if hasattr(self.core, "init_state"):
+            return self.core.init_state()
+        if getattr(self.core, "exact_softmax", False):
+            return KVCache()
+        fail("attention", type(self.core).__name__, "a core with a decoding state (softmax, naive, favor, plash)")
+        raise AssertionError
+
+    def _attend_with_state(self, q, k, v, state, scale) -> torch.Tensor:
+        """Causal attention of the new tokens q, k, v continuing the sequence `state` holds (which then holds them)."""
+        if not isinstance(state, KVCache):
+            return self.core(q, k, v, is_causal=True, scale=scale, state=state)
+        k, v = state.append(k, v)
+        nq, nk = q.shape[-2], k.shape[-2]
+        if nq == nk:
+            return self.core(q, k, v, is_causal=True, scale=scale)
+        mask = None if nq == 1 else torch.ones(nq, nk, dtype=torch.bool, device=q.device).tril(nk - nq)
+        return self.core(q, k, v, attn_mask=mask, scale=scale)
+
     def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None, context: torch.Tensor | None = None,
                 context_positions: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None,
-                is_causal: bool = False) -> torch.Tensor:
+                is_causal: bool = False, state=None) -> torch.Tensor:
+        """state: a decoding state from init_state() (causal self-attention only): x holds the tokens after those
+        the state has seen, `positions` theirs; the state is updated."""
         src = x if context is None else context
         q, k, v = self._heads(self.q_proj(x)), self._heads(self.k_proj(src)), self._heads(self.v_proj(src))
         scale = None
@@ -123,7 +161,12 @@ class MultiHeadAttention(nn.Module):
             kp = positions if context is None else context_positions
             q, k = self.rotary(q, k, positions, kp)
             scale = self.rotary.scale
-        y = self.core(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale)
+        if state is not None:
+            if context is not None or attn_mask is not None:
+                fail("state", "a decoding state with cross-attention or a mask", "causal self-attention only")
+            y = self._attend_with_state(q, k, v, state, scale)
+        else:
+            y = self.core(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale)
         b, h, n, dv = y.shape
         return self.drop(self.o_proj(y.transpose(1, 2).reshape(b, n, h * dv)))
 
@@ -147,8 +190,8 @@ class Block(nn.Module):
     def _res(self, x: torch.Tensor, norm: nn.Module, f) -> torch.Tensor:
         return x + f(norm(x)) if self.prenorm else norm(x + f(x))
 
-    def forward(self, x, positions=None, is_causal=False, context=None, context_positions=None):
-        x = self._res(x, self.norm1, lambda h: self.attn(h, positions, is_causal=is_causal))
+    def forward(self, x, positions=None, is_causal=False, context=None, context_positions=None, state=None):
+        x = self._res(x, self.norm1, lambda h: self.attn(h, positions, is_causal=is_causal, state=state))
         if self.cross is not None:
             x = self._res(x, self.norm_c, lambda h: self.cross(h, positions, context=context,
                                                                context_positions=context_positions))

@@ -1,11 +1,11 @@
-"""Causal character/token language model with 1-D positions."""
+"""Causal character/token language model with 1-D positions, and its generation loop."""
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from symformer._validation import check_int, check_tensor, fail
+from symformer._validation import check_float, check_int, check_tensor, fail
 from symformer.models.transformer import Encoder, TransformerConfig
 
 
@@ -30,3 +30,61 @@ class CausalLM(nn.Module):
     def loss(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         logits = self(idx)
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+    # ---------------------------------------------------------------- decoding
+    def init_states(self) -> list:
+        """One empty decoding state per layer: a KV cache for softmax, the recurrent state of FAVOR+ / PLASH."""
+        return [blk.attn.init_state() for blk in self.encoder.blocks]
+
+    def step(self, idx: torch.Tensor, states: list, start: int) -> torch.Tensor:
+        """Logits (B, L, V) of tokens idx (B, L) at positions start..start+L-1 that follow the `start` tokens the
+        states hold (which then hold these too): equal to the rows of forward() over the whole sequence."""
+        check_tensor("idx", idx, 2, floating=False)
+        pos = torch.arange(start, start + idx.shape[1], device=idx.device, dtype=torch.get_default_dtype())[:, None]
+        x, enc = self.tok(idx), self.encoder
+        if enc.additive is not None:
+            x = enc.additive(x, pos)
+        for blk, st in zip(enc.blocks, states, strict=True):
+            x = blk(x, pos, is_causal=True, state=st)
+        return self.head(enc.norm(x))
+
+    @torch.no_grad()
+    def generate(self, ids: torch.Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
+                 generator: torch.Generator | None = None) -> torch.Tensor:
+        """ids (B, N) followed by max_new_tokens sampled tokens, (B, N + max_new_tokens). Each token is drawn from
+        softmax(logits / temperature) over the top_k most likely (top_k=1: greedy). The prompt fills the layers'
+        decoding states in one pass; every new token then costs one step (constant for FAVOR+ and PLASH)."""
+        check_tensor("ids", ids, 2, floating=False)
+        if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+            fail("ids", f"dtype {ids.dtype}", "integer token ids (torch.long)", TypeError)
+        if ids.shape[1] == 0:
+            fail("ids", "an empty prompt (0 tokens)", "at least one token to condition on")
+        max_new_tokens = check_int("max_new_tokens", max_new_tokens, 0)
+        temperature = check_float("temperature", temperature, 0.0, low_open=True)
+        if top_k is not None:
+            top_k = check_int("top_k", top_k, 1)
+        table = getattr(self.encoder.additive, "max_len", None)
+        if table is not None and ids.shape[1] + max_new_tokens > table:
+            name, given = ("ids", f"a prompt of {ids.shape[1]} tokens") if ids.shape[1] > table else (
+                "max_new_tokens", f"{max_new_tokens} after a prompt of {ids.shape[1]} tokens")
+            fail(name, given, f"a prompt plus new tokens within the learned positional table of {table} positions")
+        states = self.init_states()
+        out, logits = [ids], self.step(ids, states, 0)[:, -1]
+        for t in range(max_new_tokens):
+            nxt = sample(logits, temperature, top_k, generator)
+            out.append(nxt)
+            if t + 1 < max_new_tokens:
+                logits = self.step(nxt, states, ids.shape[1] + t)[:, -1]
+        return torch.cat(out, dim=1)
+
+
+def sample(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+           generator: torch.Generator | None = None) -> torch.Tensor:
+    """One token per row (B, 1) from softmax(logits / temperature) restricted to the top_k largest logits."""
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_k == 1:
+        return logits.argmax(-1, keepdim=True)
+    probs = torch.softmax(logits.double() / temperature, dim=-1)
+    return torch.multinomial(probs, 1, generator=generator)

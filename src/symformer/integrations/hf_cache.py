@@ -1,0 +1,185 @@
+"""Decoding states of symformer's FAVOR+ and PLASH cores in a transformers `Cache`, for `model.generate()`.
+
+`StateCache(model)` holds, per attention layer, the core's recurrent state (attention.favor_state.FavorState:
+[S, z] and the running stabiliser; attention.plash_state.PlashState: the prefix summaries, their Stage II-III
+keys and values and the current block) instead of the keys and values: its size does not grow with the context,
+and a decoded token costs the same at any length. `configure(model, attention=...)` makes `generate()` create one
+in place of its default DynamicCache (a cache the user passes is used as given).
+
+How the state reaches the core: the layer's attention forward calls `cache.update(k, v, layer_idx, ...)` and then
+the attention function with the keys it returned. `StateLayer.update` returns the new keys and values unchanged,
+tagged with the layer (a Python attribute on the key tensor), and the attention function (hf_attention) runs the
+core on the new tokens with that state. An update whose keys never reached a symformer core (another attention
+implementation, a forward that rebuilds the keys) is detected at the layer's next update and raises, never a
+silent wrong answer.
+
+Beam search and `num_return_sequences` reorder / repeat the states (`reorder_cache`, `batch_select_indices`,
+`batch_repeat_interleave`). Cropping (assisted decoding) is refused: a recurrent state cannot forget tokens.
+"""
+from __future__ import annotations
+
+import types
+import weakref
+
+import torch
+
+from symformer._validation import fail
+from symformer.integrations._hf_common import attention_modules, is_mla, require_transformers, text_config
+
+_TAG = "_symformer_state_layer"
+
+
+def _layer_base():
+    return require_transformers().cache_utils.CacheLayerMixin
+
+
+def _cache_base():
+    return require_transformers().cache_utils.Cache
+
+
+class _StateLayerMethods:
+    """One attention layer's decoding state (module doc); mixed into transformers' CacheLayerMixin by
+    _state_layer_class, so that this module imports without transformers."""
+
+    is_compileable = False
+    is_croppable = False
+    is_sliding = False
+    supports_early_init = False
+
+    def __init__(self, module, kind: str):
+        super().__init__()
+        self.module = weakref.ref(module)
+        self.kind = kind
+        self.state = None
+        self.core = None
+        self.length = 0
+        self.pending = False
+
+    def lazy_initialization(self, key_states, value_states) -> None:
+        self.device, self.is_initialized = key_states.device, True
+
+    def update(self, key_states, value_states, *args, **kwargs):
+        if self.pending:
+            module = self.module()
+            impl = getattr(getattr(module, "config", None), "_attn_implementation", None)
+            fail("cache", f"a symformer StateCache whose layer {getattr(module, 'layer_idx', '?')} state was not "
+                 f"read by its attention (attn_implementation {impl!r})", "a model configured with "
+                 f"symformer.integrations.hf.configure(model, attention={self.kind!r}) whose attention forward "
+                 "passes the cache's keys to the attention function", TypeError)
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        self.pending = True
+        setattr(key_states, _TAG, self)
+        return key_states, value_states
+
+    def consumed(self, n_new: int) -> None:
+        self.length += n_new
+        self.pending = False
+
+    def get_mask_sizes(self, query_length: int) -> tuple[int, int]:
+        return self.length + query_length, 0
+
+    def get_seq_length(self) -> int:
+        return self.length
+
+    def get_max_length(self) -> int:
+        return -1
+
+    def offload(self):
+        pass
+
+    def prefetch(self):
+        pass
+
+    def reset(self) -> None:
+        self.state, self.core, self.length, self.pending, self.is_initialized = None, None, 0, False, False
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove:
+            fail("tokens_to_remove", tokens_to_remove, "0: a recurrent FAVOR+ / PLASH state cannot forget tokens "
+                 "(assisted decoding and cache cropping need a KV cache)")
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        if self.state is not None:
+            self.state.select(beam_idx)
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.state is not None:
+            idx = indices.nonzero().flatten() if indices.dtype == torch.bool else indices
+            self.state.select(torch.as_tensor(idx, dtype=torch.long))
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        if self.state is not None:
+            self.state.repeat_interleave(repeats)
+
+    def nbytes(self) -> int:
+        return 0 if self.state is None else self.state.nbytes()
+
+
+_LAYER_CLASS: list = []
+
+
+def _state_layer_class():
+    """StateLayer = _StateLayerMethods on transformers' CacheLayerMixin (built once, on first use)."""
+    if not _LAYER_CLASS:
+        _LAYER_CLASS.append(type("StateLayer", (_StateLayerMethods, _layer_base()), {}))
+    return _LAYER_CLASS[0]
+
+
+def state_cache(model):
+    """A `Cache` holding one symformer decoding state per attention layer of `model`, configured with
+    `configure(model, attention="favor" | "plash")`. ValueError for a model without symformer cores, or an MLA
+    family (its forward expands the cached latents before the attention, so the state would never reach it)."""
+    from symformer.integrations.hf_attention import IMPLEMENTATIONS
+    record = getattr(getattr(model, "config", None), "symformer_attention", None) or {}
+    kind = record.get("attention")
+    layers = attention_modules(model)
+    if kind not in IMPLEMENTATIONS or any(getattr(m, "symformer_core", None) is None for m in layers):
+        fail("model", type(model).__name__, "a model configured with symformer.integrations.hf.configure(model, "
+             "attention='favor' | 'plash') before its state cache is built")
+    if any(is_mla(m) for m in layers):
+        fail("model", type(model).__name__, "a family without multi-head latent attention: MLA rebuilds its keys "
+             "from the cached latents, so a recurrent state cannot stand in for them")
+    cls = _state_layer_class()
+    by_index = {int(getattr(m, "layer_idx", 0) or 0): m for m in layers}
+    # hybrid models (LFM2's convolutions, Qwen3-Next's Gated DeltaNet): their other layers keep the cache layers
+    # transformers gives them; only the attention layers hold symformer states
+    tf = require_transformers()
+    base = tf.cache_utils.DynamicCache(config=text_config(model)).layers
+    n = max(len(base), max(by_index) + 1)
+    others = [base[i] if i < len(base) else tf.cache_utils.DynamicLayer() for i in range(n)]
+    cache = _cache_base()(layers=[cls(by_index[i], kind) if i in by_index else others[i] for i in range(n)])
+    cache.symformer_kind = kind
+    return cache
+
+
+def tagged_layer(key: torch.Tensor):
+    """The StateLayer a key tensor came from (StateLayer.update), or None; the tag is removed."""
+    layer = getattr(key, _TAG, None)
+    if layer is not None:
+        delattr(key, _TAG)
+    return layer
+
+
+def _prepare_cache_with_states(self, generation_config, model_kwargs, *args, **kwargs):
+    """GenerationMixin._prepare_cache_for_generation, then its fresh DynamicCache replaced by a state_cache."""
+    out = type(self)._prepare_cache_for_generation(self, generation_config, model_kwargs, *args, **kwargs)
+    dynamic = require_transformers().cache_utils.DynamicCache
+    if any(is_mla(m) for m in attention_modules(self)):  # MLA keeps its latent KV cache (exact, O(N) per token)
+        return out
+    for name in ("cache", "past_key_values"):
+        cache = model_kwargs.get(name)
+        if type(cache) is dynamic and not getattr(cache, "_is_user_defined", False):
+            model_kwargs[name] = state_cache(self)
+    return out
+
+
+def install_generation_cache(model) -> None:
+    """Make `model.generate()` build a state_cache in place of the DynamicCache it would create (a cache the user
+    passes is kept). A bound method on the instance: copy.deepcopy rebinds it to the copy. Idempotent; a no-op
+    for a model without generate."""
+    if hasattr(model, "_prepare_cache_for_generation"):
+        model._prepare_cache_for_generation = types.MethodType(_prepare_cache_with_states, model)
+
+
+__all__ = ["state_cache", "install_generation_cache", "tagged_layer"]
