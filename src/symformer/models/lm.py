@@ -24,7 +24,7 @@ class CausalLM(nn.Module):
         check_tensor("idx", idx, 2, floating=False)
         n = idx.shape[1]
         if positions is None:
-            positions = torch.arange(n, device=idx.device, dtype=torch.get_default_dtype())[:, None]
+            positions = torch.arange(n, device=idx.device)[:, None]  # int64: exact in every dtype
         return self.head(self.encoder(self.tok(idx), positions, is_causal=True))
 
     def loss(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -40,7 +40,7 @@ class CausalLM(nn.Module):
         """Logits (B, L, V) of tokens idx (B, L) at positions start..start+L-1 that follow the `start` tokens the
         states hold (which then hold these too): equal to the rows of forward() over the whole sequence."""
         check_tensor("idx", idx, 2, floating=False)
-        pos = torch.arange(start, start + idx.shape[1], device=idx.device, dtype=torch.get_default_dtype())[:, None]
+        pos = torch.arange(start, start + idx.shape[1], device=idx.device)[:, None]  # int64: exact in every dtype
         x, enc = self.tok(idx), self.encoder
         if enc.additive is not None:
             x = enc.additive(x, pos)
