@@ -114,11 +114,13 @@ def _part(name, c):
 
 
 def _valid(pos, c, n):
-    """float32 / float64 (finite) or integer positions of shape (N, C) or (B, N, C); 16-bit floats round positions
-    (bfloat16: 257 -> 256), so they are refused, as are bool and complex."""
+    """float32 / float64 (finite) or integer positions of shape (N, C) or (B, N, C), or (N,) token positions when
+    C = 1 (issue 42); 16-bit floats round positions (bfloat16: 257 -> 256), so they are refused, as are bool and
+    complex."""
     integer = not pos.dtype.is_floating_point and not pos.dtype.is_complex and pos.dtype != torch.bool
-    return ((pos.dtype in (torch.float32, torch.float64) or integer) and pos.ndim in (2, 3) and pos.shape[-1] == c
-            and pos.shape[-2] == n and bool(torch.isfinite(pos).all()))
+    shaped = (pos.ndim in (2, 3) and pos.shape[-1] == c and pos.shape[-2] == n) or (pos.ndim == 1 and c == 1
+                                                                                     and pos.shape[0] == n)
+    return (pos.dtype in (torch.float32, torch.float64) or integer) and shaped and bool(torch.isfinite(pos).all())
 
 
 @pytest.mark.parametrize("name", PARTS)

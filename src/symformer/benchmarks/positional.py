@@ -55,12 +55,13 @@ def _rotators(dh: int, device: str) -> dict:
         out["rotary_embedding_torch"] = ret
     except ImportError:  # optional [bench] dependency
         pass
-    string = STRING(dh, 1, init_scale=0.1, learnable=False).to(device)
+    # STRING / ESPR in the interleaved pairing of the recorded rows (their default before issue 42)
+    string = STRING(dh, 1, init_scale=0.1, learnable=False, pairing="interleaved").to(device)
     out["string_unfolded"] = lambda q, k, pos: string(q, k, pos)
-    folded = STRING(dh, 1, init_scale=0.1, learnable=False).to(device)
+    folded = STRING(dh, 1, init_scale=0.1, learnable=False, pairing="interleaved").to(device)
     folded.folded.fill_(True)  # P^T lives in W_Q / W_K: the rotation is the RoPE part only
     out["string_folded"] = lambda q, k, pos: folded(q, k, pos)
-    espr = ESPR(dh, 1, commuting_init=False, learnable=False).to(device)
+    espr = ESPR(dh, 1, commuting_init=False, learnable=False, pairing="interleaved").to(device)
     out["espr_cached_exp"] = lambda q, k, pos: espr(q, k, pos)
     return out
 
@@ -103,9 +104,12 @@ def _layers(d_model: int, heads: int, device: str, coord_dim: int = 1) -> dict:
         return MultiHeadAttention(d_model, heads, "softmax", pos, coord_dim, positional_kwargs=kw).to(device)
 
     if coord_dim > 1:  # non-commuting ESPR: one exponential (and its backward) per distinct grid position
-        return {"rope_grid2d": mk("rope", pairing="interleaved"), "espr_grid2d": mk("espr", commuting_init=False)}
-    layers = {"rope": mk("rope", pairing="interleaved"), "espr": mk("espr", commuting_init=False),
-              "string_unfolded": mk("string", init_scale=0.1), "string_folded": mk("string", init_scale=0.1)}
+        return {"rope_grid2d": mk("rope", pairing="interleaved"),
+                "espr_grid2d": mk("espr", commuting_init=False, pairing="interleaved")}
+    layers = {"rope": mk("rope", pairing="interleaved"),
+              "espr": mk("espr", commuting_init=False, pairing="interleaved"),
+              "string_unfolded": mk("string", init_scale=0.1, pairing="interleaved"),
+              "string_folded": mk("string", init_scale=0.1, pairing="interleaved")}
     fold_rotary(layers["string_folded"])
     return layers
 

@@ -86,15 +86,18 @@ def arm_config(arm: str, cfg: OODConfig, seed: int = 0):
     base = dict(d_model=cfg.d_model, n_heads=cfg.n_heads, n_layers=cfg.n_layers, d_ff=2 * cfg.d_model, coord_dim=2)
     if arm == "learned":
         return TransformerConfig(positional="learned", max_len=CANVAS // PATCH, **base)
-    if arm in ("rope", "string"):
+    if arm == "rope":
         return TransformerConfig(positional=arm, **base)
+    if arm == "string":  # the pairing of the recorded runs (STRING/ESPR's default before issue 42)
+        return TransformerConfig(positional=arm, positional_kwargs={"pairing": "interleaved"}, **base)
     level = arm[len("espr_") :]
     if level == "free":  # non-commuting from the start, no pull back to STRING
         kw = dict(commuting_init=False, eps_comm_penalty=0.0, eta_mix_penalty=0.0, seed=seed)
     else:
         w = float(level[len("pen") :])
         kw = dict(commuting_init=True, eps_comm_penalty=w, eta_mix_penalty=w)
-    return TransformerConfig(positional="espr", positional_kwargs=dict(d_act=cfg.d_act, **kw), **base)
+    return TransformerConfig(positional="espr", positional_kwargs=dict(d_act=cfg.d_act, pairing="interleaved", **kw),
+                             **base)
 
 
 def place(images: torch.Tensor, dy: int, dx: int) -> torch.Tensor:

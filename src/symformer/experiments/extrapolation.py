@@ -126,6 +126,8 @@ def build_lm(part: str, cfg: ExtrapolationConfig, vocab_size: int):
     from symformer.models.lm import CausalLM
 
     kw = {"d_act": cfg.d_model // cfg.n_heads - 4} if part == "espr" else {}  # 4 null coordinates for mixing
+    if part in ("string", "espr"):
+        kw["pairing"] = "interleaved"  # the pairing of the recorded runs (STRING/ESPR's default before issue 42)
     tc = TransformerConfig(
         d_model=cfg.d_model,
         n_heads=cfg.n_heads,

@@ -117,7 +117,8 @@ def rotated_inputs(kind: str, n: int, dh: int, seed: int):
         return rq, rk, v, None
     from symformer.positional import ESPR
     # seed + 1: ESPR's init noise from seed's own generator would be 0.05 q itself
-    espr = ESPR(dh, 1, d_act=dh // 2, commuting_init=False, seed=seed + 1).double()
+    # the pairing of the recorded runs (STRING/ESPR's default before issue 42)
+    espr = ESPR(dh, 1, d_act=dh // 2, commuting_init=False, seed=seed + 1, pairing="interleaved").double()
     with torch.no_grad():
         rq, rk = espr(q, k, pos)
     # q~ lives in the d_act-dim active space; scale = 1/sqrt(d_act) makes q^ = d_act^(-1/4) q~ (T7.2)

@@ -47,11 +47,12 @@ def build_part(part: str, coord_dim: int = 1, head_dim: int = HEAD_DIM, seed: in
     if part == "rope_mixed":
         return pos.RoPE(head_dim, coord_dim, pairing="half", mode="mixed", learnable=True)
     if part == "string":
-        return pos.STRING(head_dim, coord_dim, init_scale=0.1, seed=seed)
+        # the pairing of the recorded runs (STRING/ESPR's default before issue 42)
+        return pos.STRING(head_dim, coord_dim, init_scale=0.1, seed=seed, pairing="interleaved")
     if part == "circulant_string":
         return pos.CirculantSTRING(head_dim, coord_dim, seed=seed)
     if part == "espr":
-        m = pos.ESPR(head_dim, coord_dim, commuting_init=False, init_scale=0.02, seed=seed)
+        m = pos.ESPR(head_dim, coord_dim, commuting_init=False, init_scale=0.02, seed=seed, pairing="interleaved")
         with torch.no_grad():
             g = torch.Generator().manual_seed(seed + 1)
             m.skew_param.copy_(0.05 * torch.randn(m.skew_param.shape, generator=g, dtype=torch.float64))

@@ -234,7 +234,7 @@ def _build_part(positional: str, attn: nn.Module, config, inv_freq, options: dic
     full = head_dim(attn)
     dim = full if part_dim is None else part_dim
     opts = dict(options)
-    if positional in ("rope", "string"):
+    if positional in ("rope", "string", "espr"):
         opts.setdefault("pairing", rope_pairing(config))  # HF's rotate-half layout (GLM: interleaved)
     opts.setdefault("base", rope_theta(config, layer_type))
     part = POSITIONAL.build(positional, head_dim=dim, coord_dim=1, n_heads=config.num_attention_heads,

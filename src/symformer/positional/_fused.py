@@ -9,8 +9,8 @@ float32, 2 threads, quiet: 0.32-0.37 ms, against 0.42-0.43 ms for the earlier fo
 tables ([cos, cos] * x + [-sin, sin] * flip of the (..., 2, Dh/2) view) and 0.27 ms for the interleaved
 complex multiply. The backward R^T = R(-theta) is the same kernel with the sine times -1 (`sign`).
 
-Used only at or above FUSED_MIN_NUMEL elements (where three passes cost milliseconds and one compile,
-a few seconds, is paid once per key). Every dim but the head dim is marked dynamic, so new batch sizes and
+Used only at or above FUSED_MIN_NUMEL elements (where three passes cost milliseconds and one compile, whose
+cost the README gives, is paid once per key). Every dim but the head dim is marked dynamic, so new batch sizes and
 sequence lengths reuse the kernel (a static compile per shape spent the key budget within one benchmark;
 marked dims run as fast as static ones: 1.03 vs 0.94 ms at (1, 8, 4096, 64), 1 thread). A key is what
 dynamo guards on beyond the dynamic sizes: the head dim, which dims are 1 (dynamo specialises those),
@@ -30,7 +30,7 @@ import warnings
 import torch
 
 FUSED_MIN_NUMEL = 1 << 20
-MAX_KEYS = 32  # each key costs one compile (about a second) and its generated code
+MAX_KEYS = 32  # each key costs one compile and its generated code
 _STATE: dict = {"fns": {}, "failed": set()}
 
 

@@ -5,7 +5,8 @@
   teleport, diagnostics, experiments) may use of a rotary part is declared here, so a new part is one file
   in `positional/` plus one `POSITIONAL.register` line, and nobody probes class names or attributes:
     - `forward(q, k, positions, key_positions=None) -> (q, k)` with q, k (B, H, N, Dh), positions (B, N, C)
-      or (N, C); `rotate(x, positions)` the same rotation of one tensor without validation;
+      or (N, C), or (N,) token positions when C = 1; `rotate(x, positions)` the same rotation of one tensor
+      without validation;
     - `matrix(positions)` the (..., N, Dh, Dh) rotations R(r); `logit_matrix(positions)` what the logits
       see, q_i^T M_i^T M_j k_j (R(r) except for ESPR, Pi_act R(r) Pi_act, T4.3);
     - `generators()` the skew generators L (C, Dh, Dh) (T1.1); `rotation_parts()` (L, P, d_act) of the
@@ -21,6 +22,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -72,14 +74,51 @@ def check_positions(positions: torch.Tensor, coord_dim: int, n: int | None = Non
         fail(name, f"dtype {positions.dtype}", "int64 or float32 / float64 positions", TypeError)
     check_tensor(name, positions, (2, 3), floating=False)
     if positions.shape[-1] != coord_dim:
+        hint = " (batched token positions (B, N) need a last axis: positions[..., None])" \
+            if coord_dim == 1 and positions.ndim == 2 else ""
         fail(name, f"shape {tuple(positions.shape)}",
-             f"a last dimension equal to the coordinate dimension C={coord_dim}")
+             f"a last dimension equal to the coordinate dimension C={coord_dim}{hint}")
     if n is not None and positions.shape[-2] != n:
         fail(name, f"{positions.shape[-2]} positions", f"one per token ({n})")
     if batch is not None and positions.ndim == 3 and positions.shape[0] not in (1, batch):
         fail(name, f"shape {tuple(positions.shape)} (batch {positions.shape[0]})",
              f"(N, C) positions shared by the batch or (B, N, C) with B = {batch}, the batch of the queries/keys")
     return positions
+
+
+def token_positions(positions, coord_dim: int, name: str = "positions"):
+    """A 1-D tensor (N,) of token positions (e.g. torch.arange(N), integer or float) as (N, 1) when coord_dim = 1;
+    ValueError naming `name` for a 1-D tensor when coord_dim > 1 (which coordinate it holds is unknown). Anything
+    else is returned as is for check_positions. A 2-D tensor is always (N, C): (B, N) token positions would be
+    ambiguous with (N, C) and need their last axis, positions[..., None]."""
+    if not isinstance(positions, torch.Tensor) or positions.ndim != 1:
+        return positions
+    if coord_dim != 1:
+        fail(name, f"a 1-D tensor of shape {tuple(positions.shape)}",
+             f"(N, {coord_dim}) or (B, N, {coord_dim}) positions (a 1-D tensor is token positions, for coord_dim 1)")
+    return positions[:, None]
+
+
+def _accept_token_positions(method):
+    """Let a part's method take 1-D token positions (`token_positions`) in its `positions` / `key_positions`
+    arguments, so every part accepts torch.arange(N) without each one reshaping."""
+    names = [p for p in inspect.signature(method).parameters if p != "self"]
+    slots = {n: names.index(n) for n in ("positions", "key_positions") if n in names}
+    if not slots:
+        return method
+
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        if len(args) > min(slots.values()) or kwargs:
+            args = list(args)
+            for n, i in slots.items():
+                if i < len(args):
+                    args[i] = token_positions(args[i], self.coord_dim, n)
+                elif n in kwargs:
+                    kwargs[n] = token_positions(kwargs[n], self.coord_dim, n)
+        return method(self, *args, **kwargs)
+    run.token_positions = True
+    return run
 
 
 @dataclass(frozen=True)
@@ -153,7 +192,9 @@ class Float32Master(nn.Module):
       float32 parameters with float32 gradients, `state_dict` holds float32 tensors, and loading a 16-bit
       state_dict upcasts into them (also with assign=True). Casts to float32 / float64 apply as usual;
     * forward and rotate run with autocast off (`_autocast_off`) and compute in float32 (float64 for float64
-      inputs); the output has the input's dtype."""
+      inputs); the output has the input's dtype;
+    * forward, rotate, matrix, logit_matrix, qk_symmetry and relative_rotations take 1-D token positions (N,)
+      (integer or float) as (N, 1) when coord_dim = 1 (`token_positions`)."""
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -161,6 +202,10 @@ class Float32Master(nn.Module):
             f = cls.__dict__.get(name)
             if f is not None and not getattr(f, "autocast_off", False):
                 setattr(cls, name, _autocast_off(f))
+        for name in ("forward", "rotate", "matrix", "logit_matrix", "qk_symmetry", "relative_rotations"):
+            f = cls.__dict__.get(name)
+            if f is not None and not getattr(f, "token_positions", False):
+                setattr(cls, name, _accept_token_positions(f))
 
     def _apply(self, fn, recurse=True):
         def keep(t):

@@ -5,9 +5,10 @@ that need not commute, and a Cayley post-rotation P = (I - S)(I + S)^{-1} (T3.1,
 Queries and keys are q~ = Pi_act R_sp(r) Pi_act q (T4.3) with the logit scale 1/sqrt(d_act) (T4.4).
 
 Reading: Pi_act is fixed to the projector onto the FIRST d_act coordinates (U = I in T2.10, as in T8'.7);
-with `commuting_init=True` the generators start as RoPE's block-diagonal generators on that block and
-zero on the null block, so at init L_k commute, P = I lies in the set A (T3.4) and the model is exactly
-RoPE on d_act coordinates. Training may move it away; `penalty()` pulls it back towards STRING.
+with `commuting_init=True` the generators start as RoPE's block-diagonal generators on that block (in RoPE's
+default "half" pairing unless `pairing` says otherwise) and zero on the null block, so at init L_k commute,
+P = I lies in the set A (T3.4) and the model is exactly RoPE on d_act coordinates, in that pairing.
+Training may move it away; `penalty()` pulls it back towards STRING.
 
 Efficiency: the exponential (expm.expm_skew: scaling-and-squaring Pade whose backward is ~2x its forward,
 where torch.linalg.matrix_exp's is ~7x) runs once per DISTINCT position of the call (a grid or a token
@@ -32,7 +33,7 @@ from symformer.positional._cache import ValueCache
 from symformer.positional.base import LOW_PRECISION, RotaryPositional, check_positions, compute_dtype, master_dtype
 from symformer.positional.cayley import cayley, check_skew, skew
 from symformer.positional.expm import SUPPORTED, expm_skew
-from symformer.positional.rope import generators_from_beta, rope_frequencies
+from symformer.positional.rope import PAIRINGS, generators_from_beta, rope_frequencies
 
 
 def distinct_positions(positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -64,6 +65,8 @@ class ESPR(RotaryPositional):
     RoPE's commuting generators on the active block, else add `init_scale` Gaussian noise, default 0.02,
     which makes them non-commuting); post_rotation (learn P, else P = I); eps_comm_penalty /
     eta_mix_penalty (weights of `penalty()`); base, mode (RoPE frequencies of the commuting init);
+    pairing ("half", the default of every rotary part, or "interleaved": the pairs of RoPE's generators in the
+    commuting init, so that ESPR(head_dim) starts exactly as RoPE(head_dim) with the same pairing);
     learnable; seed (initial noise; None draws it from torch's global generator, as nn.Linear does);
     exp_method ("auto": 1-D integer positions use exp(nL) = exp(L)^n,
     everything else one expm_skew exponential (Pade-13 in float64, solve-free Taylor-12 in float32) per
@@ -78,7 +81,7 @@ class ESPR(RotaryPositional):
     def __init__(self, head_dim: int, coord_dim: int = 1, d_act: int | None = None, commuting_init: bool = True,
                  post_rotation: bool = True, eps_comm_penalty: float = 0.0, eta_mix_penalty: float = 0.0,
                  base: float = 10000.0, mode: str | None = None, init_scale: float | None = None,
-                 learnable: bool = True, seed: int | None = None, exp_method: str = "auto"):
+                 learnable: bool = True, seed: int | None = None, exp_method: str = "auto", pairing: str = "half"):
         super().__init__()
         self.head_dim = check_int("head_dim", head_dim, 2)
         self.coord_dim = check_int("coord_dim", coord_dim, 1)
@@ -99,7 +102,8 @@ class ESPR(RotaryPositional):
         mode = mode or ("mixed" if coord_dim > 1 else "axial")
         beta = rope_frequencies(d_act, coord_dim, base, mode)
         g0 = beta.new_zeros(coord_dim, head_dim, head_dim)
-        g0[:, :d_act, :d_act] = generators_from_beta(beta, d_act, "interleaved") / 2  # G - G^T = L0
+        self.pairing = check_choice("pairing", pairing, PAIRINGS)
+        g0[:, :d_act, :d_act] = generators_from_beta(beta, d_act, self.pairing) / 2  # G - G^T = L0
         if noise:  # the commuting init without noise is RoPE's, drawn from no generator
             g0 = g0 + noise * torch.randn(g0.shape, generator=init_generator(seed), dtype=g0.dtype)
         dt = master_dtype()
@@ -279,4 +283,4 @@ class ESPR(RotaryPositional):
 
     def extra_repr(self) -> str:
         return (f"head_dim={self.head_dim}, coord_dim={self.coord_dim}, d_act={self.d_act}, "
-                f"post_rotation={self.use_post_rotation}")
+                f"post_rotation={self.use_post_rotation}, pairing={self.pairing}")

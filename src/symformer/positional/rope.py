@@ -1,7 +1,8 @@
 """RoPE for any coordinate dimension, in both pairing layouts.
 
 Pairing "interleaved": coordinates (2u, 2u+1) form rotary pair u (RoFormer, GPT-J).
-Pairing "half": coordinates (u, u + Dh/2) (GPT-NeoX / LLaMA "rotate-half").
+Pairing "half": coordinates (u, u + Dh/2) (GPT-NeoX / LLaMA "rotate-half"). The default of every rotary part
+(RoPE, STRING, ESPR's commuting init), so that RoPE(Dh) = STRING(Dh) with P = I = ESPR(Dh) at its commuting init.
 The angle of pair u is theta_u(r) = beta_u . r (ESPR T2.4-T2.7 with U = I); 1-D RoPE is C = 1 with
 log-spaced beta; "axial" splits the pairs among the C axes; "mixed" learns beta (RoPE-mixed).
 

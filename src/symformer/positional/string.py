@@ -32,13 +32,16 @@ class STRING(RotaryPositional):
     """Cayley-STRING on (B, H, N, Dh) queries/keys for C-dimensional positions.
 
     Args: head_dim (even), coord_dim C, base (RoPE frequency base of the initial beta), learnable (learn
-    beta and P), pairing ("interleaved" | "half"), mode (initial beta: "axial" or "mixed"; default mixed
-    for C > 1, the RoPE-mixed initialisation of Cayley-STRING), init_scale (std of the initial skew
+    beta and P), pairing ("half", the default of every rotary part: HF's rotate-half layout, so that with
+    init_scale 0 STRING(head_dim) rotates exactly as RoPE(head_dim), RoPE being STRING at P = I (T2.7); or
+    "interleaved"), mode (initial beta: "axial" or "mixed"; default mixed for C > 1, the RoPE-mixed
+    initialisation of Cayley-STRING, so STRING(head_dim, C) starts as RoPE(head_dim, C, mode="mixed")),
+    init_scale (std of the initial skew
     parameter; 0 gives P = I, i.e. exactly RoPE at init), seed (the draw of that parameter when init_scale > 0:
     None draws from torch's global generator, as nn.Linear does)."""
 
     def __init__(self, head_dim: int, coord_dim: int = 1, base: float = 10000.0, learnable: bool = True,
-                 pairing: str = "interleaved", mode: str | None = None, init_scale: float = 0.0,
+                 pairing: str = "half", mode: str | None = None, init_scale: float = 0.0,
                  seed: int | None = None):
         super().__init__()
         mode = mode or ("mixed" if coord_dim > 1 else "axial")
@@ -96,6 +99,13 @@ class STRING(RotaryPositional):
         cd = compute_dtype(q.dtype, self.skew_param.dtype)  # P^T and the rotation in float32 (float64), one rounding
         qc, kc = self._to_rope_basis(q.to(cd), k.to(cd))
         return apply_tables(qc, tq, self.pairing).to(q.dtype), apply_tables(kc, tk, self.pairing).to(k.dtype)
+
+    def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """R_rope(r) P^T x for x (..., N, Dh), without validation: what forward applies to q and to k (the
+        partial-rotary wrapper calls it)."""
+        cd = compute_dtype(x.dtype, self.skew_param.dtype)
+        xc = x.to(cd) if bool(self.folded) else x.to(cd) @ self._orthogonal_cached(cd)
+        return apply_tables(xc, self.rope.tables(positions, x.dtype), self.pairing).to(x.dtype)
 
     def qk_symmetry(self, positions: torch.Tensor | None = None) -> QKSymmetry:
         """P H(d_h) P^T (R = P R_rope P^T; not in the teleportation paper); H(d_h) once P^T is folded
