@@ -107,8 +107,10 @@ def update_optimizer_state(optimizer: torch.optim.Optimizer | None, group: Symme
             cur[k].copy_(t)
     sq = _state_tensors(optimizer, params, "exp_avg_sq")
     # second moments move with the squared map (A sqrt(v))^2: exact for the diagonal / per-pair-scaling
-    # elements the sampler draws, an approximation for general elements
-    for k, t in group.grad_action(g, {k: v.sqrt() for k, v in sq.items()}).items():
+    # elements the sampler draws, an approximation for general elements; sqrt, action and square in float32 at
+    # least, so a 16-bit state is rounded once (grad_action rounds the first moments once itself)
+    wide = {k: v.to(torch.promote_types(v.dtype, torch.float32)).sqrt() for k, v in sq.items()}
+    for k, t in group.grad_action(g, wide).items():
         sq[k].copy_(t.pow(2))
 
 
