@@ -143,3 +143,39 @@ def test_precision_option_reaches_symformer_train():
     from symformer.train import TrainConfig
     with pytest.raises(ValueError, match="precision: got 'fp16'"):
         TrainConfig(precision="fp16")
+
+
+# ---------------------------------------------------------------- the *_bf16 bench rows' accuracy check
+class _Exact(torch.nn.Module):  # returns its input: no arithmetic, no error
+    def forward(self, q, k, pos):
+        return q, k
+
+
+class _Sloppy(torch.nn.Module):  # angles in the input's dtype: bfloat16 rounds pos * 1000.3 to a multiple of 32
+    def forward(self, q, k, pos):
+        return q * torch.cos(pos.to(q.dtype) * 1000.3), k
+
+
+class _Crash(torch.nn.Module):
+    def forward(self, q, k, pos):
+        raise RuntimeError("no bfloat16 kernel")
+
+
+def test_bf16_bench_row_measures_error_against_float64():
+    from pathlib import Path
+
+    from symformer.benchmarks._precision import bf16_ratios, bf16_row
+    from symformer.benchmarks.base import BenchContext
+    ctx = BenchContext(Path("unused"))
+    q, k = torch.randn(1, 2, 8, 4), torch.randn(1, 2, 8, 4)
+    pos = torch.arange(8.0)[:, None]
+    exact = bf16_row("exact", "rotate q,k", _Exact, [q, k], (pos,), 0, ctx, 0.01, "tiny")
+    assert [r["mode"] for r in exact] == ["fwd", "fwd+bwd"] and exact[0]["err_vs_bound"] == 0
+    assert exact[0]["out_dtype"] == "bfloat16" and exact[0]["median_s"] > 0 and exact[0]["fp32_median_s"] > 0
+    sloppy = bf16_row("sloppy", "rotate q,k", _Sloppy, [q, k], (pos,), 0, ctx, 0.01, "tiny")
+    assert sloppy[0]["err_vs_bound"] > 10
+    crash = bf16_row("crash", "rotate q,k", _Crash, [q, k], (pos,), 0, ctx, 0.01, "tiny")
+    assert len(crash) == 1 and crash[0]["median_s"] is None and "no bfloat16 kernel" in crash[0]["error"]
+    r = bf16_ratios(exact + sloppy + crash)
+    assert r["exact_bf16_err_vs_bound"] == 0 and r["sloppy_bf16_err_vs_bound"] > 1
+    assert "crash_bf16_err_vs_bound" not in r
