@@ -184,3 +184,31 @@ def test_hf_bf16_teleport(family):
     element = _group(m32).random(torch.Generator().manual_seed(0))
     check_one_rounding(m16, element, _group)
     assert logit_ratio(m32, element, _group, run) <= 2.0
+
+
+@pytest.mark.parametrize("route", ["cast", "autocast"])
+def test_hf_plain_loop_teleports_in_bf16(route, recwarn):
+    """HFTeleport on a bfloat16 Llama (cast) and on a float32 one trained under autocast (compute_dtype): the
+    scheduled teleports are applied and none is refused by the runtime invariance check."""
+    pytest.importorskip("transformers")
+    from tests.integrations._hf_models import lm_loss, tiny
+
+    from symformer.integrations import hf
+    model = tiny("llama", BF16 if route == "cast" else torch.float32).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+    def loss_fn(m, x):
+        with torch.autocast("cpu", dtype=BF16, enabled=route == "autocast"):
+            return lm_loss(m, x)
+    tele = hf.HFTeleport(model, opt, loss_fn, total_steps=4, step=1, steps=2, samples=8, alpha=0.3,
+                         state_policy="transform", compute_dtype=BF16 if route == "autocast" else None)
+    data = torch.randint(0, 40, (4, 4, 13), generator=torch.Generator().manual_seed(0))
+    for i in range(4):
+        loss = loss_fn(model, data[i])
+        loss.backward()
+        tele.after_backward(i, data[i], loss)
+        opt.step()
+        opt.zero_grad()
+    assert len(tele.log) == 2 and all(r["applied"] and r["skipped"] == 0 for r in tele.log), tele.log
+    assert {p.dtype for p in model.parameters()} == {BF16 if route == "cast" else torch.float32}
+    assert not [w for w in recwarn if "teleport: skipped" in str(w.message)]
