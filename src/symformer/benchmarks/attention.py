@@ -107,6 +107,11 @@ def run(ctx: BenchContext) -> BenchResult:
         extra_rows, extra_ratios = fn(ctx)
         rows += extra_rows
         ratios.update(extra_ratios)
+    from symformer.benchmarks._precision import CORE_SHAPES, attention_bf16_rows, bf16_note, bf16_ratios
+    bf16 = attention_bf16_rows(ctx, min_run)  # softmax, FAVOR+, PLASH cast to bfloat16, with err_vs_bound
+    rows += bf16
+    ratios.update(bf16_ratios(bf16))
+    notes.append(bf16_note("core", "q, k, v", f"of shape {CORE_SHAPES[ctx.quick]}", "max|v|"))
     if "performer_pytorch" in methods and ctx.device == "cpu" and fix_malloc_thresholds():
         # last, since it changes the allocator for the rest of the process: the same headline ratio
         # without page-fault noise (see benchmarks.base.fix_malloc_thresholds)

@@ -186,6 +186,7 @@ def run(ctx: BenchContext) -> BenchResult:
         hf_rows,  # HF Llama rows (extra `hf`): benchmarks/positional_hf.py
     )
     hf_rows(res, ctx)
+    _bf16_rows(res, ctx, mrt)
     res.config = {"shapes": [list(s) for s in SHAPES], "dtype": "float32 (bfloat16 rows marked 'bf16')",
                   "positions": "1-D token indices; 2-D grids (sqrt(N) x sqrt(N)) for the *_grid2d layers",
                   "layer_shape": list(LAYER_SHAPE), "inference": "torch.inference_mode()",
@@ -202,6 +203,16 @@ def run(ctx: BenchContext) -> BenchResult:
                      "non-commuting 2-D case with one exponential (expm_skew, float32 Taylor-12) per distinct "
                      "position.")
     return res
+
+
+def _bf16_rows(res: BenchResult, ctx: BenchContext, mrt: float) -> None:
+    """Every positional part cast to bfloat16, timed beside float32, with err_vs_bound (benchmarks/_precision.py)."""
+    from symformer.benchmarks._precision import ROT_SHAPE, bf16_note, bf16_ratios, positional_bf16_rows
+    rows = positional_bf16_rows(ctx, mrt)
+    res.rows += rows
+    res.ratios.update(bf16_ratios(rows))
+    res.notes.append(bf16_note("part", "q, k (or x)", f"at {ROT_SHAPE} with positions 0..{ROT_SHAPE[2] - 1} "
+                               "(rope_mixed_grid2d: a 64 x 64 grid)", "max|q| (max|x|)"))
 
 
 def _interleaved_headlines(res: BenchResult, runs: dict, ctx: BenchContext) -> None:

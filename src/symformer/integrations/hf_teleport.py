@@ -310,11 +310,14 @@ class HFTeleport:
             optimizer.step(); optimizer.zero_grad()
 
     loss_fn(model, batch) -> scalar loss; options go to TeleportCallback (alpha, samples, step, steps, epoch,
-    seed, method, state_policy, ffn, ...); steps_per_epoch (default total_steps) places `epoch` schedules."""
+    seed, method, state_policy, ffn, ...); steps_per_epoch (default total_steps) places `epoch` schedules.
+    compute_dtype: the dtype loss_fn computes in where it is lower than the parameters' (a loss_fn under
+    torch.autocast(dtype=torch.bfloat16) over float32 weights), so that the runtime invariance check allows its
+    rounding; a model cast to 16 bits needs none (the parameters' dtype sets it)."""
 
     def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None,
                  loss_fn: Callable[[nn.Module, object], torch.Tensor], total_steps: int,
-                 steps_per_epoch: int | None = None, **options):
+                 steps_per_epoch: int | None = None, compute_dtype: torch.dtype | None = None, **options):
         from symformer.teleport import TeleportCallback
         check_int("total_steps", total_steps, 1)
         spe = check_int("steps_per_epoch", steps_per_epoch if steps_per_epoch is not None else total_steps, 1)
@@ -323,7 +326,7 @@ class HFTeleport:
         self.trainer = SimpleNamespace(raw_model=model, model=model, optimizer=optimizer, task=task, train_data=None,
                                        total_steps=total_steps, steps_per_epoch=spe, last_loss=None,
                                        cfg=SimpleNamespace(epochs=-(-total_steps // spe)),
-                                       state=SimpleNamespace(step=0))
+                                       state=SimpleNamespace(step=0), compute_dtype=compute_dtype)
         self.callback.on_train_start(self.trainer)
 
     @property

@@ -37,13 +37,16 @@ class Forecaster(nn.Module):
         if x.shape[1:] != (self.seq_len, self.n_vars):
             fail("x", f"shape {tuple(x.shape)}", f"(B, {self.seq_len}, {self.n_vars})")
         b = x.shape[0]
+        x = x.to(self.enc_embed.weight.dtype)  # a 16-bit model takes float32 inputs (cast once here)
+        x_time, y_time = (None if t is None else t.to(x.dtype) for t in (x_time, y_time))
         dec_in = torch.cat([x[:, -self.label_len:], x.new_zeros(b, self.pred_len, self.n_vars)], dim=1)
         e, d = self.enc_embed(x), self.dec_embed(dec_in)
         if x_time is not None and y_time is not None:
             e, d = e + self.enc_time(x_time), d + self.dec_time(y_time)
-        pe = torch.arange(self.seq_len, device=x.device, dtype=x.dtype)[:, None]
+        # positions in float32 whatever the model's dtype: bfloat16 rounds integers above 256
+        pe = torch.arange(self.seq_len, device=x.device, dtype=torch.float32)[:, None]
         pd_ = torch.arange(self.seq_len - self.label_len, self.seq_len + self.pred_len, device=x.device,
-                           dtype=x.dtype)[:, None]
+                           dtype=torch.float32)[:, None]
         mem = self.encoder(e, pe)
         out = self.decoder(d, pd_, context=mem, context_positions=pe)
         return self.head(out[:, -self.pred_len:])

@@ -202,6 +202,8 @@ class Informer(nn.Module):
     def forward(self, x: torch.Tensor, x_time: torch.Tensor | None = None,
                 y_time: torch.Tensor | None = None) -> torch.Tensor:
         self._check(x, x_time, y_time)
+        dt = self.projection.weight.dtype  # a 16-bit model takes float32 inputs (cast once here)
+        x, x_time, y_time = (None if t is None else t.to(dt) for t in (x, x_time, y_time))
         mem = self.encode(x, x_time)
         dec_in = torch.cat([x[:, x.shape[1] - self.label_len:], x.new_zeros(x.shape[0], self.pred_len, self.n_vars)], 1)
         h = self.dec_embed(dec_in, y_time)

@@ -23,7 +23,8 @@ class ViTClassifier(nn.Module):
         check_tensor("tokens", tokens, 3)
         if tokens.shape[-1] != self.token_dim:
             fail("tokens", f"shape {tuple(tokens.shape)}", f"last dimension {self.token_dim}")
-        return self.encoder(self.embed(tokens), positions).mean(dim=1)
+        # a 16-bit model takes float32 inputs as a 16-bit HF model does: cast to its weights' dtype (positions are not)
+        return self.encoder(self.embed(tokens.to(self.embed.weight.dtype)), positions).mean(dim=1)
 
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         return self.head(self.features(tokens, positions))

@@ -223,10 +223,17 @@ def _rows_action(lin: nn.Linear, a: torch.Tensor, heads: int, perm, tensors=None
         if par is None or (tensors is not None and id(par) not in tensors):
             continue
         t = par if tensors is None else tensors[id(par)]
-        rows = _heads_rows(t, heads)
+        rows = _heads_rows(_wide(t), heads)
+        a = a.to(rows.dtype)
         r = a @ rows if t.ndim == 2 else (a @ rows[..., None])[..., 0]
-        out[id(par)] = (r if perm is None else r[perm]).reshape(t.shape)
+        out[id(par)] = (r if perm is None else r[perm]).reshape(t.shape).to(t.dtype)
     return out
+
+
+def _wide(t: torch.Tensor) -> torch.Tensor:
+    """t in float32 at least: a 16-bit model's action is computed in float32 from its weights and rounded back
+    once (a product of 16-bit factors would round at every step, and torch.linalg.inv has no 16-bit kernel)."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
 
 
 class SymmetryGroup:
@@ -375,8 +382,8 @@ class SymmetryGroup:
         out: dict[int, torch.Tensor] = {}
         for site, u, v, p in zip(self.sites, g.qk, g.vo, g.perm or [None] * len(g.qk), strict=True):
             m, r, h, hk = site.module, site.groups, site.query_heads, site.n_heads
-            dt = m.q_proj.weight.dtype
-            u, v = u.to(dt), v.to(dt)
+            wt = _wide(m.q_proj.weight).dtype  # float32 at least; each result rounded once to its parameter's dtype
+            u, v = u.to(wt), v.to(wt)
             u_it, v_inv = torch.linalg.inv(u).transpose(-1, -2), torch.linalg.inv(v)
             qp = _query_perm(p, r)
             out.update(_rows_action(m.q_proj, _expand(u, r), h, qp))
@@ -386,28 +393,29 @@ class SymmetryGroup:
             if m.v_proj is None:  # a site without values (AttentionSite.vo_dim = 0)
                 continue
             out.update(_rows_action(m.v_proj, v, hk, p))
-            wo = m.o_proj.weight.reshape(m.o_proj.weight.shape[0], h, -1).transpose(0, 1)  # (H, d, Dh)
-            wo = wo @ _expand(v_inv, r)
+            w = m.o_proj.weight
+            wo = _wide(w).reshape(w.shape[0], h, -1).transpose(0, 1)  # (H, d, Dh)
+            wo = wo @ _expand(v_inv.to(wo.dtype), r)
             if qp is not None:
                 wo = wo[qp]
-            out[id(m.o_proj.weight)] = wo.transpose(0, 1).reshape(m.o_proj.weight.shape)
+            out[id(w)] = wo.transpose(0, 1).reshape(w.shape).to(w.dtype)
         for f, s in zip(self.ffns, g.ffn or [None] * len(self.ffns), strict=True):
             if s is None:  # element without FFN part: identity there
                 continue
-            s = s.to(f.up.weight.dtype)
-            out[id(f.up.weight)] = f.up.weight * s[:, None]
+            s = s.to(_wide(f.up.weight).dtype)
+            out[id(f.up.weight)] = (_wide(f.up.weight) * s[:, None]).to(f.up.weight.dtype)
             if f.up.bias is not None:
-                out[id(f.up.bias)] = f.up.bias * s
-            out[id(f.down.weight)] = f.down.weight / s[None, :]
+                out[id(f.up.bias)] = (_wide(f.up.bias) * s).to(f.up.bias.dtype)
+            out[id(f.down.weight)] = (_wide(f.down.weight) / s[None, :]).to(f.down.weight.dtype)
         for site, dq, dk, (pq, pk) in self._norm_parts(g):  # scaled, then permuted with the heads (per-head weights)
-            dt, c = site.q_norm.dtype, site.norm_offset
-            out[id(site.q_norm)] = _permute_heads((site.q_norm + c) * dq.to(dt) - c, pq)
-            out[id(site.k_norm)] = _permute_heads((site.k_norm + c) / dk.to(dt) - c, pk)
+            wq, wk, c = _wide(site.q_norm), _wide(site.k_norm), site.norm_offset
+            out[id(site.q_norm)] = _permute_heads(((wq + c) * dq.to(wq.dtype) - c).to(site.q_norm.dtype), pq)
+            out[id(site.k_norm)] = _permute_heads(((wk + c) / dk.to(wk.dtype) - c).to(site.k_norm.dtype), pk)
         for x, s in zip(self.experts, g.experts, strict=False):  # up rows * s, down columns / s (FusedExperts)
-            s = s.to(x.gate_up.dtype)
-            gu, i = x.gate_up, x.shape[-1]
-            out[id(gu)] = torch.cat((gu[..., :i, :], gu[..., i:, :] * s[..., None]), -2)
-            out[id(x.down)] = x.down / s[..., None, :]
+            gu, dn, i = _wide(x.gate_up), _wide(x.down), x.shape[-1]
+            s = s.to(gu.dtype)
+            out[id(x.gate_up)] = torch.cat((gu[..., :i, :], gu[..., i:, :] * s[..., None]), -2).to(x.gate_up.dtype)
+            out[id(x.down)] = (dn / s[..., None, :]).to(x.down.dtype)
         return self._merge(out)
 
     def parameters(self) -> list[nn.Parameter]:
@@ -443,8 +451,8 @@ class SymmetryGroup:
         tensors = self._split(tensors)
         for site, u, v, p in zip(self.sites, g.qk, g.vo, g.perm or [None] * len(g.qk), strict=True):
             m, r, h, hk = site.module, site.groups, site.query_heads, site.n_heads
-            dt = m.q_proj.weight.dtype
-            u, v = u.to(dt), v.to(dt)
+            wt = _wide(m.q_proj.weight).dtype
+            u, v = u.to(wt), v.to(wt)
             u_it, v_it = torch.linalg.inv(u).transpose(-1, -2), torch.linalg.inv(v).transpose(-1, -2)
             qp = _query_perm(p, r)
             out.update(_rows_action(m.q_proj, _expand(u_it, r), h, qp, tensors))
@@ -457,27 +465,31 @@ class SymmetryGroup:
             out.update(_rows_action(m.v_proj, v_it, hk, p, tensors))
             t = tensors.get(id(m.o_proj.weight))
             if t is not None:
-                go = t.reshape(t.shape[0], h, -1).transpose(0, 1) @ _expand(v.transpose(-1, -2), r)
-                out[id(m.o_proj.weight)] = (go if qp is None else go[qp]).transpose(0, 1).reshape(t.shape)
+                go = _wide(t).reshape(t.shape[0], h, -1).transpose(0, 1)
+                go = go @ _expand(v.transpose(-1, -2).to(go.dtype), r)
+                out[id(m.o_proj.weight)] = (go if qp is None else go[qp]).transpose(0, 1).reshape(t.shape).to(t.dtype)
         for f, s in zip(self.ffns, g.ffn or [None] * len(self.ffns), strict=True):
             if s is None:  # element without FFN part: identity there
                 continue
-            s = s.to(f.up.weight.dtype)
+            s = s.to(_wide(f.up.weight).dtype)
             for par, fac in ((f.up.weight, 1 / s[:, None]), (f.up.bias, 1 / s), (f.down.weight, s[None, :])):
                 if par is not None and id(par) in tensors:
-                    out[id(par)] = tensors[id(par)] * fac
+                    t = tensors[id(par)]
+                    out[id(par)] = (_wide(t) * fac.to(_wide(t).dtype)).to(t.dtype)
         for site, dq, dk, (pq, pk) in self._norm_parts(g):  # w_q <- d w_q: its gradient / d; w_k <- w_k / d: * d
-            dt = site.q_norm.dtype
-            for par, fac, p in ((site.q_norm, 1 / dq.to(dt), pq), (site.k_norm, dk.to(dt), pk)):
+            for par, fac, p in ((site.q_norm, 1 / dq, pq), (site.k_norm, dk, pk)):
                 if id(par) in tensors:
-                    out[id(par)] = _permute_heads(tensors[id(par)] * fac, p)
+                    t = tensors[id(par)]
+                    out[id(par)] = _permute_heads((_wide(t) * fac.to(_wide(t).dtype)).to(t.dtype), p)
         for x, s in zip(self.experts, g.experts, strict=False):  # up-row gradients / s, down-column gradients * s
-            s, i = s.to(x.gate_up.dtype), x.shape[-1]
+            s, i = s.to(_wide(x.gate_up).dtype), x.shape[-1]
             if id(x.gate_up) in tensors:
-                t = tensors[id(x.gate_up)]
-                out[id(x.gate_up)] = torch.cat((t[..., :i, :], t[..., i:, :] / s[..., None]), -2)
+                t = _wide(tensors[id(x.gate_up)])
+                out[id(x.gate_up)] = torch.cat((t[..., :i, :], t[..., i:, :] / s[..., None].to(t.dtype)),
+                                               -2).to(tensors[id(x.gate_up)].dtype)
             if id(x.down) in tensors:
-                out[id(x.down)] = tensors[id(x.down)] * s[..., None, :]
+                t = tensors[id(x.down)]
+                out[id(x.down)] = (_wide(t) * s[..., None, :].to(_wide(t).dtype)).to(t.dtype)
         return self._merge(out, tensors)
 
     # ---- closed-form norms of the transformed gradient for many candidates (one backward pass)

@@ -16,6 +16,7 @@ et al. ascent is recorded but not bounded.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 import warnings
@@ -107,8 +108,10 @@ def update_optimizer_state(optimizer: torch.optim.Optimizer | None, group: Symme
             cur[k].copy_(t)
     sq = _state_tensors(optimizer, params, "exp_avg_sq")
     # second moments move with the squared map (A sqrt(v))^2: exact for the diagonal / per-pair-scaling
-    # elements the sampler draws, an approximation for general elements
-    for k, t in group.grad_action(g, {k: v.sqrt() for k, v in sq.items()}).items():
+    # elements the sampler draws, an approximation for general elements; sqrt, action and square in float32 at
+    # least, so a 16-bit state is rounded once (grad_action rounds the first moments once itself)
+    wide = {k: v.to(torch.promote_types(v.dtype, torch.float32)).sqrt() for k, v in sq.items()}
+    for k, t in group.grad_action(g, wide).items():
         sq[k].copy_(t.pow(2))
 
 
@@ -143,12 +146,14 @@ def loss_tolerance(dtype: torch.dtype) -> float:
 def teleport_step(model: nn.Module, group: SymmetryGroup, loss_fn: Callable[[], torch.Tensor], alpha: float,
                   samples: int, gen: torch.Generator, optimizer: torch.optim.Optimizer | None = None,
                   state_policy: str = "keep", ffn: bool = False, brute_force: bool = False,
-                  loss_before: float | None = None, max_ratio: float = math.inf) -> TeleportOutcome:
+                  loss_before: float | None = None, max_ratio: float = math.inf,
+                  loss_dtype: torch.dtype | None = None) -> TeleportOutcome:
     """Alg. 1 lines 3-7 with the gradient of the current batch in .grad; on success the parameters become g* theta
     and .grad becomes grad L(g* theta) (closed form), ready for the optimizer step. loss_before: the batch loss
     at theta when the caller has it (saves one forward pass). max_ratio: the largest ||grad after|| / ||grad
     before|| this step may take (the ratio guard, App. G); candidates above it are refused and the next best
-    one is tried; inf is the paper's unguarded Alg. 1."""
+    one is tried; inf is the paper's unguarded Alg. 1. loss_dtype: the dtype loss_fn computes in where it is lower
+    than the parameters' (autocast), for the tolerance of the runtime invariance check."""
     t0 = time.perf_counter()
     cands = group.sample(samples, alpha, gen, ffn=ffn)
     ref = math.sqrt(grad_sq_norm(model, group))
@@ -166,7 +171,7 @@ def teleport_step(model: nn.Module, group: SymmetryGroup, loss_fn: Callable[[], 
                 out.skipped_guard += 1
                 continue
             g = group.pick(cands, i)
-            if _apply_checked(model, group, g, loss_fn, loss_before):
+            if _apply_checked(model, group, g, loss_fn, loss_before, loss_dtype):
                 update_optimizer_state(optimizer, group, g, state_policy)
                 out.applied, out.best_norm = True, float(norms[i])
                 break
@@ -175,13 +180,15 @@ def teleport_step(model: nn.Module, group: SymmetryGroup, loss_fn: Callable[[], 
     return out
 
 
-def _apply_checked(model, group, g, loss_fn, before: float) -> bool:
-    """Apply g, transform .grad, and verify the batch loss did not move; undo and warn otherwise."""
+def _apply_checked(model, group, g, loss_fn, before: float, loss_dtype: torch.dtype | None = None) -> bool:
+    """Apply g, transform .grad, and verify the batch loss did not move (to the tolerance of the lower of the
+    parameters' dtype and `loss_dtype`); undo and warn otherwise."""
     saved = [p.detach().clone() for p in group.parameters()]
     group.apply(model, g)
     with torch.no_grad():
         after = float(loss_fn())
-    tol = loss_tolerance(group.parameters()[0].dtype)
+    dt = group.parameters()[0].dtype
+    tol = max(loss_tolerance(dt), loss_tolerance(loss_dtype or dt))
     if not math.isfinite(after) or abs(after - before) > tol * max(1.0, abs(before)):
         with torch.no_grad():
             for p, s in zip(group.parameters(), saved, strict=True):
@@ -206,7 +213,7 @@ def _apply_checked(model, group, g, loss_fn, before: float) -> bool:
 # ---------------------------------------------------------------- Zhao et al. baseline
 def zhao_teleport(model: nn.Module, group: SymmetryGroup, loss_fn: Callable[[], torch.Tensor], lr: float = 1e-4,
                   steps: int = 10, optimizer: torch.optim.Optimizer | None = None,
-                  state_policy: str = "keep") -> TeleportOutcome:
+                  state_policy: str = "keep", loss_dtype: torch.dtype | None = None) -> TeleportOutcome:
     """Zhao et al. (2023): gradient ascent on g (coefficients in each layer's Lie algebra, from g = id) to
     maximise ||grad L(g theta)||^2, with a double backward each step (hence ~2x memory, App. E)."""
     check_float("lr", lr, 0.0, low_open=True)
@@ -237,7 +244,7 @@ def zhao_teleport(model: nn.Module, group: SymmetryGroup, loss_fn: Callable[[], 
         g = GroupElement([u.detach() for u in g.qk], [v.detach() for v in g.vo], g.perm, g.ffn,
                          [None if s is None else s.detach() for s in g.norm])
         before = float(loss_fn())
-    ok = _apply_checked(model, group, g, loss_fn, before)
+    ok = _apply_checked(model, group, g, loss_fn, before, loss_dtype)
     if ok:
         update_optimizer_state(optimizer, group, g, state_policy)
     new_norm = math.sqrt(grad_sq_norm(model, group))
@@ -385,16 +392,21 @@ class TeleportCallback(Callback):
         model = trainer.raw_model
         self.group.refresh()
 
+        autocast = getattr(trainer, "autocast", contextlib.nullcontext)  # the trainer's precision (bf16-autocast)
+        loss_dtype = getattr(trainer, "compute_dtype", None)
+
         def loss_fn():  # the trainer's batch loss, positional penalties included (invariant: they see no Q/K/V/O)
-            loss = trainer.task.loss(trainer.model, trainer.train_data, idx)
-            return loss + penalties(trainer.raw_model)
+            with autocast():
+                loss = trainer.task.loss(trainer.model, trainer.train_data, idx)
+                return loss + penalties(trainer.raw_model)
         if self.method == "zhao":
             out = zhao_teleport(model, self.group, loss_fn, self.zhao_lr, self.zhao_steps, trainer.optimizer,
-                                self.state_policy)
+                                self.state_policy, loss_dtype)
         else:  # the per-step bound that keeps the cumulative ratio within max_cumulative_ratio
             out = teleport_step(model, self.group, loss_fn, self.alpha, self.samples, self.gen, trainer.optimizer,
                                 self.state_policy, self.ffn, brute_force=self.method == "brute",
-                                loss_before=_last_loss(trainer), max_ratio=self.max_cumulative_ratio / self._cum)
+                                loss_before=_last_loss(trainer), max_ratio=self.max_cumulative_ratio / self._cum,
+                                loss_dtype=loss_dtype)
         if out.applied and out.ref_norm > 0:
             self._cum *= out.chosen_norm / out.ref_norm
         self.seconds += out.seconds

@@ -1,4 +1,8 @@
-"""What a model learns: loss on a batch of indices and evaluation metrics on a split."""
+"""What a model learns: loss on a batch of indices and evaluation metrics on a split.
+
+Losses and metrics are computed from float32 outputs (`.float()`): a 16-bit model's logits are cast up before the
+log-sum-exp over the classes / vocabulary and the squared errors, which 16 bits would round (as HF computes its
+losses)."""
 from __future__ import annotations
 
 import math
@@ -27,13 +31,13 @@ class Classification(Task):
     higher_is_better = True
 
     def loss(self, model, data, idx):
-        return F.cross_entropy(model(data.x[idx], data.pos), data.y[idx])
+        return F.cross_entropy(model(data.x[idx], data.pos).float(), data.y[idx])
 
     @torch.no_grad()
     def evaluate(self, model, data, batch_size=512):
         correct, total, loss = 0, 0, 0.0
         for i in range(0, len(data), batch_size):
-            logits = model(data.x[i:i + batch_size], data.pos)
+            logits = model(data.x[i:i + batch_size], data.pos).float()
             y = data.y[i:i + batch_size]
             loss += float(F.cross_entropy(logits, y, reduction="sum"))
             correct += int((logits.argmax(-1) == y).sum())
@@ -45,14 +49,14 @@ class LanguageModeling(Task):
     primary = "bpc"
 
     def loss(self, model, data, idx):
-        logits = model(data.x[idx])
+        logits = model(data.x[idx]).float()
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), data.y[idx].reshape(-1))
 
     @torch.no_grad()
     def evaluate(self, model, data, batch_size=128):
         tot, n = 0.0, 0
         for i in range(0, len(data), batch_size):
-            logits = model(data.x[i:i + batch_size])
+            logits = model(data.x[i:i + batch_size]).float()
             y = data.y[i:i + batch_size]
             tot += float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="sum"))
             n += y.numel()
@@ -69,7 +73,7 @@ class Forecasting(Task):
     def _pred(self, model, data, idx):
         xt = getattr(data, "x_time", None)
         yt = getattr(data, "y_time", None)
-        return model(data.x[idx], None if xt is None else xt[idx], None if yt is None else yt[idx])
+        return model(data.x[idx], None if xt is None else xt[idx], None if yt is None else yt[idx]).float()
 
     def loss(self, model, data, idx):
         return F.mse_loss(self._pred(model, data, idx), data.y[idx][:, -self.pred_len:])

@@ -34,6 +34,15 @@ from symformer.train.checkpoint import (
 )
 from symformer.train.tasks import Task
 
+#: how a run computes (`--set train.precision=...`):
+#:  fp32: float32 weights and arithmetic;
+#:  bf16-autocast: float32 weights and optimizer state, forward (and evaluation) under
+#:      torch.autocast(device, bfloat16): matmuls in bfloat16, reductions and the loss in float32 (mixed precision);
+#:  bf16: the model cast with .to(torch.bfloat16) (weights, gradients and optimizer state in bfloat16; positional
+#:      parts keep their float32 masters); inputs are cast by the models, losses computed in float32 (tasks.py).
+#: float16 is not offered: without a gradient scaler its gradients underflow.
+PRECISIONS = ("fp32", "bf16-autocast", "bf16")
+
 
 @dataclass(frozen=True)
 class TrainConfig:
@@ -55,12 +64,14 @@ class TrainConfig:
     max_steps: int | None = None     # stop early after this many steps (smoke runs)
     progress: bool = False
     patience: int | None = None      # early stopping on the validation primary metric; best weights restored
+    precision: str = "fp32"          # fp32 | bf16-autocast | bf16 (see PRECISIONS)
 
     def __post_init__(self) -> None:
         check_int("epochs", self.epochs, 1)
         check_int("batch_size", self.batch_size, 1)
         check_choice("optimizer", self.optimizer, ("sgd", "adamw"))
         check_choice("schedule", self.schedule, ("cosine", "constant", "exponential", "informer"))
+        check_choice("precision", self.precision, PRECISIONS)
         if self.patience is not None:
             check_int("patience", self.patience, 1)
         check_float("lr", self.lr, 0.0, low_open=True)
@@ -139,6 +150,8 @@ class Trainer:
         self.rank, self.world = D.world()
         if cfg.batch_size % self.world:
             fail("batch_size", cfg.batch_size, f"a multiple of the world size {self.world}")
+        if cfg.precision == "bf16":  # before the optimizer, so that its state is made for the bfloat16 weights
+            model = model.to(torch.bfloat16)
         self.raw_model = model
         self.model = D.wrap(model)
         self.optimizer = make_optimizer(cfg, [p for p in model.parameters() if p.requires_grad])
@@ -216,7 +229,8 @@ class Trainer:
         for cb in self.callbacks:
             cb.on_batch_start(self, idx)
         self.optimizer.zero_grad(set_to_none=True)
-        loss = self.task.loss(self.model, self.train_data, idx) + penalties(self.raw_model)
+        with self.autocast():
+            loss = self.task.loss(self.model, self.train_data, idx) + penalties(self.raw_model)
         loss.backward()
         self.last_loss = loss.detach()  # the batch loss, for callbacks (teleport checks invariance against it)
         for cb in self.callbacks:
@@ -235,7 +249,18 @@ class Trainer:
         if data is None:
             return {}
         self.model.eval()
-        return self.task.evaluate(self.raw_model, data, self.cfg.eval_batch_size)
+        with self.autocast():
+            return self.task.evaluate(self.raw_model, data, self.cfg.eval_batch_size)
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """The dtype the forward computes in (what a loss comparison must tolerate: teleport's invariance check)."""
+        return torch.float32 if self.cfg.precision == "fp32" else torch.bfloat16
+
+    def autocast(self):
+        """The context the forward runs in: torch.autocast to bfloat16 for precision bf16-autocast, else a no-op."""
+        device = next(self.raw_model.parameters()).device.type
+        return torch.autocast(device, dtype=torch.bfloat16, enabled=self.cfg.precision == "bf16-autocast")
 
     def fit(self, resume: bool = False) -> dict[str, Any]:
         """Train, then evaluate on val and test. `resume`: continue from out_dir's checkpoint when there is one;
