@@ -28,21 +28,8 @@ from symformer.teleport import symmetry_group, update_optimizer_state
 
 BF16 = torch.bfloat16
 
-# Kinds whose bfloat16 model fails on this branch only because the positional part's 16-bit fix is pending (the
-# forward or the part's group needs solve / LU / FFT / complex products in bfloat16). Remove as those fixes merge.
-PENDING_16BIT_FIXES = {
-    "rope-interleaved": "pending positional/rope.py 16-bit fix (interleaved complex product in bfloat16)",
-    "string": "pending positional/string.py 16-bit fix (Cayley solve in bfloat16)",
-    "circulant-string": "pending positional/string.py 16-bit fix (FFT in bfloat16)",
-    "espr": "pending positional/espr.py 16-bit fix (LU in bfloat16)",
-    "espr-noncommuting": "pending positional/espr.py 16-bit fix (LU in bfloat16)",
-    "partial-string": "pending positional/string.py 16-bit fix (Cayley solve in bfloat16)",
-}
-
-
 def _kinds():
-    return [pytest.param(k, marks=[pytest.mark.xfail(strict=False, reason=PENDING_16BIT_FIXES[k])]
-                         if k in PENDING_16BIT_FIXES else []) for k in KINDS]
+    return list(KINDS)
 
 
 def _rms(t: torch.Tensor) -> float:

@@ -10,19 +10,10 @@ from symformer.experiments.precision_train import ROUTES, TRAIN_COMBINATIONS, tr
 
 # Combinations that fail on this branch only because another part's 16-bit fix is pending (solve / LU / FFT have no
 # bfloat16 CPU kernels). The coordinator removes entries as those branches merge; strict=False, so a fixed one passes.
-PENDING_16BIT_FIXES = {
-    ("string", "cast"): "pending positional/string.py 16-bit fix (Cayley solve in bfloat16)",
-    ("circulant_string", "cast"): "pending positional/string.py 16-bit fix (circulant FFT in bfloat16)",
-    ("espr", "cast"): "pending positional/espr.py 16-bit fix (LU / solve in bfloat16)",
-}
-
-
 def _cases():
     for (pos, att) in TRAIN_COMBINATIONS:
         for route in ROUTES:
-            reason = PENDING_16BIT_FIXES.get((pos, route))
-            marks = [pytest.mark.xfail(strict=False, reason=reason)] if reason else []
-            yield pytest.param(pos, att, route, marks=marks, id=f"{pos}-{att}-{route}")
+            yield pytest.param(pos, att, route, id=f"{pos}-{att}-{route}")
 
 
 def test_matrix_covers_every_registered_part():
