@@ -8,6 +8,7 @@ import torch
 
 from symformer.experiments.precision_train import ROUTES, TRAIN_COMBINATIONS, train_step_comparison
 
+
 # Combinations that fail on this branch only because another part's 16-bit fix is pending (solve / LU / FFT have no
 # bfloat16 CPU kernels). The coordinator removes entries as those branches merge; strict=False, so a fixed one passes.
 def _cases():

@@ -157,7 +157,8 @@ def _run(ctx: RunContext, parts=None, families=None, combinations=None) -> Exper
     diff, finite = train_metrics(combinations, seeds) if combinations else ({}, {})
     anchor = {dn: hf_native_rope_err_vs_bound(dt, seed=ctx.seed) for dn, dt in DTYPES.items()} if families else {}
     setting = (f"ours: CPU, torch {torch.__version__}, seeds {list(seeds)}; rotations of q ~ N(0, 1) at positions "
-               f"0-8191 (1-D) and a 2-D grid; HF: tiny config-built models at 2048 tokens with q / k scaled 3x (sharp attention); "
+               f"0-8191 (1-D) and a 64 x 64 grid; HF: tiny config-built models at 2048 tokens with q / k scaled 3x "
+               f"(sharp attention); "
                f"training: one step of a 1-layer d = 32 model")
     metrics = {"precision_rotation_err_vs_bound": rot, "precision_rotation_grad_err_vs_bound": rot_grad,
                "precision_hf_logit_err_vs_native": hf,
