@@ -350,12 +350,22 @@ class FavorAttention(AttentionCore):
         check_int("seed", seed)
         # fixed features are a buffer (a state_dict reproduces the module); seed and the number of draws are
         # buffers too, so redraws after load_state_dict continue the same deterministic sequence
-        self.register_buffer("seed", torch.tensor(seed, dtype=torch.long))
-        self.register_buffer("draws", torch.zeros((), dtype=torch.long))
-        self.register_buffer("features", self._draw(0).to(torch.get_default_dtype()))
+        # the draw runs on the CPU (its generator's device) whatever device the constructor is called under, then
+        # moves there: from_pretrained builds models on the meta device, where no value can be drawn or read
+        home = torch.empty(()).device
+        dtype = torch.get_default_dtype()
+        dtype = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype  # the float32 master (_apply)
+        self.register_buffer("seed", torch.tensor(seed, dtype=torch.long, device=home))
+        self.register_buffer("draws", torch.zeros((), dtype=torch.long, device=home))
+        self.register_buffer("features", self._draw(0, seed).to(device=home, dtype=dtype))
 
-    def _draw(self, index: int) -> torch.Tensor:
-        g = torch.Generator().manual_seed(int(self.seed) * 1_000_003 + index)
+    def _draw(self, index: int, seed: int | None = None) -> torch.Tensor:
+        seed = int(self.seed) if seed is None else seed
+        with torch.device("cpu"):
+            return self._draw_cpu(seed * 1_000_003 + index)
+
+    def _draw_cpu(self, seed: int) -> torch.Tensor:
+        g = torch.Generator().manual_seed(seed)
         return draw_features(self.n_features, self.head_dim, self.orthogonal, g)
 
     @torch.no_grad()

@@ -112,14 +112,21 @@ class PlashAttention(AttentionCore):
         check_int("mixer_layers", mixer_layers, 1)
         if d % check_int("mixer_heads", mixer_heads, 1):
             fail("mixer_heads", mixer_heads, f"a divisor of the width d={d}")
-        g = torch.Generator().manual_seed(int(seed))
-        self.prototypes = nn.Parameter(torch.randn(M, head_dim, generator=g) / math.sqrt(head_dim))
+        # the seeded draws run on the CPU (their generator's device), then move to the device the constructor is
+        # called under: from_pretrained builds models on the meta device, where the hashes' rejection loop cannot run
+        home = torch.empty(()).device
+        with torch.device("cpu"):
+            g = torch.Generator().manual_seed(int(seed))
+            prototypes = torch.randn(M, head_dim, generator=g) / math.sqrt(head_dim)
+            # Assumption C.2.3: independent (h_t, s_t) per (k, t); stored as buffers (state_dict reproduces).
+            hashes = [(bucket_hashes(k, d, dk, g, MERSENNE_31), sign_hashes(k, d, g))
+                      for k, dk in zip(self.degrees, self.D_k)]
+        self.prototypes = nn.Parameter(prototypes.to(home))
         self.psi = nn.Linear(2 * head_dim, d)  # pre-map psi: R^{d_k + d_v} -> R^d (NOTES default)
         self.beta = nn.Parameter(torch.ones(len(self.degrees)))  # learned beta_k, init 1
-        for i, (k, dk) in enumerate(zip(self.degrees, self.D_k)):
-            # Assumption C.2.3: independent (h_t, s_t) per (k, t); stored as buffers (state_dict reproduces).
-            self.register_buffer(f"hash_{i}", bucket_hashes(k, d, dk, g, MERSENNE_31))
-            self.register_buffer(f"sign_{i}", sign_hashes(k, d, g))
+        for i, (h, sgn) in enumerate(hashes):
+            self.register_buffer(f"hash_{i}", h.to(home))
+            self.register_buffer(f"sign_{i}", sgn.to(home))
         self.w_out = nn.Linear(sum(self.D_k), d, bias=False)
         layer = nn.TransformerEncoderLayer(d, mixer_heads, mixer_ff or 4 * d, mixer_dropout, activation="relu",
                                            batch_first=True, norm_first=False)

@@ -26,12 +26,8 @@ from symformer.integrations._hf_common import FAMILIES, require_transformers
 from symformer.integrations.hf_attention import IMPLEMENTATIONS, configure, mask_structure, register
 from symformer.integrations.hf_cache import state_cache
 from symformer.integrations.hf_exact import exact_float64
-from symformer.integrations.hf_positional import (
-           POSITIONALS,
-           from_pretrained,
-           patch_positional,
-           rotary_parts,
-)
+from symformer.integrations.hf_positional import POSITIONALS, patch_positional, rotary_parts
+from symformer.integrations.hf_reload import from_pretrained
 from symformer.integrations.hf_teleport import GQASymmetryGroup, HFTeleport, symmetry_group
 
 __all__ = ["FAMILIES", "IMPLEMENTATIONS", "POSITIONALS", "GQASymmetryGroup", "HFTeleport", "configure", "exact_float64",
