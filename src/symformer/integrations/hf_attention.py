@@ -9,8 +9,8 @@ Options: `configure(model, attention="favor", n_features=1024, ...)` records the
 `config.symformer_attention` (saved in config.json), switches the model to the implementation and gives every
 attention layer its own core (`self_attn.symformer_core`, a submodule: its buffers and parameters train, save
 and load; `hf.from_pretrained` / `type(model).from_pretrained` rebuild the cores from the record before the
-weights load: hf_reload). A model built with `attn_implementation="symformer_favor"` and never configured builds its FAVOR+
-cores on first use from `config.symformer_attention` (or the defaults); PLASH has trainable parameters that
+weights load: hf_reload). A model built with `attn_implementation="symformer_favor"` and never configured builds
+its FAVOR+ cores on first use from `config.symformer_attention` (or the defaults); PLASH has trainable parameters that
 must exist before the optimizer, so it requires `configure`.
 
 Masks: what a core can honour is read off the boolean (B, 1, Nq, Nk) mask and anything else raises

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from torch import nn
 
+from symformer._validation import fail
 from symformer.integrations._hf_common import require_transformers
 
 #: config attribute -> how it is re-applied, in this order (the positional patch changes the attention classes;
@@ -32,7 +33,27 @@ def _restore(model: nn.Module, record: str, spec: dict) -> None:
         configure(model, **spec)
 
 
+def _requested(config) -> None:
+    """Register the symformer implementations before transformers checks the config's, and settle an
+    attn_implementation passed to from_pretrained against the recorded attention: the recorded one (or none) is
+    restored; another symformer one is a ValueError; a transformers one ("sdpa", "eager", ...) wins and the record
+    is dropped, so the model runs, and saves, as a plain model (the cores' weights are then unexpected keys)."""
+    spec = getattr(config, "symformer_attention", None)
+    if not spec:
+        return
+    from symformer.integrations.hf_attention import IMPLEMENTATIONS, register
+    register()
+    asked, recorded = getattr(config, "_attn_implementation_internal", None), IMPLEMENTATIONS.get(spec.get("attention"))
+    if not isinstance(asked, str) or asked == recorded:
+        return
+    if asked in IMPLEMENTATIONS.values():
+        fail("attn_implementation", asked, f"{recorded!r}, the attention this model was saved with (or a transformers "
+             "implementation such as 'sdpa' to load it without its symformer cores)")
+    config.symformer_attention = None
+
+
 def _restoring_init(self, config, *args, **kwargs):
+    _requested(config)
     type(self).__mro__[1].__init__(self, config, *args, **kwargs)
     for record in RECORDS:
         spec = getattr(config, record, None)
@@ -57,7 +78,7 @@ def from_pretrained(model_class: type, path, **kwargs) -> nn.Module:
     """`model_class.from_pretrained(path, **kwargs)` that re-applies the recorded symformer positional patch and
     attention cores before the weights load, so their parameters and buffers load too (local folders; nothing is
     downloaded unless `path` is a hub id). `dtype=torch.bfloat16` rounds the model's weights as `.to` would; the
-    float32 masters (positional parts, FAVOR+ features) stay float32."""
+    float32 masters (positional parts, FAVOR+ features) stay float32. `attn_implementation`: see `_requested`."""
     require_transformers()
     return restoring_class(model_class).from_pretrained(path, **kwargs)
 
