@@ -314,19 +314,32 @@ def _check_finite_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> N
 
 
 class FavorAttention(AttentionCore):
-    """FAVOR+ attention core with the SDPA call shape.
+    """FAVOR+ attention core with the SDPA call shape: `forward(q, k, v, attn_mask=None, is_causal=False,
+    scale=None, state=None)`, q and k (B, H, Nq|Nk, head_dim), v (B, H, Nk, Dv) -> (B, H, Nq, Dv); every head
+    uses the same features.
 
-    n_features: m (FAVOR+ default 256 for head_dim 64-128). orthogonal: block-orthogonal features.
-    The features are a fixed buffer between explicit `redraw()` / `reseed()` calls: the training schedule of
-    redraws is train.callbacks.FeatureRedraw (performer-pytorch's ProjectionUpdater), not a counter in forward.
-    chunk_size: chunk length of the causal prefix sums. block_rows: rows per block of the streamed non-causal
-    form (None: ~4 MB of features per block). kernel_eps / denominator_eps: see module doc.
-    attn_mask: only a boolean key-padding mask (True = keep) of shape broadcastable to (B, H, 1, Nk) can be
-    honoured (by zeroing the masked keys' features); any other mask raises ValueError.
-    Decoding: `init_state()` and `forward(..., is_causal=True, state=st)` / `step` continue a causal sequence at a
-    constant cost per token (favor_state); the features must stay fixed while a state lives (a redraw makes the
-    next step raise). 16-bit inputs (or autocast) are computed in float32 and returned in their dtype; the features
-    stay a float32 master under `.to(torch.bfloat16)` / `.half()`.
+    The estimator (Performer's FAVOR+, ESPR Tier 7, module docstring): softmax(scale q k^T) v estimated with m
+    positive random features, `scale` default 1/sqrt(head_dim); `is_causal=True` by prefix sums over keys, as
+    in Performer. The stabilisers (one constant per query, one per (batch, head) for the keys) cancel exactly.
+
+    head_dim: size of q and k. n_features: m (FAVOR+ default 256 for head_dim 64-128). orthogonal:
+    block-orthogonal features (ORF, rows still exactly N(0, I)). seed: the features are drawn from it; they are
+    a fixed buffer between explicit `redraw()` / `reseed()` / `set_features()` calls, saved in the state_dict with
+    the seed and the number of draws: the training schedule of redraws is train.callbacks.FeatureRedraw
+    (performer-pytorch's ProjectionUpdater), not a counter in forward. chunk_size: chunk length of the causal
+    prefix sums. block_rows: rows per block of the streamed non-causal form (None: ~4 MB of features per block).
+    kernel_eps / denominator_eps: performer-pytorch's additive terms, 0 by default (module docstring).
+    dropout: must be 0 (FAVOR+ forms no attention weights to drop).
+
+    Ours, not the paper's:
+    * attn_mask: only a boolean key-padding mask (True = keep) broadcastable to (B, H, 1, Nk) is honoured, by
+      zeroing the masked keys' features; a query that sees no kept key gets the output 0; any other mask is a
+      ValueError.
+    * decoding: `init_state()` and `forward(..., is_causal=True, state=st)` / `step` continue a causal sequence
+      at a constant cost per token (favor_state); the features must stay fixed while a state lives (a redraw
+      makes the next step raise).
+    * precision: 16-bit inputs (or autocast) are computed in float32 and returned in their dtype; the features
+      are a float32 master, kept by `.to(torch.bfloat16)` / `.half()` and by a 16-bit default dtype.
     """
 
     supports_causal = True

@@ -88,6 +88,33 @@ def _softmax(logits: torch.Tensor, masked: bool) -> torch.Tensor:
 
 
 class PlashAttention(AttentionCore):
+    """PLASH attention core with the SDPA call shape: `forward(q, k, v, attn_mask=None, is_causal=False,
+    scale=None, state=None)`, q and k (B, H, Nq|Nk, head_dim), v (B, H, Nk, head_dim) -> (B, H, Nq, head_dim).
+    The heads are folded into the batch: one set of weights serves every head.
+
+    The paper's block (Alg. 1, non-causal; stages in the module docstring): M learned prototypes route the keys
+    into M summaries K~, V~ (eqs. 2-5, temperature `tau`), psi maps [K~ || V~] to width d and normalises it
+    (eqs. 6-7, `tau_g`, `eps_g`), a TensorSketch per degree k in `degrees` with budget D_k (hashes drawn from
+    `seed`, Construction C.3), mixed with learned weights beta_k and projected by W_out (eqs. 8-10), a post-LN
+    encoder mixes the M items (eq. 11: `mixer_layers`, `mixer_heads`, `mixer_ff` (default 4 d), `mixer_dropout`),
+    and the queries read W_K Z, W_V Z with an exact softmax (eq. 12; `scale` default 1/sqrt(head_dim), `dropout`
+    on its weights while training).
+
+    Ours, not the paper's:
+    * `is_causal=True`: the chunked-prefix variant (module docstring): blocks of `causal_block` tokens, each
+      query reading the PLASH summaries of the earlier blocks and its own block's keys up to itself exactly;
+      output i depends on keys j <= i only, and equals causal softmax attention when Nk <= causal_block.
+    * attn_mask: a boolean key-padding mask (True = keep) broadcastable to (B, H, 1, Nk); a padded key adds
+      nothing to any summary and is masked in the exact part (`causal`); any other mask is a ValueError.
+    * `init_state()` and `forward(..., is_causal=True, state=st)` continue a causal sequence from a decoding
+      state of O((M + causal_block) d) per row (plash_state).
+    * `chunk_size`: Stages I and III stream over the sequence in chunks of this many rows (the result does not
+      depend on it); 16-bit inputs or parameters are computed in float32 and returned in the input dtype.
+
+    head_dim: the head size of q, k and v. n_heads, d_model: of the host layer; they set the width
+    d = d_model (else head_dim * n_heads) unless `width` is given. M: the number of prototypes (summaries).
+    """
+
     supports_causal = True   # through the chunked-prefix variant (module docstring)
 
     def __init__(self, head_dim: int, n_heads: int = 1, d_model: int | None = None, M: int = 64,
