@@ -105,6 +105,21 @@ def test_pretrained_attn_implementation_argument(tmp_path):
     assert not hasattr(plain.model.layers[0].self_attn, "symformer_core")
 
 
+def test_pretrained_favor_built_on_first_use_reloads(tmp_path):
+    """A model built with attn_implementation="symformer_favor" and never configured records the cores it builds on
+    first use, so hf.from_pretrained rebuilds them and loads their (redrawn) features."""
+    import transformers
+    model = tiny("llama", attn_implementation="symformer_favor", symformer_attention={"n_features": 16})
+    x = ids(n=12)
+    logits(model, x)
+    assert model.config.symformer_attention == {"attention": "favor", "n_features": 16}
+    _cores(model)[0].redraw()
+    model.save_pretrained(tmp_path)
+    loaded = hf.from_pretrained(transformers.LlamaForCausalLM, tmp_path)
+    assert torch.equal(_cores(loaded)[0].features, _cores(model)[0].features)
+    assert (logits(loaded, x) - logits(model, x)).abs().max().item() == 0.0
+
+
 def test_configure_builds_cores_in_the_models_mode():
     model = hf.configure(tiny("llama"), "plash", **OPTIONS["plash"])  # tiny() is in eval mode
     assert not any(m.training for core in _cores(model) for m in core.modules())

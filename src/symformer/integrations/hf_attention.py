@@ -156,7 +156,11 @@ def _core(module: nn.Module, kind: str) -> nn.Module:
             fail("model", "a symformer_plash model without PLASH cores",
                  "symformer.integrations.hf.configure(model, attention='plash', ...) before the forward "
                  "(PLASH's parameters must exist before the optimizer is built)", RuntimeError)
-        module.symformer_core = core = _make_core(kind, module, _options(module))
+        options = _options(module)
+        module.symformer_core = core = _make_core(kind, module, options)
+        if options.get("attention") != kind:  # recorded as configure records it: hf.from_pretrained rebuilds them
+            module.config.symformer_attention = {"attention": kind, **{k: v for k, v in options.items()
+                                                                       if k != "attention"}}
     want = "FavorAttention" if kind == "favor" else "PlashAttention"
     if type(core).__name__ != want:
         fail("attn_implementation", IMPLEMENTATIONS[kind], f"the implementation of the configured core "

@@ -43,7 +43,8 @@ def _requested(config) -> None:
         return
     from symformer.integrations.hf_attention import IMPLEMENTATIONS, register
     register()
-    asked, recorded = getattr(config, "_attn_implementation_internal", None), IMPLEMENTATIONS.get(spec.get("attention"))
+    asked = getattr(config, "_attn_implementation_internal", None)
+    recorded = IMPLEMENTATIONS.get(spec.get("attention", "favor"))  # configure's default
     if not isinstance(asked, str) or asked == recorded:
         return
     if asked in IMPLEMENTATIONS.values():
