@@ -13,6 +13,7 @@ built from configs, no download needed.
     model = LlamaForCausalLM(LlamaConfig(..., attn_implementation="symformer_favor"))
     hf.configure(model, attention="favor", n_features=512)      # options (saved in config.json)
     model = hf.patch_positional(LlamaForCausalLM(cfg), "string")  # STRING in every attention layer
+    model = hf.from_pretrained(LlamaForCausalLM, folder)       # a saved model with its parts and cores (hf_reload)
     group = hf.symmetry_group(model)                # teleportation, grouped-query attention included
     tele = hf.HFTeleport(model, optimizer, loss_fn, total_steps=300, step=10)
 
