@@ -195,12 +195,13 @@ def favor_noncausal(qf: torch.Tensor, kf: torch.Tensor, v: torch.Tensor, denomin
 
 def _block_rows(x: torch.Tensor, m: int) -> int:
     """Rows per streamed block, so one block of features is ~4 MB: fresh N x m tensors are large enough for
-    glibc to mmap them, and faulting in their pages cost more than the exp itself; blocks below the
+    glibc to mmap them, and faulting in their pages costs more than the exp itself; blocks below the
     threshold are recycled by the allocator and stay in cache between the GEMM, the exp and the next GEMM.
     The ~4 MB is per intra-op thread: each block's ops (~12 per key block, ~5 per query block) are parallel
     regions, and with more threads a fixed block gives every thread half the work for the same fork/join
-    cost; on a loaded 2-core machine, where every join waits on a descheduled thread, 1024-row blocks at
-    N = 8192 ran 2.2x performer-pytorch and 2048-row blocks 1.2x (one thread: 0.37 and 0.39)."""
+    cost."""
+    # measured on a loaded 2-core machine, where every join waits on a descheduled thread: 1024-row blocks at
+    # N = 8192 ran 2.2x performer-pytorch and 2048-row blocks 1.2x (one thread: 0.37 and 0.39)
     per_thread = 1 << 20
     return max(64, per_thread * max(1, torch.get_num_threads()) // (max(1, math.prod(x.shape[:-2])) * m))
 

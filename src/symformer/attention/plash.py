@@ -211,11 +211,10 @@ class PlashAttention(AttentionCore):
         return self.attend(q, k_g, v_g, scale), z, k_g, v_g
 
     def attend(self, q: torch.Tensor, k_g: torch.Tensor, v_g: torch.Tensor, scale: float | None) -> torch.Tensor:
-        """softmax(Q K_g^T * scale) V_g, exactly, one chunk of queries at a time (eq. 12).
-
-        With M keys the explicit GEMM-softmax-GEMM is faster on CPU than SDPA's flash kernel, whose
-        key blocking is sized for long key sequences (1.6x at N = 8192, M = 64; benchmarks/attention_plash).
-        The scale is folded into the M x d_k keys, not the N x M logits."""
+        """softmax(Q K_g^T * scale) V_g, exactly, one chunk of queries at a time (eq. 12). The scale is folded into
+        the M x d_k keys, not the N x M logits."""
+        # with M keys the explicit GEMM-softmax-GEMM beats SDPA's flash kernel on CPU, whose key blocking is sized
+        # for long key sequences (1.6x at N = 8192, M = 64; benchmarks/attention_plash)
         s_ = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
         kt = (k_g * s_).transpose(-1, -2)
         p = self.dropout if self.training else 0.0
