@@ -195,12 +195,13 @@ def favor_noncausal(qf: torch.Tensor, kf: torch.Tensor, v: torch.Tensor, denomin
 
 def _block_rows(x: torch.Tensor, m: int) -> int:
     """Rows per streamed block, so one block of features is ~4 MB: fresh N x m tensors are large enough for
-    glibc to mmap them, and faulting in their pages cost more than the exp itself; blocks below the
+    glibc to mmap them, and faulting in their pages costs more than the exp itself; blocks below the
     threshold are recycled by the allocator and stay in cache between the GEMM, the exp and the next GEMM.
     The ~4 MB is per intra-op thread: each block's ops (~12 per key block, ~5 per query block) are parallel
     regions, and with more threads a fixed block gives every thread half the work for the same fork/join
-    cost; on a loaded 2-core machine, where every join waits on a descheduled thread, 1024-row blocks at
-    N = 8192 ran 2.2x performer-pytorch and 2048-row blocks 1.2x (one thread: 0.37 and 0.39)."""
+    cost."""
+    # measured on a loaded 2-core machine, where every join waits on a descheduled thread: 1024-row blocks at
+    # N = 8192 ran 2.2x performer-pytorch and 2048-row blocks 1.2x (one thread: 0.37 and 0.39)
     per_thread = 1 << 20
     return max(64, per_thread * max(1, torch.get_num_threads()) // (max(1, math.prod(x.shape[:-2])) * m))
 
@@ -314,19 +315,32 @@ def _check_finite_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> N
 
 
 class FavorAttention(AttentionCore):
-    """FAVOR+ attention core with the SDPA call shape.
+    """FAVOR+ attention core with the SDPA call shape: `forward(q, k, v, attn_mask=None, is_causal=False,
+    scale=None, state=None)`, q and k (B, H, Nq|Nk, head_dim), v (B, H, Nk, Dv) -> (B, H, Nq, Dv); every head
+    uses the same features.
 
-    n_features: m (FAVOR+ default 256 for head_dim 64-128). orthogonal: block-orthogonal features.
-    The features are a fixed buffer between explicit `redraw()` / `reseed()` calls: the training schedule of
-    redraws is train.callbacks.FeatureRedraw (performer-pytorch's ProjectionUpdater), not a counter in forward.
-    chunk_size: chunk length of the causal prefix sums. block_rows: rows per block of the streamed non-causal
-    form (None: ~4 MB of features per block). kernel_eps / denominator_eps: see module doc.
-    attn_mask: only a boolean key-padding mask (True = keep) of shape broadcastable to (B, H, 1, Nk) can be
-    honoured (by zeroing the masked keys' features); any other mask raises ValueError.
-    Decoding: `init_state()` and `forward(..., is_causal=True, state=st)` / `step` continue a causal sequence at a
-    constant cost per token (favor_state); the features must stay fixed while a state lives (a redraw makes the
-    next step raise). 16-bit inputs (or autocast) are computed in float32 and returned in their dtype; the features
-    stay a float32 master under `.to(torch.bfloat16)` / `.half()`.
+    The estimator (Performer's FAVOR+, ESPR Tier 7, module docstring): softmax(scale q k^T) v estimated with m
+    positive random features, `scale` default 1/sqrt(head_dim); `is_causal=True` by prefix sums over keys, as
+    in Performer. The stabilisers (one constant per query, one per (batch, head) for the keys) cancel exactly.
+
+    head_dim: size of q and k. n_features: m (FAVOR+ default 256 for head_dim 64-128). orthogonal:
+    block-orthogonal features (ORF, rows still exactly N(0, I)). seed: the features are drawn from it; they are
+    a fixed buffer between explicit `redraw()` / `reseed()` / `set_features()` calls, saved in the state_dict with
+    the seed and the number of draws: the training schedule of redraws is train.callbacks.FeatureRedraw
+    (performer-pytorch's ProjectionUpdater), not a counter in forward. chunk_size: chunk length of the causal
+    prefix sums. block_rows: rows per block of the streamed non-causal form (None: ~4 MB of features per block).
+    kernel_eps / denominator_eps: performer-pytorch's additive terms, 0 by default (module docstring).
+    dropout: must be 0 (FAVOR+ forms no attention weights to drop).
+
+    Ours, not the paper's:
+    * attn_mask: only a boolean key-padding mask (True = keep) broadcastable to (B, H, 1, Nk) is honoured, by
+      zeroing the masked keys' features; a query that sees no kept key gets the output 0; any other mask is a
+      ValueError.
+    * decoding: `init_state()` and `forward(..., is_causal=True, state=st)` / `step` continue a causal sequence
+      at a constant cost per token (favor_state); the features must stay fixed while a state lives (a redraw
+      makes the next step raise).
+    * precision: 16-bit inputs (or autocast) are computed in float32 and returned in their dtype; the features
+      are a float32 master, kept by `.to(torch.bfloat16)` / `.half()` and by a 16-bit default dtype.
     """
 
     supports_causal = True
@@ -350,12 +364,22 @@ class FavorAttention(AttentionCore):
         check_int("seed", seed)
         # fixed features are a buffer (a state_dict reproduces the module); seed and the number of draws are
         # buffers too, so redraws after load_state_dict continue the same deterministic sequence
-        self.register_buffer("seed", torch.tensor(seed, dtype=torch.long))
-        self.register_buffer("draws", torch.zeros((), dtype=torch.long))
-        self.register_buffer("features", self._draw(0).to(torch.get_default_dtype()))
+        # the draw runs on the CPU (its generator's device) whatever device the constructor is called under, then
+        # moves there: from_pretrained builds models on the meta device, where no value can be drawn or read
+        home = torch.empty(()).device
+        dtype = torch.get_default_dtype()
+        dtype = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype  # the float32 master (_apply)
+        self.register_buffer("seed", torch.tensor(seed, dtype=torch.long, device=home))
+        self.register_buffer("draws", torch.zeros((), dtype=torch.long, device=home))
+        self.register_buffer("features", self._draw(0, seed).to(device=home, dtype=dtype))
 
-    def _draw(self, index: int) -> torch.Tensor:
-        g = torch.Generator().manual_seed(int(self.seed) * 1_000_003 + index)
+    def _draw(self, index: int, seed: int | None = None) -> torch.Tensor:
+        seed = int(self.seed) if seed is None else seed
+        with torch.device("cpu"):
+            return self._draw_cpu(seed * 1_000_003 + index)
+
+    def _draw_cpu(self, seed: int) -> torch.Tensor:
+        g = torch.Generator().manual_seed(seed)
         return draw_features(self.n_features, self.head_dim, self.orthogonal, g)
 
     @torch.no_grad()

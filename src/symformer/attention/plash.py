@@ -88,6 +88,33 @@ def _softmax(logits: torch.Tensor, masked: bool) -> torch.Tensor:
 
 
 class PlashAttention(AttentionCore):
+    """PLASH attention core with the SDPA call shape: `forward(q, k, v, attn_mask=None, is_causal=False,
+    scale=None, state=None)`, q and k (B, H, Nq|Nk, head_dim), v (B, H, Nk, head_dim) -> (B, H, Nq, head_dim).
+    The heads are folded into the batch: one set of weights serves every head.
+
+    The paper's block (Alg. 1, non-causal; stages in the module docstring): M learned prototypes route the keys
+    into M summaries K~, V~ (eqs. 2-5, temperature `tau`), psi maps [K~ || V~] to width d and normalises it
+    (eqs. 6-7, `tau_g`, `eps_g`), a TensorSketch per degree k in `degrees` with budget D_k (hashes drawn from
+    `seed`, Construction C.3), mixed with learned weights beta_k and projected by W_out (eqs. 8-10), a post-LN
+    encoder mixes the M items (eq. 11: `mixer_layers`, `mixer_heads`, `mixer_ff` (default 4 d), `mixer_dropout`),
+    and the queries read W_K Z, W_V Z with an exact softmax (eq. 12; `scale` default 1/sqrt(head_dim), `dropout`
+    on its weights while training).
+
+    Ours, not the paper's:
+    * `is_causal=True`: the chunked-prefix variant (module docstring): blocks of `causal_block` tokens, each
+      query reading the PLASH summaries of the earlier blocks and its own block's keys up to itself exactly;
+      output i depends on keys j <= i only, and equals causal softmax attention when Nk <= causal_block.
+    * attn_mask: a boolean key-padding mask (True = keep) broadcastable to (B, H, 1, Nk); a padded key adds
+      nothing to any summary and is masked in the exact part (`causal`); any other mask is a ValueError.
+    * `init_state()` and `forward(..., is_causal=True, state=st)` continue a causal sequence from a decoding
+      state of O((M + causal_block) d) per row (plash_state).
+    * `chunk_size`: Stages I and III stream over the sequence in chunks of this many rows (the result does not
+      depend on it); 16-bit inputs or parameters are computed in float32 and returned in the input dtype.
+
+    head_dim: the head size of q, k and v. n_heads, d_model: of the host layer; they set the width
+    d = d_model (else head_dim * n_heads) unless `width` is given. M: the number of prototypes (summaries).
+    """
+
     supports_causal = True   # through the chunked-prefix variant (module docstring)
 
     def __init__(self, head_dim: int, n_heads: int = 1, d_model: int | None = None, M: int = 64,
@@ -112,14 +139,21 @@ class PlashAttention(AttentionCore):
         check_int("mixer_layers", mixer_layers, 1)
         if d % check_int("mixer_heads", mixer_heads, 1):
             fail("mixer_heads", mixer_heads, f"a divisor of the width d={d}")
-        g = torch.Generator().manual_seed(int(seed))
-        self.prototypes = nn.Parameter(torch.randn(M, head_dim, generator=g) / math.sqrt(head_dim))
+        # the seeded draws run on the CPU (their generator's device), then move to the device the constructor is
+        # called under: from_pretrained builds models on the meta device, where the hashes' rejection loop cannot run
+        home = torch.empty(()).device
+        with torch.device("cpu"):
+            g = torch.Generator().manual_seed(int(seed))
+            prototypes = torch.randn(M, head_dim, generator=g) / math.sqrt(head_dim)
+            # Assumption C.2.3: independent (h_t, s_t) per (k, t); stored as buffers (state_dict reproduces).
+            hashes = [(bucket_hashes(k, d, dk, g, MERSENNE_31), sign_hashes(k, d, g))
+                      for k, dk in zip(self.degrees, self.D_k)]
+        self.prototypes = nn.Parameter(prototypes.to(home))
         self.psi = nn.Linear(2 * head_dim, d)  # pre-map psi: R^{d_k + d_v} -> R^d (NOTES default)
         self.beta = nn.Parameter(torch.ones(len(self.degrees)))  # learned beta_k, init 1
-        for i, (k, dk) in enumerate(zip(self.degrees, self.D_k)):
-            # Assumption C.2.3: independent (h_t, s_t) per (k, t); stored as buffers (state_dict reproduces).
-            self.register_buffer(f"hash_{i}", bucket_hashes(k, d, dk, g, MERSENNE_31))
-            self.register_buffer(f"sign_{i}", sign_hashes(k, d, g))
+        for i, (h, sgn) in enumerate(hashes):
+            self.register_buffer(f"hash_{i}", h.to(home))
+            self.register_buffer(f"sign_{i}", sgn.to(home))
         self.w_out = nn.Linear(sum(self.D_k), d, bias=False)
         layer = nn.TransformerEncoderLayer(d, mixer_heads, mixer_ff or 4 * d, mixer_dropout, activation="relu",
                                            batch_first=True, norm_first=False)
@@ -177,11 +211,10 @@ class PlashAttention(AttentionCore):
         return self.attend(q, k_g, v_g, scale), z, k_g, v_g
 
     def attend(self, q: torch.Tensor, k_g: torch.Tensor, v_g: torch.Tensor, scale: float | None) -> torch.Tensor:
-        """softmax(Q K_g^T * scale) V_g, exactly, one chunk of queries at a time (eq. 12).
-
-        With M keys the explicit GEMM-softmax-GEMM is faster on CPU than SDPA's flash kernel, whose
-        key blocking is sized for long key sequences (1.6x at N = 8192, M = 64; benchmarks/attention_plash).
-        The scale is folded into the M x d_k keys, not the N x M logits."""
+        """softmax(Q K_g^T * scale) V_g, exactly, one chunk of queries at a time (eq. 12). The scale is folded into
+        the M x d_k keys, not the N x M logits."""
+        # with M keys the explicit GEMM-softmax-GEMM beats SDPA's flash kernel on CPU, whose key blocking is sized
+        # for long key sequences (1.6x at N = 8192, M = 64; benchmarks/attention_plash)
         s_ = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
         kt = (k_g * s_).transpose(-1, -2)
         p = self.dropout if self.training else 0.0

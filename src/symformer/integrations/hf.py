@@ -13,6 +13,7 @@ built from configs, no download needed.
     model = LlamaForCausalLM(LlamaConfig(..., attn_implementation="symformer_favor"))
     hf.configure(model, attention="favor", n_features=512)      # options (saved in config.json)
     model = hf.patch_positional(LlamaForCausalLM(cfg), "string")  # STRING in every attention layer
+    model = hf.from_pretrained(LlamaForCausalLM, folder)       # a saved model with its parts and cores (hf_reload)
     group = hf.symmetry_group(model)                # teleportation, grouped-query attention included
     tele = hf.HFTeleport(model, optimizer, loss_fn, total_steps=300, step=10)
 
@@ -26,12 +27,8 @@ from symformer.integrations._hf_common import FAMILIES, require_transformers
 from symformer.integrations.hf_attention import IMPLEMENTATIONS, configure, mask_structure, register
 from symformer.integrations.hf_cache import state_cache
 from symformer.integrations.hf_exact import exact_float64
-from symformer.integrations.hf_positional import (
-           POSITIONALS,
-           from_pretrained,
-           patch_positional,
-           rotary_parts,
-)
+from symformer.integrations.hf_positional import POSITIONALS, patch_positional, rotary_parts
+from symformer.integrations.hf_reload import from_pretrained
 from symformer.integrations.hf_teleport import GQASymmetryGroup, HFTeleport, symmetry_group
 
 __all__ = ["FAMILIES", "IMPLEMENTATIONS", "POSITIONALS", "GQASymmetryGroup", "HFTeleport", "configure", "exact_float64",

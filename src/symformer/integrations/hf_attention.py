@@ -8,8 +8,9 @@ padding would be dropped silently).
 Options: `configure(model, attention="favor", n_features=1024, ...)` records them in
 `config.symformer_attention` (saved in config.json), switches the model to the implementation and gives every
 attention layer its own core (`self_attn.symformer_core`, a submodule: its buffers and parameters train, save
-and load). A model built with `attn_implementation="symformer_favor"` and never configured builds its FAVOR+
-cores on first use from `config.symformer_attention` (or the defaults); PLASH has trainable parameters that
+and load; `hf.from_pretrained` / `type(model).from_pretrained` rebuild the cores from the record before the
+weights load: hf_reload). A model built with `attn_implementation="symformer_favor"` and never configured builds
+its FAVOR+ cores on first use from `config.symformer_attention` (or the defaults); PLASH has trainable parameters that
 must exist before the optimizer, so it requires `configure`.
 
 Masks: what a core can honour is read off the boolean (B, 1, Nq, Nk) mask and anything else raises
@@ -29,6 +30,7 @@ from torch import nn
 from symformer._validation import check_choice, check_int, fail
 from symformer.integrations._hf_common import attention_modules, head_dim, out_proj, require_transformers, text_config
 from symformer.integrations.hf_cache import install_generation_cache, tagged_layer
+from symformer.integrations.hf_reload import restoring_class
 
 IMPLEMENTATIONS = {"favor": "symformer_favor", "plash": "symformer_plash"}
 
@@ -143,7 +145,8 @@ def _make_core(kind: str, module: nn.Module, options: dict) -> nn.Module:
     else:
         core = PlashAttention(head_dim(module), n_heads=cfg.num_attention_heads, d_model=cfg.hidden_size, **opts)
     w = out_proj(module).weight
-    return core.to(device=w.device, dtype=w.dtype)
+    # the layer's mode: a core added to a model in eval mode must not run its training form (PLASH's mixer dropout)
+    return core.to(device=w.device, dtype=w.dtype).train(module.training)
 
 
 def _core(module: nn.Module, kind: str) -> nn.Module:
@@ -153,7 +156,11 @@ def _core(module: nn.Module, kind: str) -> nn.Module:
             fail("model", "a symformer_plash model without PLASH cores",
                  "symformer.integrations.hf.configure(model, attention='plash', ...) before the forward "
                  "(PLASH's parameters must exist before the optimizer is built)", RuntimeError)
-        module.symformer_core = core = _make_core(kind, module, _options(module))
+        options = _options(module)
+        module.symformer_core = core = _make_core(kind, module, options)
+        if options.get("attention") != kind:  # recorded as configure records it: hf.from_pretrained rebuilds them
+            module.config.symformer_attention = {"attention": kind, **{k: v for k, v in options.items()
+                                                                       if k != "attention"}}
     want = "FavorAttention" if kind == "favor" else "PlashAttention"
     if type(core).__name__ != want:
         fail("attn_implementation", IMPLEMENTATIONS[kind], f"the implementation of the configured core "
@@ -255,6 +262,7 @@ def configure(model: nn.Module, attention: str = "favor", **options) -> nn.Modul
     for m, core in zip(layers, cores, strict=True):
         m.symformer_core = core
     model.config.symformer_attention = record
+    model.__class__ = restoring_class(type(model))  # from_pretrained rebuilds the cores before loading (hf_reload)
     install_generation_cache(model)  # generate() keeps decoding states (hf_cache), not keys and values
     name = IMPLEMENTATIONS[attention]
     tc = text_config(model)

@@ -8,8 +8,8 @@ train and go through `state_dict`, `save_pretrained` and `from_pretrained`:
 
 * the patch is recorded in `config.symformer_positional` (saved in config.json);
 * the model's class becomes a subclass (same name prefixed `Symformer`) whose constructor re-applies the
-  patch recorded in its config, so `type(model).from_pretrained(folder)` or
-  `symformer.integrations.hf.from_pretrained(LlamaForCausalLM, folder)` rebuilds the patched model and loads
+  patch recorded in its config (hf_reload, shared with the attention cores), so `type(model).from_pretrained(folder)`
+  or `symformer.integrations.hf.from_pretrained(LlamaForCausalLM, folder)` rebuilds the patched model and loads
   the part's parameters with the rest.
 
 Every part starts from the model's own rotary frequencies (its `inv_freq`, i.e. `rope_theta` and the rope
@@ -63,10 +63,10 @@ from symformer.integrations._hf_common import (
     token_positions,
 )
 from symformer.integrations.hf_mla import mla_attention_forward
+from symformer.integrations.hf_reload import restoring_class
 
 POSITIONALS = ("rope", "string", "circulant_string", "espr")
 _ATTN_CLASSES: dict[type, type] = {}
-_MODEL_CLASSES: dict[type, type] = {}
 
 
 # ---------------------------------------------------------------- the patched attention forward
@@ -150,24 +150,6 @@ def _patched_attention_class(cls: type, mla: bool = False) -> type:
         forward = mla_attention_forward if mla else _attention_forward
         _ATTN_CLASSES[cls] = type("Symformer" + cls.__name__, (cls,), {"forward": forward, "__module__": __name__})
     return _ATTN_CLASSES[cls]
-
-
-def _patched_model_init(self, config, *args, **kwargs):
-    type(self).__mro__[1].__init__(self, config, *args, **kwargs)
-    spec = getattr(config, "symformer_positional", None)
-    if spec:
-        spec = dict(spec)
-        config.symformer_positional = None  # patch_positional records it again
-        patch_positional(self, **spec)
-
-
-def _patched_model_class(cls: type) -> type:
-    if cls in _MODEL_CLASSES.values():
-        return cls
-    if cls not in _MODEL_CLASSES:
-        _MODEL_CLASSES[cls] = type("Symformer" + cls.__name__, (cls,), {"__init__": _patched_model_init,
-                                                                        "__module__": __name__})
-    return _MODEL_CLASSES[cls]
 
 
 # ---------------------------------------------------------------- building the parts
@@ -334,15 +316,8 @@ def patch_positional(model: nn.Module, positional: str = "rope", **options) -> n
             attn.rotary_magnitude = magnitude
         attn.__class__ = _patched_attention_class(type(attn), is_mla(attn))
     config.symformer_positional = {"positional": positional, **options}
-    model.__class__ = _patched_model_class(type(model))
+    model.__class__ = restoring_class(type(model))
     return model
-
-
-def from_pretrained(model_class: type, path, **kwargs) -> nn.Module:
-    """`model_class.from_pretrained(path)` that re-applies a recorded symformer patch before the weights load,
-    so the parts' parameters load too (local folders; nothing is downloaded unless `path` is a hub id)."""
-    require_transformers()
-    return _patched_model_class(model_class).from_pretrained(path, **kwargs)
 
 
 def rotary_parts(model: nn.Module) -> list[nn.Module]:
@@ -350,4 +325,4 @@ def rotary_parts(model: nn.Module) -> list[nn.Module]:
     return [a.rotary for a in attention_modules(model) if hasattr(a, "rotary")]
 
 
-__all__ = ["POSITIONALS", "patch_positional", "from_pretrained", "rotary_parts"]
+__all__ = ["POSITIONALS", "patch_positional", "rotary_parts"]

@@ -1,0 +1,87 @@
+"""Saving and reloading Hugging Face models that carry symformer parts.
+
+`patch_positional` records its patch in `config.symformer_positional` and `configure` its attention core in
+`config.symformer_attention`; both are saved in config.json. Each also turns the model's class into a subclass
+(same name prefixed `Symformer`) whose constructor re-applies what its config records, positional part first,
+then attention cores, before the weights load. So `type(model).from_pretrained(folder)` or
+`symformer.integrations.hf.from_pretrained(LlamaForCausalLM, folder)` rebuilds the model with its parts and
+cores in place, and transformers' loader fills their parameters and buffers (FAVOR+ features, PLASH hashes and
+weights, the parts' generators) from the checkpoint like any other weight: nothing is drawn again.
+
+A plain `LlamaForCausalLM.from_pretrained(folder)` never calls this constructor: transformers builds the class it
+is given, and config.json cannot name a class outside transformers without `trust_remote_code`.
+"""
+from __future__ import annotations
+
+from torch import nn
+
+from symformer._validation import fail
+from symformer.integrations._hf_common import require_transformers
+
+#: config attribute -> how it is re-applied, in this order (the positional patch changes the attention classes;
+#: the cores are attributes of the attention modules and survive that change either way)
+RECORDS = ("symformer_positional", "symformer_attention")
+_MODEL_CLASSES: dict[type, type] = {}
+
+
+def _restore(model: nn.Module, record: str, spec: dict) -> None:
+    if record == "symformer_positional":
+        from symformer.integrations.hf_positional import patch_positional
+        patch_positional(model, **spec)
+    else:
+        from symformer.integrations.hf_attention import configure
+        configure(model, **spec)
+
+
+def _requested(config) -> None:
+    """Register the symformer implementations before transformers checks the config's, and settle an
+    attn_implementation passed to from_pretrained against the recorded attention: the recorded one (or none) is
+    restored; another symformer one is a ValueError; a transformers one ("sdpa", "eager", ...) wins and the record
+    is dropped, so the model runs, and saves, as a plain model (the cores' weights are then unexpected keys)."""
+    spec = getattr(config, "symformer_attention", None)
+    if not spec:
+        return
+    from symformer.integrations.hf_attention import IMPLEMENTATIONS, register
+    register()
+    asked = getattr(config, "_attn_implementation_internal", None)
+    recorded = IMPLEMENTATIONS.get(spec.get("attention", "favor"))  # configure's default
+    if not isinstance(asked, str) or asked == recorded:
+        return
+    if asked in IMPLEMENTATIONS.values():
+        fail("attn_implementation", asked, f"{recorded!r}, the attention this model was saved with (or a transformers "
+             "implementation such as 'sdpa' to load it without its symformer cores)")
+    config.symformer_attention = None
+
+
+def _restoring_init(self, config, *args, **kwargs):
+    _requested(config)
+    type(self).__mro__[1].__init__(self, config, *args, **kwargs)
+    for record in RECORDS:
+        spec = getattr(config, record, None)
+        if spec:
+            spec = dict(spec)
+            setattr(config, record, None)  # patch_positional / configure record it again
+            _restore(self, record, spec)
+
+
+def restoring_class(cls: type) -> type:
+    """The subclass of an HF model class whose constructor re-applies the symformer records of its config (the
+    class itself when it is one already)."""
+    if cls in _MODEL_CLASSES.values():
+        return cls
+    if cls not in _MODEL_CLASSES:
+        _MODEL_CLASSES[cls] = type("Symformer" + cls.__name__, (cls,), {"__init__": _restoring_init,
+                                                                        "__module__": __name__})
+    return _MODEL_CLASSES[cls]
+
+
+def from_pretrained(model_class: type, path, **kwargs) -> nn.Module:
+    """`model_class.from_pretrained(path, **kwargs)` that re-applies the recorded symformer positional patch and
+    attention cores before the weights load, so their parameters and buffers load too (local folders; nothing is
+    downloaded unless `path` is a hub id). `dtype=torch.bfloat16` rounds the model's weights as `.to` would; the
+    float32 masters (positional parts, FAVOR+ features) stay float32. `attn_implementation`: see `_requested`."""
+    require_transformers()
+    return restoring_class(model_class).from_pretrained(path, **kwargs)
+
+
+__all__ = ["RECORDS", "from_pretrained", "restoring_class"]
