@@ -90,6 +90,9 @@ def test_save_and_load_round_trip_of_a_dense_mlp(fs, tmp_path):
     cfg = save_fact_mlp(tmp_path / "n.pt", naive)
     back = load_fact_mlp(tmp_path / "n.pt")
     assert cfg["m"] is None and back.m is None and _same_weights(back.mlp, naive) and back.n_stored == 24
+    # a file the CLI wrote before save_fact_mlp: a baseline's config recorded the (unused) --m it was given
+    torch.save({"config": {**cfg, "m": 5}, "state_dict": naive.state_dict()}, tmp_path / "old.pt")
+    assert load_fact_mlp(tmp_path / "old.pt").m is None
     with pytest.raises(TypeError, match="^mlp: got 'Linear', expected a FactMLP returned by build_fact_mlp"):
         save_fact_mlp(tmp_path / "x.pt", torch.nn.Linear(2, 2))
 
