@@ -74,34 +74,19 @@ def build(keys: Path = typer.Option(..., "--keys", help="key embeddings |K| x d 
           whiten: float = typer.Option(0.0, "--whiten", help="partial ZCA strength alpha in [0, 1]"),
           seed: int = typer.Option(0, "--seed"),
           out: Path = typer.Option(Path("mlp.pt"), "--out")):
-    """Build an MLP that stores every fact and save it (state_dict + config) to OUT."""
-    from symformer.facts.capacity import (
-        KNOB,
-        METHODS,
-        BuildOptions,
-        build_fact_mlp,
-        method_capacity,
-    )
-    from symformer.facts.embeddings import FactSet, validate_fact_set
+    """Build an MLP that stores every fact and save it (state_dict + config) to OUT; load it with
+    symformer.facts.load_fact_mlp. Without --m a construction gets the smallest width that stores every fact."""
+    from symformer.facts.capacity import KNOB, METHODS, BuildOptions, build_fact_mlp
+    from symformer.facts.saved import save_fact_mlp
     if method not in METHODS:
         fail("--method", method, f"one of {', '.join(METHODS)}")
     _check_out_file(out)
     K, V = load_matrix(keys, "--keys"), load_matrix(values, "--values")
     f = load_facts(facts, K.shape[0], V.shape[0])
-    validate_fact_set(K, V, f)
-    opts = BuildOptions(whiten=whiten)
-    if KNOB[method] == "m" and m is None:
-        r = method_capacity(method, [FactSet(K, V, f)], 1, 32, max_size=4096, options=opts)
-        if r.size is None:
-            fail("--method", method, "a method that stores this fact set with m <= 4096")
-        m = r.size
     if KNOB[method] == "h" and h is None:
         fail("--h", None, f"a hidden size for method {method!r}")
-    mlp = build_fact_mlp(K, V, f, method, m=m, h=h, seed=seed, options=opts)
-    cfg = {"method": method, "m": m, "h": mlp.h, "d": mlp.d, "gated": mlp.gated, "activation": mlp.activation,
-           "params": mlp.n_params(), "accuracy": mlp.accuracy, "n_facts": int(f.numel())}
-    # plain dict of numbers/strings + tensors: loads with torch.load(weights_only=True), like checkpoints
-    save_atomic({"config": cfg, "state_dict": mlp.state_dict()}, out)
+    mlp = build_fact_mlp(K, V, f, method, m=m, h=h, seed=seed, options=BuildOptions(whiten=whiten))
+    cfg = save_fact_mlp(out, mlp)  # plain numbers/strings + tensors: loads with torch.load(weights_only=True)
     typer.echo(json.dumps({**cfg, "out": str(out)}))
 
 

@@ -306,8 +306,8 @@ def test_build_bad_input(small):
     fs, info = small
     with pytest.raises(ValueError, match="method"):
         build_fact_mlp(fs.keys, fs.values, fs.facts, "bogus", m=4)
-    with pytest.raises(ValueError, match="m"):
-        build_fact_mlp(fs.keys, fs.values, fs.facts, "bin+jl")
+    with pytest.raises(ValueError, match="max_m: got 0"):   # m=None searches m <= max_m (test_fact_mlp_api.py)
+        build_fact_mlp(fs.keys, fs.values, fs.facts, "bin+jl", max_m=0)
     with pytest.raises(ValueError, match="h"):
         build_fact_mlp(fs.keys, fs.values, fs.facts, "ntk")
     with pytest.raises(ValueError, match="width"):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import pickle
 import re
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any, Sequence
@@ -85,7 +86,12 @@ def torch_load(path: str | Path, what: str) -> Any:
     if path.stat().st_size == 0:
         raise DataFileError(f"{path} is not {what} (the file is empty)")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():
+            # torch warns (two lines on stderr) whenever a pickle's protocol is not 2, before the weights-only
+            # unpickler refuses or reads it; a bare pickle.dumps file gets it. Either way the outcome is told:
+            # the data, or the one line below. Only this warning, only for this load.
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+            return torch.load(path, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, TypeError, AttributeError,
             zipfile.BadZipFile, UnicodeDecodeError, KeyError, IndexError, OSError) as e:
         raise DataFileError(f"{path} is not {what} ({_torch_reason(e)})") from None

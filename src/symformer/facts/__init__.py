@@ -1,5 +1,5 @@
 """Fact-storing MLPs (fact-storing-mlps.txt; NOTES.md §3): fact sets and embeddings, decodability rho,
-closed-form encoders/decoders, baselines, and the capacity search."""
+closed-form encoders/decoders, baselines, the capacity search, and fact-MLP files (save_fact_mlp / load_fact_mlp)."""
 from symformer.facts.capacity import (
                                       BASELINES,
                                       METHODS,
@@ -24,9 +24,10 @@ from symformer.facts.embeddings import (
                                       whitening_matrix,
 )
 from symformer.facts.mlp import FactMLP, count_params, fact_accuracy, fact_margin
+from symformer.facts.saved import SavedFactMLP, load_fact_mlp, save_fact_mlp
 
 __all__ = ["BASELINES", "METHODS", "BuildOptions", "CapacityResult", "Decodability", "Decoder", "FactMLP",
-           "FactSet", "FactStorageError", "build_fact_mlp", "capacity_search", "coherence", "count_params",
-           "decodability", "fact_accuracy", "fact_margin", "fold_whitening", "gd_decoder", "jl_decoder",
-           "make_fact_set", "method_capacity", "random_fact_map", "require_vertices", "sample_embeddings",
-           "set_condition_number", "validate_fact_set", "whitening_matrix"]
+           "FactSet", "FactStorageError", "SavedFactMLP", "build_fact_mlp", "capacity_search", "coherence",
+           "count_params", "decodability", "fact_accuracy", "fact_margin", "fold_whitening", "gd_decoder",
+           "jl_decoder", "load_fact_mlp", "make_fact_set", "method_capacity", "random_fact_map", "require_vertices",
+           "sample_embeddings", "save_fact_mlp", "set_condition_number", "validate_fact_set", "whitening_matrix"]

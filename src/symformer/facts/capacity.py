@@ -99,24 +99,34 @@ def _encoder(keys: torch.Tensor, codes: torch.Tensor, kind: str, seed: int, opts
     return encoders.gated_encoder(keys, codes, ht, bias=bias, seed=seed)
 
 
+#: the width search of build_fact_mlp(m=None) (and `symformer facts build` without --m): first width tried, and the
+#: widest; App. A.1.2's search doubles from M_START until every fact is stored, then bisects
+M_START, M_MAX = 32, 4096
+
+
 def build_fact_mlp(keys: torch.Tensor, values: torch.Tensor, facts: torch.Tensor, method: str = "bin+jl",
                    m: int | None = None, h: int | None = None, seed: int = 0, strict: bool = True,
-                   info: Decodability | None = None, options: BuildOptions | None = None) -> FactMLP:
-    """Build an MLP storing f (eq. 1) with `method` (see METHODS). Returns the FactMLP with `.accuracy`
-    and `.method`; with strict=True a method that does not store every fact raises FactStorageError."""
+                   info: Decodability | None = None, options: BuildOptions | None = None,
+                   max_m: int = M_MAX) -> FactMLP:
+    """Build an MLP storing f (eq. 1) with `method` (see METHODS). Returns the FactMLP with `.accuracy`,
+    `.method` and `.n_facts`; with strict=True a method that does not store every fact raises FactStorageError.
+
+    For a construction (method "<encoder>+<decoder>"), m=None searches for a small decoder width m <= max_m that
+    stores every fact, as `symformer facts build` without --m does (App. A.1.2's search; see `_smallest_width`).
+    NTK and GD MLPs need h."""
     validate_fact_set(keys, values, facts)
     check_choice("method", method, METHODS)
     opts = options or BuildOptions()
     check_float("whiten", opts.whiten, 0.0, 1.0)
+    knob = KNOB[method]
+    if knob == "m" and m is None:
+        return _smallest_width(keys, values, facts, method, seed, strict, info, opts, max_m)
+    if knob == "h" and h is None:
+        fail("h", h, f"a hidden size h >= 1 for method {method!r}")
     Kw, Vw, Tk, Tv = keys.double(), values.double(), None, None
     if opts.whiten > 0:
         Tk, Tv = whitening_matrix(Kw, opts.whiten), whitening_matrix(Vw, opts.whiten)
         Kw, Vw, info = Kw @ Tk, Vw @ Tv, None
-    knob = KNOB[method]
-    if knob == "m" and m is None:
-        fail("m", m, f"a decoder width m >= 1 for method {method!r}")
-    if knob == "h" and h is None:
-        fail("h", h, f"a hidden size h >= 1 for method {method!r}")
     if method in BASELINES:
         mlp = _baseline(Kw, Vw, facts, method, h, seed, info, opts)
     else:
@@ -130,12 +140,54 @@ def build_fact_mlp(keys: torch.Tensor, values: torch.Tensor, facts: torch.Tensor
             mlp.down.D.copy_(dec.D.to(mlp.dtype))
     if Tk is not None:
         fold_whitening(mlp, Tk, Tv)
-    mlp.method = method
+    mlp.method, mlp.n_facts = method, int(facts.numel())
     mlp.accuracy = fact_accuracy(mlp, keys, values, facts)
     if strict and mlp.accuracy < 1.0:
         raise FactStorageError(f"method {method!r} (m={m}, h={h}) stores {mlp.accuracy:.2%} of the "
                                f"{len(facts)} facts, expected all of them: increase m or h")
     return mlp
+
+
+def _smallest_width(keys: torch.Tensor, values: torch.Tensor, facts: torch.Tensor, method: str, seed: int,
+                    strict: bool, info: Decodability | None, opts: BuildOptions, max_m: int) -> FactMLP:
+    """The MLP of a construction at the decoder width m <= max_m that App. A.1.2's search finds (`capacity_search`:
+    m = 32, 64, ... up to the first width storing every fact, then bisection below it), every width built with
+    `seed`, so the result is build_fact_mlp(..., m=result.down.m, seed=seed). The search takes storing to be
+    monotone in m; with a random (JL) decoder it is not quite, so m - 1 does not store every fact but a smaller
+    width may. No width storing every fact: FactStorageError, or with strict=False the MLP at m = max_m."""
+    check_int("max_m", max_m, 1)
+    if opts.whiten == 0 and not method.endswith("+gd"):
+        info = require_vertices(values.double(), info)  # once for every width, and up front
+    stores: dict[int, FactMLP] = {}  # the smallest width storing every fact so far (each new one is smaller)
+    widest: dict[int, FactMLP] = {}
+    errors: dict[int, Exception] = {}
+
+    def evaluate(size: int, _seed_index: int) -> tuple[float, int]:
+        try:
+            mlp = build_fact_mlp(keys, values, facts, method, m=size, seed=seed, strict=False, info=info,
+                                 options=opts)
+        except (torch.linalg.LinAlgError, ValueError) as e:   # a gadget system not solvable at this width
+            errors[size] = e
+            return 0.0, 0
+        if mlp.accuracy >= 1.0:
+            stores.clear()
+            stores[size] = mlp
+        if size == max_m:
+            widest[size] = mlp
+        return mlp.accuracy, count_params(mlp)
+
+    size, seen = capacity_search(evaluate, 1, 1, min(M_START, max_m), max_m)
+    if size is not None:
+        return stores[size]
+    if len(errors) == len(seen) and isinstance(errors[max_m], ValueError):
+        raise errors[max_m]  # no width could be built (keys not of the method's form, ...): that is the error
+    if strict or max_m not in widest:
+        why = f"m = {max_m}: {errors[max_m]}" if max_m in errors else \
+            f"m = {max_m} stores {seen[max_m][0]:.2%}"
+        raise FactStorageError(f"m: got None (search for the smallest width m <= {max_m}), expected a width at "
+                               f"which method {method!r} stores all {len(facts)} facts; none does ({why}): "
+                               f"raise max_m or pick another method") from errors.get(max_m)
+    return widest[max_m]
 
 
 def _baseline(K, V, facts, method, h, seed, info, opts) -> FactMLP:
