@@ -105,7 +105,7 @@ def ids(seed=1, b=3, n=12):
 
 
 def test_todays_entry_point_refuses_an_undeclared_user_model():
-    with pytest.raises(ValueError, match="attention=\\[teleport.AttentionLayer"):
+    with pytest.raises(ValueError, match=r"attention=\[teleport\.AttentionLayer\(\.\.\.\)\] declaring its own"):
         symmetry_group(GPT())
 
 
@@ -258,10 +258,16 @@ def test_bad_declarations_raise_clear_errors():
         _bad(model, o=None)
     with pytest.raises(ValueError, match=r"^attention\[1\]\.qkv: got 'blocks\.0\.attn\.qkv', expected a projection "
                                          r"declared once \(it is already in layer blocks\.0\.attn\)"):
-        symmetry_group(model, attention=[AttentionLayer(H, a.proj, a.qkv), AttentionLayer(H, b.proj, a.qkv)])
+        symmetry_group(model, attention=[AttentionLayer(H, o=a.proj, qkv=a.qkv),
+                                         AttentionLayer(H, o=b.proj, qkv=a.qkv)])
     with pytest.raises(TypeError, match=r"^attention: got 'AttentionLayer', expected a list"):
-        symmetry_group(model, attention=AttentionLayer(H, a.proj, a.qkv))
+        symmetry_group(model, attention=AttentionLayer(H, o=a.proj, qkv=a.qkv))
     with pytest.raises(ValueError, match=r"^blocks\.0\.attn: rotary: got 'RoPE\(head_dim=16\)'"):
         _bad(model, rotary=RoPE(16))
-    assert len(symmetry_group(model, attention=[AttentionLayer(H, "blocks.1.attn.proj", "blocks.1.attn.qkv")]
-                              ).sites) == 1  # names work as well as modules
+    with pytest.raises(TypeError, match=r"^blocks\.0\.attn: rotary: got 'Linear', expected a symformer "
+                                        r"RotaryPositional"):
+        _bad(model, rotary=nn.Linear(8, 8))
+    with pytest.raises(TypeError, match="positional"):
+        AttentionLayer(H, a.proj, a.qkv)  # projections by keyword only: their order is not guessed
+    layers = [AttentionLayer(H, o="blocks.1.attn.proj", qkv="blocks.1.attn.qkv")]
+    assert len(symmetry_group(model, attention=layers).sites) == 1  # names work as well as modules

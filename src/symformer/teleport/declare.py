@@ -18,12 +18,13 @@ moves the batch loss is undone with a warning (teleport._apply_checked).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 
 import torch
 from torch import nn
 
 from symformer._validation import check_choice, check_int, fail
+from symformer.positional.base import RotaryPositional
 from symformer.teleport.groups import AttentionSite, FusedRows
 from symformer.teleport.qk_groups import qk_group_for
 
@@ -71,6 +72,7 @@ class AttentionLayer:
     positions outside the layer); name: for messages (default: the projections' common prefix)."""
 
     n_heads: int
+    _: KW_ONLY
     o: nn.Module | str | None = None
     qkv: nn.Module | str | None = None
     q: nn.Module | str | None = None
@@ -184,6 +186,9 @@ def declared_sites(model: nn.Module, layers, positions: torch.Tensor | None = No
                      f"{seen[id(lin)]})")
             seen[id(lin)] = name
         h, hk, dh = _shapes(name, decl, proj)
+        if decl.rotary is not None and not isinstance(decl.rotary, RotaryPositional):
+            fail(f"{name}: rotary", type(decl.rotary).__name__, "a symformer RotaryPositional (RoPE, STRING, ESPR, "
+                 "...) applied to q and k, or None", TypeError)
         rot_dim = getattr(decl.rotary, "head_dim", dh)
         if decl.rotary is not None and rot_dim != dh:
             fail(f"{name}: rotary", f"{type(decl.rotary).__name__}(head_dim={rot_dim})",

@@ -570,8 +570,8 @@ def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn:
 
     positions: (N, C) positions used to compute the ESPR commutant (default: random generic points).
     ffn: include positive rescaling of ReLU FeedForward hidden units (GELU/SwiGLU have none).
-    attention: declarations (teleport.AttentionLayer) of the model's own attention layers (teleport.declare); with
-    them the HF families' builders are not consulted, and symformer's MultiHeadAttention layers are still found."""
+    attention: declarations of the model's own attention layers (teleport.declare.AttentionLayer); with them the HF
+    families' builders are not consulted (symformer's MultiHeadAttention layers are still found)."""
     from symformer.models import FeedForward, attention_layers
     for build in EXTERNAL_BUILDERS if attention is None else ():
         group = build(model, positions, ffn)
@@ -593,8 +593,7 @@ def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn:
         declared, fused = declared_sites(model, attention, positions, symformer_projections(sites))
         sites += declared
     if not sites:
-        fail("model", type(model).__name__, "a model with at least one MultiHeadAttention layer, or declarations "
-             "of its own (symmetry_group(model, attention=[teleport.AttentionLayer(...)]); an HF model of a "
-             "supported family: import symformer.integrations.hf first)")
+        fail("model", type(model).__name__, "a model with MultiHeadAttention layers, or attention=[teleport."
+             "AttentionLayer(...)] declaring its own; a supported HF model: import symformer.integrations.hf")
     ffns = [f for f in model.modules() if isinstance(f, FeedForward) and f.activation == "relu"] if ffn else []
     return SymmetryGroup(sites, ffns, positions, fused=fused)
