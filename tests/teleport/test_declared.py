@@ -271,3 +271,32 @@ def test_bad_declarations_raise_clear_errors():
         AttentionLayer(H, a.proj, a.qkv)  # projections by keyword only: their order is not guessed
     layers = [AttentionLayer(H, o="blocks.1.attn.proj", qkv="blocks.1.attn.qkv")]
     assert len(symmetry_group(model, attention=layers).sites) == 1  # names work as well as modules
+
+
+@pytest.mark.parametrize("family,layout", [("phi3", "blocks"), ("llama", None)])
+def test_declaring_an_hf_layer_gives_the_hf_familys_sites(family, layout):
+    """An HF model's layers declared by hand (fused qkv_proj in Phi-3's block layout; Llama's q/k/v/o, GQA, the native
+    RoPE as symformer RoPE in the half pairing) give the sites integrations.hf builds: the same group kinds and head
+    counts, and one element acting identically (bit for bit) through either group; the loss is kept."""
+    pytest.importorskip("transformers")
+    from tests.integrations._hf_models import float64_reference, lm_loss, tiny
+    from tests.integrations._hf_models import ids as hf_ids
+
+    from symformer.integrations import hf
+    model = float64_reference(tiny(family, torch.float64, kv_heads=2))
+    layers = []
+    for layer in model.model.layers:
+        a = layer.self_attn
+        proj = dict(qkv=a.qkv_proj, layout=layout) if layout else dict(q=a.q_proj, k=a.k_proj, v=a.v_proj)
+        layers.append(AttentionLayer(4, o=a.o_proj, kv_heads=2, rotary=RoPE(8, pairing="half").double(), **proj))
+    ours, theirs = symmetry_group(model, attention=layers), hf.symmetry_group(model)
+    assert [(s.name, s.qk.kind, s.n_heads, s.query_heads) for s in ours.sites] == \
+        [(s.name, s.qk.kind, s.n_heads, s.query_heads) for s in theirs.sites]
+    g = theirs.random(torch.Generator().manual_seed(1))
+    x = hf_ids()
+    with torch.no_grad():
+        ref = lm_loss(model, x).item()
+        a, b = ours.transformed(g), theirs.transformed(g)
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+        ours.apply(model, g)
+        assert abs(lm_loss(model, x).item() - ref) <= 1e-12 * ref
