@@ -48,7 +48,7 @@ def teleport_in_plain_loop(model, opt, total: int, step: int):
     from symformer.integrations import hf
     model.train()
     data = torch.randint(0, 40, (total, 4, 13), generator=torch.Generator().manual_seed(0))
-    tele = hf.HFTeleport(model, opt, lm_loss, total_steps=total, step=step, steps=2, samples=8, alpha=0.3,
+    tele = hf.HFTeleport(model, opt, lm_loss, total_steps=total, start_step=step, steps=2, samples=8, alpha=0.3,
                          state_policy="transform")
     for i in range(total):
         loss = lm_loss(model, data[i])

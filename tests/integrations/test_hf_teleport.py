@@ -147,8 +147,8 @@ def test_hf_teleport_in_ateleport_in_plain_loop():
     tele = teleport_in_plain_loop(model, opt, 6, 2)
     assert [e["step"] for e in tele.log] == [2, 3]
     assert all(e["skipped"] == 0 for e in tele.log)
-    with pytest.raises(ValueError, match="step"):
-        hf.HFTeleport(model, opt, lm_loss, total_steps=3, step=5)
+    with pytest.warns(DeprecationWarning, match="means start_step=5"), pytest.raises(ValueError, match="start_step"):
+        hf.HFTeleport(model, opt, lm_loss, total_steps=3, step=5, steps=2)  # the old name of PlainLoopTeleport
 
 
 @pytest.mark.parametrize("family,positional,opts", QWEN3)

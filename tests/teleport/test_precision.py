@@ -187,7 +187,7 @@ def test_hf_plain_loop_teleports_in_bf16(route, recwarn):
     def loss_fn(m, x):
         with torch.autocast("cpu", dtype=BF16, enabled=route == "autocast"):
             return lm_loss(m, x)
-    tele = hf.HFTeleport(model, opt, loss_fn, total_steps=4, step=1, steps=2, samples=8, alpha=0.3,
+    tele = hf.HFTeleport(model, opt, loss_fn, total_steps=4, start_step=1, steps=2, samples=8, alpha=0.3,
                          state_policy="transform", compute_dtype=BF16 if route == "autocast" else None)
     data = torch.randint(0, 40, (4, 4, 13), generator=torch.Generator().manual_seed(0))
     for i in range(4):

@@ -196,7 +196,7 @@ def lm_arm(pe: str, teleport: bool, quick: bool, seed: int, data_file: str | Pat
     cbs = []
     if teleport:  # mid-warmup, alpha 0.2, M 8, 8 consecutive steps (App. E WikiText-103, scaled down); the
         # paper's unguarded rule, as in the paper's own LM arm
-        cbs.append(TeleportCallback(model=model, alpha=0.2, samples=8, step=warm // 2, steps=8, seed=seed,
+        cbs.append(TeleportCallback(model=model, alpha=0.2, samples=8, start_step=warm // 2, steps=8, seed=seed,
                                     max_cumulative_ratio=None))
     vl = ValLossLog(split.val, every=10 if quick else 50, n=64 if quick else 512)
     cbs.append(vl)

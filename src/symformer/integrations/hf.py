@@ -15,7 +15,7 @@ built from configs, no download needed.
     model = hf.patch_positional(LlamaForCausalLM(cfg), "string")  # STRING in every attention layer
     model = hf.from_pretrained(LlamaForCausalLM, folder)       # a saved model with its parts and cores (hf_reload)
     group = hf.symmetry_group(model)                # teleportation, grouped-query attention included
-    tele = hf.HFTeleport(model, optimizer, loss_fn, total_steps=300, step=10)
+    tele = hf.HFTeleport(model, optimizer, loss_fn, total_steps=300, start_step=10)  # teleport.PlainLoopTeleport
 
 Importing this module needs transformers only when a function is called; `register()` without it raises an
 ImportError naming the extra. Importing it also lets `symformer.teleport.symmetry_group` (and so

@@ -42,17 +42,14 @@ and one element of the rotary's group on the rope blocks, shared by every head b
 block (a site with one key head and no values); the latent rows of kv_a_proj_with_mqa are left alone, and no head
 permutation (the two sites share each head).
 
-`HFTeleport` drives `teleport.TeleportCallback` from a plain training loop (no symformer Trainer).
+`HFTeleport` is the former name of `teleport.PlainLoopTeleport` (teleportation in a plain training loop).
 """
 from __future__ import annotations
-
-from types import SimpleNamespace
-from typing import Callable
 
 import torch
 from torch import nn
 
-from symformer._validation import check_int, fail
+from symformer._validation import fail
 from symformer.integrations._hf_common import (
     GATED_OUTPUT,
     WEIGHTLESS_POST_NORM,
@@ -73,26 +70,10 @@ from symformer.integrations._hf_common import (
     text_config,
 )
 from symformer.teleport import groups as _groups
+from symformer.teleport.declare import fused_blocks, head_rows, qkv_rows
 from symformer.teleport.groups import AttentionSite, FusedExperts, FusedRows, SymmetryGroup
+from symformer.teleport.plain_loop import PlainLoopTeleport
 from symformer.teleport.qk_groups import DiagonalGroup, TrivialGroup, diagonal_blocks, qk_group_for
-
-
-class _RowBlock:
-    """One projection's rows of a fused Linear (teleport.groups.FusedRows blocks: stable tensors refreshed from the
-    fused parameters before each use)."""
-
-    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
-        self.weight, self.bias = weight, bias
-
-
-def _qkv_rows(layout: str, n_heads: int, kv_heads: int, dh: int) -> list[torch.Tensor]:
-    """Row indices of q, k and v in a fused projection: "blocks" [q; k; v] (Phi-3), "heads" [q_h; k_h; v_h] head by
-    head (GPT-NeoX, no GQA)."""
-    if layout == "heads":
-        idx = torch.arange(3 * n_heads * dh).view(n_heads, 3, dh)
-        return [idx[:, j].flatten() for j in range(3)]
-    nq, nkv = n_heads * dh, kv_heads * dh
-    return [torch.arange(nq), torch.arange(nq, nq + nkv), torch.arange(nq + nkv, nq + 2 * nkv)]
 
 
 class _AttentionView:
@@ -114,8 +95,8 @@ class _AttentionView:
         if fused is None:
             self.q_proj, self.k_proj, self.v_proj = attn.q_proj, attn.k_proj, attn.v_proj
             return
-        self.fused, (self.q_proj, self.k_proj, self.v_proj) = _fused_blocks(
-            fused[0], _qkv_rows(fused[1], n_heads, kv_heads, self.head_dim))
+        self.fused, (self.q_proj, self.k_proj, self.v_proj) = fused_blocks(
+            fused[0], qkv_rows(fused[1], n_heads, kv_heads, self.head_dim))
 
     def _gated(self, attn: nn.Module, n_heads: int, kv_heads: int) -> None:
         """AFMoE: a gate_proj of its own; Qwen3-Next, Qwen3.5: q_proj rows [q_h; g_h] head by head, seen as a q block
@@ -126,8 +107,8 @@ class _AttentionView:
             self.gate_rows = tuple(p for p in (attn.gate_proj.weight, attn.gate_proj.bias) if p is not None)
             return
         dh = self.head_dim
-        self.fused, (self.q_proj, gate) = _fused_blocks(attn.q_proj, [_head_rows(n_heads, 2 * dh, 0, dh),
-                                                                      _head_rows(n_heads, 2 * dh, dh, dh)])
+        self.fused, (self.q_proj, gate) = fused_blocks(attn.q_proj, [head_rows(n_heads, 2 * dh, 0, dh),
+                                                                      head_rows(n_heads, 2 * dh, dh, dh)])
         self.gate_rows = tuple(t for t in (gate.weight, gate.bias) if t is not None)
 
     @property
@@ -159,18 +140,6 @@ class _MLAView:
         self.fused: list[FusedRows] = []
 
 
-def _head_rows(n_heads: int, width: int, start: int, size: int) -> torch.Tensor:
-    """Row indices [start, start + size) of every head in a projection of n_heads blocks of `width` rows."""
-    return (torch.arange(n_heads)[:, None] * width + start + torch.arange(size)).flatten()
-
-
-def _fused_blocks(lin: nn.Linear, rows: list[torch.Tensor], passive: tuple[int, ...] = ()):
-    """(FusedRows of the weight and bias, the row blocks as _RowBlocks)."""
-    fused = [FusedRows(p, rows, passive) for p in (lin.weight, lin.bias) if p is not None]
-    biases = fused[1].blocks if lin.bias is not None else [None] * len(rows)
-    return fused, [_RowBlock(w, b) for w, b in zip(fused[0].blocks, biases, strict=True)]
-
-
 def _mla_sites(attn: nn.Module, name: str, positions) -> list[AttentionSite]:
     """Multi-head latent attention (DeepSeek-V3) as two sites acting on row blocks of q_b_proj (or q_proj), kv_b_proj
     and kv_a_proj_with_mqa (whose latent rows stay as they are): per head GL(nope) on the nope blocks and GL(v) on the
@@ -178,12 +147,12 @@ def _mla_sites(attn: nn.Module, name: str, positions) -> list[AttentionSite]:
     share each head (a permutation would have to move both at once)."""
     h, nope, rope, dv = attn.config.num_attention_heads, attn.qk_nope_head_dim, attn.qk_rope_head_dim, attn.v_head_dim
     q = attn.q_proj if attn.q_lora_rank is None else attn.q_b_proj
-    fq, (q_nope, q_rope) = _fused_blocks(q, [_head_rows(h, nope + rope, 0, nope),
-                                             _head_rows(h, nope + rope, nope, rope)])
-    fkv, (k_nope, v) = _fused_blocks(attn.kv_b_proj, [_head_rows(h, nope + dv, 0, nope),
-                                                      _head_rows(h, nope + dv, nope, dv)])
+    fq, (q_nope, q_rope) = fused_blocks(q, [head_rows(h, nope + rope, 0, nope),
+                                             head_rows(h, nope + rope, nope, rope)])
+    fkv, (k_nope, v) = fused_blocks(attn.kv_b_proj, [head_rows(h, nope + dv, 0, nope),
+                                                      head_rows(h, nope + dv, nope, dv)])
     r = attn.kv_lora_rank  # kv_a_proj_with_mqa rows: [latent (normed, then kv_b_proj); the shared key rope block]
-    fa, (_, k_rope) = _fused_blocks(attn.kv_a_proj_with_mqa, [torch.arange(r), torch.arange(r, r + rope)],
+    fa, (_, k_rope) = fused_blocks(attn.kv_a_proj_with_mqa, [torch.arange(r), torch.arange(r, r + rope)],
                                     passive=(0,))
     rotary = getattr(attn, "rotary", None) or _native_rope(rope, rope, rope_pairing(attn.config))
     nope_view = _MLAView(attn, q_nope, k_nope, v, attn.o_proj, nope, None)
@@ -300,45 +269,10 @@ if _build_for_teleport not in _groups.EXTERNAL_BUILDERS:
     _groups.EXTERNAL_BUILDERS.append(_build_for_teleport)
 
 
-class HFTeleport:
-    """TeleportCallback in a plain loop over an HF model:
-
-        tele = HFTeleport(model, optimizer, loss_fn, total_steps=300, step=10, steps=4)
-        for step, batch in enumerate(batches):
-            loss = loss_fn(model, batch); loss.backward()
-            tele.after_backward(step, batch, loss)  # may teleport: parameters and .grad move together
-            optimizer.step(); optimizer.zero_grad()
-
-    loss_fn(model, batch) -> scalar loss; options go to TeleportCallback (alpha, samples, step, steps, epoch,
-    seed, method, state_policy, ffn, ...); steps_per_epoch (default total_steps) places `epoch` schedules.
-    compute_dtype: the dtype loss_fn computes in where it is lower than the parameters' (a loss_fn under
-    torch.autocast(dtype=torch.bfloat16) over float32 weights), so that the runtime invariance check allows its
-    rounding; a model cast to 16 bits needs none (the parameters' dtype sets it)."""
-
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None,
-                 loss_fn: Callable[[nn.Module, object], torch.Tensor], total_steps: int,
-                 steps_per_epoch: int | None = None, compute_dtype: torch.dtype | None = None, **options):
-        from symformer.teleport import TeleportCallback
-        check_int("total_steps", total_steps, 1)
-        spe = check_int("steps_per_epoch", steps_per_epoch if steps_per_epoch is not None else total_steps, 1)
-        self.callback = TeleportCallback(model=model, **options)
-        task = SimpleNamespace(loss=lambda mdl, data, idx: loss_fn(mdl, data))
-        self.trainer = SimpleNamespace(raw_model=model, model=model, optimizer=optimizer, task=task, train_data=None,
-                                       total_steps=total_steps, steps_per_epoch=spe, last_loss=None,
-                                       cfg=SimpleNamespace(epochs=-(-total_steps // spe)),
-                                       state=SimpleNamespace(step=0), compute_dtype=compute_dtype)
-        self.callback.on_train_start(self.trainer)
-
-    @property
-    def log(self) -> list[dict]:
-        return self.callback.log
-
-    def after_backward(self, step: int, batch, loss: torch.Tensor | float | None = None) -> None:
-        """Call after loss.backward() and before optimizer.step() (TeleportCallback.on_after_backward)."""
-        t = self.trainer
-        t.state.step, t.train_data = check_int("step", step, 0), batch
-        t.last_loss = None if loss is None else float(loss.detach() if isinstance(loss, torch.Tensor) else loss)
-        self.callback.on_after_backward(t, None)
+class HFTeleport(PlainLoopTeleport):
+    """The former name of teleport.PlainLoopTeleport (teleportation in a plain training loop), kept for
+    compatibility: the same class, for HF models, symformer models and declared attention layers alike. Its old
+    schedule option `step=S` means start_step=S (the first teleport step, not a period) and warns."""
 
 
 __all__ = ["GQASymmetryGroup", "HFTeleport", "symmetry_group"]

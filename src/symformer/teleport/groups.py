@@ -564,29 +564,36 @@ def _vec_sq(t):
     return 0 if t is None else t.to(torch.float64).pow(2)
 
 
-def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn: bool = True) -> SymmetryGroup:
+def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn: bool = True,
+                   attention: list | None = None) -> SymmetryGroup:
     """Inspect a model and return its symmetry group.
 
     positions: (N, C) positions used to compute the ESPR commutant (default: random generic points).
-    ffn: include positive rescaling of ReLU FeedForward hidden units (GELU/SwiGLU have none)."""
+    ffn: include positive rescaling of ReLU FeedForward hidden units (GELU/SwiGLU have none).
+    attention: declarations of the model's own attention layers (teleport.declare.AttentionLayer); with them the HF
+    families' builders are not consulted (symformer's MultiHeadAttention layers are still found)."""
     from symformer.models import FeedForward, attention_layers
-    for build in EXTERNAL_BUILDERS:
+    for build in EXTERNAL_BUILDERS if attention is None else ():
         group = build(model, positions, ffn)
         if group is not None:
             return group
     if not isinstance(model, nn.Module):
         fail("model", type(model).__name__, "a torch.nn.Module", TypeError)
-    layers = attention_layers(model)
-    if not layers:
-        fail("model", type(model).__name__, "a model with at least one MultiHeadAttention layer")
     names = {id(m): n for n, m in model.named_modules()}
-    sites = []
-    for m in layers:
+    sites, fused = [], []
+    for m in attention_layers(model):
         if not (isinstance(m.core, AttentionCore) and m.core.exact_softmax):
             fail("attention", type(m.core).__name__, "an exact softmax core (AttentionCore.exact_softmax: softmax, "
                  "naive): approximate kernels are not invariant under GL(d_h)")
         if m.v_proj.out_features != m.n_heads * m.head_dim:
             fail("model", "value dim != n_heads * head_dim", "square per-head value blocks")
         sites.append(AttentionSite(names[id(m)], m, qk_group_for(m.rotary, m.head_dim, positions)))
+    if attention is not None:
+        from symformer.teleport.declare import declared_sites, symformer_projections
+        declared, fused = declared_sites(model, attention, positions, symformer_projections(sites))
+        sites += declared
+    if not sites:
+        fail("model", type(model).__name__, "a model with MultiHeadAttention layers, or attention=[teleport."
+             "AttentionLayer(...)] declaring its own; a supported HF model: import symformer.integrations.hf")
     ffns = [f for f in model.modules() if isinstance(f, FeedForward) and f.activation == "relu"] if ffn else []
-    return SymmetryGroup(sites, ffns, positions)
+    return SymmetryGroup(sites, ffns, positions, fused=fused)

@@ -283,20 +283,28 @@ def _call_with(model: nn.Module, state: dict[str, torch.Tensor], loss_fn: Callab
 # ---------------------------------------------------------------- schedule and callback
 @dataclass(frozen=True)
 class TeleportSchedule:
-    """Teleport at `steps` consecutive optimizer steps starting at the first step of each epoch in `epochs`
-    (1-based, as the paper's "teleportation is applied once at epoch 1") or at global step `step` (0-based)."""
+    """Runs ("phases") of `consecutive` teleport steps: one starting at the first step of each epoch in `epochs`
+    (1-based, as the paper's "teleportation is applied once at epoch 1"), or one starting at global optimizer step
+    `step` (0-based: the START of the phase, not a period) and, with `every`, one more every `every` steps after it
+    (step, step + every, ...; a phase the run's end cuts short keeps the steps it has)."""
     epochs: tuple[int, ...] = (1,)
     step: int | None = None
     consecutive: int = 4
+    every: int | None = None
 
     def __post_init__(self) -> None:
         check_int("steps", self.consecutive, 1)
         if self.step is not None:
-            check_int("step", self.step, 0)
+            check_int("start_step", self.step, 0)
         for e in self.epochs:
             check_int("epoch", e, 1)
+        if self.every is not None:
+            if self.step is None:
+                fail("every", self.every, "a period together with start_step (the first phase's step)")
+            check_int("every", self.every, self.consecutive)  # phases do not overlap
 
     def starts(self, steps_per_epoch: int) -> list[int]:
+        """The first step of each phase (with `every`: of the first phase only; phase_start places the others)."""
         if self.step is not None:
             return [self.step]
         return [(e - 1) * steps_per_epoch for e in self.epochs]
@@ -313,7 +321,7 @@ class TeleportSchedule:
                     fail("epoch", e, f"an epoch within the run (1..{n_epochs})")
         for s in self.starts(steps_per_epoch):
             if s + self.consecutive > total_steps:
-                name = "step" if self.step is not None else "steps"
+                name = "start_step" if self.step is not None else "steps"
                 fail(name, s + self.consecutive, f"teleport steps ending within the run's {total_steps} steps")
 
     def contains(self, step: int, steps_per_epoch: int) -> bool:
@@ -321,7 +329,31 @@ class TeleportSchedule:
 
     def phase_start(self, step: int, steps_per_epoch: int) -> int | None:
         """First step of the run of consecutive teleport steps that holds `step` (None: not a teleport step)."""
+        if self.every is not None:
+            s = self.step + (step - self.step) // self.every * self.every
+            return s if self.step <= step < s + self.consecutive else None
         return next((s for s in self.starts(steps_per_epoch) if s <= step < s + self.consecutive), None)
+
+
+def deprecated_step(step: int | None, start_step: int | None, stacklevel: int = 3) -> int | None:
+    """start_step from the old option `step` (read by users as a period, which it never was): a DeprecationWarning
+    that says what it means."""
+    if step is None:
+        return start_step
+    if start_step is not None:
+        fail("step", step, f"no step= next to start_step={start_step} (step is the old name of start_step)")
+    warnings.warn(f"teleport option step={step} is deprecated: it means start_step={step}, the 0-based optimizer "
+                  f"step where the first run of `steps` consecutive teleport steps starts (not a period; every= "
+                  f"gives one)", DeprecationWarning, stacklevel=stacklevel)
+    return step
+
+
+def schedule_from(epoch, start_step: int | None, every: int | None, steps: int) -> TeleportSchedule:
+    """The schedule of TeleportCallback / PlainLoopTeleport options: every= without start_step starts at step 0."""
+    if every is not None and start_step is None:
+        start_step = 0
+    epochs = () if start_step is not None else ((epoch,) if isinstance(epoch, int) else tuple(epoch or (1,)))
+    return TeleportSchedule(epochs=epochs, step=start_step, consecutive=steps, every=every)
 
 
 DEFAULT_MAX_CUMULATIVE_RATIO = 1.05  # App. G: cumulative ratio below 1.05 on small data sets
@@ -346,16 +378,20 @@ class TeleportCallback(Callback):
     none fits, the step is not teleported). max_cumulative_ratio=None (or inf) is the paper's unguarded
     Alg. 1. Every teleport step adds a record to `log` and a row {"step", "teleport": {...}} to the
     trainer's metric history (metrics.jsonl): reference norm, chosen norm, candidates beating the
-    reference, applied or not, refused by the guard or not, cumulative ratio."""
+    reference, applied or not, refused by the guard or not, cumulative ratio.
+    Schedule (TeleportSchedule): `steps` consecutive teleport steps from the first step of epoch `epoch`, or from
+    optimizer step `start_step` (0-based) and, with `every`, again every `every` steps; `step` is the deprecated
+    name of start_step. attention: declarations of a model's own attention layers (teleport.AttentionLayer)."""
 
     def __init__(self, model: nn.Module | None = None, alpha: float = 0.65, samples: int = 16,
-                 epoch: int | list[int] | None = 1, step: int | None = None, steps: int = 4, seed: int = 0,
-                 method: str = "sample", state_policy: str = "keep", ffn: bool = False, zhao_lr: float = 1e-4,
-                 zhao_steps: int = 10, positions: torch.Tensor | None = None,
-                 max_cumulative_ratio: float | None = DEFAULT_MAX_CUMULATIVE_RATIO, **unknown: object):
+                 epoch: int | list[int] | None = 1, start_step: int | None = None, every: int | None = None,
+                 steps: int = 4, seed: int = 0, method: str = "sample", state_policy: str = "keep", ffn: bool = False,
+                 zhao_lr: float = 1e-4, zhao_steps: int = 10, positions: torch.Tensor | None = None,
+                 max_cumulative_ratio: float | None = DEFAULT_MAX_CUMULATIVE_RATIO, attention: list | None = None,
+                 step: int | None = None, **unknown: object):
         if unknown:
-            fail("teleport option", sorted(unknown), "options among alpha, samples, epoch, step, steps, seed, method, "
-                 "state_policy, ffn, zhao_lr, zhao_steps, max_cumulative_ratio")
+            fail("teleport option", sorted(unknown), "options among alpha, samples, epoch, start_step, every, steps, "
+                 "seed, method, state_policy, ffn, zhao_lr, zhao_steps, max_cumulative_ratio, attention")
         self.alpha = check_float("alpha", alpha, 0.0, 1.0, low_open=True, high_open=True)  # radius of B_G(alpha)
         self.samples = check_int("samples", samples, 1)
         self.method = check_choice("method", method, ("sample", "zhao", "brute"))
@@ -363,11 +399,11 @@ class TeleportCallback(Callback):
         self.max_cumulative_ratio = check_max_cumulative_ratio(max_cumulative_ratio)
         self.ffn = bool(ffn)
         self.zhao_lr, self.zhao_steps = zhao_lr, check_int("zhao_steps", zhao_steps, 1)
-        epochs = () if step is not None else ((epoch,) if isinstance(epoch, int) else tuple(epoch or (1,)))
-        self.schedule = TeleportSchedule(epochs=epochs, step=step, consecutive=steps)
+        self.schedule = schedule_from(epoch, deprecated_step(step, start_step), every, steps)
         self.seed = check_int("seed", seed, 0)
         self.gen = torch.Generator().manual_seed(seed)
-        self.group = None if model is None else symmetry_group(model, positions, ffn=self.ffn)
+        self.attention = attention
+        self.group = None if model is None else symmetry_group(model, positions, ffn=self.ffn, attention=attention)
         self.log: list[dict] = []
         self.seconds = 0.0
         self._phase: int | None = None   # first step of the current run of consecutive teleport steps
@@ -379,7 +415,7 @@ class TeleportCallback(Callback):
 
     def on_train_start(self, trainer) -> None:
         if self.group is None:
-            self.group = symmetry_group(trainer.raw_model, ffn=self.ffn)
+            self.group = symmetry_group(trainer.raw_model, ffn=self.ffn, attention=self.attention)
         self.schedule.validate(trainer.total_steps, trainer.steps_per_epoch, trainer.cfg.epochs)
 
     def on_after_backward(self, trainer, idx) -> None:
