@@ -27,9 +27,9 @@ def test_verdicts_follow_the_goals():
 
 
 def test_small_run_reports_every_metric(tmp_path):
-    res = _run(RunContext(out_dir=tmp_path), parts=("rope", "espr"), families=(), combinations=())
+    res = _run(RunContext(out_dir=tmp_path), parts=("partial",), families=(), combinations=())
     rot = res.metrics["precision_rotation_err_vs_bound"]
-    assert set(rot) == {f"{p}/{d}/{r}" for p in ("rope", "espr", "rope@2d", "espr@2d")
+    assert set(rot) == {f"{p}/{d}/{r}" for p in ("partial", "partial@2d")
                         for d in ("bfloat16", "float16") for r in ("built", "cast", "autocast")}
     assert max(rot.values()) <= 1.0 and max(res.metrics["precision_rotation_grad_err_vs_bound"].values()) <= 1.0
     assert [c.verdict for c in res.claims] == ["holds"]
