@@ -96,6 +96,7 @@ def reproduce(names: Optional[List[str]] = typer.Argument(None, help="experiment
 def _reproduce(reg, chosen, names, out, quick, seed, data_dir, jobs, resume, options, full) -> None:
     from symformer.data.paths import MissingDataError, data_file
     from symformer.experiments import RunContext
+    from symformer.experiments.jobs import records_where, where_note
     from symformer.report import write_index
     from symformer.results import write_experiment
     from symformer.train.trainer import seed_everything
@@ -127,6 +128,10 @@ def _reproduce(reg, chosen, names, out, quick, seed, data_dir, jobs, resume, opt
         result = spec.fn(ctx)
         if ctx.options:
             result.config = {**result.config, "options": ctx.options}
+        where = records_where(out / name / "runs")
+        if where_note(where):  # which engines, devices and hosts made the records (PROVENANCE lists them)
+            result.config = {**result.config, "runs_provenance": where}
+            result.notes = [*result.notes, where_note(where)]
         secs = time.perf_counter() - t0
         payload = write_experiment(out / name, name, quick, result, seconds=secs)
         entries.append({"name": name, "status": "ran", "payload": payload, "seconds": secs})

@@ -172,6 +172,21 @@ def test_reproduce_through_submitit(fake, by_value, capsys, tmp_path, monkeypatc
     got = {k: v["result"] for k, v in _records(runs).items() if k != "PLAN.json"}
     assert got == {k: v["result"] for k, v in local_records[1].items() if k != "PLAN.json"}
     assert json.loads((runs / "s0.json").read_text())["provenance"]["engine"] == "submitit"
+    saved = json.loads((tmp_path / "tiny" / "results.json").read_text())
+    assert saved["config"]["runs_provenance"]["engine"] == {"submitit": 2}
+    assert "- runs/ records by device: cpu (2); engine: submitit (2)" in (tmp_path / "tiny" / "report.md").read_text()
+
+
+def test_report_says_when_records_mix_devices(tmp_path):
+    from symformer.experiments.jobs import records_where, where_note
+    run_jobs(_jobs(), tmp_path)
+    rec = json.loads((tmp_path / "s1.json").read_text())
+    rec["provenance"]["device"] = "cuda"
+    (tmp_path / "s1.json").write_text(json.dumps(rec))
+    note = where_note(records_where(tmp_path))
+    assert note.startswith("records mix devices: runs/ records by device: cpu (1), cuda (1); engine: local (2)")
+    (tmp_path / "s1.json").unlink()
+    assert not where_note(records_where(tmp_path)).startswith("records mix")
 
 
 @pytest.mark.parametrize("argv, says", [

@@ -308,3 +308,30 @@ def reuse_note(what: str, stats: dict) -> str:
     """A report line saying how many of `what` runs this call made and how many it took from records."""
     return (f"{what} runs: {stats.get('ran', 0)} ran in this call, {stats.get('reused', 0)} reused from the records "
             "under runs/ (--resume); the seconds reported count only this call")
+
+
+def records_where(record_dir: Path) -> dict[str, dict[str, int]]:
+    """{"engine" | "device" | "host": {value: number of records}} over the records under `record_dir`; a record
+    written before provenance named them counts as "unrecorded"."""
+    out: dict[str, dict[str, int]] = {"engine": {}, "device": {}, "host": {}}
+    for path in sorted(Path(record_dir).glob("*.json")) if Path(record_dir).is_dir() else []:
+        try:
+            prov = json.loads(path.read_text()).get("provenance") or {}
+        except (OSError, ValueError, AttributeError):
+            continue  # PLAN.json is a dict without provenance; a torn record is rerun by --resume anyway
+        if path.name == PLAN_FILE:
+            continue
+        for key, counts in out.items():
+            val = str(prov.get(key, "unrecorded"))
+            counts[val] = counts.get(val, 0) + 1
+    return out
+
+
+def where_note(where: dict[str, dict[str, int]]) -> str | None:
+    """A report line naming the engines, devices and hosts of an experiment's records; it says so first when the
+    records mix devices (their timings, and float results beyond rounding, are then not of one device)."""
+    if not where["device"]:
+        return None
+    fmt = {k: ", ".join(f"{v} ({n})" for v, n in sorted(c.items())) for k, c in where.items()}
+    mixed = "records mix devices: " if len(where["device"]) > 1 else ""
+    return f"{mixed}runs/ records by device: {fmt['device']}; engine: {fmt['engine']}; host: {fmt['host']}"
