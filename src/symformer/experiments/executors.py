@@ -136,7 +136,9 @@ class RayEngine(_Throttled):
         return f"ray ({self.address or 'local instance'})"
 
     def _submit(self, call, job, work):
-        return self.ray.remote(**self.options)(call).remote(job, work, self.name, self.device)
+        if getattr(self, "_remote", (None, None))[0] is not call:  # one remote function: Ray exports it once
+            self._remote = (call, self.ray.remote(**self.options)(call))
+        return self._remote[1].remote(job, work, self.name, self.device)
 
     def _wait(self, handles):
         ready, _ = self.ray.wait(handles, num_returns=1)
