@@ -56,13 +56,18 @@ def reproduce(names: Optional[List[str]] = typer.Argument(None, help="experiment
                   None, "--set", help="experiment option NAME.option=value (see --list), repeatable"),
               full: bool = typer.Option(
                   False, "--full",
-                  help="paper-size models where an experiment has them (plash: Informer 512/8/2+1/2048)")):
+                  help="paper-size models where an experiment has them (plash: Informer 512/8/2+1/2048)"),
+              executor: str = typer.Option("local", "--executor", help="local (process pool), submitit or ray"),
+              slurm_partition: Optional[str] = typer.Option(None, "--slurm-partition", help="submitit: partition"),
+              slurm_time: Optional[int] = typer.Option(None, "--slurm-time", help="submitit: minutes per job"),
+              gpus_per_job: int = typer.Option(0, "--gpus-per-job", help="submitit/ray: GPUs per job (--device cuda)"),
+              cpus_per_job: int = typer.Option(1, "--cpus-per-job", help="submitit/ray: CPU cores per job"),
+              ray_address: Optional[str] = typer.Option(None, "--ray-address",
+                                                        help="ray: host:port of a head (default: a local instance)"),
+              device: str = typer.Option("cpu", "--device", help="cpu (cuda: refused until the experiments place "
+                                                                  "their jobs on a GPU)")):
     """Run the papers' experiments and write OUT/<name>/results.json and OUT/report.md."""
-    from symformer.data.paths import MissingDataError, data_file
-    from symformer.experiments import RunContext, load_all
-    from symformer.report import write_index
-    from symformer.results import write_experiment
-    from symformer.train.trainer import seed_everything
+    from symformer.experiments import load_all
     reg = load_all()
     if list_:
         for n in reg.names():
@@ -78,7 +83,23 @@ def reproduce(names: Optional[List[str]] = typer.Argument(None, help="experiment
         raise CLIError(f"--jobs: got {jobs}, expected an integer >= 1")
     options = experiment_options(reg, chosen, set_ or [])
     check_writable_dir(out, "--out")  # before any work: an unwritable --out costs one line, not a lost run
+    from symformer.experiments.executors import make_engine, using_engine
+    engine = make_engine(executor, out / ".submitit", jobs, device, slurm_partition, slurm_time, gpus_per_job,
+                         cpus_per_job, ray_address)
+    if executor != "local":
+        typer.echo(f"[engine] {engine.describe()} started in {engine.startup_seconds:.2f} s", err=True)
     _threads()
+    with using_engine(engine):
+        _reproduce(reg, chosen, names, out, quick, seed, data_dir, jobs, resume, options, full)
+
+
+def _reproduce(reg, chosen, names, out, quick, seed, data_dir, jobs, resume, options, full) -> None:
+    from symformer.data.paths import MissingDataError, data_file
+    from symformer.experiments import RunContext
+    from symformer.experiments.jobs import records_where, where_note
+    from symformer.report import write_index
+    from symformer.results import write_experiment
+    from symformer.train.trainer import seed_everything
     entries = []
     from tqdm import tqdm
     for name in tqdm(chosen, desc="reproduce", disable=not sys.stderr.isatty()):
@@ -107,6 +128,10 @@ def reproduce(names: Optional[List[str]] = typer.Argument(None, help="experiment
         result = spec.fn(ctx)
         if ctx.options:
             result.config = {**result.config, "options": ctx.options}
+        where = records_where(out / name / "runs")
+        if where_note(where):  # which engines, devices and hosts made the records (PROVENANCE lists them)
+            result.config = {**result.config, "runs_provenance": where}
+            result.notes = [*result.notes, where_note(where)]
         secs = time.perf_counter() - t0
         payload = write_experiment(out / name, name, quick, result, seconds=secs)
         entries.append({"name": name, "status": "ran", "payload": payload, "seconds": secs})

@@ -19,7 +19,9 @@ def test_serial_results_and_records(tmp_path):
     assert rec["result"] == 50.0 and rec["signature"]["fn"].endswith("speedup_pct")
     assert not list(tmp_path.glob("*.tmp"))
     prov = rec["provenance"]  # a run spanning sessions says, per record, which commit and machine made it
-    assert set(prov) == {"git_sha", "host", "machine", "seconds", "finished_at"} and prov["seconds"] >= 0
+    assert set(prov) == {"git_sha", "host", "machine", "seconds", "finished_at", "engine", "device",
+                         "driver_host"} and prov["seconds"] >= 0
+    assert prov["engine"] == "local" and prov["device"] == "cpu"
 
 
 def test_provenance_never_decides_reuse(tmp_path):

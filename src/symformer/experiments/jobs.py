@@ -16,6 +16,10 @@ written, and a call without --resume starts the job afresh. `work_dir` is not pa
 A job that raises does not cost the others: every other job still runs and is recorded, then `JobError` names
 the failed job (its exception is the `__cause__`), and a --resume call after the fix runs only what failed.
 
+Where the jobs run is the engine's business (executors.py: the pool here, submitit, Ray; `reproduce
+--executor`); what is recorded, reused and raised is decided here, in the driver, the same for every engine. Each
+record's provenance names the worker's host, the engine and the device beside the commit.
+
 A runs folder belongs to one protocol. `recorded_plan` (entered by every registered experiment, base.py) names
 it: the experiment, its declared protocol version, --quick, --seed, --full and the options. The first run_jobs
 call into that folder writes it as runs/PLAN.json and stamps each record with its digest. Rule:
@@ -43,6 +47,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from symformer._validation import check_int, fail
+from symformer.experiments.executors import current_engine
 from symformer.results import atomic_write_text, git_sha
 
 
@@ -141,10 +146,29 @@ def one_thread():
         torch.set_num_threads(threads)
 
 
-def _call(job: Job, work: Path | None = None) -> tuple[Any, float]:
+def _call(job: Job, work: Path | None = None, engine: str = "local", device: str = "cpu") -> tuple[Any, float, dict]:
+    """(result, seconds, where it ran): the host is the worker's, which on a cluster is not the driver's."""
     t0 = time.perf_counter()
     result = job.fn(**job.kwargs, **({} if work is None else {"work_dir": str(work)}))
-    return result, time.perf_counter() - t0
+    where = {"host": platform.node(), "machine": platform.machine(), "engine": engine, "device": device}
+    return result, time.perf_counter() - t0, where
+
+
+def _remote_call(job: Job, work: Path | None, engine: str, device: str) -> tuple[str, Any]:
+    """_call in an engine's worker (executors.py), on one thread; an exception comes back as a value, so its own
+    type reaches JobError.__cause__ whatever the engine does with errors (submitit keeps only the text)."""
+    _init_worker()
+    try:
+        return "ok", _call(job, work, engine, device)
+    except Exception as e:  # noqa: BLE001  (handed to the driver, which records the other jobs and raises JobError)
+        return "error", e
+
+
+def _unwrap(got: tuple[str, Any]) -> tuple[Any, float, dict]:
+    status, value = got
+    if status == "error":
+        raise value
+    return value
 
 
 def _work_dir(job: Job, record_dir: Path | None, resume: bool) -> Path | None:
@@ -167,19 +191,20 @@ def _has_checkpoints(work: Path) -> bool:
     return work.exists() and any(p.name != "signature.json" for p in work.iterdir())
 
 
-def _provenance(seconds: float) -> dict:
-    """Where a record came from: a resumed run may span sessions and commits, so each record says its own
-    (outside the signature: it never decides reuse)."""
-    return {"git_sha": git_sha(), "host": platform.node(), "machine": platform.machine(), "seconds": seconds,
+def _provenance(seconds: float, where: dict) -> dict:
+    """Where a record came from: a resumed run may span sessions, commits, engines and devices, so each record
+    says its own (outside the signature: it never decides reuse). `host` is the worker that ran the job, and
+    `driver_host` the machine that recorded it."""
+    return {"git_sha": git_sha(), **where, "driver_host": platform.node(), "seconds": seconds,
             "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
 
 
-def _run_pool(todo: list[Job], work: dict, n_workers: int, done: Callable, failed: list) -> None:
+def _run_pool(todo: list[Job], work: dict, n_workers: int, done: Callable, failed: list, device: str) -> None:
     """The jobs in spawned worker processes (one thread each); `done` records each, `failed` collects errors."""
     before = set(active_children())
     pool = ProcessPoolExecutor(min(n_workers, len(todo)), mp_context=get_context("spawn"), initializer=_init_worker)
     try:
-        futures = {pool.submit(_call, j, work[j.key]): j for j in todo}
+        futures = {pool.submit(_call, j, work[j.key], "local", device): j for j in todo}
         for f in as_completed(futures):
             try:
                 done(futures[f], f.result())
@@ -226,18 +251,22 @@ def run_jobs(jobs: list[Job], record_dir: Path | None = None, n_workers: int = 1
         stats["ran"] = stats.get("ran", 0) + len(todo)
 
     work = {j.key: _work_dir(j, record_dir, resume) for j in todo}
+    engine = current_engine()
+    remote = engine is not None and engine.name != "local"
+    device = "cpu" if engine is None else engine.device
     if log is not None and todo:
         partial = sum(1 for w in work.values() if w is not None and _has_checkpoints(w))
         log(f"{len(out)} of {len(jobs)} jobs reused from records, running {len(todo)} "
-            f"({partial} resume from checkpoints) on {min(n_workers, len(todo))} worker(s)")
+            f"({partial} resume from checkpoints) on {min(n_workers, len(todo))} "
+            f"{'worker(s)' if not remote else 'slot(s) of ' + engine.describe()}")
 
-    def done(job: Job, called: tuple[Any, float]) -> None:
-        result, seconds = called
+    def done(job: Job, called: tuple[Any, float, dict]) -> None:
+        result, seconds, where = called
         out[job.key] = result
         if record_dir is not None:
             # json.dumps, not results.write_json: NaN must read back as NaN, not as the string "nan"
             # (provenance.seconds: this call's wall time; a job resumed from its checkpoint counts the last part)
-            rec = {"signature": job.signature(), "result": result, "provenance": _provenance(seconds),
+            rec = {"signature": job.signature(), "result": result, "provenance": _provenance(seconds, where),
                    **({} if digest is None else {"plan": digest})}
             atomic_write_text(record_dir / f"{job.key}.json", json.dumps(rec))
             if work[job.key] is not None:  # recorded: its checkpoints are no longer needed
@@ -248,17 +277,20 @@ def run_jobs(jobs: list[Job], record_dir: Path | None = None, n_workers: int = 1
     failed: list[tuple[str, BaseException]] = []
     if not todo:  # everything reused (a resumed batch that had finished): no pool of zero workers
         pass
+    elif remote:  # paths made absolute: an engine's worker need not start in the driver's folder
+        absolute = {k: None if w is None else w.resolve() for k, w in work.items()}
+        engine.run(todo, absolute, _remote_call, lambda j, got: done(j, _unwrap(got)), failed, n_workers)
     elif n_workers == 1 or len(todo) == 1:
         # in this process but with the workers' single thread, so a job's numbers depend neither on --jobs nor on
         # how many jobs were left (a resumed run must reproduce an uninterrupted one bit for bit)
         with one_thread():
             for j in todo:
                 try:
-                    done(j, _call(j, work[j.key]))
+                    done(j, _call(j, work[j.key], "local", device))
                 except Exception as e:  # noqa: BLE001  (re-raised below, after the other jobs are recorded)
                     failed.append((j.key, e))
     else:
-        _run_pool(todo, work, n_workers, done, failed)
+        _run_pool(todo, work, n_workers, done, failed, device)
     if failed:
         # one failing job does not throw away the others: every job that finished is recorded (a --resume call
         # after the fix reruns only the failed ones), then the first failure is raised, naming its job
@@ -276,3 +308,30 @@ def reuse_note(what: str, stats: dict) -> str:
     """A report line saying how many of `what` runs this call made and how many it took from records."""
     return (f"{what} runs: {stats.get('ran', 0)} ran in this call, {stats.get('reused', 0)} reused from the records "
             "under runs/ (--resume); the seconds reported count only this call")
+
+
+def records_where(record_dir: Path) -> dict[str, dict[str, int]]:
+    """{"engine" | "device" | "host": {value: number of records}} over the records under `record_dir`; a record
+    written before provenance named them counts as "unrecorded"."""
+    out: dict[str, dict[str, int]] = {"engine": {}, "device": {}, "host": {}}
+    for path in sorted(Path(record_dir).glob("*.json")) if Path(record_dir).is_dir() else []:
+        try:
+            prov = json.loads(path.read_text()).get("provenance") or {}
+        except (OSError, ValueError, AttributeError):
+            continue  # PLAN.json is a dict without provenance; a torn record is rerun by --resume anyway
+        if path.name == PLAN_FILE:
+            continue
+        for key, counts in out.items():
+            val = str(prov.get(key, "unrecorded"))
+            counts[val] = counts.get(val, 0) + 1
+    return out
+
+
+def where_note(where: dict[str, dict[str, int]]) -> str | None:
+    """A report line naming the engines, devices and hosts of an experiment's records; it says so first when the
+    records mix devices (their timings, and float results beyond rounding, are then not of one device)."""
+    if not where["device"]:
+        return None
+    fmt = {k: ", ".join(f"{v} ({n})" for v, n in sorted(c.items())) for k, c in where.items()}
+    mixed = "records mix devices: " if len(where["device"]) > 1 else ""
+    return f"{mixed}runs/ records by device: {fmt['device']}; engine: {fmt['engine']}; host: {fmt['host']}"

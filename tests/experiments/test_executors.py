@@ -1,0 +1,223 @@
+"""experiments/executors.py: submitit's local executor and a local Ray instance give the records the local pool
+gives; a driver killed mid-run and resumed reruns nothing recorded; bad engine options are one line, exit 2."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from symformer import cli
+from symformer.experiments import base as ebase
+from symformer.experiments.executors import Engine, using_engine
+from symformer.experiments.jobs import Job, JobError, recorded_plan, run_jobs
+from symformer.results import ExperimentResult
+
+PLAN = {"experiment": "tiny", "protocol": "1", "quick": True, "seed": 0, "options": {}, "full": False}
+
+
+def _tiny(seed: int, n: int) -> dict:
+    """A small float64 computation whose result is bit-exact wherever it runs."""
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(n, n, generator=g, dtype=torch.float64)
+    return {"trace": float((a @ a.T).trace()), "seed": seed}
+
+
+def _rejects(n: int) -> int:
+    raise ValueError(f"n: got {n}, expected an even number")
+
+
+def _jobs():
+    return [Job(f"s{i}", _tiny, {"seed": i, "n": 8}) for i in range(2)]
+
+
+def _records(runs):
+    """Every record without its provenance (which says where and when it ran: that differs by engine)."""
+    return {p.name: {k: v for k, v in json.loads(p.read_text()).items() if k != "provenance"}
+            for p in sorted(runs.glob("*.json"))}
+
+
+def _through(engine, runs, jobs=None, n_workers=2):
+    with recorded_plan(runs, PLAN, False), using_engine(engine, close=False):
+        return run_jobs(jobs or _jobs(), runs, n_workers=n_workers)
+
+
+@pytest.fixture(scope="module")
+def local_records(tmp_path_factory):
+    """The local engine's records (--jobs 1: in this process; test_jobs shows the pool's workers agree)."""
+    runs = tmp_path_factory.mktemp("local") / "runs"
+    got = _through(Engine(), runs, n_workers=1)
+    return got, _records(runs)
+
+
+@pytest.fixture(scope="module")
+def by_value():
+    """Engines pickle a job's function with cloudpickle: this test module is not importable by their workers, so
+    its functions travel by value."""
+    cloudpickle = pytest.importorskip("cloudpickle")
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    yield
+    cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+
+
+@pytest.fixture(scope="module")
+def ray_engine(by_value):
+    pytest.importorskip("ray")
+    from symformer.experiments.executors import RayEngine
+    engine = RayEngine(n_workers=2)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture
+def submitit_engine(by_value, tmp_path):
+    pytest.importorskip("submitit")
+    from symformer.experiments.executors import SubmititEngine
+    return SubmititEngine(tmp_path / "submitit", cluster="local")
+
+
+def _rejecting_job_is_named(engine, runs):
+    """A job that rejects its input: the other is recorded, and JobError's cause keeps the job's own type."""
+    with pytest.raises(JobError, match="job 'bad'") as err:
+        _through(engine, runs, [_jobs()[0], Job("bad", _rejects, {"n": 3})])
+    assert isinstance(err.value.__cause__, ValueError) and "n: got 3" in str(err.value.__cause__)
+    assert sorted(p.name for p in runs.glob("*.json") if p.name != "PLAN.json") == ["s0.json"]
+
+
+def test_ray_records_what_the_local_pool_records(ray_engine, tmp_path, local_records):
+    runs = tmp_path / "runs"
+    got = _through(ray_engine, runs)
+    assert (got, _records(runs)) == local_records
+    prov = json.loads((runs / "s0.json").read_text())["provenance"]
+    assert prov["engine"] == "ray" and prov["device"] == "cpu" and prov["host"] and prov["driver_host"]
+    _rejecting_job_is_named(ray_engine, tmp_path / "bad")
+
+
+def test_submitit_failure_is_named(submitit_engine, tmp_path):
+    _rejecting_job_is_named(submitit_engine, tmp_path / "bad")
+
+
+DRIVER = '''
+import sys, time
+from pathlib import Path
+from symformer.experiments.executors import Engine, SubmititEngine, using_engine
+from symformer.experiments.jobs import Job, run_jobs
+
+
+def nap(i: int, secs: float) -> int:
+    time.sleep(secs)
+    return i
+
+
+if __name__ == "__main__":
+    from tinydriver import nap  # by its module's name, as the resumed run in the test names it
+    runs = Path(sys.argv[1])
+    jobs = [Job(f"n{i}", nap, {"i": i, "secs": 0.2 if i < 2 else 10.0}) for i in range(5)]
+    engine = Engine() if sys.argv[2] == "local" else SubmititEngine(runs.parent / "submitit", cluster="local")
+    with using_engine(engine):
+        run_jobs(jobs, runs, n_workers=3)
+'''
+
+
+@pytest.mark.parametrize("engine", ["local", "submitit"])
+def test_killed_driver_resumes_without_rerunning_recorded_jobs(engine, tmp_path, monkeypatch):
+    """The driver is SIGKILLed with jobs in flight; --resume reuses the two records and reruns the rest (it does
+    not wait for submitit's orphaned jobs: they are never recorded)."""
+    if engine != "local":
+        pytest.importorskip("submitit")
+    (tmp_path / "tinydriver.py").write_text(textwrap.dedent(DRIVER))
+    runs = tmp_path / "runs"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "tinydriver.py"), str(runs), engine], env=env)
+    deadline = time.time() + 120
+    while len(list(runs.glob("n*.json"))) < 2 and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGKILL)  # the driver dies outright, with three jobs in flight (sleeping 10 s)
+    proc.wait()
+    recorded = {p.name: p.read_text() for p in runs.glob("n*.json")}
+    assert sorted(recorded) == ["n0.json", "n1.json"]
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import tinydriver
+    stats = {}
+    jobs = [Job(f"n{i}", tinydriver.nap, {"i": i, "secs": 0.0}) for i in range(5)]
+    jobs[:2] = [Job(f"n{i}", tinydriver.nap, {"i": i, "secs": 0.2}) for i in range(2)]
+    assert run_jobs(jobs, runs, resume=True, stats=stats) == {f"n{i}": i for i in range(5)}
+    assert stats == {"reused": 2, "ran": 3}
+    assert {p: (runs / p).read_text() for p in recorded} == recorded  # the records are the ones it had written
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    reg = ebase.Registry("experiment")
+    monkeypatch.setattr(ebase, "EXPERIMENTS", reg)
+    monkeypatch.setattr("symformer.experiments.load_all", lambda: reg)
+
+    def tiny(ctx):
+        run_jobs(_jobs(), ctx.out_dir / "runs", ctx.jobs, ctx.resume)
+        return ExperimentResult()
+    reg.register("tiny")(ebase.ExperimentSpec("tiny", tiny, "a few tiny jobs"))
+    return reg
+
+
+def test_reproduce_through_submitit(fake, by_value, capsys, tmp_path, monkeypatch, local_records):
+    pytest.importorskip("submitit")
+    monkeypatch.setenv("SYMFORMER_SUBMITIT_CLUSTER", "local")
+    assert cli.main(["reproduce", "tiny", "--executor", "submitit", "--jobs", "2", "--out", str(tmp_path)]) == 0
+    assert "[engine] submitit (local) started" in capsys.readouterr().err
+    runs = tmp_path / "tiny" / "runs"
+    got = {k: v["result"] for k, v in _records(runs).items() if k != "PLAN.json"}
+    assert got == {k: v["result"] for k, v in local_records[1].items() if k != "PLAN.json"}
+    assert json.loads((runs / "s0.json").read_text())["provenance"]["engine"] == "submitit"
+    saved = json.loads((tmp_path / "tiny" / "results.json").read_text())
+    assert saved["config"]["runs_provenance"]["engine"] == {"submitit": 2}
+    assert "- runs/ records by device: cpu (2); engine: submitit (2)" in (tmp_path / "tiny" / "report.md").read_text()
+
+
+def test_report_says_when_records_mix_devices(tmp_path):
+    from symformer.experiments.jobs import records_where, where_note
+    run_jobs(_jobs(), tmp_path)
+    rec = json.loads((tmp_path / "s1.json").read_text())
+    rec["provenance"]["device"] = "cuda"
+    (tmp_path / "s1.json").write_text(json.dumps(rec))
+    note = where_note(records_where(tmp_path))
+    assert note.startswith("records mix devices: runs/ records by device: cpu (1), cuda (1); engine: local (2)")
+    (tmp_path / "s1.json").unlink()
+    assert not where_note(records_where(tmp_path)).startswith("records mix")
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--executor", "dask"], "--executor: got 'dask', expected one of local, submitit, ray"),
+    (["--executor", "ray", "--ray-address", "127.0.0.1:1"], "--ray-address: got '127.0.0.1:1'"),
+    (["--executor", "submitit", "--gpus-per-job", "1"], "--gpus-per-job: got 1 with --device cpu"),
+    (["--slurm-partition", "gpu"], "--slurm-partition: got 'gpu' with --executor local"),
+    (["--device", "tpu"], "--device: got 'tpu', expected cpu or cuda"),
+])
+def test_bad_engine_options_one_line_exit_2(argv, says, fake, capsys, tmp_path):
+    if "ray" in argv:
+        pytest.importorskip("ray")
+    assert cli.main(["reproduce", "tiny", "--out", str(tmp_path), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and says in err and not (tmp_path / "tiny").exists()
+
+
+@pytest.mark.parametrize("engine, extra", [("ray", "ray"), ("submitit", "slurm")])
+def test_missing_extra_names_it(engine, extra, fake, capsys, tmp_path, monkeypatch):
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == engine else real(name, *a))
+    assert cli.main(["reproduce", "tiny", "--executor", engine, "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"pip install 'symformer[{extra}]'" in err
+
+
+def test_cuda_without_a_gpu_is_refused(fake, capsys, tmp_path):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    assert cli.main(["reproduce", "tiny", "--device", "cuda", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--device: got 'cuda', expected a CUDA device" in err
