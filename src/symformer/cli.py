@@ -176,9 +176,10 @@ def bench(suites: Optional[List[str]] = typer.Argument(None, help="suites to run
     reg = load_all()
     if list_:
         for n in reg.names():
-            typer.echo(f"{n:12s} {reg.get(n).description}")
+            only = " (run when named)" if reg.get(n).by_name_only else ""
+            typer.echo(f"{n:12s} {reg.get(n).description}{only}")
         return
-    chosen = list(suites or reg.names())
+    chosen = list(suites or [n for n in reg.names() if not reg.get(n).by_name_only])
     _check_names("benchmark suite", chosen, reg.names())
     if device not in ("cpu", "cuda"):
         raise CLIError(f"--device: got {device!r}, expected cpu or cuda")

@@ -183,3 +183,22 @@ def test_a_job_rejecting_its_input_is_one_line_a_bug_keeps_its_traceback(capsys,
     assert (tmp_path / "o" / "gamma" / "runs" / "ok.json").exists()  # the other job is recorded
     with pytest.raises(JobError, match="ZeroDivisionError"):
         cli.main(["reproduce", "delta", "--out", str(tmp_path / "o")])
+
+
+def test_bench_without_names_skips_suites_run_by_name_only(capsys, tmp_path, monkeypatch):
+    """`bench` with no names runs every suite except those marked by_name_only (executors reruns whole experiments);
+    naming one runs it."""
+    from symformer.benchmarks.base import BenchResult, SuiteSpec
+    from symformer.registry import Registry
+
+    reg, ran = Registry("benchmark suite"), []
+
+    def fn(name):
+        return lambda ctx: ran.append(name) or BenchResult()
+    reg.register("tiny")(SuiteSpec("tiny", fn("tiny"), "a tiny suite"))
+    reg.register("heavy")(SuiteSpec("heavy", fn("heavy"), "a heavy suite", by_name_only=True))
+    monkeypatch.setattr("symformer.benchmarks.load_all", lambda: reg)
+    assert run(capsys, "bench", "--out", str(tmp_path))[0] == 0 and ran == ["tiny"]
+    assert run(capsys, "bench", "heavy", "--out", str(tmp_path))[0] == 0 and ran == ["tiny", "heavy"]
+    code, out, _ = run(capsys, "bench", "--list")
+    assert "heavy" in out and "(run when named)" in out

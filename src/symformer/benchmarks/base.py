@@ -37,14 +37,17 @@ class SuiteSpec:
     name: str
     fn: Callable[[BenchContext], BenchResult]
     description: str
+    # run only when named: a suite that reruns whole experiments (executors) would make `bench` with no names,
+    # and so `make bench`, take tens of minutes
+    by_name_only: bool = False
 
 
 SUITES: Registry[SuiteSpec] = Registry("benchmark suite", "symformer.benchmarks")
 
 
-def suite(name: str, description: str = ""):
+def suite(name: str, description: str = "", by_name_only: bool = False):
     def deco(fn):
-        SUITES.register(name)(SuiteSpec(name, fn, description_of(fn, description)))
+        SUITES.register(name)(SuiteSpec(name, fn, description_of(fn, description), by_name_only))
         return fn
     return deco
 

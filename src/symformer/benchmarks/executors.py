@@ -39,7 +39,7 @@ def _run_once(engine: str, out: Path, experiment: str) -> dict:
 
 
 @suite("executors", "reproduce teleport --quick on the local pool, a local Ray instance and submitit's local "
-       "executor, interleaved: overhead (start-up excluded) and start-up")
+       "executor, interleaved: overhead (start-up excluded) and start-up", by_name_only=True)
 def run(ctx: BenchContext) -> BenchResult:
     rounds, experiment = (1 if ctx.quick else 3), "teleport"
     engines = [e for e, mod in ENGINES.items() if mod is None or importlib.util.find_spec(mod) is not None]
