@@ -36,6 +36,19 @@ IMPLEMENTATIONS = {"favor": "symformer_favor", "plash": "symformer_plash"}
 
 
 # ---------------------------------------------------------------- masks
+def _boolean_mask(mask: torch.Tensor, nq: int, nk: int) -> torch.Tensor:
+    """An HF attention mask as a boolean keep-mask (B, H or 1, Nq, Nk): an additive float mask (eager style) keeps
+    its 0 entries and drops its huge negative ones; any other bias is a ValueError, since the cores only drop keys."""
+    if mask.dtype != torch.bool:
+        floor = torch.finfo(mask.dtype).min / 2 if mask.is_floating_point() else -1
+        if not bool(((mask == 0) | (mask <= floor)).all()):
+            fail("attention_mask", "an additive bias mask", "a boolean or 0/-inf mask (symformer cores drop keys only)")
+        mask = mask == 0
+    if mask.ndim != 4 or mask.shape[-2:] != (nq, nk):
+        fail("attention_mask", f"shape {tuple(mask.shape)}", f"(B, 1, {nq}, {nk})")
+    return mask
+
+
 def mask_structure(mask: torch.Tensor | None, nq: int, nk: int, causal_default: bool):
     """(is_causal, keep) with keep a (B, 1, 1, Nk) boolean key mask or None, read off an HF attention mask.
 
@@ -46,13 +59,7 @@ def mask_structure(mask: torch.Tensor | None, nq: int, nk: int, causal_default: 
             fail("attention_mask", f"None with {nq} queries and {nk} keys",
                  "equal query and key lengths or single-token decoding for a causal symformer core")
         return causal_default and nq > 1, None
-    if mask.dtype != torch.bool:  # additive float mask (eager style): 0 keeps, a huge negative drops
-        floor = torch.finfo(mask.dtype).min / 2 if mask.is_floating_point() else -1
-        if not bool(((mask == 0) | (mask <= floor)).all()):
-            fail("attention_mask", "an additive bias mask", "a boolean or 0/-inf mask (symformer cores drop keys only)")
-        mask = mask == 0
-    if mask.ndim != 4 or mask.shape[-2:] != (nq, nk):
-        fail("attention_mask", f"shape {tuple(mask.shape)}", f"(B, 1, {nq}, {nk})")
+    mask = _boolean_mask(mask, nq, nk)
     if mask.shape[1] != 1 and not bool((mask == mask[:, :1]).all()):
         fail("attention_mask", "a per-head mask", "one mask for all heads")
     m = mask[:, :1]
@@ -73,13 +80,7 @@ def split_state_mask(mask: torch.Tensor | None, nq: int, nk: int):
     causal-with-offset & key padding; anything else (sliding window, packed sequences) is a ValueError."""
     if mask is None:
         return None, None
-    if mask.dtype != torch.bool:
-        floor = torch.finfo(mask.dtype).min / 2 if mask.is_floating_point() else -1
-        if not bool(((mask == 0) | (mask <= floor)).all()):
-            fail("attention_mask", "an additive bias mask", "a boolean or 0/-inf mask (symformer cores drop keys only)")
-        mask = mask == 0
-    if mask.ndim != 4 or mask.shape[-2:] != (nq, nk):
-        fail("attention_mask", f"shape {tuple(mask.shape)}", f"(B, 1, {nq}, {nk})")
+    mask = _boolean_mask(mask, nq, nk)
     m = mask[:, :1]
     keep = m.any(dim=-2, keepdim=True)
     tril = torch.ones(nq, nk, dtype=torch.bool, device=m.device).tril(nk - nq)
