@@ -31,6 +31,7 @@ bench: venv
 
 lint: venv
 	$(BIN)/ruff check src tests
+	$(BIN)/ruff format --check src tests
 
 clean:
 	rm -rf $(VENV) out .pytest_cache

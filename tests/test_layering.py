@@ -16,6 +16,7 @@ experiments and benchmarks. Layers, from the bottom:
 
 The package root symformer/__init__.py is a facade that imports parts to register them; it is not a layer.
 """
+
 from __future__ import annotations
 
 import ast
@@ -25,10 +26,25 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "symformer"
 LAYERS = {
-    "_validation": 0, "registry": 0, "results": 0, "stats": 0, "_io": 0, "_rng": 0, "report": 0,
-    "data": 1, "positional": 1, "attention": 1, "facts": 1,
-    "models": 2, "train": 3, "teleport": 4, "integrations": 5,
-    "experiments": 6, "benchmarks": 6, "cli": 7, "cli_facts": 7,
+    "_validation": 0,
+    "registry": 0,
+    "results": 0,
+    "stats": 0,
+    "_io": 0,
+    "_rng": 0,
+    "report": 0,
+    "data": 1,
+    "positional": 1,
+    "attention": 1,
+    "facts": 1,
+    "models": 2,
+    "train": 3,
+    "teleport": 4,
+    "integrations": 5,
+    "experiments": 6,
+    "benchmarks": 6,
+    "cli": 7,
+    "cli_facts": 7,
 }
 SIBLINGS = {frozenset({"experiments", "benchmarks"})}
 
@@ -81,8 +97,10 @@ def violations(src: Path = SRC) -> list[str]:
             if target not in LAYERS:
                 bad.append(f"{path.relative_to(src)}:{line} imports {mod}, which has no layer")
             elif LAYERS[target] > LAYERS[unit]:
-                bad.append(f"{path.relative_to(src)}:{line} imports {mod} (layer {LAYERS[target]} {target}) "
-                           f"from layer {LAYERS[unit]} {unit}")
+                bad.append(
+                    f"{path.relative_to(src)}:{line} imports {mod} (layer {LAYERS[target]} {target}) "
+                    f"from layer {LAYERS[unit]} {unit}"
+                )
             elif frozenset({unit, target}) in SIBLINGS:
                 bad.append(f"{path.relative_to(src)}:{line} imports {mod}: {unit} and {target} are siblings")
     return bad

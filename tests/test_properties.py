@@ -1,6 +1,7 @@
 """Property-based checks (hypothesis): config resolution, and the `positions` argument of every registered
 positional part. Any input is either accepted and handled correctly, or rejected with a ValueError/TypeError
 that names the argument; no other exception ever escapes."""
+
 import math
 
 import pytest
@@ -16,18 +17,28 @@ from symformer.train.trainer import TrainConfig
 FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # ---------------------------------------------------------------- config resolution
-json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-5, 10**6),
-                         st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=6))
-json_values = st.recursive(json_scalars, lambda c: st.one_of(st.lists(c, max_size=3),
-                                                             st.dictionaries(st.text(max_size=5), c, max_size=3)),
-                           max_leaves=6)
+json_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-5, 10**6),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=6),
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda c: st.one_of(st.lists(c, max_size=3), st.dictionaries(st.text(max_size=5), c, max_size=3)),
+    max_leaves=6,
+)
 
 
 def _keys(task):
     known = valid_keys(task)
-    return st.one_of(st.sampled_from(["task", "seed"]), st.sampled_from(SECTIONS),
-                     *[st.sampled_from([f"{s}.{k}" for k in known[s]]) for s in SECTIONS if known[s]],
-                     st.text(alphabet="abcdefgh._", min_size=1, max_size=10))
+    return st.one_of(
+        st.sampled_from(["task", "seed"]),
+        st.sampled_from(SECTIONS),
+        *[st.sampled_from([f"{s}.{k}" for k in known[s]]) for s in SECTIONS if known[s]],
+        st.text(alphabet="abcdefgh._", min_size=1, max_size=10),
+    )
 
 
 @st.composite
@@ -39,14 +50,19 @@ def set_items(draw):
 
 def _dump(v):
     import json
+
     return json.dumps(v) if not isinstance(v, str) else v
 
 
 @FAST
-@given(preset=st.one_of(st.none(), st.sampled_from(sorted(PRESETS))),
-       config=st.one_of(st.none(), st.dictionaries(st.sampled_from(["task", "data", "model", "train", "seed", "bogus"]),
-                                                   json_values, max_size=3)),
-       sets=set_items())
+@given(
+    preset=st.one_of(st.none(), st.sampled_from(sorted(PRESETS))),
+    config=st.one_of(
+        st.none(),
+        st.dictionaries(st.sampled_from(["task", "data", "model", "train", "seed", "bogus"]), json_values, max_size=3),
+    ),
+    sets=set_items(),
+)
 def test_resolve_accepts_or_names_the_problem(preset, config, sets):
     try:
         spec = resolve(preset, config, sets)
@@ -69,8 +85,13 @@ def test_resolve_accepts_or_names_the_problem(preset, config, sets):
 
 
 @FAST
-@given(st.lists(st.tuples(st.sampled_from(["train.lr", "train.epochs", "model.d_model"]),
-                          st.integers(1, 9)), min_size=1, max_size=5))
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["train.lr", "train.epochs", "model.d_model"]), st.integers(1, 9)),
+        min_size=1,
+        max_size=5,
+    )
+)
 def test_last_set_wins(pairs):
     spec = resolve("digits-vit", {"train": {"lr": 0.5}}, [f"{k}={v}" for k, v in pairs])
     for key in {k for k, _ in pairs}:
@@ -80,8 +101,16 @@ def test_last_set_wins(pairs):
 
 # ---------------------------------------------------------------- positions of every positional part
 PARTS = [n for n in POSITIONAL.names() if n != "none"]
-DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.bool,
-          torch.complex64]
+DTYPES = [
+    torch.float64,
+    torch.float32,
+    torch.float16,
+    torch.bfloat16,
+    torch.int64,
+    torch.int32,
+    torch.bool,
+    torch.complex64,
+]
 
 
 @st.composite
@@ -94,8 +123,16 @@ def positions_case(draw):
     shape = {1: (rows,), 2: (rows, last), 3: (2, rows, last), 4: (1, 2, rows, last)}[ndim]
     dtype = draw(st.sampled_from(DTYPES))
     integral = draw(st.booleans())
-    vals = torch.tensor(draw(st.lists(st.integers(-3, 40) if integral else st.floats(-50, 50),
-                                      min_size=math.prod(shape), max_size=math.prod(shape))), dtype=torch.float64)
+    vals = torch.tensor(
+        draw(
+            st.lists(
+                st.integers(-3, 40) if integral else st.floats(-50, 50),
+                min_size=math.prod(shape),
+                max_size=math.prod(shape),
+            )
+        ),
+        dtype=torch.float64,
+    )
     pos = vals.reshape(shape)
     special = draw(st.sampled_from([None, None, math.nan, math.inf, -math.inf]))
     if special is not None and pos.numel():
@@ -118,8 +155,9 @@ def _valid(pos, c, n):
     C = 1 (issue 42); 16-bit floats round positions (bfloat16: 257 -> 256), so they are refused, as are bool and
     complex."""
     integer = not pos.dtype.is_floating_point and not pos.dtype.is_complex and pos.dtype != torch.bool
-    shaped = (pos.ndim in (2, 3) and pos.shape[-1] == c and pos.shape[-2] == n) or (pos.ndim == 1 and c == 1
-                                                                                     and pos.shape[0] == n)
+    shaped = (pos.ndim in (2, 3) and pos.shape[-1] == c and pos.shape[-2] == n) or (
+        pos.ndim == 1 and c == 1 and pos.shape[0] == n
+    )
     return (pos.dtype in (torch.float32, torch.float64) or integer) and shaped and bool(torch.isfinite(pos).all())
 
 
@@ -161,6 +199,9 @@ def test_positions_accepted_correctly_or_rejected_by_name(name, case):
         ref = ref[..., 0]
         if name == "espr":
             d = part.d_act
-            ref = torch.nn.functional.pad((part.active_matrix(pos)[..., None, :, :, :] if pos.ndim == 3 else
-                                           part.active_matrix(pos)) @ q[..., :d, None], (0, 0, 0, 8 - d))[..., 0]
+            ref = torch.nn.functional.pad(
+                (part.active_matrix(pos)[..., None, :, :, :] if pos.ndim == 3 else part.active_matrix(pos))
+                @ q[..., :d, None],
+                (0, 0, 0, 8 - d),
+            )[..., 0]
         assert torch.allclose(rq, ref, atol=1e-9), name

@@ -1,5 +1,6 @@
 """The README's Hugging Face table and family count follow experiments.hf.FAMILY_MODELS (one table for the
 integration tests, the experiment and the docs), so adding a family without documenting it fails here."""
+
 from __future__ import annotations
 
 import re

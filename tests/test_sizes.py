@@ -1,4 +1,5 @@
 """Size limits of src/ (issue 18 item 4, CONTRIBUTING "Size"): no function over 80 lines, no module over 600."""
+
 from __future__ import annotations
 
 import ast

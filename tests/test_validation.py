@@ -1,4 +1,5 @@
 """symformer._validation.all_finite: the fast finite-sum path against torch.isfinite on hard inputs."""
+
 import pytest
 import torch
 

@@ -1,5 +1,6 @@
 """symformer: structured positional rotations, PLASH attention, fact-storing MLPs and
 teleportation as drop-in PyTorch modules, with a reproduction report of the source papers."""
+
 from __future__ import annotations
 
 __version__ = "0.1.0"

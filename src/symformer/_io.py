@@ -2,6 +2,7 @@
 
 `check_writable_dir` runs before any work starts (train, reproduce, bench, facts), so an unwritable
 `--out` costs the user one line, not a finished run that cannot be saved."""
+
 from __future__ import annotations
 
 import os
@@ -14,6 +15,7 @@ def save_atomic(obj: Any, path: str | os.PathLike) -> None:
     """torch.save to a temporary file in the same folder, fsync, then os.replace: a reader (or a resumed
     run after a kill) sees the old file or the new one, never half of one."""
     import torch  # here, not at import time: the CLI imports this module before it needs torch
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
@@ -44,8 +46,9 @@ def check_writable_dir(out: str | os.PathLike, option: str = "--out") -> Path:
         out.mkdir(parents=True, exist_ok=True)
         _probe(out)
     except OSError as e:
-        raise ValueError(f"{option}: cannot write to {str(out)!r} ({e.strerror or e}); "
-                         "expected a writable folder") from None
+        raise ValueError(
+            f"{option}: cannot write to {str(out)!r} ({e.strerror or e}); expected a writable folder"
+        ) from None
     return out
 
 

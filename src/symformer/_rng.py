@@ -7,6 +7,7 @@ features (its MLP for f stored 3-70% of the facts at sizes where seed 1 stores 9
 held the keys (a Lipschitz estimate 2.6x that of an independent G). `generator(purpose, seed)` seeds from a hash of
 both, so the stream of each purpose is independent of every other purpose's and of any plain `manual_seed(seed)`.
 """
+
 from __future__ import annotations
 
 import hashlib

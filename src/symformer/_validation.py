@@ -1,4 +1,5 @@
 """Boundary validation helpers: every message names the argument, what was given and what is expected."""
+
 from __future__ import annotations
 
 import math
@@ -11,8 +12,9 @@ def fail(name: str, given: Any, expected: str, exc: type[Exception] = ValueError
     raise exc(f"{name}: got {given!r}, expected {expected}")
 
 
-def check_tensor(name: str, x: Any, ndim: int | Iterable[int] | None = None,
-                 floating: bool = True, finite: bool = True) -> torch.Tensor:
+def check_tensor(
+    name: str, x: Any, ndim: int | Iterable[int] | None = None, floating: bool = True, finite: bool = True
+) -> torch.Tensor:
     """Type, rank, dtype and finiteness checks for a public tensor argument."""
     if not isinstance(x, torch.Tensor):
         fail(name, type(x).__name__, "a torch.Tensor", TypeError)
@@ -52,8 +54,14 @@ def check_int(name: str, v: Any, minimum: int | None = None, maximum: int | None
     return v
 
 
-def check_float(name: str, v: Any, low: float | None = None, high: float | None = None,
-                low_open: bool = False, high_open: bool = False) -> float:
+def check_float(
+    name: str,
+    v: Any,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         fail(name, v, "a number", TypeError)
     v = float(v)
@@ -76,8 +84,9 @@ def check_choice(name: str, v: Any, choices: Iterable[str]) -> str:
     return v
 
 
-def check_attention_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, finite_kv: bool = True,
-                           finite_q: bool = True) -> None:
+def check_attention_inputs(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, finite_kv: bool = True, finite_q: bool = True
+) -> None:
     """SDPA-shaped inputs: q (B, H, Nq, Dh), k (B, H, Nk, Dh), v (B, H, Nk, Dv).
 
     finite_kv=False skips the finiteness scan of k and v for a core that checks a cheaper quantity that

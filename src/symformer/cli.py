@@ -1,4 +1,5 @@
 """The `symformer` command line: reproduce, bench, train, data (and facts)."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,12 @@ try:  # typer >= 0.20 vendors click as typer._click; older typer depends on clic
 except ImportError:  # pragma: no cover
     from click import exceptions as click_exc
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
-                  help="Structured transformers: reproduce the papers' claims, benchmark, train.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Structured transformers: reproduce the papers' claims, benchmark, train.",
+)
 data_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Data sets and where their files go.")
 app.add_typer(data_app, name="data")
 
@@ -29,6 +34,7 @@ class CLIError(Exception):
 
 def _threads() -> None:
     import torch
+
     if "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(max(1, min(os.cpu_count() or 1, 16)))
 
@@ -36,38 +42,45 @@ def _threads() -> None:
 def _check_names(kind: str, names: list[str], known: list[str]) -> None:
     bad = [n for n in names if n not in known]
     if bad:
-        raise CLIError(f"unknown {kind} {', '.join(repr(b) for b in bad)}: "
-                       f"expected one of {', '.join(known) or '(none registered)'}")
+        raise CLIError(
+            f"unknown {kind} {', '.join(repr(b) for b in bad)}: "
+            f"expected one of {', '.join(known) or '(none registered)'}"
+        )
 
 
 @app.command()
-def reproduce(names: Optional[List[str]] = typer.Argument(None, help="experiments to run (default: all)"),
-              quick: bool = typer.Option(False, "--quick", help="short runs (<= 3 minutes each on 2 cores)"),
-              out: Path = typer.Option(Path("out/reproduce"), "--out", help="folder for results and report.md"),
-              seed: int = typer.Option(0, "--seed"),
-              list_: bool = typer.Option(False, "--list", help="list the registered experiments and exit"),
-              data_dir: Optional[Path] = typer.Option(None, "--data-dir",
-                                                      help="folder with data files (else $SYMFORMER_DATA)"),
-              jobs: int = typer.Option(1, "--jobs",
-                                       help="worker processes for experiments made of independent runs (teleport)"),
-              resume: bool = typer.Option(False, "--resume",
-                                          help="reuse the runs an interrupted call recorded under OUT/<name>/runs"),
-              set_: Optional[List[str]] = typer.Option(
-                  None, "--set", help="experiment option NAME.option=value (see --list), repeatable"),
-              full: bool = typer.Option(
-                  False, "--full",
-                  help="paper-size models where an experiment has them (plash: Informer 512/8/2+1/2048)"),
-              executor: str = typer.Option("local", "--executor", help="local (process pool), submitit or ray"),
-              slurm_partition: Optional[str] = typer.Option(None, "--slurm-partition", help="submitit: partition"),
-              slurm_time: Optional[int] = typer.Option(None, "--slurm-time", help="submitit: minutes per job"),
-              gpus_per_job: int = typer.Option(0, "--gpus-per-job", help="submitit/ray: GPUs per job (--device cuda)"),
-              cpus_per_job: int = typer.Option(1, "--cpus-per-job", help="submitit/ray: CPU cores per job"),
-              ray_address: Optional[str] = typer.Option(None, "--ray-address",
-                                                        help="ray: host:port of a head (default: a local instance)"),
-              device: str = typer.Option("cpu", "--device", help="cpu (cuda: refused until the experiments place "
-                                                                  "their jobs on a GPU)")):
+def reproduce(
+    names: Optional[List[str]] = typer.Argument(None, help="experiments to run (default: all)"),
+    quick: bool = typer.Option(False, "--quick", help="short runs (<= 3 minutes each on 2 cores)"),
+    out: Path = typer.Option(Path("out/reproduce"), "--out", help="folder for results and report.md"),
+    seed: int = typer.Option(0, "--seed"),
+    list_: bool = typer.Option(False, "--list", help="list the registered experiments and exit"),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="folder with data files (else $SYMFORMER_DATA)"),
+    jobs: int = typer.Option(1, "--jobs", help="worker processes for experiments made of independent runs (teleport)"),
+    resume: bool = typer.Option(
+        False, "--resume", help="reuse the runs an interrupted call recorded under OUT/<name>/runs"
+    ),
+    set_: Optional[List[str]] = typer.Option(
+        None, "--set", help="experiment option NAME.option=value (see --list), repeatable"
+    ),
+    full: bool = typer.Option(
+        False, "--full", help="paper-size models where an experiment has them (plash: Informer 512/8/2+1/2048)"
+    ),
+    executor: str = typer.Option("local", "--executor", help="local (process pool), submitit or ray"),
+    slurm_partition: Optional[str] = typer.Option(None, "--slurm-partition", help="submitit: partition"),
+    slurm_time: Optional[int] = typer.Option(None, "--slurm-time", help="submitit: minutes per job"),
+    gpus_per_job: int = typer.Option(0, "--gpus-per-job", help="submitit/ray: GPUs per job (--device cuda)"),
+    cpus_per_job: int = typer.Option(1, "--cpus-per-job", help="submitit/ray: CPU cores per job"),
+    ray_address: Optional[str] = typer.Option(
+        None, "--ray-address", help="ray: host:port of a head (default: a local instance)"
+    ),
+    device: str = typer.Option(
+        "cpu", "--device", help="cpu (cuda: refused until the experiments place their jobs on a GPU)"
+    ),
+):
     """Run the papers' experiments and write OUT/<name>/results.json and OUT/report.md."""
     from symformer.experiments import load_all
+
     reg = load_all()
     if list_:
         for n in reg.names():
@@ -84,8 +97,10 @@ def reproduce(names: Optional[List[str]] = typer.Argument(None, help="experiment
     options = experiment_options(reg, chosen, set_ or [])
     check_writable_dir(out, "--out")  # before any work: an unwritable --out costs one line, not a lost run
     from symformer.experiments.executors import make_engine, using_engine
-    engine = make_engine(executor, out / ".submitit", jobs, device, slurm_partition, slurm_time, gpus_per_job,
-                         cpus_per_job, ray_address)
+
+    engine = make_engine(
+        executor, out / ".submitit", jobs, device, slurm_partition, slurm_time, gpus_per_job, cpus_per_job, ray_address
+    )
     if executor != "local":
         typer.echo(f"[engine] {engine.describe()} started in {engine.startup_seconds:.2f} s", err=True)
     _threads()
@@ -100,8 +115,10 @@ def _reproduce(reg, chosen, names, out, quick, seed, data_dir, jobs, resume, opt
     from symformer.report import write_index
     from symformer.results import write_experiment
     from symformer.train.trainer import seed_everything
+
     entries = []
     from tqdm import tqdm
+
     for name in tqdm(chosen, desc="reproduce", disable=not sys.stderr.isatty()):
         spec = reg.get(name)
         try:
@@ -118,8 +135,16 @@ def _reproduce(reg, chosen, names, out, quick, seed, data_dir, jobs, resume, opt
                 raise CLIError(f"experiment {name}: {missing}")
             entries.append({"name": name, "status": "skipped", "reason": missing})
             continue
-        ctx = RunContext(out_dir=out / name, quick=quick, seed=seed, data_dir=data_dir, jobs=jobs, resume=resume,
-                         options=options[name], extra={"full": full})
+        ctx = RunContext(
+            out_dir=out / name,
+            quick=quick,
+            seed=seed,
+            data_dir=data_dir,
+            jobs=jobs,
+            resume=resume,
+            options=options[name],
+            extra={"full": full},
+        )
         t0 = time.perf_counter()
         typer.echo(f"[{name}] running{' (quick)' if quick else ''} ...", err=True)
         # torch's default generator starts from a random seed in every process: seed the global RNGs so a
@@ -146,6 +171,7 @@ def experiment_options(reg, chosen: list[str], items: list[str]) -> dict[str, di
     import difflib
 
     from symformer.train.presets import parse_set
+
     given: dict[str, dict] = {n: {} for n in chosen}
     for item in items:
         path, value = parse_set(item)
@@ -156,23 +182,28 @@ def experiment_options(reg, chosen: list[str], items: list[str]) -> dict[str, di
         name, opt = path
         if name not in chosen:
             close = difflib.get_close_matches(name, reg.names(), n=1)
-            why = (f"this call does not run {name}" if name in reg.names()
-                   else f"no experiment {name!r}" + (f"; did you mean {close[0]}?" if close else ""))
+            why = (
+                f"this call does not run {name}"
+                if name in reg.names()
+                else f"no experiment {name!r}" + (f"; did you mean {close[0]}?" if close else "")
+            )
             raise CLIError(f"--set: got {item!r}, expected an option of an experiment this call runs ({why})")
         given[name][opt] = value
-    return {n: reg.get(n).resolve_options(given[n]) if hasattr(reg.get(n), "resolve_options") else {}
-            for n in chosen}
+    return {n: reg.get(n).resolve_options(given[n]) if hasattr(reg.get(n), "resolve_options") else {} for n in chosen}
 
 
 @app.command()
-def bench(suites: Optional[List[str]] = typer.Argument(None, help="suites to run (default: all)"),
-          quick: bool = typer.Option(False, "--quick"),
-          out: Path = typer.Option(Path("out/bench"), "--out"),
-          list_: bool = typer.Option(False, "--list", help="list the registered suites and exit"),
-          device: str = typer.Option("cpu", "--device", help="cpu or cuda")):
+def bench(
+    suites: Optional[List[str]] = typer.Argument(None, help="suites to run (default: all)"),
+    quick: bool = typer.Option(False, "--quick"),
+    out: Path = typer.Option(Path("out/bench"), "--out"),
+    list_: bool = typer.Option(False, "--list", help="list the registered suites and exit"),
+    device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
+):
     """Time implementations side by side in one process; write OUT/<suite>/results.json."""
     from symformer.benchmarks import BenchContext, load_all
     from symformer.benchmarks.report import write_bench
+
     reg = load_all()
     if list_:
         for n in reg.names():
@@ -208,18 +239,22 @@ def parse_kv(text: str, option: str) -> dict:
 
 
 @app.command()
-def train(preset: Optional[str] = typer.Option(None, "--preset", help="a named setup (see --list-presets)"),
-          config: Optional[Path] = typer.Option(
-              None, "--config", help="JSON/TOML with task, data, model, train (applied after --preset)"),
-          set_: Optional[List[str]] = typer.Option(
-              None, "--set", help="key.sub=value, applied last (e.g. train.lr=3e-3), repeatable"),
-          out: Path = typer.Option(Path("out/train"), "--out"),
-          resume: bool = typer.Option(False, "--resume", help="continue from OUT/checkpoint.pt"),
-          teleport: Optional[str] = typer.Option(None, "--teleport", help="e.g. alpha=0.65,samples=16,epoch=1,steps=4"),
-          seed: Optional[int] = typer.Option(None, "--seed"),
-          checkpoint_every: int = typer.Option(50, "--checkpoint-every", help="steps between checkpoints"),
-          data_dir: Optional[Path] = typer.Option(None, "--data-dir"),
-          list_presets: bool = typer.Option(False, "--list-presets")):
+def train(
+    preset: Optional[str] = typer.Option(None, "--preset", help="a named setup (see --list-presets)"),
+    config: Optional[Path] = typer.Option(
+        None, "--config", help="JSON/TOML with task, data, model, train (applied after --preset)"
+    ),
+    set_: Optional[List[str]] = typer.Option(
+        None, "--set", help="key.sub=value, applied last (e.g. train.lr=3e-3), repeatable"
+    ),
+    out: Path = typer.Option(Path("out/train"), "--out"),
+    resume: bool = typer.Option(False, "--resume", help="continue from OUT/checkpoint.pt"),
+    teleport: Optional[str] = typer.Option(None, "--teleport", help="e.g. alpha=0.65,samples=16,epoch=1,steps=4"),
+    seed: Optional[int] = typer.Option(None, "--seed"),
+    checkpoint_every: int = typer.Option(50, "--checkpoint-every", help="steps between checkpoints"),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir"),
+    list_presets: bool = typer.Option(False, "--list-presets"),
+):
     """Train a model from a preset or config file; write OUT/results.json and OUT/metrics.jsonl."""
     import dataclasses
 
@@ -227,6 +262,7 @@ def train(preset: Optional[str] = typer.Option(None, "--preset", help="a named s
     from symformer.results import environment, write_json
     from symformer.train import CheckpointError, Trainer
     from symformer.train.presets import PRESETS, build, load_config, resolve, result_metrics
+
     if list_presets:
         for n in PRESETS:
             typer.echo(n)
@@ -240,12 +276,14 @@ def train(preset: Optional[str] = typer.Option(None, "--preset", help="a named s
     check_writable_dir(out, "--out")
     _threads()
     from symformer.train import distributed
+
     distributed.init_from_env()  # no-op unless launched by torchrun
     model, task, split, tcfg = build(spec, data_dir=data_dir, seed=seed)
     tcfg = dataclasses.replace(tcfg, checkpoint_every=checkpoint_every, progress=True)
     callbacks = []
     if teleport:
         import symformer.teleport  # noqa: F401  (registers the callback)
+
         callbacks.append(CALLBACKS.build("teleport", model=model, **tele_kw))
     trainer = Trainer(model, task, split.train, split.val, tcfg, test=split.test, callbacks=callbacks, out_dir=out)
     if resume and not trainer.ckpt_path.exists():
@@ -259,22 +297,33 @@ def train(preset: Optional[str] = typer.Option(None, "--preset", help="a named s
     metrics = result_metrics(spec["task"], final)
     if not distributed.is_main():
         return
-    write_json(out / "results.json", {"experiment": "train", "preset": preset, "metrics": metrics,
-                                      "config": {"spec": spec, "train": dataclasses.asdict(tcfg)},
-                                      "history": trainer.state.history, "environment": environment()})
+    write_json(
+        out / "results.json",
+        {
+            "experiment": "train",
+            "preset": preset,
+            "metrics": metrics,
+            "config": {"spec": spec, "train": dataclasses.asdict(tcfg)},
+            "history": trainer.state.history,
+            "environment": environment(),
+        },
+    )
     typer.echo(json.dumps(metrics))
 
 
 @app.command()
-def sample(out: Path = typer.Option(..., "--out", help="a `symformer train --preset shakespeare-char` folder"),
-           prompt: str = typer.Option(..., "--prompt", help="text to continue (characters of the corpus)"),
-           tokens: int = typer.Option(200, "--tokens", help="characters to generate"),
-           temperature: float = typer.Option(1.0, "--temperature"),
-           top_k: Optional[int] = typer.Option(None, "--top-k", help="sample among the k likeliest (1: greedy)"),
-           seed: int = typer.Option(0, "--seed"),
-           data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="the corpus (its vocabulary)")):
+def sample(
+    out: Path = typer.Option(..., "--out", help="a `symformer train --preset shakespeare-char` folder"),
+    prompt: str = typer.Option(..., "--prompt", help="text to continue (characters of the corpus)"),
+    tokens: int = typer.Option(200, "--tokens", help="characters to generate"),
+    temperature: float = typer.Option(1.0, "--temperature"),
+    top_k: Optional[int] = typer.Option(None, "--top-k", help="sample among the k likeliest (1: greedy)"),
+    seed: int = typer.Option(0, "--seed"),
+    data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="the corpus (its vocabulary)"),
+):
     """Print PROMPT continued by a trained character LM (OUT/config.json and OUT/checkpoint.pt, loaded safely)."""
     import torch
+
     _threads()
     model, vocab = _load_char_lm(out, data_dir)
     if not prompt:
@@ -282,8 +331,10 @@ def sample(out: Path = typer.Option(..., "--out", help="a `symformer train --pre
     stoi = {c: i for i, c in enumerate(vocab)}
     unknown = sorted({c for c in prompt if c not in stoi})
     if unknown:
-        raise CLIError(f"--prompt: got characters not in the corpus vocabulary ({''.join(unknown)!r}), expected "
-                       "characters of the training corpus")
+        raise CLIError(
+            f"--prompt: got characters not in the corpus vocabulary ({''.join(unknown)!r}), expected "
+            "characters of the training corpus"
+        )
     ids = torch.tensor([[stoi[c] for c in prompt]])
     names = {"max_new_tokens": "--tokens", "temperature": "--temperature", "top_k": "--top-k", "ids": "--prompt"}
     try:
@@ -300,10 +351,12 @@ def _load_char_lm(out: Path, data_dir: Optional[Path]):
     from symformer.train import CheckpointError
     from symformer.train.checkpoint import check_compatible, load_checkpoint
     from symformer.train.presets import build, load_config
+
     config, ckpt = out / "config.json", out / "checkpoint.pt"
     if not config.is_file() or not ckpt.is_file():
-        raise CLIError(f"--out: got '{out}', expected a folder written by `symformer train` (config.json and "
-                       "checkpoint.pt)")
+        raise CLIError(
+            f"--out: got '{out}', expected a folder written by `symformer train` (config.json and checkpoint.pt)"
+        )
     spec = load_config(config)
     if spec.get("task") != "shakespeare":
         raise CLIError(f"--out: got a {spec.get('task')!r} model, expected a character LM (task shakespeare)")
@@ -322,6 +375,7 @@ def data_list(data_dir: Optional[Path] = typer.Option(None, "--data-dir")):
     """List data sets, the file each needs and whether it is found."""
     from symformer.data import DATASETS, ENV_VAR
     from symformer.data.paths import data_dir as resolve_dir
+
     d = resolve_dir(data_dir)
     typer.echo(f"data directory: {d if d else '(none: use --data-dir or ' + ENV_VAR + ')'}")
     for name, (desc, fname) in DATASETS.items():
@@ -333,15 +387,18 @@ def data_list(data_dir: Optional[Path] = typer.Option(None, "--data-dir")):
 def _register_plugins() -> None:
     """Sub-command groups that live beside their system (e.g. `symformer facts`)."""
     from symformer.cli_facts import app as facts_app
+
     app.add_typer(facts_app, name="facts")
 
 
 def main(argv: list[str] | None = None) -> int:
     from symformer.data.paths import MissingDataError
     from symformer.results import set_command
+
     _register_plugins()
     set_command(list(sys.argv[1:] if argv is None else argv))
     from symformer.experiments.jobs import JobError
+
     try:
         app(args=argv, standalone_mode=False)
     except (CLIError, MissingDataError, ValueError, TypeError) as e:

@@ -1,5 +1,6 @@
 """`symformer facts build | rho | edit`: stored-fact MLPs for users with their own embeddings (.pt or .npy), and
 MLP swapping on a fact-recall checkpoint. The command-line layer (it reaches down to train for `edit`)."""
+
 from __future__ import annotations
 
 import json
@@ -12,13 +13,17 @@ import typer
 from symformer._io import save_atomic
 from symformer._validation import fail
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Fact-storing MLPs: build one from your key/value embeddings, or measure rho(V).")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Fact-storing MLPs: build one from your key/value embeddings, or measure rho(V).",
+)
 
 
 def load_matrix(path: Path, name: str) -> torch.Tensor:
     """A 2-D float matrix from .pt (a tensor, loaded with weights_only=True) or .npy (allow_pickle=False)."""
     from symformer.data.files import load_array
+
     x = load_array(path, name)
     if x.ndim != 2 or not x.is_floating_point():
         fail(name, f"{path}: a {x.dtype} tensor of shape {tuple(x.shape)}", "a 2-D floating-point matrix")
@@ -27,12 +32,15 @@ def load_matrix(path: Path, name: str) -> torch.Tensor:
 
 def _json_pairs(path: Path) -> list[tuple[int, int]]:
     from symformer.data.files import read_text
+
     try:
         pairs = json.loads(read_text(path, "a JSON list of [key, value] pairs"))
     except json.JSONDecodeError as e:
         fail("--facts", f"{path} ({e.msg} at line {e.lineno})", "valid JSON: [[key, value], ...]")
-    ok = isinstance(pairs, list) and all(isinstance(p, list) and len(p) == 2 and all(
-        isinstance(x, int) and not isinstance(x, bool) for x in p) for p in pairs)
+    ok = isinstance(pairs, list) and all(
+        isinstance(p, list) and len(p) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in p)
+        for p in pairs
+    )
     if not ok:
         fail("--facts", f"{path}: a JSON value that is not a list of integer [key, value] pairs", "[[key, value], ...]")
     return [(k, v) for k, v in pairs]
@@ -43,6 +51,7 @@ def load_facts(path: Optional[Path], n_keys: int, n_values: int) -> torch.Tensor
     default: the identity map (requires |K| = |V|)."""
     from symformer.data.files import load_array
     from symformer.facts.embeddings import fact_pairs_to_map
+
     if path is None:
         if n_keys != n_values:
             fail("--facts", None, f"a fact file when |K| ({n_keys}) != |V| ({n_values})")
@@ -61,23 +70,27 @@ def load_facts(path: Optional[Path], n_keys: int, n_values: int) -> torch.Tensor
 def _check_out_file(out: Path) -> None:
     """Before any work: OUT must be a file we can create (its folder writable, not a folder itself)."""
     from symformer._io import check_writable_file
+
     check_writable_file(out, "--out")
 
 
 @app.command()
-def build(keys: Path = typer.Option(..., "--keys", help="key embeddings |K| x d (.pt or .npy)"),
-          values: Path = typer.Option(..., "--values", help="value embeddings |V| x d (.pt or .npy)"),
-          facts: Optional[Path] = typer.Option(None, "--facts", help="f: 1-D int array or JSON [[k, v], ...]"),
-          method: str = typer.Option("bin+jl", "--method", help="e.g. bin+jl, bin+gd, gd+gd, naive, ntk"),
-          m: Optional[int] = typer.Option(None, "--m", help="decoder width (default: smallest that stores, searched)"),
-          h: Optional[int] = typer.Option(None, "--h", help="hidden size for ntk / gd-* methods"),
-          whiten: float = typer.Option(0.0, "--whiten", help="partial ZCA strength alpha in [0, 1]"),
-          seed: int = typer.Option(0, "--seed"),
-          out: Path = typer.Option(Path("mlp.pt"), "--out")):
+def build(
+    keys: Path = typer.Option(..., "--keys", help="key embeddings |K| x d (.pt or .npy)"),
+    values: Path = typer.Option(..., "--values", help="value embeddings |V| x d (.pt or .npy)"),
+    facts: Optional[Path] = typer.Option(None, "--facts", help="f: 1-D int array or JSON [[k, v], ...]"),
+    method: str = typer.Option("bin+jl", "--method", help="e.g. bin+jl, bin+gd, gd+gd, naive, ntk"),
+    m: Optional[int] = typer.Option(None, "--m", help="decoder width (default: smallest that stores, searched)"),
+    h: Optional[int] = typer.Option(None, "--h", help="hidden size for ntk / gd-* methods"),
+    whiten: float = typer.Option(0.0, "--whiten", help="partial ZCA strength alpha in [0, 1]"),
+    seed: int = typer.Option(0, "--seed"),
+    out: Path = typer.Option(Path("mlp.pt"), "--out"),
+):
     """Build an MLP that stores every fact and save it (state_dict + config) to OUT; load it with
     symformer.facts.load_fact_mlp. Without --m a construction gets the smallest width that stores every fact."""
     from symformer.facts.capacity import KNOB, METHODS, BuildOptions, build_fact_mlp
     from symformer.facts.saved import save_fact_mlp
+
     if method not in METHODS:
         fail("--method", method, f"one of {', '.join(METHODS)}")
     _check_out_file(out)
@@ -91,26 +104,32 @@ def build(keys: Path = typer.Option(..., "--keys", help="key embeddings |K| x d 
 
 
 @app.command()
-def rho(values: Path = typer.Option(..., "--values", help="value embeddings |V| x d (.pt or .npy)"),
-        out: Optional[Path] = typer.Option(None, "--out", help="save rho_i and U* here (.pt)")):
+def rho(
+    values: Path = typer.Option(..., "--values", help="value embeddings |V| x d (.pt or .npy)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="save rho_i and U* here (.pt)"),
+):
     """Decodability rho(V) (eq. 3); lists the values that are not vertices (never decodable)."""
     from symformer.facts.decodability import decodability
+
     if out is not None:
         _check_out_file(out)
     V = load_matrix(values, "--values")
     info = decodability(V)
     if out is not None:
         save_atomic({"rho": float(info.rho), "rho_i": torch.as_tensor(info.rho_i), "U": torch.as_tensor(info.U)}, out)
-    typer.echo(json.dumps({"rho": info.rho, "n_values": V.shape[0], "d": V.shape[1],
-                           "not_vertices": info.not_vertices}))
+    typer.echo(
+        json.dumps({"rho": info.rho, "n_values": V.shape[0], "d": V.shape[1], "not_vertices": info.not_vertices})
+    )
 
 
 @app.command()
-def edit(model: Path = typer.Option(..., "--model", help="a fact-recall checkpoint (train.fact_checkpoint)"),
-         facts: Path = typer.Option(..., "--facts", help="JSON [[key, value], ...] by name or index"),
-         out: Path = typer.Option(..., "--out", help="where to write the edited checkpoint"),
-         min_accuracy: float = typer.Option(0.99, "--min-accuracy", help="recall needed on the edited facts"),
-         seed: int = typer.Option(0, "--seed")):
+def edit(
+    model: Path = typer.Option(..., "--model", help="a fact-recall checkpoint (train.fact_checkpoint)"),
+    facts: Path = typer.Option(..., "--facts", help="JSON [[key, value], ...] by name or index"),
+    out: Path = typer.Option(..., "--out", help="where to write the edited checkpoint"),
+    min_accuracy: float = typer.Option(0.99, "--min-accuracy", help="recall needed on the edited facts"),
+    seed: int = typer.Option(0, "--seed"),
+):
     """Edit facts by MLP swapping (Sec. 5.4): build an MLP storing the edited fact set, swap it in, verify
     that the model recalls the edited facts, and only then write OUT (exit 2 with the accuracy otherwise)."""
     from symformer.data.files import read_text
@@ -120,6 +139,7 @@ def edit(model: Path = typer.Option(..., "--model", help="a fact-recall checkpoi
         parse_edits,
         save_fact_model,
     )
+
     _check_out_file(out)
     if not model.is_file():
         fail("--model", str(model), "an existing checkpoint file")
@@ -137,8 +157,11 @@ def edit(model: Path = typer.Option(..., "--model", help="a fact-recall checkpoi
     new_facts = report.pop("new_facts")
     if report["mlp_stores"] < 1.0 or report["edited_accuracy"] < min_accuracy:
         # a ValueError: main() prints this one line and exits 2
-        fail("--facts", f"an edit after which the model recalls {report['edited_accuracy']:.4f} of the edited facts "
-             f"and its new MLP stores {report['mlp_stores']:.4f} of all facts",
-             f"recall >= {min_accuracy} and an MLP storing every fact ({out} was not written)")
+        fail(
+            "--facts",
+            f"an edit after which the model recalls {report['edited_accuracy']:.4f} of the edited facts "
+            f"and its new MLP stores {report['mlp_stores']:.4f} of all facts",
+            f"recall >= {min_accuracy} and an MLP storing every fact ({out} was not written)",
+        )
     save_fact_model(out, net, ck["task_kind"], ck["task_args"], new_facts, ck["mlp_build"])
     typer.echo(json.dumps({**report, "out": str(out)}))

@@ -1,5 +1,6 @@
 """Name -> factory registries. Parts, experiments, benchmark suites and callbacks register
 themselves with a decorator, so adding one never edits the model or the CLI."""
+
 from __future__ import annotations
 
 import importlib
@@ -34,6 +35,7 @@ class Registry(Generic[T]):
                 raise ValueError(f"{self.kind} {name!r} is already registered")
             self._items[name] = obj
             return obj
+
         return deco
 
     def get(self, name: str) -> T:
@@ -63,10 +65,15 @@ class Registry(Generic[T]):
             return factory(**kwargs)
         unknown = sorted(k for k in kwargs if k not in params and k not in STANDARD_KEYS)
         if unknown:
-            accepted = [k for k, p in params.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL
-                        and k not in STANDARD_KEYS and k != "self"]
-            raise TypeError(f"{self.kind} {name!r}: got unknown option(s) {', '.join(unknown)}, "
-                            f"expected some of {', '.join(accepted) or '(none)'}")
+            accepted = [
+                k
+                for k, p in params.items()
+                if p.kind is not inspect.Parameter.VAR_POSITIONAL and k not in STANDARD_KEYS and k != "self"
+            ]
+            raise TypeError(
+                f"{self.kind} {name!r}: got unknown option(s) {', '.join(unknown)}, "
+                f"expected some of {', '.join(accepted) or '(none)'}"
+            )
         return factory(**{k: v for k, v in kwargs.items() if k in params})
 
 

@@ -2,6 +2,7 @@
 
 A verdict is always computed from the numbers of the run (see `verdict`), never written as a constant.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,7 +29,7 @@ class Claim:
     measured: str
     verdict: str
     evidence: str = ""
-    setting: str = ""        # ours: model size, data set, seeds ... (design.md results format)
+    setting: str = ""  # ours: model size, data set, seeds ... (design.md results format)
     paper_setting: str = ""  # the paper's, for the same claim
 
     def __post_init__(self) -> None:
@@ -54,8 +55,9 @@ class ExperimentResult:
 
 def git_sha() -> str:
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                             cwd=Path(__file__).resolve().parent)
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, cwd=Path(__file__).resolve().parent
+        )
         return out.stdout.strip() or "unknown"
     except Exception:
         return "unknown"
@@ -64,10 +66,18 @@ def git_sha() -> str:
 def environment(device: str = "cpu") -> dict[str, Any]:
     """Where a result came from: commit, the command that ran, the machine, the finish time (a recorded run
     under results/ must say all of them)."""
-    return {"torch": torch.__version__, "threads": torch.get_num_threads(), "git_sha": git_sha(),
-            "device": device, "python": platform.python_version(), "machine": platform.machine(),
-            "cpu_count": os.cpu_count(), "host": platform.node(), "command": _COMMAND,
-            "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    return {
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "git_sha": git_sha(),
+        "device": device,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "host": platform.node(),
+        "command": _COMMAND,
+        "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
 
 
 _COMMAND: str | None = None  # the command line that is running, set by the CLI (None from Python)
@@ -128,28 +138,39 @@ def _md_escape(s: str) -> str:
 
 
 def claims_table(claims: list[Claim]) -> str:
-    lines = ["| id | statement | paper | measured | verdict | setting | paper setting |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| id | statement | paper | measured | verdict | setting | paper setting |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for c in claims:
         cells = (c.id, c.statement, c.paper, c.measured, f"**{c.verdict}**", c.setting, c.paper_setting)
         lines.append("| " + " | ".join(_md_escape(x) for x in cells) + " |")
     return "\n".join(lines)
 
 
-def write_experiment(out_dir: Path, name: str, quick: bool, result: ExperimentResult, device: str = "cpu",
-                     seconds: float | None = None) -> dict[str, Any]:
+def write_experiment(
+    out_dir: Path, name: str, quick: bool, result: ExperimentResult, device: str = "cpu", seconds: float | None = None
+) -> dict[str, Any]:
     out_dir = Path(out_dir)
-    payload = {"experiment": name, "quick": quick, "metrics": result.metrics,
-               "claims": [asdict(c) for c in result.claims], "config": result.config,
-               "environment": environment(device)}
+    payload = {
+        "experiment": name,
+        "quick": quick,
+        "metrics": result.metrics,
+        "claims": [asdict(c) for c in result.claims],
+        "config": result.config,
+        "environment": environment(device),
+    }
     if seconds is not None:
         payload["seconds"] = round(seconds, 2)
     write_json(out_dir / "results.json", payload)
     md = [f"# {name}{' (quick)' if quick else ''}", ""]
     if result.claims:
         md += ["## Claims", "", claims_table(result.claims), ""]
-        md += ["### Evidence", ""] + [f"- **{c.id}**: {_md_escape(c.evidence)}" for c in result.claims
-                                      if c.evidence] + [""]
+        md += (
+            ["### Evidence", ""]
+            + [f"- **{c.id}**: {_md_escape(c.evidence)}" for c in result.claims if c.evidence]
+            + [""]
+        )
     md += ["## Metrics", ""] + [f"- `{k}`: {fmt(v)}" for k, v in result.metrics.items()] + [""]
     if result.figures:
         md += ["## Figures", ""] + [f"![{f}]({f})" for f in result.figures] + [""]

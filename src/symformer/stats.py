@@ -3,6 +3,7 @@
 Everything takes plain Python lists and returns Python floats (or None / NaN where the statistic is
 undefined), so results stay JSON-serialisable.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,7 +33,7 @@ def r2(x: list[float], y: list[float]) -> float | None:
     coef = torch.linalg.lstsq(A, Y[:, None]).solution
     res = Y - (A @ coef).squeeze(1)
     tot = ((Y - Y.mean()) ** 2).sum()
-    return float(1 - (res ** 2).sum() / tot) if tot > 0 else None
+    return float(1 - (res**2).sum() / tot) if tot > 0 else None
 
 
 def loglog(x: list[float], y: list[float]) -> tuple[float | None, float | None]:

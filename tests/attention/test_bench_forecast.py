@@ -1,5 +1,6 @@
 """Forecaster rows of the `attention` suite: built from the etth1-informer preset; fixed ratio names
 (no timing asserts: the timers are replaced by constants here)."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """Certificate pieces (Lemma F.2, Thm B.8, Lemma H.1, eq. 103) checked against measured deviations in float64."""
+
 import math
 
 import pytest
@@ -80,9 +81,9 @@ def test_feature_discrepancy_theorem_g4_on_event():
         kt, vt = m.compress(k, v)
         g = m.normalized_features(kt, vt)
         for kk, dk, zt, zd in zip(m.degrees, m.D_k, m.sketch_features(g), m.deterministic_features(g)):
-            assert bool((zd.norm(dim=-1) <= dk ** ((kk - 1) / 2) * m.tau_g ** -kk + 1e-12).all())  # Cor. G.2
-            on_event = zt.norm(dim=-1) <= math.sqrt(1.99) * m.tau_g ** -kk
-            bound = (math.sqrt(1.99) + dk ** ((kk - 1) / 2)) * m.tau_g ** -kk
+            assert bool((zd.norm(dim=-1) <= dk ** ((kk - 1) / 2) * m.tau_g**-kk + 1e-12).all())  # Cor. G.2
+            on_event = zt.norm(dim=-1) <= math.sqrt(1.99) * m.tau_g**-kk
+            bound = (math.sqrt(1.99) + dk ** ((kk - 1) / 2)) * m.tau_g**-kk
             assert bool(((zt - zd).norm(dim=-1) <= bound)[on_event].all())  # eq. (79)
 
 

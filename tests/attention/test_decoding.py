@@ -1,5 +1,6 @@
 """Causal decoding states of FAVOR+ and PLASH: exact against the full causal forward (float64), key padding, state
 invalidation, 16-bit inputs against a float64 reference at thousands of positions."""
+
 import copy
 
 import pytest
@@ -34,11 +35,27 @@ def _decode(core, q, k, v, keep, prefill):
     """Outputs of a prefill of `prefill` tokens, then one token at a time, with one state."""
     st = core.init_state()
     mask = (lambda a, b: None) if keep is None else (lambda a, b: keep[..., a:b])
-    ys = [core(q[..., :prefill, :], k[..., :prefill, :], v[..., :prefill, :], attn_mask=mask(0, prefill),
-               is_causal=True, state=st)]
+    ys = [
+        core(
+            q[..., :prefill, :],
+            k[..., :prefill, :],
+            v[..., :prefill, :],
+            attn_mask=mask(0, prefill),
+            is_causal=True,
+            state=st,
+        )
+    ]
     for i in range(prefill, q.shape[-2]):
-        ys.append(core(q[..., i:i + 1, :], k[..., i:i + 1, :], v[..., i:i + 1, :], attn_mask=mask(i, i + 1),
-                       is_causal=True, state=st))
+        ys.append(
+            core(
+                q[..., i : i + 1, :],
+                k[..., i : i + 1, :],
+                v[..., i : i + 1, :],
+                attn_mask=mask(i, i + 1),
+                is_causal=True,
+                state=st,
+            )
+        )
     return torch.cat(ys, dim=-2), st
 
 
@@ -79,8 +96,9 @@ def test_plash_masked_causal_gradcheck():
     core = _plash(M=3, D_k=4, causal_block=3)
     q, k, v = (t.requires_grad_() for t in _qkv(b=1, h=2, n=7, d=8))
     keep = torch.tensor([False, False, True, True, True, False, True]).view(1, 1, 1, 7)
-    assert torch.autograd.gradcheck(lambda q, k, v: core(q, k, v, attn_mask=keep, is_causal=True), (q, k, v),
-                                    fast_mode=True)
+    assert torch.autograd.gradcheck(
+        lambda q, k, v: core(q, k, v, attn_mask=keep, is_causal=True), (q, k, v), fast_mode=True
+    )
 
 
 def test_favor_redraw_invalidates_a_live_state():
@@ -122,7 +140,7 @@ def test_16bit_inputs_match_a_float64_reference(make, dtype):
         st = half.init_state()
         half(q[..., :2000, :], k[..., :2000, :], v[..., :2000, :], is_causal=True, state=st)
         last = half(q[..., 2000:, :], k[..., 2000:, :], v[..., 2000:, :], is_causal=True, state=st)
-    eps = 2.0 ** -7 if dtype == torch.bfloat16 else 2.0 ** -10
+    eps = 2.0**-7 if dtype == torch.bfloat16 else 2.0**-10
     bound = 2 * eps * ref.abs().max()
     assert y.dtype == dtype and last.dtype == dtype
     assert (y.double() - ref).abs().max() <= bound

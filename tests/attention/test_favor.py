@@ -1,5 +1,6 @@
 """FAVOR+ (ESPR Tier 7): exactness of the linear-time forms, unbiasedness and variance (T7.3-T7.5),
 gradients, masks, state, bad input, and the cross-check with performer-pytorch."""
+
 from __future__ import annotations
 
 import math
@@ -49,8 +50,9 @@ def test_streamed_blocks_with_running_stabiliser_are_exact(block_rows):
     ref = _kernel_reference(q, k, v, f.features, 1 / math.sqrt(8), False)
     torch.testing.assert_close(f(q, k, v), ref, rtol=1e-12, atol=1e-13)
     keep = torch.rand(k.shape[-2], generator=torch.Generator().manual_seed(0)) > 0.3
-    torch.testing.assert_close(f(q, k, v, attn_mask=keep), f(q, k[..., keep, :], v[..., keep, :]),
-                               rtol=1e-12, atol=1e-13)
+    torch.testing.assert_close(
+        f(q, k, v, attn_mask=keep), f(q, k[..., keep, :], v[..., keep, :]), rtol=1e-12, atol=1e-13
+    )
 
 
 def test_gradcheck_streamed_blocks():
@@ -66,7 +68,7 @@ def test_stabiliser_does_not_change_output_for_large_norms():
     q_big = q * 12.0
     w = f.features
     # reference in log space: log phi(q)phi(k) summed over features with logsumexp
-    r = 8 ** -0.25
+    r = 8**-0.25
     lq = (q_big * r) @ w.T - 0.5 * (q_big * r).pow(2).sum(-1, keepdim=True)
     lk = (k * r) @ w.T - 0.5 * (k * r).pow(2).sum(-1, keepdim=True)
     logits = torch.logsumexp(lq[..., :, None, :] + lk[..., None, :, :], dim=-1)
@@ -81,8 +83,10 @@ def test_converges_to_softmax_as_features_grow():
     exact = naive_attention(q, k, v)
     errs = []
     for m in (256, 4096):  # mean over 8 draws; m^(-1/2) predicts a ratio of 0.25
-        e = [float((FavorAttention(16, n_features=m, seed=s).double()(q, k, v) - exact).norm() / exact.norm())
-             for s in range(8)]
+        e = [
+            float((FavorAttention(16, n_features=m, seed=s).double()(q, k, v) - exact).norm() / exact.norm())
+            for s in range(8)
+        ]
         errs.append(sum(e) / len(e))
     assert errs[1] < 0.4 * errs[0] and errs[1] < 0.1, errs
 
@@ -116,11 +120,11 @@ def test_unbiasedness_T7_3(orthogonal):
         x = u[0] / u[0].norm()
         perp = u[1] - (u[1] @ x) * x
         perp = perp / perp.norm()
-        y = ny * (cos * x + math.sqrt(1 - cos ** 2) * perp)
+        y = ny * (cos * x + math.sqrt(1 - cos**2) * perp)
         x = nx * x
         z = positive_features(x, w) * positive_features(y, w) * n  # Z(x, y; w_t) per draw
         xy = float(x @ y)
-        var = math.exp(2 * xy) * (math.exp(nx ** 2 + ny ** 2 + 2 * xy) - 1)  # T7.4
+        var = math.exp(2 * xy) * (math.exp(nx**2 + ny**2 + 2 * xy) - 1)  # T7.4
         zscore = (float(z.mean()) - math.exp(xy)) / math.sqrt(var / n)  # T7.5
         assert abs(zscore) < 4.5, (nx, ny, cos, zscore)
 
@@ -138,7 +142,7 @@ def test_variance_formula_T7_4_T7_5():
         w = torch.randn(reps * n_rf, d, generator=g, dtype=torch.float64)
         z = (torch.exp(w @ (x + y) - 0.5 * float(x @ x + y @ y))).view(reps, n_rf).mean(-1)
         rel = float(z.var()) / (var1 / n_rf) - 1
-        assert math.exp(4 * s2) / reps < 0.03 ** 2  # estimable (lognormal kurtosis bound)
+        assert math.exp(4 * s2) / reps < 0.03**2  # estimable (lognormal kurtosis bound)
         assert abs(rel) < 0.15, (n_rf, rel)
 
 
@@ -167,12 +171,15 @@ def test_key_padding_mask_equals_dropping_keys():
     torch.testing.assert_close(y, f(q, k[..., keep, :], v[..., keep, :]), rtol=1e-12, atol=1e-13)
 
 
-@pytest.mark.parametrize("mask", [
-    torch.zeros(37, 37),                                   # additive float mask
-    torch.ones(37, 37, dtype=torch.bool).tril(),           # per-query boolean mask
-    torch.ones(36, dtype=torch.bool),                      # wrong key length
-    torch.ones(5, 3, 1, 37, dtype=torch.bool),             # wrong batch
-])
+@pytest.mark.parametrize(
+    "mask",
+    [
+        torch.zeros(37, 37),  # additive float mask
+        torch.ones(37, 37, dtype=torch.bool).tril(),  # per-query boolean mask
+        torch.ones(36, dtype=torch.bool),  # wrong key length
+        torch.ones(5, 3, 1, 37, dtype=torch.bool),  # wrong batch
+    ],
+)
 def test_masks_that_cannot_be_honoured_raise(mask):
     q, k, v = _qkv()
     with pytest.raises(ValueError, match="attn_mask"):
@@ -252,11 +259,13 @@ def test_state_dict_reproduces_module_and_redraw_is_deterministic():
 
 def test_registered_and_usable_in_a_causal_lm():
     from symformer.models import CausalLM, TransformerConfig
+
     core = ATTENTION.build("favor", head_dim=8, n_heads=2, d_model=16, n_features=32)
     assert isinstance(core, FavorAttention) and core.n_features == 32
     torch.manual_seed(0)
-    model = CausalLM(TransformerConfig(d_model=16, n_heads=2, attention="favor",
-                                       attention_kwargs={"n_features": 16}), vocab_size=11)
+    model = CausalLM(
+        TransformerConfig(d_model=16, n_heads=2, attention="favor", attention_kwargs={"n_features": 16}), vocab_size=11
+    )
     idx = torch.randint(0, 11, (2, 13))
     loss = model.loss(idx, idx)
     loss.backward()
@@ -270,6 +279,7 @@ def test_registered_and_usable_in_a_causal_lm():
 def test_rope_rotated_inputs_estimate_rotated_softmax():
     """FAVOR+ on the output of a rotary module estimates softmax attention on the rotated q, k."""
     from symformer.positional import RoPE
+
     q, k, v = _qkv(b=1, h=2, n=48, d=16, scale=0.6)
     rope = RoPE(16).double()
     pos = torch.arange(48, dtype=torch.float64)[:, None]
@@ -296,6 +306,7 @@ def test_equals_performer_pytorch(causal, dtype, tol):
 def test_espr_rotated_inputs_with_active_scale():
     """ESPR returns q~, k~ on the active space with scale 1/sqrt(d_act); FAVOR+ uses q^ = d_act^(-1/4) q~ (T7.2)."""
     from symformer.positional import ESPR
+
     q, k, v = _qkv(b=1, h=2, n=40, d=16, scale=0.5)
     espr = ESPR(16, 1, d_act=8, commuting_init=False).double()
     pos = torch.arange(40, dtype=torch.float64)[:, None]
@@ -314,6 +325,7 @@ def test_training_one_block_form_equals_streamed_blocks(eps):
     """Under autograd (block_rows=None) FAVOR+ runs one block with [V, 1] fused; values and gradients
     must equal the streamed form (explicit blocks), with a key-padding mask, in float64."""
     from symformer.attention.favor import favor_noncausal_streamed
+
     g = torch.Generator().manual_seed(5)
     q, k, v = (torch.randn(2, 3, 11, 8, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
     w = torch.randn(24, 8, generator=g, dtype=torch.float64)
@@ -329,8 +341,9 @@ def test_training_one_block_form_equals_streamed_blocks(eps):
     if eps:  # with eps > 0 the detached key stabiliser no longer cancels (module doc): no exact gradient to check
         return
     small = [t[:1, :1, :5].detach().clone().requires_grad_(True) for t in (q, k, v)]
-    assert torch.autograd.gradcheck(lambda x, y, z: favor_noncausal_streamed(x, y, z, w, 0.3, keep[:1, :, :5], eps),
-                                    small)
+    assert torch.autograd.gradcheck(
+        lambda x, y, z: favor_noncausal_streamed(x, y, z, w, 0.3, keep[:1, :, :5], eps), small
+    )
 
 
 @pytest.mark.parametrize("causal,chunk", [(False, 128), (True, 128), (True, 5)])

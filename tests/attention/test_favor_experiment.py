@@ -1,4 +1,5 @@
 """The `favor` experiment's Monte Carlo machinery and the `attention` benchmark's plan and ratios."""
+
 from __future__ import annotations
 
 import math
@@ -47,13 +48,14 @@ def test_relative_se_grows_with_norms():
 
 def test_fit_slope_recovers_a_power_law():
     ms = [16, 64, 256, 1024]
-    assert abs(fit_exponent(ms, [3.0 * m ** -0.5 for m in ms]) + 0.5) < 1e-12
+    assert abs(fit_exponent(ms, [3.0 * m**-0.5 for m in ms]) + 0.5) < 1e-12
 
 
 def test_registered():
     from symformer.benchmarks import SUITES, load_all
     from symformer.experiments import EXPERIMENTS
     from symformer.experiments import load_all as load_experiments
+
     load_experiments()
     load_all()
     assert "tinyshakespeare.txt" in EXPERIMENTS.get("favor").data_files

@@ -1,4 +1,5 @@
 """The public Haar draw (attention/favor.py) and operator norm (positional/diagnostics.py) the espr audit builds on."""
+
 from __future__ import annotations
 
 import pytest
@@ -20,11 +21,11 @@ def test_haar_orthogonal_is_uniform_in_distribution():
     """Haar: E[Q] = 0 and E[Q_ij^2] = 1/d. With 20000 draws of 4x4 the mean of each entry has SE 0.5/sqrt(20000)
     = 0.0035; 6 SE (two-sided normal tail 2e-9 per entry, 16 entries) bounds both checks."""
     q = haar_orthogonal(4, torch.Generator().manual_seed(1), n=20000)
-    assert q.mean(0).abs().max() < 6 * 0.5 / 20000 ** 0.5
+    assert q.mean(0).abs().max() < 6 * 0.5 / 20000**0.5
     # Var(Q_ij^2) for Haar O(4) is 2/(d(d+2)) - 1/d^2 < 0.03: SE of the mean of Q_ij^2 is < 0.0013
-    assert ((q ** 2).mean(0) - 0.25).abs().max() < 6 * 0.0013
+    assert ((q**2).mean(0) - 0.25).abs().max() < 6 * 0.0013
     # the sign fix matters: without it LAPACK's Q has a biased first column sign
-    assert abs(float(q[:, 0, 0].mean())) < 6 * 0.5 / 20000 ** 0.5
+    assert abs(float(q[:, 0, 0].mean())) < 6 * 0.5 / 20000**0.5
 
 
 def test_haar_orthogonal_bad_input():

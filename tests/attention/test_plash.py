@@ -1,4 +1,5 @@
 """PlashAttention: shapes, exactness of each stage in float64, chunking, gradcheck, bad input."""
+
 import math
 
 import pytest
@@ -64,9 +65,11 @@ def test_sketch_stage_matches_explicit_tensorsketch():
     m = _small()
     g = torch.randn(4, 3, 8, dtype=torch.float64)
     from symformer.attention.sketch import tensor_sketch_explicit
+
     for i, (z, dk) in enumerate(zip(m.sketch_features(g), m.D_k)):
-        assert torch.allclose(z, tensor_sketch_explicit(g, getattr(m, f"hash_{i}"), getattr(m, f"sign_{i}"), dk),
-                              atol=1e-13)
+        assert torch.allclose(
+            z, tensor_sketch_explicit(g, getattr(m, f"hash_{i}"), getattr(m, f"sign_{i}"), dk), atol=1e-13
+        )
 
 
 def test_state_dict_reproduces_block():
@@ -88,13 +91,21 @@ def test_gradcheck_all_stages():
 
         def f(p, name=name):
             return torch.func.functional_call(m, {name: p}, (q2, k2, v2))
+
         assert torch.autograd.gradcheck(f, (p0,), eps=1e-6, atol=1e-6)
 
 
 def test_in_forecaster():
     from symformer.models import Forecaster, TransformerConfig
-    cfg = TransformerConfig(d_model=16, n_heads=2, n_layers=1, positional="sinusoidal", attention="plash",
-                            attention_kwargs={"M": 4, "D_k": 8})
+
+    cfg = TransformerConfig(
+        d_model=16,
+        n_heads=2,
+        n_layers=1,
+        positional="sinusoidal",
+        attention="plash",
+        attention_kwargs={"M": 4, "D_k": 8},
+    )
     model = Forecaster(cfg, n_vars=3, seq_len=12, label_len=6, pred_len=4)
     assert model(torch.randn(2, 12, 3)).shape == (2, 4, 3)
 
@@ -105,11 +116,20 @@ def test_flops_positive_and_linear_in_n():
     assert 0 < f1 < f2 < 2 * f1 + 1 and math.isclose(f2 - f1, m.flops(12288, 12288) - f2)
 
 
-@pytest.mark.parametrize("kw,name", [({"M": 0}, "M"), ({"D_k": 0}, "D_k"), ({"degrees": ()}, "degrees"),
-                                     ({"degrees": (0,)}, "degrees"), ({"D_k": (4,)}, "D_k"),
-                                     ({"tau": 0.0}, "tau"), ({"tau_g": -1.0}, "tau_g"),
-                                     ({"chunk_size": 0}, "chunk_size"),
-                                     ({"mixer_heads": 3}, "mixer_heads")])
+@pytest.mark.parametrize(
+    "kw,name",
+    [
+        ({"M": 0}, "M"),
+        ({"D_k": 0}, "D_k"),
+        ({"degrees": ()}, "degrees"),
+        ({"degrees": (0,)}, "degrees"),
+        ({"D_k": (4,)}, "D_k"),
+        ({"tau": 0.0}, "tau"),
+        ({"tau_g": -1.0}, "tau_g"),
+        ({"chunk_size": 0}, "chunk_size"),
+        ({"mixer_heads": 3}, "mixer_heads"),
+    ],
+)
 def test_bad_constructor_arguments(kw, name):
     with pytest.raises(ValueError, match=name):
         _small(**kw)
@@ -164,7 +184,7 @@ def test_causal_blocks_match_stagewise_reference():
     qf, kf, vf = q[0], k[0], v[0]
     for i in range(8):
         b0 = i // 3 * 3
-        logits, values = qf[0, i] @ kf[0, b0:i + 1].mT / 2, vf[0, b0:i + 1]
+        logits, values = qf[0, i] @ kf[0, b0 : i + 1].mT / 2, vf[0, b0 : i + 1]
         if b0:
             z = m.mixer(m.embed(m.sketch_features(m.normalized_features(*m.compress(kf[:, :b0], vf[:, :b0])))))
             logits = torch.cat([qf[0, i] @ m.w_k(z)[0].mT / 2, logits], -1)

@@ -1,4 +1,5 @@
 """Pieces of the `plash` experiment and benchmark that run fast (the full runs are the CLI's job)."""
+
 import math
 
 from symformer.benchmarks.attention_plash import matmul_throughput
@@ -52,6 +53,7 @@ def test_forecast_verdicts_carry_the_seed_error():
     import random
 
     from symformer.experiments.plash import band_verdict, horizon_average, relative_difference
+
     avg = horizon_average({"h=24": {"mean": 0.4, "se": 0.03}, "h=48": {"mean": 0.6, "se": 0.04}})
     assert math.isclose(avg["mean"], 0.5) and math.isclose(avg["se"], 0.025)
     a, b = {"mean": 0.52, "se": 0.01}, {"mean": 0.5, "se": 0.02}

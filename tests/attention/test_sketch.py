@@ -1,4 +1,5 @@
 """CountSketch / TensorSketch: FFT form vs explicit tensor form, Prop. C.4 statistically, hash independence."""
+
 import itertools
 import math
 

@@ -18,8 +18,9 @@ def fake_experiments(monkeypatch):
 
     def ok(ctx):
         x = 1.0 + 1e-16
-        return ExperimentResult(metrics={"err": x - 1.0},
-                                claims=[Claim("C1", "one is one", "exact", f"{x - 1.0:g}", verdict(x == 1.0))])
+        return ExperimentResult(
+            metrics={"err": x - 1.0}, claims=[Claim("C1", "one is one", "exact", f"{x - 1.0:g}", verdict(x == 1.0))]
+        )
 
     def needs(ctx):
         ctx.data_file("nonexistent.csv")
@@ -109,8 +110,11 @@ def test_data_list(capsys, tmp_path):
 
 
 def test_train_config_file_writes_results(capsys, tmp_path):
-    cfg = {"task": "digits", "model": {"d_model": 16, "n_heads": 2, "n_layers": 1},
-           "train": {"epochs": 1, "batch_size": 64}}
+    cfg = {
+        "task": "digits",
+        "model": {"d_model": 16, "n_heads": 2, "n_layers": 1},
+        "train": {"epochs": 1, "batch_size": 64},
+    }
     (tmp_path / "c.json").write_text(json.dumps(cfg))
     code, out, _ = run(capsys, "train", "--config", str(tmp_path / "c.json"), "--out", str(tmp_path / "t"))
     assert code == 0
@@ -130,8 +134,11 @@ def test_resume_without_checkpoint_is_an_error(capsys, tmp_path):
 
 
 def test_entrypoint_subprocess_no_traceback(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "symformer.cli", "reproduce", "definitely-not-registered"],
-                       capture_output=True, text=True)
+    p = subprocess.run(
+        [sys.executable, "-m", "symformer.cli", "reproduce", "definitely-not-registered"],
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
 
 
@@ -148,6 +155,7 @@ def test_reproduce_jobs_and_resume_reach_the_context(capsys, fake_experiments, t
     def probe(ctx):
         seen.update(jobs=ctx.jobs, resume=ctx.resume)
         return ExperimentResult()
+
     fake_experiments.register("probe")(ebase.ExperimentSpec("probe", probe, "records its context"))
     code, _, _ = run(capsys, "reproduce", "probe", "--jobs", "3", "--resume", "--out", str(tmp_path))
     assert code == 0 and seen == {"jobs": 3, "resume": True}
@@ -174,7 +182,9 @@ def test_a_job_rejecting_its_input_is_one_line_a_bug_keeps_its_traceback(capsys,
         def experiment(ctx):
             run_jobs([Job("ok", _job_ok, {"n": 2}), Job("bad", fn, {"n": 3})], ctx.out_dir / "runs")
             return ExperimentResult()
+
         return experiment
+
     fake_experiments.register("gamma")(ebase.ExperimentSpec("gamma", jobbed(_job_rejecting_its_input), "input"))
     fake_experiments.register("delta")(ebase.ExperimentSpec("delta", jobbed(_job_with_a_bug), "bug"))
     code, _, err = run(capsys, "reproduce", "gamma", "--out", str(tmp_path / "o"))
@@ -195,6 +205,7 @@ def test_bench_without_names_skips_suites_run_by_name_only(capsys, tmp_path, mon
 
     def fn(name):
         return lambda ctx: ran.append(name) or BenchResult()
+
     reg.register("tiny")(SuiteSpec("tiny", fn("tiny"), "a tiny suite"))
     reg.register("heavy")(SuiteSpec("heavy", fn("heavy"), "a heavy suite", by_name_only=True))
     monkeypatch.setattr("symformer.benchmarks.load_all", lambda: reg)

@@ -1,4 +1,5 @@
 """`train --preset NAME [--config FILE] [--set key.sub=value ...]`, OUT/config.json, `reproduce --set`."""
+
 import json
 
 import pytest
@@ -35,12 +36,15 @@ def test_order_preset_then_config_then_set():
     assert PRESETS["digits-vit"]["train"]["lr"] == 3e-3  # the preset itself untouched
 
 
-@pytest.mark.parametrize("sets, part", [
-    (["train.lrr=0.1"], "unknown key 'train.lrr'; did you mean train.lr?"),
-    (["modl.d_model=8"], "unknown key 'modl.d_model'; did you mean model.d_model?"),
-    (["data.pach=4"], "unknown key 'data.pach'; did you mean data.patch?"),
-    (["tsk=digits"], "unknown key 'tsk'; did you mean task?"),
-])
+@pytest.mark.parametrize(
+    "sets, part",
+    [
+        (["train.lrr=0.1"], "unknown key 'train.lrr'; did you mean train.lr?"),
+        (["modl.d_model=8"], "unknown key 'modl.d_model'; did you mean model.d_model?"),
+        (["data.pach=4"], "unknown key 'data.pach'; did you mean data.patch?"),
+        (["tsk=digits"], "unknown key 'tsk'; did you mean task?"),
+    ],
+)
 def test_unknown_key_names_closest(capsys, tmp_path, sets, part):
     argv = ["train", "--preset", "digits-vit", "--out", tmp_path / "o"]
     for s in sets:
@@ -58,8 +62,18 @@ def test_unknown_key_in_config_file(capsys, tmp_path):
 
 def test_config_json_repeats_the_run(capsys, tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
-    sets = ["--set", "train.epochs=1", "--set", "model.d_model=16", "--set", "model.n_heads=2",
-            "--set", "model.n_layers=1", "--set", "train.warmup_steps=5"]
+    sets = [
+        "--set",
+        "train.epochs=1",
+        "--set",
+        "model.d_model=16",
+        "--set",
+        "model.n_heads=2",
+        "--set",
+        "model.n_layers=1",
+        "--set",
+        "train.warmup_steps=5",
+    ]
     code, out_a, err = run(capsys, "train", "--preset", "digits-vit", *sets, "--seed", 3, "--out", a)
     assert code == 0, err
     spec = json.loads((a / "config.json").read_text())
@@ -84,8 +98,9 @@ def optioned(monkeypatch):
     monkeypatch.setattr("symformer.experiments.load_all", lambda: reg)
     seen = {}
 
-    @ebase.experiment("knobs", "has options", options={"steps": (10, "steps"), "rate": (0.5, "a rate"),
-                                                       "mode": ("fast", "a mode")})
+    @ebase.experiment(
+        "knobs", "has options", options={"steps": (10, "steps"), "rate": (0.5, "a rate"), "mode": ("fast", "a mode")}
+    )
     def knobs(ctx):
         seen["knobs"] = dict(ctx.options)
         return ExperimentResult(metrics={"steps": ctx.options["steps"]})
@@ -94,12 +109,14 @@ def optioned(monkeypatch):
     def plain(ctx):
         seen["plain"] = dict(ctx.options)
         return ExperimentResult()
+
     return seen
 
 
 def test_reproduce_set_applies_and_records(capsys, tmp_path, optioned):
-    code, _, err = run(capsys, "reproduce", "knobs", "plain", "--set", "knobs.steps=3", "--set", "knobs.rate=1",
-                       "--out", tmp_path)
+    code, _, err = run(
+        capsys, "reproduce", "knobs", "plain", "--set", "knobs.steps=3", "--set", "knobs.rate=1", "--out", tmp_path
+    )
     assert code == 0, err
     assert optioned == {"knobs": {"steps": 3, "rate": 1.0, "mode": "fast"}, "plain": {}}
     res = json.loads((tmp_path / "knobs" / "results.json").read_text())
@@ -113,15 +130,18 @@ def test_direct_call_gets_defaults(optioned, tmp_path):
     assert optioned["knobs"] == {"steps": 10, "rate": 0.5, "mode": "fast"}
 
 
-@pytest.mark.parametrize("argv, part", [
-    (["knobs", "--set", "knobs.stesp=3"], "unknown option knobs.stesp"),
-    (["knobs", "--set", "knobs.stesp=3"], "did you mean knobs.steps?"),
-    (["knobs", "--set", "knobs.steps=fast"], "expected an integer like the default 10"),
-    (["plain", "--set", "plain.steps=3"], "(this experiment has no options)"),
-    (["plain", "--set", "knobs.steps=3"], "this call does not run knobs"),
-    (["knobs", "--set", "knbos.steps=3"], "did you mean knobs?"),
-    (["knobs", "plain", "--set", "steps=3"], "expected EXPERIMENT.option=value"),
-])
+@pytest.mark.parametrize(
+    "argv, part",
+    [
+        (["knobs", "--set", "knobs.stesp=3"], "unknown option knobs.stesp"),
+        (["knobs", "--set", "knobs.stesp=3"], "did you mean knobs.steps?"),
+        (["knobs", "--set", "knobs.steps=fast"], "expected an integer like the default 10"),
+        (["plain", "--set", "plain.steps=3"], "(this experiment has no options)"),
+        (["plain", "--set", "knobs.steps=3"], "this call does not run knobs"),
+        (["knobs", "--set", "knbos.steps=3"], "did you mean knobs?"),
+        (["knobs", "plain", "--set", "steps=3"], "expected EXPERIMENT.option=value"),
+    ],
+)
 def test_reproduce_bad_set_one_line(capsys, tmp_path, optioned, argv, part):
     code, _, err = run(capsys, "reproduce", *argv, "--out", tmp_path / "o")
     assert code == 2 and err.count("\n") == 1 and part in err, err
@@ -153,6 +173,7 @@ def test_experiment_needing_a_missing_extra_is_skipped_or_named(capsys, tmp_path
     def plain(ctx):
         ran.append("plain")
         return ExperimentResult()
+
     # all experiments: the one missing its extra is skipped with the reason, the others run
     code, _, _ = run(capsys, "reproduce", "--out", tmp_path / "all")
     assert code == 0 and ran == ["plain"]

@@ -1,6 +1,7 @@
 """Issue 42 item 5: a user file crafted to run code when unpickled is refused by `symformer facts ...` with one
 line on stderr and exit 2: no code runs, and torch's two-line UserWarning about the pickle protocol (a bare
 pickle.dumps file gets it) is not printed before our line. (`train --resume`: tests/train/test_checkpoint_safety.py.)"""
+
 from __future__ import annotations
 
 import json
@@ -49,8 +50,10 @@ def test_facts_commands_refuse_crafted_pickles_in_one_line(tmp_path, capsys, zip
     cases = [
         (["facts", "build", "--keys", evil, "--values", t / "K.pt", "--out", t / "o.pt"], f"--keys: {evil} is not"),
         (["facts", "build", "--keys", t / "K.pt", "--values", evil, "--out", t / "o.pt"], f"--values: {evil} is not"),
-        (["facts", "build", "--keys", t / "K.pt", "--values", t / "K.pt", "--facts", evil, "--out", t / "o.pt"],
-         f"--facts: {evil} is not"),
+        (
+            ["facts", "build", "--keys", t / "K.pt", "--values", t / "K.pt", "--facts", evil, "--out", t / "o.pt"],
+            f"--facts: {evil} is not",
+        ),
         (["facts", "rho", "--values", evil], f"--values: {evil} is not"),
         (["facts", "edit", "--model", evil, "--facts", t / "edits.json", "--out", t / "m2.pt"], f"{evil} is not"),
     ]

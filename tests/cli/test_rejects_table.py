@@ -4,6 +4,7 @@ Each row of the table is run here: the CLI must exit 2 with exactly one line on 
 to the row's message once `<out>`, `<data>` and `<tmp>` are replaced by this test's folders (`…` stands
 for text that varies, such as torch's own wording). A row without a case here, or a case without a row,
 fails the test."""
+
 import json
 import pickle
 import re
@@ -77,10 +78,39 @@ def _truncated(p):
 
 
 def _other_model(t):
-    assert cli.main(["train", "--preset", "digits-vit", "--set", "train.max_steps=1", "--set", "train.epochs=1",
-                     *_small(t / "out")]) == 0
-    return ["train", "--preset", "digits-vit", "--resume", "--set", "train.max_steps=1", "--set", "train.epochs=1",
-            "--set", "model.d_model=32", "--set", "model.n_heads=2", "--set", "model.n_layers=1", "--out", t / "out"]
+    assert (
+        cli.main(
+            [
+                "train",
+                "--preset",
+                "digits-vit",
+                "--set",
+                "train.max_steps=1",
+                "--set",
+                "train.epochs=1",
+                *_small(t / "out"),
+            ]
+        )
+        == 0
+    )
+    return [
+        "train",
+        "--preset",
+        "digits-vit",
+        "--resume",
+        "--set",
+        "train.max_steps=1",
+        "--set",
+        "train.epochs=1",
+        "--set",
+        "model.d_model=32",
+        "--set",
+        "model.n_heads=2",
+        "--set",
+        "model.n_layers=1",
+        "--out",
+        t / "out",
+    ]
 
 
 def _fact_edit(t, edits, model=None):
@@ -89,13 +119,20 @@ def _fact_edit(t, edits, model=None):
     from symformer.facts import build_fact_mlp
     from symformer.train.fact_checkpoint import save_fact_model
     from symformer.train.fact_recall import build_recall_model
+
     args = dict(n_facts=32, d=32, seed=0)
     task = make_ssfr(**args)
     if model is None:
         model = t / "m.pt"
         K, V = task.mlp_embeddings()
-        save_fact_model(model, build_recall_model(task, build_fact_mlp(K, V, task.facts, "gd-swiglu", h=32)), "ssfr",
-                        args, task.facts, {"method": "bin+jl", "size": 1})
+        save_fact_model(
+            model,
+            build_recall_model(task, build_fact_mlp(K, V, task.facts, "gd-swiglu", h=32)),
+            "ssfr",
+            args,
+            task.facts,
+            {"method": "bin+jl", "size": 1},
+        )
     (t / "new.json").write_text(json.dumps(edits))
     return ["facts", "edit", "--model", model, "--facts", t / "new.json", "--out", t / "o.pt"]
 
@@ -106,61 +143,93 @@ def _blocked(t, *argv):
 
 
 CASES = {
-    ("symformer train --resume", "a crafted pickle checkpoint (its `__reduce__` calls `open`)"):
-        lambda t: _ckpt(t, lambda p: torch.save({"model": Evil(t / "PWNED")}, p)),
-    ("symformer train --resume", "a text file as checkpoint (`echo garbage > checkpoint.pt`)"):
-        lambda t: _ckpt(t, b"garbage\n"),
+    ("symformer train --resume", "a crafted pickle checkpoint (its `__reduce__` calls `open`)"): lambda t: _ckpt(
+        t, lambda p: torch.save({"model": Evil(t / "PWNED")}, p)
+    ),
+    ("symformer train --resume", "a text file as checkpoint (`echo garbage > checkpoint.pt`)"): lambda t: _ckpt(
+        t, b"garbage\n"
+    ),
     ("symformer train --resume", "a truncated checkpoint"): lambda t: _ckpt(t, _truncated),
     ("symformer train --resume", "an empty checkpoint"): lambda t: _ckpt(t, b""),
-    ("symformer train --resume", "a torch file from elsewhere (`torch.save({'a': 1})`)"):
-        lambda t: _ckpt(t, lambda p: torch.save({"a": 1}, p)),
+    ("symformer train --resume", "a torch file from elsewhere (`torch.save({'a': 1})`)"): lambda t: _ckpt(
+        t, lambda p: torch.save({"a": 1}, p)
+    ),
     ("symformer train --resume", "a checkpoint of another model (`--set model.d_model=32`)"): _other_model,
     ("symformer train", "an ETT CSV with a header and one row"): lambda t: _ett(t, HEADER + ROW),
     ("symformer train", "an ETT CSV without some columns"): lambda t: _ett(t, "date,HUFL,OT\n" + "2016-07-01,1,2\n"),
-    ("symformer train", "an ETT CSV with `abc` in a cell"):
-        lambda t: _ett(t, HEADER + ROW + ROW.replace("1.599", "abc")),
+    ("symformer train", "an ETT CSV with `abc` in a cell"): lambda t: _ett(
+        t, HEADER + ROW + ROW.replace("1.599", "abc")
+    ),
     ("symformer train", "an ETT CSV with an empty cell (NaN)"): lambda t: _ett(t, HEADER + ROW.replace("4.203", "")),
     ("symformer train", "an empty ETT CSV"): lambda t: _ett(t, ""),
     ("symformer train", "an ETT CSV in UTF-16"): lambda t: _ett(t, (HEADER + ROW).encode("utf-16")),
     ("symformer train", "a text corpus in Latin-1"): lambda t: _text(t, "café au lait\n".encode("latin-1") * 9999),
     ("symformer train", "an empty text corpus"): lambda t: _text(t, b""),
     ("symformer train", "a text corpus of 300 characters"): lambda t: _text(t, b"abc" * 100),
-    ("symformer facts rho", "an object-dtype `.npy`"):
-        lambda t: _npy(t, lambda p: np.save(p, np.array([{"a": 1}, None], dtype=object), allow_pickle=True)),
-    ("symformer facts rho", "a pickle renamed to `.npy`"):
-        lambda t: _npy(t, lambda p: p.write_bytes(pickle.dumps(Evil(t / "PWNED")))),
-    ("symformer facts build", "a `.pt` whose pickle calls `open`"):
-        lambda t: (torch.save(Evil(t / "PWNED"), t / "k.pt"),
-                   ["facts", "build", "--keys", t / "k.pt", "--values", t / "k.pt", "--out", t / "m.pt"])[1],
-    ("symformer facts edit", "a crafted pickle checkpoint as `--model`"):
-        lambda t: (torch.save({"x": Evil(t / "PWNED")}, t / "evil.pt"), _fact_edit(t, [], t / "evil.pt"))[1],
-    ("symformer facts edit", "an edit file with an unknown key and a key with two values"):
-        lambda t: _fact_edit(t, [["nope", "v1"], ["k1", "v1"], ["k1", "v2"]]),
-    ("symformer facts edit", "a checkpoint whose MLP recipe cannot store the facts (`bin+jl`, width 1)"):
-        lambda t: _fact_edit(t, [["k1", "v5"]]),
-    ("symformer train", "`--set train.lrr=0.1`"):
-        lambda t: ["train", "--preset", "digits-vit", "--set", "train.lrr=0.1", "--out", t / "out"],
-    ("symformer train", "`--config` file with invalid JSON"):
-        lambda t: ((t / "c.json").write_text('{"task": "digits",}'),
-                   ["train", "--config", t / "c.json", "--out", t / "out"])[1],
-    ("symformer reproduce", "`--set plash.quik_epochs=5`"):
-        lambda t: ["reproduce", "plash", "--set", "plash.quik_epochs=5", "--out", t / "out"],
-    ("symformer reproduce", "`--set plash.quick_epochs=many`"):
-        lambda t: ["reproduce", "plash", "--set", "plash.quick_epochs=many", "--out", t / "out"],
+    ("symformer facts rho", "an object-dtype `.npy`"): lambda t: _npy(
+        t, lambda p: np.save(p, np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
+    ),
+    ("symformer facts rho", "a pickle renamed to `.npy`"): lambda t: _npy(
+        t, lambda p: p.write_bytes(pickle.dumps(Evil(t / "PWNED")))
+    ),
+    ("symformer facts build", "a `.pt` whose pickle calls `open`"): lambda t: (
+        torch.save(Evil(t / "PWNED"), t / "k.pt"),
+        ["facts", "build", "--keys", t / "k.pt", "--values", t / "k.pt", "--out", t / "m.pt"],
+    )[1],
+    ("symformer facts edit", "a crafted pickle checkpoint as `--model`"): lambda t: (
+        torch.save({"x": Evil(t / "PWNED")}, t / "evil.pt"),
+        _fact_edit(t, [], t / "evil.pt"),
+    )[1],
+    ("symformer facts edit", "an edit file with an unknown key and a key with two values"): lambda t: _fact_edit(
+        t, [["nope", "v1"], ["k1", "v1"], ["k1", "v2"]]
+    ),
+    ("symformer facts edit", "a checkpoint whose MLP recipe cannot store the facts (`bin+jl`, width 1)"): lambda t: (
+        _fact_edit(t, [["k1", "v5"]])
+    ),
+    ("symformer train", "`--set train.lrr=0.1`"): lambda t: [
+        "train",
+        "--preset",
+        "digits-vit",
+        "--set",
+        "train.lrr=0.1",
+        "--out",
+        t / "out",
+    ],
+    ("symformer train", "`--config` file with invalid JSON"): lambda t: (
+        (t / "c.json").write_text('{"task": "digits",}'),
+        ["train", "--config", t / "c.json", "--out", t / "out"],
+    )[1],
+    ("symformer reproduce", "`--set plash.quik_epochs=5`"): lambda t: [
+        "reproduce",
+        "plash",
+        "--set",
+        "plash.quik_epochs=5",
+        "--out",
+        t / "out",
+    ],
+    ("symformer reproduce", "`--set plash.quick_epochs=many`"): lambda t: [
+        "reproduce",
+        "plash",
+        "--set",
+        "plash.quick_epochs=many",
+        "--out",
+        t / "out",
+    ],
     ("symformer train", "`--out` is an existing file"): lambda t: _blocked(t, "train", "--preset", "digits-vit"),
     ("symformer reproduce", "`--out` is an existing file"): lambda t: _blocked(t, "reproduce", "plash"),
     ("symformer bench", "`--out` is an existing file"): lambda t: _blocked(t, "bench", "attention"),
-    ("symformer facts rho", "`--out` below a file"):
-        lambda t: (np.save(t / "v.npy", np.eye(2)), (t / "f").write_text("x"),
-                   ["facts", "rho", "--values", t / "v.npy", "--out", t / "f" / "rho.pt"])[2],
+    ("symformer facts rho", "`--out` below a file"): lambda t: (
+        np.save(t / "v.npy", np.eye(2)),
+        (t / "f").write_text("x"),
+        ["facts", "rho", "--values", t / "v.npy", "--out", t / "f" / "rho.pt"],
+    )[2],
 }
 
 
 def _pattern(msg: str, t: Path) -> re.Pattern:
     parts = re.split(r"(<out>|<data>|<tmp>|…)", msg)
     subst = {"<out>": str(t / "out"), "<data>": str(t / "data"), "<tmp>": str(t)}
-    return re.compile("".join(re.escape(subst[p]) if p in subst else ".*" if p == "…" else re.escape(p)
-                              for p in parts))
+    return re.compile("".join(re.escape(subst[p]) if p in subst else ".*" if p == "…" else re.escape(p) for p in parts))
 
 
 def test_table_and_cases_match():
@@ -180,16 +249,26 @@ def test_message_matches_table(tmp_path, capsys, entry, given, message):
     json.dumps(argv)  # (the case built plain arguments)
 
 
-@pytest.mark.parametrize("case", [
-    ("symformer train --resume", "a crafted pickle checkpoint (its `__reduce__` calls `open`)"),
-    ("symformer train", "an ETT CSV with `abc` in a cell")])
+@pytest.mark.parametrize(
+    "case",
+    [
+        ("symformer train --resume", "a crafted pickle checkpoint (its `__reduce__` calls `open`)"),
+        ("symformer train", "an ETT CSV with `abc` in a cell"),
+    ],
+)
 def test_installed_entrypoint_prints_one_line(tmp_path, case):
     """The same through `python -m symformer.cli` in a fresh process: one line, exit 2, no traceback."""
     import os
     import subprocess
     import sys
+
     argv = [str(a) for a in CASES[case](tmp_path)]
-    p = subprocess.run([sys.executable, "-m", "symformer.cli", *argv], capture_output=True, text=True,
-                       env={**os.environ, "PYTHONPATH": str(REPO / "src")}, timeout=600)
+    p = subprocess.run(
+        [sys.executable, "-m", "symformer.cli", *argv],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO / "src")},
+        timeout=600,
+    )
     assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
     assert not (tmp_path / "PWNED").exists()

@@ -1,4 +1,5 @@
 """An unwritable --out (a file in the way, a read-only folder) is one line, before any work starts."""
+
 import os
 
 import numpy as np
@@ -15,21 +16,36 @@ def run(capsys, *argv):
 
 def _commands(out, tmp_path):
     np.save(tmp_path / "v.npy", np.eye(3))
-    return {"train": ["train", "--preset", "digits-vit", "--out", out],
-            "reproduce": ["reproduce", "plash", "--quick", "--out", out],
-            "bench": ["bench", "attention", "--quick", "--out", out],
-            "facts build": ["facts", "build", "--keys", tmp_path / "v.npy", "--values", tmp_path / "v.npy",
-                            "--method", "naive", "--out", out],
-            "facts rho": ["facts", "rho", "--values", tmp_path / "v.npy", "--out", out]}
+    return {
+        "train": ["train", "--preset", "digits-vit", "--out", out],
+        "reproduce": ["reproduce", "plash", "--quick", "--out", out],
+        "bench": ["bench", "attention", "--quick", "--out", out],
+        "facts build": [
+            "facts",
+            "build",
+            "--keys",
+            tmp_path / "v.npy",
+            "--values",
+            tmp_path / "v.npy",
+            "--method",
+            "naive",
+            "--out",
+            out,
+        ],
+        "facts rho": ["facts", "rho", "--values", tmp_path / "v.npy", "--out", out],
+    }
 
 
 @pytest.fixture(autouse=True)
 def _no_work(monkeypatch):
     """Any work past the --out check fails the test loudly (it must not start)."""
+
     def boom(*a, **k):
         raise AssertionError("work started before the --out check")
+
     monkeypatch.setattr(cli, "_threads", boom)
     import importlib
+
     monkeypatch.setattr(importlib.import_module("symformer.facts.decodability"), "decodability", boom)
     monkeypatch.setattr(importlib.import_module("symformer.facts.capacity"), "build_fact_mlp", boom)
 
@@ -62,6 +78,7 @@ def test_read_only_folder(capsys, tmp_path, monkeypatch, cmd):
 
             def refuse(folder):
                 raise PermissionError(30, "Read-only file system")
+
             monkeypatch.setattr(_io, "_probe", refuse)
         except PermissionError:
             pass

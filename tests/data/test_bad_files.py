@@ -1,4 +1,5 @@
 """Every data-file defect gets one line naming the file and what is wrong (ETT CSV, text, .npy/.pt)."""
+
 import pickle
 
 import numpy as np
@@ -70,9 +71,15 @@ def test_ett_bad_date(tmp_path):
     _one_line(e, "column date, row 2", "'yesterday'", "expected a date")
 
 
-@pytest.mark.parametrize("content, part", [("", "is empty"), ("\n  \n", "is empty"),
-                                           (b"date,HUFL\n\xff\xfe,1\n", "is not UTF-8 text (byte 0xff at offset 10)"),
-                                           (HEADER + "1,2\n3,4,5,6,7,8,9,10,11,12\n", "is not a valid CSV table")])
+@pytest.mark.parametrize(
+    "content, part",
+    [
+        ("", "is empty"),
+        ("\n  \n", "is empty"),
+        (b"date,HUFL\n\xff\xfe,1\n", "is not UTF-8 text (byte 0xff at offset 10)"),
+        (HEADER + "1,2\n3,4,5,6,7,8,9,10,11,12\n", "is not a valid CSV table"),
+    ],
+)
 def test_ett_empty_binary_or_ragged(tmp_path, content, part):
     p = _ett(tmp_path, content)
     with pytest.raises(DataFileError) as e:
@@ -109,7 +116,7 @@ def test_text_min_chars_is_tight(tmp_path):
     p.write_text(("abcdefg\n" * n)[:n])
     s = load_char_text(block=8, data_dir=tmp_path)
     assert min(len(s.train), len(s.val), len(s.test)) == 1
-    p.write_text(("abcdefg\n" * n)[:n - 1])
+    p.write_text(("abcdefg\n" * n)[: n - 1])
     with pytest.raises(DataFileError):
         load_char_text(block=8, data_dir=tmp_path)
 

@@ -1,4 +1,5 @@
 """ETT borders by sampling interval (Informer's Dataset_ETT_hour / Dataset_ETT_minute) and timeF features."""
+
 from __future__ import annotations
 
 import numpy as np

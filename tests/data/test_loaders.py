@@ -20,6 +20,7 @@ def test_digits_shapes_split_and_disjoint():
     assert s.train.pos[5].tolist() == [1.0, 1.0]
     # the splits are disjoint sets of samples (digits has a few exact duplicate images, so compare indices)
     from symformer.data.digits import load_digits_images
+
     _, _, idx = load_digits_images()
     a, b, c = (set(idx[k].tolist()) for k in ("train", "val", "test"))
     assert not (a & b) and not (a & c) and not (b & c)
@@ -46,6 +47,7 @@ def test_char_text_splits_contiguous(data_dir):
 def test_ett_protocol_and_train_only_standardisation(data_dir):
     import numpy as np
     import pandas as pd
+
     s = load_ett(data_dir=data_dir, seq_len=96, label_len=48, pred_len=24)
     b1, b2 = ett_borders(96)
     assert b2 == [8640, 11520, 14400]

@@ -1,5 +1,6 @@
 """experiments/executors.py: submitit's local executor and a local Ray instance give the records the local pool
 gives; a driver killed mid-run and resumed reruns nothing recorded; bad engine options are one line, exit 2."""
+
 import json
 import os
 import signal
@@ -22,6 +23,7 @@ PLAN = {"experiment": "tiny", "protocol": "1", "quick": True, "seed": 0, "option
 def _tiny(seed: int, n: int) -> dict:
     """A small float64 computation whose result is bit-exact wherever it runs."""
     import torch
+
     g = torch.Generator().manual_seed(seed)
     a = torch.randn(n, n, generator=g, dtype=torch.float64)
     return {"trace": float((a @ a.T).trace()), "seed": seed}
@@ -37,8 +39,10 @@ def _jobs():
 
 def _records(runs):
     """Every record without its provenance (which says where and when it ran: that differs by engine)."""
-    return {p.name: {k: v for k, v in json.loads(p.read_text()).items() if k != "provenance"}
-            for p in sorted(runs.glob("*.json"))}
+    return {
+        p.name: {k: v for k, v in json.loads(p.read_text()).items() if k != "provenance"}
+        for p in sorted(runs.glob("*.json"))
+    }
 
 
 def _through(engine, runs, jobs=None, n_workers=2):
@@ -68,6 +72,7 @@ def by_value():
 def ray_engine(by_value):
     pytest.importorskip("ray")
     from symformer.experiments.executors import RayEngine
+
     engine = RayEngine(n_workers=2)
     yield engine
     engine.close()
@@ -77,6 +82,7 @@ def ray_engine(by_value):
 def submitit_engine(by_value, tmp_path):
     pytest.importorskip("submitit")
     from symformer.experiments.executors import SubmititEngine
+
     return SubmititEngine(tmp_path / "submitit", cluster="local")
 
 
@@ -101,7 +107,7 @@ def test_submitit_failure_is_named(submitit_engine, tmp_path):
     _rejecting_job_is_named(submitit_engine, tmp_path / "bad")
 
 
-DRIVER = '''
+DRIVER = """
 import sys, time
 from pathlib import Path
 from symformer.experiments.executors import Engine, SubmititEngine, using_engine
@@ -120,7 +126,7 @@ if __name__ == "__main__":
     engine = Engine() if sys.argv[2] == "local" else SubmititEngine(runs.parent / "submitit", cluster="local")
     with using_engine(engine):
         run_jobs(jobs, runs, n_workers=3)
-'''
+"""
 
 
 @pytest.mark.parametrize("engine", ["local", "submitit"])
@@ -142,6 +148,7 @@ def test_killed_driver_resumes_without_rerunning_recorded_jobs(engine, tmp_path,
     assert sorted(recorded) == ["n0.json", "n1.json"]
     monkeypatch.syspath_prepend(str(tmp_path))
     import tinydriver
+
     stats = {}
     jobs = [Job(f"n{i}", tinydriver.nap, {"i": i, "secs": 0.0}) for i in range(5)]
     jobs[:2] = [Job(f"n{i}", tinydriver.nap, {"i": i, "secs": 0.2}) for i in range(2)]
@@ -159,6 +166,7 @@ def fake(monkeypatch):
     def tiny(ctx):
         run_jobs(_jobs(), ctx.out_dir / "runs", ctx.jobs, ctx.resume)
         return ExperimentResult()
+
     reg.register("tiny")(ebase.ExperimentSpec("tiny", tiny, "a few tiny jobs"))
     return reg
 
@@ -179,6 +187,7 @@ def test_reproduce_through_submitit(fake, by_value, capsys, tmp_path, monkeypatc
 
 def test_report_says_when_records_mix_devices(tmp_path):
     from symformer.experiments.jobs import records_where, where_note
+
     run_jobs(_jobs(), tmp_path)
     rec = json.loads((tmp_path / "s1.json").read_text())
     rec["provenance"]["device"] = "cuda"
@@ -189,13 +198,16 @@ def test_report_says_when_records_mix_devices(tmp_path):
     assert not where_note(records_where(tmp_path)).startswith("records mix")
 
 
-@pytest.mark.parametrize("argv, says", [
-    (["--executor", "dask"], "--executor: got 'dask', expected one of local, submitit, ray"),
-    (["--executor", "ray", "--ray-address", "127.0.0.1:1"], "--ray-address: got '127.0.0.1:1'"),
-    (["--executor", "submitit", "--gpus-per-job", "1"], "--gpus-per-job: got 1 with --device cpu"),
-    (["--slurm-partition", "gpu"], "--slurm-partition: got 'gpu' with --executor local"),
-    (["--device", "tpu"], "--device: got 'tpu', expected cpu or cuda"),
-])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--executor", "dask"], "--executor: got 'dask', expected one of local, submitit, ray"),
+        (["--executor", "ray", "--ray-address", "127.0.0.1:1"], "--ray-address: got '127.0.0.1:1'"),
+        (["--executor", "submitit", "--gpus-per-job", "1"], "--gpus-per-job: got 1 with --device cpu"),
+        (["--slurm-partition", "gpu"], "--slurm-partition: got 'gpu' with --executor local"),
+        (["--device", "tpu"], "--device: got 'tpu', expected cpu or cuda"),
+    ],
+)
 def test_bad_engine_options_one_line_exit_2(argv, says, fake, capsys, tmp_path):
     if "ray" in argv:
         pytest.importorskip("ray")
@@ -207,6 +219,7 @@ def test_bad_engine_options_one_line_exit_2(argv, says, fake, capsys, tmp_path):
 @pytest.mark.parametrize("engine, extra", [("ray", "ray"), ("submitit", "slurm")])
 def test_missing_extra_names_it(engine, extra, fake, capsys, tmp_path, monkeypatch):
     import importlib.util
+
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == engine else real(name, *a))
     assert cli.main(["reproduce", "tiny", "--executor", engine, "--out", str(tmp_path)]) == 2
@@ -216,6 +229,7 @@ def test_missing_extra_names_it(engine, extra, fake, capsys, tmp_path, monkeypat
 
 def test_cuda_without_a_gpu_is_refused(fake, capsys, tmp_path):
     import torch
+
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
     assert cli.main(["reproduce", "tiny", "--device", "cuda", "--out", str(tmp_path)]) == 2

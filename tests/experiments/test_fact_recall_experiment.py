@@ -1,4 +1,5 @@
 """Experiment `fact-recall`: metric names, verdicts computed from the records, and a slow quick run."""
+
 import json
 import math
 
@@ -13,9 +14,19 @@ def _lm(swap_score, base_score, ce_change=2.0, new_acc=1.0):
     m = {"swap": {"score": swap_score, "efficacy": 1, "paraphrase": 1, "specificity": 1, "config": {}}}
     for k in ("rome", "memit", "alphaedit"):
         m[k] = {"score": base_score, "efficacy": 1, "paraphrase": 1, "specificity": 1, "config": {}}
-    return {"n_facts": 8, "d": 8, "mlp_hidden": 8, "train": {"steps": 1},
-            "swap": {"new_fact_accuracy": new_acc, "nonfact_ce_before": 1.0, "nonfact_ce_after": 1 + ce_change / 100,
-                     "nonfact_ce_change_pct": ce_change}, "edits": {"0.1": {"methods": m}}}
+    return {
+        "n_facts": 8,
+        "d": 8,
+        "mlp_hidden": 8,
+        "train": {"steps": 1},
+        "swap": {
+            "new_fact_accuracy": new_acc,
+            "nonfact_ce_before": 1.0,
+            "nonfact_ce_after": 1 + ce_change / 100,
+            "nonfact_ce_change_pct": ce_change,
+        },
+        "edits": {"0.1": {"methods": m}},
+    }
 
 
 def test_lm_claims_follow_the_numbers():
@@ -74,8 +85,17 @@ def test_ssfr_claims_and_metric_names():
 
 
 def test_usability_claims_rank_correlation():
-    pts = [{"kappa": 1.1, "whiten": a, "capacity_new": 0.5 + a / 2, "fact_adaptive_accuracy": 0.5 - a / 4,
-            "usability": (0.5 - a / 4) / (0.5 + a / 2), "lipschitz": 1 + 10 * a} for a in (0.0, 0.1, 0.5, 1.0)]
+    pts = [
+        {
+            "kappa": 1.1,
+            "whiten": a,
+            "capacity_new": 0.5 + a / 2,
+            "fact_adaptive_accuracy": 0.5 - a / 4,
+            "usability": (0.5 - a / 4) / (0.5 + a / 2),
+            "lipschitz": 1 + 10 * a,
+        }
+        for a in (0.0, 0.1, 0.5, 1.0)
+    ]
     res = ExperimentResult()
     X._usability_claims(res, pts)
     assert res.metrics["usability_lipschitz_spearman"] == pytest.approx(-1.0)
@@ -86,9 +106,20 @@ def test_usability_claims_without_power_or_protocol_are_inconclusive():
     """Capacity 1.0 at every point (the MLP at 1.1 h* stores all facts): no trade-off can show, inconclusive,
     not fails (scipy's NaN used to read as a miss). One training per point can confirm but not refute; the
     paper's best of 20 trainings can refute."""
+
     def pts(cap, use):
-        return [{"kappa": 1.1, "whiten": a, "capacity_new": cap(a), "fact_adaptive_accuracy": use(a) * cap(a),
-                 "usability": use(a), "lipschitz": 1 + 10 * a} for a in (0.0, 0.1, 0.5, 1.0)]
+        return [
+            {
+                "kappa": 1.1,
+                "whiten": a,
+                "capacity_new": cap(a),
+                "fact_adaptive_accuracy": use(a) * cap(a),
+                "usability": use(a),
+                "lipschitz": 1 + 10 * a,
+            }
+            for a in (0.0, 0.1, 0.5, 1.0)
+        ]
+
     res = ExperimentResult()
     X._usability_claims(res, pts(lambda a: 1.0, lambda a: 1.0 - a / 2))
     c = {c.id: c for c in res.claims}
@@ -105,13 +136,20 @@ def test_usability_claims_without_power_or_protocol_are_inconclusive():
 def test_quick_run_writes_results(tmp_path):
     from symformer.experiments.base import EXPERIMENTS, load_all
     from symformer.results import write_experiment
+
     load_all()
     ctx = RunContext(out_dir=tmp_path, quick=True, progress=False)
     res = EXPERIMENTS.get("fact-recall").fn(ctx)
     write_experiment(tmp_path, "fact-recall", True, res)
     data = json.loads((tmp_path / "results.json").read_text())
-    for name in ("ssfr_fact_adaptive_accuracy", "ssfr_min_params_99", "lm_swap_new_fact_accuracy",
-                 "lm_swap_nonfact_ce_change_pct", "edit_score", "edit_score_swap_vs_best_baseline"):
+    for name in (
+        "ssfr_fact_adaptive_accuracy",
+        "ssfr_min_params_99",
+        "lm_swap_new_fact_accuracy",
+        "lm_swap_nonfact_ce_change_pct",
+        "edit_score",
+        "edit_score_swap_vs_best_baseline",
+    ):
         assert name in data["metrics"]
     assert (tmp_path / "ssfr_size_vs_facts.png").is_file()
 
@@ -119,9 +157,11 @@ def test_quick_run_writes_results(tmp_path):
 def test_size_figure_plots_each_kinds_minimum_against_f(monkeypatch, tmp_path):
     seen = {}
     monkeypatch.setattr(X, "size_vs_facts", lambda path, series, *a: seen.update(path=path, series=series))
-    ssfr = {"a": {"kind": "gd-relu", "n_facts": 256, "min_params": 100},
-            "b": {"kind": "gd-relu", "n_facts": 512, "min_params": None},
-            "c": {"kind": "ntk", "n_facts": 256, "min_params": 7}}
+    ssfr = {
+        "a": {"kind": "gd-relu", "n_facts": 256, "min_params": 100},
+        "b": {"kind": "gd-relu", "n_facts": 512, "min_params": None},
+        "c": {"kind": "ntk", "n_facts": 256, "min_params": 7},
+    }
     name = X._size_figure(RunContext(out_dir=tmp_path, quick=True, progress=False), ssfr)
     assert seen["path"] == tmp_path / name
     assert seen["series"] == {"gd-relu": [(256, 100), (512, None)], "ntk": [(256, 7)]}
@@ -129,6 +169,7 @@ def test_size_figure_plots_each_kinds_minimum_against_f(monkeypatch, tmp_path):
 
 def test_size_vs_facts_skips_missing_sizes_and_writes_a_png(tmp_path):
     from symformer.experiments.plots import size_vs_facts
+
     size_vs_facts(tmp_path / "f.png", {"x": [(512, 30), (256, None), (1024, 90)], "none": [(256, None)]}, "p", "t")
     assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -137,6 +178,7 @@ def test_constructed_search_fixes_m_then_grows_the_gadget_width(monkeypatch):
     """Constructions: m is the smallest storing code width, then h~ doubles from ceil(F/d) and is bisected;
     min_size is the hidden size m h~."""
     from symformer.experiments import fact_recall_runs as R
+
     calls = []
 
     def point(kind, size, n_facts, d, seed, quick, paper_budget=False, h_tilde=None, work_dir=None):
@@ -160,6 +202,7 @@ def test_code_width_is_the_smallest_storing_m():
     from symformer.data.ssfr import make_ssfr
     from symformer.experiments import fact_recall_runs as R
     from symformer.facts.capacity import build_fact_mlp
+
     torch.set_num_threads(1)
     m = R.code_width("bin+jl", 64, 32, 1, 4, 64, bisect=True)
     t = make_ssfr(64, 32, seed=0)
@@ -167,17 +210,32 @@ def test_code_width_is_the_smallest_storing_m():
     f2 = R.random_fact_map(64, seed=10_000)
 
     def worst(width):
-        return min(build_fact_mlp(K, V, t.facts, "bin+jl", m=width, seed=0, strict=False).accuracy,
-                   build_fact_mlp(K, V, f2, "bin+jl", m=width, seed=1, strict=False).accuracy)
+        return min(
+            build_fact_mlp(K, V, t.facts, "bin+jl", m=width, seed=0, strict=False).accuracy,
+            build_fact_mlp(K, V, f2, "bin+jl", m=width, seed=1, strict=False).accuracy,
+        )
 
     assert worst(m) >= R.TARGET > worst(m - 1)
 
 
 def test_constructed_claim_reports_each_gadget_width():
-    pts = [{"kind": "bin+jl", "n_facts": 256, "seed": 0, "size": 32, "h_tilde": ht, "params": 10 * ht, "lipschitz": lip,
-            "fact_adaptive_accuracy": acc, "trained": True} for ht, lip, acc in ((2, 3e4, 0.004), (8, 107.0, 0.997))]
-    out = {"a": {"kind": "bin+jl", "n_facts": 256, "best_fact_adaptive_accuracy": 0.997, "min_params": 80,
-                 "points": pts}}
+    pts = [
+        {
+            "kind": "bin+jl",
+            "n_facts": 256,
+            "seed": 0,
+            "size": 32,
+            "h_tilde": ht,
+            "params": 10 * ht,
+            "lipschitz": lip,
+            "fact_adaptive_accuracy": acc,
+            "trained": True,
+        }
+        for ht, lip, acc in ((2, 3e4, 0.004), (8, 107.0, 0.997))
+    ]
+    out = {
+        "a": {"kind": "bin+jl", "n_facts": 256, "best_fact_adaptive_accuracy": 0.997, "min_params": 80, "points": pts}
+    }
     res = ExperimentResult()
     X._ssfr_claims(res, out, quick=True)
     row = next(c for c in res.claims if c.id == "S5.1-constructed")
@@ -197,10 +255,20 @@ def test_lm_job_shares_the_first_batch_with_ssfr(monkeypatch, tmp_path):
             if j.key.startswith("lm_"):
                 out[j.key] = _lm(0.9, 0.5)
             else:
-                out[j.key] = {"kind": j.kwargs.get("kind", "gd-swiglu"), "n_facts": j.kwargs["n_facts"], "min_size": 8,
-                              "min_params": 10, "best_fact_adaptive_accuracy": 0.995, "points": [],
-                              "usability": 1.0, "lipschitz": 1.0, "whiten": 0.0, "capacity_new": 1.0,
-                              "kappa": 1.1, "fact_adaptive_accuracy": 1.0}
+                out[j.key] = {
+                    "kind": j.kwargs.get("kind", "gd-swiglu"),
+                    "n_facts": j.kwargs["n_facts"],
+                    "min_size": 8,
+                    "min_params": 10,
+                    "best_fact_adaptive_accuracy": 0.995,
+                    "points": [],
+                    "usability": 1.0,
+                    "lipschitz": 1.0,
+                    "whiten": 0.0,
+                    "capacity_new": 1.0,
+                    "kappa": 1.1,
+                    "fact_adaptive_accuracy": 1.0,
+                }
         return out
 
     monkeypatch.setattr(X, "run_jobs", fake_run_jobs)
@@ -225,15 +293,23 @@ def test_lm_job_shares_the_first_batch_with_ssfr(monkeypatch, tmp_path):
     top1 = kwargs["lm_F=1024_top1"]  # the soft LM's settings, top-1 routing, swap check only
     assert top1["router_top1"] is True and top1["fractions"] == [] and top1["steps"] == 4000
     assert set(res.metrics["lm_swap_by_router"]) == {"soft", "top1"}
-    assert ssfr == [j.key for j in sorted(X._ssfr_jobs(RunContext(out_dir=tmp_path, quick=False, progress=False,
-                                                                   options={k: v[0] for k, v in X.OPTIONS.items()})),
-                                          key=X._ssfr_order) if j.key != "ssfr_gd-swiglu_F=256"]
-    assert {kwargs[k]["h"] for k in usab} == {9}          # round(1.1 x 8)
+    assert ssfr == [
+        j.key
+        for j in sorted(
+            X._ssfr_jobs(
+                RunContext(
+                    out_dir=tmp_path, quick=False, progress=False, options={k: v[0] for k, v in X.OPTIONS.items()}
+                )
+            ),
+            key=X._ssfr_order,
+        )
+        if j.key != "ssfr_gd-swiglu_F=256"
+    ]
+    assert {kwargs[k]["h"] for k in usab} == {9}  # round(1.1 x 8)
     assert len(res.metrics["ssfr_fact_adaptive_accuracy"]) == 25 and "usability_lipschitz_spearman" in res.metrics
     full = X._lm_job(RunContext(out_dir=tmp_path, quick=False, progress=False, options=opts))
     assert full.kwargs["fractions"] == [0.02, 0.05, 0.1, 0.2] and full.kwargs["lr"] == 2e-3
-    paper = X._lm_job(RunContext(out_dir=tmp_path, quick=False, progress=False,
-                                 options={**opts, "paper_budget": True}))
+    paper = X._lm_job(RunContext(out_dir=tmp_path, quick=False, progress=False, options={**opts, "paper_budget": True}))
     assert paper.kwargs["steps"] * 128 == 4_800_000 and paper.kwargs["lr"] == 2e-4
 
 
@@ -242,9 +318,10 @@ def test_untrainable_point_builds_only_the_swapped_in_mlp(monkeypatch):
     built; a trainable point builds both, f' from seed + 1 as before; code_width builds f' only when f stores."""
     from symformer.experiments import fact_recall_runs as R
     from symformer.facts.mlp import FactMLP
+
     built = []
 
-    def fake(K, V, facts, kind, seed=0, h=None, **kw):     # stores everything from h = 8 on
+    def fake(K, V, facts, kind, seed=0, h=None, **kw):  # stores everything from h = 8 on
         built.append(seed)
         mlp = FactMLP(K.shape[1], h, activation="silu", gated=True, bias=True, out_bias=True)
         mlp.accuracy = 1.0 if h >= 8 else 0.5
@@ -260,10 +337,10 @@ def test_untrainable_point_builds_only_the_swapped_in_mlp(monkeypatch):
     assert rec["params"] == R.count_params(FactMLP(16, 8, activation="silu", gated=True, bias=True, out_bias=True))
     built.clear()
     assert R.code_width("gd-swiglu", 32, 16, seeds=2, start=4, max_size=4, bisect=False) is None
-    assert built == [0, 1]          # each seed's f MLP fails: no f' build
+    assert built == [0, 1]  # each seed's f MLP fails: no f' build
     built.clear()
     assert R.code_width("gd-swiglu", 32, 16, seeds=2, start=8, max_size=8, bisect=False) == 8
-    assert built == [0, 1]          # seed 0: f then f' (seed + 1)
+    assert built == [0, 1]  # seed 0: f then f' (seed + 1)
 
 
 def test_a_killed_search_resumes_from_its_work_dir(monkeypatch, tmp_path):
@@ -271,12 +348,13 @@ def test_a_killed_search_resumes_from_its_work_dir(monkeypatch, tmp_path):
     it builds and trains only what it had not finished, and returns what an uninterrupted search returns."""
     from symformer.experiments import fact_recall_runs as R
     from symformer.facts.mlp import FactMLP
+
     built, trained, kill = [], [], {"at": None}
 
     class Killed(Exception):
         pass
 
-    def fake(K, V, facts, kind, seed=0, m=None, options=None, **kw):   # stores from m = 12 on
+    def fake(K, V, facts, kind, seed=0, m=None, options=None, **kw):  # stores from m = 12 on
         built.append((m, seed, options.encoder_hidden))
         mlp = FactMLP(K.shape[1], 4, activation="silu", gated=True, bias=True, out_bias=True)
         mlp.accuracy = 1.0 if m >= 12 else 0.5
@@ -287,6 +365,7 @@ def test_a_killed_search_resumes_from_its_work_dir(monkeypatch, tmp_path):
         if len(trained) == kill["at"]:  # the third point (h~ = 8), after h~ = 2 and 4 are remembered
             raise Killed
         return {"steps": 1}
+
     monkeypatch.setattr(R, "build_fact_mlp", fake)
     monkeypatch.setattr(R, "train_ssfr", train)
     monkeypatch.setattr(R, "fact_adaptive_accuracy", lambda model, task, mlp: 1.0 if mlp.h_tilde >= 5 else 0.5)
@@ -301,8 +380,10 @@ def test_a_killed_search_resumes_from_its_work_dir(monkeypatch, tmp_path):
         R.ssfr_search(*args, work_dir=str(tmp_path))
     before = len(built)
     again = R.ssfr_search(*args, work_dir=str(tmp_path))
+
     def same(r):  # every point's wall time differs between calls
         return {**r, "points": [{k: v for k, v in q.items() if k != "seconds"} for q in r["points"]]}
+
     assert same(again) == same(plain) and again["h_tilde"] == 5
     # the resumed call repeats only the point that was killed (its two builds), nothing finished before it
     assert len(built) - before == n_plain - before + 2 and all(c is not None for c in trained)
@@ -314,11 +395,13 @@ def test_size_search_answer_does_not_depend_on_the_start(start, probes):
     """Doubling while the size fails, halving while it passes, then bisection: the smallest passing size (5)
     from any start; a passing floor is returned as is, and nothing below the floor is tried."""
     from symformer.experiments import fact_recall_runs as R
+
     seen = []
 
     def ok(n):
         seen.append(n)
         return n >= 5
+
     assert R._smallest(ok, start, 64, bisect=True) == 5 and seen == probes
     seen.clear()
     assert R._smallest(ok, 16, 64, bisect=True, floor=7) == 7 and seen == [16, 8, 7]
@@ -329,11 +412,13 @@ def test_size_search_stops_within_its_resolution():
     (the F = 4096 GD start) gives 304 after 9 probes (bisecting to 1 would take 4 more). Any threshold t: the
     answer r has t <= r <= t + max(1, r // 16) - 1, so answers below 32 are exact."""
     from symformer.experiments import fact_recall_runs as R
+
     seen = []
 
     def ok(n):
         seen.append(n)
         return n >= 300
+
     assert R.SIZE_RESOLUTION == 16
     assert R._smallest(ok, 32, 1024, bisect=True) == 304 and seen == [32, 64, 128, 256, 512, 384, 320, 288, 304]
     for t in range(1, 700):
@@ -359,6 +444,7 @@ def test_search_reports_the_largest_failing_size(monkeypatch):
 
 def test_hidden_size_searches_start_scaled_with_f():
     from symformer.experiments.fact_recall import START, _start
+
     assert _start("gd-swiglu", 256) == START["gd-swiglu"] and _start("gd-relu", 4096) == 16 * START["gd-relu"]
     assert _start("bin+jl", 4096) == START["bin+jl"]
 
@@ -367,6 +453,7 @@ def test_a_killed_lm_job_resumes_its_training_swap_and_finished_edits(monkeypatc
     """lm_run with a work_dir, killed in its second editing fraction: run again, it trains nothing, repeats
     neither the swap check nor the first fraction, and returns what an uninterrupted run returns."""
     from symformer.experiments import fact_recall_runs as R
+
     monkeypatch.setattr(R, "LMConfig", _small_lm_config)  # small fact MLPs and batches: a few seconds
     swaps, edits, kill = [], [], {"at": None}
     real_swap, real_edit = R.swap_check, R.run_editors
@@ -380,16 +467,20 @@ def test_a_killed_lm_job_resumes_its_training_swap_and_finished_edits(monkeypatc
         if len(edits) == kill["at"]:
             raise KeyboardInterrupt
         return real_edit(*a, **k)
+
     def train(model, *a, **k):  # counts the training steps each call takes
         forward = model.forward
+
         def count(*x, **y):
             steps.append(1)
             return forward(*x, **y)
+
         model.forward = count
         try:
             return real_train(model, *a, **k)
         finally:
             model.forward = forward
+
     steps, real_train = [], R.train_lm
     monkeypatch.setattr(R, "swap_check", swap)
     monkeypatch.setattr(R, "run_editors", edit)
@@ -406,14 +497,17 @@ def test_a_killed_lm_job_resumes_its_training_swap_and_finished_edits(monkeypatc
     assert (len(swaps), len(edits), len(steps)) == (1, 3, 12)  # the resumed call ran only the killed fraction
 
     def same(r):  # wall times differ between calls
-        return {k: v for k, v in r.items() if k not in ("timing", "seconds", "train")} | \
-            {"train": {k: v for k, v in r["train"].items() if k != "seconds"}}
+        return {k: v for k, v in r.items() if k not in ("timing", "seconds", "train")} | {
+            "train": {k: v for k, v in r["train"].items() if k != "seconds"}
+        }
+
     assert same(json.loads(json.dumps(again))) == same(json.loads(json.dumps(plain)))
     assert set(again["timing"]) == {"build", "train_and_swap", "edit_0.1", "edit_0.2"}
 
 
 def _small_lm_config(**kw):
     from symformer.train.fact_lm import LMConfig
+
     return LMConfig(mlp_steps=60, batch_size=16, **kw)
 
 
@@ -423,16 +517,19 @@ def test_paper_usability_protocol_jobs_and_best_of(tmp_path, monkeypatch):
     the claims keep the best training per point; a bad value is refused before any training."""
     from symformer.experiments import fact_recall_runs as R
     from symformer.facts.mlp import FactMLP
+
     opts = {k: v[0] for k, v in X.OPTIONS.items()}
     one = X._usability_jobs(RunContext(out_dir=tmp_path, quick=False, progress=False, options=opts), 5)
-    assert len(one) == 32 and all(set(j.kwargs) == {"kappa", "alpha", "n_facts", "d", "h", "seed", "quick"}
-                                  for j in one)
+    assert len(one) == 32 and all(
+        set(j.kwargs) == {"kappa", "alpha", "n_facts", "d", "h", "seed", "quick"} for j in one
+    )
     assert one[0].kwargs == dict(kappa=1.1, alpha=0.0, n_facts=256, d=128, h=6, seed=0, quick=False)
     ctx = RunContext(out_dir=tmp_path, quick=False, progress=False, options={**opts, "usability_trainings": "paper"})
     paper = X._usability_jobs(ctx, 5)
     assert len(paper) == 640 and len({j.key for j in paper}) == 640
-    assert {(j.kwargs["lr"], j.kwargs["train_seed"]) for j in paper} == {(lr, s) for lr in X.PAPER_LRS
-                                                                         for s in range(4)}
+    assert {(j.kwargs["lr"], j.kwargs["train_seed"]) for j in paper} == {
+        (lr, s) for lr in X.PAPER_LRS for s in range(4)
+    }
     pts = [{"kappa": 1.1, "whiten": 0.0, "fact_adaptive_accuracy": a, "tag": t} for t, a in enumerate((0.5, None, 0.9))]
     pts.append({"kappa": 10.0, "whiten": 0.0, "fact_adaptive_accuracy": None, "tag": 3})
     assert [p["tag"] for p in X.best_trainings(pts)] == [2, 3]
@@ -463,6 +560,7 @@ def test_paper_usability_protocol_jobs_and_best_of(tmp_path, monkeypatch):
 
 def test_full_run_orders_ssfr_searches_constructions_first_and_the_longest_gd_last(tmp_path):
     from symformer.experiments import fact_recall as X
+
     opts = {k: v[0] for k, v in X.OPTIONS.items()}
     jobs = X._ssfr_jobs(RunContext(out_dir=tmp_path, quick=False, progress=False, options=opts))
     order = [(j.kwargs["kind"], j.kwargs["n_facts"]) for j in sorted(jobs, key=X._ssfr_order)]
@@ -478,10 +576,20 @@ def test_scaling_row_names_kinds_whose_sizes_do_not_grow_with_f():
     in the search's own variation); the verdict rule is unchanged."""
     from symformer.experiments import fact_recall as fr
     from symformer.results import ExperimentResult
-    rows = [("bin+gd", 1024, 259824), ("bin+gd", 2048, 44970), ("bin+gd", 4096, 300000), ("bin+gd", 512, None),
-            ("bin+jl", 1024, 91732), ("bin+jl", 2048, 180396), ("bin+jl", 4096, 400000)]
-    out = {f"k{i}": {"kind": k, "n_facts": n, "min_params": p, "best_fact_adaptive_accuracy": 0.995,
-                     "paper_budget": False} for i, (k, n, p) in enumerate(rows)}
+
+    rows = [
+        ("bin+gd", 1024, 259824),
+        ("bin+gd", 2048, 44970),
+        ("bin+gd", 4096, 300000),
+        ("bin+gd", 512, None),
+        ("bin+jl", 1024, 91732),
+        ("bin+jl", 2048, 180396),
+        ("bin+jl", 4096, 400000),
+    ]
+    out = {
+        f"k{i}": {"kind": k, "n_facts": n, "min_params": p, "best_fact_adaptive_accuracy": 0.995, "paper_budget": False}
+        for i, (k, n, p) in enumerate(rows)
+    }
     res = ExperimentResult()
     fr._ssfr_claims(res, out, quick=False)
     row = [c for c in res.claims if c.id == "S5.1-scaling"][0]
@@ -497,13 +605,28 @@ def test_scaling_row_names_trainings_that_ended_above_uniform_loss():
     from symformer.results import ExperimentResult
 
     def pt(h, loss=None):
-        return {"kind": "gd-relu", "n_facts": 2048, "hidden": h, "size": h, "h_tilde": None,
-                **({"train": {"final_loss": loss}} if loss is not None else {})}
+        return {
+            "kind": "gd-relu",
+            "n_facts": 2048,
+            "hidden": h,
+            "size": h,
+            "h_tilde": None,
+            **({"train": {"final_loss": loss}} if loss is not None else {}),
+        }
 
     lnf = math.log(2048)
     pts = [pt(16), pt(64, 0.3), pt(40, lnf + 0.01), pt(44, 0.5), pt(42, lnf), pt(43, lnf + 2.0)]
-    out = {"k": {"kind": "gd-relu", "n_facts": 2048, "min_params": 11436, "best_fact_adaptive_accuracy": 0.995,
-                 "paper_budget": False, "max_failing_size": 43, "points": pts}}
+    out = {
+        "k": {
+            "kind": "gd-relu",
+            "n_facts": 2048,
+            "min_params": 11436,
+            "best_fact_adaptive_accuracy": 0.995,
+            "paper_budget": False,
+            "max_failing_size": 43,
+            "points": pts,
+        }
+    }
     res = ExperimentResult()
     fr._ssfr_claims(res, out, quick=False)
     rows = res.metrics["ssfr_diverged_trainings"]
@@ -517,8 +640,9 @@ def test_scaling_row_names_trainings_that_ended_above_uniform_loss():
     assert "none deciding a bracket" in [c for c in res.claims if c.id == "S5.1-scaling"][0].measured
 
 
-@pytest.mark.parametrize("paper_budget,want,want_linear", [(False, "inconclusive", "inconclusive"),
-                                                            (True, "fails", "holds")])
+@pytest.mark.parametrize(
+    "paper_budget,want,want_linear", [(False, "inconclusive", "inconclusive"), (True, "fails", "holds")]
+)
 def test_scaling_row_decides_only_under_the_paper_budget(paper_budget, want, want_linear):
     """Slopes measured with our shorter SSFR budget neither refute nor support the claim (training longer shrinks
     the sizes, unevenly across F); under the paper's budget a slope out of [0.75, 1.25] fails and one in it holds."""
@@ -526,8 +650,16 @@ def test_scaling_row_decides_only_under_the_paper_budget(paper_budget, want, wan
     from symformer.results import ExperimentResult
 
     def row(params):
-        out = {f"k{i}": {"kind": "bin+jl", "n_facts": n, "min_params": p, "best_fact_adaptive_accuracy": 0.995,
-                         "paper_budget": paper_budget} for i, (n, p) in enumerate(params)}
+        out = {
+            f"k{i}": {
+                "kind": "bin+jl",
+                "n_facts": n,
+                "min_params": p,
+                "best_fact_adaptive_accuracy": 0.995,
+                "paper_budget": paper_budget,
+            }
+            for i, (n, p) in enumerate(params)
+        }
         res = ExperimentResult()
         fr._ssfr_claims(res, out, quick=False)
         return [c for c in res.claims if c.id == "S5.1-scaling"][0]

@@ -1,5 +1,6 @@
 """A forecasting job killed part-way and resumed from its work_dir gives the uninterrupted run's result, bit for
 bit (Trainer's exact resume under plash_forecast.forecast), for each attention the recorded run trains."""
+
 import pytest
 
 from symformer.experiments import plash_forecast as PF
@@ -11,9 +12,20 @@ class Killed(Exception):
 
 
 def _run(data_dir, method, work_dir=None):
-    return PF.forecast(str(data_dir), method, PF.method_kwargs(method, True), pred_len=24, seed=3,
-                       size=PF.QUICK_SIZE, epochs=2, patience=3, lr=1e-3, train_windows=160, val_windows=64,
-                       work_dir=None if work_dir is None else str(work_dir))
+    return PF.forecast(
+        str(data_dir),
+        method,
+        PF.method_kwargs(method, True),
+        pred_len=24,
+        seed=3,
+        size=PF.QUICK_SIZE,
+        epochs=2,
+        patience=3,
+        lr=1e-3,
+        train_windows=160,
+        val_windows=64,
+        work_dir=None if work_dir is None else str(work_dir),
+    )
 
 
 @pytest.mark.parametrize("method", ["softmax", "favor", "plash"])
@@ -28,6 +40,7 @@ def test_killed_and_resumed_forecast_equals_uninterrupted(data_dir, tmp_path, mo
         if calls["n"] == 8:  # mid second epoch, two steps after the checkpoint at step 6
             raise Killed
         return step(self, idx)
+
     monkeypatch.setattr(Trainer, "train_step", dies_at_step_8)
     with pytest.raises(Killed):
         _run(data_dir, method, tmp_path)

@@ -1,4 +1,5 @@
 """experiments/jobs.py: records are atomic JSON, reused only with resume and a matching signature."""
+
 import json
 
 import pytest
@@ -8,8 +9,10 @@ from symformer.experiments.teleport import speedup_pct
 
 
 def _jobs():
-    return [Job("a", speedup_pct, {"base": [0.1, 0.5], "tele": [0.5, 0.6]}),
-            Job("b", speedup_pct, {"base": [0.1, 0.2, 0.5], "tele": [0.1, 0.5, 0.6]})]
+    return [
+        Job("a", speedup_pct, {"base": [0.1, 0.5], "tele": [0.5, 0.6]}),
+        Job("b", speedup_pct, {"base": [0.1, 0.2, 0.5], "tele": [0.1, 0.5, 0.6]}),
+    ]
 
 
 def test_serial_results_and_records(tmp_path):
@@ -19,8 +22,10 @@ def test_serial_results_and_records(tmp_path):
     assert rec["result"] == 50.0 and rec["signature"]["fn"].endswith("speedup_pct")
     assert not list(tmp_path.glob("*.tmp"))
     prov = rec["provenance"]  # a run spanning sessions says, per record, which commit and machine made it
-    assert set(prov) == {"git_sha", "host", "machine", "seconds", "finished_at", "engine", "device",
-                         "driver_host"} and prov["seconds"] >= 0
+    assert (
+        set(prov) == {"git_sha", "host", "machine", "seconds", "finished_at", "engine", "device", "driver_host"}
+        and prov["seconds"] >= 0
+    )
     assert prov["engine"] == "local" and prov["device"] == "cpu"
 
 
@@ -59,8 +64,9 @@ def test_worker_processes_give_the_same_results(tmp_path):
     assert run_jobs(_jobs(), tmp_path, n_workers=2) == run_jobs(_jobs(), None)
 
 
-@pytest.mark.parametrize("jobs, name", [([Job("a/b", speedup_pct)], "jobs"),
-                                        ([Job("a", speedup_pct), Job("a", speedup_pct)], "jobs")])
+@pytest.mark.parametrize(
+    "jobs, name", [([Job("a/b", speedup_pct)], "jobs"), ([Job("a", speedup_pct), Job("a", speedup_pct)], "jobs")]
+)
 def test_bad_jobs(jobs, name):
     with pytest.raises(ValueError, match=name):
         run_jobs(jobs)
@@ -75,6 +81,7 @@ def test_serial_jobs_run_on_the_workers_single_thread():
     """--jobs 1 runs each job on one intra-op thread, as a worker does, so a record never depends on --jobs;
     the caller's thread setting comes back afterwards."""
     import torch
+
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
@@ -88,6 +95,7 @@ def test_serial_jobs_run_on_the_workers_single_thread():
 def resumable_count(target: int, work_dir: str | None = None) -> dict:
     """A job that counts to `target`, one step per call, keeping its count in work_dir (a checkpoint)."""
     from pathlib import Path
+
     done = 0
     if work_dir is not None:
         path = Path(work_dir) / "count"
@@ -149,6 +157,7 @@ def sometimes_fails(x: int) -> int:
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_failing_job_does_not_lose_the_others(tmp_path, workers):
     from symformer.experiments.jobs import JobError
+
     jobs = [Job(f"j{x}", sometimes_fails, {"x": x}) for x in (1, 2, 3)]
     with pytest.raises(JobError, match=r"job 'j2' failed \(ValueError: x must not be 2\); 1 of 3") as info:
         run_jobs(jobs, tmp_path, n_workers=workers)

@@ -1,4 +1,5 @@
 """jobs.recorded_plan: a runs folder names its protocol (runs/PLAN.json); --resume refuses another one."""
+
 import json
 
 import pytest
@@ -44,7 +45,7 @@ def test_resume_into_another_plan_refuses_naming_folder_and_difference(tmp_path,
         _run(tmp_path, {**PLAN, **change}, True)
     msg = str(e.value)
     assert "\n" not in msg and str(tmp_path) in msg
-    (k, v), = change.items()
+    ((k, v),) = change.items()
     assert f"{k}: {json.dumps(PLAN[k])} there, {json.dumps(v)} here" in msg
     assert json.loads((tmp_path / "a.json").read_text())["result"] == -1.0  # nothing ran, nothing overwritten
 
@@ -80,6 +81,7 @@ def one_experiment(monkeypatch):
     def tiny(ctx):
         got = run_jobs(_jobs(), ctx.out_dir / "runs", resume=ctx.resume)
         return ExperimentResult(metrics={"a": got["a"]})
+
     return reg
 
 
@@ -90,7 +92,7 @@ def test_cli_quick_into_full_is_one_line_exit_2(capsys, one_experiment, tmp_path
     assert cli.main(["reproduce", "tiny", "--quick", "--resume", "--out", str(tmp_path)]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines[0] == "[tiny] running (quick) ..."  # the progress line, then the error's one line
-    err, = lines[1:]
+    (err,) = lines[1:]
     assert err.startswith("error: --resume: ") and str(tmp_path / "tiny" / "runs") in err
     assert "quick: false there, true here" in err
     assert cli.main(["reproduce", "tiny", "--resume", "--out", str(tmp_path)]) == 0  # the same protocol resumes
@@ -100,6 +102,7 @@ def _interrupt_parent(wait: float) -> None:
     import os
     import signal
     import time
+
     os.kill(os.getppid(), signal.SIGINT)  # what Ctrl-C does to the main process
     time.sleep(wait)
 
@@ -108,6 +111,7 @@ def test_ctrl_c_stops_worker_processes_at_once(tmp_path):
     """Ctrl-C must stop `reproduce --jobs N`, not leave the workers running the queued jobs for hours."""
     import time
     from multiprocessing import active_children
+
     jobs = [Job(f"j{i}", _interrupt_parent, {"wait": 60.0}) for i in range(4)]
     t0 = time.perf_counter()
     with pytest.raises(KeyboardInterrupt):

@@ -1,4 +1,5 @@
 """The `precision` experiment (issue 40): its verdicts follow the fixed goals, and a small run reports every metric."""
+
 from __future__ import annotations
 
 import math
@@ -11,9 +12,18 @@ from symformer.experiments.precision import _run, hf_native_rope_err_vs_bound, p
 
 
 def _claims(rot=0.5, grad=0.5, hf=1.2, train=0.01, finite=True):
-    return {c.id: c.verdict for c in precision_claims({"rope/bfloat16/cast": rot}, {"rope/bfloat16/cast": grad},
-                                                      {"llama/bfloat16": hf}, {"rope/softmax/cast": train},
-                                                      {"rope/softmax/cast": finite}, {"bfloat16": 80.0}, "s")}
+    return {
+        c.id: c.verdict
+        for c in precision_claims(
+            {"rope/bfloat16/cast": rot},
+            {"rope/bfloat16/cast": grad},
+            {"llama/bfloat16": hf},
+            {"rope/softmax/cast": train},
+            {"rope/softmax/cast": finite},
+            {"bfloat16": 80.0},
+            "s",
+        )
+    }
 
 
 def test_verdicts_follow_the_goals():
@@ -29,8 +39,12 @@ def test_verdicts_follow_the_goals():
 def test_small_run_reports_every_metric(tmp_path):
     res = _run(RunContext(out_dir=tmp_path), parts=("partial",), families=(), combinations=())
     rot = res.metrics["precision_rotation_err_vs_bound"]
-    assert set(rot) == {f"{p}/{d}/{r}" for p in ("partial", "partial@2d")
-                        for d in ("bfloat16", "float16") for r in ("built", "cast", "autocast")}
+    assert set(rot) == {
+        f"{p}/{d}/{r}"
+        for p in ("partial", "partial@2d")
+        for d in ("bfloat16", "float16")
+        for r in ("built", "cast", "autocast")
+    }
     assert max(rot.values()) <= 1.0 and max(res.metrics["precision_rotation_grad_err_vs_bound"].values()) <= 1.0
     assert [c.verdict for c in res.claims] == ["holds"]
 

@@ -4,6 +4,7 @@ rho_i against a cvxpy QP (CLARABEL, tight tolerances) within 1e-6, and the verte
 convex-hull LP of scipy.optimize.linprog, over d in {16, 32, 64}, kappa in {1, 1e2, 1e3, 1e4}, F = 256,
 plus degenerate sets: a value inside the hull and nearly collinear values (duplicated rows are rejected
 at the public boundary, see test_facts_core.py::test_rho_bad_input)."""
+
 from __future__ import annotations
 
 import pytest
@@ -21,6 +22,7 @@ def test_rho_sweep_against_cvxpy_and_hull_lp(d, kappa):
     pytest.importorskip("cvxpy")
     pytest.importorskip("scipy")
     from symformer.facts.reference import solver_check
+
     V = make_fact_set(256, d, kappa=kappa, seed=7).values
     info = decodability(V)
     assert info.max_gap <= 1e-8
@@ -33,11 +35,13 @@ def _degenerate(d: int, kappa: float) -> torch.Tensor:
     V = make_fact_set(64, d, kappa=kappa, seed=3).values
     a, b, c = V[0], V[1], V[2]
     mid = 0.5 * (a + b)
-    extra = [V[3:8].mean(0),                                   # strictly inside the hull
-             0.5 * (a + c),                                    # on the segment a-c (on the hull surface)
-             mid + 1e-3 * mid / mid.norm(),                    # nearly collinear with a, b, pushed outward
-             mid - 1e-3 * mid / mid.norm(),                    # nearly collinear, pushed inward
-             a + 1e-4 * (a - b)]                               # a, b and this one nearly collinear, beyond a
+    extra = [
+        V[3:8].mean(0),  # strictly inside the hull
+        0.5 * (a + c),  # on the segment a-c (on the hull surface)
+        mid + 1e-3 * mid / mid.norm(),  # nearly collinear with a, b, pushed outward
+        mid - 1e-3 * mid / mid.norm(),  # nearly collinear, pushed inward
+        a + 1e-4 * (a - b),
+    ]  # a, b and this one nearly collinear, beyond a
     return torch.cat([V, torch.stack(extra)])
 
 
@@ -46,6 +50,7 @@ def test_rho_degenerate_against_hull_lp(d, kappa):
     pytest.importorskip("cvxpy")
     pytest.importorskip("scipy")
     from symformer.facts.reference import hull_vertex_lp, solver_check
+
     V = _degenerate(d, kappa)
     info = decodability(V)
     n = V.shape[0]

@@ -1,4 +1,5 @@
 """facts/dot_ce.py: the fused, blocked cross-entropy on dot-product logits against autograd's."""
+
 import pytest
 import torch
 
@@ -18,7 +19,8 @@ def _case(n=37, F=29, d=6, dtype=torch.float64, seed=0, scale=3.0):
 def path(request, monkeypatch):
     """Both code paths: the fused blocks (forced at any size) and autograd's below FUSED_MIN_LOGITS."""
     from symformer.facts import dot_ce
-    monkeypatch.setattr(dot_ce, "FUSED_MIN_LOGITS", 0 if request.param == "fused" else 10 ** 12)
+
+    monkeypatch.setattr(dot_ce, "FUSED_MIN_LOGITS", 0 if request.param == "fused" else 10**12)
     return request.param
 
 
@@ -55,13 +57,16 @@ def test_values_without_grad_and_float32(path):
     assert torch.allclose(out.grad, out2.grad, rtol=1e-5, atol=1e-7)
 
 
-@pytest.mark.parametrize("args, match, exc", [
-    (lambda o, v, t: (o[0], v, t), "out", TypeError),
-    (lambda o, v, t: (o, v[:, :2], t), "values", ValueError),
-    (lambda o, v, t: (o, v.float(), t), "values", TypeError),
-    (lambda o, v, t: (o, v, t.int()), "targets", TypeError),
-    (lambda o, v, t: (o, v, t.clamp(max=0) + 29), "targets", ValueError),
-])
+@pytest.mark.parametrize(
+    "args, match, exc",
+    [
+        (lambda o, v, t: (o[0], v, t), "out", TypeError),
+        (lambda o, v, t: (o, v[:, :2], t), "values", ValueError),
+        (lambda o, v, t: (o, v.float(), t), "values", TypeError),
+        (lambda o, v, t: (o, v, t.int()), "targets", TypeError),
+        (lambda o, v, t: (o, v, t.clamp(max=0) + 29), "targets", ValueError),
+    ],
+)
 def test_bad_input_names_the_argument(args, match, exc):
     with pytest.raises(exc, match=match):
         dot_product_cross_entropy(*args(*_case()))
@@ -69,6 +74,7 @@ def test_bad_input_names_the_argument(args, match, exc):
 
 def test_train_mlp_killed_and_resumed_from_its_checkpoint_is_exact(tmp_path, monkeypatch):
     from symformer.facts import baselines
+
     g = torch.Generator().manual_seed(1)
     K, V = torch.randn(40, 8, generator=g), torch.randn(40, 8, generator=g)
     f = torch.randperm(40, generator=g)
@@ -81,6 +87,7 @@ def test_train_mlp_killed_and_resumed_from_its_checkpoint_is_exact(tmp_path, mon
         if calls["n"] == 27:
             raise KeyboardInterrupt
         return real(*a, **k)
+
     monkeypatch.setattr(baselines, "dot_product_cross_entropy", dies_in_epoch_26)
     ck = tmp_path / "gd.pt"
     with pytest.raises(KeyboardInterrupt):
@@ -93,6 +100,7 @@ def test_train_mlp_killed_and_resumed_from_its_checkpoint_is_exact(tmp_path, mon
 
 def test_bench_gd_epoch_rows_time_both_losses():
     from symformer.benchmarks.facts import _gd_epoch_rows
+
     threads = torch.get_num_threads()
     fused, auto = _gd_epoch_rows(64, 8, 4, seed=0, min_run_time=0.01)
     assert (fused["method"], auto["method"]) == ("gd-epoch-fused", "gd-epoch-autograd")
@@ -102,6 +110,7 @@ def test_bench_gd_epoch_rows_time_both_losses():
 def test_train_mlp_rejects_a_file_that_is_not_its_checkpoint(tmp_path):
     from symformer.data.files import DataFileError
     from symformer.facts import baselines
+
     g = torch.Generator().manual_seed(1)
     K, V = torch.randn(10, 4, generator=g), torch.randn(10, 4, generator=g)
     junk = tmp_path / "junk.pt"

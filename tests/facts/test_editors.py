@@ -1,4 +1,5 @@
 """ROME / MEMIT / AlphaEdit closed forms on tiny linear cases with known exact answers (float64)."""
+
 import pytest
 import torch
 
@@ -46,7 +47,7 @@ def test_memit_matches_least_squares_reference():
     D = memit_update(W, C, K1, V1, lam)
     # independent reference: lam tr(D C D^T) + ||D K1 - R||^2 as one stacked least-squares problem (QR)
     L = torch.linalg.cholesky(lam * C)
-    A = torch.cat([L, K1], 1)                               # D A ~ [0, R]
+    A = torch.cat([L, K1], 1)  # D A ~ [0, R]
     B = torch.cat([torch.zeros(5, 7, dtype=torch.float64), V1 - W @ K1], 1)
     ref = torch.linalg.lstsq(A.T, B.T).solution.T
     assert torch.allclose(D, ref, atol=1e-10, rtol=0)
@@ -62,15 +63,15 @@ def test_alphaedit_keeps_preserved_keys_exactly():
     W, _, K1, V1 = _case(d_in=8, n1=2)
     g = torch.Generator().manual_seed(3)
     K0 = torch.randn(8, 4, generator=g, dtype=torch.float64) @ torch.randn(4, 30, generator=g, dtype=torch.float64)
-    C = key_second_moment(K0)                                 # rank 4: a 4-dim null space
+    C = key_second_moment(K0)  # rank 4: a 4-dim null space
     P = null_space_projector(C, 1e-8)
     assert torch.allclose(P @ P, P, atol=TOL) and int(torch.trace(P).round()) == 4
     D = alphaedit_update(W, P, K1, V1, l2=0.5)
-    assert (D @ K0).abs().max() < 1e-9                        # preserved outputs unchanged
+    assert (D @ K0).abs().max() < 1e-9  # preserved outputs unchanged
     # reference: D = X U^T, ridge in null-space coordinates, by lstsq on the stacked system
     lam, U = torch.linalg.eigh(C)
     U0 = U[:, lam < 1e-8]
-    A = torch.cat([U0.T @ K1, 0.5 ** 0.5 * torch.eye(4, dtype=torch.float64)], 1)
+    A = torch.cat([U0.T @ K1, 0.5**0.5 * torch.eye(4, dtype=torch.float64)], 1)
     B = torch.cat([V1 - W @ K1, torch.zeros(5, 4, dtype=torch.float64)], 1)
     X = torch.linalg.lstsq(A.T, B.T).solution.T
     assert torch.allclose(D, X @ U0.T, atol=1e-10, rtol=0)

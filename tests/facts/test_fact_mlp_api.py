@@ -1,5 +1,6 @@
 """Issue 42 item 4: build_fact_mlp with defaults searches the width as `symformer facts build` does, and
 load_fact_mlp reads what `facts build` writes, safely (a crafted pickle runs no code), saying what it holds."""
+
 from __future__ import annotations
 
 import json
@@ -50,9 +51,10 @@ def test_build_without_m_searches_the_width(fs, seed, m):
     assert (mlp.method, mlp.n_facts) == ("bin+jl", 24)
     # the MLP an explicit m gives with the same seed; the widths the search saw fail do not store every fact
     assert _same_weights(mlp, build_fact_mlp(fs.keys, fs.values, fs.facts, m=m, seed=seed))
-    failed = [m - 1] + [32 * 2 ** k for k in range(8) if 32 * 2 ** k < m]
-    assert all(build_fact_mlp(fs.keys, fs.values, fs.facts, m=k, seed=seed, strict=False).accuracy < 1.0
-               for k in failed)
+    failed = [m - 1] + [32 * 2**k for k in range(8) if 32 * 2**k < m]
+    assert all(
+        build_fact_mlp(fs.keys, fs.values, fs.facts, m=k, seed=seed, strict=False).accuracy < 1.0 for k in failed
+    )
 
 
 def test_build_without_m_when_no_width_stores(fs):
@@ -64,7 +66,7 @@ def test_build_without_m_when_no_width_stores(fs):
     with pytest.raises(ValueError, match="max_m: got 0"):
         build_fact_mlp(fs.keys, fs.values, fs.facts, max_m=0)
     with pytest.raises(ValueError, match="^keys: got 'keys that are not of the form e_i - e_j'"):
-        build_fact_mlp(fs.keys, fs.values, fs.facts, "two-hot+jl")   # no width can be built: that error
+        build_fact_mlp(fs.keys, fs.values, fs.facts, "two-hot+jl")  # no width can be built: that error
 
 
 def test_cli_build_and_python_api_agree_and_load(fs, tmp_path, capsys):
@@ -72,14 +74,32 @@ def test_cli_build_and_python_api_agree_and_load(fs, tmp_path, capsys):
     torch.save(fs.values, tmp_path / "V.pt")
     torch.save(fs.facts, tmp_path / "f.pt")
     out = tmp_path / "mlp.pt"
-    assert main(["facts", "build", "--keys", str(tmp_path / "K.pt"), "--values", str(tmp_path / "V.pt"),
-                 "--facts", str(tmp_path / "f.pt"), "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "facts",
+                "build",
+                "--keys",
+                str(tmp_path / "K.pt"),
+                "--values",
+                str(tmp_path / "V.pt"),
+                "--facts",
+                str(tmp_path / "f.pt"),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     api = build_fact_mlp(fs.keys, fs.values, fs.facts)
     saved = load_fact_mlp(out)
     assert isinstance(saved, SavedFactMLP) and _same_weights(saved.mlp, api)
-    assert (saved.method, saved.m, saved.h, saved.d) == ("bin+jl", api.down.m, api.h, 8) == \
-        (printed["method"], printed["m"], printed["h"], printed["d"])
+    assert (
+        (saved.method, saved.m, saved.h, saved.d)
+        == ("bin+jl", api.down.m, api.h, 8)
+        == (printed["method"], printed["m"], printed["h"], printed["d"])
+    )
     assert (saved.n_facts, saved.n_stored, saved.accuracy, saved.params) == (24, 24, 1.0, api.n_params())
     assert torch.equal((saved.mlp(fs.keys) @ fs.values.T).argmax(1), fs.facts)
     assert f"method='bin+jl', m={api.down.m}," in repr(saved) and "n_facts=24" in repr(saved)
@@ -101,18 +121,28 @@ def _files(tmp_path, fs):
     marker = tmp_path / "PWNED"
     good = build_fact_mlp(fs.keys, fs.values, fs.facts, "naive")
     files = {
-        "zipped pickle": (lambda p: torch.save({"config": {}, "state_dict": Evil(marker)}, p),
-                          "would import and call io.open"),
+        "zipped pickle": (
+            lambda p: torch.save({"config": {}, "state_dict": Evil(marker)}, p),
+            "would import and call io.open",
+        ),
         "bare pickle": (lambda p: p.write_bytes(pickle.dumps({"config": Evil(marker)})), "not a torch file"),
         "garbage": (lambda p: p.write_bytes(b"not a file\n"), "not a torch file"),
         "empty": (lambda p: p.write_bytes(b""), "the file is empty"),
         "a tensor": (lambda p: torch.save(torch.zeros(3), p), "a Tensor without 'config' and 'state_dict'"),
-        "other weights": (lambda p: torch.save({"config": {"method": "naive", "activation": "silu", "accuracy": 1.0,
-                                                           "n_facts": 3}, "state_dict": {"w": torch.zeros(2)}}, p),
-                          "its state_dict is not a FactMLP's"),
-        "config and weights disagree": (lambda p: torch.save({"config": {**save_fact_mlp(p, good), "h": 5},
-                                                              "state_dict": good.state_dict()}, p),
-                                        "its config says h=5, its weights have h=24"),
+        "other weights": (
+            lambda p: torch.save(
+                {
+                    "config": {"method": "naive", "activation": "silu", "accuracy": 1.0, "n_facts": 3},
+                    "state_dict": {"w": torch.zeros(2)},
+                },
+                p,
+            ),
+            "its state_dict is not a FactMLP's",
+        ),
+        "config and weights disagree": (
+            lambda p: torch.save({"config": {**save_fact_mlp(p, good), "h": 5}, "state_dict": good.state_dict()}, p),
+            "its config says h=5, its weights have h=24",
+        ),
     }
     return marker, files
 

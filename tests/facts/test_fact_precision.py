@@ -8,6 +8,7 @@ margin is above 2 e must decode to the same value, and the bfloat16 accuracy may
 the share of keys within 2 e (zero for the analytic constructions here, whose margins are a third of the scores;
 gradient-descent MLPs leave a few keys within it, and are left out for time).
 """
+
 from __future__ import annotations
 
 import copy
@@ -20,8 +21,13 @@ from symformer.facts.capacity import BuildOptions
 from symformer.models import FactRecallConfig, FactRecallTransformer, swap_fact_mlp
 
 BF16 = torch.bfloat16
-METHODS = [("bin+jl", {"m": 96}), ("bin+jl-sign", {"m": 96}), ("cd+jl", {"m": 96}), ("lagrangian+jl", {"m": 96}),
-           ("naive", {})]
+METHODS = [
+    ("bin+jl", {"m": 96}),
+    ("bin+jl-sign", {"m": 96}),
+    ("cd+jl", {"m": 96}),
+    ("lagrangian+jl", {"m": 96}),
+    ("naive", {}),
+]
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
 """`symformer facts build|rho`, gradchecks of the hand-written modules, registration of experiment/bench."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,22 @@ def test_cli_build_npy_and_pt(tmp_path, capsys):
     torch.save(fs.values, tmp_path / "V.pt")
     np.save(tmp_path / "f.npy", fs.facts.numpy())
     out = tmp_path / "mlp.pt"
-    rc = main(["facts", "build", "--keys", str(tmp_path / "K.npy"), "--values", str(tmp_path / "V.pt"),
-               "--facts", str(tmp_path / "f.npy"), "--method", "bin+jl", "--out", str(out)])
+    rc = main(
+        [
+            "facts",
+            "build",
+            "--keys",
+            str(tmp_path / "K.npy"),
+            "--values",
+            str(tmp_path / "V.pt"),
+            "--facts",
+            str(tmp_path / "f.npy"),
+            "--method",
+            "bin+jl",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     info = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert info["accuracy"] == 1.0 and info["params"] > 0 and out.is_file()
@@ -49,10 +64,32 @@ def test_cli_errors(tmp_path, capsys):
     cases = [
         (["facts", "build", "--keys", str(tmp_path / "K.txt"), "--values", str(tmp_path / "K.npy")], "--keys"),
         (["facts", "build", "--keys", str(tmp_path / "K.npy"), "--values", str(tmp_path / "V5.npy")], "width"),
-        (["facts", "build", "--keys", str(tmp_path / "K.npy"), "--values", str(tmp_path / "K.npy"),
-          "--facts", str(tmp_path / "f.json")], "two values"),
-        (["facts", "build", "--keys", str(tmp_path / "K.npy"), "--values", str(tmp_path / "K.npy"),
-          "--method", "magic"], "--method"),
+        (
+            [
+                "facts",
+                "build",
+                "--keys",
+                str(tmp_path / "K.npy"),
+                "--values",
+                str(tmp_path / "K.npy"),
+                "--facts",
+                str(tmp_path / "f.json"),
+            ],
+            "two values",
+        ),
+        (
+            [
+                "facts",
+                "build",
+                "--keys",
+                str(tmp_path / "K.npy"),
+                "--values",
+                str(tmp_path / "K.npy"),
+                "--method",
+                "magic",
+            ],
+            "--method",
+        ),
         (["facts", "rho", "--values", str(tmp_path / "missing.npy")], "--values"),
     ]
     for argv, needle in cases:
@@ -61,8 +98,10 @@ def test_cli_errors(tmp_path, capsys):
         assert needle in err, (argv, err)
 
 
-@pytest.mark.parametrize("gated,act,m,bias", [(True, "silu", 2, True), (False, "relu", None, True),
-                                              (False, "silu", 3, False), (True, "silu_prime", 2, False)])
+@pytest.mark.parametrize(
+    "gated,act,m,bias",
+    [(True, "silu", 2, True), (False, "relu", None, True), (False, "silu", 3, False), (True, "silu_prime", 2, False)],
+)
 def test_gradcheck_fact_mlp(gated, act, m, bias):
     torch.manual_seed(0)
     mlp = FactMLP(3, 6, activation=act, gated=gated, bias=bias, m=m, code_bias=bias, out_bias=bias)
@@ -75,6 +114,7 @@ def test_gradcheck_fact_mlp(gated, act, m, bias):
 
     def f(*ps):
         return torch.func.functional_call(mlp, {n: p for (n, _), p in zip(mlp.named_parameters(), ps)}, (x,))
+
     assert torch.autograd.gradcheck(f, tuple(p.detach().clone().requires_grad_() for p in params))
 
 
@@ -99,5 +139,6 @@ def test_fact_mlp_bad_input():
 def test_registered():
     from symformer.benchmarks import load_all as load_bench
     from symformer.experiments import load_all as load_exp
+
     assert "facts" in load_exp().names()
     assert "facts" in load_bench().names()

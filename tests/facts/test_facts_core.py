@@ -1,4 +1,5 @@
 """Embeddings, whitening fold-back, the MLP module, decodability (vs cvxpy) and the constructions."""
+
 from __future__ import annotations
 
 import pytest
@@ -59,7 +60,7 @@ def test_embeddings_sphere_and_kappa():
     y = set_condition_number(x, 50.0)
     assert abs(condition_number(y) - 50.0) < 1e-9
     sx, sy = torch.linalg.svd(x, full_matrices=False), torch.linalg.svd(y, full_matrices=False)
-    assert abs(float(sx.S[0] - sy.S[0])) < 1e-12            # largest singular value preserved
+    assert abs(float(sx.S[0] - sy.S[0])) < 1e-12  # largest singular value preserved
     assert torch.allclose(sx.Vh.abs(), sy.Vh.abs(), atol=1e-10)  # singular vectors kept
     with pytest.raises(ValueError, match="kappa"):
         sample_embeddings(10, 3, kappa=0.5)
@@ -74,7 +75,7 @@ def test_whitening_partial_and_fold_back():
     xw = x @ W1
     assert torch.allclose(xw.T @ xw / 200, torch.eye(6, dtype=torch.float64), atol=1e-10)
     Wh = whitening_matrix(x, 0.5, ridge=0.0)
-    assert torch.allclose(Wh @ Wh, W1, atol=1e-10)           # W_alpha = W_zca^alpha
+    assert torch.allclose(Wh @ Wh, W1, atol=1e-10)  # W_alpha = W_zca^alpha
     assert torch.allclose(whitening_matrix(x, 0.0), torch.eye(6, dtype=torch.float64), atol=1e-14)
     # an MLP built on whitened embeddings, folded back, gives the same scores on raw embeddings
     K, V = x[:40], x[40:80]
@@ -116,7 +117,7 @@ def test_validate_fact_set_errors():
     Kd = torch.cat([K[:3], K[:1]])
     with pytest.raises(ValueError, match="duplicating"):
         validate_fact_set(Kd, V, torch.tensor([0, 1, 2, 3]))
-    validate_fact_set(Kd, V, torch.tensor([0, 1, 2, 0]))      # duplicate key, same target: fine
+    validate_fact_set(Kd, V, torch.tensor([0, 1, 2, 0]))  # duplicate key, same target: fine
     with pytest.raises(TypeError, match="facts"):
         validate_fact_set(K, V, [0, 1, 2, 3])
     with pytest.raises(ValueError, match="two values"):
@@ -128,6 +129,7 @@ def test_validate_fact_set_errors():
 def test_rho_matches_cvxpy(n, d, kappa):
     pytest.importorskip("cvxpy")
     from symformer.facts.decodability import rho_reference_cvxpy
+
     V = sample_embeddings(n, d, kind="gaussian" if kappa == 1.0 and d == 4 else "sphere", kappa=kappa, seed=n)
     info = decodability(V)
     ref = rho_reference_cvxpy(V)
@@ -141,7 +143,7 @@ def test_rho_certificate_and_direction(small):
     fs, info = small
     V = fs.values
     for i in (0, 17, 63):
-        X = V[i] - torch.cat([V[:i], V[i + 1:]])
+        X = V[i] - torch.cat([V[:i], V[i + 1 :]])
         X = X / X.norm(dim=1, keepdim=True)
         assert abs(float((X @ info.U[i]).min()) - float(info.rho_i[i])) < 1e-12
         assert abs(float(info.U[i].norm()) - 1) < 1e-12
@@ -198,8 +200,9 @@ def test_rho_bad_input():
 
 def test_rho_not_converged_names_anchors(monkeypatch):
     import importlib
+
     mod = importlib.import_module("symformer.facts.decodability")
-    monkeypatch.setattr(mod, "GAP_TOL", -1.0)       # nothing can be certified: the error must name the anchors
+    monkeypatch.setattr(mod, "GAP_TOL", -1.0)  # nothing can be certified: the error must name the anchors
     with pytest.raises(mod.DecodabilityNotConverged, match=r"anchor\(s\) 0 \(gap"):
         decodability(sample_embeddings(6, 3, seed=1))
 
@@ -227,9 +230,9 @@ def test_gadget_requirements():
     fs = make_fact_set(64, 16, seed=1)
     codes = torch.randn(64, 3, dtype=torch.float64)
     with pytest.raises(ValueError, match="h_tilde"):
-        solve_gadgets(fs.keys, codes, 3)                     # 16 * 3 < 64
+        solve_gadgets(fs.keys, codes, 3)  # 16 * 3 < 64
     Kr = fs.keys.clone()
-    Kr[:, -1] = 0.0                                          # rank-deficient keys
+    Kr[:, -1] = 0.0  # rank-deficient keys
     with pytest.raises(ValueError, match="general position"):
         solve_gadgets(Kr, codes, 4)
     with pytest.raises(ValueError, match="targets"):
@@ -245,8 +248,9 @@ def test_central_difference_and_lagrangian(small):
     assert not cd.gated and float((cd_codes - codes).abs().max()) < 1e-6 * float(codes.abs().max())
     # E = [1/(2 eps), -1/(2 eps)] (the printed eps^{-1/2} is a typo)
     ht = cd.h // (2 * codes.shape[1])
-    assert torch.allclose(cd.down.e.view(codes.shape[1], 2, ht)[:, 0],
-                          torch.full((1,), 0.5 / cd.eps, dtype=torch.float64))
+    assert torch.allclose(
+        cd.down.e.view(codes.shape[1], 2, ht)[:, 0], torch.full((1,), 0.5 / cd.eps, dtype=torch.float64)
+    )
     lg = relu_lagrangian_encoder(fs.keys, codes)
     assert lg.activation == "relu" and not lg.gated
     with torch.no_grad():
@@ -272,14 +276,23 @@ def test_jl_decoder_sign_and_gd(small):
     fs, info = small
     assert decodes(jl_decoder(fs.values, 96, seed=1, info=info), fs.values) == 1.0
     s = jl_decoder(fs.values, 96, kind="sign", seed=1, info=info)
-    assert set(torch.unique(s.D * 96 ** 0.5).round().tolist()) <= {-1.0, 1.0}
+    assert set(torch.unique(s.D * 96**0.5).round().tolist()) <= {-1.0, 1.0}
     assert decodes(gd_decoder(fs.values, 8, steps=300), fs.values) == 1.0
 
 
-@pytest.mark.parametrize("method,kw", [("bin+jl", {"m": 96}), ("bin-bias+jl", {"m": 96}),
-                                       ("bin+jl-sign", {"m": 96}), ("cd+jl", {"m": 96}),
-                                       ("lagrangian+jl", {"m": 96}), ("bin+gd", {"m": 8}),
-                                       ("naive", {}), ("ntk-mo", {"h": 16384})])
+@pytest.mark.parametrize(
+    "method,kw",
+    [
+        ("bin+jl", {"m": 96}),
+        ("bin-bias+jl", {"m": 96}),
+        ("bin+jl-sign", {"m": 96}),
+        ("cd+jl", {"m": 96}),
+        ("lagrangian+jl", {"m": 96}),
+        ("bin+gd", {"m": 8}),
+        ("naive", {}),
+        ("ntk-mo", {"h": 16384}),
+    ],
+)
 def test_constructions_store_all(small, method, kw):
     fs, info = small
     opts = BuildOptions(decoder_steps=300)
@@ -306,7 +319,7 @@ def test_build_bad_input(small):
     fs, info = small
     with pytest.raises(ValueError, match="method"):
         build_fact_mlp(fs.keys, fs.values, fs.facts, "bogus", m=4)
-    with pytest.raises(ValueError, match="max_m: got 0"):   # m=None searches m <= max_m (test_fact_mlp_api.py)
+    with pytest.raises(ValueError, match="max_m: got 0"):  # m=None searches m <= max_m (test_fact_mlp_api.py)
         build_fact_mlp(fs.keys, fs.values, fs.facts, "bin+jl", max_m=0)
     with pytest.raises(ValueError, match="h"):
         build_fact_mlp(fs.keys, fs.values, fs.facts, "ntk")
@@ -351,15 +364,16 @@ def test_ntk_blocks_and_evaluation_batches_change_nothing(small, monkeypatch):
     rounding, same accuracy."""
     from symformer.facts import baselines
     from symformer.facts import mlp as mlp_mod
+
     fs, _ = small
     ref = baselines.ntk_mlp(fs.keys, fs.values, fs.facts, 512, seed=3)  # one block: NTK_BLOCK // 512 >= 64 rows
     K, Y = fs.keys.double(), fs.values.double()[fs.facts]
     W_gate, P = ref.gate.weight.double(), ref.down.weight.double()
     one_shot = (baselines.hermite(K @ W_gate.T, 2) * (Y @ P)).T @ K / 512
     torch.testing.assert_close(ref.up.weight.double(), one_shot, rtol=1e-12, atol=1e-15)
-    monkeypatch.setattr(baselines, "NTK_BLOCK", 512 * 5)          # 5 rows per block, the last one short
+    monkeypatch.setattr(baselines, "NTK_BLOCK", 512 * 5)  # 5 rows per block, the last one short
     blocked = baselines.ntk_mlp(fs.keys, fs.values, fs.facts, 512, seed=3)
     torch.testing.assert_close(blocked.up.weight, ref.up.weight, rtol=1e-12, atol=1e-15)
     acc = fact_accuracy(ref, fs.keys, fs.values, fs.facts)
-    monkeypatch.setattr(mlp_mod, "MAX_ACTIVATIONS", 512 * 3)      # batches of 3 keys
+    monkeypatch.setattr(mlp_mod, "MAX_ACTIVATIONS", 512 * 3)  # batches of 3 keys
     assert fact_accuracy(ref, fs.keys, fs.values, fs.facts) == acc and 0 < acc < 1

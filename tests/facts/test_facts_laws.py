@@ -1,4 +1,5 @@
 """Helpers of the `facts` experiment's rho-size, coherence and whitening rows (issue #11)."""
+
 from __future__ import annotations
 
 import math
@@ -14,7 +15,7 @@ from symformer.stats import loglog, r2
 
 def test_loglog_recovers_a_power_law():
     rho = [0.05, 0.1, 0.2, 0.4, 0.8]
-    size = [3.0 * r ** -1.5 for r in rho]
+    size = [3.0 * r**-1.5 for r in rho]
     fit, slope = loglog(rho, size)
     assert fit == pytest.approx(1.0, abs=1e-12) and slope == pytest.approx(-1.5, abs=1e-12)
     noisy = [s * (1.3 if i % 2 else 0.7) for i, s in enumerate(size)]
@@ -41,6 +42,7 @@ def test_claim_rows_carry_their_setting():
 
 def test_sentence_like_embeddings_condition_number():
     from symformer.facts.embeddings import condition_number
+
     x = sentence_like_embeddings(200, 24, seed=0)
     assert math.isclose(condition_number(x - x.mean(0)), 15.0, rel_tol=1e-9)
     with pytest.raises(ValueError, match="kappa"):
@@ -50,6 +52,7 @@ def test_sentence_like_embeddings_condition_number():
 def test_ntk_search_reports_the_cap_not_a_bare_none(monkeypatch):
     """Issue #11 item 4: where no h up to the cap stores every fact, the row says so and why."""
     from symformer.experiments import facts_laws as laws
+
     monkeypatch.setattr(laws, "NTK_H_CAP", 4096)
     fs = make_fact_set(64, 16, kappa=30.0, seed=13)
     res = laws.ntk_search(fs, decodability(fs.values), "ntk", quick=True)
@@ -61,9 +64,12 @@ def test_ntk_search_reports_the_cap_not_a_bare_none(monkeypatch):
 
 def test_ntk_gain_rows_exact_lower_bound_and_none():
     from symformer.experiments.facts_laws import claims_ntk
-    rows = [{"kappa": 1.0, "gain": 1.5, "gain_kind": "exact", "reason": None},
-            {"kappa": 10.0, "gain": 2.5, "gain_kind": "lower bound", "reason": "ntk: no h <= 8 stores every fact"},
-            {"kappa": 30.0, "gain": None, "gain_kind": "none", "reason": "ntk: ...; ntk-mo: ..."}]
+
+    rows = [
+        {"kappa": 1.0, "gain": 1.5, "gain_kind": "exact", "reason": None},
+        {"kappa": 10.0, "gain": 2.5, "gain_kind": "lower bound", "reason": "ntk: no h <= 8 stores every fact"},
+        {"kappa": 30.0, "gain": None, "gain_kind": "none", "reason": "ntk: ...; ntk-mo: ..."},
+    ]
     metrics = {}
     (claim,) = claims_ntk(rows, metrics, 16, 64)
     assert metrics["ntk_mo_gain_max"] == 2.5 and metrics["ntk_mo_gain_kind"][10.0] == "lower bound"

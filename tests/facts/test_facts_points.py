@@ -1,6 +1,7 @@
 """The `facts` experiment as recorded, resumable jobs (experiments/facts_runs.py): every point of parts (a)-(f)
 is a job whose record a --resume call reuses, and whose result depends neither on the global random stream nor
 on the process that runs it."""
+
 from __future__ import annotations
 
 import json
@@ -45,8 +46,10 @@ def test_a_point_ignores_the_global_stream():
 
 def _tiny_plan() -> dict:
     q = dict(quick=True, seed=0)
-    return {"b": [(Job("b_tiny", R.scaling_point, dict(d=16, F=32, method="bin+jl", n_seeds=1, **q)), 2.0)],
-            "d": [(Job("d_tiny", R.whiten_point, dict(d=8, kappa=100.0, **q)), 1.0)]}
+    return {
+        "b": [(Job("b_tiny", R.scaling_point, dict(d=16, F=32, method="bin+jl", n_seeds=1, **q)), 2.0)],
+        "d": [(Job("d_tiny", R.whiten_point, dict(d=8, kappa=100.0, **q)), 1.0)],
+    }
 
 
 def test_points_are_recorded_and_reused_on_resume(tmp_path):
@@ -54,7 +57,9 @@ def test_points_are_recorded_and_reused_on_resume(tmp_path):
     stats: dict = {}
     first = E._run_points(ctx, _tiny_plan(), stats)
     assert stats == {"reused": 0, "ran": 2} and sorted(p.name for p in (tmp_path / "runs").glob("*.json")) == [
-        "b_tiny.json", "d_tiny.json"]
+        "b_tiny.json",
+        "d_tiny.json",
+    ]
     ctx.resume, stats = True, {}
     again = E._run_points(ctx, _tiny_plan(), stats)
     assert stats == {"reused": 2, "ran": 0}
@@ -76,6 +81,7 @@ def test_a_search_killed_midway_resumes_from_its_work_dir(tmp_path, monkeypatch)
     uninterrupted one, and no training checkpoint is left once an evaluation is remembered."""
     from symformer.facts import capacity
     from symformer.facts.embeddings import make_fact_set
+
     fss = [make_fact_set(32, 16, seed=s) for s in range(2)]
     opts = capacity.BuildOptions(train_epochs=300, train_lr=1e-2)
     whole = capacity.method_capacity("gd-swiglu", fss, 2, 8, max_size=64, options=opts)
@@ -109,8 +115,15 @@ def test_a_search_killed_midway_resumes_from_its_work_dir(tmp_path, monkeypatch)
     capacity.method_capacity("gd-swiglu", other, 2, 8, max_size=64, options=opts, work_dir=tmp_path)
     assert len(calls) > 0 and len(list(tmp_path.glob("gd-swiglu_*_evaluations.json"))) == 2
     calls.clear()
-    capacity.method_capacity("gd-swiglu", fss, 2, 8, max_size=64, options=capacity.BuildOptions(train_epochs=200,
-                             train_lr=1e-2), work_dir=tmp_path)
+    capacity.method_capacity(
+        "gd-swiglu",
+        fss,
+        2,
+        8,
+        max_size=64,
+        options=capacity.BuildOptions(train_epochs=200, train_lr=1e-2),
+        work_dir=tmp_path,
+    )
     assert len(calls) > 0
 
 
@@ -119,6 +132,7 @@ def test_a_bad_work_dir_is_refused_before_any_work(tmp_path, monkeypatch):
     naming it), each before any model is built."""
     from symformer.facts import capacity
     from symformer.facts.embeddings import make_fact_set
+
     fss = [make_fact_set(32, 16, seed=0)]
     monkeypatch.setattr(capacity, "build_fact_mlp", lambda *a, **kw: pytest.fail("built a model"))
     with pytest.raises(TypeError, match=r"^work_dir: got 'int', expected a folder path"):

@@ -1,4 +1,5 @@
 """Issue 45: the full `facts` plan at the paper's protocol, the paper-form rows and the recorded-cost metrics."""
+
 from __future__ import annotations
 
 import json
@@ -22,6 +23,7 @@ def test_full_plan_whitens_at_beta_quarter_and_quick_keeps_4d():
     assert all(j.kwargs["F"] == 4 * j.kwargs["d"] for j, _ in quick)
     assert laws.options(False).decoder_early_stop is False and laws.options(True).decoder_early_stop is True
     from symformer.experiments import load_all
+
     assert load_all().get("facts").protocol == "2"  # --resume refuses a protocol-1 runs folder
 
 
@@ -48,8 +50,9 @@ def test_codec_cache_gives_the_same_mlp_and_is_read(tmp_path, monkeypatch):
     fs = make_fact_set(48, 8, seed=3)
     opts = BuildOptions(decoder_steps=60, encoder_steps=60)
     cached = BuildOptions(**{**vars(opts), "codec_cache": str(tmp_path)})
-    plain = {m: build_fact_mlp(fs.keys, fs.values, fs.facts, m, m=6, strict=False, options=opts)
-             for m in ("gd+gd", "bin+gd")}
+    plain = {
+        m: build_fact_mlp(fs.keys, fs.values, fs.facts, m, m=6, strict=False, options=opts) for m in ("gd+gd", "bin+gd")
+    }
     first = build_fact_mlp(fs.keys, fs.values, fs.facts, "gd+gd", m=6, strict=False, options=cached)
     assert len(list(tmp_path.glob("gd_decoder_*.pt"))) == 1
     monkeypatch.setattr(decoders, "gd_decoder", lambda *a, **k: pytest.fail("rebuilt a cached decoder"))
@@ -74,7 +77,7 @@ def _b(d, F, m, params):
 
 def test_per_d_slopes_row():
     rows = [_b(d, F, "bin+jl", 10 * F) for d, Fs in ((32, (64, 256)), (64, (256, 1024))) for F in Fs]
-    rows += [_b(32, F, "gd-swiglu", F ** 1.5) for F in (64, 256)] + [_b(64, 256, "ntk", 5)]
+    rows += [_b(32, F, "gd-swiglu", F**1.5) for F in (64, 256)] + [_b(64, 256, "ntk", 5)]
     m = {}
     c = E._claim_per_d(m, rows, "ours: x")
     assert m["scaling_exponent_per_d"]["bin+jl"] == {32: pytest.approx(1.0), 64: pytest.approx(1.0)}
@@ -85,13 +88,26 @@ def test_per_d_slopes_row():
 
 
 def _c(fam, k, binjl, gd, lb=None):
-    return {"family": fam, "kappa": k, "bin+jl": binjl, "gd-swiglu": gd, "bin+jl_lower_bound": lb or binjl,
-            "gd-swiglu_lower_bound": gd, "rho": 0.1}
+    return {
+        "family": fam,
+        "kappa": k,
+        "bin+jl": binjl,
+        "gd-swiglu": gd,
+        "bin+jl_lower_bound": lb or binjl,
+        "gd-swiglu_lower_bound": gd,
+        "rho": 0.1,
+    }
 
 
 def test_whitening_gain_in_fig2a_form_pools_the_c_points():
-    rows = [_c("raw", 1.0, 100, 50), _c("whitened", 1.0, 100, 50), _c("raw", 1e4, None, 400, lb=4000),
-            _c("whitened", 1e4, 200, 100), _c("raw", 100.0, 300, 60), _c("offset", 1.0, 100, 50)]
+    rows = [
+        _c("raw", 1.0, 100, 50),
+        _c("whitened", 1.0, 100, 50),
+        _c("raw", 1e4, None, 400, lb=4000),
+        _c("whitened", 1e4, 200, 100),
+        _c("raw", 100.0, 300, 60),
+        _c("offset", 1.0, 100, 50),
+    ]
     m = {}
     (c,) = laws.claims_whiten_pooled(rows, m, 32, 256, 2)
     assert m["whitening_gain_fig2a"] == {1.0: 1.0, 1e4: 20.0}  # kappa 100 has no whitened point
@@ -101,8 +117,10 @@ def test_whitening_gain_in_fig2a_form_pools_the_c_points():
 
 
 def test_rho_size_reports_the_inverse_fit_beside_the_loglog():
-    rows = [{"family": f, "kappa": k, "rho": r, "coherence": 0.5, "bin+jl": 7 / r, "gd-swiglu": 3 / r ** 2}
-            for f, k, r in (("raw", 1, 0.5), ("raw", 10, 0.2), ("whitened", 10, 0.4), ("raw", 100, 0.05))]
+    rows = [
+        {"family": f, "kappa": k, "rho": r, "coherence": 0.5, "bin+jl": 7 / r, "gd-swiglu": 3 / r**2}
+        for f, k, r in (("raw", 1, 0.5), ("raw", 10, 0.2), ("whitened", 10, 0.4), ("raw", 100, 0.05))
+    ]
     m = {}
     cl = laws.claims_rho_size(rows, 32, 256, 2, m)
     assert m["rho_size_inv_r2_constructed"] == pytest.approx(1.0) and m["rho_size_inv_r2_gd"] < 0.99

@@ -4,6 +4,7 @@ Before, ntk_mlp / solve_gadgets / jl_decoder seeded `torch.Generator().manual_se
 d) matrix first, as make_ssfr and make_fact_set do: with equal seeds the "random" features were the data rows
 (ntk_mlp(seed=0) on make_ssfr(seed=0): first features = the keys, storing 9% of F = 1024 facts at h = 4096 where
 seed 1 stored 99.6%)."""
+
 from __future__ import annotations
 
 import pytest
@@ -28,7 +29,7 @@ def _max_row_cosine(a: torch.Tensor, b: torch.Tensor) -> float:
 def test_derived_seeds_differ_by_purpose_and_from_the_plain_seed():
     seeds = {derived_seed(p, s) for p in ("ntk", "gadget", "jl") for s in range(4)}
     assert len(seeds) == 12 and not seeds & set(range(4))
-    assert derived_seed("ntk", 0) == derived_seed("ntk", 0) < 2 ** 63
+    assert derived_seed("ntk", 0) == derived_seed("ntk", 0) < 2**63
     assert torch.equal(torch.randn(3, generator=generator("jl", 5)), torch.randn(3, generator=generator("jl", 5)))
 
 

@@ -1,4 +1,5 @@
 """Tiny config-built Llama-family models (no download) for the integration tests."""
+
 from __future__ import annotations
 
 import torch
@@ -13,10 +14,21 @@ def tiny(family: str = "llama", dtype=torch.float32, seed: int = 0, kv_heads: in
     family's own settings from experiments.hf.FAMILY_MODELS (MoE experts, Gemma 2's cap and window, ...).
     init: weight std (0.2 makes attention move the logits; HF's 0.02 leaves them almost attention-free)."""
     import transformers as tf
+
     conf, cls, extra = FAMILY_MODELS[family]
-    args = dict(vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                num_key_value_heads=kv_heads, max_position_embeddings=128, initializer_range=init,
-                bos_token_id=None, eos_token_id=None, head_dim=8)
+    args = dict(
+        vocab_size=40,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=128,
+        initializer_range=init,
+        bos_token_id=None,
+        eos_token_id=None,
+        head_dim=8,
+    )
     args.update(extra)  # the family's own settings win (MLA: as many key heads as heads), then the test's
     args.update(kw)
     torch.manual_seed(seed)
@@ -26,6 +38,7 @@ def tiny(family: str = "llama", dtype=torch.float32, seed: int = 0, kv_heads: in
 def float64_reference(model):
     """HF runs its rotary table and RMSNorms in float32 for every dtype; exact_float64 makes float64 mean float64."""
     from symformer.integrations.hf import exact_float64
+
     return exact_float64(model)
 
 
@@ -46,10 +59,12 @@ def teleport_in_plain_loop(model, opt, total: int, step: int):
     """A plain training loop of `total` steps on random tokens with HFTeleport (2 teleports from `step`); returns
     the callback, whose log says which teleports ran."""
     from symformer.integrations import hf
+
     model.train()
     data = torch.randint(0, 40, (total, 4, 13), generator=torch.Generator().manual_seed(0))
-    tele = hf.HFTeleport(model, opt, lm_loss, total_steps=total, start_step=step, steps=2, samples=8, alpha=0.3,
-                         state_policy="transform")
+    tele = hf.HFTeleport(
+        model, opt, lm_loss, total_steps=total, start_step=step, steps=2, samples=8, alpha=0.3, state_policy="transform"
+    )
     for i in range(total):
         loss = lm_loss(model, data[i])
         loss.backward()
@@ -61,6 +76,7 @@ def teleport_in_plain_loop(model, opt, total: int, step: int):
 
 def patched(family, positional, dtype, **opts):
     from symformer.integrations import hf
+
     return hf.patch_positional(tiny(family, dtype), positional, **opts)
 
 
@@ -82,8 +98,10 @@ def check_gradient_action(model, norms: bool) -> None:
     pred = group.grad_action(g, {id(p): gr for p, gr in zip(params, g0, strict=True)})
     group.apply(model, g)
     g1 = torch.autograd.grad(lm_loss(model, x), params)
-    err = max(((pred[id(p)] - gr).abs().max() / gr.abs().max().clamp_min(1e-30)).item()
-              for p, gr in zip(params, g1, strict=True))
+    err = max(
+        ((pred[id(p)] - gr).abs().max() / gr.abs().max().clamp_min(1e-30)).item()
+        for p, gr in zip(params, g1, strict=True)
+    )
     assert err <= 1e-8
     group.apply(model, group.inverse(g))
     assert max(((p - o).abs().max() / o.abs().max()).item() for p, o in zip(params, orig, strict=True)) <= 1e-12

@@ -1,5 +1,6 @@
 """symformer.integrations.hf: attention cores through AttentionInterface, rotary parts patched into Llama-family
 models (parity with the native RoPE), options, masks, save/load and bad input. Models are built from configs."""
+
 from __future__ import annotations
 
 import math
@@ -36,7 +37,7 @@ def test_rope_parity_float32_gqa(family):
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("positional", ["rope", "string", "espr"])
 def test_rope_like_parity_float64(family, positional):
-    """"rope", STRING with P = I (init_scale 0: cayley(0) = I, T3.1) and ESPR at its commuting init all equal the
+    """ "rope", STRING with P = I (init_scale 0: cayley(0) = I, T3.1) and ESPR at its commuting init all equal the
     model's native RoPE; the reference computes HF's cos/sin table in float64 (HF's own is float32). Where the
     model rotates part of each head (GPT-NeoX here) ESPR is refused by name (test_partial_rotary_...)."""
     x = ids(n=24)
@@ -80,10 +81,19 @@ def test_cores_run_and_train_in_every_layer_of_every_family(family, attention):
     they run."""
     hf.register()
     window = r"^attention_mask: got .*sliding window"
-    refusals = {"gemma2": r"^attn_logit_softcapping: got 5\.0", "gemma3_text": window, "olmo3": window,
-                "exaone4": window, "cohere2": window, "cohere2_moe": window, "gpt_oss": r"^s_aux: got",
-                "vaultgemma": r"^attn_logit_softcapping: got 50\.0", "exaone_moe": window, "cwm": window,
-                "afmoe": window}
+    refusals = {
+        "gemma2": r"^attn_logit_softcapping: got 5\.0",
+        "gemma3_text": window,
+        "olmo3": window,
+        "exaone4": window,
+        "cohere2": window,
+        "cohere2_moe": window,
+        "gpt_oss": r"^s_aux: got",
+        "vaultgemma": r"^attn_logit_softcapping: got 50\.0",
+        "exaone_moe": window,
+        "cwm": window,
+        "afmoe": window,
+    }
     sliding = ("gemma3_text", "olmo3", "exaone4", "cohere2", "cohere2_moe", "exaone_moe", "cwm", "afmoe")
     kw = {"sliding_window": 64} if family in sliding else {}
     if family in refusals:
@@ -184,6 +194,7 @@ def test_register_without_transformers_names_the_extra(monkeypatch):
 
 def test_register_adds_both_names():
     import transformers
+
     hf.register()
     mapping = transformers.AttentionInterface._global_mapping
     assert {"symformer_favor", "symformer_plash"} <= set(mapping)
@@ -203,33 +214,47 @@ def test_patched_parameters_train_and_round_trip(tmp_path):
     model.eval()
     model.save_pretrained(tmp_path)
     import transformers
+
     for loaded in (type(model).from_pretrained(tmp_path), hf.from_pretrained(transformers.LlamaForCausalLM, tmp_path)):
-        assert torch.equal(loaded.model.layers[1].self_attn.rotary.skew_param,
-                           model.model.layers[1].self_attn.rotary.skew_param)
+        assert torch.equal(
+            loaded.model.layers[1].self_attn.rotary.skew_param, model.model.layers[1].self_attn.rotary.skew_param
+        )
         assert (_logits(loaded.eval(), x) - _logits(model, x)).abs().max().item() == 0.0
 
 
 RELOAD_PARTS = [("rope", {}), ("string", {"init_scale": 0.1}), ("circulant_string", {}), ("espr", {"init_scale": 0.1})]
 
 
-@pytest.mark.parametrize("family,positional,opts", [
-    (f, p, o) for f in ("llama", "qwen3", "gemma", "gemma3_text", "olmo2", "phi3", "gpt_neox", "gpt_oss")
-    for p, o in RELOAD_PARTS
-    if not (f == "gpt_neox" and p == "espr")])  # GPT-NeoX rotates part of each head: ESPR is refused there
+@pytest.mark.parametrize(
+    "family,positional,opts",
+    [
+        (f, p, o)
+        for f in ("llama", "qwen3", "gemma", "gemma3_text", "olmo2", "phi3", "gpt_neox", "gpt_oss")
+        for p, o in RELOAD_PARTS
+        if not (f == "gpt_neox" and p == "espr")
+    ],
+)  # GPT-NeoX rotates part of each head: ESPR is refused there
 def test_every_part_reloads_from_a_saved_folder(tmp_path, family, positional, opts):
     """from_pretrained builds the patched model on the meta device first: the parts' construction-time value
     checks (ESPR's skew generators) must not read values there (they did: 'item() on meta tensors'), and GPT-OSS's
     YaRN magnitude must be read there too (it was lost: the meta table was skipped whole)."""
     import transformers
+
     model = _patched(family, positional, torch.float32, **opts)
     with torch.no_grad():
         for p in attention_modules(model)[1].rotary.parameters():
             p.add_(0.01 * torch.randn_like(p))  # trained values, not the init, must come back
     model.save_pretrained(tmp_path)
-    cls = {"llama": transformers.LlamaForCausalLM, "qwen3": transformers.Qwen3ForCausalLM,
-           "gemma": transformers.GemmaForCausalLM, "gemma3_text": transformers.Gemma3ForCausalLM,
-           "olmo2": transformers.Olmo2ForCausalLM, "phi3": transformers.Phi3ForCausalLM,
-           "gpt_neox": transformers.GPTNeoXForCausalLM, "gpt_oss": transformers.GptOssForCausalLM}[family]
+    cls = {
+        "llama": transformers.LlamaForCausalLM,
+        "qwen3": transformers.Qwen3ForCausalLM,
+        "gemma": transformers.GemmaForCausalLM,
+        "gemma3_text": transformers.Gemma3ForCausalLM,
+        "olmo2": transformers.Olmo2ForCausalLM,
+        "phi3": transformers.Phi3ForCausalLM,
+        "gpt_neox": transformers.GPTNeoXForCausalLM,
+        "gpt_oss": transformers.GptOssForCausalLM,
+    }[family]
     loaded = hf.from_pretrained(cls, tmp_path).eval()
     x = ids()
     assert (_logits(loaded, x) - _logits(model.eval(), x)).abs().max().item() == 0.0
@@ -248,6 +273,7 @@ def test_other_parts_train_with_gqa(positional):
 
 def test_patch_bad_input():
     import transformers
+
     gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=20))
     with pytest.raises(ValueError, match=r"GPT2LMHeadModel.*llama.*mistral.*qwen2"):
         hf.patch_positional(gpt2, "rope")
@@ -277,11 +303,26 @@ def test_generation_with_cache():
     # Gemma 2 / 3, OLMo 3, EXAONE 4: a sliding window of 6 over 14 tokens; Phi-3, GPT-NeoX: fused qkv (NeoX:
     # layer_past); SmolLM3, EXAONE 4, Cohere 2: a NoPE layer left unpatched; Cohere, ERNIE 4.5: interleaved pairs;
     # Ministral 3: its query scaling grows past position 8 while decoding
-    for family in ("llama", "gemma", "gemma2", "gemma3_text", "olmo2", "olmo3", "phi3", "gpt_neox", "smollm3",
-                   "exaone4", "cohere", "cohere2", "ernie4_5", "ministral3"):
+    for family in (
+        "llama",
+        "gemma",
+        "gemma2",
+        "gemma3_text",
+        "olmo2",
+        "olmo3",
+        "phi3",
+        "gpt_neox",
+        "smollm3",
+        "exaone4",
+        "cohere",
+        "cohere2",
+        "ernie4_5",
+        "ministral3",
+    ):
         native = tiny(family).generate(x, max_new_tokens=6, do_sample=False)
-        assert torch.equal(_patched(family, "rope", torch.float32).generate(x, max_new_tokens=6, do_sample=False),
-                           native)
+        assert torch.equal(
+            _patched(family, "rope", torch.float32).generate(x, max_new_tokens=6, do_sample=False), native
+        )
     hf.register()
     favor = hf.configure(tiny("mistral"), "favor", n_features=32)
     assert favor.generate(x, max_new_tokens=3, do_sample=False).shape == (2, 11)
@@ -310,8 +351,13 @@ def test_partial_rotary_parts_equal_the_native_partial_rope(positional):
 def test_length_dependent_rope_scaling_is_refused():
     """Phi-3's 128k variants use longrope, whose cos/sin carry a magnitude factor (attention_scaling != 1) and whose
     table switches with the sequence length: refused by name, not patched as a pure rotation."""
-    rope = {"rope_type": "longrope", "rope_theta": 1e4, "short_factor": [1.0] * 4, "long_factor": [2.0] * 4,
-            "partial_rotary_factor": 1.0}
+    rope = {
+        "rope_type": "longrope",
+        "rope_theta": 1e4,
+        "short_factor": [1.0] * 4,
+        "long_factor": [2.0] * 4,
+        "partial_rotary_factor": 1.0,
+    }
     model = tiny("phi3", rope_parameters=rope, max_position_embeddings=8192, original_max_position_embeddings=4096)
     with pytest.raises(ValueError, match=r"^config\.rope_parameters: got \"rope_type='longrope' \(attention_scaling="):
         hf.patch_positional(model, "rope")
@@ -329,8 +375,9 @@ def test_yarn_parts_equal_the_native_yarn_rope(family, positional):
     x = ids(n=24)
     ref = _logits(float64_reference(tiny(family, torch.float64, rope_parameters=YARN)), x)
     opts = {"init_scale": 0.0} if positional == "string" else {}
-    model = float64_reference(hf.patch_positional(tiny(family, torch.float64, rope_parameters=YARN), positional,
-                                                  **opts))
+    model = float64_reference(
+        hf.patch_positional(tiny(family, torch.float64, rope_parameters=YARN), positional, **opts)
+    )
     attn = attention_modules(model)[0]
     assert abs(attn.rotary_magnitude - (1 + 0.1 * math.log(4.0))) <= 1e-12
     assert (_logits(model, x) - ref).abs().max().item() <= 1e-10
@@ -347,13 +394,15 @@ def test_yarn_with_a_partial_rotary_embedding_is_refused():
         hf.patch_positional(tiny("gpt_neox", rope_parameters=rope), "rope")
 
 
-@pytest.mark.parametrize("family,positional,module", [("ministral3", "espr", "hf_positional"),
-                                                      ("mistral4", "rope", "hf_mla")])
+@pytest.mark.parametrize(
+    "family,positional,module", [("ministral3", "espr", "hf_positional"), ("mistral4", "rope", "hf_mla")]
+)
 def test_query_position_scaling_is_kept(monkeypatch, family, positional, module):
     """Ministral 3 (and Mistral Small 4's MLA) multiply their rotated queries by 1 + beta log(1 + floor(position /
     original_max)): the patched forward does too (float64 parity where the tiny config's original_max = 8 makes it
     > 1), and leaving it out moves the logits."""
     import importlib
+
     forward_module = importlib.import_module(f"symformer.integrations.{module}")
     x = ids(n=24)
     ref = _logits(float64_reference(tiny(family, torch.float64)), x)
@@ -368,8 +417,10 @@ def test_query_position_scaling_is_kept(monkeypatch, family, positional, module)
 
 # families whose logits move when every position shifts by the same amount (absolute-position effects); the test
 # below fails for a new family that moves and is not listed here, so its forward gets read before it is added
-ABSOLUTE_POSITION_FAMILIES = {"ministral3": "queries scaled by 1 + beta log(1 + floor(position / original_max))",
-                              "mistral4": "queries scaled as ministral3's"}
+ABSOLUTE_POSITION_FAMILIES = {
+    "ministral3": "queries scaled by 1 + beta log(1 + floor(position / original_max))",
+    "mistral4": "queries scaled as ministral3's",
+}
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -413,12 +464,14 @@ def test_the_patched_forward_passes_position_ids_on_to_the_attention_function(fa
     """HF's forwards hand position_ids to the attention function (its flash-attention path finds packed sequences
     there); the patched forward does the same, for a registered custom function too."""
     import transformers
+
     seen = []
 
     def spy(module, query, key, value, attention_mask, **kwargs):
         seen.append(kwargs.get("position_ids"))
-        return transformers.integrations.sdpa_attention.sdpa_attention_forward(module, query, key, value,
-                                                                               attention_mask, **kwargs)
+        return transformers.integrations.sdpa_attention.sdpa_attention_forward(
+            module, query, key, value, attention_mask, **kwargs
+        )
 
     transformers.AttentionInterface.register("symformer_test_spy", spy)
     model = _patched(family, "rope", torch.float32)

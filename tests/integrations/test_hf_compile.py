@@ -1,5 +1,6 @@
 """torch.compile (CPU, inductor) of the rotary parts and attention cores that the HF integration plugs in: same
 outputs as eager; the graph breaks are printed (run with -s to see them). Slow: inductor compiles C++ kernels."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,11 +10,18 @@ from symformer.attention.favor import FavorAttention
 from symformer.attention.plash import PlashAttention
 from symformer.positional import ESPR, STRING, CirculantSTRING, RoPE
 
-PARTS = {"rope_half": lambda: RoPE(16, pairing="half"), "string": lambda: STRING(16, pairing="half", init_scale=0.1),
-         "circulant_string": lambda: CirculantSTRING(16), "espr": lambda: ESPR(16, init_scale=0.05)}
-CORES = {"favor": lambda: FavorAttention(16, n_features=64), "favor_causal": lambda: FavorAttention(16, n_features=64),
-         "plash": lambda: PlashAttention(16, n_heads=2, d_model=32, M=4, D_k=16, mixer_heads=2),
-         "plash_causal": lambda: PlashAttention(16, n_heads=2, d_model=32, M=4, D_k=16, mixer_heads=2, causal_block=8)}
+PARTS = {
+    "rope_half": lambda: RoPE(16, pairing="half"),
+    "string": lambda: STRING(16, pairing="half", init_scale=0.1),
+    "circulant_string": lambda: CirculantSTRING(16),
+    "espr": lambda: ESPR(16, init_scale=0.05),
+}
+CORES = {
+    "favor": lambda: FavorAttention(16, n_features=64),
+    "favor_causal": lambda: FavorAttention(16, n_features=64),
+    "plash": lambda: PlashAttention(16, n_heads=2, d_model=32, M=4, D_k=16, mixer_heads=2),
+    "plash_causal": lambda: PlashAttention(16, n_heads=2, d_model=32, M=4, D_k=16, mixer_heads=2, causal_block=8),
+}
 
 
 def _graph_breaks(fn, *args, **kw) -> list[str]:

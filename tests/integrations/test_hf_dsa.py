@@ -1,6 +1,7 @@
 """DeepSeek sparse attention (DSA: DeepSeek-V3.2, GLM-5): MLA whose queries each read only the top-k keys chosen by an
 indexer with its own projections and its own (native) RoPE. The shared family tests run these models with
 index_topk 64, where every key is chosen; here index_topk is 6, so sequences of 24 tokens attend sparsely."""
+
 from __future__ import annotations
 
 import pytest
@@ -25,8 +26,11 @@ def _sparse(family, dtype=torch.float64, **kw):
 def _selections(model, x) -> list[torch.Tensor]:
     """The top-k indices of every layer that runs an indexer (GLM-5's shared layers reuse the previous one's)."""
     out: list[torch.Tensor] = []
-    hooks = [a.indexer.register_forward_hook(lambda mod, args, res: out.append(res))
-             for a in attention_modules(model) if a.indexer is not None]
+    hooks = [
+        a.indexer.register_forward_hook(lambda mod, args, res: out.append(res))
+        for a in attention_modules(model)
+        if a.indexer is not None
+    ]
     try:
         logits(model, x)
     finally:
@@ -102,8 +106,10 @@ def test_gradient_action_and_norms_with_a_sparse_selection(family, positional):
     """The gradient action, the inverse and the closed-form candidate norms (tests/integrations/_hf_models.py) on 8
     tokens with top 6: the selection is a no_grad choice the group leaves unchanged."""
     model = _sparse(family, **DENSE_MLP)
-    check_gradient_action(float64_reference(model if positional is None else
-                                            hf.patch_positional(model, positional, init_scale=0.05)), False)
+    check_gradient_action(
+        float64_reference(model if positional is None else hf.patch_positional(model, positional, init_scale=0.05)),
+        False,
+    )
 
 
 @pytest.mark.parametrize("family", DSA)

@@ -1,5 +1,6 @@
 """symformer.integrations.hf.exact_float64: HF's float32 paths (rotary tables, norms, rotations, the eager softmax)
 computed in the input dtype, so that the float64 checks of the other HF tests measure float64 errors."""
+
 from __future__ import annotations
 
 import inspect
@@ -28,8 +29,9 @@ def test_exact_float64_norms_compute_in_float64(family):
     formula to rounding, and the untouched ones do not."""
     norm = tiny(family, torch.float64).model.norm
     with torch.no_grad():
-        norm.weight.copy_(torch.randn(norm.weight.shape, generator=torch.Generator().manual_seed(0),
-                                      dtype=torch.float64))
+        norm.weight.copy_(
+            torch.randn(norm.weight.shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+        )
     x = torch.randn(3, 32, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
     w = norm.weight.detach() + (1.0 if family == "gemma" else 0.0)
     eps = getattr(norm, "variance_epsilon", getattr(norm, "eps", None))
@@ -126,24 +128,42 @@ def _float32_ops(model, x) -> tuple[set, set]:
     indexer (DeepSeek-V3.2, GLM-5) counts as outside, like the MoE routers: HF scores its discrete top-k choice of
     keys in float32 (and keeps its weights_proj in float32), and exact_float64 leaves it so."""
     from torch.utils._python_dispatch import TorchDispatchMode
+
     inside = [0]
-    watched = [m for m in model.modules() if m in attention_modules(model) or "Norm" in type(m).__name__
-               or "Rotary" in type(m).__name__ or "Table" in type(m).__name__]
-    hooks = [h for m in watched for h in (m.register_forward_pre_hook(lambda *a: inside.__setitem__(0, inside[0] + 1)),
-                                           m.register_forward_hook(lambda *a: inside.__setitem__(0, inside[0] - 1)))]
+    watched = [
+        m
+        for m in model.modules()
+        if m in attention_modules(model)
+        or "Norm" in type(m).__name__
+        or "Rotary" in type(m).__name__
+        or "Table" in type(m).__name__
+    ]
+    hooks = [
+        h
+        for m in watched
+        for h in (
+            m.register_forward_pre_hook(lambda *a: inside.__setitem__(0, inside[0] + 1)),
+            m.register_forward_hook(lambda *a: inside.__setitem__(0, inside[0] - 1)),
+        )
+    ]
     # DSA's indexers, and Qwen3-Next's Gated DeltaNet layers (linear attention, left as they are: HF's chunked delta
     # rule casts to float32 whatever the dtype; their gated norm is computed in float64 all the same)
     indexers = [m for m in model.modules() if type(m).__name__.endswith(("Indexer", "GatedDeltaNet"))]
     out_of_count = (lambda *a: inside.__setitem__(0, inside[0] - 99), lambda *a: inside.__setitem__(0, inside[0] + 99))
-    hooks += [h for m in indexers for h in (m.register_forward_pre_hook(out_of_count[0]),
-                                            m.register_forward_hook(out_of_count[1]))]
+    hooks += [
+        h
+        for m in indexers
+        for h in (m.register_forward_pre_hook(out_of_count[0]), m.register_forward_hook(out_of_count[1]))
+    ]
     found, found_inside = set(), set()
 
     class Low(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
-            if any(isinstance(o, torch.Tensor) and o.dtype in (torch.float32, torch.float16, torch.bfloat16)
-                   for o in (out if isinstance(out, (tuple, list)) else [out])):
+            if any(
+                isinstance(o, torch.Tensor) and o.dtype in (torch.float32, torch.float16, torch.bfloat16)
+                for o in (out if isinstance(out, (tuple, list)) else [out])
+            ):
                 (found_inside if inside[0] > 0 else found).add(str(func))
             return out
 
@@ -188,6 +208,7 @@ def test_input_dtype_eager_is_hf_eager_in_float32_and_float64_in_float64(family)
     import inspect
 
     from symformer.integrations.hf_exact import input_dtype_eager
+
     model = tiny(family)
     attn = attention_modules(model)[0]
     hf_eager = sys.modules[type(attn).__module__].eager_attention_forward

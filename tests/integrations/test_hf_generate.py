@@ -1,6 +1,7 @@
 """generate() and cached decoding of HF models configured with FAVOR+ / PLASH (hf.configure): the decoding states
 live in a StateCache (integrations.hf_cache); every decoded token's logits equal the full causal forward's (float64,
 grouped-query attention, a left-padded row, a prompt across several PLASH blocks / FAVOR+ chunks)."""
+
 import copy
 
 import pytest
@@ -13,8 +14,10 @@ from tests.integrations._hf_models import tiny  # noqa: E402
 from symformer.integrations import hf  # noqa: E402
 from symformer.integrations.hf_cache import state_cache  # noqa: E402
 
-OPTIONS = {"favor": {"n_features": 16, "chunk_size": 4},
-           "plash": {"M": 4, "D_k": 8, "causal_block": 5, "mixer_heads": 2}}
+OPTIONS = {
+    "favor": {"n_features": 16, "chunk_size": 4},
+    "plash": {"M": 4, "D_k": 8, "causal_block": 5, "mixer_heads": 2},
+}
 PROMPT, NEW = 14, 6
 
 
@@ -47,10 +50,10 @@ def test_generate_and_state_decoding_equal_the_full_forward(family, kind):
         out = model(seq[:, :PROMPT], attention_mask=am[:, :PROMPT], position_ids=pos[:, :PROMPT], cache=cache)
         err = (out.logits - full[:, :PROMPT])[am[:, :PROMPT].bool()].abs().max()
         for t in range(PROMPT, PROMPT + NEW):
-            out = model(seq[:, t:t + 1], attention_mask=am[:, :t + 1], position_ids=pos[:, t:t + 1], cache=cache)
+            out = model(seq[:, t : t + 1], attention_mask=am[:, : t + 1], position_ids=pos[:, t : t + 1], cache=cache)
             err = max(err, (out.logits[:, 0] - full[:, t]).abs().max())
     assert err < 1e-10
-    assert torch.equal(full[:, PROMPT - 1:-1].argmax(-1), seq[:, PROMPT:])  # greedy = the full forward's argmax
+    assert torch.equal(full[:, PROMPT - 1 : -1].argmax(-1), seq[:, PROMPT:])  # greedy = the full forward's argmax
     assert cache.get_seq_length() == PROMPT + NEW and cache.layers[0].nbytes() > 0
 
 
@@ -59,18 +62,28 @@ def test_generate_builds_a_state_cache_and_beam_search_reorders_it(kind):
     """generate() keeps decoding states (not keys); beam search over states equals beam search over a KV cache
     (a user-passed DynamicCache, recomputed exactly from the cached keys), and sampling runs."""
     import transformers as tf
+
     model = _model("llama", kind)
     ids, mask = _batch()
-    res = model.generate(ids, attention_mask=mask, max_new_tokens=3, do_sample=False, pad_token_id=0,
-                         return_dict_in_generate=True)
+    res = model.generate(
+        ids, attention_mask=mask, max_new_tokens=3, do_sample=False, pad_token_id=0, return_dict_in_generate=True
+    )
     cache = getattr(res, "past_key_values", None) or getattr(res, "cache", None)
     assert type(cache.layers[0]).__name__ == "StateLayer"
     twin = copy.deepcopy(model)  # its generate() builds states for itself, not for the original
-    assert torch.equal(twin.generate(ids, attention_mask=mask, max_new_tokens=3, do_sample=False, pad_token_id=0),
-                       res.sequences)
+    assert torch.equal(
+        twin.generate(ids, attention_mask=mask, max_new_tokens=3, do_sample=False, pad_token_id=0), res.sequences
+    )
     beams = model.generate(ids, attention_mask=mask, max_new_tokens=4, num_beams=2, do_sample=False, pad_token_id=0)
-    kv = model.generate(ids, attention_mask=mask, max_new_tokens=4, num_beams=2, do_sample=False, pad_token_id=0,
-                        cache=tf.DynamicCache(config=model.config))
+    kv = model.generate(
+        ids,
+        attention_mask=mask,
+        max_new_tokens=4,
+        num_beams=2,
+        do_sample=False,
+        pad_token_id=0,
+        cache=tf.DynamicCache(config=model.config),
+    )
     assert torch.equal(beams, kv)
     torch.manual_seed(0)
     sampled = model.generate(ids, attention_mask=mask, max_new_tokens=3, do_sample=True, top_k=5, pad_token_id=0)
@@ -99,6 +112,7 @@ def test_cache_of_another_model_or_kind_is_refused():
 
 def test_a_mask_the_cores_cannot_honour_is_refused():
     from symformer.integrations.hf_attention import split_state_mask
+
     window = torch.ones(4, 6, dtype=torch.bool).tril(2) & ~torch.ones(4, 6, dtype=torch.bool).tril(-1)
     with pytest.raises(ValueError, match="^attention_mask: .*sliding window"):
         split_state_mask(window[None, None], 4, 6)
@@ -118,11 +132,12 @@ def test_16bit_model_and_patched_rotary_part_decode_like_the_full_forward(kind):
         with torch.no_grad():
             full = model(ids).logits
             cache = state_cache(model)
-            rows = [model(ids[:, :20], cache=cache).logits] + [model(ids[:, t:t + 1], cache=cache).logits
-                                                                for t in range(20, 24)]
+            rows = [model(ids[:, :20], cache=cache).logits] + [
+                model(ids[:, t : t + 1], cache=cache).logits for t in range(20, 24)
+            ]
         dec = torch.cat(rows, 1)
         assert dec.dtype == dtype
-        eps = {torch.bfloat16: 2.0 ** -7, torch.float16: 2.0 ** -10}.get(dtype)
+        eps = {torch.bfloat16: 2.0**-7, torch.float16: 2.0**-10}.get(dtype)
         tol = 1e-10 if eps is None else 2 * eps * float(full.abs().max())  # the 16-bit layers' own rounding
         assert (dec.double() - full.double()).abs().max() <= tol
 
@@ -130,8 +145,19 @@ def test_16bit_model_and_patched_rotary_part_decode_like_the_full_forward(kind):
 def test_generation_bench_rows_on_a_small_model(monkeypatch):
     """The `generation` suite's row: prefill, round-robin steps and state bytes (a small model; timings unchecked)."""
     from symformer.benchmarks import generation as g
-    monkeypatch.setattr(g, "SPEC", dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                        num_attention_heads=4, num_key_value_heads=4, head_dim=8))
+
+    monkeypatch.setattr(
+        g,
+        "SPEC",
+        dict(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=4,
+            head_dim=8,
+        ),
+    )
     monkeypatch.setattr(g, "FAVOR", dict(n_features=16, chunk_size=16))
     monkeypatch.setattr(g, "PLASH", dict(M=4, D_k=8, width=8, mixer_heads=2, causal_block=16))
     rows = {m: g.measure(g._model(m, 0, 128), m, 40, 2, 0, timed=m != "sdpa") for m in g.METHODS}

@@ -3,6 +3,7 @@ and full-attention layers with an output gate from q_proj); and AFMoE's output g
 symmetry group (a diagonal V/O factor, the gate rows following a head permutation). Only the
 attention layers are patched; the others keep their own caches. The generic family tests (parity, padding, far
 positions, cores, exact_float64) run on all three."""
+
 from __future__ import annotations
 
 import pytest
@@ -62,8 +63,10 @@ def _gated(family, positional=None):
     return model
 
 
-@pytest.mark.parametrize("family,positional", [("qwen3_next", None), ("qwen3_5_text", "string"),
-                                               ("qwen3_5_moe_text", None), ("afmoe", None), ("afmoe", "espr")])
+@pytest.mark.parametrize(
+    "family,positional",
+    [("qwen3_next", None), ("qwen3_5_text", "string"), ("qwen3_5_moe_text", None), ("afmoe", None), ("afmoe", "espr")],
+)
 def test_gated_families_teleport_with_a_diagonal_value_factor(family, positional):
     """sigmoid(g) * (A V D) = (sigmoid(g) * A V) D for diagonal D: a generic element (heads swapped, the gate rows
     with them; random diagonal V/O factors with both signs) keeps the logits; the gradient action, the inverse and
@@ -94,8 +97,9 @@ def test_output_gate_negative_controls(family):
     group = hf.symmetry_group(model)
     saved = [p.detach().clone() for p in group.parameters()]
     g = group.identity()
-    g.vo[0] = g.vo[0] + 0.3 * torch.randn(g.vo[0].shape, generator=torch.Generator().manual_seed(2),
-                                          dtype=torch.float64)  # not diagonal
+    g.vo[0] = g.vo[0] + 0.3 * torch.randn(
+        g.vo[0].shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64
+    )  # not diagonal
     group.apply(model, g)
     with torch.no_grad():
         assert (model(x).logits - ref).abs().max() > 1e-4
@@ -114,8 +118,10 @@ def test_afmoe_reads_its_gate_and_rotates_only_its_local_layers():
     """AFMoE: the gate from its own gate_proj (scaling it moves native and patched alike), and a part in the local
     (sliding) layer only: the global layer is NoPE and keeps no part."""
     x = ids(n=16)
-    native, patched = tiny("afmoe", torch.float64), hf.patch_positional(tiny("afmoe", torch.float64), "string",
-                                                                          init_scale=0.0)
+    native, patched = (
+        tiny("afmoe", torch.float64),
+        hf.patch_positional(tiny("afmoe", torch.float64), "string", init_scale=0.0),
+    )
     assert [hasattr(a, "rotary") for a in attention_modules(patched)] == [True, False]
     for model in (native, patched):
         with torch.no_grad():
@@ -133,9 +139,19 @@ def test_qwen3_5_multimodal_table_in_float64_and_grid_positions_refused():
 
     from symformer.integrations._hf_common import token_positions
     from symformer.integrations.hf_exact import Float64MropeTable
-    cfg = tf.Qwen3_5TextConfig(hidden_size=64, num_attention_heads=4, head_dim=16, num_key_value_heads=2,
-                               rope_parameters={"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 1.0,
-                                                "mrope_section": [3, 3, 2]})
+
+    cfg = tf.Qwen3_5TextConfig(
+        hidden_size=64,
+        num_attention_heads=4,
+        head_dim=16,
+        num_key_value_heads=2,
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": 1e4,
+            "partial_rotary_factor": 1.0,
+            "mrope_section": [3, 3, 2],
+        },
+    )
     hf_table = [m for m in tf.Qwen3_5ForCausalLM(cfg).modules() if type(m).__name__.endswith("RotaryEmbedding")][0]
     gen = torch.Generator().manual_seed(0)
     grid = torch.randint(0, 50, (3, 2, 12), generator=gen)  # three streams that differ, as an image grid's

@@ -2,6 +2,7 @@
 shared rotated key block serves every head, and YaRN's magnitude scales those blocks, not the logit. The generic
 family tests (parity in float64, left padding, far positions, FAVOR+ / PLASH training, exact_float64) run on both
 MLA families too; these add the MLA-specific controls."""
+
 from __future__ import annotations
 
 import math
@@ -88,6 +89,7 @@ def test_decoding_with_the_latent_cache_matches_the_native_model(family):
 
 def test_a_trained_part_reloads_from_a_saved_folder(tmp_path):
     import transformers
+
     model = hf.patch_positional(tiny("deepseek_v3"), "string", init_scale=0.1)
     with torch.no_grad():
         for p in attention_modules(model)[1].rotary.parameters():
@@ -117,14 +119,25 @@ def test_favor_approaches_softmax_with_narrow_values(family):
     the exact softmax falls as the features grow (fixed seeds; T7.4's variance shrinks like 1 / n_features)."""
     x = ids(n=24)
     ref = _first_attention_output(tiny(family, torch.float64, init=0.05), x)
-    errs = [(_first_attention_output(hf.configure(tiny(family, torch.float64, init=0.05), "favor", n_features=n,
-                                                  seed=0), x) - ref).abs().max().item() / ref.abs().max().item()
-            for n in (16, 4096)]
+    errs = [
+        (
+            _first_attention_output(
+                hf.configure(tiny(family, torch.float64, init=0.05), "favor", n_features=n, seed=0), x
+            )
+            - ref
+        )
+        .abs()
+        .max()
+        .item()
+        / ref.abs().max().item()
+        for n in (16, 4096)
+    ]
     assert errs[1] < errs[0] / 4 and errs[1] < 2e-2
 
 
 def test_an_older_mla_layout_is_refused_by_name():
     """transformers releases whose MLA caches expanded keys (no expand_kv) follow another forward: refused."""
+
     class OldMLA(torch.nn.Module):
         kv_a_proj_with_mqa = None
 
@@ -144,8 +157,10 @@ def _model(family, positional=None, **opts):
     return float64_reference(model if positional is None else hf.patch_positional(model, positional, **opts))
 
 
-@pytest.mark.parametrize("family,positional,opts", [
-    (f, p, o) for f in MLA for p, o in ((None, {}), ("string", {"init_scale": 0.3}), ("circulant_string", {}))])
+@pytest.mark.parametrize(
+    "family,positional,opts",
+    [(f, p, o) for f in MLA for p, o in ((None, {}), ("string", {"init_scale": 0.3}), ("circulant_string", {}))],
+)
 def test_logits_invariant_under_a_random_element(family, positional, opts):
     """Two sites per layer: GL(nope) per head on the query / key nope blocks with GL(v) per head on the values and
     output columns, and one element of the rotary's group on the rope blocks, shared by the heads (a single key
@@ -154,8 +169,14 @@ def test_logits_invariant_under_a_random_element(family, positional, opts):
     ref = logits(model, x)
     group = hf.symmetry_group(model, ffn=True)
     nope, rope = group.sites[:2]
-    assert (nope.head_dim, nope.value_dim, nope.n_heads, rope.head_dim, rope.value_dim, rope.n_heads) == (8, 6, 4, 4,
-                                                                                                        0, 1)
+    assert (nope.head_dim, nope.value_dim, nope.n_heads, rope.head_dim, rope.value_dim, rope.n_heads) == (
+        8,
+        6,
+        4,
+        4,
+        0,
+        1,
+    )
     assert rope.qk.kind == {None: "h", "string": "string", "circulant_string": "commutant"}[positional]
     before = [p.detach().clone() for p in group.parameters()]
     group.apply(model, group.random(torch.Generator().manual_seed(1)))
@@ -198,6 +219,7 @@ def test_zhao_ascent_on_mla_whose_values_are_narrower_than_the_nope_blocks():
     """Zhao's ascent builds V/O factors in each site's value group: the tiny config's v_head_dim (6) differs from
     qk_nope_head_dim (8), and the rope site has no values (a head_dim-sized factor there fails on the value rows)."""
     from symformer.teleport import zhao_teleport
+
     model, x = float64_reference(tiny("deepseek_v3", torch.float64)), ids()
     assert (model.config.v_head_dim, model.config.qk_nope_head_dim) == (6, 8)
     group = hf.symmetry_group(model)

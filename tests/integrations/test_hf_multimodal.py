@@ -1,6 +1,7 @@
 """Vision-language models whose language model is of a supported family (Gemma 3's Gemma3ForConditionalGeneration,
 LLaVA over Llama): the family is read from config.get_text_config(); the rotary parts, FAVOR+ / PLASH and the group act
 on the language model's attention layers only, and the vision tower keeps its own attention."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,10 +14,20 @@ from tests.integrations._hf_models import float64_reference, ids, logits  # noqa
 from symformer.integrations import hf  # noqa: E402
 from symformer.integrations._hf_common import attention_modules, model_family  # noqa: E402
 
-_TEXT = dict(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-             num_key_value_heads=2, head_dim=8, max_position_embeddings=128, initializer_range=0.2)
-_VISION = dict(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=28,
-               patch_size=14)
+_TEXT = dict(
+    vocab_size=300,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    max_position_embeddings=128,
+    initializer_range=0.2,
+)
+_VISION = dict(
+    hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, image_size=28, patch_size=14
+)
 
 
 def _model(kind: str, dtype=torch.float64, seed: int = 0, **text):
@@ -31,16 +42,29 @@ def _model(kind: str, dtype=torch.float64, seed: int = 0, **text):
 
 def _build(kind: str, seed: int, **text):
     import transformers as tf
+
     torch.manual_seed(seed)
     if kind == "gemma3":  # a sliding layer (base 1e4) and a full layer (base 1e6), window covering 24 tokens
-        cfg = tf.Gemma3Config(text_config={**_TEXT, "layer_types": ["sliding_attention", "full_attention"],
-                                           "sliding_window": 64, "query_pre_attn_scalar": 12, **text},
-                              vision_config=_VISION, mm_tokens_per_image=4, image_token_index=299,
-                              boi_token_index=297, eoi_token_index=298)
+        cfg = tf.Gemma3Config(
+            text_config={
+                **_TEXT,
+                "layer_types": ["sliding_attention", "full_attention"],
+                "sliding_window": 64,
+                "query_pre_attn_scalar": 12,
+                **text,
+            },
+            vision_config=_VISION,
+            mm_tokens_per_image=4,
+            image_token_index=299,
+            boi_token_index=297,
+            eoi_token_index=298,
+        )
         return tf.Gemma3ForConditionalGeneration(cfg)
-    cfg = tf.LlavaConfig(text_config={"model_type": "llama", **_TEXT, **text},
-                         vision_config={"model_type": "clip_vision_model", **_VISION, "projection_dim": 16},
-                         image_token_index=299)
+    cfg = tf.LlavaConfig(
+        text_config={"model_type": "llama", **_TEXT, **text},
+        vision_config={"model_type": "clip_vision_model", **_VISION, "projection_dim": 16},
+        image_token_index=299,
+    )
     return tf.LlavaForConditionalGeneration(cfg)
 
 
@@ -79,6 +103,7 @@ def test_group_invariance_and_favor_on_the_language_model_only(kind):
 
 def test_patched_multimodal_model_saves_and_reloads(tmp_path):
     from transformers import Gemma3ForConditionalGeneration
+
     x = ids(n=24, vocab=290)
     model = hf.patch_positional(_model("gemma3"), "string", init_scale=0.3)
     model.save_pretrained(tmp_path)

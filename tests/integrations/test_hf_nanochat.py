@@ -2,6 +2,7 @@
 head AFTER the rotation with parameter-free RMSNorms. The parts start from the negated frequencies and apply the
 norms where HF does; the group leaves W_Q / W_K alone (rms(U q) != rms(q) for a scaling U) and keeps GL(d_h) on V/O,
 head permutations. The generic family tests (parity, padding, far positions, cores, exact_float64) run on it too."""
+
 from __future__ import annotations
 
 import pytest
@@ -43,8 +44,9 @@ def test_the_norms_come_after_the_rotation(monkeypatch):
     assert (after - before).abs().max().item() > 1e-3
 
 
-@pytest.mark.parametrize("positional,opts", [(None, {}), ("string", {"init_scale": 0.3}),
-                                             ("espr", {"init_scale": 0.05})])
+@pytest.mark.parametrize(
+    "positional,opts", [(None, {}), ("string", {"init_scale": 0.3}), ("espr", {"init_scale": 0.05})]
+)
 def test_logits_invariant_under_a_random_element(positional, opts):
     model, x = _model(positional, **opts), ids(n=24)
     ref = logits(model, x)
@@ -58,6 +60,7 @@ def test_a_scaling_on_the_projections_breaks_the_logits():
     RoPE model's logits, but the parameter-free norms after the rotation see |U q| != |q|, so the logits move."""
     from symformer.positional import RoPE
     from symformer.teleport.qk_groups import qk_group_for
+
     model, x = _model(), ids(n=24)
     ref = logits(model, x)
     u = qk_group_for(RoPE(8), 8).random((1,), torch.Generator().manual_seed(2))[0]

@@ -2,6 +2,7 @@
 the heads). The patch applies them where HF does; the group scales the norm weights by any positive d per coordinate
 (the logits see only w_q * w_k) and moves no W_Q / W_K. The generic family tests (parity, padding, far positions,
 cores, exact_float64) run on both Hunyuan families too."""
+
 from __future__ import annotations
 
 import pytest
@@ -57,6 +58,7 @@ def test_an_h_factor_on_the_projections_breaks_the_logits():
     here the norms sit between U and the logit (rms(U q) != rms(q), w * U q != U (w * q)), so the logits move."""
     from symformer.positional import RoPE
     from symformer.teleport.qk_groups import qk_group_for
+
     model, x = _model("hunyuan_v1_dense"), ids(n=24)
     ref = logits(model, x)
     u = qk_group_for(RoPE(8), 8).random((1,), torch.Generator().manual_seed(2))[0]

@@ -2,6 +2,7 @@
 attention (experiments.precision_checks.hf_base_model scales what feeds the rotation), Llama, Qwen3, GPT-NeoX
 (partial rotary) and DeepSeek-V2 (MLA); built as from_pretrained(dtype=...) builds them, loaded from a local save
 with dtype=, or cast with .to(); and a cached decode that hands the part exact int64 positions."""
+
 from __future__ import annotations
 
 import copy
@@ -35,6 +36,7 @@ def _case(family: str, dtype: torch.dtype):
 
 def _pretrained(base, dtype, positional, folder):
     from symformer.integrations import hf
+
     model = copy.deepcopy(base)
     if positional is not None:
         hf.patch_positional(model, positional)
@@ -47,6 +49,7 @@ def _pretrained(base, dtype, positional, folder):
 @pytest.mark.parametrize("family", HF_PRECISION_FAMILIES)
 def test_patched_as_accurate_as_native(family, dtype, route, tmp_path):
     from symformer.integrations import hf
+
     base, x, ref = _case(family, dtype)
     if route == "pretrained":
         native, patched = (_pretrained(base, dtype, p, tmp_path / str(p)) for p in (None, "rope"))
@@ -63,6 +66,7 @@ def test_string_from_pretrained_keeps_float32_parameters(tmp_path):
     base, x, ref = _case("llama", torch.bfloat16)
     model = _pretrained(base, torch.bfloat16, "string", tmp_path)
     from symformer.integrations import hf
+
     for part in hf.rotary_parts(model):
         assert part.skew_param.dtype == torch.float32 and part.rope.beta.dtype == torch.float32
     assert logit_err(model, x, ref) <= 1.5 * logit_err(hf_route_model(base, torch.bfloat16, "config"), x, ref)
@@ -72,6 +76,7 @@ def test_patching_a_model_already_cast_takes_float32_frequencies():
     """A model cast to bfloat16 before the patch has a rounded inv_freq (transformers issue 29496): the part takes
     HF's float32 recomputation instead."""
     from symformer.integrations import hf
+
     base, _, _ = _case("llama", torch.bfloat16)
     exact = base.model.rotary_emb.inv_freq.clone()
     model = copy.deepcopy(base).to(torch.bfloat16)
@@ -86,6 +91,7 @@ def test_cached_decode_keeps_positions_exact():
     the exact int64 positions (bfloat16 would hand it 2016 for 2017), and the decoded logits are as accurate as the
     native model's."""
     from symformer.integrations import hf
+
     dtype, prefill = torch.bfloat16, N_TOKENS - 32
     base, x, ref = _case("llama", dtype)
     seen = []
@@ -97,7 +103,7 @@ def test_cached_decode_keeps_positions_exact():
             out = model(x[:, :prefill], use_cache=True)
             cache, steps = out.past_key_values, []
             for i in range(prefill, N_TOKENS):
-                out = model(x[:, i:i + 1], past_key_values=cache, use_cache=True)
+                out = model(x[:, i : i + 1], past_key_values=cache, use_cache=True)
                 cache = out.past_key_values
                 steps.append(out.logits[:, -1].double())
         errs.append(float((torch.stack(steps, 1) - ref[:, prefill:]).pow(2).mean().sqrt()))
@@ -109,6 +115,7 @@ def test_cached_decode_keeps_positions_exact():
 
 def test_token_positions_dtypes():
     from symformer.integrations._hf_common import token_positions
+
     q16, q64 = torch.zeros(1, 1, 3, 8, dtype=torch.bfloat16), torch.zeros(1, 1, 3, 8, dtype=torch.float64)
     ids = torch.tensor([[255, 256, 257]])
     p = token_positions(ids, None, None, q16)

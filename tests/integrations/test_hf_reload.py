@@ -2,6 +2,7 @@
 its options and every core's buffers and parameters come back, alone and with a patched positional part, in float32
 (logits exactly equal) and with dtype=torch.bfloat16 (the FAVOR+ features stay a float32 master), and the reloaded
 model still generates with its state cache."""
+
 import copy
 
 import pytest
@@ -15,8 +16,10 @@ from symformer.attention.favor import FavorAttention  # noqa: E402
 from symformer.attention.plash import PlashAttention  # noqa: E402
 from symformer.integrations import hf  # noqa: E402
 
-OPTIONS = {"favor": {"n_features": 16, "chunk_size": 4, "seed": 2},
-           "plash": {"M": 4, "D_k": 8, "causal_block": 5, "mixer_heads": 2}}
+OPTIONS = {
+    "favor": {"n_features": 16, "chunk_size": 4, "seed": 2},
+    "plash": {"M": 4, "D_k": 8, "causal_block": 5, "mixer_heads": 2},
+}
 
 
 def _cores(model):
@@ -50,6 +53,7 @@ def _saved(tmp_path, kind, positional):
 @pytest.mark.parametrize("kind", ["favor", "plash"])
 def test_pretrained_favor_plash_reload_exactly(tmp_path, kind, positional):
     import transformers
+
     model = _saved(tmp_path, kind, positional)
     x = ids(n=12)
     for loaded in (hf.from_pretrained(transformers.LlamaForCausalLM, tmp_path), type(model).from_pretrained(tmp_path)):
@@ -75,6 +79,7 @@ def test_pretrained_favor_plash_reload_in_bfloat16(tmp_path, kind, positional):
     float32 masters. The original's `.to(bfloat16)` also rounds the model's rotary inv_freq (from_pretrained keeps
     it float32, as HF computes it), so the reference gets its float32 table back."""
     import transformers
+
     model = _saved(tmp_path, kind, positional)
     ref = copy.deepcopy(model).to(torch.bfloat16)
     ref.model.rotary_emb.inv_freq = model.model.rotary_emb.inv_freq.clone()
@@ -94,10 +99,13 @@ def test_pretrained_attn_implementation_argument(tmp_path):
     """The recorded implementation may be named (it raised for PLASH); another symformer one is refused; a
     transformers one wins and drops the record, so the model is a plain one."""
     import transformers
+
     _saved(tmp_path, "plash", None)
     cls = transformers.LlamaForCausalLM
-    assert hf.from_pretrained(cls, tmp_path, attn_implementation="symformer_plash").config._attn_implementation \
+    assert (
+        hf.from_pretrained(cls, tmp_path, attn_implementation="symformer_plash").config._attn_implementation
         == "symformer_plash"
+    )
     with pytest.raises(ValueError, match=r"^attn_implementation: got 'symformer_favor', expected 'symformer_plash'"):
         hf.from_pretrained(cls, tmp_path, attn_implementation="symformer_favor")
     plain = hf.from_pretrained(cls, tmp_path, attn_implementation="eager")
@@ -109,6 +117,7 @@ def test_pretrained_favor_built_on_first_use_reloads(tmp_path):
     """A model built with attn_implementation="symformer_favor" and never configured records the cores it builds on
     first use, so hf.from_pretrained rebuilds them and loads their (redrawn) features."""
     import transformers
+
     model = tiny("llama", attn_implementation="symformer_favor", symformer_attention={"n_features": 16})
     x = ids(n=12)
     logits(model, x)
@@ -128,8 +137,11 @@ def test_configure_builds_cores_in_the_models_mode():
 @pytest.mark.parametrize("kind", ["favor", "plash"])
 def test_favor_plash_cores_build_on_the_meta_device(kind):
     """from_pretrained builds models on the meta device: the seeded draws run on the CPU and move there."""
-    make = (lambda: FavorAttention(8, n_features=16, seed=3)) if kind == "favor" else \
-        (lambda: PlashAttention(8, n_heads=4, M=4, D_k=8, mixer_heads=2, seed=3))
+    make = (
+        (lambda: FavorAttention(8, n_features=16, seed=3))
+        if kind == "favor"
+        else (lambda: PlashAttention(8, n_heads=4, M=4, D_k=8, mixer_heads=2, seed=3))
+    )
     with torch.device("meta"):
         meta = make()
     cpu = make()

@@ -1,5 +1,6 @@
 """Teleportation on HF Llama-family models: the GQA symmetry group (U shared by the query heads of one key head),
 float64 invariance, the closed-form gradient action against autograd and brute force, and a plain-loop callback."""
+
 from __future__ import annotations
 
 import pytest
@@ -21,23 +22,52 @@ from symformer.integrations import hf  # noqa: E402
 from symformer.integrations._hf_common import attention_modules, fused_qkv, out_proj, qk_norms  # noqa: E402
 from symformer.teleport import GroupElement, symmetry_group  # noqa: E402
 
-CASES = [("llama", None, {}), ("llama", "rope", {}), ("mistral", "string", {"init_scale": 0.3}),
-         ("qwen2", "espr", {"init_scale": 0.05}), ("llama", "circulant_string", {}), ("gemma", None, {}),
-         ("gemma", "string", {"init_scale": 0.3}), ("mixtral", None, {}), ("gemma2", "espr", {"init_scale": 0.05}),
-         ("phi3", None, {}), ("phi3", "string", {"init_scale": 0.3}), ("gpt_neox", None, {}),
-         ("gpt_neox", "string", {"init_scale": 0.3}), ("olmo", None, {}), ("granite", None, {}),
-         ("smollm3", "string", {"init_scale": 0.3}), ("seed_oss", None, {}),
-         ("stablelm", "string", {"init_scale": 0.3}), ("starcoder2", None, {}), ("phi", "string", {"init_scale": 0.3}),
-         ("arcee", None, {}), ("qwen2_moe", "espr", {"init_scale": 0.05}), ("phimoe", None, {}),
-         ("granitemoe", None, {}), ("glm", "string", {"init_scale": 0.3}), ("glm4", None, {}), ("cohere", None, {}),
-         ("cohere2", "string", {"init_scale": 0.3}), ("cohere2_moe", None, {}),
-         ("ernie4_5", "string", {"init_scale": 0.3}), ("ernie4_5_moe", None, {}), ("gpt_oss", None, {}),
-         ("gpt_oss", "string", {"init_scale": 0.3}), ("helium", "string", {"init_scale": 0.3}),
-         ("ministral", None, {}), ("vaultgemma", "espr", {"init_scale": 0.05}),
-         ("nemotron", "string", {"init_scale": 0.3}), ("hyperclovax", None, {}), ("jais2", None, {}),
-         ("solar_open", None, {}), ("glm4_moe", "string", {"init_scale": 0.3}),
-         ("granitemoeshared", None, {}), ("ministral3", "string", {"init_scale": 0.3}),
-         ("cwm", "string", {"init_scale": 0.3})]
+CASES = [
+    ("llama", None, {}),
+    ("llama", "rope", {}),
+    ("mistral", "string", {"init_scale": 0.3}),
+    ("qwen2", "espr", {"init_scale": 0.05}),
+    ("llama", "circulant_string", {}),
+    ("gemma", None, {}),
+    ("gemma", "string", {"init_scale": 0.3}),
+    ("mixtral", None, {}),
+    ("gemma2", "espr", {"init_scale": 0.05}),
+    ("phi3", None, {}),
+    ("phi3", "string", {"init_scale": 0.3}),
+    ("gpt_neox", None, {}),
+    ("gpt_neox", "string", {"init_scale": 0.3}),
+    ("olmo", None, {}),
+    ("granite", None, {}),
+    ("smollm3", "string", {"init_scale": 0.3}),
+    ("seed_oss", None, {}),
+    ("stablelm", "string", {"init_scale": 0.3}),
+    ("starcoder2", None, {}),
+    ("phi", "string", {"init_scale": 0.3}),
+    ("arcee", None, {}),
+    ("qwen2_moe", "espr", {"init_scale": 0.05}),
+    ("phimoe", None, {}),
+    ("granitemoe", None, {}),
+    ("glm", "string", {"init_scale": 0.3}),
+    ("glm4", None, {}),
+    ("cohere", None, {}),
+    ("cohere2", "string", {"init_scale": 0.3}),
+    ("cohere2_moe", None, {}),
+    ("ernie4_5", "string", {"init_scale": 0.3}),
+    ("ernie4_5_moe", None, {}),
+    ("gpt_oss", None, {}),
+    ("gpt_oss", "string", {"init_scale": 0.3}),
+    ("helium", "string", {"init_scale": 0.3}),
+    ("ministral", None, {}),
+    ("vaultgemma", "espr", {"init_scale": 0.05}),
+    ("nemotron", "string", {"init_scale": 0.3}),
+    ("hyperclovax", None, {}),
+    ("jais2", None, {}),
+    ("solar_open", None, {}),
+    ("glm4_moe", "string", {"init_scale": 0.3}),
+    ("granitemoeshared", None, {}),
+    ("ministral3", "string", {"init_scale": 0.3}),
+    ("cwm", "string", {"init_scale": 0.3}),
+]
 
 
 def _model(family, positional, opts, kv_heads=2):
@@ -46,14 +76,29 @@ def _model(family, positional, opts, kv_heads=2):
     return float64_reference(model)  # float64 norms and rotary table: invariance is then read at float64 rounding
 
 
-QWEN3 = [("qwen3", None, {}), ("qwen3", "string", {"init_scale": 0.3}), ("qwen3", "espr", {"init_scale": 0.05}),
-         ("qwen3_moe", None, {}), ("gemma3_text", None, {}), ("gemma3_text", "string", {"init_scale": 0.3}),
-         ("olmo2", None, {}), ("olmo2", "string", {"init_scale": 0.3}), ("olmo3", "espr", {"init_scale": 0.05}),
-         ("olmoe", None, {}), ("exaone4", None, {}), ("exaone4", "string", {"init_scale": 0.3}), ("apertus", None, {}),
-         ("flex_olmo", None, {}), ("minimax_m2", "string", {"init_scale": 0.3}), ("exaone_moe", None, {}),
-         ("exaone_moe", "string", {"init_scale": 0.3}), ("dots1", None, {}),
-         ("apertus1p5_text", "string", {"init_scale": 0.3}), ("lfm2", None, {}),
-         ("lfm2", "string", {"init_scale": 0.3})]
+QWEN3 = [
+    ("qwen3", None, {}),
+    ("qwen3", "string", {"init_scale": 0.3}),
+    ("qwen3", "espr", {"init_scale": 0.05}),
+    ("qwen3_moe", None, {}),
+    ("gemma3_text", None, {}),
+    ("gemma3_text", "string", {"init_scale": 0.3}),
+    ("olmo2", None, {}),
+    ("olmo2", "string", {"init_scale": 0.3}),
+    ("olmo3", "espr", {"init_scale": 0.05}),
+    ("olmoe", None, {}),
+    ("exaone4", None, {}),
+    ("exaone4", "string", {"init_scale": 0.3}),
+    ("apertus", None, {}),
+    ("flex_olmo", None, {}),
+    ("minimax_m2", "string", {"init_scale": 0.3}),
+    ("exaone_moe", None, {}),
+    ("exaone_moe", "string", {"init_scale": 0.3}),
+    ("dots1", None, {}),
+    ("apertus1p5_text", "string", {"init_scale": 0.3}),
+    ("lfm2", None, {}),
+    ("lfm2", "string", {"init_scale": 0.3}),
+]
 
 
 def _qwen3(positional=None, opts=None, seed=5, family="qwen3"):
@@ -116,20 +161,53 @@ def test_teleport_symmetry_group_dispatches_and_refuses_approximate_cores():
         hf.symmetry_group(model)
 
 
-@pytest.mark.parametrize("family,positional", [("llama", None), ("llama", "espr"), ("qwen3", None), ("gemma", None),
-                                               ("mixtral", None), ("qwen3_moe", None), ("gemma2", None),
-                                               ("gemma3_text", None), ("olmo2", None), ("olmoe", None),
-                                               ("phi3", None), ("gpt_neox", None), ("smollm3", None),
-                                               ("exaone4", None), ("phi", None), ("granite", None),
-                                               ("qwen2_moe", None), ("apertus", None), ("glm", None),
-                                               ("cohere", None), ("cohere2_moe", None), ("ernie4_5_moe", None),
-                                               ("gpt_oss", "string"), ("helium", None), ("nemotron", None),
-                                               ("solar_open", None), ("flex_olmo", None), ("minimax_m2", None),
-                                               ("glm4_moe", None), ("ministral3", None), ("deepseek_v2", None),
-                                               ("deepseek_v3", None), ("glm4_moe_lite", "string"),
-                                               ("longcat_flash", None), ("hy_v3", None), ("kolibri1", None),
-                                               ("mistral4", "string"), ("minicpm3", None), ("dots1", None),
-                                               ("cwm", None), ("apertus1p5_text", None), ("lfm2", None)])
+@pytest.mark.parametrize(
+    "family,positional",
+    [
+        ("llama", None),
+        ("llama", "espr"),
+        ("qwen3", None),
+        ("gemma", None),
+        ("mixtral", None),
+        ("qwen3_moe", None),
+        ("gemma2", None),
+        ("gemma3_text", None),
+        ("olmo2", None),
+        ("olmoe", None),
+        ("phi3", None),
+        ("gpt_neox", None),
+        ("smollm3", None),
+        ("exaone4", None),
+        ("phi", None),
+        ("granite", None),
+        ("qwen2_moe", None),
+        ("apertus", None),
+        ("glm", None),
+        ("cohere", None),
+        ("cohere2_moe", None),
+        ("ernie4_5_moe", None),
+        ("gpt_oss", "string"),
+        ("helium", None),
+        ("nemotron", None),
+        ("solar_open", None),
+        ("flex_olmo", None),
+        ("minimax_m2", None),
+        ("glm4_moe", None),
+        ("ministral3", None),
+        ("deepseek_v2", None),
+        ("deepseek_v3", None),
+        ("glm4_moe_lite", "string"),
+        ("longcat_flash", None),
+        ("hy_v3", None),
+        ("kolibri1", None),
+        ("mistral4", "string"),
+        ("minicpm3", None),
+        ("dots1", None),
+        ("cwm", None),
+        ("apertus1p5_text", None),
+        ("lfm2", None),
+    ],
+)
 def test_gradient_action_and_norms_match_autograd(family, positional):
     """grad L(g theta) from autograd equals grad_action(g, grad L(theta)); the inverse undoes g; closed-form
     candidate norms equal the brute-force ones (apply, backward, restore), GQA, the gated-MLP rescaling and
@@ -208,6 +286,7 @@ def test_qwen3_teleports_in_ateleport_in_plain_loop():
 
 def test_qwen3_zhao_ascent_moves_the_norm_weights_and_keeps_the_loss():
     from symformer.teleport import zhao_teleport
+
     model, x = _qwen3(), ids()
     group = hf.symmetry_group(model)
     w0 = model.model.layers[0].self_attn.q_norm.weight.detach().clone()
@@ -249,12 +328,13 @@ def test_moe_experts_are_rescaled_per_expert_and_the_rescaling_can_fail():
         ref = model(x).logits
         before = experts.gate_up_proj.detach().clone()
         g = group.identity()
-        g.experts[0] = torch.exp(0.5 * torch.randn(group.experts[0].shape, generator=torch.Generator().manual_seed(0),
-                                                   dtype=torch.float64))
+        g.experts[0] = torch.exp(
+            0.5 * torch.randn(group.experts[0].shape, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+        )
         group.apply(model, g)
         assert (experts.gate_up_proj - before).abs().max() > 1e-3
         assert (model(x).logits - ref).abs().max() <= 1e-10 * ref.abs().max()
-        experts.gate_up_proj[:, :group.experts[0].shape[1]] *= 1.5  # the gate rows (the first I of 2 I)
+        experts.gate_up_proj[:, : group.experts[0].shape[1]] *= 1.5  # the gate rows (the first I of 2 I)
         assert (model(x).logits - ref).abs().max() > 1e-4
 
 
@@ -311,6 +391,7 @@ def test_phi3_fused_projections_are_acted_on_through_their_row_blocks():
     fused weight once. A qkv bias (added here; Phi-3 has none) moves with its rows: invariance, the gradient action
     against autograd and the closed-form norms against brute force."""
     from torch import nn
+
     model = _model("phi3", None, {})
     gen = torch.Generator().manual_seed(0)
     for layer in model.model.layers:

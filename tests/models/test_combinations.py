@@ -1,4 +1,5 @@
 """Forward and backward of every registered combination of parts at tiny sizes."""
+
 import itertools
 
 import pytest
@@ -21,12 +22,14 @@ def _backward_ok(model, out):
 @pytest.mark.parametrize("positional,attention,mlp", COMBOS)
 def test_vit_2d(positional, attention, mlp):
     torch.manual_seed(0)
-    cfg = TransformerConfig(d_model=16, n_heads=2, n_layers=1, positional=positional, attention=attention,
-                            mlp=mlp, coord_dim=2, max_len=8)
+    cfg = TransformerConfig(
+        d_model=16, n_heads=2, n_layers=1, positional=positional, attention=attention, mlp=mlp, coord_dim=2, max_len=8
+    )
     m = ViTClassifier(cfg, token_dim=4, n_classes=3)
     if mlp == "fact":  # an empty fact slot refuses to run: fill it with a (frozen) fact MLP of the model width
         from symformer.facts import FactMLP
         from symformer.models import swap_fact_mlp
+
         swap_fact_mlp(m, FactMLP(16, 8, dtype=torch.float32))
     pos = torch.stack(torch.meshgrid(torch.arange(3.0), torch.arange(3.0), indexing="ij"), -1).reshape(9, 2)
     out = m(torch.randn(2, 9, 4), pos)
@@ -37,8 +40,9 @@ def test_vit_2d(positional, attention, mlp):
 @pytest.mark.parametrize("positional,attention", list(itertools.product(POSITIONAL.names(), ATTENTION.names())))
 def test_causal_lm(positional, attention):
     torch.manual_seed(0)
-    cfg = TransformerConfig(d_model=16, n_heads=2, n_layers=1, positional=positional, attention=attention,
-                            norm="rms", max_len=16)
+    cfg = TransformerConfig(
+        d_model=16, n_heads=2, n_layers=1, positional=positional, attention=attention, norm="rms", max_len=16
+    )
     m = CausalLM(cfg, vocab_size=11)
     idx = torch.randint(0, 11, (2, 7))
     core = m.encoder.blocks[0].attn.core
@@ -59,8 +63,9 @@ def test_causal_lm(positional, attention):
 @pytest.mark.parametrize("positional,attention", list(itertools.product(POSITIONAL.names(), ATTENTION.names())))
 def test_forecaster(positional, attention):
     torch.manual_seed(0)
-    cfg = TransformerConfig(d_model=16, n_heads=2, n_layers=1, positional=positional, attention=attention,
-                            prenorm=False, max_len=64)
+    cfg = TransformerConfig(
+        d_model=16, n_heads=2, n_layers=1, positional=positional, attention=attention, prenorm=False, max_len=64
+    )
     m = Forecaster(cfg, n_vars=3, seq_len=12, label_len=6, pred_len=4)
     out = m(torch.randn(2, 12, 3), torch.randn(2, 12, 4), torch.randn(2, 10, 4))
     assert out.shape == (2, 4, 3)
@@ -84,6 +89,7 @@ def test_rope_pairing_exposed():
 
 def test_naive_matches_sdpa():
     from symformer.attention import NaiveAttention, SoftmaxAttention
+
     q, k, v = (torch.randn(2, 3, 5, 8, dtype=torch.float64) for _ in range(3))
     for causal in (False, True):
         a = SoftmaxAttention()(q, k, v, is_causal=causal)
@@ -96,6 +102,7 @@ def test_every_layer_draws_its_own_random_structure(attention, buffer):
     """Each layer's FAVOR+ features / PLASH hashes come from its own seed, drawn from the global generator: layers
     differ, the same torch.manual_seed rebuilds the same model, another seed another one; an explicit
     attention_kwargs seed is kept in every layer."""
+
     def cores(run_seed, **kw):
         torch.manual_seed(run_seed)
         cfg = TransformerConfig(d_model=32, n_heads=2, n_layers=2, attention=attention, attention_kwargs=kw)

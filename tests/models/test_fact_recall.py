@@ -1,4 +1,5 @@
 """SSFR task and the fact-recall transformer (fact-storing-mlps.txt Sec. 5.1, App. A.2)."""
+
 import pytest
 import torch
 
@@ -69,8 +70,9 @@ def test_mlp_fact_composes_in_the_generic_encoder():
 def test_switches_change_the_parameters():
     t = make_ssfr(16, 8, seed=0)
     paper = FactRecallTransformer(FactRecallConfig(t.vocab_size, 8), t.embeddings)
-    vanilla = FactRecallTransformer(FactRecallConfig(t.vocab_size, 8, tied=False, residual=True,
-                                                     frozen_norm=False, identity_vo=False), t.embeddings)
+    vanilla = FactRecallTransformer(
+        FactRecallConfig(t.vocab_size, 8, tied=False, residual=True, frozen_norm=False, identity_vo=False), t.embeddings
+    )
     names = {n for n, p in paper.named_parameters() if p.requires_grad}
     assert not any(n.startswith(("v_proj", "o_proj", "mlp_norm", "unembed")) for n in names)
     vnames = {n for n, _ in vanilla.named_parameters()}
@@ -83,8 +85,11 @@ def test_padding_does_not_change_the_prediction():
     model = build_recall_model(t, build_fact_mlp(K, V, t.facts, "gd-swiglu", h=16, strict=False))
     tok, mask, _ = t.batch(torch.tensor([3]), torch.tensor([2]))
     short = model(tok[:, mask[0]], None, last_only=True)
-    padded = model(torch.cat([torch.zeros(1, 4, dtype=torch.long), tok], 1),
-                   torch.cat([torch.zeros(1, 4, dtype=torch.bool), mask], 1), last_only=True)
+    padded = model(
+        torch.cat([torch.zeros(1, 4, dtype=torch.long), tok], 1),
+        torch.cat([torch.zeros(1, 4, dtype=torch.bool), mask], 1),
+        last_only=True,
+    )
     assert torch.allclose(short, padded, atol=1e-5)
     assert torch.allclose(model(tok, mask)[:, -1], model(tok, mask, last_only=True), atol=1e-5)
 
@@ -103,12 +108,13 @@ def test_transformer_uses_a_swapped_gd_mlp():
     after = ssfr_accuracy(model, t)
     assert after > max(0.9, before + 0.3)
     assert fact_adaptive_accuracy(model, t.with_facts(f2), mlp2) > 0.9
-    assert model.fact.mlp is mlp        # the swap check restores the model's own MLP
+    assert model.fact.mlp is mlp  # the swap check restores the model's own MLP
 
 
 def test_lipschitz_estimate_matches_the_closed_form():
     """Eq. (8) on an MLP that is linear on the keys (ReLU of positive inputs): J = V W (I - x x^T/|x|^2) / |x|."""
     from symformer.train.fact_recall import lipschitz_estimate
+
     g = torch.Generator().manual_seed(0)
     mlp = FactMLP(4, 4, activation="relu", gated=False)
     W = torch.randn(4, 4, generator=g, dtype=torch.float64)
@@ -120,7 +126,7 @@ def test_lipschitz_estimate_matches_the_closed_form():
     ref = 0.0
     for x in keys:
         n = x.norm()
-        J = V @ W @ (torch.eye(4, dtype=torch.float64) - torch.outer(x, x) / n ** 2) / n
+        J = V @ W @ (torch.eye(4, dtype=torch.float64) - torch.outer(x, x) / n**2) / n
         ref = max(ref, float(torch.linalg.svdvals(J)[0]))
     assert lipschitz_estimate(mlp, keys, V, n=100) == pytest.approx(ref, rel=1e-12)
 
@@ -135,8 +141,8 @@ def test_recall_model_trains_the_junk_rows_only():
         tok, mask, tgt = t.batch(*t.all_pairs())
         torch.nn.functional.cross_entropy(model(tok, mask, last_only=True), tgt + t.n_keys).backward()
         moved = model.emb_delta.grad.abs().sum(1) > 0
-        assert not moved[:2 * 16].any()
-        assert int(moved[2 * 16:].all()) == expect
+        assert not moved[: 2 * 16].any()
+        assert int(moved[2 * 16 :].all()) == expect
 
 
 def test_minimal_gadget_width_makes_an_unusable_interpolant():
@@ -146,6 +152,7 @@ def test_minimal_gadget_width_makes_an_unusable_interpolant():
     from symformer.facts.capacity import BuildOptions
     from symformer.facts.decodability import decodability
     from symformer.train.fact_recall import lipschitz_estimate
+
     torch.set_num_threads(1)
     t = make_ssfr(64, 32, seed=0)
     K, V = t.mlp_embeddings()
@@ -163,10 +170,12 @@ def test_encoder_hidden_below_the_gadget_minimum_is_refused(bad, err):
     """h~ < ceil(|K|/d) (Alg. 3) cannot store the facts: named, with the minimum, instead of a silent miss."""
     from symformer.facts import BuildOptions, build_fact_mlp
     from symformer.facts.embeddings import make_fact_set
+
     fs = make_fact_set(64, 16, seed=0)  # minimum gadget width ceil(64 / 16) = 4
     with pytest.raises(err, match="options.encoder_hidden"):
-        build_fact_mlp(fs.keys, fs.values, fs.facts, "bin+jl", m=16, strict=False,
-                       options=BuildOptions(encoder_hidden=bad))
+        build_fact_mlp(
+            fs.keys, fs.values, fs.facts, "bin+jl", m=16, strict=False, options=BuildOptions(encoder_hidden=bad)
+        )
 
 
 def test_train_ssfr_killed_and_resumed_from_its_checkpoint_is_exact(tmp_path, monkeypatch):
@@ -175,6 +184,7 @@ def test_train_ssfr_killed_and_resumed_from_its_checkpoint_is_exact(tmp_path, mo
 
     class Killed(Exception):
         pass
+
     task = make_ssfr(16, 16, seed=0)
     mlp = build_fact_mlp(*task.mlp_embeddings(), task.facts, "bin+jl", m=16, strict=False)
     cfg = SSFRTrainConfig(steps=10, batch_size=8, lr=1e-3, seed=1, stop_accuracy=1.1, eval_every=4)
@@ -187,6 +197,7 @@ def test_train_ssfr_killed_and_resumed_from_its_checkpoint_is_exact(tmp_path, mo
         if calls["n"] == 7:  # steps 1-4, the evaluation at step 4, steps 5-6, then step 7
             raise Killed
         return real(*a)
+
     monkeypatch.setattr(TR, "value_logits", dies_at_step_7)
     ck = tmp_path / "ssfr.pt"
     with pytest.raises(Killed):
@@ -202,12 +213,13 @@ def test_train_ssfr_killed_and_resumed_from_its_checkpoint_is_exact(tmp_path, mo
 def test_ssfr_accuracy_batches_capped_by_the_mlp_width(monkeypatch):
     """ssfr_accuracy caps its batches at MAX_ACTIVATIONS hidden activations of the fact MLP: same accuracy."""
     import symformer.facts.mlp as mlp_mod
+
     t = make_ssfr(32, 32, seed=0)
     K, V = t.mlp_embeddings()
     model = build_recall_model(t, build_fact_mlp(K, V, t.facts, "gd-swiglu", h=32))
     train_ssfr(model, t, SSFRTrainConfig(steps=60, batch_size=64, lr=3e-3, eval_every=60))
     full = ssfr_accuracy(model, t)
-    monkeypatch.setattr(mlp_mod, "MAX_ACTIVATIONS", 32 * 7)                # batches of 7 sequences
+    monkeypatch.setattr(mlp_mod, "MAX_ACTIVATIONS", 32 * 7)  # batches of 7 sequences
     assert ssfr_accuracy(model, t) == full and 0 < full
 
 
@@ -239,6 +251,7 @@ def test_swap_diagnostics_agree_with_the_accuracies_and_uniform_attention():
     read-out); with Q = 0 the attention is uniform over the allowed positions, so key_attention is the mean of
     1 / (valid length), an independent count."""
     from symformer.train.fact_recall import swap_diagnostics
+
     t, K, V, model = _small_model()
     f2 = torch.randperm(16, generator=torch.Generator().manual_seed(3))
     mlp2 = build_fact_mlp(K, V, f2, "gd-swiglu", h=16, seed=1, strict=False)
@@ -255,8 +268,12 @@ def test_swap_diagnostics_agree_with_the_accuracies_and_uniform_attention():
     want = float((1.0 / mask.sum(-1).double()).mean())
     assert abs(swap_diagnostics(model, t, t.with_facts(f2), mlp2)["key_attention"] - want) <= 1e-6
     with pytest.raises(ValueError, match="^model: got"):
-        swap_diagnostics(FactRecallTransformer(FactRecallConfig(t.vocab_size, 16, residual=True), t.embeddings),
-                         t, t.with_facts(f2), mlp2)
+        swap_diagnostics(
+            FactRecallTransformer(FactRecallConfig(t.vocab_size, 16, residual=True), t.embeddings),
+            t,
+            t.with_facts(f2),
+            mlp2,
+        )
     with pytest.raises(TypeError, match="^task_new: got 'Tensor', expected an SSFRTask"):
         swap_diagnostics(model, t, f2, mlp2)
     with pytest.raises(TypeError, match="^model: got 'Linear'"):

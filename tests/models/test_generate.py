@@ -1,17 +1,28 @@
 """CausalLM.generate and step: decoding with per-layer states equals the full forward (float64); bad input."""
+
 import pytest
 import torch
 
 from symformer.models import CausalLM, TransformerConfig
 
-CORES = {"softmax": {}, "favor": {"n_features": 16, "chunk_size": 4},
-         "plash": {"M": 4, "D_k": 8, "causal_block": 5, "mixer_heads": 2}}
+CORES = {
+    "softmax": {},
+    "favor": {"n_features": 16, "chunk_size": 4},
+    "plash": {"M": 4, "D_k": 8, "causal_block": 5, "mixer_heads": 2},
+}
 
 
 def _lm(attention="favor", positional="rope", max_len=64, seed=0):
     torch.manual_seed(seed)
-    cfg = TransformerConfig(d_model=32, n_heads=4, n_layers=2, attention=attention, positional=positional,
-                            attention_kwargs=CORES[attention], max_len=max_len)
+    cfg = TransformerConfig(
+        d_model=32,
+        n_heads=4,
+        n_layers=2,
+        attention=attention,
+        positional=positional,
+        attention_kwargs=CORES[attention],
+        max_len=max_len,
+    )
     return CausalLM(cfg, 48).double().eval()
 
 
@@ -29,7 +40,7 @@ def test_state_decoding_logits_equal_the_full_forward(attention, positional):
     with torch.no_grad():
         full = lm(out)
         states = lm.init_states()
-        rows = [lm.step(out[:, :13], states, 0)] + [lm.step(out[:, t:t + 1], states, t) for t in range(13, 20)]
+        rows = [lm.step(out[:, :13], states, 0)] + [lm.step(out[:, t : t + 1], states, t) for t in range(13, 20)]
     assert (torch.cat(rows, dim=1) - full).abs().max() < 1e-10
     assert torch.equal(full[:, 12:-1].argmax(-1), out[:, 13:])
 

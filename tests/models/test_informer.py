@@ -1,4 +1,5 @@
 """The Informer backbone of the PLASH forecasting protocol: distilling, masks, post-LN, explicit options."""
+
 from __future__ import annotations
 
 import pytest
@@ -18,8 +19,11 @@ def _model(**kw) -> Informer:
 
 def _inputs(b=2):
     g = torch.Generator().manual_seed(1)
-    return (torch.randn(b, 24, 3, generator=g), torch.rand(b, 24, 4, generator=g) - 0.5,
-            torch.rand(b, 18, 4, generator=g) - 0.5)
+    return (
+        torch.randn(b, 24, 3, generator=g),
+        torch.rand(b, 24, 4, generator=g) - 0.5,
+        torch.rand(b, 18, 4, generator=g) - 0.5,
+    )
 
 
 def test_distilling_halves_the_encoder_sequence_and_is_on_by_default():
@@ -28,7 +32,7 @@ def test_distilling_halves_the_encoder_sequence_and_is_on_by_default():
     assert InformerConfig().distil and len(m.distil) == 1
     kinds = {type(c).__name__ for c in m.distil[0].modules()}
     assert {"Conv1d", "BatchNorm1d", "MaxPool1d"} <= kinds and m.distil[0].conv.padding_mode == "circular"
-    assert m.encode(x, xt).shape == (2, 12, 16)          # 24 -> 12 through MaxPool(3, stride 2)
+    assert m.encode(x, xt).shape == (2, 12, 16)  # 24 -> 12 through MaxPool(3, stride 2)
     assert _model(distil=False).encode(x, xt).shape == (2, 24, 16)
     assert isinstance(m.distil[0], DistilLayer)
 

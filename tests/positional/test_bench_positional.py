@@ -1,4 +1,5 @@
 """The `positional` benchmark suite: registration, fixed ratio names, ratio arithmetic (no timing asserts)."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,10 +14,16 @@ def test_registered():
 
 
 def test_ratio_names_and_values():
-    cells = {("rot", "rope", "S1", "fwd"): 1.0, ("rot", "rotary_embedding_torch", "S1", "fwd"): 4.0,
-             ("rot", "rope", "S2", "fwd+bwd"): 3.0, ("rot", "rotary_embedding_torch", "S2", "fwd+bwd"): 6.0,
-             ("layer", "rope", "S1", "train fwd+bwd"): 2.0, ("layer", "espr", "S1", "train fwd+bwd"): 2.5,
-             ("layer", "rope", "S1", "infer fwd"): 1.0, ("layer", "string_folded", "S1", "infer fwd"): 1.02}
+    cells = {
+        ("rot", "rope", "S1", "fwd"): 1.0,
+        ("rot", "rotary_embedding_torch", "S1", "fwd"): 4.0,
+        ("rot", "rope", "S2", "fwd+bwd"): 3.0,
+        ("rot", "rotary_embedding_torch", "S2", "fwd+bwd"): 6.0,
+        ("layer", "rope", "S1", "train fwd+bwd"): 2.0,
+        ("layer", "espr", "S1", "train fwd+bwd"): 2.5,
+        ("layer", "rope", "S1", "infer fwd"): 1.0,
+        ("layer", "string_folded", "S1", "infer fwd"): 1.02,
+    }
     res = BenchResult()
     _ratios(res, cells)
     assert res.ratios["rope_vs_rotary_embedding_torch"] == pytest.approx(0.5)  # worst cell
@@ -42,10 +49,16 @@ def test_rotators_agree_on_logits():
 
 def test_half_pairing_and_espr2d_ratio_names():
     from symformer.benchmarks.positional import HEADLINE
-    cells = {("rot", "rope", HEADLINE, "fwd"): 1.0, ("rot", "rope_half", HEADLINE, "fwd"): 1.2,
-             ("rot", "rotary_embedding_torch", HEADLINE, "fwd"): 6.0,
-             ("rot", "rope", "S2", "fwd"): 1.0, ("rot", "rope_half", "S2", "fwd"): 3.0,  # not the issue's cell
-             ("layer", "rope_grid2d", "S1", "train fwd+bwd"): 2.0, ("layer", "espr_grid2d", "S1", "train fwd+bwd"): 3.0}
+
+    cells = {
+        ("rot", "rope", HEADLINE, "fwd"): 1.0,
+        ("rot", "rope_half", HEADLINE, "fwd"): 1.2,
+        ("rot", "rotary_embedding_torch", HEADLINE, "fwd"): 6.0,
+        ("rot", "rope", "S2", "fwd"): 1.0,
+        ("rot", "rope_half", "S2", "fwd"): 3.0,  # not the issue's cell
+        ("layer", "rope_grid2d", "S1", "train fwd+bwd"): 2.0,
+        ("layer", "espr_grid2d", "S1", "train fwd+bwd"): 3.0,
+    }
     res = BenchResult()
     _ratios(res, cells)
     assert res.ratios["rope_half_vs_interleaved"] == pytest.approx(1.2)
@@ -56,6 +69,7 @@ def test_half_pairing_and_espr2d_ratio_names():
 
 def test_interleaved_ratio_is_a_positive_number():
     from symformer.benchmarks.positional import interleaved_ratio
+
     x = torch.randn(64, 64)
     r = interleaved_ratio(lambda: x @ x, lambda: x + x, 3)
     assert r > 0 and r == r

@@ -1,4 +1,5 @@
 """Cayley transform (ESPR T3.1-T3.3): orthogonality, determinant, inverse, gradcheck, bad input."""
+
 from __future__ import annotations
 
 import pytest

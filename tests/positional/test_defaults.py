@@ -4,6 +4,7 @@
   as stated: STRING at P = I and ESPR at its commuting init rotate exactly as RoPE (float64).
 * Token positions as a 1-D tensor (N,) (integer or float) for every part with coord_dim 1.
 * The experiments whose runs are recorded under results/ keep the pairing they were recorded with."""
+
 from __future__ import annotations
 
 import pytest
@@ -89,10 +90,15 @@ def test_registry_factories_default_to_half_pairing():
 # ------------------------------------------------------------------------------------------- token positions
 def _parts(coord_dim=1):
     torch.manual_seed(0)
-    return {"rope": RoPE(16, coord_dim), "string": STRING(16, coord_dim, init_scale=0.2),
-            "circulant_string": CirculantSTRING(16, coord_dim), "espr": ESPR(16, coord_dim, commuting_init=False),
-            "partial": partial_rotary(16, coord_dim=coord_dim), "sinusoidal": SinusoidalPE(16, coord_dim),
-            "learned": LearnedPE(16, coord_dim, max_len=N)}
+    return {
+        "rope": RoPE(16, coord_dim),
+        "string": STRING(16, coord_dim, init_scale=0.2),
+        "circulant_string": CirculantSTRING(16, coord_dim),
+        "espr": ESPR(16, coord_dim, commuting_init=False),
+        "partial": partial_rotary(16, coord_dim=coord_dim),
+        "sinusoidal": SinusoidalPE(16, coord_dim),
+        "learned": LearnedPE(16, coord_dim, max_len=N),
+    }
 
 
 def _call(part, q, k, pos, key_pos=None):

@@ -2,6 +2,7 @@
 
 The bounds are theorems (proofs in positional/diagnostics.py), so the tests expect 0 violations up to
 floating-point rounding (absolute slack 1e-12 in float64)."""
+
 from __future__ import annotations
 
 import math

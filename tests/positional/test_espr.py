@@ -1,5 +1,6 @@
 """ESPR: relative property with P in the set A (T3.7, T4.5), orthogonality (T3.5), distinct-position
 exps, penalties, gradcheck, bad input."""
+
 from __future__ import annotations
 
 import math
@@ -84,6 +85,7 @@ def test_one_matrix_exp_per_distinct_position(monkeypatch):
     assert reps.shape == (3, 2) and torch.equal(reps[inv], pos)
     calls = []
     import symformer.positional.espr as espr_mod
+
     real = espr_mod.expm_skew
     monkeypatch.setattr(espr_mod, "expm_skew", lambda a: (calls.append(a.shape[:-2]), real(a))[1])
     q = torch.randn(1, 2, 5, 8, dtype=torch.float64)
@@ -150,8 +152,9 @@ def test_bad_input():
         ESPR(8, post_rotation=False).set_skew(torch.zeros(8, 8))
 
 
-@pytest.mark.parametrize("positions", [[0, 1, 2, 5, 3, 1], [-4, 7, 0, -1, 2, 2], [0.5, 1.0, 2.0, 0.5, 3.0, 1.0],
-                                       [0, 1, 2, 3, 4, 5]])
+@pytest.mark.parametrize(
+    "positions", [[0, 1, 2, 5, 3, 1], [-4, 7, 0, -1, 2, 2], [0.5, 1.0, 2.0, 0.5, 3.0, 1.0], [0, 1, 2, 3, 4, 5]]
+)
 def test_power_path_equals_matrix_exp(positions):
     # 1-D integer positions use exp(nL) = exp(L)^n; it must agree with matrix_exp per position (0..N-1 in order:
     # the power table itself, no gather)

@@ -1,5 +1,6 @@
 """expm_skew (scaling-and-squaring Pade, differentiated through the approximant) against
 torch.linalg.matrix_exp in float64, gradcheck, bad input."""
+
 from __future__ import annotations
 
 import pytest
@@ -50,6 +51,7 @@ def test_orthogonal_and_batch_shapes():
 
 def _single_powers(a: torch.Tensor, degree: int) -> torch.Tensor:
     from symformer.positional.expm import _taylor_powers
+
     return (_taylor_powers(a) if degree == 12 else _scaled_powers(a, THETA_7_SINGLE))[0].double()
 
 
@@ -60,14 +62,14 @@ def test_float32_paths_reach_single_precision(n, degree, theta):
     both for u = 2^-24). Run in float64, only their truncation error shows: below u_single before squaring,
     doubled by each of its s squarings. Run in float32, expm_skew is at least as accurate per matrix as
     torch.linalg.matrix_exp in float32, over the norm sweep and at theta."""
-    u = 2.0 ** -24
+    u = 2.0**-24
     a = _skew_batch(n + 1, n, NORMS + [theta, 0.99 * theta, 3.9]).requires_grad_(True)
     s = _single_powers(a.detach(), degree)
     ours, ref = _expm_flat(a, degree), torch.linalg.matrix_exp(a)
-    assert ((ours - ref).abs().amax((-1, -2)) <= 2 * u * 2 ** s).all()
+    assert ((ours - ref).abs().amax((-1, -2)) <= 2 * u * 2**s).all()
     g = torch.randn(ours.shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     (ga,), (gr,) = torch.autograd.grad(ours, a, g), torch.autograd.grad(ref, a, g)
-    assert ((ga - gr).abs().amax((-1, -2)) / gr.abs().amax((-1, -2)).clamp(min=1) <= 8 * u * 2 ** s).all()
+    assert ((ga - gr).abs().amax((-1, -2)) / gr.abs().amax((-1, -2)).clamp(min=1) <= 8 * u * 2**s).all()
     a32 = a.detach().float()
     err32 = (_expm_flat(a32, degree).double() - ref).abs().amax((-1, -2))
     err_torch32 = (torch.linalg.matrix_exp(a32).double() - ref).abs().amax((-1, -2))
@@ -76,7 +78,7 @@ def test_float32_paths_reach_single_precision(n, degree, theta):
         e = expm_skew(a32)
         assert torch.equal(e, _expm_flat(a32, 12))
         drift = (e.mT @ e - torch.eye(n)).abs().amax((-1, -2)).double()
-        assert (drift <= 4 * u * 2 ** s).all()
+        assert (drift <= 4 * u * 2**s).all()
 
 
 def test_theta_12_is_the_single_precision_backward_error_bound():
@@ -85,7 +87,8 @@ def test_theta_12_is_the_single_precision_backward_error_bound():
     below 1e-40 at theta <= 2)."""
     from fractions import Fraction
     from math import factorial
-    m, top, u = 12, 90, 2.0 ** -24
+
+    m, top, u = 12, 90, 2.0**-24
     y = [Fraction(0)] * (top + 1)  # e^-x T_12(x) - 1 = sum_{k>12} y_k x^k
     for k in range(m + 1, top + 1):
         y[k] = sum(Fraction((-1) ** (k - j), factorial(k - j) * factorial(j)) for j in range(m + 1))
@@ -134,6 +137,7 @@ def test_square_sorted_prefixes_equals_per_matrix_squaring():
     """_square sorts the batch by its number of squarings and squares prefixes: each matrix must come out
     exactly as if squared alone (same products), back in the input order, with its gradient."""
     from symformer.positional.expm import _square
+
     g = torch.Generator().manual_seed(7)
     r = torch.randn(7, 5, 5, generator=g, dtype=torch.float64).div_(3).requires_grad_(True)
     s = torch.tensor([2, 0, 3, 2, 1, 0, 3])

@@ -1,4 +1,5 @@
 """Registry build through TransformerConfig(positional=...) and a ViTClassifier forward/backward."""
+
 from __future__ import annotations
 
 import pytest
@@ -15,12 +16,15 @@ from symformer.positional import (
 from symformer.registry import POSITIONAL
 
 
-@pytest.mark.parametrize("name,cls,kw", [
-    ("rope", RoPE, {}),
-    ("string", STRING, {"init_scale": 0.1}),
-    ("circulant_string", CirculantSTRING, {}),
-    ("espr", ESPR, {"d_act": 6, "commuting_init": False, "eps_comm_penalty": 0.1, "eta_mix_penalty": 0.1}),
-])
+@pytest.mark.parametrize(
+    "name,cls,kw",
+    [
+        ("rope", RoPE, {}),
+        ("string", STRING, {"init_scale": 0.1}),
+        ("circulant_string", CirculantSTRING, {}),
+        ("espr", ESPR, {"d_act": 6, "commuting_init": False, "eps_comm_penalty": 0.1, "eta_mix_penalty": 0.1}),
+    ],
+)
 def test_vit_forward_backward(name, cls, kw):
     assert name in POSITIONAL
     torch.manual_seed(0)
@@ -43,8 +47,9 @@ def test_vit_forward_backward(name, cls, kw):
 def test_espr_scale_reaches_attention():
     # T4.4: the layer must use 1/sqrt(d_act); check against a manual softmax attention
     torch.manual_seed(1)
-    cfg = TransformerConfig(d_model=16, n_heads=2, n_layers=1, positional="espr",
-                            positional_kwargs={"d_act": 4}, coord_dim=1)
+    cfg = TransformerConfig(
+        d_model=16, n_heads=2, n_layers=1, positional="espr", positional_kwargs={"d_act": 4}, coord_dim=1
+    )
     layer = attention_layers(ViTClassifier(cfg, 3, 2).double())[0]
     x = torch.randn(1, 5, 16, dtype=torch.float64)
     pos = torch.arange(5.0, dtype=torch.float64)[:, None]
@@ -57,8 +62,9 @@ def test_espr_scale_reaches_attention():
 
 def test_folded_string_vit_same_logits():
     torch.manual_seed(2)
-    cfg = TransformerConfig(d_model=16, n_heads=2, n_layers=2, positional="string",
-                            positional_kwargs={"init_scale": 0.3}, coord_dim=2)
+    cfg = TransformerConfig(
+        d_model=16, n_heads=2, n_layers=2, positional="string", positional_kwargs={"init_scale": 0.3}, coord_dim=2
+    )
     model = ViTClassifier(cfg, 5, 3).double().eval()
     tokens = torch.randn(2, 4, 5, dtype=torch.float64)
     pos = torch.randn(4, 2, dtype=torch.float64)
@@ -69,19 +75,24 @@ def test_folded_string_vit_same_logits():
 
 def _initial(model) -> list[torch.Tensor]:
     """Each attention layer's random initial part parameters (STRING's skew, CirculantSTRING's c, ESPR's generators)."""
-    return [next(p for n, p in layer.rotary.named_parameters() if n in ("skew_param", "c", "gen_param")).detach()
-            for layer in attention_layers(model)]
+    return [
+        next(p for n, p in layer.rotary.named_parameters() if n in ("skew_param", "c", "gen_param")).detach()
+        for layer in attention_layers(model)
+    ]
 
 
-@pytest.mark.parametrize("name,kw", [("string", {"init_scale": 0.3}), ("circulant_string", {}),
-                                     ("espr", {"commuting_init": False})])
+@pytest.mark.parametrize(
+    "name,kw", [("string", {"init_scale": 0.3}), ("circulant_string", {}), ("espr", {"commuting_init": False})]
+)
 def test_every_layer_draws_its_own_initial_part(name, kw):
     """Without a seed a part draws from torch's global generator (as nn.Linear does): layers differ, and
     torch.manual_seed reproduces the model; with a seed, layer l takes its own seed derived from it (layers differ,
     the model is the same whatever the global generator's state, and another seed gives another model)."""
+
     def build(**extra):
-        cfg = TransformerConfig(d_model=16, n_heads=2, n_layers=3, positional=name, coord_dim=2,
-                                positional_kwargs={**kw, **extra})
+        cfg = TransformerConfig(
+            d_model=16, n_heads=2, n_layers=3, positional=name, coord_dim=2, positional_kwargs={**kw, **extra}
+        )
         return _initial(ViTClassifier(cfg, token_dim=5, n_classes=3))
 
     def distinct(ps):

@@ -1,6 +1,7 @@
 """Every positional part in bfloat16 and float16 against a float64 reference (issue 40): 8192 token positions and a
 2-D grid, forward and backward, built in 16 bits, cast with .to(), or run under autocast; the float32 master; bad
 input. Bound (experiments.precision_checks): max|out - float64 out| <= 2 eps(dtype) max|q|."""
+
 from __future__ import annotations
 
 import pytest
@@ -59,7 +60,7 @@ def test_bound_detects_rounded_frequencies():
     q = torch.randn(1, 1, 8192, 16).to(torch.bfloat16)
     p = grid_positions(8192, 1)
     err = (part(q, q, p)[0].double() - ref(q.double(), q.double(), p)[0]).abs().max()
-    assert float(err) > 10 * 2 * 2.0 ** -7 * float(q.abs().max())
+    assert float(err) > 10 * 2 * 2.0**-7 * float(q.abs().max())
 
 
 # ---------------------------------------------------------------- the float32 master
@@ -71,8 +72,13 @@ def _floats(module) -> list[torch.Tensor]:
 def test_master_survives_casts_and_state_dict(part):
     m = build_part(part, n=64)
     host = torch.nn.ModuleDict({"part": m, "lin": torch.nn.Linear(4, 4)})
-    for cast in (lambda h: h.half(), lambda h: h.bfloat16(), lambda h: h.to(torch.bfloat16),
-                 lambda h: h.to("cpu", torch.float16), lambda h: h.type(torch.float16)):
+    for cast in (
+        lambda h: h.half(),
+        lambda h: h.bfloat16(),
+        lambda h: h.to(torch.bfloat16),
+        lambda h: h.to("cpu", torch.float16),
+        lambda h: h.type(torch.float16),
+    ):
         cast(host)
         assert host["lin"].weight.dtype in LOW
         assert all(t.dtype == torch.float32 for t in _floats(m))

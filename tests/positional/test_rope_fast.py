@@ -1,4 +1,5 @@
 """The fast RoPE path (complex multiply, cached tables) against the reference cos/sin arithmetic."""
+
 from __future__ import annotations
 
 import warnings
@@ -126,6 +127,7 @@ def _fresh_fused(monkeypatch, compiler=None) -> None:
     """The fused path for every input size, with no compiled keys yet; `compiler` stands in for the compiled
     kernel (None: the real torch.compile)."""
     from symformer.positional import _fused
+
     monkeypatch.setattr(_fused, "FUSED_MIN_NUMEL", 0)
     monkeypatch.setattr(_fused, "_STATE", {"fns": {}, "failed": set()})
     if compiler is not None:

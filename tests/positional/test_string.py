@@ -1,4 +1,5 @@
 """STRING and circulant-STRING: relative property (T2.9), orthogonality (T2.8), folding, gradcheck."""
+
 from __future__ import annotations
 
 import pytest
@@ -69,8 +70,11 @@ def test_circulant_forward_matches_matrix_and_odd_dim():
 
 def test_fold_into_preserves_attention_output():
     torch.manual_seed(0)
-    layer = MultiHeadAttention(16, 2, positional="string", coord_dim=2,
-                               positional_kwargs={"init_scale": 0.3}).double().eval()
+    layer = (
+        MultiHeadAttention(16, 2, positional="string", coord_dim=2, positional_kwargs={"init_scale": 0.3})
+        .double()
+        .eval()
+    )
     x = torch.randn(2, 6, 16, dtype=torch.float64)
     pos = torch.randn(6, 2, dtype=torch.float64)
     before = layer(x, pos)

@@ -1,6 +1,7 @@
 """The value-keyed caches of RoPE / STRING / ESPR (positional/_cache.ValueCache): a table cached during
 evaluation is rebuilt after the parameter changes, whether in place or by an optimizer step, and the
 cache never enters a state_dict."""
+
 from __future__ import annotations
 
 import copy
@@ -34,15 +35,18 @@ def _fresh_copy(mod: torch.nn.Module) -> torch.nn.Module:
     return new
 
 
-@pytest.mark.parametrize("make", [
-    lambda: RoPE(8, 2, pairing="half", mode="mixed", learnable=True),
-    lambda: RoPE(8, 1, pairing="interleaved", learnable=True),
-    lambda: STRING(8, 2, init_scale=0.1),
-    lambda: ESPR(8, 2, commuting_init=False),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: RoPE(8, 2, pairing="half", mode="mixed", learnable=True),
+        lambda: RoPE(8, 1, pairing="interleaved", learnable=True),
+        lambda: STRING(8, 2, init_scale=0.1),
+        lambda: ESPR(8, 2, commuting_init=False),
+    ],
+)
 def test_cached_tables_rebuilt_after_optimizer_step_and_in_place_change(make):
     mod = make().double()
-    pos = torch.tensor([[0.0, 1.0], [2.0, 0.5], [1.0, 3.0]], dtype=torch.float64)[:, :mod.coord_dim]
+    pos = torch.tensor([[0.0, 1.0], [2.0, 0.5], [1.0, 3.0]], dtype=torch.float64)[:, : mod.coord_dim]
     q, k = _qk(3, 8)
     with torch.no_grad():
         before = mod(q, k, pos)
@@ -68,8 +72,10 @@ def test_cached_espr_path_keeps_gradcheck():
     with torch.no_grad():
         mod(*_qk(3, 4), pos)  # fills the cache
     q, k = (t.requires_grad_() for t in _qk(3, 4, 2))
-    assert torch.autograd.gradcheck(lambda a, b, g: mod.__class__.forward(_with_gen(mod, g), a, b, pos),
-                                    (q, k, mod.gen_param.detach().clone().requires_grad_()))
+    assert torch.autograd.gradcheck(
+        lambda a, b, g: mod.__class__.forward(_with_gen(mod, g), a, b, pos),
+        (q, k, mod.gen_param.detach().clone().requires_grad_()),
+    )
 
 
 def _with_gen(mod: ESPR, g: torch.Tensor) -> ESPR:

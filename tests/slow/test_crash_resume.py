@@ -3,6 +3,7 @@ records exist, resume it with --resume, and compare with an uninterrupted run.
 
 plash is the cheapest experiment made of jobs (ETTh1 trainings); `--set plash.quick_epochs=1
 plash.quick_train_windows=128` shrink each training so the three runs fit in a few minutes on 2 cores."""
+
 import json
 import os
 import signal
@@ -14,8 +15,20 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-CMD = [sys.executable, "-m", "symformer.cli", "reproduce", "plash", "--quick", "--jobs", "2",
-       "--set", "plash.quick_epochs=1", "--set", "plash.quick_train_windows=128"]
+CMD = [
+    sys.executable,
+    "-m",
+    "symformer.cli",
+    "reproduce",
+    "plash",
+    "--quick",
+    "--jobs",
+    "2",
+    "--set",
+    "plash.quick_epochs=1",
+    "--set",
+    "plash.quick_train_windows=128",
+]
 TIMINGS = ("seconds",)  # results.json fields that are wall-clock times
 
 
@@ -46,8 +59,13 @@ def test_killed_and_resumed_run_equals_uninterrupted(tmp_path, data_dir):
     assert len(ref_records) >= 3
 
     # the run to kill: its own process group, so SIGKILL reaches the worker processes too
-    proc = subprocess.Popen([*CMD, "--out", str(run)], env=_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [*CMD, "--out", str(run)],
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     runs = run / "plash" / "runs"
     deadline = time.monotonic() + 1200
     while not list(runs.glob("*.json")):
@@ -66,8 +84,9 @@ def test_killed_and_resumed_run_equals_uninterrupted(tmp_path, data_dir):
     torn = next(n for n in ref_records if n not in kept)
     (runs / torn).write_bytes(ref_records[torn][1][:40])
     (runs / (torn + ".tmp")).write_text('{"signature"')
-    resumed = subprocess.run([*CMD, "--out", str(run), "--resume"], env=_env(), capture_output=True, text=True,
-                             timeout=1200)
+    resumed = subprocess.run(
+        [*CMD, "--out", str(run), "--resume"], env=_env(), capture_output=True, text=True, timeout=1200
+    )
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "Traceback" not in resumed.stderr
 

@@ -1,12 +1,24 @@
 """Tiny float64 models for every positional kind the teleport groups support."""
+
 from __future__ import annotations
 
 import torch
 
 from symformer.models import TransformerConfig, ViTClassifier, attention_layers
 
-KINDS = ["none", "sinusoidal", "learned", "rope-interleaved", "rope-half", "string", "circulant-string", "espr",
-         "espr-noncommuting", "partial-rope", "partial-string"]
+KINDS = [
+    "none",
+    "sinusoidal",
+    "learned",
+    "rope-interleaved",
+    "rope-half",
+    "string",
+    "circulant-string",
+    "espr",
+    "espr-noncommuting",
+    "partial-rope",
+    "partial-string",
+]
 
 
 def positions(n: int = 6) -> torch.Tensor:
@@ -22,8 +34,9 @@ def tiny_model(kind: str, seed: int = 0, mlp: str = "relu", n_layers: int = 2) -
     swap = None
     if kind in ("string", "circulant-string", "espr", "espr-noncommuting", "partial-rope", "partial-string"):
         swap, base = kind, "rope"
-    cfg = TransformerConfig(d_model=16, n_heads=2, n_layers=n_layers, positional=base, positional_kwargs=kw,
-                            coord_dim=2, mlp=mlp, max_len=8)
+    cfg = TransformerConfig(
+        d_model=16, n_heads=2, n_layers=n_layers, positional=base, positional_kwargs=kw, coord_dim=2, mlp=mlp, max_len=8
+    )
     model = ViTClassifier(cfg, 4, 3).to(torch.float64)
     if swap is not None:
         for a in attention_layers(model):
@@ -33,6 +46,7 @@ def tiny_model(kind: str, seed: int = 0, mlp: str = "relu", n_layers: int = 2) -
 
 def make_rotary(kind: str):
     from symformer.positional import ESPR, STRING, CirculantSTRING, PartialRotary, RoPE
+
     if kind == "partial-rope":  # 4 of the 8 coordinates rotated (2-D positions), GL on the other 4
         return PartialRotary(RoPE(head_dim=4, coord_dim=2), 8)
     if kind == "partial-string":
@@ -59,11 +73,13 @@ def setup(kind: str = "rope-interleaved"):
     from torch import nn
 
     from symformer.teleport import symmetry_group
+
     m = tiny_model(kind)
     x, pos, y = batch()
 
     def loss_fn():
         return nn.functional.cross_entropy(m(x, pos), y)
+
     m.zero_grad()
     loss_fn().backward()
     return m, symmetry_group(m), loss_fn

@@ -2,6 +2,7 @@
 hand-written GPT with a fused qkv (both row layouts), separate projections with grouped-query attention, and symformer
 RoPE applied in the user's forward. The loss is unchanged to 1e-12 relative in float64, the gradient action matches
 autograd, the closed-form candidate norms match brute force; wrong declarations change the loss; bad ones raise."""
+
 from __future__ import annotations
 
 import warnings
@@ -58,14 +59,21 @@ class GPT(nn.Module):
     def __init__(self, fused="blocks", kv=H, rope=False, layers=2):
         super().__init__()
         self.emb, self.pos = nn.Embedding(VOCAB, D), nn.Parameter(0.1 * torch.randn(16, D))
-        self.blocks = nn.ModuleList(nn.ModuleDict(dict(ln1=nn.LayerNorm(D), attn=Attn(fused, kv, rope),
-                                                       ln2=nn.LayerNorm(D), mlp=nn.Sequential(
-                                                           nn.Linear(D, 4 * D), nn.GELU(), nn.Linear(4 * D, D))))
-                                    for _ in range(layers))
+        self.blocks = nn.ModuleList(
+            nn.ModuleDict(
+                dict(
+                    ln1=nn.LayerNorm(D),
+                    attn=Attn(fused, kv, rope),
+                    ln2=nn.LayerNorm(D),
+                    mlp=nn.Sequential(nn.Linear(D, 4 * D), nn.GELU(), nn.Linear(4 * D, D)),
+                )
+            )
+            for _ in range(layers)
+        )
         self.head = nn.Linear(D, VOCAB)
 
     def forward(self, ids):
-        x = self.emb(ids) + (0 if self.blocks[0].attn.rope is not None else self.pos[:ids.shape[1]])
+        x = self.emb(ids) + (0 if self.blocks[0].attn.rope is not None else self.pos[: ids.shape[1]])
         for blk in self.blocks:
             x = x + blk.attn(blk.ln1(x))
             x = x + blk.mlp(blk.ln2(x))
@@ -86,11 +94,13 @@ def declare(model, layout="blocks", kv=None):
     return out
 
 
-CASES = {"fused-blocks": (dict(fused="blocks"), dict()),
-         "fused-heads": (dict(fused="heads"), dict(layout="heads")),
-         "gqa": (dict(fused=None, kv=2), dict(kv=2)),
-         "fused-gqa-rope": (dict(fused="blocks", kv=2, rope=True), dict(kv=2)),
-         "rope": (dict(fused=None, rope=True), dict())}
+CASES = {
+    "fused-blocks": (dict(fused="blocks"), dict()),
+    "fused-heads": (dict(fused="heads"), dict(layout="heads")),
+    "gqa": (dict(fused=None, kv=2), dict(kv=2)),
+    "fused-gqa-rope": (dict(fused="blocks", kv=2, rope=True), dict(kv=2)),
+    "rope": (dict(fused=None, rope=True), dict()),
+}
 
 
 def build(case, seed=0):
@@ -140,8 +150,13 @@ def test_declared_gradient_action_and_closed_form_norms(case):
     group.apply(model, g)
     g1 = torch.autograd.grad(loss_of(model, x), params)
     floor = 1e-6 * max(gr.abs().max().item() for gr in g1)  # no-RoPE key biases: softmax ignores them, gradient ~0
-    assert max(((pred[id(p)] - gr).abs().max() / max(gr.abs().max().item(), floor)).item()
-               for p, gr in zip(params, g1, strict=True)) <= 1e-9
+    assert (
+        max(
+            ((pred[id(p)] - gr).abs().max() / max(gr.abs().max().item(), floor)).item()
+            for p, gr in zip(params, g1, strict=True)
+        )
+        <= 1e-9
+    )
     model.zero_grad()
     loss_of(model, x).backward()
     cands = group.sample(4, 0.3, torch.Generator().manual_seed(4))
@@ -169,8 +184,20 @@ def test_plain_loop_teleport_on_a_declared_model():
     theta and at g theta equal to 1e-12; the deprecated step= warns and says what it means."""
     model, layers = build("fused-gqa-rope")
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    tele = PlainLoopTeleport(model, opt, loss_of, total_steps=8, start_step=1, every=4, steps=2, attention=layers,
-                             samples=8, alpha=0.3, state_policy="transform", max_cumulative_ratio=None)
+    tele = PlainLoopTeleport(
+        model,
+        opt,
+        loss_of,
+        total_steps=8,
+        start_step=1,
+        every=4,
+        steps=2,
+        attention=layers,
+        samples=8,
+        alpha=0.3,
+        state_policy="transform",
+        max_cumulative_ratio=None,
+    )
     for i in range(8):
         batch = ids(seed=10 + i)
         loss = loss_of(model, batch)
@@ -198,6 +225,7 @@ def test_plain_loop_teleport_on_a_declared_model():
 
 def test_schedule_options_are_checked():
     from symformer.teleport import TeleportSchedule
+
     s = TeleportSchedule(epochs=(), step=3, consecutive=2, every=5)
     assert [t for t in range(16) if s.contains(t, 4)] == [3, 4, 8, 9, 13, 14]
     model, layers = build("fused-blocks")
@@ -212,10 +240,19 @@ def test_schedule_options_are_checked():
 
 def test_plain_loop_teleport_takes_a_symformer_model():
     from tests.teleport._models import batch, tiny_model
+
     m = tiny_model("rope-half")
     x, pos, y = batch()
-    tele = PlainLoopTeleport(m, None, lambda mdl, b: F.cross_entropy(mdl(b[0], b[1]), b[2]), total_steps=3,
-                             start_step=0, steps=2, samples=4, alpha=0.3)
+    tele = PlainLoopTeleport(
+        m,
+        None,
+        lambda mdl, b: F.cross_entropy(mdl(b[0], b[1]), b[2]),
+        total_steps=3,
+        start_step=0,
+        steps=2,
+        samples=4,
+        alpha=0.3,
+    )
     assert len(tele.group.sites) == 2 and tele.group.sites[0].qk.kind == "h"
 
 
@@ -230,25 +267,40 @@ def test_bad_declarations_raise_clear_errors():
     model = GPT().double()
     a, b = model.blocks[0].attn, model.blocks[1].attn
     wrong = GPT(fused="blocks", kv=2).double()  # qkv holds 2 kv heads, declared without kv_heads
-    with pytest.raises(ValueError, match=r"^attention layer blocks\.0\.attn: got \"weights \{'qkv': \(64, 32\), "
-                                         r"'o': \(32, 32\)\}\", expected \{'qkv': 96\} output features for "
-                                         r"n_heads=4, kv_heads=4, head_dim=8"):
+    with pytest.raises(
+        ValueError,
+        match=r"^attention layer blocks\.0\.attn: got \"weights \{'qkv': \(64, 32\), "
+        r"'o': \(32, 32\)\}\", expected \{'qkv': 96\} output features for "
+        r"n_heads=4, kv_heads=4, head_dim=8",
+    ):
         _bad(wrong, qkv=wrong.blocks[0].attn.qkv, o=wrong.blocks[0].attn.proj)
-    with pytest.raises(ValueError, match=r"^blocks\.0\.attn: o: got 'in_features 32', expected a multiple of "
-                                         r"n_heads=3"):
+    with pytest.raises(
+        ValueError,
+        match=r"^blocks\.0\.attn: o: got 'in_features 32', expected a multiple of "
+        r"n_heads=3",
+    ):
         _bad(model, n_heads=3)
     with pytest.raises(ValueError, match=r"^blocks\.0\.attn: kv_heads: got 3, expected a divisor of n_heads=4"):
         _bad(model, kv_heads=3)
-    with pytest.raises(ValueError, match=r"^blocks\.0\.attn: layout: got 'heads', expected 'blocks' under "
-                                         r"grouped-query"):
+    with pytest.raises(
+        ValueError,
+        match=r"^blocks\.0\.attn: layout: got 'heads', expected 'blocks' under "
+        r"grouped-query",
+    ):
         _bad(model, kv_heads=2, layout="heads")
     with pytest.raises(ValueError, match=r"^blocks\.0\.attn: layout: got 'rows', expected one of blocks, heads"):
         _bad(model, layout="rows")
-    with pytest.raises(ValueError, match=r"^attention\[0\]\.qkv: got 'blocks\.0\.attn\.qkvv', expected the dotted "
-                                         r"name of an nn.Linear of the model"):
+    with pytest.raises(
+        ValueError,
+        match=r"^attention\[0\]\.qkv: got 'blocks\.0\.attn\.qkvv', expected the dotted "
+        r"name of an nn.Linear of the model",
+    ):
         _bad(model, qkv="blocks.0.attn.qkvv")
-    with pytest.raises(ValueError, match=r"^attention\[0\]\.o: got 'Linear\(32, 32\)', expected a submodule of the "
-                                         r"model"):
+    with pytest.raises(
+        ValueError,
+        match=r"^attention\[0\]\.o: got 'Linear\(32, 32\)', expected a submodule of the "
+        r"model",
+    ):
         _bad(model, o=nn.Linear(32, 32))
     with pytest.raises(TypeError, match=r"^attention\[0\]\.o: got 'LayerNorm', expected an nn.Linear"):
         _bad(model, o=model.blocks[0].ln1)
@@ -256,16 +308,23 @@ def test_bad_declarations_raise_clear_errors():
         _bad(model, q=a.proj)
     with pytest.raises(ValueError, match=r"^attention\[0\]\.o: got None, expected the output projection"):
         _bad(model, o=None)
-    with pytest.raises(ValueError, match=r"^attention\[1\]\.qkv: got 'blocks\.0\.attn\.qkv', expected a projection "
-                                         r"declared once \(it is already in layer blocks\.0\.attn\)"):
-        symmetry_group(model, attention=[AttentionLayer(H, o=a.proj, qkv=a.qkv),
-                                         AttentionLayer(H, o=b.proj, qkv=a.qkv)])
+    with pytest.raises(
+        ValueError,
+        match=r"^attention\[1\]\.qkv: got 'blocks\.0\.attn\.qkv', expected a projection "
+        r"declared once \(it is already in layer blocks\.0\.attn\)",
+    ):
+        symmetry_group(
+            model, attention=[AttentionLayer(H, o=a.proj, qkv=a.qkv), AttentionLayer(H, o=b.proj, qkv=a.qkv)]
+        )
     with pytest.raises(TypeError, match=r"^attention: got 'AttentionLayer', expected a list"):
         symmetry_group(model, attention=AttentionLayer(H, o=a.proj, qkv=a.qkv))
     with pytest.raises(ValueError, match=r"^blocks\.0\.attn: rotary: got 'RoPE\(head_dim=16\)'"):
         _bad(model, rotary=RoPE(16))
-    with pytest.raises(TypeError, match=r"^blocks\.0\.attn: rotary: got 'Linear', expected a symformer "
-                                        r"RotaryPositional"):
+    with pytest.raises(
+        TypeError,
+        match=r"^blocks\.0\.attn: rotary: got 'Linear', expected a symformer "
+        r"RotaryPositional",
+    ):
         _bad(model, rotary=nn.Linear(8, 8))
     with pytest.raises(TypeError, match="positional"):
         AttentionLayer(H, a.proj, a.qkv)  # projections by keyword only: their order is not guessed
@@ -283,6 +342,7 @@ def test_declaring_an_hf_layer_gives_the_hf_familys_sites(family, layout):
     from tests.integrations._hf_models import ids as hf_ids
 
     from symformer.integrations import hf
+
     model = float64_reference(tiny(family, torch.float64, kv_heads=2))
     layers = []
     for layer in model.model.layers:
@@ -290,8 +350,9 @@ def test_declaring_an_hf_layer_gives_the_hf_familys_sites(family, layout):
         proj = dict(qkv=a.qkv_proj, layout=layout) if layout else dict(q=a.q_proj, k=a.k_proj, v=a.v_proj)
         layers.append(AttentionLayer(4, o=a.o_proj, kv_heads=2, rotary=RoPE(8, pairing="half").double(), **proj))
     ours, theirs = symmetry_group(model, attention=layers), hf.symmetry_group(model)
-    assert [(s.name, s.qk.kind, s.n_heads, s.query_heads) for s in ours.sites] == \
-        [(s.name, s.qk.kind, s.n_heads, s.query_heads) for s in theirs.sites]
+    assert [(s.name, s.qk.kind, s.n_heads, s.query_heads) for s in ours.sites] == [
+        (s.name, s.qk.kind, s.n_heads, s.query_heads) for s in theirs.sites
+    ]
     g = theirs.random(torch.Generator().manual_seed(1))
     x = hf_ids()
     with torch.no_grad():

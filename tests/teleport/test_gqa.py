@@ -4,6 +4,7 @@ A plain-torch GQA layer (4 query heads reading 2 key/value heads, HF's repeat_kv
 group element leaves its output unchanged (float64), the gradient action matches autograd at the moved point,
 and the closed-form candidate norms match the brute force ones. Without the sharing (kv_heads = n_heads on
 the same weights) the element is not a symmetry, so the test can fail."""
+
 from __future__ import annotations
 
 import torch
@@ -31,7 +32,7 @@ class GQALayer(nn.Module):
         v = self.v_proj(x).view(b, N, HK, DH).transpose(1, 2).repeat_interleave(H // HK, dim=1)
         pos = torch.arange(N, dtype=x.dtype)[:, None]
         q, k = self.rotary(q, k, pos)
-        y = torch.softmax(q @ k.transpose(-1, -2) / DH ** 0.5, -1) @ v
+        y = torch.softmax(q @ k.transpose(-1, -2) / DH**0.5, -1) @ v
         return self.o_proj(y.transpose(1, 2).reshape(b, N, H * DH))
 
 
@@ -51,6 +52,7 @@ def test_gqa_element_is_a_symmetry_and_grad_action_matches_autograd():
 
     def loss():
         return ((layer(x) - target) ** 2).mean()
+
     params = group.parameters()
     grads = dict(zip(map(id, params), torch.autograd.grad(loss(), params), strict=True))
     with torch.no_grad():
@@ -69,6 +71,7 @@ def test_gqa_closed_form_norms_match_brute_force():
 
     def loss():
         return ((layer(x) - target) ** 2).mean()
+
     params = group.parameters()
     grads = dict(zip(map(id, params), torch.autograd.grad(loss(), params), strict=True))
     cands = group.sample(4, 0.5, torch.Generator().manual_seed(2))

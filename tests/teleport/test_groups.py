@@ -1,4 +1,5 @@
 """Symmetry groups: invariance in float64, negative checks, inverse, gradient action, closed-form norms."""
+
 from __future__ import annotations
 
 import pytest
@@ -111,14 +112,19 @@ def _commuting_diagonals(rel: torch.Tensor) -> int:
     """Independent reference: dim {d : diag(d) M = M diag(d) for every M in rel}, from the SVD of the map
     d -> (d_i - d_j) M_ij stacked over all M."""
     d = rel.shape[-1]
-    cols = [((torch.eye(d, dtype=torch.float64)[k][:, None] - torch.eye(d, dtype=torch.float64)[k][None, :]) * rel)
-            .reshape(-1) for k in range(d)]
+    cols = [
+        ((torch.eye(d, dtype=torch.float64)[k][:, None] - torch.eye(d, dtype=torch.float64)[k][None, :]) * rel).reshape(
+            -1
+        )
+        for k in range(d)
+    ]
     sv = torch.linalg.svdvals(torch.stack(cols, 1))
     return int((sv <= 1e-9 * max(float(sv.max()), 1.0)).sum())
 
 
-@pytest.mark.parametrize("kind", ["rope-interleaved", "rope-half", "string", "circulant-string", "espr",
-                                  "espr-noncommuting", "partial-rope"])
+@pytest.mark.parametrize(
+    "kind", ["rope-interleaved", "rope-half", "string", "circulant-string", "espr", "espr-noncommuting", "partial-rope"]
+)
 def test_diagonal_blocks_are_exactly_the_commuting_diagonals(kind):
     """The norm-weight scalings of a Qwen3-style layer: diag(d) commutes with every relative rotation iff d is
     constant on each block (sound: random block-constant d commute; complete: as many blocks as the dimension of
@@ -128,8 +134,11 @@ def test_diagonal_blocks_are_exactly_the_commuting_diagonals(kind):
     rel = relative_rotations(rot, pos)
     blocks = diagonal_blocks(symmetry_group(tiny_model(kind)).sites[0].qk)
     assert int(blocks.max()) + 1 == _commuting_diagonals(rel)
-    d = torch.diag(torch.exp(torch.randn(int(blocks.max()) + 1, generator=torch.Generator().manual_seed(0),
-                                         dtype=torch.float64))[blocks])
+    d = torch.diag(
+        torch.exp(torch.randn(int(blocks.max()) + 1, generator=torch.Generator().manual_seed(0), dtype=torch.float64))[
+            blocks
+        ]
+    )
     assert float((d @ rel - rel @ d).abs().max()) <= 1e-12
     if kind.startswith("rope"):
         expected = pair_indices(8, kind.split("-")[1])
@@ -171,8 +180,9 @@ def test_grad_action_matches_autograd(kind):
         assert float((pred[id(p)] - t).abs().max()) <= 1e-10 * max(1.0, float(t.abs().max()))
 
 
-@pytest.mark.parametrize("kind", ["learned", "rope-interleaved", "rope-half", "string", "circulant-string", "espr",
-                                  "partial-rope"])
+@pytest.mark.parametrize(
+    "kind", ["learned", "rope-interleaved", "rope-half", "string", "circulant-string", "espr", "partial-rope"]
+)
 def test_closed_form_norms_equal_brute_force(kind):
     m = tiny_model(kind)
     x, pos, y = batch()
@@ -180,6 +190,7 @@ def test_closed_form_norms_equal_brute_force(kind):
 
     def loss_fn():
         return nn.functional.cross_entropy(m(x, pos), y)
+
     m.zero_grad()
     loss_fn().backward()
     cands = G.sample(16, 0.65, torch.Generator().manual_seed(7), ffn=True)
@@ -201,6 +212,7 @@ def test_transformed_is_differentiable_gradcheck():
         g.vo[0] = torch.eye(8, dtype=torch.float64) + cv.view(2, 8, 8)
         new = G.transformed(g)
         return new[id(wq)], new[id(s.module.k_proj.weight)], new[id(s.module.o_proj.weight)]
+
     cq = (0.1 * torch.randn(2, 8, dtype=torch.float64)).requires_grad_()
     cv = (0.1 * torch.randn(2, 64, dtype=torch.float64)).requires_grad_()
     assert torch.autograd.gradcheck(f, (cq, cv))
@@ -240,6 +252,7 @@ def test_block_group_elements_match_its_basis_and_the_partial_part():
     and have no entry between the blocks; a U mixing the blocks does not commute."""
     from symformer.positional import PartialRotary
     from symformer.teleport import BlockGroup, qk_groups
+
     part = PartialRotary(RoPE(head_dim=4, coord_dim=2).double(), 8)
     grp = qk_groups.qk_group_for(part, 8)
     assert isinstance(grp, BlockGroup) and grp.dimension == 4 + 16 and grp.basis().shape == (20, 8, 8)
@@ -247,8 +260,10 @@ def test_block_group_elements_match_its_basis_and_the_partial_part():
     want = torch.eye(8, dtype=torch.float64) + torch.einsum("nk,kij->nij", c, grp.basis())
     assert float((grp.from_coeffs(c) - want).abs().max()) <= 1e-15
     rel = relative_rotations(part, positions(6))
-    for u in (grp.random((4,), torch.Generator().manual_seed(1)), grp.near_identity((4,), 0.3,
-                                                                                     torch.Generator().manual_seed(2))):
+    for u in (
+        grp.random((4,), torch.Generator().manual_seed(1)),
+        grp.near_identity((4,), 0.3, torch.Generator().manual_seed(2)),
+    ):
         assert float(grp.contains(u, rel)) <= 1e-12 and float(u[:, :4, 4:].abs().max()) == 0.0
     mix = torch.eye(8, dtype=torch.float64)
     mix[0, 6] = 0.5
@@ -263,6 +278,7 @@ def test_partial_rotary_is_the_inner_part_on_its_block_and_refuses_bad_input():
     """R(r) = blockdiag(R_inner(r), I) in float64; forward rotates the first rotary_dim coordinates and passes
     the rest; ESPR (its own 1/sqrt(d_act) scale, T4.4) and a larger inner head are refused by name."""
     from symformer.positional import ESPR, PartialRotary
+
     part = PartialRotary(RoPE(head_dim=6, coord_dim=2).double(), 10)
     q, k = (torch.randn(2, 3, 6, 10, generator=torch.Generator().manual_seed(s), dtype=torch.float64) for s in (0, 1))
     pos = positions(6)
@@ -290,9 +306,11 @@ def test_partial_is_a_registered_positional_for_symformer_models():
     from symformer.positional import PartialRotary
 
     def build(**kw):
-        cfg = TransformerConfig(d_model=16, n_heads=2, n_layers=1, positional="partial", positional_kwargs=kw,
-                                coord_dim=2, max_len=8)
+        cfg = TransformerConfig(
+            d_model=16, n_heads=2, n_layers=1, positional="partial", positional_kwargs=kw, coord_dim=2, max_len=8
+        )
         return ViTClassifier(cfg, 4, 3).to(torch.float64)
+
     model = build(rotary_dim=4, inner="string", init_scale=0.3)
     part = attention_layers(model)[0].rotary
     assert isinstance(part, PartialRotary) and (part.head_dim, part.rotary_dim, part.coord_dim) == (8, 4, 2)
@@ -319,6 +337,7 @@ def test_diagonal_group_is_the_invertible_diagonal_matrices():
     """DiagonalGroup (the V/O factor under an output gate): its fast from_coeffs equals the basis expansion, its
     random elements are diagonal with both signs, and its diagonal part is every coordinate alone."""
     from symformer.teleport import DiagonalGroup, QKGroup, diagonal_blocks
+
     grp, gen = DiagonalGroup(6), torch.Generator().manual_seed(0)
     c = torch.randn(3, 6, generator=gen, dtype=torch.float64)
     assert grp.dimension == 6 and grp.kind == "diagonal"

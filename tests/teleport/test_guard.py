@@ -1,4 +1,5 @@
 """The ratio guard of App. G: bound, forced rejection, recorded values, bad input."""
+
 from __future__ import annotations
 
 import math
@@ -65,8 +66,9 @@ class NormProbe(Callback):
 
 def _fit(bound, alpha=0.65, steps=4, epochs=2, epoch=(1, 2)):
     m = tiny_model("rope-interleaved", n_layers=2)
-    cb = TeleportCallback(model=m, alpha=alpha, samples=16, epoch=list(epoch), steps=steps, seed=3,
-                          max_cumulative_ratio=bound)
+    cb = TeleportCallback(
+        model=m, alpha=alpha, samples=16, epoch=list(epoch), steps=steps, seed=3, max_cumulative_ratio=bound
+    )
     pre, post = NormProbe(), NormProbe()
     cfg = TrainConfig(epochs=epochs, batch_size=6, optimizer="sgd", lr=0.05, schedule="constant", grad_clip=None)
     tr = Trainer(m, Classification(), _toy_data(), None, cfg, callbacks=[pre, cb, post])
@@ -131,6 +133,7 @@ def test_bound_type_and_unguarded_spellings():
 def test_cli_spelling_of_the_unguarded_form():
     from symformer.cli import parse_kv
     from symformer.registry import CALLBACKS
+
     for text in ("max_cumulative_ratio=null", "max_cumulative_ratio=Infinity"):
         cb = CALLBACKS.build("teleport", model=tiny_model("none"), **parse_kv(text, "--teleport"))
         assert not cb.guarded

@@ -15,6 +15,7 @@ Bounds, and why:
     outside the group fails the bound); the factor 2 is slack for the spread of an rms over ~100 logits (30 draws
     gave at most 1.46).
 """
+
 from __future__ import annotations
 
 import copy
@@ -27,6 +28,7 @@ from tests.teleport._models import KINDS, batch, tiny_model
 from symformer.teleport import symmetry_group, update_optimizer_state
 
 BF16 = torch.bfloat16
+
 
 def _kinds():
     return list(KINDS)
@@ -57,8 +59,8 @@ def _assert_rounded_once(a: torch.Tensor, b: torch.Tensor, name: str) -> None:
     """a (bfloat16) against b = round_bf16(float64 reference): the bounds of the module docstring."""
     a, b = a.detach().double(), b.detach().double()
     off = (a - b).abs()
-    ulp = 2.0 ** -7 * torch.maximum(a.abs(), b.abs())
-    assert bool((off <= ulp + 2.0 ** -20 * float(b.abs().max())).all()), (name, float((off / ulp).max()))
+    ulp = 2.0**-7 * torch.maximum(a.abs(), b.abs())
+    assert bool((off <= ulp + 2.0**-20 * float(b.abs().max())).all()), (name, float((off / ulp).max()))
     assert float((off > 0).double().mean()) <= 0.01, (name, float((off > 0).double().mean()))
 
 
@@ -79,6 +81,7 @@ def _vit_run(seed):
     def run(m):
         with torch.no_grad():
             return m(x.to(next(m.parameters()).dtype), pos.float()).double()
+
     return run
 
 
@@ -120,9 +123,12 @@ def test_bf16_adam_state_transform_rounds_once():
     g = G.pick(G.sample(1, 0.5, torch.Generator().manual_seed(3)), 0)
     ps = G.parameters()
     st64 = {key: {id(p): opt.state[p][key].double() for p in ps} for key in ("exp_avg", "exp_avg_sq")}
-    want = {"exp_avg": G.grad_action(g, st64["exp_avg"]),
-            "exp_avg_sq": {k: t.pow(2) for k, t in G.grad_action(g, {k: v.sqrt() for k, v in
-                                                                     st64["exp_avg_sq"].items()}).items()}}
+    want = {
+        "exp_avg": G.grad_action(g, st64["exp_avg"]),
+        "exp_avg_sq": {
+            k: t.pow(2) for k, t in G.grad_action(g, {k: v.sqrt() for k, v in st64["exp_avg_sq"].items()}).items()
+        },
+    }
     update_optimizer_state(opt, G, g, "transform")
     for key in ("exp_avg", "exp_avg_sq"):
         for p in ps:
@@ -136,12 +142,14 @@ def test_bf16_teleport_step_applies_without_invariance_skips():
     """Alg. 1 on a bfloat16 model: the closed-form norms come from the bfloat16 gradient (in float64), the chosen
     element is applied and passes the runtime loss check."""
     from symformer.teleport import teleport_step
+
     m16 = tiny_model("rope-half", mlp="relu").to(torch.float32).to(BF16)
     x, pos, y = batch()
     G = _group(m16)
 
     def loss_fn():
         return torch.nn.functional.cross_entropy(m16(x.to(BF16), pos.float()).float(), y)
+
     loss_fn().backward()
     before = [p.detach().clone() for p in G.parameters()]
     out = teleport_step(m16, G, loss_fn, alpha=0.5, samples=16, gen=torch.Generator().manual_seed(0), ffn=True)
@@ -161,12 +169,14 @@ def test_hf_bf16_teleport(family):
     from tests.integrations._hf_models import ids, tiny
 
     import symformer.integrations.hf  # noqa: F401  (registers the HF group builder)
+
     m32 = tiny(family, torch.float32)
     x = ids(batch=4, n=16)
 
     def run(m):
         with torch.no_grad():
             return m(x).logits.double()
+
     m16 = copy.deepcopy(m32).to(BF16)
     element = _group(m32).random(torch.Generator().manual_seed(0))
     check_one_rounding(m16, element, _group)
@@ -181,14 +191,26 @@ def test_hf_plain_loop_teleports_in_bf16(route, recwarn):
     from tests.integrations._hf_models import lm_loss, tiny
 
     from symformer.integrations import hf
+
     model = tiny("llama", BF16 if route == "cast" else torch.float32).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
     def loss_fn(m, x):
         with torch.autocast("cpu", dtype=BF16, enabled=route == "autocast"):
             return lm_loss(m, x)
-    tele = hf.HFTeleport(model, opt, loss_fn, total_steps=4, start_step=1, steps=2, samples=8, alpha=0.3,
-                         state_policy="transform", compute_dtype=BF16 if route == "autocast" else None)
+
+    tele = hf.HFTeleport(
+        model,
+        opt,
+        loss_fn,
+        total_steps=4,
+        start_step=1,
+        steps=2,
+        samples=8,
+        alpha=0.3,
+        state_policy="transform",
+        compute_dtype=BF16 if route == "autocast" else None,
+    )
     data = torch.randint(0, 40, (4, 4, 13), generator=torch.Generator().manual_seed(0))
     for i in range(4):
         loss = loss_fn(model, data[i])

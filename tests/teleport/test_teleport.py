@@ -1,4 +1,5 @@
 """Alg. 1: majority rule, runtime invariance check, optimizer-state policies, schedule, callback, Zhao."""
+
 from __future__ import annotations
 
 import warnings
@@ -66,6 +67,7 @@ def test_runtime_check_skips_an_element_that_changes_the_loss(monkeypatch):
         out = orig(g)
         out[id(m.head.weight)] = m.head.weight * 1.5
         return out
+
     monkeypatch.setattr(G, "transformed", broken)
     monkeypatch.setattr(G, "parameters", lambda: list(type(G).parameters(G)) + [m.head.weight])
     monkeypatch.setattr(T, "closed_form_norms", lambda *a: torch.full((16,), 1e3, dtype=torch.float64))
@@ -117,7 +119,7 @@ def test_state_policy_transform_adam_moments():
     for p, t in zip(G.parameters(), fresh, strict=True):
         st = opt.state[p]
         assert float((st["exp_avg"] - 0.1 * t).abs().max()) <= 1e-12
-        assert float((st["exp_avg_sq"] - 0.001 * t ** 2).abs().max()) <= 1e-12
+        assert float((st["exp_avg_sq"] - 0.001 * t**2).abs().max()) <= 1e-12
     with pytest.raises(ValueError, match="state_policy"):
         update_optimizer_state(opt, G, g, "momentum")
 
@@ -148,9 +150,16 @@ def test_schedule():
 
 def test_callback_bad_inputs():
     m = tiny_model("none")
-    for kw, name in (({"alpha": 0.0}, "alpha"), ({"alpha": 1.0}, "alpha"), ({"samples": 0}, "samples"),
-                     ({"method": "foo"}, "method"), ({"colour": 1}, "teleport option"), ({"steps": 0}, "steps"),
-                     ({"epoch": 0}, "epoch"), ({"state_policy": "x"}, "state_policy")):
+    for kw, name in (
+        ({"alpha": 0.0}, "alpha"),
+        ({"alpha": 1.0}, "alpha"),
+        ({"samples": 0}, "samples"),
+        ({"method": "foo"}, "method"),
+        ({"colour": 1}, "teleport option"),
+        ({"steps": 0}, "steps"),
+        ({"epoch": 0}, "epoch"),
+        ({"state_policy": "x"}, "state_policy"),
+    ):
         with pytest.raises(ValueError, match=name):
             TeleportCallback(model=m, **kw)
     with pytest.raises(ValueError, match="model"):
@@ -188,6 +197,7 @@ def test_callback_schedule_beyond_the_run_is_an_error():
 def test_cli_option_builds_the_callback():
     """`symformer train --teleport alpha=0.65,samples=16,epoch=1,steps=4` goes through CALLBACKS.build."""
     from symformer.cli import parse_kv
+
     kv = parse_kv("alpha=0.65,samples=16,epoch=1,steps=4", "--teleport")
     cb = CALLBACKS.build("teleport", model=tiny_model("rope-half"), **kv)
     assert isinstance(cb, TeleportCallback)
@@ -201,6 +211,7 @@ def test_callback_with_learned_espr_and_penalty_teleports_without_skips():
     invariant, so the run-time check must not reject the elements."""
     from symformer.models import attention_layers
     from symformer.positional import ESPR
+
     m = tiny_model("none").float()
     for a in attention_layers(m):
         a.rotary = ESPR(head_dim=8, coord_dim=2, commuting_init=False, init_scale=0.3, eps_comm_penalty=0.1)

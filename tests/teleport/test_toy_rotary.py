@@ -4,6 +4,7 @@ The toy part below (a plane rotation, written only against the RotaryPositional 
 built into a ViT through TransformerConfig, and teleported; the model's function must not change (float64).
 Its Q/K group comes from the interface's default (the commutant of its relative rotations): U^T must commute
 with rotations of the plane (0, 1), i.e. U = (a I + b J) (+) GL(Dh - 2), of dimension 2 + (Dh - 2)^2."""
+
 from __future__ import annotations
 
 import pytest
@@ -66,7 +67,7 @@ def test_registered_toy_part_is_teleported_without_changing_the_function(toy_reg
     model, x, pos, y = _model_and_batch()
     assert all(isinstance(a.rotary, PlaneRotary) for a in attention_layers(model))
     G = symmetry_group(model)
-    assert G.qk_dimensions() == [2 + 6 ** 2] * 2  # the commutant of plane rotations in Dh = 8
+    assert G.qk_dimensions() == [2 + 6**2] * 2  # the commutant of plane rotations in Dh = 8
     assert {id(p) for p in G.dependent_parameters()} == {id(a.rotary.omega) for a in attention_layers(model)}
     with torch.no_grad():
         before = model(x, pos)
@@ -83,6 +84,7 @@ def test_toy_part_teleport_step_and_a_wrong_group_breaks_it(toy_registered):
 
     def loss_fn():
         return nn.functional.cross_entropy(model(x, pos), y)
+
     loss_fn().backward()
     l0 = float(loss_fn().detach())
     out = teleport_step(model, G, loss_fn, 0.65, 16, torch.Generator().manual_seed(1))
@@ -98,7 +100,14 @@ def test_toy_part_teleport_step_and_a_wrong_group_breaks_it(toy_registered):
 
 def test_an_approximate_attention_core_is_refused():
     """The core declares exactness (AttentionCore.exact_softmax); FAVOR+ does not, so no group exists."""
-    cfg = TransformerConfig(d_model=16, n_heads=2, n_layers=1, positional="rope", coord_dim=2, attention="favor",
-                            attention_kwargs={"n_features": 8})
+    cfg = TransformerConfig(
+        d_model=16,
+        n_heads=2,
+        n_layers=1,
+        positional="rope",
+        coord_dim=2,
+        attention="favor",
+        attention_kwargs={"n_features": 8},
+    )
     with pytest.raises(ValueError, match="attention: got 'FavorAttention', expected an exact softmax core"):
         symmetry_group(ViTClassifier(cfg, 4, 3))

@@ -1,4 +1,5 @@
 """Checkpoints load with weights_only=True: crafted pickles run no code; bad files get one line naming the file."""
+
 import json
 import pickle
 import pickletools
@@ -49,8 +50,9 @@ def _crafted(path, marker, zipped):
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("zipped, reason", [(True, "would import and call io.open; symformer never runs code"),
-                                            (False, "not a torch file")])
+@pytest.mark.parametrize(
+    "zipped, reason", [(True, "would import and call io.open; symformer never runs code"), (False, "not a torch file")]
+)
 def test_crafted_pickle_runs_no_code_via_trainer(tmp_path, zipped, reason):
     marker = tmp_path / "PWNED"
     t = _trainer(tmp_path / "run")
@@ -72,8 +74,7 @@ def test_crafted_pickle_runs_no_code_via_cli(tmp_path, capsys, zipped, reason):
     _crafted(out / "checkpoint.pt", marker, zipped)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        code = cli.main(["train", "--preset", "digits-vit", "--set", "model.d_model=16", "--resume", "--out",
-                         str(out)])
+        code = cli.main(["train", "--preset", "digits-vit", "--set", "model.d_model=16", "--resume", "--out", str(out)])
     err = capsys.readouterr().err
     assert code == 2 and not marker.exists()
     assert not caught, [str(w.message) for w in caught]
@@ -81,12 +82,15 @@ def test_crafted_pickle_runs_no_code_via_cli(tmp_path, capsys, zipped, reason):
     assert err.startswith(f"error: --resume: {out / 'checkpoint.pt'} is not a symformer checkpoint (")
 
 
-@pytest.mark.parametrize("content, reason", [
-    (b"garbage\n", "not a torch file"),
-    (b"", "the file is empty"),
-    ("truncated", "truncated or not a torch file"),
-    ("foreign", "without the 'symformer-checkpoint' marker"),
-])
+@pytest.mark.parametrize(
+    "content, reason",
+    [
+        (b"garbage\n", "not a torch file"),
+        (b"", "the file is empty"),
+        ("truncated", "truncated or not a torch file"),
+        ("foreign", "without the 'symformer-checkpoint' marker"),
+    ],
+)
 def test_bad_files_one_line(tmp_path, content, reason):
     t = _trainer(tmp_path / "run")
     t.fit()
@@ -123,8 +127,9 @@ def test_saved_checkpoint_is_plain_and_loads_weights_only(tmp_path):
     with zipfile.ZipFile(t.ckpt_path) as z:  # no pickled class other than torch's own rebuild helpers
         data = next(z.read(n) for n in z.namelist() if n.endswith("data.pkl"))
     globals_ = {arg for op, arg, _ in pickletools.genops(data) if op.name in ("GLOBAL", "STACK_GLOBAL")}
-    assert globals_ and all(g == "collections OrderedDict" or g.startswith("torch ") or g.startswith("torch._utils ")
-                            for g in globals_), globals_
+    assert globals_ and all(
+        g == "collections OrderedDict" or g.startswith("torch ") or g.startswith("torch._utils ") for g in globals_
+    ), globals_
 
 
 def test_rng_state_round_trip():
@@ -151,8 +156,20 @@ def test_facts_outputs_load_weights_only(tmp_path, capsys):
     keys = torch.nn.functional.normalize(torch.randn(8, 6, generator=g, dtype=torch.float64), dim=1)
     torch.save(keys, tmp_path / "k.pt")
     np.save(tmp_path / "v.npy", keys.numpy())
-    code = cli.main(["facts", "build", "--keys", str(tmp_path / "k.pt"), "--values", str(tmp_path / "v.npy"),
-                     "--method", "naive", "--out", str(tmp_path / "mlp.pt")])
+    code = cli.main(
+        [
+            "facts",
+            "build",
+            "--keys",
+            str(tmp_path / "k.pt"),
+            "--values",
+            str(tmp_path / "v.npy"),
+            "--method",
+            "naive",
+            "--out",
+            str(tmp_path / "mlp.pt"),
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     built = torch.load(tmp_path / "mlp.pt", weights_only=True)
     assert set(built) == {"config", "state_dict"} and json.dumps(built["config"])

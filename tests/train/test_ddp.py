@@ -1,4 +1,5 @@
 """Two gloo processes on CPU end with the parameters of one process with the same global batch."""
+
 import os
 import socket
 

@@ -1,5 +1,6 @@
 """Early stopping (Informer's protocol: patience on validation MSE, best weights restored for the test)
 and Informer's lradj 'type1' schedule."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,6 +14,7 @@ from symformer.train.tasks import Task
 
 class ScriptedVal(Task):
     """MSE loss on a linear regression; evaluate() returns a scripted validation value per call on `val`."""
+
     primary = "mse"
 
     def __init__(self, val_data, script):
@@ -52,11 +54,11 @@ def _fit(script, patience, epochs=8):
 
 def test_stops_after_patience_and_restores_the_best_epoch():
     tr, model, snaps = _fit([3.0, 1.0, 2.0, 2.5, 2.0, 0.5], patience=3)
-    assert tr.state.epoch == 5                      # best at epoch 1, then 3 epochs without improvement
+    assert tr.state.epoch == 5  # best at epoch 1, then 3 epochs without improvement
     es = tr.callbacks[-1]
     assert isinstance(es, EarlyStopping) and es.best_epoch == 1 and es.best == 1.0
     for k, v in model.state_dict().items():
-        assert torch.equal(v, snaps.states[1][k])   # the weights of epoch 1, not of the last epoch
+        assert torch.equal(v, snaps.states[1][k])  # the weights of epoch 1, not of the last epoch
     assert not torch.equal(snaps.states[1]["weight"], snaps.states[-1]["weight"])
 
 

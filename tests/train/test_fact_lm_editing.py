@@ -1,4 +1,5 @@
 """Book -> author LM with a fact expert and the editors applied to it (fact-storing-mlps.txt App. A.3)."""
+
 import pytest
 import torch
 
@@ -43,7 +44,7 @@ def test_split_alters_only_the_altered_facts():
     assert len(s.altered) == 10 and len(s.preserved) == 40
     assert bool((s.new_facts[s.altered] != t.facts[s.altered]).all())
     assert torch.equal(s.new_facts[s.preserved], t.facts[s.preserved])
-    assert sorted(s.new_facts.tolist()) == list(range(50))      # still one book per author
+    assert sorted(s.new_facts.tolist()) == list(range(50))  # still one book per author
 
 
 @pytest.fixture(scope="module")
@@ -75,16 +76,18 @@ def test_rome_and_memit_write_the_targets_into_the_mlp(tiny_lm):
         mlp = apply_editor(model.fact.mlp, method, keys[:n], v[:n], C, hp)
         out = mlp.down(keys[:n].float()).double()
         assert torch.allclose(out, v[:n], rtol=0, atol=1e-4 * float(v.abs().max())), method
-    assert model.fact.mlp.down.weight.data_ptr() != mlp.down.weight.data_ptr()   # the model's MLP is untouched
+    assert model.fact.mlp.down.weight.data_ptr() != mlp.down.weight.data_ptr()  # the model's MLP is untouched
 
 
 def test_editing_pipeline_scores(tiny_lm):
     t, cfg, model, E = tiny_lm
     split = make_split(t, 0.2, seed=0)
     new_mlp = mlp_for(t.with_facts(split.new_facts), E, cfg, seed=2)
-    small = {"rome": [{"train_steps": 10, "lr": 0.5, "wd": 0.0, "early_stopping_loss": None}],
-             "memit": [{"train_steps": 10, "lr": 0.5, "lam": lam, "clip_norm": 1.0} for lam in (1.0, 150.0)],
-             "alphaedit": [{"train_steps": 10, "lr": 0.5, "clip_norm": None, "tol": 1.0}]}
+    small = {
+        "rome": [{"train_steps": 10, "lr": 0.5, "wd": 0.0, "early_stopping_loss": None}],
+        "memit": [{"train_steps": 10, "lr": 0.5, "lam": lam, "clip_norm": 1.0} for lam in (1.0, 150.0)],
+        "alphaedit": [{"train_steps": 10, "lr": 0.5, "clip_norm": None, "tol": 1.0}],
+    }
     res = run_editors(model, t, split, new_mlp, configs=small)
     assert set(res) == {"swap", "rome", "memit", "alphaedit"}
     for r in res.values():
@@ -92,7 +95,7 @@ def test_editing_pipeline_scores(tiny_lm):
         assert r["score"] <= min(r["efficacy"], r["paraphrase"], r["specificity"]) * 3 + 1e-12
     assert res["memit"]["n_configs"] == 2 and len(grid_configs("memit", True)) == 12
     assert len(grid_configs("memit", False)) == 108 and len(grid_configs("rome", False)) == 54
-    before = edit_scores(model, t, split)          # unedited model: efficacy on the new facts is ~0
+    before = edit_scores(model, t, split)  # unedited model: efficacy on the new facts is ~0
     assert before["efficacy"] <= 0.25
     sw = swap_check(model, t, E, cfg)
     assert 0.0 <= sw["new_fact_accuracy"] <= 1.0 and sw["nonfact_ce_before"] > 0
@@ -100,9 +103,9 @@ def test_editing_pipeline_scores(tiny_lm):
     parts = sw["nonfact_ce_parts"]
     assert 0.0 <= sw["nonfact_fact_gate"] <= 1.0 and set(parts) == {"before_key", "from_key"}
     ev = lm_eval(model, t)
-    n_before, n_from = _nonfact_counts(t)   # the split is a partition of the non-fact targets
+    n_before, n_from = _nonfact_counts(t)  # the split is a partition of the non-fact targets
     mixed = (n_before * ev["nonfact_ce_before_key"] + n_from * ev["nonfact_ce_from_key"]) / (n_before + n_from)
-    assert mixed == pytest.approx(ev["nonfact_ce"], rel=1e-6)   # float32 sums in another order
+    assert mixed == pytest.approx(ev["nonfact_ce"], rel=1e-6)  # float32 sums in another order
 
 
 def _nonfact_counts(t):
@@ -118,6 +121,7 @@ def test_moe_experts_share_the_frozen_norm_input_and_top1_routes_one_expert():
     mixer is invariant to the scale of its input (all three parts see x/|x|); without it, it is not. Top-1
     routing leaves exactly one expert's output at each position."""
     from symformer.models.fact_recall import FactRecallConfig, FactRecallTransformer, swap_fact_mlp
+
     t = make_books(8, seed=0)
     E = torch.randn(t.vocab_size, 16, generator=torch.Generator().manual_seed(0))
     cfg_mlp = LMConfig(d_model=16, mlp_hidden=16, mlp_steps=5)
@@ -148,10 +152,10 @@ def test_split_preserves_four_times_the_altered_facts():
     assert not set(s.altered.tolist()) & set(s.preserved.tolist())
     rest = sorted(set(range(100)) - set(s.altered.tolist()) - set(s.preserved.tolist()))
     assert len(rest) == 50 and torch.equal(s.new_facts[rest], t.facts[rest])
-    full = make_split(t, 0.1, seed=1, preserved_ratio=9.0)        # every other fact preserved
+    full = make_split(t, 0.1, seed=1, preserved_ratio=9.0)  # every other fact preserved
     assert len(full.preserved) == 90 and torch.equal(full.altered, s.altered)
     with pytest.raises(ValueError, match="preserved_ratio"):
-        make_split(t, 0.3, seed=1)                                 # 30 + 120 > 100 facts
+        make_split(t, 0.3, seed=1)  # 30 + 120 > 100 facts
 
 
 def test_target_values_run_per_fact_like_rome_compute_v(tiny_lm):
@@ -167,8 +171,8 @@ def test_target_values_run_per_fact_like_rome_compute_v(tiny_lm):
     hp = dict(lr=0.05, clip_norm=0.75, wd=0.5, early_stopping_loss=0.5)
     batch = target_values(model, tok, mask, tgt, 25, **hp)
     for i in range(len(tgt)):
-        alone = target_values(model, tok[i:i + 1], mask[i:i + 1], tgt[i:i + 1], 25, **hp)
-        assert torch.allclose(batch[i:i + 1], alone, rtol=1e-5, atol=1e-5), i
+        alone = target_values(model, tok[i : i + 1], mask[i : i + 1], tgt[i : i + 1], 25, **hp)
+        assert torch.allclose(batch[i : i + 1], alone, rtol=1e-5, atol=1e-5), i
     traj = target_trajectory(model, tok, mask, tgt, [3, 10, 25], **hp)
     assert torch.equal(traj[25], batch) and torch.equal(traj[10], target_values(model, tok, mask, tgt, 10, **hp))
 
@@ -188,10 +192,12 @@ def test_cached_scores_match_running_the_model(tiny_lm):
         old = model.fact.swap(mlp)
         try:
             eff = lm_eval(model, edited_t, split.altered, torch.zeros_like(split.altered))["fact_accuracy"]
-            para = lm_eval(model, edited_t, split.altered.repeat_interleave(nt - 1),
-                           torch.arange(1, nt).repeat(len(split.altered)))["fact_accuracy"]
-            spec = lm_eval(model, edited_t, split.preserved.repeat_interleave(nt),
-                           torch.arange(nt).repeat(len(split.preserved)))["fact_accuracy"]
+            para = lm_eval(
+                model, edited_t, split.altered.repeat_interleave(nt - 1), torch.arange(1, nt).repeat(len(split.altered))
+            )["fact_accuracy"]
+            spec = lm_eval(
+                model, edited_t, split.preserved.repeat_interleave(nt), torch.arange(nt).repeat(len(split.preserved))
+            )["fact_accuracy"]
         finally:
             model.fact.swap(old)
         assert (got["efficacy"], got["paraphrase"], got["specificity"]) == (eff, para, spec)
@@ -214,6 +220,7 @@ def test_train_lm_killed_and_resumed_from_its_checkpoint_is_exact(tmp_path):
         if calls["n"] == 18:
             raise KeyboardInterrupt
         return forward(*a, **k)
+
     model.forward = dies_in_step_17
     ck = tmp_path / "lm.pt"
     with pytest.raises(KeyboardInterrupt):
@@ -230,6 +237,7 @@ def test_train_lm_killed_and_resumed_from_its_checkpoint_is_exact(tmp_path):
 
 def test_train_lm_rejects_a_checkpoint_for_fewer_steps(tmp_path):
     from symformer.train.checkpoint import CheckpointError
+
     t = make_books(12, seed=0)
     cfg = LMConfig(d_model=16, mlp_hidden=32, mlp_steps=50, steps=6, batch_size=16)
     model, _ = build_lm(t, cfg)
@@ -244,6 +252,7 @@ def test_train_lm_rejects_a_checkpoint_for_fewer_steps(tmp_path):
 
 def test_a_loop_checkpoint_missing_an_entry_is_one_line(tmp_path):
     from symformer.train.checkpoint import CheckpointError, load_loop_state
+
     path = tmp_path / "other.pt"
     torch.save({"model": {}, "step": 3}, path)
     with pytest.raises(CheckpointError, match="other.pt is not an SSFR training checkpoint .needs entries model, opt"):

@@ -1,4 +1,5 @@
 """Per-layer FAVOR+ feature draws and their redraw every N steps through a Trainer callback."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,8 +14,9 @@ from symformer.train.callbacks import FeatureRedraw, LearningCurve, feature_modu
 
 def _setup(steps=6):
     torch.manual_seed(0)
-    cfg = TransformerConfig(d_model=16, n_heads=2, n_layers=2, positional="rope", attention="favor",
-                            attention_kwargs={"n_features": 8})
+    cfg = TransformerConfig(
+        d_model=16, n_heads=2, n_layers=2, positional="rope", attention="favor", attention_kwargs={"n_features": 8}
+    )
     model = CausalLM(cfg, 11)
     x = torch.randint(0, 11, (64, 9))
     data = TensorData(x[:, :-1], x[:, 1:])

@@ -1,6 +1,7 @@
 """16-bit training steps (issue 40 item 5): every positional x attention combination of symformer's own models takes a
 finite bfloat16 step, under autocast and after `.to(torch.bfloat16)`, whose loss is within 2% of the float32 step's
 on the same batch and init (experiments.precision_train)."""
+
 import math
 
 import pytest
@@ -12,7 +13,7 @@ from symformer.experiments.precision_train import ROUTES, TRAIN_COMBINATIONS, tr
 # Combinations that fail on this branch only because another part's 16-bit fix is pending (solve / LU / FFT have no
 # bfloat16 CPU kernels). The coordinator removes entries as those branches merge; strict=False, so a fixed one passes.
 def _cases():
-    for (pos, att) in TRAIN_COMBINATIONS:
+    for pos, att in TRAIN_COMBINATIONS:
         for route in ROUTES:
             yield pytest.param(pos, att, route, id=f"{pos}-{att}-{route}")
 
@@ -21,6 +22,7 @@ def test_matrix_covers_every_registered_part():
     """TRAIN_COMBINATIONS names every registered positional part and the three attention kinds of the issue."""
     import symformer  # noqa: F401  (registers the parts)
     from symformer.registry import POSITIONAL
+
     assert {p for p, _ in TRAIN_COMBINATIONS} == set(POSITIONAL.names())
     assert {a for _, a in TRAIN_COMBINATIONS} == {"softmax", "favor", "plash"}
 
@@ -49,6 +51,7 @@ def test_comparison_is_pure_and_seeded():
 def test_comparison_detects_a_wrong_step(monkeypatch):
     """The bound can fail: a 16-bit step whose logits are perturbed by a few percent is reported as off."""
     from symformer.experiments import precision_train as pt
+
     real = pt.step
 
     def noisy(model, x, y, route):
@@ -57,6 +60,7 @@ def test_comparison_detects_a_wrong_step(monkeypatch):
         with torch.no_grad():
             model.head.weight.mul_(1.2)
         return real(model, x, y, route)
+
     monkeypatch.setattr(pt, "step", noisy)
     assert pt.train_step_comparison("rope", "softmax", "cast")["loss_rel_diff"] > 0.02
 
@@ -73,13 +77,22 @@ def _digits_run(precision, tmp_path=None, callbacks=None, positional="rope"):
     from symformer.data import load_digits_patches
     from symformer.models import TransformerConfig, ViTClassifier
     from symformer.train import Classification, TrainConfig, Trainer
+
     s = load_digits_patches()
     torch.manual_seed(0)
-    model = ViTClassifier(TransformerConfig(d_model=16, n_heads=2, n_layers=1, coord_dim=2, positional=positional,
-                                            mlp="relu"), 4, 10)
+    model = ViTClassifier(
+        TransformerConfig(d_model=16, n_heads=2, n_layers=1, coord_dim=2, positional=positional, mlp="relu"), 4, 10
+    )
     cfg = TrainConfig(epochs=2, batch_size=32, lr=3e-3, precision=precision, schedule="constant")
-    t = Trainer(model, Classification(), s.train.subset(torch.arange(128)), s.val.subset(torch.arange(64)), cfg,
-                callbacks=callbacks, out_dir=tmp_path)
+    t = Trainer(
+        model,
+        Classification(),
+        s.train.subset(torch.arange(128)),
+        s.val.subset(torch.arange(64)),
+        cfg,
+        callbacks=callbacks,
+        out_dir=tmp_path,
+    )
     return t, t.fit()
 
 
@@ -91,11 +104,13 @@ def test_trainer_precision(precision, tmp_path):
         def forward(self, x):
             seen.append(torch.is_autocast_enabled("cpu"))
             return x
+
     from symformer.train import Callback
 
     class Watch(Callback):
         def on_train_start(self, trainer):
             trainer.raw_model.embed.register_forward_hook(lambda m, i, o: Probe()(o))
+
     t, final = _digits_run(precision, tmp_path, [Watch()])
     assert math.isfinite(t.state.history[-1]["train_loss"]) and 0 <= final["val_accuracy"] <= 1
     assert t.state.history[-1]["train_loss"] < t.state.history[0]["train_loss"] * 1.05  # it trains
@@ -120,6 +135,7 @@ def test_teleport_in_a_bf16_trainer_passes_the_invariance_check(recwarn):
     tolerance, so invariant elements are applied, not skipped."""
     import symformer.teleport  # noqa: F401  (registers the callback)
     from symformer.registry import CALLBACKS
+
     for precision in ("bf16-autocast", "bf16"):
         cb = CALLBACKS.build("teleport", alpha=0.5, samples=8, epoch=1, steps=2, max_cumulative_ratio=None, ffn=True)
         _digits_run(precision, callbacks=[cb], positional="rope")
@@ -130,9 +146,11 @@ def test_teleport_in_a_bf16_trainer_passes_the_invariance_check(recwarn):
 def test_precision_option_reaches_symformer_train():
     """`symformer train --set train.precision=bf16-autocast` builds a TrainConfig with it; a bad value names the key."""
     from symformer.train.presets import build, resolve
+
     spec = resolve("digits-vit", None, ["train.precision=bf16-autocast"])
     assert build(spec)[3].precision == "bf16-autocast"
     from symformer.train import TrainConfig
+
     with pytest.raises(ValueError, match="precision: got 'fp16'"):
         TrainConfig(precision="fp16")
 
@@ -158,6 +176,7 @@ def test_bf16_bench_row_measures_error_against_float64():
 
     from symformer.benchmarks._precision import bf16_ratios, bf16_row
     from symformer.benchmarks.base import BenchContext
+
     ctx = BenchContext(Path("unused"))
     q, k = torch.randn(1, 2, 8, 4), torch.randn(1, 2, 8, 4)
     pos = torch.arange(8.0)[:, None]

@@ -1,4 +1,5 @@
 """Attention cores with the SDPA call shape `forward(q, k, v, attn_mask=None, is_causal=False, scale=None)`."""
+
 from __future__ import annotations
 
 from symformer.attention.softmax import (

@@ -14,6 +14,7 @@ layers after the first, r_{l,A}), which is not a bound for a nonlinear image, we
 ball bound: every point of the image lies within (product of earlier layer constants) * r_0 of the
 deterministic endpoint.
 """
+
 from __future__ import annotations
 
 import math
@@ -92,13 +93,17 @@ def _heads(layer):
     dh = d // h
     w = att.in_proj_weight.detach()
     b = att.in_proj_bias.detach() if att.in_proj_bias is not None else torch.zeros(3 * d, dtype=w.dtype)
-    split = [(w[i * d + j * dh: i * d + (j + 1) * dh], b[i * d + j * dh: i * d + (j + 1) * dh])
-             for i in range(3) for j in range(h)]
-    return split[:h], split[h:2 * h], split[2 * h:], dh
+    split = [
+        (w[i * d + j * dh : i * d + (j + 1) * dh], b[i * d + j * dh : i * d + (j + 1) * dh])
+        for i in range(3)
+        for j in range(h)
+    ]
+    return split[:h], split[h : 2 * h], split[2 * h :], dh
 
 
-def layer_lipschitz(layer, y_det: torch.Tensor, radius: torch.Tensor, y_ts: torch.Tensor | None = None,
-                    paper: bool = True):
+def layer_lipschitz(
+    layer, y_det: torch.Tensor, radius: torch.Tensor, y_ts: torch.Tensor | None = None, paper: bool = True
+):
     """Thm B.8 bound L_l for one post-LN encoder layer on the set of inputs within `radius` (per problem)
     of y_det (and, for the first layer, on the segment [y_det, y_ts]: envelopes by convexity, eq. 27).
     paper=True takes the FFN-side radius r_{l,A} as the endpoint distance ||A - A^det|| as Thm B.8 does;
@@ -147,16 +152,16 @@ def mixer_lipschitz(mixer, y_det: torch.Tensor, y_ts: torch.Tensor, paper: bool 
 
 @dataclass
 class Certificate:
-    eps_I: torch.Tensor        # (n,) Stage I comparator bound
-    eps_det: torch.Tensor      # (n,) deterministic bias ||Y_q - Y_det||_F
-    coef: torch.Tensor         # (n,) C: eps_II <= C tau_g^{-k_min} on the sketch event
-    l_mix: torch.Tensor        # (n,)
-    l_post: torch.Tensor       # (n,)
-    error: torch.Tensor        # (n,) measured ||Y_soft - Y_PLASH||_F
+    eps_I: torch.Tensor  # (n,) Stage I comparator bound
+    eps_det: torch.Tensor  # (n,) deterministic bias ||Y_q - Y_det||_F
+    coef: torch.Tensor  # (n,) C: eps_II <= C tau_g^{-k_min} on the sketch event
+    l_mix: torch.Tensor  # (n,)
+    l_post: torch.Tensor  # (n,)
+    error: torch.Tensor  # (n,) measured ||Y_soft - Y_PLASH||_F
     sketch_event: torch.Tensor  # (n,) bool: ||z^ts_jk|| <= sqrt(1+eta) tau_g^{-k} for all j, k (Lemma G.3)
     tau_g: float
     k_min: int
-    delta: float               # failure probability implied by the sizing rule (99) for the given eta
+    delta: float  # failure probability implied by the sizing rule (99) for the given eta
 
 
 def stage2_factor(module, eta: float) -> torch.Tensor:
@@ -201,9 +206,18 @@ def certify(module, q, k, v, eta: float = 0.99, scale: float | None = None, pape
         event = torch.ones(q.shape[0], dtype=torch.bool)
         for kk, z in zip(module.degrees, feats):
             event &= (z.norm(dim=-1) <= math.sqrt(1 + eta) * module.tau_g ** (-kk) * (1 + 1e-9)).all(-1)
-    return Certificate(eps_i, (y_q - t_det.out).flatten(1).norm(dim=-1), coef.to(q.dtype), l_mix, l_post,
-                       (y_soft - t_ts.out).flatten(1).norm(dim=-1), event, module.tau_g, min(module.degrees),
-                       sizing_delta(module, eta))
+    return Certificate(
+        eps_i,
+        (y_q - t_det.out).flatten(1).norm(dim=-1),
+        coef.to(q.dtype),
+        l_mix,
+        l_post,
+        (y_soft - t_ts.out).flatten(1).norm(dim=-1),
+        event,
+        module.tau_g,
+        min(module.degrees),
+        sizing_delta(module, eta),
+    )
 
 
 def combine_heads(x: torch.Tensor, heads: int) -> torch.Tensor:

@@ -21,6 +21,7 @@ performer-pytorch adds kernel_eps = 1e-4 to every feature after stabilising, and
 so ours default to 0. Set kernel_eps=1e-4 (and denominator_eps=1e-6 for causal) to reproduce
 performer-pytorch's FastAttention exactly.
 """
+
 from __future__ import annotations
 
 import math
@@ -39,9 +40,15 @@ from symformer._validation import (
 from symformer.attention.favor_state import FavorState, check_features, favor_step
 from symformer.attention.softmax import AttentionCore, float32_compute, key_padding_mask, needs_float32
 
-__all__ = ["FavorAttention", "draw_features", "haar_orthogonal", "positive_features", "favor_noncausal",
-           "favor_noncausal_streamed",
-           "favor_causal"]
+__all__ = [
+    "FavorAttention",
+    "draw_features",
+    "haar_orthogonal",
+    "positive_features",
+    "favor_noncausal",
+    "favor_noncausal_streamed",
+    "favor_causal",
+]
 
 
 def _gaussian(shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
@@ -63,8 +70,9 @@ def _haar_block(d: int, generator: torch.Generator) -> torch.Tensor:
     return haar_orthogonal(d, generator).T
 
 
-def draw_features(n_features: int, dim: int, orthogonal: bool = True,
-                  generator: torch.Generator | None = None) -> torch.Tensor:
+def draw_features(
+    n_features: int, dim: int, orthogonal: bool = True, generator: torch.Generator | None = None
+) -> torch.Tensor:
     """(n_features, dim) float64 matrix W whose rows are marginally N(0, I_dim) (T7.1).
 
     orthogonal=True: blocks of `dim` mutually orthogonal directions, each row rescaled by the norm of an
@@ -116,8 +124,15 @@ def _query_features(q: torch.Tensor, w: torch.Tensor, scale: float, kernel_eps: 
     return torch.exp(proj - _half_sq_norm(q, scale) - (stab - log_ratio)) + kernel_eps * math.exp(log_ratio)
 
 
-def _key_features(k: torch.Tensor, w: torch.Tensor, scale: float, kernel_eps: float, denominator_eps: float = 0.0,
-                  norm_scale: float | None = None, feature_major: bool = False) -> torch.Tensor:
+def _key_features(
+    k: torch.Tensor,
+    w: torch.Tensor,
+    scale: float,
+    kernel_eps: float,
+    denominator_eps: float = 0.0,
+    norm_scale: float | None = None,
+    feature_major: bool = False,
+) -> torch.Tensor:
     """Stabilised features exp(k^.w - |k^|^2/2 - c) / sqrt(m) of k^ = sqrt(scale) k, up to the factor
     sqrt(m) exp(-c) common to all keys of a (batch, head); a factor varying with the key would not cancel.
     c = max over keys and features of the log-feature, so the largest feature is 1 and none overflows.
@@ -206,9 +221,16 @@ def _block_rows(x: torch.Tensor, m: int) -> int:
     return max(64, per_thread * max(1, torch.get_num_threads()) // (max(1, math.prod(x.shape[:-2])) * m))
 
 
-def favor_noncausal_streamed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: torch.Tensor, scale: float,
-                             keep: torch.Tensor | None = None, denominator_eps: float = 0.0,
-                             block_rows: int | None = None) -> torch.Tensor:
+def favor_noncausal_streamed(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    w: torch.Tensor,
+    scale: float,
+    keep: torch.Tensor | None = None,
+    denominator_eps: float = 0.0,
+    block_rows: int | None = None,
+) -> torch.Tensor:
     """Non-causal FAVOR+ (kernel_eps = 0) in row blocks: memory O(rows m + m Dv) besides q, k, v and the output.
 
     Keys: the per-(batch, head) stabiliser c is a running maximum; when it grows, the accumulated
@@ -224,7 +246,7 @@ def favor_noncausal_streamed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     kv = ksum = c = None
     wx = torch.cat((ws.T, -ws.new_ones(ws.shape[1], 1)), dim=-1)  # [sqrt(scale) w, -1]
     for s in range(0, k.shape[-2], rows):
-        kb = k[..., s:s + rows, :]
+        kb = k[..., s : s + rows, :]
         # log phi(k^_j) + log sqrt(m) = [k, |k^|^2/2] . [sqrt(scale) w, -1]: one GEMM (the cat is the copy the
         # strided heads view needed anyway), no separate pass subtracting the norms
         logf = _project(torch.cat((kb, _half_sq_norm(kb, scale)), dim=-1), wx)
@@ -232,8 +254,8 @@ def favor_noncausal_streamed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
         c_new = c_new if c is None else torch.maximum(c, c_new)
         f = logf.sub_(c_new).exp_()
         if keep is not None:
-            f = f * keep[..., s:s + rows, :]
-        kvb, sb = f.transpose(-1, -2) @ v[..., s:s + rows, :], f.sum(dim=-2, keepdim=True)
+            f = f * keep[..., s : s + rows, :]
+        kvb, sb = f.transpose(-1, -2) @ v[..., s : s + rows, :], f.sum(dim=-2, keepdim=True)
         if c is None:
             kv, ksum = kvb, sb
         else:
@@ -246,18 +268,25 @@ def favor_noncausal_streamed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     out = None if grad else q.new_empty(*torch.broadcast_shapes(q.shape[:-2], kvs.shape[:-2]), q.shape[-2], v.shape[-1])
     outs = []
     for s in range(0, q.shape[-2], rows):
-        o = _softmax_query_features(_project(q[..., s:s + rows, :], ws.T)) @ kvs  # per-query constant: cancels
+        o = _softmax_query_features(_project(q[..., s : s + rows, :], ws.T)) @ kvs  # per-query constant: cancels
         if grad:
             outs.append(o[..., :-1] / o[..., -1:])
         else:
-            torch.div(o[..., :-1], o[..., -1:], out=out[..., s:s + rows, :])
+            torch.div(o[..., :-1], o[..., -1:], out=out[..., s : s + rows, :])
     if out is not None:
         return out
     return outs[0] if len(outs) == 1 else torch.cat(outs, dim=-2)
 
 
-def _favor_one_block(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ws: torch.Tensor, scale: float,
-                     keep: torch.Tensor | None, denominator_eps: float) -> torch.Tensor:
+def _favor_one_block(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    ws: torch.Tensor,
+    scale: float,
+    keep: torch.Tensor | None,
+    denominator_eps: float,
+) -> torch.Tensor:
     """The training form of favor_noncausal_streamed (same estimator, same stabilisers): one block, and the
     numerator and denominator from one GEMM per side, phi(K)^T [V, 1] then phi(Q) [phi(K)^T V, phi(K)^T 1],
     so the backward accumulates no separate feature-sized gradients of a key sum and a second query GEMM."""
@@ -280,8 +309,14 @@ def _quotient(out: torch.Tensor, padded: bool) -> torch.Tensor:
     return out[..., :-1] / den
 
 
-def favor_causal(qf: torch.Tensor, kf: torch.Tensor, v: torch.Tensor, chunk_size: int = 128,
-                 denominator_eps: float = 0.0, padded: bool = False) -> torch.Tensor:
+def favor_causal(
+    qf: torch.Tensor,
+    kf: torch.Tensor,
+    v: torch.Tensor,
+    chunk_size: int = 128,
+    denominator_eps: float = 0.0,
+    padded: bool = False,
+) -> torch.Tensor:
     """Causal y_i = sum_{j<=i} ... with chunked prefix sums: within a chunk the C x C masked kernel, across
     chunks an exclusive prefix sum of per-chunk phi(K)^T [V, 1]. Memory O(N (C + m Dv / C)), linear in N.
     padded: some keys were zeroed by a key-padding mask (see _quotient)."""
@@ -345,15 +380,28 @@ class FavorAttention(AttentionCore):
 
     supports_causal = True
 
-    def __init__(self, head_dim: int, n_features: int = 256, orthogonal: bool = True,
-                 chunk_size: int = 128, kernel_eps: float = 0.0, denominator_eps: float = 0.0, seed: int = 0,
-                 block_rows: int | None = None, dropout: float = 0.0):
+    def __init__(
+        self,
+        head_dim: int,
+        n_features: int = 256,
+        orthogonal: bool = True,
+        chunk_size: int = 128,
+        kernel_eps: float = 0.0,
+        denominator_eps: float = 0.0,
+        seed: int = 0,
+        block_rows: int | None = None,
+        dropout: float = 0.0,
+    ):
         super().__init__()
         # explicit, not silently dropped: FAVOR+ never forms the attention matrix, so there is no attention
         # weight to drop (Performer has none either); use the host layer's output/residual dropout instead
         if check_float("dropout", dropout, 0.0, 1.0, high_open=True) != 0.0:
-            fail("dropout", dropout, "0.0: FAVOR+ has no attention matrix to apply dropout to (set the "
-                 "attention's dropout to 0; residual and feed-forward dropout still apply)")
+            fail(
+                "dropout",
+                dropout,
+                "0.0: FAVOR+ has no attention matrix to apply dropout to (set the "
+                "attention's dropout to 0; residual and feed-forward dropout still apply)",
+            )
         self.head_dim = check_int("head_dim", head_dim, 1)
         self.n_features = check_int("n_features", n_features, 1)
         self.orthogonal = bool(orthogonal)
@@ -412,9 +460,13 @@ class FavorAttention(AttentionCore):
     def init_state(self) -> FavorState:
         """An empty causal decoding state (favor_state module doc); fill it with `step` (prefill and decoding)."""
         if self.kernel_eps or self.denominator_eps:
-            fail("kernel_eps / denominator_eps", (self.kernel_eps, self.denominator_eps), "0 for a decoding state: "
-                 "performer-pytorch's eps terms are added at the scale of the global stabiliser, which a running "
-                 "state cannot reproduce")
+            fail(
+                "kernel_eps / denominator_eps",
+                (self.kernel_eps, self.denominator_eps),
+                "0 for a decoding state: "
+                "performer-pytorch's eps terms are added at the scale of the global stabiliser, which a running "
+                "state cannot reproduce",
+            )
         return FavorState()
 
     def step(self, q, k, v, state: FavorState, attn_mask=None, scale=None) -> torch.Tensor:
@@ -426,8 +478,11 @@ class FavorAttention(AttentionCore):
             fail("state", type(state).__name__, "a FavorState from FavorAttention.init_state()", TypeError)
         check_attention_inputs(q, k, v, finite_kv=False, finite_q=False)
         if q.shape[-1] != self.head_dim or q.shape[-2] != k.shape[-2]:
-            fail("q", f"shape {tuple(q.shape)} with {k.shape[-2]} keys", f"head dim {self.head_dim} and one query "
-                 "per new key")
+            fail(
+                "q",
+                f"shape {tuple(q.shape)} with {k.shape[-2]} keys",
+                f"head dim {self.head_dim} and one query per new key",
+            )
         check_features(state, self.features)
         scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else check_float("scale", scale, 0.0, low_open=True)
         keep = self._key_keep(attn_mask, k)

@@ -15,6 +15,7 @@ N of them) and float64 for float64 inputs. It is tied to the features it was bui
 `reseed`, `set_features` or a `load_state_dict` after the state was created make the next step raise, since the
 sums of old features cannot be re-expressed in new ones.
 """
+
 from __future__ import annotations
 
 import math
@@ -35,6 +36,7 @@ class FavorState:
     """The decoding state of one FAVOR+ layer: kvs (B, H, m, Dv + 1) = [S, z] scaled by exp(-c), c (B, H, 1, 1) the
     running maximum log-feature (-inf until a kept key arrives), length the number of tokens consumed (padded ones
     included), and the identity and version of the feature buffer it was built with."""
+
     kvs: torch.Tensor | None = None
     c: torch.Tensor | None = None
     length: int = 0
@@ -47,8 +49,10 @@ class FavorState:
     def select(self, index: torch.Tensor) -> None:
         """Keep / reorder batch rows (beam search, finished sequences)."""
         if self.kvs is not None:
-            self.kvs, self.c = self.kvs.index_select(0, index.to(self.kvs.device)), self.c.index_select(0, index.to(
-                self.c.device))
+            self.kvs, self.c = (
+                self.kvs.index_select(0, index.to(self.kvs.device)),
+                self.c.index_select(0, index.to(self.c.device)),
+            )
 
     def repeat_interleave(self, repeats: int) -> None:
         if self.kvs is not None:
@@ -61,13 +65,24 @@ def check_features(state: FavorState, features: torch.Tensor) -> None:
         state.features_id, state.features_version = id(features), features._version
         return
     if state.features_id != id(features) or state.features_version != features._version:
-        fail("state", "a FAVOR+ decoding state built with features that have since been redrawn, reseeded, loaded "
-             "or moved", "a new state (FavorAttention.init_state) after any change of the features: its sums "
-             "phi(K)^T V are in the old features")
+        fail(
+            "state",
+            "a FAVOR+ decoding state built with features that have since been redrawn, reseeded, loaded or moved",
+            "a new state (FavorAttention.init_state) after any change of the features: its sums "
+            "phi(K)^T V are in the old features",
+        )
 
 
-def favor_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: torch.Tensor, scale: float,
-               keep: torch.Tensor | None, state: FavorState, chunk: int) -> torch.Tensor:
+def favor_step(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    w: torch.Tensor,
+    scale: float,
+    keep: torch.Tensor | None,
+    state: FavorState,
+    chunk: int,
+) -> torch.Tensor:
     """Outputs of L new queries q (B, H, L, Dh) reading every earlier key (in `state`) and the new keys up to
     themselves; `state` then includes the new keys. keep: (B|1, H|1, L, 1) boolean or None. Cost O(L m (Dh + Dv))
     plus O(L chunk m) for the in-chunk triangle: per decoded token (L = 1) independent of the context."""
@@ -79,17 +94,17 @@ def favor_step(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: torch.Tenso
     vv = torch.cat((vv, vv.new_ones(*vv.shape[:-1], 1)), dim=-1)
     out = []
     for s in range(0, q.shape[-2], chunk):
-        kb = k[..., s:s + chunk, :].to(acc)
+        kb = k[..., s : s + chunk, :].to(acc)
         # log phi(k^_j) + log sqrt(m) = [k, |k^|^2 / 2] . [sqrt(scale) w, -1]
         logf = torch.matmul(torch.cat((kb, (0.5 * scale) * kb.square().sum(-1, keepdim=True)), dim=-1), wx.T)
         if keep is not None:
-            logf = logf.masked_fill(~keep[..., s:s + chunk, :], float("-inf"))
+            logf = logf.masked_fill(~keep[..., s : s + chunk, :], float("-inf"))
         c_new = logf.amax(dim=(-1, -2), keepdim=True)
         if state.c is not None:
             c_new = torch.maximum(state.c, c_new)
         shift = torch.where(torch.isinf(c_new), torch.zeros_like(c_new), c_new)  # -inf: no kept key so far
         f = torch.exp(logf - shift)  # padded keys: exp(-inf) = 0
-        qb, vb = qf[..., s:s + chunk, :], vv[..., s:s + chunk, :]
+        qb, vb = qf[..., s : s + chunk, :], vv[..., s : s + chunk, :]
         o = torch.matmul(qb, f.transpose(-1, -2)).tril() @ vb  # keys of this chunk up to each query
         kvs = f.transpose(-1, -2) @ vb
         if state.kvs is not None:  # exp(c_old - shift) <= 1; 0 while nothing was kept (then kvs is 0 too)

@@ -19,6 +19,7 @@ Cost O(N (c + M) d + (N / c) M^2 d). Decoding continues it exactly from a state 
 16-bit inputs or parameters run in float32 (prototype softmax, TensorSketch FFTs, mixer LayerNorm statistics)
 and return the input dtype.
 """
+
 from __future__ import annotations
 
 import math
@@ -70,6 +71,7 @@ def _budgets(D_k, n: int) -> tuple[int, ...]:
 @dataclass
 class PlashTrace:
     """Intermediates of one forward pass (used by the certificate)."""
+
     k_tilde: torch.Tensor
     v_tilde: torch.Tensor
     g_tilde: torch.Tensor
@@ -115,13 +117,29 @@ class PlashAttention(AttentionCore):
     d = d_model (else head_dim * n_heads) unless `width` is given. M: the number of prototypes (summaries).
     """
 
-    supports_causal = True   # through the chunked-prefix variant (module docstring)
+    supports_causal = True  # through the chunked-prefix variant (module docstring)
 
-    def __init__(self, head_dim: int, n_heads: int = 1, d_model: int | None = None, M: int = 64,
-                 degrees: Sequence[int] = (1, 2), D_k: int | Sequence[int] = 128, tau: float = 1.0,
-                 tau_g: float = 1.0, eps_g: float = 1e-6, width: int | None = None, mixer_layers: int = 1,
-                 mixer_heads: int = 4, mixer_ff: int | None = None, mixer_dropout: float = 0.0,
-                 dropout: float = 0.0, chunk_size: int = 4096, causal_block: int = 64, seed: int = 0):
+    def __init__(
+        self,
+        head_dim: int,
+        n_heads: int = 1,
+        d_model: int | None = None,
+        M: int = 64,
+        degrees: Sequence[int] = (1, 2),
+        D_k: int | Sequence[int] = 128,
+        tau: float = 1.0,
+        tau_g: float = 1.0,
+        eps_g: float = 1e-6,
+        width: int | None = None,
+        mixer_layers: int = 1,
+        mixer_heads: int = 4,
+        mixer_ff: int | None = None,
+        mixer_dropout: float = 0.0,
+        dropout: float = 0.0,
+        chunk_size: int = 4096,
+        causal_block: int = 64,
+        seed: int = 0,
+    ):
         super().__init__()
         self.head_dim = check_int("head_dim", head_dim, 1)
         self.M = check_int("M", M, 1)
@@ -146,8 +164,9 @@ class PlashAttention(AttentionCore):
             g = torch.Generator().manual_seed(int(seed))
             prototypes = torch.randn(M, head_dim, generator=g) / math.sqrt(head_dim)
             # Assumption C.2.3: independent (h_t, s_t) per (k, t); stored as buffers (state_dict reproduces).
-            hashes = [(bucket_hashes(k, d, dk, g, MERSENNE_31), sign_hashes(k, d, g))
-                      for k, dk in zip(self.degrees, self.D_k)]
+            hashes = [
+                (bucket_hashes(k, d, dk, g, MERSENNE_31), sign_hashes(k, d, g)) for k, dk in zip(self.degrees, self.D_k)
+            ]
         self.prototypes = nn.Parameter(prototypes.to(home))
         self.psi = nn.Linear(2 * head_dim, d)  # pre-map psi: R^{d_k + d_v} -> R^d (NOTES default)
         self.beta = nn.Parameter(torch.ones(len(self.degrees)))  # learned beta_k, init 1
@@ -155,24 +174,26 @@ class PlashAttention(AttentionCore):
             self.register_buffer(f"hash_{i}", h.to(home))
             self.register_buffer(f"sign_{i}", sgn.to(home))
         self.w_out = nn.Linear(sum(self.D_k), d, bias=False)
-        layer = nn.TransformerEncoderLayer(d, mixer_heads, mixer_ff or 4 * d, mixer_dropout, activation="relu",
-                                           batch_first=True, norm_first=False)
+        layer = nn.TransformerEncoderLayer(
+            d, mixer_heads, mixer_ff or 4 * d, mixer_dropout, activation="relu", batch_first=True, norm_first=False
+        )
         self.mixer = nn.TransformerEncoder(layer, mixer_layers, enable_nested_tensor=False)
         self.w_k = nn.Linear(d, head_dim, bias=False)
         self.w_v = nn.Linear(d, head_dim, bias=False)
 
     # ------------------------------------------------------------------ stages
-    def compress(self, k: torch.Tensor, v: torch.Tensor,
-                 keep: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def compress(
+        self, k: torch.Tensor, v: torch.Tensor, keep: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Stage I, streamed over N_k: (n, N_k, d_k), (n, N_k, d_v) -> K~ (n, M, d_k), V~ (n, M, d_v).
         keep: (n, N_k) boolean key padding (ours): a padded key adds nothing to K~ or V~."""
         p = self.prototypes.to(k.dtype).t() / self.tau
         kt = vt = None
         for s in range(0, k.shape[-2], self.chunk_size):
-            kc, vc = k[:, s:s + self.chunk_size], v[:, s:s + self.chunk_size]
+            kc, vc = k[:, s : s + self.chunk_size], v[:, s : s + self.chunk_size]
             a = torch.softmax(kc @ p, dim=-1)  # A (eqs. 3-5): weighted sums over keys
             if keep is not None:
-                a = a * keep[:, s:s + self.chunk_size, None].to(a.dtype)
+                a = a * keep[:, s : s + self.chunk_size, None].to(a.dtype)
             a = a.transpose(-1, -2)
             if kt is None:
                 kt, vt = a @ kc, a @ vc
@@ -188,8 +209,10 @@ class PlashAttention(AttentionCore):
     def sketch_features(self, g_tilde: torch.Tensor) -> list[torch.Tensor]:
         """z^ts_k = TS_k(G~; D_k) = IFFT(prod_t FFT(C_t G~)) per degree (eqs. 8, 42), the spectra as one
         GEMM per degree (sketch.tensor_sketch_dense)."""
-        return [tensor_sketch_dense(g_tilde, getattr(self, f"hash_{i}"), getattr(self, f"sign_{i}"), dk)
-                for i, dk in enumerate(self.D_k)]
+        return [
+            tensor_sketch_dense(g_tilde, getattr(self, f"hash_{i}"), getattr(self, f"sign_{i}"), dk)
+            for i, dk in enumerate(self.D_k)
+        ]
 
     def deterministic_features(self, g_tilde: torch.Tensor) -> list[torch.Tensor]:
         """z^det_k = G~ * ... * G~ (k-fold circular convolution, zero-padded / truncated to D_k; eq. 70)."""
@@ -200,7 +223,7 @@ class PlashAttention(AttentionCore):
         block of degree k: no concatenated / rescaled (n, M, sum D_k) copy, the scale acts on (n, M, d)."""
         y, off = None, 0
         for b, z in zip(self.beta, feats):
-            part = F.linear(z, self.w_out.weight[:, off:off + z.shape[-1]]) * b
+            part = F.linear(z, self.w_out.weight[:, off : off + z.shape[-1]]) * b
             y, off = (part if y is None else y + part), off + z.shape[-1]
         return y
 
@@ -222,11 +245,11 @@ class PlashAttention(AttentionCore):
         out = q.new_empty(*q.shape[:-1], v_g.shape[-1]) if streamed else None
         outs = []
         for s in range(0, q.shape[-2], self.chunk_size):
-            w = torch.softmax(q[:, s:s + self.chunk_size] @ kt, dim=-1)
+            w = torch.softmax(q[:, s : s + self.chunk_size] @ kt, dim=-1)
             if p > 0:
                 w = F.dropout(w, p)
             if streamed:  # write each chunk in place (no concatenation copy)
-                torch.bmm(w, v_g, out=out[:, s:s + self.chunk_size])
+                torch.bmm(w, v_g, out=out[:, s : s + self.chunk_size])
             else:
                 outs.append(w @ v_g)
         return out if streamed else (outs[0] if len(outs) == 1 else torch.cat(outs, dim=-2))
@@ -261,6 +284,7 @@ class PlashAttention(AttentionCore):
 
         def fold(x):
             return x.reshape(b * h, x.shape[-2], x.shape[-1])
+
         if state is not None:
             if not is_causal:
                 fail("is_causal", is_causal, "True with a decoding state")
@@ -283,8 +307,9 @@ class PlashAttention(AttentionCore):
         """An empty causal decoding state (plash_state module doc)."""
         return PlashState()
 
-    def causal(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None,
-               keep: torch.Tensor | None = None) -> torch.Tensor:
+    def causal(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float | None, keep: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Chunked prefix compression on folded (n, N, d) inputs (module docstring). keep: (n, N) boolean key
         padding (ours; the paper has no masked form): a padded key adds nothing to any Stage I summary (its
         routing row A_j is zeroed) and is masked in the exact in-block part; a block whose prefix holds no kept key
@@ -296,6 +321,7 @@ class PlashAttention(AttentionCore):
 
         def blocks(x):
             return F.pad(x, (0, 0, 0, pad)).unflatten(1, (nb, c))
+
         qb, kb, vb = blocks(q), blocks(k), blocks(v)
         kp = None if keep is None else F.pad(keep, (0, pad)).unflatten(1, (nb, c))  # (n, nb, c)
         s = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
@@ -316,7 +342,7 @@ class PlashAttention(AttentionCore):
         lg = torch.cat([lg.new_full((n, 1, c, self.M), float("-inf")), lg], 1)  # block 0 reads no summary
         v_g = torch.cat([v_g.new_zeros(n, 1, self.M, v_g.shape[-1]), v_g], 1)
         w = self._drop(_softmax(torch.cat([lg, ll], dim=-1), kp is not None))
-        out = w[..., :self.M] @ v_g + w[..., self.M:] @ vb
+        out = w[..., : self.M] @ v_g + w[..., self.M :] @ vb
         return out.flatten(1, 2)[:, :length]
 
     def routing(self, k: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
@@ -337,7 +363,7 @@ class PlashAttention(AttentionCore):
     def flops(self, n_q: int, n_k: int, batch_heads: int = 1) -> int:
         """Multiply-add count x 2 of one forward (matmuls only; FFTs and softmax excluded)."""
         dh, m, d = self.head_dim, self.M, self.width
-        stage1 = 2 * n_k * m * dh * 3                      # K P^T, A^T K, A^T V
+        stage1 = 2 * n_k * m * dh * 3  # K P^T, A^T K, A^T V
         stage3 = 2 * n_q * m * dh * 2 + 2 * m * d * dh * 2  # Q K_g^T, A V_g, W_K, W_V
         layers = len(self.mixer.layers)
         ff = self.mixer.layers[0].linear1.out_features

@@ -14,6 +14,7 @@ nothing to K~, V~, and it is masked in the in-block softmax; a prefix without an
 query that sees no kept key at all gets the output 0. PlashAttention.causal applies the same definition, so a
 left-padded batch decodes exactly as its full causal forward with the same mask.
 """
+
 from __future__ import annotations
 
 import math
@@ -25,6 +26,7 @@ import torch
 @dataclass
 class PlashState:
     """The decoding state of one PLASH layer (module doc); tensors are folded (B H, ...) rows, heads = H."""
+
     pk: torch.Tensor | None = None
     pv: torch.Tensor | None = None
     count: torch.Tensor | None = None
@@ -72,8 +74,15 @@ def _finish_block(core, state: PlashState) -> None:
     state.blk_k = state.blk_v = state.blk_keep = None
 
 
-def plash_step(core, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: torch.Tensor | None,
-               state: PlashState, scale: float | None) -> torch.Tensor:
+def plash_step(
+    core,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    keep: torch.Tensor | None,
+    state: PlashState,
+    scale: float | None,
+) -> torch.Tensor:
     """Outputs of L new folded queries q (n, L, d) continuing the sequence in `state` (which then holds the new
     keys); keep: (n, L) boolean key padding or None. Equal to the last L rows of core.causal over the whole
     sequence with the same mask."""
@@ -85,9 +94,9 @@ def plash_step(core, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: to
     while i < length:
         pos = state.length % c
         take = min(c - pos, length - i)
-        qi = q[:, i:i + take]
-        state.blk_k, state.blk_v = _append(state.blk_k, k[:, i:i + take]), _append(state.blk_v, v[:, i:i + take])
-        state.blk_keep = _append(state.blk_keep, keep[:, i:i + take])
+        qi = q[:, i : i + take]
+        state.blk_k, state.blk_v = _append(state.blk_k, k[:, i : i + take]), _append(state.blk_v, v[:, i : i + take])
+        state.blk_keep = _append(state.blk_keep, keep[:, i : i + take])
         # query t of this piece sits at block position pos + t: it sees the block's keys 0..pos + t
         visible = torch.ones(take, pos + take, dtype=torch.bool, device=q.device).tril(pos)
         ll = (qi @ state.blk_k.transpose(-1, -2)) * s
@@ -99,7 +108,7 @@ def plash_step(core, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: to
             lg = (qi @ state.k_g.transpose(-1, -2)) * s
             lg = lg.masked_fill((state.count == 0)[:, None, None], float("-inf"))
             w = core._drop(torch.softmax(torch.cat((lg, ll), dim=-1), dim=-1).nan_to_num(0.0))
-            out = w[..., :core.M] @ state.v_g + w[..., core.M:] @ state.blk_v
+            out = w[..., : core.M] @ state.v_g + w[..., core.M :] @ state.blk_v
         outs.append(out)
         state.length += take
         i += take

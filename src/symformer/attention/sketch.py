@@ -9,6 +9,7 @@
 The hashes are drawn once from an explicit torch.Generator and kept as integer / float buffers, so a
 state_dict reproduces the sketch (Algorithm 1 treats the seeds as inputs).
 """
+
 from __future__ import annotations
 
 import torch
@@ -22,8 +23,24 @@ from symformer._validation import check_int, check_tensor, fail
 MERSENNE_31 = 2**31 - 1
 
 # Irreducible polynomials over F_2 of degree w (bit i = coefficient of x^i); tests check irreducibility.
-IRREDUCIBLE = {1: 0b11, 2: 0b111, 3: 0b1011, 4: 0x13, 5: 0x25, 6: 0x43, 7: 0x83, 8: 0x11B, 9: 0x211,
-               10: 0x409, 11: 0x805, 12: 0x1053, 13: 0x201B, 14: 0x4443, 15: 0x8003, 16: 0x1100B}
+IRREDUCIBLE = {
+    1: 0b11,
+    2: 0b111,
+    3: 0b1011,
+    4: 0x13,
+    5: 0x25,
+    6: 0x43,
+    7: 0x83,
+    8: 0x11B,
+    9: 0x211,
+    10: 0x409,
+    11: 0x805,
+    12: 0x1053,
+    13: 0x201B,
+    14: 0x4443,
+    15: 0x8003,
+    16: 0x1100B,
+}
 
 
 def is_prime(n: int) -> bool:
@@ -46,12 +63,13 @@ def poly_mod_p(coef: torch.Tensor, x: torch.Tensor, p: int) -> torch.Tensor:
     int64 with p < 2^31 keeps every product in range."""
     out = torch.zeros(*coef.shape[:-1], x.shape[-1], dtype=torch.int64)
     for i in range(coef.shape[-1] - 1, -1, -1):
-        out = (out * x + coef[..., i:i + 1]) % p
+        out = (out * x + coef[..., i : i + 1]) % p
     return out
 
 
-def bucket_hashes(n: int, in_dim: int, out_dim: int, generator: torch.Generator, prime: int = MERSENNE_31,
-                  max_tries: int = 1000) -> torch.Tensor:
+def bucket_hashes(
+    n: int, in_dim: int, out_dim: int, generator: torch.Generator, prime: int = MERSENNE_31, max_tries: int = 1000
+) -> torch.Tensor:
     """n independent 3-wise independent hashes h: [in_dim] -> [out_dim] (Construction C.3 step 1): a
     uniform degree-2 polynomial over F_prime, `mod out_dim`, the whole polynomial redrawn while any value
     falls in the rejection region [out_dim * floor(prime / out_dim), prime). Returns int64 (n, in_dim)."""
@@ -100,7 +118,7 @@ def sign_from_coefficients(coef: torch.Tensor, x: torch.Tensor, w: int) -> torch
     """(-1)^{lowest bit of b0 + b1 x + b2 x^2 + b3 x^3 in GF(2^w)}, Horner form; coef (..., 4) -> int64 (..., d)."""
     acc = torch.zeros(*coef.shape[:-1], x.shape[-1], dtype=torch.int64)
     for i in range(coef.shape[-1] - 1, -1, -1):
-        acc = gf2_mul(acc, x, w) ^ coef[..., i:i + 1]
+        acc = gf2_mul(acc, x, w) ^ coef[..., i : i + 1]
     return 1 - 2 * (acc & 1)
 
 
@@ -187,7 +205,7 @@ def fit_length(g: torch.Tensor, n: int) -> torch.Tensor:
 def convolution_power(g: torch.Tensor, degree: int, out_dim: int) -> torch.Tensor:
     """z^det = g * ... * g (k-fold circular convolution in R^D) = IFFT(FFT(pad(g))^k) (eq. 70)."""
     f = torch.fft.rfft(fit_length(g, out_dim), n=out_dim, dim=-1)
-    return torch.fft.irfft(f ** degree, n=out_dim, dim=-1)
+    return torch.fft.irfft(f**degree, n=out_dim, dim=-1)
 
 
 def _generator(seed: int | torch.Generator | None) -> torch.Generator:

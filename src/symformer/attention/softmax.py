@@ -1,4 +1,5 @@
 """Exact softmax attention: PyTorch SDPA, and a naive explicit reference."""
+
 from __future__ import annotations
 
 import math
@@ -18,8 +19,15 @@ class AttentionCore(nn.Module):
     #: on q, k (teleportation paper Sec. 3); approximations (FAVOR+, PLASH) are not
     exact_softmax = False
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask: torch.Tensor | None = None,
-                is_causal: bool = False, scale: float | None = None) -> torch.Tensor:  # pragma: no cover
+    def forward(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        attn_mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+        scale: float | None = None,
+    ) -> torch.Tensor:  # pragma: no cover
         raise NotImplementedError
 
 
@@ -46,17 +54,24 @@ def key_padding_mask(attn_mask: torch.Tensor | None, k: torch.Tensor, core: str)
         return None
     check_tensor("attn_mask", attn_mask, floating=False, finite=False)
     nk = k.shape[-2]
-    ok = (attn_mask.dtype == torch.bool and attn_mask.ndim <= 4 and attn_mask.shape[-1] == nk
-          and (attn_mask.ndim < 2 or attn_mask.shape[-2] == 1))
+    ok = (
+        attn_mask.dtype == torch.bool
+        and attn_mask.ndim <= 4
+        and attn_mask.shape[-1] == nk
+        and (attn_mask.ndim < 2 or attn_mask.shape[-2] == 1)
+    )
     if ok:
         try:
             torch.broadcast_shapes(attn_mask.shape, (*k.shape[:2], 1, nk))
         except RuntimeError:
             ok = False
     if not ok:
-        fail("attn_mask", f"{attn_mask.dtype} mask of shape {tuple(attn_mask.shape)}",
-             f"a boolean key-padding mask broadcastable to {(*k.shape[:2], 1, nk)}: {core} can only drop keys, not "
-             "per-query logits (use attention='softmax' for general masks)")
+        fail(
+            "attn_mask",
+            f"{attn_mask.dtype} mask of shape {tuple(attn_mask.shape)}",
+            f"a boolean key-padding mask broadcastable to {(*k.shape[:2], 1, nk)}: {core} can only drop keys, not "
+            "per-query logits (use attention='softmax' for general masks)",
+        )
     keep = attn_mask.reshape((1,) * (4 - attn_mask.ndim) + tuple(attn_mask.shape))
     return keep.transpose(-1, -2)
 
@@ -64,15 +79,25 @@ def key_padding_mask(attn_mask: torch.Tensor | None, k: torch.Tensor, core: str)
 def float32_compute(core: nn.Module, q, k, v, attn_mask, is_causal, scale, **extra) -> torch.Tensor:
     """core(q, k, v, ...) in float32 with autocast off and every 16-bit parameter and buffer of the core taken as
     float32 (torch.func.functional_call: gradients reach the stored 16-bit parameters), cast back to q's dtype."""
+
     def up(t):
         return t.float() if t.is_floating_point() and t.dtype in _HALF else t
+
     tensors = {n: up(t) for n, t in (*core.named_parameters(), *core.named_buffers())}
     if q.dtype not in (*_HALF, torch.float32, torch.float64) or k.dtype != q.dtype or v.dtype != q.dtype:
-        fail("q, k, v", f"dtypes {q.dtype}, {k.dtype}, {v.dtype}", "one floating dtype: float16, bfloat16, float32 "
-             "or float64", TypeError)
+        fail(
+            "q, k, v",
+            f"dtypes {q.dtype}, {k.dtype}, {v.dtype}",
+            "one floating dtype: float16, bfloat16, float32 or float64",
+            TypeError,
+        )
     with torch.autocast(q.device.type, enabled=False):
-        y = torch.func.functional_call(core, tensors, (up(q), up(k), up(v)),
-                                       {"attn_mask": attn_mask, "is_causal": is_causal, "scale": scale, **extra})
+        y = torch.func.functional_call(
+            core,
+            tensors,
+            (up(q), up(k), up(v)),
+            {"attn_mask": attn_mask, "is_causal": is_causal, "scale": scale, **extra},
+        )
     return y.to(q.dtype)
 
 
@@ -87,8 +112,15 @@ class SoftmaxAttention(AttentionCore):
 
     def forward(self, q, k, v, attn_mask=None, is_causal=False, scale=None):
         check_attention_inputs(q, k, v)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
-                                              dropout_p=self.dropout if self.training else 0.0)
+        return F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            attn_mask=attn_mask,
+            is_causal=is_causal,
+            scale=scale,
+            dropout_p=self.dropout if self.training else 0.0,
+        )
 
 
 def naive_attention(q, k, v, attn_mask=None, is_causal=False, scale=None):

@@ -1,4 +1,5 @@
 """CPU peak memory of one call, measured with torch's profiler memory accounting."""
+
 from __future__ import annotations
 
 import contextlib
@@ -30,8 +31,10 @@ def _quiet_stderr() -> Iterator[None]:
 
 def traced_peak_bytes(fn: Callable[[], Any]) -> int:
     """Peak of live tensor bytes allocated during `fn()` (CPU allocator events from torch.profiler)."""
-    with _quiet_stderr(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
-                                                 profile_memory=True) as prof:
+    with (
+        _quiet_stderr(),
+        torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof,
+    ):
         fn()
     cur = peak = 0
     # allocations made inside an op are attributed to that op (its self memory), frees outside ops are

@@ -11,6 +11,7 @@ A part that fails in bfloat16 gets a row with its error instead of a timing (the
 the float32 time of the same call, and `<name>_bf16_vs_fp32` ratios (no target on CPU, where many 16-bit kernels are
 slow; on a GPU bfloat16 should be at or below float32).
 """
+
 from __future__ import annotations
 
 import copy
@@ -21,13 +22,13 @@ import torch
 from symformer.benchmarks.base import BenchContext, median_seconds
 
 BF16 = torch.bfloat16
-EPS = {torch.bfloat16: 2.0 ** -7, torch.float16: 2.0 ** -10}  # the issue's eps(dtype)
-ROT_SHAPE = (1, 8, 4096, 64)           # B, H, N, Dh: positions 0..4095 (long enough for rounded positions to show)
+EPS = {torch.bfloat16: 2.0**-7, torch.float16: 2.0**-10}  # the issue's eps(dtype)
+ROT_SHAPE = (1, 8, 4096, 64)  # B, H, N, Dh: positions 0..4095 (long enough for rounded positions to show)
 CORE_SHAPES = {True: (1, 4, 1024, 128), False: (1, 4, 4096, 128)}  # quick / full: B, H, N, Dh (d_model 512)
 
 
 def _grid(n: int) -> torch.Tensor:
-    side = int(round(n ** 0.5))
+    side = int(round(n**0.5))
     ax = torch.arange(side, dtype=torch.float32)
     return torch.stack(torch.meshgrid(ax, ax, indexing="ij"), -1).reshape(-1, 2)
 
@@ -35,22 +36,28 @@ def _grid(n: int) -> torch.Tensor:
 def positional_parts(dh: int, d_model: int, n: int) -> dict[str, tuple[Callable[[], torch.nn.Module], str, int]]:
     """name -> (factory of the float32 part, kind "rotary" | "additive", coordinate dimension)."""
     from symformer.positional import ESPR, STRING, CirculantSTRING, LearnedPE, RoPE, SinusoidalPE, partial_rotary
-    return {"rope": (lambda: RoPE(dh, 1, pairing="interleaved"), "rotary", 1),
-            "rope_half": (lambda: RoPE(dh, 1, pairing="half"), "rotary", 1),
-            "rope_mixed_grid2d": (lambda: RoPE(dh, 2, mode="mixed"), "rotary", 2),
-            "string": (lambda: STRING(dh, 1, init_scale=0.1, learnable=False), "rotary", 1),
-            "circulant_string": (lambda: CirculantSTRING(dh, 1), "rotary", 1),
-            "espr": (lambda: ESPR(dh, 1, commuting_init=False, learnable=False), "rotary", 1),
-            "partial": (lambda: partial_rotary(dh, coord_dim=1), "rotary", 1),
-            "sinusoidal": (lambda: SinusoidalPE(d_model, 1), "additive", 1),
-            "learned": (lambda: LearnedPE(d_model, 1, max_len=n), "additive", 1)}
+
+    return {
+        "rope": (lambda: RoPE(dh, 1, pairing="interleaved"), "rotary", 1),
+        "rope_half": (lambda: RoPE(dh, 1, pairing="half"), "rotary", 1),
+        "rope_mixed_grid2d": (lambda: RoPE(dh, 2, mode="mixed"), "rotary", 2),
+        "string": (lambda: STRING(dh, 1, init_scale=0.1, learnable=False), "rotary", 1),
+        "circulant_string": (lambda: CirculantSTRING(dh, 1), "rotary", 1),
+        "espr": (lambda: ESPR(dh, 1, commuting_init=False, learnable=False), "rotary", 1),
+        "partial": (lambda: partial_rotary(dh, coord_dim=1), "rotary", 1),
+        "sinusoidal": (lambda: SinusoidalPE(d_model, 1), "additive", 1),
+        "learned": (lambda: LearnedPE(d_model, 1, max_len=n), "additive", 1),
+    }
 
 
 def attention_cores(dh: int, heads: int) -> dict[str, Callable[[], torch.nn.Module]]:
     from symformer.attention import FavorAttention, PlashAttention, SoftmaxAttention
-    return {"softmax": lambda: SoftmaxAttention(),
-            "favor": lambda: FavorAttention(dh, n_features=256),
-            "plash": lambda: PlashAttention(dh, heads, dh * heads)}
+
+    return {
+        "softmax": lambda: SoftmaxAttention(),
+        "favor": lambda: FavorAttention(dh, n_features=256),
+        "plash": lambda: PlashAttention(dh, heads, dh * heads),
+    }
 
 
 def _max_err(out, ref) -> float:
@@ -68,11 +75,21 @@ def _timed(call: Callable, inputs: list[torch.Tensor], backward: bool, mrt: floa
         else:
             with torch.no_grad():
                 call()
+
     return median_seconds(run, mrt, device)
 
 
-def bf16_row(name: str, kind: str, build: Callable[[], torch.nn.Module], args32: list[torch.Tensor],
-             extra: tuple, scale_arg: int, ctx: BenchContext, mrt: float, shape: str) -> list[dict]:
+def bf16_row(
+    name: str,
+    kind: str,
+    build: Callable[[], torch.nn.Module],
+    args32: list[torch.Tensor],
+    extra: tuple,
+    scale_arg: int,
+    ctx: BenchContext,
+    mrt: float,
+    shape: str,
+) -> list[dict]:
     """Rows (fwd, fwd+bwd) of part `build()` cast to bfloat16 on args32 (float32 tensors, rounded to bfloat16 values;
     `extra`: positions and other fixed arguments), with err_vs_bound; an error row where bfloat16 fails."""
     dev = ctx.device
@@ -87,16 +104,21 @@ def bf16_row(name: str, kind: str, build: Callable[[], torch.nn.Module], args32:
             ref = copy.deepcopy(part32).to(torch.float64)(*[a.double() for a in args16], *extra)
         scale = float(args16[scale_arg].double().abs().max())
         err = _max_err(out, ref)
-        acc = {"max_abs_err": err, "bound": 2 * EPS[BF16] * scale, "err_vs_bound": err / (2 * EPS[BF16] * scale),
-               "out_dtype": str((out[0] if isinstance(out, tuple) else out).dtype).removeprefix("torch.")}
+        acc = {
+            "max_abs_err": err,
+            "bound": 2 * EPS[BF16] * scale,
+            "err_vs_bound": err / (2 * EPS[BF16] * scale),
+            "out_dtype": str((out[0] if isinstance(out, tuple) else out).dtype).removeprefix("torch."),
+        }
         rows = []
         for backward in (False, True):
             a16 = [a.detach().clone().requires_grad_(backward) for a in args16]
             a32 = [a.detach().float().clone().requires_grad_(backward) for a in args16]
             t16 = _timed(lambda a16=a16: part16(*a16, *extra), a16, backward, mrt, dev)
             t32 = _timed(lambda a32=a32: part32(*a32, *extra), a32, backward, mrt, dev)
-            rows.append({**base, "mode": "fwd+bwd" if backward else "fwd", "median_s": t16, "fp32_median_s": t32,
-                         **acc})
+            rows.append(
+                {**base, "mode": "fwd+bwd" if backward else "fwd", "median_s": t16, "fp32_median_s": t32, **acc}
+            )
         return rows
     except Exception as e:  # noqa: BLE001  (the row records why bfloat16 fails; the suite goes on)
         msg = (str(e).strip().splitlines() or [""])[0][:200]
@@ -104,10 +126,12 @@ def bf16_row(name: str, kind: str, build: Callable[[], torch.nn.Module], args32:
 
 
 def bf16_note(what: str, inputs: str, where: str, scale: str) -> str:
-    return (f"*_bf16 rows (issue 40): each {what} built in float32, cast with .to(torch.bfloat16), on bfloat16 "
-            f"{inputs} {where}; err_vs_bound = max |out - float64 reference on the same inputs| / "
-            f"(2 eps(bf16) {scale}), eps(bf16) = 2^-7 (at most 1 meets the bound); fp32_median_s is the same call "
-            f"in float32; a row with `error` is a {what} that fails in bfloat16 (recorded, not timed)")
+    return (
+        f"*_bf16 rows (issue 40): each {what} built in float32, cast with .to(torch.bfloat16), on bfloat16 "
+        f"{inputs} {where}; err_vs_bound = max |out - float64 reference on the same inputs| / "
+        f"(2 eps(bf16) {scale}), eps(bf16) = 2^-7 (at most 1 meets the bound); fp32_median_s is the same call "
+        f"in float32; a row with `error` is a {what} that fails in bfloat16 (recorded, not timed)"
+    )
 
 
 def bf16_ratios(rows: list[dict]) -> dict:

@@ -7,6 +7,7 @@ Ratios are measured in this process: FAVOR+ / performer-pytorch and FAVOR+ / SDP
 exponent of FAVOR+ forward time against N over 2048 ... 16384. Other systems append their rows through
 `_attention_common.CONTRIBUTIONS` (the PLASH issue); they run after ours, in the same process.
 """
+
 from __future__ import annotations
 
 from typing import Callable
@@ -82,25 +83,36 @@ def run(ctx: BenchContext) -> BenchResult:
     for name, pas, n in _plan(ctx.quick, list(methods)):
         sec, mem = common.time_core(methods[name], n, pas == "fwd+bwd", ctx.device, min_run, D_MODEL, HEADS)
         times[(name, pas, n)] = sec
-        rows.append({"method": name, "pass": pas, "N": n, "m": M if "favor" in name or "performer" in name else None,
-                     "seconds": sec, "peak_bytes": mem})
+        rows.append(
+            {
+                "method": name,
+                "pass": pas,
+                "N": n,
+                "m": M if "favor" in name or "performer" in name else None,
+                "seconds": sec,
+                "peak_bytes": mem,
+            }
+        )
     ratios = _ratios(times)
     if "performer_pytorch" in methods:  # the headline ratio again, from interleaved calls (robust to load drift)
         reps = 5 if ctx.quick else 15
         ratios["favor_vs_performer_pytorch_8192_interleaved"] = _interleaved_ratio(
-            methods["favor"], methods["performer_pytorch"], 8192, reps, ctx.device)
+            methods["favor"], methods["performer_pytorch"], 8192, reps, ctx.device
+        )
     floor = _gemm_floor(8192, ctx.device, 5 if ctx.quick else 15)
     for name in ("favor", "performer_pytorch"):
         if (name, "fwd", 8192) in times:
             ratios[f"{name}_vs_gemm_floor_8192"] = times[(name, "fwd", 8192)] / floor
-    notes = [f"naive softmax is skipped above N = {NAIVE_MAX_N} (O(H N^2) memory)",
-             "*_vs_gemm_floor_8192: forward time over that of the four GEMMs every FAVOR+ forward needs "
-             "(key and query projections, phi(K)^T [V, 1], phi(Q) [.]; performer-pytorch makes the same four), "
-             "so no ratio of the two methods can go below about floor / performer",
-             "FAVOR+ and performer-pytorch use the same projection matrix; ours without performer's 1e-4 feature "
-             "epsilon (an unbiased estimator), see attention/favor.py",
-             "plash_core_vs_sdpa_* and plash_vs_favor_8192 are speed-ups: the other method's time over PLASH's "
-             "(above 1: PLASH is faster); the *_vs_* ratios of FAVOR+ are ours over theirs (below 1: ours is faster)"]
+    notes = [
+        f"naive softmax is skipped above N = {NAIVE_MAX_N} (O(H N^2) memory)",
+        "*_vs_gemm_floor_8192: forward time over that of the four GEMMs every FAVOR+ forward needs "
+        "(key and query projections, phi(K)^T [V, 1], phi(Q) [.]; performer-pytorch makes the same four), "
+        "so no ratio of the two methods can go below about floor / performer",
+        "FAVOR+ and performer-pytorch use the same projection matrix; ours without performer's 1e-4 feature "
+        "epsilon (an unbiased estimator), see attention/favor.py",
+        "plash_core_vs_sdpa_* and plash_vs_favor_8192 are speed-ups: the other method's time over PLASH's "
+        "(above 1: PLASH is faster); the *_vs_* ratios of FAVOR+ are ours over theirs (below 1: ours is faster)",
+    ]
     if "performer_pytorch" not in methods:
         notes.append("performer-pytorch is not installed (pip install symformer[bench]): its rows are missing")
     for fn in common.CONTRIBUTIONS:  # e.g. the PLASH rows, measured in this same process
@@ -108,6 +120,7 @@ def run(ctx: BenchContext) -> BenchResult:
         rows += extra_rows
         ratios.update(extra_ratios)
     from symformer.benchmarks._precision import CORE_SHAPES, attention_bf16_rows, bf16_note, bf16_ratios
+
     bf16 = attention_bf16_rows(ctx, min_run)  # softmax, FAVOR+, PLASH cast to bfloat16, with err_vs_bound
     rows += bf16
     ratios.update(bf16_ratios(bf16))
@@ -116,12 +129,27 @@ def run(ctx: BenchContext) -> BenchResult:
         # last, since it changes the allocator for the rest of the process: the same headline ratio
         # without page-fault noise (see benchmarks.base.fix_malloc_thresholds)
         ratios["favor_vs_performer_pytorch_8192_fixed_malloc"] = _interleaved_ratio(
-            methods["favor"], methods["performer_pytorch"], 8192, 5 if ctx.quick else 15, ctx.device)
-        notes.append("favor_vs_performer_pytorch_8192_fixed_malloc: the interleaved ratio after pinning glibc's "
-                      "mmap threshold; the other rows use the allocator's default (what users get)")
-    return BenchResult(rows=rows, ratios=ratios, notes=notes,
-                       config={"d_model": D_MODEL, "heads": HEADS, "batch": 1, "dtype": "float32", "m": M,
-                               "N": list(NS), "quick": ctx.quick, "threads": torch.get_num_threads()})
+            methods["favor"], methods["performer_pytorch"], 8192, 5 if ctx.quick else 15, ctx.device
+        )
+        notes.append(
+            "favor_vs_performer_pytorch_8192_fixed_malloc: the interleaved ratio after pinning glibc's "
+            "mmap threshold; the other rows use the allocator's default (what users get)"
+        )
+    return BenchResult(
+        rows=rows,
+        ratios=ratios,
+        notes=notes,
+        config={
+            "d_model": D_MODEL,
+            "heads": HEADS,
+            "batch": 1,
+            "dtype": "float32",
+            "m": M,
+            "N": list(NS),
+            "quick": ctx.quick,
+            "threads": torch.get_num_threads(),
+        },
+    )
 
 
 def _gemm_floor(n: int, device: str, reps: int) -> float:

@@ -11,6 +11,7 @@ forecaster's shapes (each stage's forward+backward timed alone on the tensors it
 Quick mode keeps the run short: one epoch capped at RUN_STEPS_QUICK steps, validation and test on
 EVAL_WINDOWS_QUICK evenly spaced windows each. Full mode runs the preset as is.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -32,6 +33,7 @@ def build_forecaster(method: str, kwargs: dict, seed: int = 0):
     """(model, task, split, TrainConfig) of the preset with `method` as attention (its other
     attention_kwargs kept, ours added on top)."""
     from symformer.train.presets import build, resolve
+
     spec = resolve(PRESET)
     model_spec = spec.setdefault("model", {})
     model_spec["attention"] = method
@@ -51,6 +53,7 @@ def _subset(data, idx: torch.Tensor):
 
 def _trainer(method: str, seed: int, cfg_changes: dict | None = None, eval_windows: int | None = None):
     from symformer.train import Trainer
+
     model, task, split, tcfg = build_forecaster(method, METHODS[method], seed)
     if cfg_changes:
         tcfg = dataclasses.replace(tcfg, **cfg_changes)
@@ -79,6 +82,7 @@ def _step_flops(ctx: BenchContext) -> dict[str, float]:
     and attention kernels; FFTs and elementwise ops are not counted, so PLASH's is a lower bound). Their
     ratio is what the time ratio would be if every method ran its arithmetic at the same rate."""
     from torch.utils.flop_counter import FlopCounterMode
+
     out = {}
     for m in METHODS:
         tr = _trainer(m, ctx.seed)
@@ -99,6 +103,7 @@ def _run_time(method: str, ctx: BenchContext) -> float:
 def _plash_stage_shares(ctx: BenchContext, reps: int) -> list[dict]:
     """Each PLASH stage's forward+backward at the shapes of the forecaster's encoder self-attention."""
     from symformer.attention.plash import PlashAttention
+
     model, task, split, tcfg = build_forecaster("plash", METHODS["plash"], ctx.seed)
     core = next(m for m in model.modules() if isinstance(m, PlashAttention)).train()
     h = model.cfg.n_heads
@@ -128,8 +133,19 @@ def _plash_stage_shares(ctx: BenchContext, reps: int) -> list[dict]:
             ts.append(time.perf_counter() - t0)
         sec = statistics.median(ts)
         total += sec
-        rows.append({"method": "plash", "part": "forecast stage", "stage": name, "pass": "fwd+bwd",
-                     "items": n_items, "N": n, "M": core.M, "width": core.width, "seconds": sec})
+        rows.append(
+            {
+                "method": "plash",
+                "part": "forecast stage",
+                "stage": name,
+                "pass": "fwd+bwd",
+                "items": n_items,
+                "N": n,
+                "M": core.M,
+                "width": core.width,
+                "seconds": sec,
+            }
+        )
     for r in rows:
         r["share_of_core"] = r["seconds"] / total
     return rows
@@ -138,28 +154,47 @@ def _plash_stage_shares(ctx: BenchContext, reps: int) -> list[dict]:
 @contribution
 def forecast_rows(ctx: BenchContext) -> tuple[list[dict], dict]:
     from symformer.data.paths import data_dir
+
     base = data_dir()
     if base is None or not (base / "ETTh1.csv").is_file():
         return [], {}  # no data: the rows need ETTh1.csv (SYMFORMER_DATA / --data-dir)
     torch.manual_seed(ctx.seed)
     reps = 7 if ctx.quick else 21
     steps = _step_times(ctx, reps)
-    rows: list[dict] = [{"method": m, "part": "forecast train step", "preset": PRESET, "pred_len": 24,
-                         "attention_kwargs": METHODS[m], "pass": "fwd+bwd+step", "seconds": s}
-                        for m, s in steps.items()]
-    ratios = {"plash_forecast_step_vs_softmax_h24": steps["plash"] / steps["softmax"],
-              "favor_forecast_step_vs_softmax_h24": steps["favor"] / steps["softmax"]}
+    rows: list[dict] = [
+        {
+            "method": m,
+            "part": "forecast train step",
+            "preset": PRESET,
+            "pred_len": 24,
+            "attention_kwargs": METHODS[m],
+            "pass": "fwd+bwd+step",
+            "seconds": s,
+        }
+        for m, s in steps.items()
+    ]
+    ratios = {
+        "plash_forecast_step_vs_softmax_h24": steps["plash"] / steps["softmax"],
+        "favor_forecast_step_vs_softmax_h24": steps["favor"] / steps["softmax"],
+    }
     flops = _step_flops(ctx)
-    rows += [{"method": m, "part": "forecast train step", "preset": PRESET, "pred_len": 24, "flops": f}
-             for m, f in flops.items()]
+    rows += [
+        {"method": m, "part": "forecast train step", "preset": PRESET, "pred_len": 24, "flops": f}
+        for m, f in flops.items()
+    ]
     for m in ("plash", "favor"):  # the arithmetic floor of the time ratios above
         ratios[f"{m}_forecast_step_flops_vs_softmax_h24"] = flops[m] / flops["softmax"]
     stage_rows = _plash_stage_shares(ctx, 3 if ctx.quick else 7)
     rows += stage_rows
     run_s = {m: _run_time(m, ctx) for m in ("softmax", "plash")}
-    run_form = (f"quick: 1 epoch capped at {RUN_STEPS_QUICK} steps, val/test on {EVAL_WINDOWS_QUICK} windows each"
-                if ctx.quick else "the preset's full run (every epoch's validation, final val and test)")
-    rows += [{"method": m, "part": "forecast run", "preset": PRESET, "pred_len": 24, "form": run_form,
-              "seconds": s} for m, s in run_s.items()]
+    run_form = (
+        f"quick: 1 epoch capped at {RUN_STEPS_QUICK} steps, val/test on {EVAL_WINDOWS_QUICK} windows each"
+        if ctx.quick
+        else "the preset's full run (every epoch's validation, final val and test)"
+    )
+    rows += [
+        {"method": m, "part": "forecast run", "preset": PRESET, "pred_len": 24, "form": run_form, "seconds": s}
+        for m, s in run_s.items()
+    ]
     ratios["plash_forecast_run_vs_softmax_h24"] = run_s["plash"] / run_s["softmax"]
     return rows, ratios

@@ -5,6 +5,7 @@ forward (no_grad, eval) and, in the full run, forward+backward; peak memory; the
 and the fraction of this machine's measured float32 matmul throughput it reaches. SDPA, naive softmax
 and FAVOR+ (when registered) are timed here in the same process at the N values the ratios need.
 """
+
 from __future__ import annotations
 
 import time
@@ -47,6 +48,7 @@ def _one_shot(fn, n: int, device: str) -> float:
 
 def _block_time(core_kwargs: dict, n: int, backward: bool, device: str, min_run: float):
     from symformer.models.layers import MultiHeadAttention
+
     mha = MultiHeadAttention(D_MODEL, HEADS, attention="plash", attention_kwargs=core_kwargs).to(device)
     mha.train(backward)
     x = torch.randn(1, n, D_MODEL, device=device, requires_grad=backward)
@@ -57,6 +59,7 @@ def _block_time(core_kwargs: dict, n: int, backward: bool, device: str, min_run:
         else:
             with torch.no_grad():
                 mha(x)
+
     return median_seconds(run, min_run, device), peak_memory_bytes(run, device)
 
 
@@ -77,16 +80,37 @@ def plash_rows(ctx: BenchContext) -> tuple[list[dict], dict]:
                 core.train(bwd)
                 sec, mem = time_core(core, n, bwd, dev, min_run, D_MODEL, HEADS)
                 fl = core.flops(n, n, HEADS) * (3 if bwd else 1)
-                rows.append({"method": "plash", "part": "core", "pass": "fwd+bwd" if bwd else "fwd", "N": n, "M": m_,
-                             "D_k": d_, "seconds": sec, "peak_bytes": mem, "flops": fl,
-                             "frac_matmul_peak": fl / sec / peak})
+                rows.append(
+                    {
+                        "method": "plash",
+                        "part": "core",
+                        "pass": "fwd+bwd" if bwd else "fwd",
+                        "N": n,
+                        "M": m_,
+                        "D_k": d_,
+                        "seconds": sec,
+                        "peak_bytes": mem,
+                        "flops": fl,
+                        "frac_matmul_peak": fl / sec / peak,
+                    }
+                )
                 if (m_, d_) == (64, 128) and not bwd:
                     base[n] = sec
             if not quick or (m_, d_) == (64, 128) and n == 8192:
-                for bwd in ((False,) if quick else (False, True)):
+                for bwd in (False,) if quick else (False, True):
                     sec, mem = _block_time({"M": m_, "D_k": d_}, n, bwd, dev, min_run)
-                    rows.append({"method": "plash", "part": "block", "pass": "fwd+bwd" if bwd else "fwd", "N": n,
-                                 "M": m_, "D_k": d_, "seconds": sec, "peak_bytes": mem})
+                    rows.append(
+                        {
+                            "method": "plash",
+                            "part": "block",
+                            "pass": "fwd+bwd" if bwd else "fwd",
+                            "N": n,
+                            "M": m_,
+                            "D_k": d_,
+                            "seconds": sec,
+                            "peak_bytes": mem,
+                        }
+                    )
     ratios: dict = {"plash_time_exponent": fit_exponent(list(base), list(base.values()))}
     sdpa_ns = (8192, 11264) if quick else NS
     for n in sdpa_ns:
@@ -96,15 +120,27 @@ def plash_rows(ctx: BenchContext) -> tuple[list[dict], dict]:
             ratios[f"plash_core_vs_sdpa_{n}"] = sec / base[n]
     if not quick:
         from symformer.attention.softmax import naive_attention
+
         for n in (2048, 4096, 8192):
-            rows.append({"method": "naive", "part": "core", "pass": "fwd", "N": n,
-                         "seconds": _one_shot(naive_attention, n, dev)})
-    fav = ATTENTION.build("favor", head_dim=D_MODEL // HEADS, n_heads=HEADS, d_model=D_MODEL,
-                          n_features=256).to(dev).eval()
-    for n in ((8192,) if quick else NS):
+            rows.append(
+                {
+                    "method": "naive",
+                    "part": "core",
+                    "pass": "fwd",
+                    "N": n,
+                    "seconds": _one_shot(naive_attention, n, dev),
+                }
+            )
+    fav = (
+        ATTENTION.build("favor", head_dim=D_MODEL // HEADS, n_heads=HEADS, d_model=D_MODEL, n_features=256)
+        .to(dev)
+        .eval()
+    )
+    for n in (8192,) if quick else NS:
         sec, mem = time_core(fav, n, False, dev, min_run, D_MODEL, HEADS)
-        rows.append({"method": "favor", "part": "core", "pass": "fwd", "N": n, "m": 256, "seconds": sec,
-                     "peak_bytes": mem})
+        rows.append(
+            {"method": "favor", "part": "core", "pass": "fwd", "N": n, "m": 256, "seconds": sec, "peak_bytes": mem}
+        )
         if n == 8192:
             ratios["plash_vs_favor_8192"] = sec / base[8192]
     ratios["plash_matmul_peak_flops"] = peak

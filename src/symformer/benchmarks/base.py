@@ -1,4 +1,5 @@
 """Benchmark suite registry and timing helpers built on torch.utils.benchmark."""
+
 from __future__ import annotations
 
 import gc
@@ -49,6 +50,7 @@ def suite(name: str, description: str = "", by_name_only: bool = False):
     def deco(fn):
         SUITES.register(name)(SuiteSpec(name, fn, description_of(fn, description), by_name_only))
         return fn
+
     return deco
 
 
@@ -90,6 +92,7 @@ def peak_memory_bytes(fn: Callable[[], Any], device: str = "cpu") -> int | None:
         torch.cuda.synchronize()
         return int(torch.cuda.max_memory_allocated() - base)
     from symformer.benchmarks._memory import traced_peak_bytes
+
     return traced_peak_bytes(fn)
 
 
@@ -100,6 +103,7 @@ def fix_malloc_thresholds() -> bool:
     of allocation-heavy code vary by up to 2x between runs. Returns False where glibc is absent."""
     import ctypes
     import ctypes.util
+
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         m_trim_threshold, m_mmap_threshold = -1, -3

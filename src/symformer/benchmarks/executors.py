@@ -8,6 +8,7 @@ beside its wall time; the overhead ratio excludes it: (wall - start-up) / local 
 suite's metric is the median over rounds. Every round is a row. An engine whose extra is not installed is
 skipped with a note. Quick: 1 round; otherwise 3.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -27,8 +28,20 @@ ENGINES = {"local": None, "ray": "ray", "submitit": "submitit"}  # engine: modul
 def _run_once(engine: str, out: Path, experiment: str) -> dict:
     """Wall seconds of one `reproduce` call in a fresh process, and the engine's start-up it printed."""
     env = {**os.environ, "SYMFORMER_SUBMITIT_CLUSTER": os.environ.get("SYMFORMER_SUBMITIT_CLUSTER", "local")}
-    cmd = [sys.executable, "-m", "symformer.cli", "reproduce", experiment, "--quick", "--jobs", "2",
-           "--executor", engine, "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "symformer.cli",
+        "reproduce",
+        experiment,
+        "--quick",
+        "--jobs",
+        "2",
+        "--executor",
+        engine,
+        "--out",
+        str(out),
+    ]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
@@ -38,8 +51,12 @@ def _run_once(engine: str, out: Path, experiment: str) -> dict:
     return {"wall_s": wall, "startup_s": float(found.group(1)) if found else 0.0}
 
 
-@suite("executors", "reproduce teleport --quick on the local pool, a local Ray instance and submitit's local "
-       "executor, interleaved: overhead (start-up excluded) and start-up", by_name_only=True)
+@suite(
+    "executors",
+    "reproduce teleport --quick on the local pool, a local Ray instance and submitit's local "
+    "executor, interleaved: overhead (start-up excluded) and start-up",
+    by_name_only=True,
+)
 def run(ctx: BenchContext) -> BenchResult:
     rounds, experiment = (1 if ctx.quick else 3), "teleport"
     engines = [e for e, mod in ENGINES.items() if mod is None or importlib.util.find_spec(mod) is not None]
@@ -50,17 +67,35 @@ def run(ctx: BenchContext) -> BenchResult:
             got = _run_once(engine, ctx.out_dir / "runs" / f"{engine}-{r}", experiment)
             rows.append({"round": r, "executor": engine, **got})
             if ctx.progress:
-                print(f"[executors] round {r} {engine}: {got['wall_s']:.1f} s (start-up {got['startup_s']:.1f} s)",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"[executors] round {r} {engine}: {got['wall_s']:.1f} s (start-up {got['startup_s']:.1f} s)",
+                    file=sys.stderr,
+                    flush=True,
+                )
     ratios = {}
     for engine in engines:
         if engine == "local":
             continue
-        per_round = [(e["wall_s"] - e["startup_s"]) / loc["wall_s"] for loc, e in zip(
-            [x for x in rows if x["executor"] == "local"], [x for x in rows if x["executor"] == engine])]
+        per_round = [
+            (e["wall_s"] - e["startup_s"]) / loc["wall_s"]
+            for loc, e in zip(
+                [x for x in rows if x["executor"] == "local"], [x for x in rows if x["executor"] == engine]
+            )
+        ]
         ratios[f"executor_overhead_{engine}"] = statistics.median(per_round)
         ratios[f"executor_startup_seconds_{engine}"] = statistics.median(
-            x["startup_s"] for x in rows if x["executor"] == engine)
-    return BenchResult(rows=rows, ratios=ratios, notes=notes,
-                       config={"experiment": experiment, "quick_experiment": True, "jobs": 2, "rounds": rounds,
-                               "engines": engines, "goal": "executor_overhead_* <= 1.3"})
+            x["startup_s"] for x in rows if x["executor"] == engine
+        )
+    return BenchResult(
+        rows=rows,
+        ratios=ratios,
+        notes=notes,
+        config={
+            "experiment": experiment,
+            "quick_experiment": True,
+            "jobs": 2,
+            "rounds": rounds,
+            "engines": engines,
+            "goal": "executor_overhead_* <= 1.3",
+        },
+    )

@@ -1,4 +1,5 @@
 """Benchmark suite `facts`: Bin+JL construction time and peak memory, the rho solve, our solver vs cvxpy."""
+
 from __future__ import annotations
 
 import time
@@ -23,12 +24,25 @@ def _binjl_row(d: int, F: int, m: int, seed: int) -> tuple[dict, object]:
     included, so an upper bound; one run only)."""
     fs = make_fact_set(F, d, seed=seed)
     t_rho, info = _once(lambda: decodability(fs.values))
-    t_build, mlp = _once(lambda: build_fact_mlp(fs.keys, fs.values, fs.facts, "bin+jl", m=m, seed=seed,
-                                                strict=False, info=info))
-    peak = maxrss_bytes()            # the process's high-water mark after the run: an upper bound
-    return ({"method": "bin+jl", "d": d, "F": F, "m": m, "seconds": t_rho + t_build, "rho_seconds": t_rho,
-             "gadget_seconds": t_build, "process_peak_rss_bytes": peak, "params": mlp.n_params(),
-             "accuracy": mlp.accuracy}, info)
+    t_build, mlp = _once(
+        lambda: build_fact_mlp(fs.keys, fs.values, fs.facts, "bin+jl", m=m, seed=seed, strict=False, info=info)
+    )
+    peak = maxrss_bytes()  # the process's high-water mark after the run: an upper bound
+    return (
+        {
+            "method": "bin+jl",
+            "d": d,
+            "F": F,
+            "m": m,
+            "seconds": t_rho + t_build,
+            "rho_seconds": t_rho,
+            "gadget_seconds": t_build,
+            "process_peak_rss_bytes": peak,
+            "params": mlp.n_params(),
+            "accuracy": mlp.accuracy,
+        },
+        info,
+    )
 
 
 def _gd_epoch_rows(F: int, d: int, h: int, seed: int, min_run_time: float = 1.0) -> list[dict]:
@@ -37,11 +51,14 @@ def _gd_epoch_rows(F: int, d: int, h: int, seed: int, min_run_time: float = 1.0)
     F.cross_entropy(g(K) @ V.T), the same MLP and data."""
     from symformer.facts.dot_ce import dot_product_cross_entropy
     from symformer.facts.mlp import FactMLP
+
     g = torch.Generator().manual_seed(seed)
     K, V = torch.randn(F, d, generator=g), torch.randn(F, d, generator=g)
     f = torch.randperm(F, generator=g)
-    losses = {"fused": lambda out: dot_product_cross_entropy(out, V, f)[0],
-              "autograd": lambda out: torch.nn.functional.cross_entropy(out @ V.T, f)}
+    losses = {
+        "fused": lambda out: dot_product_cross_entropy(out, V, f)[0],
+        "autograd": lambda out: torch.nn.functional.cross_entropy(out @ V.T, f),
+    }
     rows, threads = [], torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -54,9 +71,18 @@ def _gd_epoch_rows(F: int, d: int, h: int, seed: int, min_run_time: float = 1.0)
                 opt.zero_grad()
                 loss_fn(mlp.down(mlp.hidden(K))).backward()
                 opt.step()
+
             epoch()
-            rows.append({"method": f"gd-epoch-{name}", "F": F, "d": d, "h": h, "threads": 1,
-                         "seconds": median_seconds(epoch, min_run_time=min_run_time)})
+            rows.append(
+                {
+                    "method": f"gd-epoch-{name}",
+                    "F": F,
+                    "d": d,
+                    "h": h,
+                    "threads": 1,
+                    "seconds": median_seconds(epoch, min_run_time=min_run_time),
+                }
+            )
     finally:
         torch.set_num_threads(threads)
     return rows
@@ -76,15 +102,24 @@ def run(ctx: BenchContext) -> BenchResult:
     res.rows.append(row)
     res.ratios["binjl_d128_f4096_seconds"] = row["seconds"]
     res.ratios["binjl_d128_f4096_rho_seconds"] = row["rho_seconds"]
-    res.ratios["binjl_d128_f4096_peak_gb"] = row["process_peak_rss_bytes"] / 2 ** 30
+    res.ratios["binjl_d128_f4096_peak_gb"] = row["process_peak_rss_bytes"] / 2**30
     res.ratios["binjl_d128_f4096_accuracy"] = row["accuracy"]
     res.rows.append({"method": "rho-solver", "d": 128, "F": 4096, "seconds": row["rho_seconds"]})
     # issue #11: real widths, anisotropic like sentence-model embeddings (kappa 15 after centring)
     for d in (384, 768):
         V = sentence_like_embeddings(4096, d, seed=ctx.seed)
         t, info = _once(lambda V=V: decodability(V))
-        res.rows.append({"method": "rho-solver", "d": d, "F": 4096, "seconds": t, "rho": info.rho,
-                         "max_gap": info.max_gap, "embeddings": "sentence-like (gaussian, kappa 15 centred)"})
+        res.rows.append(
+            {
+                "method": "rho-solver",
+                "d": d,
+                "F": 4096,
+                "seconds": t,
+                "rho": info.rho,
+                "max_gap": info.max_gap,
+                "embeddings": "sentence-like (gaussian, kappa 15 centred)",
+            }
+        )
         res.ratios[f"rho_d{d}_f4096_seconds"] = t
     ours = next(r for r in res.rows if r["method"] == "bin+jl")["rho_seconds"]
     res.rows.append({"method": "rho-solver", "d": 64, "F": 1024, "seconds": ours, "rho": info64.rho})
@@ -99,8 +134,16 @@ def run(ctx: BenchContext) -> BenchResult:
     cv, ref = _once(lambda: rho_reference_cvxpy(V, anchors))
     cv_full = cv * V.shape[0] / n_anchor
     err = float(((info64.rho_i[anchors] - ref).abs() / ref.abs()).max())
-    res.rows.append({"method": "cvxpy", "d": 64, "F": 1024, "seconds": cv_full, "anchors_timed": n_anchor,
-                     "max_rel_err_vs_ours": err})
+    res.rows.append(
+        {
+            "method": "cvxpy",
+            "d": 64,
+            "F": 1024,
+            "seconds": cv_full,
+            "anchors_timed": n_anchor,
+            "max_rel_err_vs_ours": err,
+        }
+    )
     res.ratios["rho_solver_vs_cvxpy_speedup"] = cv_full / ours
     res.ratios["rho_solver_vs_cvxpy_max_rel_err"] = err
     res.notes.append(f"cvxpy timed on {n_anchor} of 1024 anchors (one QP each, default solver) and scaled to 1024.")

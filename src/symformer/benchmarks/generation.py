@@ -14,6 +14,7 @@ FAVOR+; summaries, their Stage II-III keys and values and the current block for 
 
 Ratios (issue goals): favor/plash_decode_16k_vs_1k <= 1.2, favor/plash_decode_vs_sdpa_16k <= 0.25,
 favor/plash_state_bytes_vs_kv_16k <= 0.05; sdpa_decode_16k_vs_1k for reference."""
+
 from __future__ import annotations
 
 import statistics
@@ -24,8 +25,14 @@ import torch
 from symformer.benchmarks.base import BenchContext, BenchResult, suite
 
 VOCAB = 256
-SPEC = dict(hidden_size=512, intermediate_size=1408, num_hidden_layers=6, num_attention_heads=8,
-            num_key_value_heads=8, head_dim=64)
+SPEC = dict(
+    hidden_size=512,
+    intermediate_size=1408,
+    num_hidden_layers=6,
+    num_attention_heads=8,
+    num_key_value_heads=8,
+    head_dim=64,
+)
 FAVOR = dict(n_features=256, chunk_size=128)
 PLASH = dict(M=64, D_k=64, width=64, mixer_heads=4, causal_block=256)
 METHODS = ("sdpa", "favor", "plash")
@@ -35,9 +42,16 @@ def _model(method: str, seed: int, max_len: int):
     import transformers as tf
 
     from symformer.integrations import hf
+
     torch.manual_seed(seed)
-    cfg = tf.LlamaConfig(vocab_size=VOCAB, max_position_embeddings=max_len, bos_token_id=None, eos_token_id=None,
-                         pad_token_id=None, **SPEC)
+    cfg = tf.LlamaConfig(
+        vocab_size=VOCAB,
+        max_position_embeddings=max_len,
+        bos_token_id=None,
+        eos_token_id=None,
+        pad_token_id=None,
+        **SPEC,
+    )
     model = tf.LlamaForCausalLM._from_config(cfg, attn_implementation="sdpa").eval()
     if method != "sdpa":
         hf.configure(model, attention=method, **(FAVOR if method == "favor" else PLASH))
@@ -48,6 +62,7 @@ def _cache(model, method: str):
     import transformers as tf
 
     from symformer.integrations.hf_cache import state_cache
+
     return tf.DynamicCache(config=model.config) if method == "sdpa" else state_cache(model)
 
 
@@ -91,8 +106,16 @@ def prefill(model, method: str, context: int, seed: int, timed: bool = True) -> 
     else:
         _synthetic_kv(model, cache, context, g)
         nxt, seconds = ids[:, -1:], None
-    return {"model": model, "method": method, "cache": cache, "next": nxt, "position": context, "times": [],
-            "prefill_s": seconds, "state_bytes": _state_bytes(cache, method)}
+    return {
+        "model": model,
+        "method": method,
+        "cache": cache,
+        "next": nxt,
+        "position": context,
+        "times": [],
+        "prefill_s": seconds,
+        "state_bytes": _state_bytes(cache, method),
+    }
 
 
 @torch.no_grad()
@@ -108,8 +131,12 @@ def decode_one(run: dict) -> None:
 def summary(run: dict) -> dict:
     """decode_s: the median step after two warm-up steps, plus PLASH's amortised per-block recomputation."""
     amortised = _block_amortised(run["cache"], run["method"])
-    return {"prefill_s": run["prefill_s"], "decode_s": statistics.median(run["times"][2:]) + amortised,
-            "block_amortised_s": amortised, "state_bytes": run["state_bytes"]}
+    return {
+        "prefill_s": run["prefill_s"],
+        "decode_s": statistics.median(run["times"][2:]) + amortised,
+        "block_amortised_s": amortised,
+        "state_bytes": run["state_bytes"],
+    }
 
 
 def measure(model, method: str, context: int, tokens: int, seed: int, timed: bool = True) -> dict:
@@ -120,18 +147,30 @@ def measure(model, method: str, context: int, tokens: int, seed: int, timed: boo
     return summary(run)
 
 
-@suite("generation", "per-token decoding latency and state memory: SDPA + KV cache vs FAVOR+ and PLASH states "
-       "(HF Llama ~20M parameters, contexts 1k-16k)")
+@suite(
+    "generation",
+    "per-token decoding latency and state memory: SDPA + KV cache vs FAVOR+ and PLASH states "
+    "(HF Llama ~20M parameters, contexts 1k-16k)",
+)
 def run(ctx: BenchContext) -> BenchResult:
     try:
         import transformers  # noqa: F401
     except ImportError:
-        return BenchResult(notes=["generation suite skipped: transformers is not installed (pip install "
-                                  "'symformer[hf]')"])
+        return BenchResult(
+            notes=["generation suite skipped: transformers is not installed (pip install 'symformer[hf]')"]
+        )
     contexts = (1024, 4096, 16384) if ctx.quick else (1024, 4096, 16384, 65536)
     tokens = 12 if ctx.quick else 32
-    res = BenchResult(config={"model": {"vocab_size": VOCAB, **SPEC}, "favor": FAVOR, "plash": PLASH,
-                              "contexts": contexts, "tokens": tokens, "batch": 1})
+    res = BenchResult(
+        config={
+            "model": {"vocab_size": VOCAB, **SPEC},
+            "favor": FAVOR,
+            "plash": PLASH,
+            "contexts": contexts,
+            "tokens": tokens,
+            "batch": 1,
+        }
+    )
     rows: dict[tuple[str, int], dict] = {}
     models = {m: _model(m, ctx.seed, max(contexts) + tokens + 8).to(ctx.device) for m in METHODS}
     n_params = sum(p.numel() for p in models["sdpa"].parameters())
@@ -168,11 +207,13 @@ def run(ctx: BenchContext) -> BenchResult:
     for m in ("favor", "plash"):
         res.ratios[f"{m}_state_bytes_vs_kv_16k"] = rows[m, 16384]["state_bytes"] / rows["sdpa", 16384]["state_bytes"]
     synthetic = 4096 if ctx.quick else 16384
-    res.notes.append(f"transformers LlamaForCausalLM from a config ({n_params:,} parameters, float32), batch 1, "
-                     f"one CPU thread; SDPA's cache beyond {synthetic} tokens is filled with random keys and values "
-                     f"(its quadratic prefill is not timed: prefill_s null); decode_s = median of {tokens} "
-                     "single-token steps (round-robin over the rows, shuffled each round) after 2 warm-up steps "
-                     "(+ PLASH's per-block summary recomputation / causal_block); prefill_s = one call")
+    res.notes.append(
+        f"transformers LlamaForCausalLM from a config ({n_params:,} parameters, float32), batch 1, "
+        f"one CPU thread; SDPA's cache beyond {synthetic} tokens is filled with random keys and values "
+        f"(its quadratic prefill is not timed: prefill_s null); decode_s = median of {tokens} "
+        "single-token steps (round-robin over the rows, shuffled each round) after 2 warm-up steps "
+        "(+ PLASH's per-block summary recomputation / causal_block); prefill_s = one call"
+    )
     return res
 
 

@@ -9,6 +9,7 @@ and forward+backward with every parameter trainable (training). Positions are 1-
 and for the *_grid2d layers a sqrt(N) x sqrt(N) grid (non-commuting ESPR: one exponential per grid
 position per step). All ratios come from rows measured in this process.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -76,11 +77,19 @@ def _runner(fn, backward: bool, inputs: list):
         else:
             with torch.inference_mode():  # inference as users run it: caches of learnable parts apply
                 fn()
+
     return run
 
 
-def _time(fn, backward: bool, inputs: list, ctx: BenchContext, min_run_time: float,
-          runs: dict | None = None, key: tuple | None = None) -> tuple[float, int | None]:
+def _time(
+    fn,
+    backward: bool,
+    inputs: list,
+    ctx: BenchContext,
+    min_run_time: float,
+    runs: dict | None = None,
+    key: tuple | None = None,
+) -> tuple[float, int | None]:
     run = _runner(fn, backward, inputs)
     if runs is not None:
         runs[key] = run  # kept for the interleaved headline ratios
@@ -104,24 +113,37 @@ def _layers(d_model: int, heads: int, device: str, coord_dim: int = 1) -> dict:
         return MultiHeadAttention(d_model, heads, "softmax", pos, coord_dim, positional_kwargs=kw).to(device)
 
     if coord_dim > 1:  # non-commuting ESPR: one exponential (and its backward) per distinct grid position
-        return {"rope_grid2d": mk("rope", pairing="interleaved"),
-                "espr_grid2d": mk("espr", commuting_init=False, pairing="interleaved")}
-    layers = {"rope": mk("rope", pairing="interleaved"),
-              "espr": mk("espr", commuting_init=False, pairing="interleaved"),
-              "string_unfolded": mk("string", init_scale=0.1, pairing="interleaved"),
-              "string_folded": mk("string", init_scale=0.1, pairing="interleaved")}
+        return {
+            "rope_grid2d": mk("rope", pairing="interleaved"),
+            "espr_grid2d": mk("espr", commuting_init=False, pairing="interleaved"),
+        }
+    layers = {
+        "rope": mk("rope", pairing="interleaved"),
+        "espr": mk("espr", commuting_init=False, pairing="interleaved"),
+        "string_unfolded": mk("string", init_scale=0.1, pairing="interleaved"),
+        "string_folded": mk("string", init_scale=0.1, pairing="interleaved"),
+    }
     fold_rotary(layers["string_folded"])
     return layers
 
 
 def _grid(n: int, device: str) -> torch.Tensor:
-    side = int(round(n ** 0.5))
+    side = int(round(n**0.5))
     ax = torch.arange(side, dtype=torch.float32, device=device)
     return torch.stack(torch.meshgrid(ax, ax, indexing="ij"), -1).reshape(-1, 2)
 
 
-def _time_layers(res: BenchResult, cells: dict, ctx: BenchContext, shape: tuple, x0: torch.Tensor,
-                 pos: torch.Tensor, mrt: float, modes: tuple = (False, True), runs: dict | None = None) -> None:
+def _time_layers(
+    res: BenchResult,
+    cells: dict,
+    ctx: BenchContext,
+    shape: tuple,
+    x0: torch.Tensor,
+    pos: torch.Tensor,
+    mrt: float,
+    modes: tuple = (False, True),
+    runs: dict | None = None,
+) -> None:
     b, h, n, dh = shape
     label = f"B{b}_H{h}_N{n}_Dh{dh}"
     for name, layer in _layers(h * dh, h, ctx.device, pos.shape[-1]).items():
@@ -131,15 +153,38 @@ def _time_layers(res: BenchResult, cells: dict, ctx: BenchContext, shape: tuple,
             layer.train(backward)
             x = x0.clone().requires_grad_(backward)
             mode = "train fwd+bwd" if backward else "infer fwd"
-            t, mem = _time(lambda layer=layer, x=x: layer(x, pos), backward, [x, *layer.parameters()], ctx, mrt,
-                           runs, ("layer", name, label, mode))
+            t, mem = _time(
+                lambda layer=layer, x=x: layer(x, pos),
+                backward,
+                [x, *layer.parameters()],
+                ctx,
+                mrt,
+                runs,
+                ("layer", name, label, mode),
+            )
             cells[("layer", name, label, mode)] = t
-            res.rows.append({"kind": "attention layer", "method": name, "shape": label, "mode": mode,
-                             "positions": f"{pos.shape[-1]}-D", "median_s": t, "peak_bytes": mem})
+            res.rows.append(
+                {
+                    "kind": "attention layer",
+                    "method": name,
+                    "shape": label,
+                    "mode": mode,
+                    "positions": f"{pos.shape[-1]}-D",
+                    "median_s": t,
+                    "peak_bytes": mem,
+                }
+            )
 
 
-def _time_rotations(res: BenchResult, cells: dict, ctx: BenchContext, shape: tuple, g: torch.Generator,
-                    mrt: float, runs: dict | None = None) -> None:
+def _time_rotations(
+    res: BenchResult,
+    cells: dict,
+    ctx: BenchContext,
+    shape: tuple,
+    g: torch.Generator,
+    mrt: float,
+    runs: dict | None = None,
+) -> None:
     b, h, n, dh = shape
     label = f"B{b}_H{h}_N{n}_Dh{dh}"
     pos = torch.arange(n, dtype=torch.float32, device=ctx.device)[:, None]
@@ -157,11 +202,27 @@ def _time_rotations(res: BenchResult, cells: dict, ctx: BenchContext, shape: tup
                 q = q0.to(dtype, copy=True).requires_grad_(backward)
                 k = k0.to(dtype, copy=True).requires_grad_(backward)
                 mode = ("fwd+bwd" if backward else "fwd") + ("" if dtype == torch.float32 else " bf16")
-                t, mem = _time(lambda rot=rot, q=q, k=k: rot(q, k, pos), backward, [q, k], ctx, mrt,
-                               runs, ("rot", name, label, mode))
+                t, mem = _time(
+                    lambda rot=rot, q=q, k=k: rot(q, k, pos),
+                    backward,
+                    [q, k],
+                    ctx,
+                    mrt,
+                    runs,
+                    ("rot", name, label, mode),
+                )
                 cells[("rot", name, label, mode)] = t
-                res.rows.append({"kind": "rotate q,k", "method": name, "shape": label, "mode": mode,
-                                 "dtype": str(dtype).removeprefix("torch."), "median_s": t, "peak_bytes": mem})
+                res.rows.append(
+                    {
+                        "kind": "rotate q,k",
+                        "method": name,
+                        "shape": label,
+                        "mode": mode,
+                        "dtype": str(dtype).removeprefix("torch."),
+                        "median_s": t,
+                        "peak_bytes": mem,
+                    }
+                )
 
 
 @suite("positional", "RoPE / STRING / ESPR rotations and attention layers vs rotary-embedding-torch")
@@ -178,65 +239,96 @@ def run(ctx: BenchContext) -> BenchResult:
     pos = torch.arange(n, dtype=torch.float32, device=ctx.device)[:, None]
     _time_layers(res, cells, ctx, LAYER_SHAPE, x0, pos, mrt, runs=runs)
     # 2-D grid (non-commuting ESPR): training in quick mode, both modes in full
-    _time_layers(res, cells, ctx, LAYER_SHAPE, x0, _grid(n, ctx.device), mrt, (True,) if ctx.quick else (False, True),
-                 runs)
+    _time_layers(
+        res, cells, ctx, LAYER_SHAPE, x0, _grid(n, ctx.device), mrt, (True,) if ctx.quick else (False, True), runs
+    )
     _ratios(res, cells)
     _interleaved_headlines(res, runs, ctx)
     from symformer.benchmarks.positional_hf import (
         hf_rows,  # HF Llama rows (extra `hf`): benchmarks/positional_hf.py
     )
+
     hf_rows(res, ctx)
     _bf16_rows(res, ctx, mrt)
-    res.config = {"shapes": [list(s) for s in SHAPES], "dtype": "float32 (bfloat16 rows marked 'bf16')",
-                  "positions": "1-D token indices; 2-D grids (sqrt(N) x sqrt(N)) for the *_grid2d layers",
-                  "layer_shape": list(LAYER_SHAPE), "inference": "torch.inference_mode()",
-                  "min_run_time_s": mrt, "threads": torch.get_num_threads(), "device": ctx.device}
-    res.notes.append("Headline ratios are the worst (largest) over shapes and modes, except rope_half_vs_* "
-                     f"which are the forward cell at {HEADLINE} named in the issue; per-cell ratios follow.")
+    res.config = {
+        "shapes": [list(s) for s in SHAPES],
+        "dtype": "float32 (bfloat16 rows marked 'bf16')",
+        "positions": "1-D token indices; 2-D grids (sqrt(N) x sqrt(N)) for the *_grid2d layers",
+        "layer_shape": list(LAYER_SHAPE),
+        "inference": "torch.inference_mode()",
+        "min_run_time_s": mrt,
+        "threads": torch.get_num_threads(),
+        "device": ctx.device,
+    }
+    res.notes.append(
+        "Headline ratios are the worst (largest) over shapes and modes, except rope_half_vs_* "
+        f"which are the forward cell at {HEADLINE} named in the issue; per-cell ratios follow."
+    )
     from symformer.positional import _fused
-    res.notes.append(f"rope_half rotations of >= {_fused.FUSED_MIN_NUMEL} elements run the one-pass kernel compiled by "
-                     "torch.compile (positional/_fused.py; compiled in the untimed warm-up call, at most "
-                     f"{_fused.MAX_KEYS} head-dim/mode keys per process, eager three-pass kernel beyond or when "
-                     f"SYMFORMER_FUSED_ROPE=0); enabled here: {_fused.enabled()}")
-    res.notes.append("espr_layer_vs_rope_layer uses 1-D token positions, where ESPR computes exp(nL) = exp(L)^n "
-                     "exactly by doubling; espr2d_train_vs_rope_layer (= espr_layer_vs_rope_layer_grid2d) is the "
-                     "non-commuting 2-D case with one exponential (expm_skew, float32 Taylor-12) per distinct "
-                     "position.")
+
+    res.notes.append(
+        f"rope_half rotations of >= {_fused.FUSED_MIN_NUMEL} elements run the one-pass kernel compiled by "
+        "torch.compile (positional/_fused.py; compiled in the untimed warm-up call, at most "
+        f"{_fused.MAX_KEYS} head-dim/mode keys per process, eager three-pass kernel beyond or when "
+        f"SYMFORMER_FUSED_ROPE=0); enabled here: {_fused.enabled()}"
+    )
+    res.notes.append(
+        "espr_layer_vs_rope_layer uses 1-D token positions, where ESPR computes exp(nL) = exp(L)^n "
+        "exactly by doubling; espr2d_train_vs_rope_layer (= espr_layer_vs_rope_layer_grid2d) is the "
+        "non-commuting 2-D case with one exponential (expm_skew, float32 Taylor-12) per distinct "
+        "position."
+    )
     return res
 
 
 def _bf16_rows(res: BenchResult, ctx: BenchContext, mrt: float) -> None:
     """Every positional part cast to bfloat16, timed beside float32, with err_vs_bound (benchmarks/_precision.py)."""
     from symformer.benchmarks._precision import ROT_SHAPE, bf16_note, bf16_ratios, positional_bf16_rows
+
     rows = positional_bf16_rows(ctx, mrt)
     res.rows += rows
     res.ratios.update(bf16_ratios(rows))
-    res.notes.append(bf16_note("part", "q, k (or x)", f"at {ROT_SHAPE} with positions 0..{ROT_SHAPE[2] - 1} "
-                               "(rope_mixed_grid2d: a 64 x 64 grid)", "max|q| (max|x|)"))
+    res.notes.append(
+        bf16_note(
+            "part",
+            "q, k (or x)",
+            f"at {ROT_SHAPE} with positions 0..{ROT_SHAPE[2] - 1} (rope_mixed_grid2d: a 64 x 64 grid)",
+            "max|q| (max|x|)",
+        )
+    )
 
 
 def _interleaved_headlines(res: BenchResult, runs: dict, ctx: BenchContext) -> None:
     """The issue's headline ratios again from back-to-back calls (robust to load drift on a shared machine);
     they replace the block-timed values of the same name, which stay as the per-cell entries."""
     lab = f"B{LAYER_SHAPE[0]}_H{LAYER_SHAPE[1]}_N{LAYER_SHAPE[2]}_Dh{LAYER_SHAPE[3]}"
-    pairs = {"rope_half_vs_interleaved": (("rot", "rope_half", HEADLINE, "fwd"), ("rot", "rope", HEADLINE, "fwd")),
-             "rope_half_vs_rotary_embedding_torch": (("rot", "rope_half", HEADLINE, "fwd"),
-                                                     ("rot", "rotary_embedding_torch", HEADLINE, "fwd")),
-             "string_folded_layer_vs_rope_layer": (("layer", "string_folded", lab, "infer fwd"),
-                                                   ("layer", "rope", lab, "infer fwd")),
-             "espr2d_train_vs_rope_layer": (("layer", "espr_grid2d", lab, "train fwd+bwd"),
-                                            ("layer", "rope_grid2d", lab, "train fwd+bwd")),
-             # issue 3's headline (<= 1.3): block-timed, the two 1-s cells moved by tens of percent between runs
-             "espr_layer_vs_rope_layer": (("layer", "espr", lab, "train fwd+bwd"),
-                                          ("layer", "rope", lab, "train fwd+bwd"))}
+    pairs = {
+        "rope_half_vs_interleaved": (("rot", "rope_half", HEADLINE, "fwd"), ("rot", "rope", HEADLINE, "fwd")),
+        "rope_half_vs_rotary_embedding_torch": (
+            ("rot", "rope_half", HEADLINE, "fwd"),
+            ("rot", "rotary_embedding_torch", HEADLINE, "fwd"),
+        ),
+        "string_folded_layer_vs_rope_layer": (
+            ("layer", "string_folded", lab, "infer fwd"),
+            ("layer", "rope", lab, "infer fwd"),
+        ),
+        "espr2d_train_vs_rope_layer": (
+            ("layer", "espr_grid2d", lab, "train fwd+bwd"),
+            ("layer", "rope_grid2d", lab, "train fwd+bwd"),
+        ),
+        # issue 3's headline (<= 1.3): block-timed, the two 1-s cells moved by tens of percent between runs
+        "espr_layer_vs_rope_layer": (("layer", "espr", lab, "train fwd+bwd"), ("layer", "rope", lab, "train fwd+bwd")),
+    }
     for key, (a, b) in pairs.items():
         if a in runs and b in runs:
             reps = (5 if ctx.quick else 15) if a[0] == "rot" else (5 if ctx.quick else 9)
             res.ratios[key] = interleaved_ratio(runs[a], runs[b], reps, ctx.device)
             res.ratios[f"{key}_block_timed"] = res.ratios.get(f"{key}[{a[2]},{a[3]}]")
-    res.notes.append("rope_half_vs_*, string_folded_layer_vs_rope_layer, espr_layer_vs_rope_layer and "
-                     "espr2d_train_vs_rope_layer are medians of per-round ratios of back-to-back calls "
-                     "(interleaved_ratio); *_block_timed are the same cells from the separately timed rows.")
+    res.notes.append(
+        "rope_half_vs_*, string_folded_layer_vs_rope_layer, espr_layer_vs_rope_layer and "
+        "espr2d_train_vs_rope_layer are medians of per-round ratios of back-to-back calls "
+        "(interleaved_ratio); *_block_timed are the same cells from the separately timed rows."
+    )
 
 
 def _ratio_set(res: BenchResult, cells: dict, key: str, num: tuple, den: tuple, modes: tuple) -> None:
@@ -254,23 +346,49 @@ def _ratios(res: BenchResult, cells: dict) -> None:
     tmp = BenchResult()
     both = ("fwd", "fwd+bwd", "fwd bf16", "fwd+bwd bf16")
     _ratio_set(tmp, cells, "rope_half_vs_interleaved", ("rot", "rope_half"), ("rot", "rope"), both)
-    _ratio_set(tmp, cells, "rope_half_vs_rotary_embedding_torch", ("rot", "rope_half"),
-               ("rot", "rotary_embedding_torch"), ("fwd", "fwd+bwd"))
+    _ratio_set(
+        tmp,
+        cells,
+        "rope_half_vs_rotary_embedding_torch",
+        ("rot", "rope_half"),
+        ("rot", "rotary_embedding_torch"),
+        ("fwd", "fwd+bwd"),
+    )
     for key in ("rope_half_vs_interleaved", "rope_half_vs_rotary_embedding_torch"):  # the issue's cell
         if f"{key}[{HEADLINE},fwd]" in tmp.ratios:
             tmp.ratios[key] = tmp.ratios[f"{key}[{HEADLINE},fwd]"]
-    _ratio_set(tmp, cells, "espr2d_train_vs_rope_layer", ("layer", "espr_grid2d"), ("layer", "rope_grid2d"),
-               ("train fwd+bwd",))
-    _ratio_set(tmp, cells, "rope_vs_rotary_embedding_torch", ("rot", "rope"), ("rot", "rotary_embedding_torch"),
-               ("fwd", "fwd+bwd"))
+    _ratio_set(
+        tmp, cells, "espr2d_train_vs_rope_layer", ("layer", "espr_grid2d"), ("layer", "rope_grid2d"), ("train fwd+bwd",)
+    )
+    _ratio_set(
+        tmp,
+        cells,
+        "rope_vs_rotary_embedding_torch",
+        ("rot", "rope"),
+        ("rot", "rotary_embedding_torch"),
+        ("fwd", "fwd+bwd"),
+    )
     _ratio_set(tmp, cells, "espr_layer_vs_rope_layer", ("layer", "espr"), ("layer", "rope"), ("train fwd+bwd",))
-    _ratio_set(tmp, cells, "string_folded_layer_vs_rope_layer", ("layer", "string_folded"), ("layer", "rope"),
-               ("infer fwd",))
-    _ratio_set(tmp, cells, "espr_layer_vs_rope_layer_grid2d", ("layer", "espr_grid2d"), ("layer", "rope_grid2d"),
-               ("train fwd+bwd",))
+    _ratio_set(
+        tmp, cells, "string_folded_layer_vs_rope_layer", ("layer", "string_folded"), ("layer", "rope"), ("infer fwd",)
+    )
+    _ratio_set(
+        tmp,
+        cells,
+        "espr_layer_vs_rope_layer_grid2d",
+        ("layer", "espr_grid2d"),
+        ("layer", "rope_grid2d"),
+        ("train fwd+bwd",),
+    )
     _ratio_set(tmp, cells, "espr_layer_vs_rope_layer_inference", ("layer", "espr"), ("layer", "rope"), ("infer fwd",))
-    _ratio_set(tmp, cells, "string_unfolded_layer_vs_rope_layer", ("layer", "string_unfolded"), ("layer", "rope"),
-               ("infer fwd", "train fwd+bwd"))
+    _ratio_set(
+        tmp,
+        cells,
+        "string_unfolded_layer_vs_rope_layer",
+        ("layer", "string_unfolded"),
+        ("layer", "rope"),
+        ("infer fwd", "train fwd+bwd"),
+    )
     # fixed headline names first, then the per-cell breakdown
     res.ratios.update({k: v for k, v in tmp.ratios.items() if "[" not in k})
     res.ratios.update({k: v for k, v in tmp.ratios.items() if "[" in k})

@@ -5,6 +5,7 @@ patched into every attention layer (symformer.integrations.hf.patch_positional).
 Ratios: hf_llama_string_step_vs_rope, hf_llama_espr_step_vs_rope = patched step time / native step time
 (issue target <= 1.3). The three models are timed in alternating rounds and each keeps its fastest round's
 median, so a burst of load on a shared machine hits every method alike rather than one of them."""
+
 from __future__ import annotations
 
 import torch
@@ -17,12 +18,14 @@ METHODS = {"hf_llama_native_rope": (None, {}), "hf_llama_string": ("string", {})
 
 def _step_fn(model, x, y):
     from symformer.integrations.hf_lm import lm_loss
+
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
     def step():
         lm_loss(model, x, y).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+
     return step
 
 
@@ -60,14 +63,25 @@ def hf_rows(res: BenchResult, ctx: BenchContext) -> None:
         torch.set_num_threads(threads)
     shape = f"B{batch}_N{block}_d{spec.hidden_size}_L{spec.n_layers}_H{spec.n_heads}_Hkv{spec.n_kv_heads}"
     for name, t in best.items():
-        res.rows.append({"kind": "hf llama train step", "method": name, "shape": shape, "mode": "train fwd+bwd+adamw",
-                         "median_s": t, "peak_bytes": None, "params": params[name]})
+        res.rows.append(
+            {
+                "kind": "hf llama train step",
+                "method": name,
+                "shape": shape,
+                "mode": "train fwd+bwd+adamw",
+                "median_s": t,
+                "peak_bytes": None,
+                "params": params[name],
+            }
+        )
     res.ratios["hf_llama_string_step_vs_rope"] = best["hf_llama_string"] / best["hf_llama_native_rope"]
     res.ratios["hf_llama_espr_step_vs_rope"] = best["hf_llama_espr"] / best["hf_llama_native_rope"]
     n_params = params["hf_llama_native_rope"]
-    res.notes.append(f"hf_llama_* rows: transformers LlamaForCausalLM from a config ({n_params:,} "
-                     f"parameters, sdpa attention), one training step on {batch} x {block} tokens, one CPU thread; "
-                     "fastest of alternating rounds of medians")
+    res.notes.append(
+        f"hf_llama_* rows: transformers LlamaForCausalLM from a config ({n_params:,} "
+        f"parameters, sdpa attention), one training step on {batch} x {block} tokens, one CPU thread; "
+        "fastest of alternating rounds of medians"
+    )
 
 
 __all__ = ["hf_rows", "METHODS"]

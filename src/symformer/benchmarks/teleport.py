@@ -10,6 +10,7 @@ the per-epoch overhead % = 100 |K| t_teleport / (steps_per_epoch t_step) for the
 (|K| = 4 steps within one epoch of 469 steps, MNIST batch 128), in the teleport epoch and averaged over
 the 20-epoch run. All rows are measured in this process.
 """
+
 from __future__ import annotations
 
 import torch
@@ -22,6 +23,7 @@ STEPS_PER_EPOCH, EPOCHS, K, M = 469, 20, 4, 16  # paper App. F: MNIST, batch 128
 
 def _setup(quick: bool, pe: str, device: str):
     from symformer.models import TransformerConfig, ViTClassifier
+
     torch.manual_seed(0)
     d, layers = (64, 2) if quick else (128, 6)
     cfg = TransformerConfig(d_model=d, n_heads=4, n_layers=layers, d_ff=4 * d, positional=pe, coord_dim=2)
@@ -40,6 +42,7 @@ def _time_pe(pe: str, ctx: BenchContext, mt: float) -> tuple[dict, int, int]:
         symmetry_group,
         teleport_step,
     )
+
     model, loss_fn = _setup(ctx.quick, pe, ctx.device)
     opt = torch.optim.SGD(model.parameters(), lr=0.0, momentum=0.9)  # lr 0 keeps the point fixed
     G = symmetry_group(model)
@@ -51,16 +54,20 @@ def _time_pe(pe: str, ctx: BenchContext, mt: float) -> tuple[dict, int, int]:
         loss.backward()
         opt.step()
         return loss
+
     last = float(train_step().detach())
     cands = G.sample(M, 0.65, gen)
-    t = {"train step": median_seconds(train_step, mt, ctx.device),
-         "norms closed form": median_seconds(lambda: closed_form_norms(model, G, cands), mt, ctx.device),
-         "norms brute force": median_seconds(lambda: brute_force_norms(model, G, cands, loss_fn), mt, ctx.device),
-         "teleport step closed form": median_seconds(
-             lambda: teleport_step(model, G, loss_fn, 0.65, M, gen, loss_before=last), mt, ctx.device),
-         "teleport step brute force": median_seconds(
-             lambda: teleport_step(model, G, loss_fn, 0.65, M, gen, loss_before=last, brute_force=True), mt,
-             ctx.device)}
+    t = {
+        "train step": median_seconds(train_step, mt, ctx.device),
+        "norms closed form": median_seconds(lambda: closed_form_norms(model, G, cands), mt, ctx.device),
+        "norms brute force": median_seconds(lambda: brute_force_norms(model, G, cands, loss_fn), mt, ctx.device),
+        "teleport step closed form": median_seconds(
+            lambda: teleport_step(model, G, loss_fn, 0.65, M, gen, loss_before=last), mt, ctx.device
+        ),
+        "teleport step brute force": median_seconds(
+            lambda: teleport_step(model, G, loss_fn, 0.65, M, gen, loss_before=last, brute_force=True), mt, ctx.device
+        ),
+    }
     return t, len(G.sites), model.cfg.d_model
 
 
@@ -71,12 +78,14 @@ def run(ctx: BenchContext) -> BenchResult:
     for pe in ("learned", "rope"):
         t, layers, d = _time_pe(pe, ctx, mt)
         for name, sec in t.items():
-            res.rows.append({"method": name, "pe": pe, "M": M, "layers": layers, "d_model": d, "batch": 128,
-                             "median_s": sec})
+            res.rows.append(
+                {"method": name, "pe": pe, "M": M, "layers": layers, "d_model": d, "batch": 128, "median_s": sec}
+            )
         ts = t["train step"]
         res.ratios[f"{pe}: norms brute/closed"] = t["norms brute force"] / t["norms closed form"]
-        res.ratios[f"{pe}: teleport step brute/closed"] = (t["teleport step brute force"]
-                                                            / t["teleport step closed form"])
+        res.ratios[f"{pe}: teleport step brute/closed"] = (
+            t["teleport step brute force"] / t["teleport step closed form"]
+        )
         for how in ("closed form", "brute force"):
             tt = t[f"teleport step {how}"]
             res.ratios[f"{pe}: teleport step in train steps ({how})"] = tt / ts

@@ -1,4 +1,5 @@
 """Data loaders. Files are read from `--data-dir` / `SYMFORMER_DATA`; nothing is downloaded."""
+
 from __future__ import annotations
 
 from symformer.data.base import Split, TensorData, batches  # noqa: F401

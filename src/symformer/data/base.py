@@ -1,4 +1,5 @@
 """In-memory tensor datasets and deterministic batching (the order depends only on seed and epoch)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,6 +11,7 @@ import torch
 @dataclass
 class TensorData:
     """Inputs `x`, targets `y` and optional token positions `pos` ((N, C), shared by all samples)."""
+
     x: torch.Tensor
     y: torch.Tensor
     pos: torch.Tensor | None = None
@@ -36,16 +38,24 @@ def epoch_order(n: int, seed: int, epoch: int, shuffle: bool = True) -> torch.Te
     return torch.randperm(n, generator=g)
 
 
-def batches(data: TensorData, batch_size: int, seed: int = 0, epoch: int = 0, shuffle: bool = True,
-            drop_last: bool = False, start: int = 0, rank: int = 0,
-            world: int = 1) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def batches(
+    data: TensorData,
+    batch_size: int,
+    seed: int = 0,
+    epoch: int = 0,
+    shuffle: bool = True,
+    drop_last: bool = False,
+    start: int = 0,
+    rank: int = 0,
+    world: int = 1,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Yield (x, y) batches of epoch `epoch`, beginning at batch `start` (resume).
 
     With world > 1 every rank takes a contiguous slice of each global batch, so the union over
     ranks is exactly the single-process batch (what DDP equivalence needs)."""
     order = epoch_order(len(data), seed, epoch, shuffle)
     for b in range(start, n_batches(data, batch_size, drop_last)):
-        idx = shard(order[b * batch_size:(b + 1) * batch_size], rank, world)
+        idx = shard(order[b * batch_size : (b + 1) * batch_size], rank, world)
         yield data.x[idx], data.y[idx]
 
 
@@ -54,7 +64,7 @@ def shard(idx: torch.Tensor, rank: int, world: int) -> torch.Tensor:
     if world == 1:
         return idx
     per = len(idx) // world
-    return idx[rank * per:(rank + 1) * per]
+    return idx[rank * per : (rank + 1) * per]
 
 
 def n_batches(data: TensorData, batch_size: int, drop_last: bool = False) -> int:

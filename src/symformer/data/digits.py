@@ -1,4 +1,5 @@
 """scikit-learn digits as patch tokens with 2-D coordinates."""
+
 from __future__ import annotations
 
 import torch
@@ -11,7 +12,7 @@ def patchify(images: torch.Tensor, patch: int) -> tuple[torch.Tensor, torch.Tens
     """(B, H, W) -> tokens (B, N, patch*patch) and positions (N, 2) = (row, col) of each patch."""
     b, h, w = images.shape
     gh, gw = h // patch, w // patch
-    t = images[:, :gh * patch, :gw * patch].reshape(b, gh, patch, gw, patch).permute(0, 1, 3, 2, 4)
+    t = images[:, : gh * patch, : gw * patch].reshape(b, gh, patch, gw, patch).permute(0, 1, 3, 2, 4)
     tokens = t.reshape(b, gh * gw, patch * patch)
     rows, cols = torch.meshgrid(torch.arange(gh), torch.arange(gw), indexing="ij")
     pos = torch.stack([rows.reshape(-1), cols.reshape(-1)], dim=-1).to(images.dtype)
@@ -21,12 +22,13 @@ def patchify(images: torch.Tensor, patch: int) -> tuple[torch.Tensor, torch.Tens
 def load_digits_images(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
     """Images scaled to [0, 1], labels, and a fixed 60/20/20 split of indices."""
     from sklearn.datasets import load_digits
+
     d = load_digits()
     x = torch.tensor(d.images, dtype=torch.float32) / 16.0
     y = torch.tensor(d.target, dtype=torch.long)
     perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))
     n_tr, n_va = int(0.6 * len(y)), int(0.2 * len(y))
-    idx = {"train": perm[:n_tr], "val": perm[n_tr:n_tr + n_va], "test": perm[n_tr + n_va:]}
+    idx = {"train": perm[:n_tr], "val": perm[n_tr : n_tr + n_va], "test": perm[n_tr + n_va :]}
     return x, y, idx
 
 
@@ -36,5 +38,9 @@ def load_digits_patches(patch: int = 2, seed: int = 0) -> Split:
     x, y, idx = load_digits_images(seed)
     tokens, pos = patchify(x, patch)
     parts = {k: TensorData(tokens[v], y[v], pos) for k, v in idx.items()}
-    return Split(parts["train"], parts["val"], parts["test"],
-                 {"n_classes": 10, "token_dim": patch * patch, "coord_dim": 2, "n_tokens": tokens.shape[1]})
+    return Split(
+        parts["train"],
+        parts["val"],
+        parts["test"],
+        {"n_classes": 10, "token_dim": patch * patch, "coord_dim": 2, "n_tokens": tokens.shape[1]},
+    )

@@ -1,5 +1,6 @@
 """ETT (Informer protocol): 12/4/4-month train/val/test, standardisation fitted on train only,
 windows of input `seq_len`, decoder label `label_len` and horizon `pred_len`."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -21,8 +22,15 @@ ROWS_PER_MONTH = {pd.Timedelta(hours=1): HOURS_PER_MONTH, pd.Timedelta(minutes=1
 def time_features(t: pd.Series) -> np.ndarray:
     """Informer's timeF encoding for freq 'h' (utils/timefeatures.py), each in [-0.5, 0.5]: hour of day,
     day of week, day of month, day of year. Informer's ETTm scripts keep freq 'h', so ETTm uses it too."""
-    return np.stack([t.dt.hour / 23.0 - 0.5, t.dt.day_of_week / 6.0 - 0.5, (t.dt.day - 1) / 30.0 - 0.5,
-                     (t.dt.day_of_year - 1) / 365.0 - 0.5], axis=1)
+    return np.stack(
+        [
+            t.dt.hour / 23.0 - 0.5,
+            t.dt.day_of_week / 6.0 - 0.5,
+            (t.dt.day - 1) / 30.0 - 0.5,
+            (t.dt.day_of_year - 1) / 365.0 - 0.5,
+        ],
+        axis=1,
+    )
 
 
 def rows_per_month(filename: str, t: pd.Series) -> int:
@@ -31,8 +39,11 @@ def rows_per_month(filename: str, t: pd.Series) -> int:
         return HOURS_PER_MONTH
     step = t.iloc[1] - t.iloc[0]
     if step not in ROWS_PER_MONTH:
-        fail("filename", f"{filename} sampled every {step}", "an ETT file sampled hourly (ETTh*) or every "
-             "15 minutes (ETTm*)")
+        fail(
+            "filename",
+            f"{filename} sampled every {step}",
+            "an ETT file sampled hourly (ETTh*) or every 15 minutes (ETTm*)",
+        )
     return ROWS_PER_MONTH[step]
 
 
@@ -60,13 +71,21 @@ def _check_lengths(path, n_rows: int, b1: list[int], b2: list[int], seq_len: int
     """Every split must hold one full window and the file every row up to the last border."""
     for name, a, b in zip(("train", "val", "test"), b1, b2):
         if b - a < seq_len + pred_len:
-            raise ValueError(f"seq_len + pred_len: got {seq_len} + {pred_len} = {seq_len + pred_len}, expected at most "
-                             f"the {b - a} rows of the {name} split (rows {a}..{b})")
+            raise ValueError(
+                f"seq_len + pred_len: got {seq_len} + {pred_len} = {seq_len + pred_len}, expected at most "
+                f"the {b - a} rows of the {name} split (rows {a}..{b})"
+            )
     need_rows(path, n_rows, b2[-1], f"the Informer train/val/test borders end at row {b2[-1]}")
 
 
-def load_ett(filename: str = "ETTh1.csv", seq_len: int = 96, label_len: int = 48, pred_len: int = 24,
-             data_dir=None, unit: int | None = None) -> Split:
+def load_ett(
+    filename: str = "ETTh1.csv",
+    seq_len: int = 96,
+    label_len: int = 48,
+    pred_len: int = 24,
+    data_dir=None,
+    unit: int | None = None,
+) -> Split:
     """unit: rows per protocol month (None: inferred from the timestamps, 720 hourly, 2880 every 15 min)."""
     check_int("seq_len", seq_len, 1)
     check_int("label_len", label_len, 0, seq_len)
@@ -78,12 +97,25 @@ def load_ett(filename: str = "ETTh1.csv", seq_len: int = 96, label_len: int = 48
     unit = rows_per_month(str(filename), t) if unit is None else check_int("unit", unit, 1)
     b1, b2 = ett_borders(seq_len, unit)
     _check_lengths(path, len(df), b1, b2, seq_len, pred_len)
-    train_raw = values[b1[0]:b2[0]]
+    train_raw = values[b1[0] : b2[0]]
     mean, std = train_raw.mean(0), train_raw.std(0)  # fitted on train only
     std = np.where(std > 0, std, 1.0)
     scaled = torch.tensor((values - mean) / std, dtype=torch.float32)
     stamps = torch.tensor(time_features(t), dtype=torch.float32)
     parts = [_windows(scaled[a:b], stamps[a:b], seq_len, label_len, pred_len) for a, b in zip(b1, b2)]
-    return Split(*parts, {"n_vars": values.shape[1], "columns": list(ETT_COLUMNS), "mean": mean, "std": std,
-                          "borders": (b1, b2), "seq_len": seq_len, "label_len": label_len, "pred_len": pred_len,
-                          "coord_dim": 1, "unit": unit, "filename": str(filename)})
+    return Split(
+        *parts,
+        {
+            "n_vars": values.shape[1],
+            "columns": list(ETT_COLUMNS),
+            "mean": mean,
+            "std": std,
+            "borders": (b1, b2),
+            "seq_len": seq_len,
+            "label_len": label_len,
+            "pred_len": pred_len,
+            "coord_dim": 1,
+            "unit": unit,
+            "filename": str(filename),
+        },
+    )

@@ -3,6 +3,7 @@
 Every error is a `DataFileError` (a ValueError) whose message names the file, what is wrong there (column,
 first bad row, byte offset) and what is expected; the CLI prints it as one line. Nothing is unpickled:
 `np.load(allow_pickle=False)` and `torch.load(weights_only=True)` only."""
+
 from __future__ import annotations
 
 import io
@@ -30,8 +31,10 @@ def read_text(path: str | Path, what: str = "text") -> str:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise DataFileError(f"{path} is not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}); "
-                            f"expected {what} encoded as UTF-8") from None
+        raise DataFileError(
+            f"{path} is not UTF-8 text (byte 0x{raw[e.start]:02x} at offset {e.start}); "
+            f"expected {what} encoded as UTF-8"
+        ) from None
     return text.replace("\r\n", "\n").replace("\r", "\n")  # universal newlines, as Path.read_text
 
 
@@ -40,6 +43,7 @@ def read_table(path: str | Path, columns: Sequence[str], date_column: str | None
     Missing columns, a cell that is not a number, NaN/inf or an unparsable date: one line naming the
     file, the column and the first bad row (row 1 = the first line after the header)."""
     import pandas as pd
+
     path = Path(path)
     text = read_text(path, "a CSV table with a header row")
     try:
@@ -50,8 +54,10 @@ def read_table(path: str | Path, columns: Sequence[str], date_column: str | None
     need = ([date_column] if date_column else []) + list(columns)
     missing = [c for c in need if c not in df.columns]
     if missing:
-        raise DataFileError(f"{path}: missing columns {', '.join(missing)}; got {', '.join(map(str, df.columns))}, "
-                            f"expected {', '.join(need)}")
+        raise DataFileError(
+            f"{path}: missing columns {', '.join(missing)}; got {', '.join(map(str, df.columns))}, "
+            f"expected {', '.join(need)}"
+        )
     out = pd.DataFrame(index=df.index)
     if date_column:
         stamps = pd.to_datetime(df[date_column], errors="coerce")
@@ -92,8 +98,19 @@ def torch_load(path: str | Path, what: str) -> Any:
             # the data, or the one line below. Only this warning, only for this load.
             warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
             return torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, TypeError, AttributeError,
-            zipfile.BadZipFile, UnicodeDecodeError, KeyError, IndexError, OSError) as e:
+    except (
+        pickle.UnpicklingError,
+        RuntimeError,
+        EOFError,
+        ValueError,
+        TypeError,
+        AttributeError,
+        zipfile.BadZipFile,
+        UnicodeDecodeError,
+        KeyError,
+        IndexError,
+        OSError,
+    ) as e:
         raise DataFileError(f"{path} is not {what} ({_torch_reason(e)})") from None
 
 
@@ -141,11 +158,14 @@ def _load_npy(path: Path, name: str) -> np.ndarray:
     except ValueError as e:
         msg = str(e)
         if "Object arrays" in msg:
-            raise DataFileError(f"{name}: {path} holds an object array (dtype object); expected a numeric array "
-                                "(object arrays are never unpickled)") from None
+            raise DataFileError(
+                f"{name}: {path} holds an object array (dtype object); expected a numeric array "
+                "(object arrays are never unpickled)"
+            ) from None
         if "pickled" in msg:
-            raise DataFileError(f"{name}: {path} holds pickled Python objects, not a .npy array "
-                                "(pickles are never loaded)") from None
+            raise DataFileError(
+                f"{name}: {path} holds pickled Python objects, not a .npy array (pickles are never loaded)"
+            ) from None
         raise DataFileError(f"{name}: {path} is not a readable .npy array ({msg.splitlines()[0]})") from None
     except (EOFError, OSError) as e:
         raise DataFileError(f"{name}: {path} is not a readable .npy array (truncated: {e})") from None

@@ -1,4 +1,5 @@
 """MNIST-1D, generated offline by the mnist1d package (no download)."""
+
 from __future__ import annotations
 
 import torch
@@ -13,6 +14,7 @@ def load_mnist1d(patch: int = 4, seed: int = 0, num_samples: int = 5000) -> Spli
     The package's own train/test split is kept (80/20); 20% of its train part becomes validation."""
     check_int("patch", patch, 1, 40)
     from mnist1d.data import get_dataset_args, make_dataset
+
     args = get_dataset_args()
     args.num_samples = num_samples
     args.seed = 42 + seed
@@ -33,5 +35,4 @@ def load_mnist1d(patch: int = 4, seed: int = 0, num_samples: int = 5000) -> Spli
     train = TensorData(tok(xtr)[tr], ytr[tr], pos)
     val = TensorData(tok(xtr)[va], ytr[va], pos)
     test = TensorData(tok(xte), yte, pos)
-    return Split(train, val, test, {"n_classes": 10, "token_dim": patch, "coord_dim": 1,
-                                    "n_tokens": n_steps // patch})
+    return Split(train, val, test, {"n_classes": 10, "token_dim": patch, "coord_dim": 1, "n_tokens": n_steps // patch})

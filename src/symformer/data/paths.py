@@ -1,4 +1,5 @@
 """Where data files live: `--data-dir`, else `SYMFORMER_DATA`, else ./data or ../shared/data."""
+
 from __future__ import annotations
 
 import os
@@ -29,4 +30,5 @@ def data_file(name: str, explicit: str | os.PathLike | None = None) -> Path:
     where = f"{d}" if d is not None else "no data directory"
     raise MissingDataError(
         f"data file {name} not found in {where}: put it there or point --data-dir or the {ENV_VAR} environment "
-        "variable at the folder holding it")
+        "variable at the folder holding it"
+    )

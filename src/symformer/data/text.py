@@ -1,4 +1,5 @@
 """Character-level text (tiny Shakespeare): contiguous 90/5/5 split, fixed-length windows."""
+
 from __future__ import annotations
 
 import torch
@@ -36,8 +37,13 @@ def min_chars(block: int) -> int:
     return n
 
 
-def load_char_text(block: int = 64, data_dir=None, filename: str = "tinyshakespeare.txt",
-                   max_chars: int | None = None, stride: int | None = None) -> Split:
+def load_char_text(
+    block: int = 64,
+    data_dir=None,
+    filename: str = "tinyshakespeare.txt",
+    max_chars: int | None = None,
+    stride: int | None = None,
+) -> Split:
     """Contiguous train/val/test thirds of 90/5/5 so no window crosses a split boundary."""
     check_int("block", block, 2)
     path = data_file(filename, data_dir)
@@ -45,8 +51,13 @@ def load_char_text(block: int = 64, data_dir=None, filename: str = "tinyshakespe
     need = min_chars(block)
     if max_chars is not None:
         check_int("max_chars", max_chars, need)
-    need_rows(path, len(text), need, f"block={block} needs a window of {block + 1} characters in each of the "
-              "90/5/5 train/val/test parts", unit="characters")
+    need_rows(
+        path,
+        len(text),
+        need,
+        f"block={block} needs a window of {block + 1} characters in each of the 90/5/5 train/val/test parts",
+        unit="characters",
+    )
     ids, vocab = encode_text(text)
     if max_chars is not None:
         ids = ids[:max_chars]
@@ -54,5 +65,6 @@ def load_char_text(block: int = 64, data_dir=None, filename: str = "tinyshakespe
     a, b = int(0.9 * n), int(0.95 * n)
     stride = stride or block
     parts = [windows(ids[:a], block, stride), windows(ids[a:b], block, block), windows(ids[b:], block, block)]
-    return Split(*parts, {"vocab_size": len(vocab), "vocab": vocab, "coord_dim": 1, "n_tokens": block,
-                          "boundaries": (a, b, n)})
+    return Split(
+        *parts, {"vocab_size": len(vocab), "vocab": vocab, "coord_dim": 1, "n_tokens": block, "boundaries": (a, b, n)}
+    )

@@ -1,4 +1,5 @@
 """Experiment registry and run context."""
+
 from __future__ import annotations
 
 import difflib
@@ -31,6 +32,7 @@ class ExperimentSpec:
     def missing_requirement(self) -> str | None:
         """None when every required module imports, else the reason this experiment cannot run here."""
         import importlib.util
+
         for mod, extra in self.requires.items():
             if importlib.util.find_spec(mod) is None:
                 return f"needs {mod} (pip install 'symformer[{extra}]')"
@@ -45,15 +47,23 @@ class ExperimentSpec:
                 known = sorted(self.options)
                 close = difflib.get_close_matches(key, known, n=1)
                 hint = f"; did you mean {self.name}.{close[0]}?" if close else ""
-                raise ValueError(f"--set: got unknown option {self.name}.{key}, expected one of "
-                                 f"{', '.join(f'{self.name}.{k}' for k in known) or '(this experiment has no options)'}"
-                                 f"{hint}")
+                raise ValueError(
+                    f"--set: got unknown option {self.name}.{key}, expected one of "
+                    f"{', '.join(f'{self.name}.{k}' for k in known) or '(this experiment has no options)'}"
+                    f"{hint}"
+                )
             default = self.options[key][0]
             ok = default is None or (type(val) is type(default)) or (type(default) is float and type(val) is int)
             if not ok:
                 tname = type(default).__name__
-                kind = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false",
-                        "list": "a JSON list", "dict": "a JSON object"}.get(tname, tname)
+                kind = {
+                    "int": "an integer",
+                    "float": "a number",
+                    "str": "a string",
+                    "bool": "true or false",
+                    "list": "a JSON list",
+                    "dict": "a JSON object",
+                }.get(tname, tname)
                 raise TypeError(f"--set: got {self.name}.{key}={val!r}, expected {kind} like the default {default!r}")
             out[key] = float(val) if type(default) is float else val
         return out
@@ -67,13 +77,14 @@ class RunContext:
     data_dir: Path | None = None
     device: str = "cpu"
     progress: bool = True
-    jobs: int = 1          # worker processes for experiments made of independent sub-runs (experiments/jobs.py)
-    resume: bool = False   # reuse sub-runs recorded under out_dir/runs by an earlier, interrupted run
+    jobs: int = 1  # worker processes for experiments made of independent sub-runs (experiments/jobs.py)
+    resume: bool = False  # reuse sub-runs recorded under out_dir/runs by an earlier, interrupted run
     extra: dict = field(default_factory=dict)
     options: dict = field(default_factory=dict)  # the experiment's options (ExperimentSpec.options), resolved
 
     def data_file(self, name: str) -> Path:
         from symformer.data.paths import data_file
+
         return data_file(name, self.data_dir)
 
     @property
@@ -82,34 +93,56 @@ class RunContext:
         if not self.progress:
             return None
         import sys
+
         return lambda msg: print(f"[{self.out_dir.name}] {msg}", file=sys.stderr, flush=True)
 
 
 EXPERIMENTS: Registry[ExperimentSpec] = Registry("experiment", "symformer.experiments")
 
 
-def experiment(name: str, description: str = "", data_files: tuple[str, ...] = (),
-               options: dict[str, tuple[Any, str]] | None = None, requires: dict[str, str] | None = None,
-               protocol: str = "1"):
+def experiment(
+    name: str,
+    description: str = "",
+    data_files: tuple[str, ...] = (),
+    options: dict[str, tuple[Any, str]] | None = None,
+    requires: dict[str, str] | None = None,
+    protocol: str = "1",
+):
     """Register `fn(ctx) -> ExperimentResult` as experiment `name`; `data_files` are checked before it runs.
     `options` {name: (default, help)} are what `reproduce --set NAME.option=value` may change; the
     registered function sees every option in `ctx.options` (defaults filled in, also for direct calls).
     The run's plan (experiment, `protocol`, quick, seed, options, --full) names its runs folder
     (out_dir/runs/PLAN.json): --resume refuses a folder of another plan (jobs.recorded_plan)."""
+
     def deco(fn):
-        spec = ExperimentSpec(name, fn, description_of(fn, description), tuple(data_files), dict(options or {}),
-                              dict(requires or {}), protocol)
+        spec = ExperimentSpec(
+            name,
+            fn,
+            description_of(fn, description),
+            tuple(data_files),
+            dict(options or {}),
+            dict(requires or {}),
+            protocol,
+        )
 
         @functools.wraps(fn)
         def with_options(ctx: RunContext) -> ExperimentResult:
             ctx.options = spec.resolve_options(ctx.options)
-            plan = {"experiment": name, "protocol": protocol, "quick": ctx.quick, "seed": ctx.seed,
-                    "options": ctx.options, "full": bool(ctx.extra.get("full", False))}
+            plan = {
+                "experiment": name,
+                "protocol": protocol,
+                "quick": ctx.quick,
+                "seed": ctx.seed,
+                "options": ctx.options,
+                "full": bool(ctx.extra.get("full", False)),
+            }
             with recorded_plan(ctx.out_dir / "runs", plan, ctx.resume):
                 return fn(ctx)
+
         spec.fn = with_options
         EXPERIMENTS.register(name)(spec)
         return with_options
+
     return deco
 
 

@@ -96,8 +96,9 @@ def arm_config(arm: str, cfg: OODConfig, seed: int = 0):
     else:
         w = float(level[len("pen") :])
         kw = dict(commuting_init=True, eps_comm_penalty=w, eta_mix_penalty=w)
-    return TransformerConfig(positional="espr", positional_kwargs=dict(d_act=cfg.d_act, pairing="interleaved", **kw),
-                             **base)
+    return TransformerConfig(
+        positional="espr", positional_kwargs=dict(d_act=cfg.d_act, pairing="interleaved", **kw), **base
+    )
 
 
 def place(images: torch.Tensor, dy: int, dx: int) -> torch.Tensor:

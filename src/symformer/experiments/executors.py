@@ -17,6 +17,7 @@ running until they end, and their results are not recorded (only a driver record
 --resume reuses every record and reruns each unrecorded job (from its .partial/ checkpoints where it keeps them);
 it does not wait for the old submissions. Cancel those first (`scancel`), or two jobs will write the same
 .partial/ folder."""
+
 from __future__ import annotations
 
 import os
@@ -33,6 +34,7 @@ EXTRAS = {"submitit": ("submitit", "slurm"), "ray": ("ray", "ray")}  # engine: (
 
 class Engine:
     """The local process pool (run_jobs' own code path): `run` is never called on it."""
+
     name = "local"
     startup_seconds = 0.0
 
@@ -74,10 +76,19 @@ class _Throttled(Engine):
 class SubmititEngine(_Throttled):
     name = "submitit"
 
-    def __init__(self, folder: Path, device: str = "cpu", partition: str | None = None, time_min: int | None = None,
-                 gpus_per_job: int = 0, cpus_per_job: int = 1, cluster: str | None = None):
+    def __init__(
+        self,
+        folder: Path,
+        device: str = "cpu",
+        partition: str | None = None,
+        time_min: int | None = None,
+        gpus_per_job: int = 0,
+        cpus_per_job: int = 1,
+        cluster: str | None = None,
+    ):
         super().__init__(device)
         import submitit
+
         t0 = time.perf_counter()
         # cluster None: Slurm where `sbatch` is found, else submitit's LocalExecutor (subprocesses on this machine)
         self.ex = submitit.AutoExecutor(folder=str(Path(folder).resolve() / "%j"), cluster=cluster)
@@ -116,15 +127,27 @@ class SubmititEngine(_Throttled):
 class RayEngine(_Throttled):
     name = "ray"
 
-    def __init__(self, address: str | None = None, device: str = "cpu", n_workers: int = 1, gpus_per_job: int = 0,
-                 cpus_per_job: int = 1):
+    def __init__(
+        self,
+        address: str | None = None,
+        device: str = "cpu",
+        n_workers: int = 1,
+        gpus_per_job: int = 0,
+        cpus_per_job: int = 1,
+    ):
         super().__init__(device)
         import ray
+
         self.ray, self.started = ray, False
         t0 = time.perf_counter()
         if address is None:  # a local instance for this driver, with a small object store (results are small)
-            ray.init(num_cpus=n_workers * cpus_per_job, object_store_memory=80 * 2**20, include_dashboard=False,
-                     log_to_driver=False, configure_logging=False)
+            ray.init(
+                num_cpus=n_workers * cpus_per_job,
+                object_store_memory=80 * 2**20,
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+            )
             self.started = True
         else:
             ray.init(address=address, log_to_driver=False, configure_logging=False)
@@ -170,8 +193,10 @@ def _check_reachable(address: str) -> None:
         except OSError:
             ok = False
     if not ok:
-        raise ValueError(f"--ray-address: got {address!r}, expected the host:port (or ray://host:port) of a "
-                         "running Ray head that this machine can reach; leave it out to start a local instance")
+        raise ValueError(
+            f"--ray-address: got {address!r}, expected the host:port (or ray://host:port) of a "
+            "running Ray head that this machine can reach; leave it out to start a local instance"
+        )
 
 
 def check_device(device: str) -> None:
@@ -180,42 +205,65 @@ def check_device(device: str) -> None:
         raise ValueError(f"--device: got {device!r}, expected cpu or cuda")
     if device == "cuda":
         import torch
+
         if not torch.cuda.is_available():
-            raise ValueError("--device: got 'cuda', expected a CUDA device, and torch finds none on this machine "
-                             "(give --device cpu)")
+            raise ValueError(
+                "--device: got 'cuda', expected a CUDA device, and torch finds none on this machine (give --device cpu)"
+            )
         # the experiments build their models on the CPU today: a record must never claim a device it did not use
-        raise ValueError("--device: got 'cuda', expected cpu: the experiments do not yet place their jobs on a GPU "
-                         "(issue 46, item 3)")
+        raise ValueError(
+            "--device: got 'cuda', expected cpu: the experiments do not yet place their jobs on a GPU "
+            "(issue 46, item 3)"
+        )
 
 
-def make_engine(name: str, folder: Path, n_workers: int = 1, device: str = "cpu", partition: str | None = None,
-                time_min: int | None = None, gpus_per_job: int = 0, cpus_per_job: int = 1,
-                ray_address: str | None = None) -> Engine:
+def make_engine(
+    name: str,
+    folder: Path,
+    n_workers: int = 1,
+    device: str = "cpu",
+    partition: str | None = None,
+    time_min: int | None = None,
+    gpus_per_job: int = 0,
+    cpus_per_job: int = 1,
+    ray_address: str | None = None,
+) -> Engine:
     """The engine `reproduce --executor NAME` runs on; bad input is a ValueError of one line naming the option."""
     import importlib.util
+
     check_device(device)
     if name not in EXECUTORS:
         raise ValueError(f"--executor: got {name!r}, expected one of {', '.join(EXECUTORS)}")
     if gpus_per_job and device != "cuda":
-        raise ValueError(f"--gpus-per-job: got {gpus_per_job} with --device {device}, expected --device cuda "
-                         "(GPUs are reserved only for jobs that run on them)")
+        raise ValueError(
+            f"--gpus-per-job: got {gpus_per_job} with --device {device}, expected --device cuda "
+            "(GPUs are reserved only for jobs that run on them)"
+        )
     if gpus_per_job < 0 or cpus_per_job < 1:
         raise ValueError(f"--gpus-per-job/--cpus-per-job: got {gpus_per_job}/{cpus_per_job}, expected >= 0 / >= 1")
     if name == "local":
         for opt, val in (("--slurm-partition", partition), ("--slurm-time", time_min), ("--ray-address", ray_address)):
             if val is not None:
-                raise ValueError(f"{opt}: got {val!r} with --executor local, expected --executor "
-                                 f"{'ray' if opt == '--ray-address' else 'submitit'}")
+                raise ValueError(
+                    f"{opt}: got {val!r} with --executor local, expected --executor "
+                    f"{'ray' if opt == '--ray-address' else 'submitit'}"
+                )
         return Engine(device)
     module, extra = EXTRAS[name]
     if importlib.util.find_spec(module) is None:
-        raise ValueError(f"--executor {name}: needs {module}, not installed here "
-                         f"(pip install 'symformer[{extra}]')")
+        raise ValueError(f"--executor {name}: needs {module}, not installed here (pip install 'symformer[{extra}]')")
     if name == "submitit":
         if ray_address is not None:
             raise ValueError(f"--ray-address: got {ray_address!r} with --executor submitit, expected --executor ray")
-        return SubmititEngine(folder, device, partition, time_min, gpus_per_job, cpus_per_job,
-                              os.environ.get("SYMFORMER_SUBMITIT_CLUSTER") or None)
+        return SubmititEngine(
+            folder,
+            device,
+            partition,
+            time_min,
+            gpus_per_job,
+            cpus_per_job,
+            os.environ.get("SYMFORMER_SUBMITIT_CLUSTER") or None,
+        )
     for opt, val in (("--slurm-partition", partition), ("--slurm-time", time_min)):
         if val is not None:
             raise ValueError(f"{opt}: got {val!r} with --executor ray, expected --executor submitit")

@@ -28,8 +28,11 @@ OPTIONS = {
     "seeds": (1, "seeds per SSFR size in full mode (the paper: 4, max over seeds)"),
     "lm_facts": (1024, "books in the full-mode LM (quick: 128)"),
     "paper_budget": (False, "full mode: train SSFR transformers the paper's way (AdamW 2e-4, 4.8M sequences)"),
-    "usability_trainings": ("one", "SSFR trainings per usability point: 'one' (lr 1e-3, seed 0) or 'paper' (best "
-                            "of 5 lrs x 4 seeds, App. A.2.4: 640 jobs, 20x the cost)"),
+    "usability_trainings": (
+        "one",
+        "SSFR trainings per usability point: 'one' (lr 1e-3, seed 0) or 'paper' (best "
+        "of 5 lrs x 4 seeds, App. A.2.4: 640 jobs, 20x the cost)",
+    ),
 }
 
 
@@ -108,12 +111,20 @@ def _ssfr_claims(res: ExperimentResult, out: dict, quick: bool) -> None:
     )
     # evidence for the gadget-width search: each constructed point's h~, Lipschitz estimate (eq. 8) and accuracy
     res.metrics["ssfr_constructed_points"] = [
-        {k: p.get(k) for k in ("kind", "n_facts", "seed", "size", "h_tilde", "params", "lipschitz",
-                               "fact_adaptive_accuracy")}
-        for r in out.values() if r["kind"].startswith("bin") for p in r.get("points", []) if p.get("trained")
+        {
+            k: p.get(k)
+            for k in ("kind", "n_facts", "seed", "size", "h_tilde", "params", "lipschitz", "fact_adaptive_accuracy")
+        }
+        for r in out.values()
+        if r["kind"].startswith("bin")
+        for p in r.get("points", [])
+        if p.get("trained")
     ]
-    trail = "; ".join(f"{p['kind']} F={p['n_facts']} m={p['size']} h~={p['h_tilde']}: Lipschitz {p['lipschitz']:.3g}, "
-                      f"accuracy {p['fact_adaptive_accuracy']:.4f}" for p in res.metrics["ssfr_constructed_points"])
+    trail = "; ".join(
+        f"{p['kind']} F={p['n_facts']} m={p['size']} h~={p['h_tilde']}: Lipschitz {p['lipschitz']:.3g}, "
+        f"accuracy {p['fact_adaptive_accuracy']:.4f}"
+        for p in res.metrics["ssfr_constructed_points"]
+    )
     cons = {k: v for k, v in faa.items() if k.startswith("bin")}
     reached = bool(cons) and max(cons.values()) >= R.TARGET
     # a miss is a "fails" only when trained the paper's way; with our shorter budget it cannot decide
@@ -145,19 +156,30 @@ def diverged_trainings(out: dict) -> list[dict]:
         for p in r.get("points", []):
             loss = (p.get("train") or {}).get("final_loss")
             if loss is not None and loss > math.log(p["n_facts"]):
-                rows.append({"kind": p["kind"], "n_facts": p["n_facts"], "hidden": p["hidden"],
-                             "h_tilde": p.get("h_tilde"), "final_loss": loss,
-                             "deciding": p["hidden"] == r.get("max_failing_size")})
+                rows.append(
+                    {
+                        "kind": p["kind"],
+                        "n_facts": p["n_facts"],
+                        "hidden": p["hidden"],
+                        "h_tilde": p.get("h_tilde"),
+                        "final_loss": loss,
+                        "deciding": p["hidden"] == r.get("max_failing_size"),
+                    }
+                )
     return sorted(rows, key=lambda q: (q["kind"], q["n_facts"], q["hidden"]))
 
 
 def _diverged_text(rows: list[dict]) -> str:
     if not rows:
         return ""
-    name = [f"{q['kind']} F={q['n_facts']} h={q['hidden']}" + (f" (h~={q['h_tilde']})" if q["h_tilde"] else "")
-            for q in rows if q["deciding"]]
-    return (f"; {len(rows)} training(s) ended with loss above ln F (ssfr_diverged_trainings), "
-            + (f"deciding a bracket: {', '.join(name)}" if name else "none deciding a bracket"))
+    name = [
+        f"{q['kind']} F={q['n_facts']} h={q['hidden']}" + (f" (h~={q['h_tilde']})" if q["h_tilde"] else "")
+        for q in rows
+        if q["deciding"]
+    ]
+    return f"; {len(rows)} training(s) ended with loss above ln F (ssfr_diverged_trainings), " + (
+        f"deciding a bracket: {', '.join(name)}" if name else "none deciding a bracket"
+    )
 
 
 def _scaling_claim(res: ExperimentResult, out: dict, setting: str, paper_budget: bool = False) -> None:
@@ -188,7 +210,8 @@ def _scaling_claim(res: ExperimentResult, out: dict, setting: str, paper_budget:
             "the minimum usable MLP size scales like the F log F optimum (constructed and GD)",
             "log W ~ log F + log log F",
             f"log-log slopes of params against F log F: {slopes or 'need >= 3 F values'}; minimum parameters by F: "
-            f"{sizes}" + (f"; not increasing in F: {', '.join(unordered)}" if unordered else "")
+            f"{sizes}"
+            + (f"; not increasing in F: {', '.join(unordered)}" if unordered else "")
             + _diverged_text(diverged),
             verdict(ok if paper_budget else None),
             "under the paper's training budget (--set fact-recall.paper_budget=true): holds if every non-NTK slope "
@@ -219,11 +242,23 @@ def _usability_jobs(ctx: RunContext, h_star: int) -> list[Job]:
     h = max(1, round(1.1 * h_star))  # App. A.2.4: m = 1.1 h*
     base = dict(n_facts=256, d=128, h=h, seed=ctx.seed, quick=False)
     if not _paper_usability(ctx):
-        return [Job(f"usab_k={k:g}_a={a:g}", R.usability_point, dict(kappa=k, alpha=a, **base), checkpoints=True)
-                for k in KAPPAS for a in ALPHAS]
-    return [Job(f"usab_k={k:g}_a={a:g}_lr={lr:g}_s={s}", R.usability_point,
-                dict(kappa=k, alpha=a, **base, lr=lr, train_seed=ctx.seed + s), checkpoints=True)
-            for k in KAPPAS for a in ALPHAS for lr in PAPER_LRS for s in range(PAPER_SEEDS)]
+        return [
+            Job(f"usab_k={k:g}_a={a:g}", R.usability_point, dict(kappa=k, alpha=a, **base), checkpoints=True)
+            for k in KAPPAS
+            for a in ALPHAS
+        ]
+    return [
+        Job(
+            f"usab_k={k:g}_a={a:g}_lr={lr:g}_s={s}",
+            R.usability_point,
+            dict(kappa=k, alpha=a, **base, lr=lr, train_seed=ctx.seed + s),
+            checkpoints=True,
+        )
+        for k in KAPPAS
+        for a in ALPHAS
+        for lr in PAPER_LRS
+        for s in range(PAPER_SEEDS)
+    ]
 
 
 def best_trainings(pts: list[dict]) -> list[dict]:
@@ -244,6 +279,7 @@ PAPER_TRAININGS_PER_POINT = 20
 def _spearman(x: list, y: list) -> float | None:
     """Rank correlation, None with fewer than 3 points or a constant side (no ranks to correlate)."""
     from scipy.stats import spearmanr
+
     if len(x) < 3 or len(set(x)) < 2 or len(set(y)) < 2:
         return None
     return float(spearmanr(x, y).statistic)
@@ -271,8 +307,10 @@ def _usability_claims(res: ExperimentResult, pts: list[dict], trainings: int = 1
     caps = sorted({p["capacity_new"] for p in ok})
     flat = f" (capacity {caps[0]:.4f} at every point: no trade-off can show)" if len(caps) == 1 else ""
     how = "best of 5 lrs x 4 seeds" if trainings >= PAPER_TRAININGS_PER_POINT else "lr 1e-3, seed 0"
-    setting = f"ours: GD SwiGLU (CE) at 1.1 h*, F=256, d=128, {trainings} SSFR training(s) per point ({how}); " \
-              f"{len(ok)} points"
+    setting = (
+        f"ours: GD SwiGLU (CE) at 1.1 h*, F=256, d=128, {trainings} SSFR training(s) per point ({how}); "
+        f"{len(ok)} points"
+    )
     ps = f"SwiGLU: 8 kappas x 8 alphas, 5 lrs x 4 seeds each (best of {PAPER_TRAININGS_PER_POINT} kept)"
     rule = f"; a miss is 'fails' only with the paper's best of {PAPER_TRAININGS_PER_POINT} trainings per point"
     res.claims.append(
@@ -335,8 +373,9 @@ def _lm_job(ctx: RunContext) -> Job:
 def _top1_job(lm_job: Job) -> Job:
     """The same LM with top-1 (Switch) routing, swap check only: A.3.2 names a 2-expert MoE with an MLP router
     but not how it routes, and the swap result hinges on it (docs/fact_recall_protocol.md (a))."""
-    return Job(f"{lm_job.key}_top1", R.lm_run, {**lm_job.kwargs, "fractions": [], "router_top1": True},
-               checkpoints=True)
+    return Job(
+        f"{lm_job.key}_top1", R.lm_run, {**lm_job.kwargs, "fractions": [], "router_top1": True}, checkpoints=True
+    )
 
 
 def _swap_text(sw: dict) -> str:
@@ -346,8 +385,10 @@ def _swap_text(sw: dict) -> str:
     gate = "" if gate is None else f"; mean fact-expert gate on non-fact targets {gate:.3f}"
     own = sw.get("train_fact_accuracy")
     own = "" if own is None else f"own-fact accuracy before the swap {own:.4f}; "
-    return (f"{own}new-fact accuracy {sw['new_fact_accuracy']:.4f}; non-fact CE {sw['nonfact_ce_before']:.4f} -> "
-            f"{sw['nonfact_ce_after']:.4f} ({sw['nonfact_ce_change_pct']:+.2f}%){split}{gate}")
+    return (
+        f"{own}new-fact accuracy {sw['new_fact_accuracy']:.4f}; non-fact CE {sw['nonfact_ce_before']:.4f} -> "
+        f"{sw['nonfact_ce_after']:.4f} ({sw['nonfact_ce_change_pct']:+.2f}%){split}{gate}"
+    )
 
 
 def _swap_ok(sw: dict) -> bool:
@@ -369,9 +410,10 @@ def _lm_claims(res: ExperimentResult, lm: dict, quick: bool, top1: dict | None =
     res.metrics["lm_swap_new_fact_accuracy"] = sw["new_fact_accuracy"]
     res.metrics["lm_swap_nonfact_ce_change_pct"] = sw["nonfact_ce_change_pct"]
     readings = {"soft": sw} if top1 is None else {"soft": sw, "top1": top1["swap"]}
-    res.metrics["lm_swap_by_router"] = {k: {"new_fact_accuracy": v["new_fact_accuracy"],
-                                            "nonfact_ce_change_pct": v["nonfact_ce_change_pct"]}
-                                        for k, v in readings.items()}
+    res.metrics["lm_swap_by_router"] = {
+        k: {"new_fact_accuracy": v["new_fact_accuracy"], "nonfact_ce_change_pct": v["nonfact_ce_change_pct"]}
+        for k, v in readings.items()
+    }
     ok = any(_swap_ok(v) for v in readings.values())
     refuted = not quick and top1 is not None and all(_swap_refutes(v) for v in readings.values())
     swap_verdict = verdict(True) if ok else verdict(False) if refuted else verdict(None)
@@ -429,11 +471,12 @@ def _lm_claims(res: ExperimentResult, lm: dict, quick: bool, top1: dict | None =
             fig4,
             "holds if the ratio at 10% is >= 1.5 (harmonic-mean score); inconclusive where no editor could reach "
             "it (best baseline > 1/1.5: scores are at most 1)" + QUICK_MISS,
-            setting + "; splits (preserved, altered): " + ", ".join(
-                f"{e.get('n_preserved')}/{e.get('n_altered')}" for e in lm["edits"].values()
-            ) + ("; quick grid: 25 steps, lr 0.5" if quick else "; App. A.3.4 grids"),
+            setting
+            + "; splits (preserved, altered): "
+            + ", ".join(f"{e.get('n_preserved')}/{e.get('n_altered')}" for e in lm["edits"].values())
+            + ("; quick grid: 25 steps, lr 0.5" if quick else "; App. A.3.4 grids"),
             lm_paper + "; editing: 16,384 facts, (preserved, altered) = (6554, 1638), (3277, 819), (1311, 327); "
-            "grids of App. A.3.4"
+            "grids of App. A.3.4",
         )
     )
 
@@ -482,8 +525,7 @@ def _run_plan(ctx: RunContext, lm_job: Job, runs, stats: dict) -> tuple[dict, di
     top1 = _top1_job(lm_job)
     second = run_jobs([top1, *rest, *usab], runs, ctx.jobs, ctx.resume, stats, ctx.job_log)
     done = {**first, **second}
-    return (first[lm_job.key], {j.key: done[j.key] for j in ssfr_jobs}, [second[j.key] for j in usab],
-            second[top1.key])
+    return (first[lm_job.key], {j.key: done[j.key] for j in ssfr_jobs}, [second[j.key] for j in usab], second[top1.key])
 
 
 def _size_figure(ctx: RunContext, ssfr: dict) -> str:
@@ -492,9 +534,12 @@ def _size_figure(ctx: RunContext, ssfr: dict) -> str:
     series: dict[str, list] = {}
     for r in ssfr.values():
         series.setdefault(r["kind"], []).append((r["n_facts"], r["min_params"]))
-    size_vs_facts(ctx.out_dir / "ssfr_size_vs_facts.png", series,
-                  "parameters, smallest MLP with >= 99% fact-adaptive acc.",
-                  "SSFR: usable MLP size against F (Fig. 3a style, d = 128)")
+    size_vs_facts(
+        ctx.out_dir / "ssfr_size_vs_facts.png",
+        series,
+        "parameters, smallest MLP with >= 99% fact-adaptive acc.",
+        "SSFR: usable MLP size against F (Fig. 3a style, d = 128)",
+    )
     return "ssfr_size_vs_facts.png"
 
 

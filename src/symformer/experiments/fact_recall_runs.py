@@ -71,14 +71,24 @@ def _ckpt(work_dir: str | None, args: dict, what: str) -> str | None:
     return str(Path(work_dir) / f"{_tag(args)}_{what}.pt")
 
 
-def build_point_mlp(kind: str, size: int, task, facts, seed: int, quick: bool, whiten: float = 0.0,
-                    h_tilde: int | None = None, checkpoint: str | None = None):
+def build_point_mlp(
+    kind: str,
+    size: int,
+    task,
+    facts,
+    seed: int,
+    quick: bool,
+    whiten: float = 0.0,
+    h_tilde: int | None = None,
+    checkpoint: str | None = None,
+):
     """One MLP of a swap pair: the one storing f (seed, trained with) or f' (seed + 1, swapped in), built alike.
     Every builder seeds itself, so building one without the other gives the same MLP. `checkpoint`: where a GD
     MLP's training state goes (resumed from there)."""
     K, V = task.mlp_embeddings()
-    opts = BuildOptions(train_epochs=3000 if quick else 20000, whiten=whiten, encoder_hidden=h_tilde,
-                        train_checkpoint=checkpoint)
+    opts = BuildOptions(
+        train_epochs=3000 if quick else 20000, whiten=whiten, encoder_hidden=h_tilde, train_checkpoint=checkpoint
+    )
     kw = {KNOB[kind]: size}
     info = _value_geometry(V) if kind.endswith("+jl") and whiten == 0 else None
     return build_fact_mlp(K, V, facts, kind, seed=seed, strict=False, options=opts, info=info, **kw)
@@ -119,8 +129,19 @@ def ssfr_point(
     A.2.4's grid: the task and the MLPs stay those of `seed`).
     With `work_dir` the point is remembered there once done, and its GD builds and SSFR training checkpoint
     there while it runs (a killed job resumes mid-point)."""
-    args = dict(kind=kind, size=size, n_facts=n_facts, d=d, seed=seed, quick=quick, kappa=kappa, whiten=whiten,
-                lipschitz=lipschitz, paper_budget=paper_budget, h_tilde=h_tilde)
+    args = dict(
+        kind=kind,
+        size=size,
+        n_facts=n_facts,
+        d=d,
+        seed=seed,
+        quick=quick,
+        kappa=kappa,
+        whiten=whiten,
+        lipschitz=lipschitz,
+        paper_budget=paper_budget,
+        h_tilde=h_tilde,
+    )
     for name, value in (("lr", lr), ("train_seed", train_seed)):
         if value is not None:  # only when given: the remembered points of runs without them keep their keys
             args[name] = value
@@ -132,9 +153,22 @@ def ssfr_point(
     return rec
 
 
-def _point(kind: str, size: int, n_facts: int, d: int, seed: int, quick: bool, kappa: float, whiten: float,
-           lipschitz: bool, paper_budget: bool, h_tilde: int | None, ck: dict, lr: float | None = None,
-           train_seed: int | None = None) -> dict:
+def _point(
+    kind: str,
+    size: int,
+    n_facts: int,
+    d: int,
+    seed: int,
+    quick: bool,
+    kappa: float,
+    whiten: float,
+    lipschitz: bool,
+    paper_budget: bool,
+    h_tilde: int | None,
+    ck: dict,
+    lr: float | None = None,
+    train_seed: int | None = None,
+) -> dict:
     t0 = time.perf_counter()
     # seconds: this call's; a point resumed from a checkpoint (`resumed`) counts only its last part
     resumed = any(path is not None and Path(path).exists() for path in ck.values())
@@ -210,15 +244,25 @@ def _smallest(ok, start: int, max_size: int, bisect: bool, floor: int = 1) -> in
     return hi
 
 
-def code_width(kind: str, n_facts: int, d: int, seeds: int, start: int, max_size: int, bisect: bool,
-               quick: bool = True, work_dir: str | None = None) -> int | None:
+def code_width(
+    kind: str,
+    n_facts: int,
+    d: int,
+    seeds: int,
+    start: int,
+    max_size: int,
+    bisect: bool,
+    quick: bool = True,
+    work_dir: str | None = None,
+) -> int | None:
     """Smallest decoder width m at which, for some seed, both built MLPs (f and f') store >= 99% of their
     facts: the storage requirement alone, found from MLP builds (no transformer is trained), built with the
     same budget as the points that use it."""
 
     def ok(m: int) -> bool:
-        return _memo(work_dir, dict(code_width=kind, m=m, n_facts=n_facts, d=d, seeds=seeds, quick=quick),
-                     lambda: stores(m))
+        return _memo(
+            work_dir, dict(code_width=kind, m=m, n_facts=n_facts, d=d, seeds=seeds, quick=quick), lambda: stores(m)
+        )
 
     def stores(m: int) -> bool:
         for s in range(seeds):
@@ -260,8 +304,7 @@ def ssfr_search(
         if size not in seen:
             knob, ht = (m, size) if constructed else (size, None)
             seen[size] = [
-                ssfr_point(kind, knob, n_facts, d, s, quick, paper_budget=paper_budget, h_tilde=ht,
-                           work_dir=work_dir)
+                ssfr_point(kind, knob, n_facts, d, s, quick, paper_budget=paper_budget, h_tilde=ht, work_dir=work_dir)
                 for s in range(seeds)
             ]
         return _ok(seen[size])
@@ -294,21 +337,53 @@ def ssfr_search(
     }
 
 
-def usability_point(kappa: float, alpha: float, n_facts: int, d: int, h: int, seed: int, quick: bool,
-                    work_dir: str | None = None, lr: float | None = None, train_seed: int | None = None) -> dict:
+def usability_point(
+    kappa: float,
+    alpha: float,
+    n_facts: int,
+    d: int,
+    h: int,
+    seed: int,
+    quick: bool,
+    work_dir: str | None = None,
+    lr: float | None = None,
+    train_seed: int | None = None,
+) -> dict:
     """Sec. 5.2-5.3: a GD SwiGLU MLP (cross-entropy) at width h on embeddings whitened with strength alpha;
     capacity, fact-adaptive accuracy, usability = accuracy / capacity, and the Lipschitz estimate (eq. 8).
     `lr`, `train_seed`: the SSFR training's learning rate and seed (None: the run's default, `seed`)."""
-    rec = ssfr_point("gd-swiglu", h, n_facts, d, seed, quick, kappa=kappa, whiten=alpha, lipschitz=True,
-                     work_dir=work_dir, lr=lr, train_seed=train_seed)
+    rec = ssfr_point(
+        "gd-swiglu",
+        h,
+        n_facts,
+        d,
+        seed,
+        quick,
+        kappa=kappa,
+        whiten=alpha,
+        lipschitz=True,
+        work_dir=work_dir,
+        lr=lr,
+        train_seed=train_seed,
+    )
     cap = rec["capacity_new"]
     faa = rec["fact_adaptive_accuracy"] or 0.0
     rec["usability"] = faa / cap if cap > 0 else None
     return rec
 
 
-def lm_run(n_facts: int, d: int, mlp_hidden: int, steps: int, fractions: list[float], seed: int, quick: bool,
-           lr: float = 2e-3, work_dir: str | None = None, router_top1: bool = False) -> dict:
+def lm_run(
+    n_facts: int,
+    d: int,
+    mlp_hidden: int,
+    steps: int,
+    fractions: list[float],
+    seed: int,
+    quick: bool,
+    lr: float = 2e-3,
+    work_dir: str | None = None,
+    router_top1: bool = False,
+) -> dict:
     """App. A.3: train the MoE LM, the swap check, then editing at each altered fraction (preserved = 4 x
     altered, App. A.3.4). With `work_dir` the training checkpoints there and the swap check and each fraction's
     editing are remembered, so a killed job resumes where it stopped (seconds are summed over the parts).
@@ -335,12 +410,18 @@ def lm_run(n_facts: int, d: int, mlp_hidden: int, steps: int, fractions: list[fl
     }
     out["timing"] = {"build": built, "train_and_swap": tr["seconds"] + out["swap"].pop("seconds")}
     for frac in fractions:
+
         def edit(frac=frac):
             split = make_split(task, frac, seed)
             new_mlp = mlp_for(task.with_facts(split.new_facts), E, cfg, seed + 2)
             res = run_editors(model, task, split, new_mlp, quick=quick)
-            return {"n_altered": len(split.altered), "n_preserved": len(split.preserved),
-                    "new_mlp_capacity": new_mlp.accuracy, "methods": res}
+            return {
+                "n_altered": len(split.altered),
+                "n_preserved": len(split.preserved),
+                "new_mlp_capacity": new_mlp.accuracy,
+                "methods": res,
+            }
+
         out["edits"][f"{frac:g}"] = _memo(work_dir, {**args, "part": f"edit_{frac:g}"}, _timed(edit))
         out["timing"][f"edit_{frac:g}"] = out["edits"][f"{frac:g}"].pop("seconds")
     out["seconds"] = sum(out["timing"].values())
@@ -349,8 +430,10 @@ def lm_run(n_facts: int, d: int, mlp_hidden: int, steps: int, fractions: list[fl
 
 def _timed(fn):
     """fn with its wall time added to what it returns (as "seconds"), for a part remembered by _memo."""
+
     def run() -> dict:
         t0 = time.perf_counter()
         res = fn()
         return {**res, "seconds": time.perf_counter() - t0}
+
     return run

@@ -8,6 +8,7 @@ Regressor change (issue #11): the earlier report fitted size against rho^-2 F lo
 Construction B.6.1, not the paper's claim. The claim is a power law in rho at fixed F; we fit
 log(params) = a + b log(rho) and report R^2 and the exponent b. The bound fit stays as its own row.
 """
+
 from __future__ import annotations
 
 import math
@@ -27,8 +28,11 @@ def options(quick: bool, **kw) -> BuildOptions:
     # quick: GD MLPs get lr 1e-2 and 2000 epochs instead of 1e-3 and 20k (App. A.1.3); GD codecs 300 steps
     # full: the GD decoder runs all its 1000 steps as the appendix does (quick keeps the early stop once every
     # value decodes)
-    base = (dict(train_epochs=2000, train_lr=1e-2, decoder_steps=300, encoder_steps=300) if quick
-            else dict(decoder_early_stop=False))
+    base = (
+        dict(train_epochs=2000, train_lr=1e-2, decoder_steps=300, encoder_steps=300)
+        if quick
+        else dict(decoder_early_stop=False)
+    )
     return BuildOptions(**{**base, **kw})
 
 
@@ -49,8 +53,10 @@ def offset(fs: FactSet, t: float, seed: int) -> FactSet:
 
 def claims_rho_size(rows: list[dict], d: int, F: int, n_seeds: int, metrics: dict) -> list[Claim]:
     """Metrics and claim rows for (c): the log-log slope (the paper's claim), the B.6.1 bound, coherence."""
-    setting = (f"ours: d={d}, F={F}, kappa in {sorted({r['kappa'] for r in rows})} (the paper's grid is not in its "
-               f"text), raw + whitened (W_1 of the second moment, App. A.1.3) pooled, {n_seeds} seed(s) per point")
+    setting = (
+        f"ours: d={d}, F={F}, kappa in {sorted({r['kappa'] for r in rows})} (the paper's grid is not in its "
+        f"text), raw + whitened (W_1 of the second moment, App. A.1.3) pooled, {n_seeds} seed(s) per point"
+    )
     paper_setting = "Fig. 2a: d up to 256, F up to 16k, raw + whitened embeddings pooled, several seeds"
     claims = []
     pts = [r for r in rows if r["family"] != "offset"]
@@ -63,24 +69,39 @@ def claims_rho_size(rows: list[dict], d: int, F: int, n_seeds: int, metrics: dic
         metrics[f"rho_size_inv_r2_{key}"] = inv
         bound = r2([r["rho"] ** -2 * F * math.log(F) for r in ok], [r[method] for r in ok])
         metrics[f"rho_size_r2_{key}"] = bound
-        claims.append(Claim(
-            f"c/Fig2a-{key}", f"{key} MLP size scales inversely with rho at fixed F (log-log fit)",
-            "R^2 > 0.97, size ~ rho^-b", "n/a" if r2_ll is None else f"R^2 = {r2_ll:.3f}, exponent b = {-slope:.2f}",
-            _verdict(r2_ll, 0.97), f"{len(ok)} points (log params against log rho); holds if R^2 > 0.97; the same "
-            f"points fitted linearly on 1/rho (the other reading of Sec. 3.1's 'inversely'): R^2 = {_f(inv)}",
-            setting, paper_setting))
+        claims.append(
+            Claim(
+                f"c/Fig2a-{key}",
+                f"{key} MLP size scales inversely with rho at fixed F (log-log fit)",
+                "R^2 > 0.97, size ~ rho^-b",
+                "n/a" if r2_ll is None else f"R^2 = {r2_ll:.3f}, exponent b = {-slope:.2f}",
+                _verdict(r2_ll, 0.97),
+                f"{len(ok)} points (log params against log rho); holds if R^2 > 0.97; the same "
+                f"points fitted linearly on 1/rho (the other reading of Sec. 3.1's 'inversely'): R^2 = {_f(inv)}",
+                setting,
+                paper_setting,
+            )
+        )
         if key == "constructed":
             # a bound size = O(rho^-2 F log F): at fixed F its rho-dependence must not be steeper than rho^-2
-            claims.append(Claim(
-                "c/B.6.1-bound", "ours: constructed MLP size is O(rho^-2 F log F) (the bound of Construction B.6.1, "
-                "not the paper's fitted law)", "a bound: size grows no faster than rho^-2 at fixed F",
-                "n/a" if bound is None
-                else f"linear fit on rho^-2 F log F: R^2 = {bound:.3f}; exponent b = {-slope:.2f}",
-                _verdict_bool(None if slope is None else -slope <= 2.0),
-                "holds if the log-log exponent b <= 2; the R^2 of the linear fit (the old regressor) is shown for "
-                "reference only. Sec. 4.4 says the cost scales 'at a rate matching the prediction from Construction "
-                "B.6.1', i.e. reads b = 2 as the rate; this row tests it as a bound", f"ours (our fit): {setting[6:]}",
-                "Construction B.6.1 (bound, any d, F); Sec. 4.4"))
+            claims.append(
+                Claim(
+                    "c/B.6.1-bound",
+                    "ours: constructed MLP size is O(rho^-2 F log F) (the bound of Construction B.6.1, "
+                    "not the paper's fitted law)",
+                    "a bound: size grows no faster than rho^-2 at fixed F",
+                    "n/a"
+                    if bound is None
+                    else f"linear fit on rho^-2 F log F: R^2 = {bound:.3f}; exponent b = {-slope:.2f}",
+                    _verdict_bool(None if slope is None else -slope <= 2.0),
+                    "holds if the log-log exponent b <= 2; the R^2 of the linear fit (the old regressor) is shown for "
+                    "reference only. Sec. 4.4 says the cost scales 'at a rate "
+                    "matching the prediction from Construction "
+                    "B.6.1', i.e. reads b = 2 as the rate; this row tests it as a bound",
+                    f"ours (our fit): {setting[6:]}",
+                    "Construction B.6.1 (bound, any d, F); Sec. 4.4",
+                )
+            )
     return claims
 
 
@@ -98,13 +119,20 @@ def claims_coherence(rows: list[dict], metrics: dict, setting: str) -> list[Clai
         metrics[f"rho_size_loglog_r2_decoupled_{key}"] = p2
         ev.append((key, c2, p2, len(dec)))
     ok = None if any(c is None or p is None for _, c, p, _ in ev) else all(c < p for _, c, p, _ in ev)
-    claims.append(Claim(
-        "c/Fig6", "coherence predicts size worse than rho", "R^2 0.10 (GD) / 0.44 (constructed) vs 0.97",
-        "; ".join(f"{k}: R^2 coherence {_f(c)} vs rho {_f(p)}" for k, c, p, _ in ev), _verdict_bool(ok),
-        "log-log fits on the same points: the kappa sweep (raw + whitened) plus a coherence-only family "
-        "(a common offset t*c added to every key and value: rho unchanged, coherence up); points per fit "
-        f"{[n for *_, n in ev]}; holds if coherence's R^2 is below rho's for both", setting,
-        "Fig. 6: kappa sweep, d up to 256"))
+    claims.append(
+        Claim(
+            "c/Fig6",
+            "coherence predicts size worse than rho",
+            "R^2 0.10 (GD) / 0.44 (constructed) vs 0.97",
+            "; ".join(f"{k}: R^2 coherence {_f(c)} vs rho {_f(p)}" for k, c, p, _ in ev),
+            _verdict_bool(ok),
+            "log-log fits on the same points: the kappa sweep (raw + whitened) plus a coherence-only family "
+            "(a common offset t*c added to every key and value: rho unchanged, coherence up); points per fit "
+            f"{[n for *_, n in ev]}; holds if coherence's R^2 is below rho's for both",
+            setting,
+            "Fig. 6: kappa sweep, d up to 256",
+        )
+    )
     return claims
 
 
@@ -131,18 +159,30 @@ def claims_whiten(rows: list[dict], metrics: dict, quick: bool) -> list[Claim]:
     gmax = max(vals) if vals else None
     metrics["whitening_gain_max"], metrics["whitening_gain"], metrics["whitening_gain_lower_bounds"] = gmax, gain, bound
     dims, kap = sorted({r["d"] for r in rows}), sorted({r["kappa"] for r in rows})
-    rule = ("4d" if all(r["F"] == 4 * r["d"] for r in rows) else "d^2/4" if all(4 * r["F"] == r["d"] ** 2 for r in rows)
-            else str(sorted({(r["d"], r["F"]) for r in rows})))
-    return [Claim(
-        "d/Fig2a", "embedding whitening cuts the constructed cost by up to 32x", "up to 32x",
-        "n/a" if gmax is None
-        else f"max {gmax:.3g}x{' (a lower bound)' if bound and gmax == max(bound.values()) else ''}",
-        _verdict_bool(None if gmax is None else gmax >= 16.0),
-        f"gain = raw / whitened Bin+JL parameters per (d, kappa): {gain}; lower bounds (raw fails at every "
-        f"m <= 4096): {bound}; holds if the max reaches >= 16x",
-        f"ours: d in {dims}, F = {rule}, kappa in {kap}, 1 seed per (d, kappa)"
-        f"{' (quick)' if quick else ''}; Bin+JL only; the paper-form gain at Fig. 2a's fixed F is row d/Fig2a-pooled",
-        "Fig. 2a: d up to 256, F up to 16k, kappa up to ~1e4")]
+    rule = (
+        "4d"
+        if all(r["F"] == 4 * r["d"] for r in rows)
+        else "d^2/4"
+        if all(4 * r["F"] == r["d"] ** 2 for r in rows)
+        else str(sorted({(r["d"], r["F"]) for r in rows}))
+    )
+    return [
+        Claim(
+            "d/Fig2a",
+            "embedding whitening cuts the constructed cost by up to 32x",
+            "up to 32x",
+            "n/a"
+            if gmax is None
+            else f"max {gmax:.3g}x{' (a lower bound)' if bound and gmax == max(bound.values()) else ''}",
+            _verdict_bool(None if gmax is None else gmax >= 16.0),
+            f"gain = raw / whitened Bin+JL parameters per (d, kappa): {gain}; lower bounds (raw fails at every "
+            f"m <= 4096): {bound}; holds if the max reaches >= 16x",
+            f"ours: d in {dims}, F = {rule}, kappa in {kap}, 1 seed per (d, kappa)"
+            f"{' (quick)' if quick else ''}; Bin+JL only; the paper-form "
+            "gain at Fig. 2a's fixed F is row d/Fig2a-pooled",
+            "Fig. 2a: d up to 256, F up to 16k, kappa up to ~1e4",
+        )
+    ]
 
 
 def claims_whiten_pooled(rows: list[dict], metrics: dict, d: int, F: int, n_seeds: int) -> list[Claim]:
@@ -167,14 +207,22 @@ def claims_whiten_pooled(rows: list[dict], metrics: dict, d: int, F: int, n_seed
     metrics["whitening_gain_fig2a"], metrics["whitening_gain_fig2a_max"] = g, gmax
     metrics["whitening_gain_fig2a_gd"], metrics["whitening_gain_fig2a_lower_bounds"] = out["gd-swiglu"], sorted(bound)
     lb = gmax is not None and any(g[k] == gmax for k in bound)
-    return [Claim(
-        "d/Fig2a-pooled", "embedding whitening cuts the constructed cost by up to 32x (at Fig. 2a's fixed F, "
-        "paper's form)", "up to 32x", "n/a" if gmax is None else f"max {gmax:.3g}x{' (a lower bound)' if lb else ''}",
-        _verdict_bool(None if gmax is None else gmax >= 16.0),
-        f"gain = raw / whitened Bin+JL parameters on the same fact sets, per kappa: {g} (lower bounds where raw "
-        f"stores nothing up to its cap: kappa in {sorted(bound)}); GD on the same points: {out['gd-swiglu']}; holds "
-        "if the max reaches >= 16x", f"ours: d={d}, F={F}{' (= d^2/4)' if 4 * F == d * d else ''}, the kappa sweep "
-        f"of (c), {n_seeds} seed(s) (minimum over seeds)", "Fig. 2a: fixed F, raw + whitened points, kappa up to ~1e4")]
+    return [
+        Claim(
+            "d/Fig2a-pooled",
+            "embedding whitening cuts the constructed cost by up to 32x (at Fig. 2a's fixed F, paper's form)",
+            "up to 32x",
+            "n/a" if gmax is None else f"max {gmax:.3g}x{' (a lower bound)' if lb else ''}",
+            _verdict_bool(None if gmax is None else gmax >= 16.0),
+            f"gain = raw / whitened Bin+JL parameters on the same fact sets, per kappa: {g} (lower bounds where raw "
+            f"stores nothing up to its cap: kappa in {sorted(bound)}); GD on "
+            f"the same points: {out['gd-swiglu']}; holds "
+            "if the max reaches >= 16x",
+            f"ours: d={d}, F={F}{' (= d^2/4)' if 4 * F == d * d else ''}, the kappa sweep "
+            f"of (c), {n_seeds} seed(s) (minimum over seeds)",
+            "Fig. 2a: fixed F, raw + whitened points, kappa up to ~1e4",
+        )
+    ]
 
 
 # ---------------------------------------------------------------- (e) margin-optimal NTK across kappa
@@ -193,8 +241,14 @@ def ntk_search(fs: FactSet, info, method: str, quick: bool) -> dict:
     if r.params is None:
         h_best, (acc, params) = max(r.evaluations.items(), key=lambda kv: (kv[1][0], kv[0]))
         h_max = max(r.evaluations)
-        out.update({"params_at_cap": r.evaluations[h_max][1], "best_accuracy": acc, "best_h": h_best,
-                    "reason": f"no h <= {NTK_H_CAP} stores every fact (best accuracy {acc:.3f} at h={h_best})"})
+        out.update(
+            {
+                "params_at_cap": r.evaluations[h_max][1],
+                "best_accuracy": acc,
+                "best_h": h_best,
+                "reason": f"no h <= {NTK_H_CAP} stores every fact (best accuracy {acc:.3f} at h={h_best})",
+            }
+        )
     return out
 
 
@@ -205,20 +259,29 @@ def claims_ntk(rows: list[dict], metrics: dict, d: int, F: int) -> list[Claim]:
     metrics["ntk_mo_gain"], metrics["ntk_mo_gain_max"] = gains, gmax
     metrics["ntk_mo_gain_kind"] = {r["kappa"]: r["gain_kind"] for r in rows}
     metrics["ntk_mo_breakdown"] = {r["kappa"]: r["reason"] for r in rows if r["reason"]}
-    per = "; ".join(f"kappa={r['kappa']:g}: " + (f"{r['gain']:.3g}x" + (" (lower bound)" if r["gain_kind"] ==
-                    "lower bound" else "") if r["gain"] else "none") for r in rows)
+    per = "; ".join(
+        f"kappa={r['kappa']:g}: "
+        + (f"{r['gain']:.3g}x" + (" (lower bound)" if r["gain_kind"] == "lower bound" else "") if r["gain"] else "none")
+        for r in rows
+    )
     broke = "; ".join(f"kappa={r['kappa']:g}: {r['reason']}" for r in rows if r["reason"])
-    return [Claim(
-        "A.1.4/Fig5-kappa", "margin-optimal targets U* improve NTK MLPs 2-4x (across a kappa sweep)", "2-4x",
-        "n/a" if gmax is None else f"max {gmax:.3g}x{' (a lower bound)' if kind == 'lower bound' else ''}; {per}",
-        _verdict_bool(None if gmax is None else gmax >= 2.0),
-        "gain = NTK(V) / NTK(U*) parameters at the smallest hidden size storing every fact (h searched by "
-        f"doubling up to {NTK_H_CAP}); holds if the max >= 2. Where no h <= {NTK_H_CAP} stores every fact the "
-        "construction has broken down (its accuracy no longer grows with h; Fig. 5 sees the same beyond a "
-        f"moderate condition number): {broke or 'none'}",
-        f"ours: d={d}, F={F}{' (= d^2/4)' if F * 4 == d * d else ''}, tied sphere embeddings, kappa in "
-        f"{sorted(gains)}, 1 seed, Swish gate, "
-        "Hermite degree 2", "Fig. 5: kappa sweep, d up to 256, F = d^2/4 by default (App. A.1.1)")]
+    return [
+        Claim(
+            "A.1.4/Fig5-kappa",
+            "margin-optimal targets U* improve NTK MLPs 2-4x (across a kappa sweep)",
+            "2-4x",
+            "n/a" if gmax is None else f"max {gmax:.3g}x{' (a lower bound)' if kind == 'lower bound' else ''}; {per}",
+            _verdict_bool(None if gmax is None else gmax >= 2.0),
+            "gain = NTK(V) / NTK(U*) parameters at the smallest hidden size storing every fact (h searched by "
+            f"doubling up to {NTK_H_CAP}); holds if the max >= 2. Where no h <= {NTK_H_CAP} stores every fact the "
+            "construction has broken down (its accuracy no longer grows with h; Fig. 5 sees the same beyond a "
+            f"moderate condition number): {broke or 'none'}",
+            f"ours: d={d}, F={F}{' (= d^2/4)' if F * 4 == d * d else ''}, tied sphere embeddings, kappa in "
+            f"{sorted(gains)}, 1 seed, Swish gate, "
+            "Hermite degree 2",
+            "Fig. 5: kappa sweep, d up to 256, F = d^2/4 by default (App. A.1.1)",
+        )
+    ]
 
 
 # ---------------------------------------------------------------- (f) the solver against its references
@@ -226,8 +289,11 @@ def solver_summary(points: list[dict], dims: list[int], kappas: list[float], F: 
     """The solver check over every (d, kappa) point: the largest error and the vertex-decision counts."""
     if any("skipped" in p for p in points):
         return None
-    return {"max_abs_err": max(p["max_abs_err"] for p in points),
-            "false_non_vertices": sum(p["false_non_vertices"] for p in points),
-            "false_vertices": sum(p["false_vertices"] for p in points), "anchors": sum(p["anchors"] for p in points),
-            "max_gap": max(p["max_gap"] for p in points),
-            "setting": f"d in {dims}, kappa in {kappas}, F={F}, {n_anchors} anchors per set"}
+    return {
+        "max_abs_err": max(p["max_abs_err"] for p in points),
+        "false_non_vertices": sum(p["false_non_vertices"] for p in points),
+        "false_vertices": sum(p["false_vertices"] for p in points),
+        "anchors": sum(p["anchors"] for p in points),
+        "max_gap": max(p["max_gap"] for p in points),
+        "setting": f"d in {dims}, kappa in {kappas}, F={F}, {n_anchors} anchors per set",
+    }

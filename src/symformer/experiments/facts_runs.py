@@ -7,6 +7,7 @@ Each point draws its data from its own seeds (make_fact_set) and every builder s
 each point also seeds the global stream first, so that anything drawing from it draws the same in any process
 and order: a point's result depends neither on the order of the points nor on which process runs it.
 """
+
 from __future__ import annotations
 
 import time
@@ -20,8 +21,15 @@ from symformer.facts.embeddings import coherence, make_fact_set, random_fact_map
 from symformer.facts.encoders import two_hot_keys
 
 # search brackets (lo, hi) of each method's knob in (b), per d (doubling past hi when needed)
-BRACKET = {"bin+jl": (2, 64), "bin+gd": (2, 16), "gd+gd": (2, 16), "ntk": (64, 2048), "ntk-mo": (64, 2048),
-           "gd-swiglu": (2, 64), "gd-relu": (2, 64)}
+BRACKET = {
+    "bin+jl": (2, 64),
+    "bin+gd": (2, 16),
+    "gd+gd": (2, 16),
+    "ntk": (64, 2048),
+    "ntk-mo": (64, 2048),
+    "gd-swiglu": (2, 64),
+    "gd-relu": (2, 64),
+}
 # (a): every construction at a generous decoder width: (a) checks that they store, (b) finds the minimum
 CONSTRUCTIONS = ("bin+jl", "bin-bias+jl", "bin+jl-sign", "cd+jl", "lagrangian+jl", "bin+gd", "gd+gd", "naive")
 
@@ -42,8 +50,17 @@ def construction_point(d: int, quick: bool, seed: int) -> dict:
     out = {}
     for method in CONSTRUCTIONS:
         kw = {} if method == "naive" else {"m": d // 4 if method.endswith("+gd") else 2 * d}
-        mlp, sec = _timed(build_fact_mlp, fs.keys, fs.values, fs.facts, method, strict=False, info=info,
-                          options=laws.options(quick), **kw)
+        mlp, sec = _timed(
+            build_fact_mlp,
+            fs.keys,
+            fs.values,
+            fs.facts,
+            method,
+            strict=False,
+            info=info,
+            options=laws.options(quick),
+            **kw,
+        )
         out[method] = {"accuracy": mlp.accuracy, "params": mlp.n_params(), "seconds": sec}
     return out
 
@@ -63,23 +80,50 @@ def two_hot_point(d: int, seed: int) -> dict:
 
 
 # ---------------------------------------------------------------- (b)
-def scaling_point(d: int, F: int, method: str, n_seeds: int, quick: bool, seed: int,
-                  work_dir: str | None = None) -> dict:
+def scaling_point(
+    d: int, F: int, method: str, n_seeds: int, quick: bool, seed: int, work_dir: str | None = None
+) -> dict:
     """(b) the smallest size of `method` that stores every fact of each of n_seeds fact sets (Fig. 2b/2c).
     With `work_dir` the search's evaluations and GD trainings resume from there after a kill."""
     torch.manual_seed(seed)  # see the module docstring
     fss = [make_fact_set(F, d, seed=seed + 100 * s) for s in range(n_seeds)]
     infos = [decodability(fs.values) for fs in fss]
     lo, hi = BRACKET[method]
-    r, sec = _timed(method_capacity, method, fss, lo, hi, max_size=64 * hi, options=laws.options(quick),
-                    infos=infos, work_dir=work_dir)
-    return {"d": d, "F": F, "method": method, "size": r.size, "params": r.params,
-            "bits_per_param": r.bits_per_param, "info_bits": r.info_bits, "seconds": sec}
+    r, sec = _timed(
+        method_capacity,
+        method,
+        fss,
+        lo,
+        hi,
+        max_size=64 * hi,
+        options=laws.options(quick),
+        infos=infos,
+        work_dir=work_dir,
+    )
+    return {
+        "d": d,
+        "F": F,
+        "method": method,
+        "size": r.size,
+        "params": r.params,
+        "bits_per_param": r.bits_per_param,
+        "info_bits": r.info_bits,
+        "seconds": sec,
+    }
 
 
 # ---------------------------------------------------------------- (c)
-def rho_size_point(d: int, F: int, kappa: float, family: str, n_seeds: int, quick: bool, seed: int,
-                   shift: float | None = None, work_dir: str | None = None) -> dict:
+def rho_size_point(
+    d: int,
+    F: int,
+    kappa: float,
+    family: str,
+    n_seeds: int,
+    quick: bool,
+    seed: int,
+    shift: float | None = None,
+    work_dir: str | None = None,
+) -> dict:
     """(c) rho, coherence and the Bin+JL and GD sizes on one family of fact sets: "raw", "whitened" (W_1 of
     the raw sets, Fig. 2a) or "offset" (the raw sets shifted by shift * c: rho unchanged, coherence up).
     With `work_dir` the searches resume from there after a kill."""
@@ -90,13 +134,19 @@ def rho_size_point(d: int, F: int, kappa: float, family: str, n_seeds: int, quic
     elif family == "offset":
         fss = [laws.offset(fs, shift, seed + 11 + s) for s, fs in enumerate(fss)]
     infos = [decodability(fs.values) for fs in fss]
-    row = {"family": family, "kappa": kappa, **({"offset": shift} if family == "offset" else {}),
-           "rho": min(i.rho for i in infos), "coherence": max(coherence(fs.values) for fs in fss),
-           "rho_max_gap": max(i.max_gap for i in infos)}
+    row = {
+        "family": family,
+        "kappa": kappa,
+        **({"offset": shift} if family == "offset" else {}),
+        "rho": min(i.rho for i in infos),
+        "coherence": max(coherence(fs.values) for fs in fss),
+        "rho_max_gap": max(i.max_gap for i in infos),
+    }
     for method in ("bin+jl", "gd-swiglu"):
         lo, hi = laws.BRACKET[method]
-        r = method_capacity(method, fss, lo, hi, max_size=64 * hi, options=laws.options(quick), infos=infos,
-                            work_dir=work_dir)
+        r = method_capacity(
+            method, fss, lo, hi, max_size=64 * hi, options=laws.options(quick), infos=infos, work_dir=work_dir
+        )
         row[method] = r.params
         # where no size up to the cap stores every fact, the cost is at least the largest size tried (d/Fig2a-pooled)
         row[f"{method}_lower_bound"] = r.params or max((v[1] for v in r.evaluations.values()), default=None)
@@ -113,8 +163,9 @@ def whiten_point(d: int, kappa: float, quick: bool, seed: int, F: int | None = N
     row = {"d": d, "F": F, "kappa": kappa}
     for family, s in (("raw", fs), ("whitened", laws.whitened(fs))):
         info = decodability(s.values)
-        r = method_capacity("bin+jl", [s], *laws.BRACKET["bin+jl"], max_size=64 * 64, options=laws.options(quick),
-                            infos=[info])
+        r = method_capacity(
+            "bin+jl", [s], *laws.BRACKET["bin+jl"], max_size=64 * 64, options=laws.options(quick), infos=[info]
+        )
         row[f"rho_{family}"], row[f"params_{family}"] = info.rho, r.params
         # where the construction stores nothing up to the largest m tried, its cost is at least that
         row[f"params_{family}_lower_bound"] = r.params or max((v[1] for v in r.evaluations.values()), default=None)
@@ -129,8 +180,15 @@ def ntk_point(d: int, F: int, kappa: float, quick: bool, seed: int) -> dict:
     fs = make_fact_set(F, d, kappa=kappa, seed=seed + 13)
     info = decodability(fs.values)
     res = {m: laws.ntk_search(fs, info, m, quick) for m in ("ntk", "ntk-mo")}
-    row = {"kappa": kappa, "rho": info.rho, "ntk": res["ntk"]["params"], "ntk-mo": res["ntk-mo"]["params"],
-           "search": res, "gain": None, "gain_kind": "none"}
+    row = {
+        "kappa": kappa,
+        "rho": info.rho,
+        "ntk": res["ntk"]["params"],
+        "ntk-mo": res["ntk-mo"]["params"],
+        "search": res,
+        "gain": None,
+        "gain_kind": "none",
+    }
     if row["ntk"] and row["ntk-mo"]:
         row["gain"], row["gain_kind"] = row["ntk"] / row["ntk-mo"], "exact"
     elif row["ntk-mo"]:
@@ -149,6 +207,7 @@ def solver_point(d: int, kappa: float, F: int, n_anchors: int, seed: int) -> dic
     except ImportError:
         return {"skipped": "cvxpy / scipy not installed"}
     from symformer.facts.reference import solver_check
+
     V = make_fact_set(F, d, kappa=kappa, seed=seed + 7).values
     info = decodability(V)
     anchors = torch.linspace(0, F - 1, n_anchors).long().tolist()

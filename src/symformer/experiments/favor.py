@@ -6,6 +6,7 @@
 4. Equality with performer-pytorch's FastAttention given the same projection matrix.
 5. A causal character LM on tiny Shakespeare: softmax against FAVOR+, validation bits per character.
 """
+
 from __future__ import annotations
 
 import math
@@ -21,11 +22,11 @@ from symformer.results import Claim, ExperimentResult, verdict
 from symformer.stats import fit_exponent
 
 PAPER = "ESPR derivation, Tier 7"
-Z_MAX = 4.5           # issue: max |z| <= 4.5 over the grid
-VAR_TOL = 0.15        # issue: variance relative error <= 0.15
-ESTIMABLE_SE = 0.03   # a point is estimable when the predicted relative s.e. of its sample variance is <= 3%
-ROUNDING = 1e-12      # relative floating-point floor of the Monte Carlo mean (float64 sums of 1e5-1e6 terms)
-INPUT_STD = 0.4       # q, k entries of the error-vs-m inputs: |q^|^2 = INPUT_STD^2 sqrt(Dh) = 1.28 for Dh = 64
+Z_MAX = 4.5  # issue: max |z| <= 4.5 over the grid
+VAR_TOL = 0.15  # issue: variance relative error <= 0.15
+ESTIMABLE_SE = 0.03  # a point is estimable when the predicted relative s.e. of its sample variance is <= 3%
+ROUNDING = 1e-12  # relative floating-point floor of the Monte Carlo mean (float64 sums of 1e5-1e6 terms)
+INPUT_STD = 0.4  # q, k entries of the error-vs-m inputs: |q^|^2 = INPUT_STD^2 sqrt(Dh) = 1.28 for Dh = 64
 
 
 # ---------------------------------------------------------------------------- Monte Carlo (T7.3-T7.5)
@@ -64,8 +65,9 @@ def draw_z(w: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return torch.exp(w @ (x + y).T - 0.5 * ((x * x).sum(-1) + (y * y).sum(-1)))
 
 
-def monte_carlo(d: int, draws: int, n_rf_list: list[int], norms: list[float], angles: list[float], seed: int,
-                chunk: int = 100_000) -> dict:
+def monte_carlo(
+    d: int, draws: int, n_rf_list: list[int], norms: list[float], angles: list[float], seed: int, chunk: int = 100_000
+) -> dict:
     x, y, meta = grid_points(d, norms, angles, seed)
     target = torch.exp((x * y).sum(-1))
     var1 = single_draw_variance(x, y)
@@ -113,9 +115,11 @@ def rotated_inputs(kind: str, n: int, dh: int, seed: int):
         return q, k, v, None
     if kind == "rope":
         from symformer.positional import RoPE
+
         rq, rk = RoPE(dh).double()(q, k, pos)
         return rq, rk, v, None
     from symformer.positional import ESPR
+
     # seed + 1: ESPR's init noise from seed's own generator would be 0.05 q itself
     # the pairing of the recorded runs (STRING/ESPR's default before issue 42)
     espr = ESPR(dh, 1, d_act=dh // 2, commuting_init=False, seed=seed + 1, pairing="interleaved").double()
@@ -134,15 +138,28 @@ def output_errors(ms: list[int], kinds: list[str], n: int, dh: int, seeds: int) 
         exact = naive_attention(q, k, v, scale=scale)
         res[kind] = []
         for m in ms:
-            errs = [float((FavorAttention(dh, n_features=m, seed=s).double()(q, k, v, scale=scale) - exact).norm()
-                          / exact.norm()) for s in range(1, seeds + 1)]
+            errs = [
+                float(
+                    (FavorAttention(dh, n_features=m, seed=s).double()(q, k, v, scale=scale) - exact).norm()
+                    / exact.norm()
+                )
+                for s in range(1, seeds + 1)
+            ]
             res[kind].append(sum(errs) / seeds)
     # performer-pytorch's feature epsilon (1e-4) on the plain inputs: a bias that does not average out
     q, k, v, _ = rotated_inputs("plain", n, dh, 0)
     exact = naive_attention(q, k, v)
-    res["plain_eps1e-4"] = [sum(float((FavorAttention(dh, n_features=m, seed=s, kernel_eps=1e-4).double()(q, k, v)
-                                       - exact).norm() / exact.norm()) for s in range(1, seeds + 1)) / seeds
-                            for m in ms]
+    res["plain_eps1e-4"] = [
+        sum(
+            float(
+                (FavorAttention(dh, n_features=m, seed=s, kernel_eps=1e-4).double()(q, k, v) - exact).norm()
+                / exact.norm()
+            )
+            for s in range(1, seeds + 1)
+        )
+        / seeds
+        for m in ms
+    ]
     return res
 
 
@@ -193,24 +210,44 @@ def _claims_mc(mc: dict, draws: int) -> tuple[list[Claim], dict]:
             orth_ratio += pts
     n_pts = len(mc["meta"])
     claims = [
-        Claim("T7.3", "positive random features estimate exp(x.y) without bias", PAPER,
-              f"max |z| = {max(zmax.values()):.2f} (iid {zmax['iid']:.2f}, orthogonal {zmax['orthogonal']:.2f}) over "
-              f"{n_pts} grid points, {draws} draws each", verdict(max(zmax.values()) <= Z_MAX),
-              f"threshold |z| <= {Z_MAX}; z uses the T7.4/T7.5 standard deviation"),
-        Claim("T7.4-T7.5", "Var Z = exp(2x.y)[exp(|x|^2+|y|^2+2x.y) - 1], divided by n_rf for n_rf i.i.d. draws",
-              PAPER, f"max relative error {max(rel):.3f} over {len(rel)} estimable (point, n_rf) cells"
-              if rel else "no estimable cell", verdict(max(rel) <= VAR_TOL if rel else None),
-              f"tolerance {VAR_TOL}; estimable = predicted relative s.e. of the sample variance <= {ESTIMABLE_SE}"),
-        Claim("ORF", "orthogonal features do not increase the variance (Performer, Choromanski et al. 2021)",
-              "Performer Thm 2 (not in ESPR)", f"max empirical/iid-formula variance ratio {max(orth_ratio):.3f}, "
-              f"median {sorted(orth_ratio)[len(orth_ratio) // 2]:.3f}" if orth_ratio else "no estimable cell",
-              verdict(max(orth_ratio) <= 1 + VAR_TOL if orth_ratio else None),
-              "ratio of the variance of a block-mean of d orthogonal features to Var Z / d"),
+        Claim(
+            "T7.3",
+            "positive random features estimate exp(x.y) without bias",
+            PAPER,
+            f"max |z| = {max(zmax.values()):.2f} (iid {zmax['iid']:.2f}, orthogonal {zmax['orthogonal']:.2f}) over "
+            f"{n_pts} grid points, {draws} draws each",
+            verdict(max(zmax.values()) <= Z_MAX),
+            f"threshold |z| <= {Z_MAX}; z uses the T7.4/T7.5 standard deviation",
+        ),
+        Claim(
+            "T7.4-T7.5",
+            "Var Z = exp(2x.y)[exp(|x|^2+|y|^2+2x.y) - 1], divided by n_rf for n_rf i.i.d. draws",
+            PAPER,
+            f"max relative error {max(rel):.3f} over {len(rel)} estimable (point, n_rf) cells"
+            if rel
+            else "no estimable cell",
+            verdict(max(rel) <= VAR_TOL if rel else None),
+            f"tolerance {VAR_TOL}; estimable = predicted relative s.e. of the sample variance <= {ESTIMABLE_SE}",
+        ),
+        Claim(
+            "ORF",
+            "orthogonal features do not increase the variance (Performer, Choromanski et al. 2021)",
+            "Performer Thm 2 (not in ESPR)",
+            f"max empirical/iid-formula variance ratio {max(orth_ratio):.3f}, "
+            f"median {sorted(orth_ratio)[len(orth_ratio) // 2]:.3f}"
+            if orth_ratio
+            else "no estimable cell",
+            verdict(max(orth_ratio) <= 1 + VAR_TOL if orth_ratio else None),
+            "ratio of the variance of a block-mean of d orthogonal features to Var Z / d",
+        ),
     ]
-    metrics = {"unbiased_max_abs_z": max(zmax.values()), "unbiased_max_abs_z_by_kind": zmax,
-               "variance_max_rel_err": max(rel) if rel else None,
-               "variance_estimable_cells": len(rel),
-               "orthogonal_variance_ratio_max": max(orth_ratio) if orth_ratio else None}
+    metrics = {
+        "unbiased_max_abs_z": max(zmax.values()),
+        "unbiased_max_abs_z_by_kind": zmax,
+        "variance_max_rel_err": max(rel) if rel else None,
+        "variance_estimable_cells": len(rel),
+        "orthogonal_variance_ratio_max": max(orth_ratio) if orth_ratio else None,
+    }
     return claims, metrics
 
 
@@ -236,12 +273,18 @@ def _error_part(ctx: RunContext, metrics: dict, claims: list, figures: list) -> 
     slopes = {k: fit_exponent(ms[2:], v[2:]) for k, v in errs.items() if "eps" not in k}
     metrics["output_rel_err"] = {k: dict(zip(ms, v)) for k, v in errs.items()}
     metrics["output_err_slope_vs_m"] = slopes
-    claims.append(Claim("T7.3 (attention)", "FAVOR+ output error vanishes like m^(-1/2) on plain, RoPE- and "
-                        "ESPR-rotated q/k (Monte Carlo rate)", PAPER,
-                        ", ".join(f"{k}: slope {s:.2f}" for k, s in slopes.items()),
-                        verdict(all(-0.7 <= s <= -0.3 for s in slopes.values())),
-                        "least-squares slope of log error against log m over m >= 64; accepted in [-0.7, -0.3]",
-                        f"ours: N = {n}, head_dim 64, m in {ms}, {seeds} feature seeds", "Monte Carlo rate, any m"))
+    claims.append(
+        Claim(
+            "T7.3 (attention)",
+            "FAVOR+ output error vanishes like m^(-1/2) on plain, RoPE- and ESPR-rotated q/k (Monte Carlo rate)",
+            PAPER,
+            ", ".join(f"{k}: slope {s:.2f}" for k, s in slopes.items()),
+            verdict(all(-0.7 <= s <= -0.3 for s in slopes.values())),
+            "least-squares slope of log error against log m over m >= 64; accepted in [-0.7, -0.3]",
+            f"ours: N = {n}, head_dim 64, m in {ms}, {seeds} feature seeds",
+            "Monte Carlo rate, any m",
+        )
+    )
     plot_errors(ctx.out_dir / "favor_error_vs_m.png", ms, errs)
     figures.append("favor_error_vs_m.png")
     return {"ms": ms, "dh": 64, "qk_std": INPUT_STD, "n": n, "espr_d_act": 32}
@@ -253,17 +296,25 @@ def _performer_part(metrics: dict, claims: list) -> None:
     d64 = [v for (dt, _), v in diffs.items() if dt == torch.float64 and v is not None]
     metrics["performer_max_abs_diff"] = max(d32) if d32 else None
     metrics["performer_max_abs_diff_float64"] = max(d64) if d64 else None
-    claims.append(Claim("performer-pytorch", "equal to performer-pytorch FastAttention (same projection; "
-                        "non-causal and causal)", "issue 7: <= 1e-4 float32, <= 1e-10 float64",
-                        f"float32 {metrics['performer_max_abs_diff']}, "
-                        f"float64 {metrics['performer_max_abs_diff_float64']}",
-                        verdict(max(d32) <= 1e-4 and max(d64) <= 1e-10 if d32 and d64 else None),
-                        "performer-pytorch not installed" if not d32 else "max |difference| over outputs",
-                        "ours: N = 512, head_dim 64, m = 128, batch 2 x 4 heads", "reference implementation"))
+    claims.append(
+        Claim(
+            "performer-pytorch",
+            "equal to performer-pytorch FastAttention (same projection; non-causal and causal)",
+            "issue 7: <= 1e-4 float32, <= 1e-10 float64",
+            f"float32 {metrics['performer_max_abs_diff']}, float64 {metrics['performer_max_abs_diff_float64']}",
+            verdict(max(d32) <= 1e-4 and max(d64) <= 1e-10 if d32 and d64 else None),
+            "performer-pytorch not installed" if not d32 else "max |difference| over outputs",
+            "ours: N = 512, head_dim 64, m = 128, batch 2 x 4 heads",
+            "reference implementation",
+        )
+    )
 
 
-@experiment("favor", "FAVOR+ on rotated queries/keys: T7.3-T7.5 Monte Carlo, error vs m, performer-pytorch, char LM",
-            data_files=("tinyshakespeare.txt",))
+@experiment(
+    "favor",
+    "FAVOR+ on rotated queries/keys: T7.3-T7.5 Monte Carlo, error vs m, performer-pytorch, char LM",
+    data_files=("tinyshakespeare.txt",),
+)
 def run(ctx: RunContext) -> ExperimentResult:
     metrics: dict = {}
     claims: list[Claim] = []
@@ -273,12 +324,18 @@ def run(ctx: RunContext) -> ExperimentResult:
     _performer_part(metrics, claims)
     config["lm"] = lm_part(ctx, metrics, claims, figures)
     return ExperimentResult(
-        metrics=metrics, claims=claims, figures=figures, config=config,
-        notes=["The stabiliser subtracts one constant per query and one per (batch, head) for all keys; both cancel "
-               "in the normalised attention, so they add no bias (favor.py module doc).",
-               "performer-pytorch adds 1e-4 to every feature (and 1e-6 to its causal key sums); the row "
-               "'plain_eps1e-4' of output_rel_err shows the resulting bias against exact softmax.",
-               "ESPR inputs use d_act = head_dim/2 with non-commuting generators; features are drawn in head_dim, "
-               "so on the active space the orthogonal blocks are only approximately orthogonal.",
-               "The LM row is our claim after Performer's 'comparable accuracy'; the ESPR derivation's Tier 7 "
-               "(T7.1-T7.5) is covered by the rows above."])
+        metrics=metrics,
+        claims=claims,
+        figures=figures,
+        config=config,
+        notes=[
+            "The stabiliser subtracts one constant per query and one per (batch, head) for all keys; both cancel "
+            "in the normalised attention, so they add no bias (favor.py module doc).",
+            "performer-pytorch adds 1e-4 to every feature (and 1e-6 to its causal key sums); the row "
+            "'plain_eps1e-4' of output_rel_err shows the resulting bias against exact softmax.",
+            "ESPR inputs use d_act = head_dim/2 with non-commuting generators; features are drawn in head_dim, "
+            "so on the active space the orthogonal blocks are only approximately orthogonal.",
+            "The LM row is our claim after Performer's 'comparable accuracy'; the ESPR derivation's Tier 7 "
+            "(T7.1-T7.5) is covered by the rows above.",
+        ],
+    )

@@ -30,6 +30,7 @@ call into that folder writes it as runs/PLAN.json and stamps each record with it
   compatible: the records are reused by their signatures as before, and PLAN.json is written;
 - without --resume the plan is (re)written, and a record stamped with another plan's digest is never reused,
   so a fresh run that was killed in an old protocol's folder does not later mix the two."""
+
 from __future__ import annotations
 
 import hashlib
@@ -53,10 +54,10 @@ from symformer.results import atomic_write_text, git_sha
 
 @dataclass(frozen=True)
 class Job:
-    key: str                       # file name stem: letters, digits, '.', '_', '-', '='
-    fn: Callable[..., Any]         # a module-level function (workers import it by name)
+    key: str  # file name stem: letters, digits, '.', '_', '-', '='
+    fn: Callable[..., Any]  # a module-level function (workers import it by name)
     kwargs: dict = field(default_factory=dict)
-    checkpoints: bool = False      # fn takes work_dir=<folder> and resumes from what it left there
+    checkpoints: bool = False  # fn takes work_dir=<folder> and resumes from what it left there
 
     def signature(self) -> dict:
         return {"fn": f"{self.fn.__module__}.{self.fn.__qualname__}", "kwargs": self.kwargs}
@@ -90,8 +91,9 @@ def _plan_difference(old: Any, new: dict) -> str:
     if not isinstance(old, dict):
         return f"{PLAN_FILE} is not a plan"
     keys = sorted(set(old) | set(new))
-    return "; ".join(f"{k}: {json.dumps(old.get(k))} there, {json.dumps(new.get(k))} here"
-                     for k in keys if old.get(k) != new.get(k))
+    return "; ".join(
+        f"{k}: {json.dumps(old.get(k))} there, {json.dumps(new.get(k))} here" for k in keys if old.get(k) != new.get(k)
+    )
 
 
 def _check_plan(record_dir: Path) -> str | None:
@@ -107,9 +109,11 @@ def _check_plan(record_dir: Path) -> str | None:
         except (OSError, ValueError):
             old = None
         if old != plan:
-            raise PlanMismatch(f"--resume: {record_dir} holds the runs of another protocol "
-                               f"({_plan_difference(old, plan)}); give another --out, or drop --resume to rerun "
-                               "every point there")
+            raise PlanMismatch(
+                f"--resume: {record_dir} holds the runs of another protocol "
+                f"({_plan_difference(old, plan)}); give another --out, or drop --resume to rerun "
+                "every point there"
+            )
     if not path.exists() or path.read_text() != json.dumps(plan, sort_keys=True, indent=1):
         atomic_write_text(path, json.dumps(plan, sort_keys=True, indent=1))
     return plan_digest(plan)
@@ -130,6 +134,7 @@ def _load(path: Path, job: Job, digest: str | None = None) -> Any:
 
 def _init_worker() -> None:
     import torch
+
     torch.set_num_threads(1)
 
 
@@ -138,6 +143,7 @@ def one_thread():
     """One intra-op thread inside, the caller's setting restored after: small models run as fast on one thread
     and do not oversubscribe the cores (run_jobs' workers use one each, so a job's numbers never depend on it)."""
     import torch
+
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -195,8 +201,13 @@ def _provenance(seconds: float, where: dict) -> dict:
     """Where a record came from: a resumed run may span sessions, commits, engines and devices, so each record
     says its own (outside the signature: it never decides reuse). `host` is the worker that ran the job, and
     `driver_host` the machine that recorded it."""
-    return {"git_sha": git_sha(), **where, "driver_host": platform.node(), "seconds": seconds,
-            "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    return {
+        "git_sha": git_sha(),
+        **where,
+        "driver_host": platform.node(),
+        "seconds": seconds,
+        "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
 
 
 def _run_pool(todo: list[Job], work: dict, n_workers: int, done: Callable, failed: list, device: str) -> None:
@@ -224,8 +235,14 @@ def _run_pool(todo: list[Job], work: dict, n_workers: int, done: Callable, faile
     pool.shutdown()
 
 
-def run_jobs(jobs: list[Job], record_dir: Path | None = None, n_workers: int = 1, resume: bool = False,
-             stats: dict | None = None, log: Callable[[str], None] | None = None) -> dict[str, Any]:
+def run_jobs(
+    jobs: list[Job],
+    record_dir: Path | None = None,
+    n_workers: int = 1,
+    resume: bool = False,
+    stats: dict | None = None,
+    log: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """{key: fn(**kwargs)} for every job; results must be JSON-serialisable when record_dir is given.
     `stats`, when given, accumulates how many jobs were "reused" from records and how many "ran"; `log`, when
     given, hears what is reused and each job as it finishes (a recorded run takes hours)."""
@@ -256,9 +273,11 @@ def run_jobs(jobs: list[Job], record_dir: Path | None = None, n_workers: int = 1
     device = "cpu" if engine is None else engine.device
     if log is not None and todo:
         partial = sum(1 for w in work.values() if w is not None and _has_checkpoints(w))
-        log(f"{len(out)} of {len(jobs)} jobs reused from records, running {len(todo)} "
+        log(
+            f"{len(out)} of {len(jobs)} jobs reused from records, running {len(todo)} "
             f"({partial} resume from checkpoints) on {min(n_workers, len(todo))} "
-            f"{'worker(s)' if not remote else 'slot(s) of ' + engine.describe()}")
+            f"{'worker(s)' if not remote else 'slot(s) of ' + engine.describe()}"
+        )
 
     def done(job: Job, called: tuple[Any, float, dict]) -> None:
         result, seconds, where = called
@@ -266,8 +285,12 @@ def run_jobs(jobs: list[Job], record_dir: Path | None = None, n_workers: int = 1
         if record_dir is not None:
             # json.dumps, not results.write_json: NaN must read back as NaN, not as the string "nan"
             # (provenance.seconds: this call's wall time; a job resumed from its checkpoint counts the last part)
-            rec = {"signature": job.signature(), "result": result, "provenance": _provenance(seconds, where),
-                   **({} if digest is None else {"plan": digest})}
+            rec = {
+                "signature": job.signature(),
+                "result": result,
+                "provenance": _provenance(seconds, where),
+                **({} if digest is None else {"plan": digest}),
+            }
             atomic_write_text(record_dir / f"{job.key}.json", json.dumps(rec))
             if work[job.key] is not None:  # recorded: its checkpoints are no longer needed
                 shutil.rmtree(work[job.key], ignore_errors=True)
@@ -295,8 +318,10 @@ def run_jobs(jobs: list[Job], record_dir: Path | None = None, n_workers: int = 1
         # one failing job does not throw away the others: every job that finished is recorded (a --resume call
         # after the fix reruns only the failed ones), then the first failure is raised, naming its job
         key, err = failed[0]
-        raise JobError(f"job {key!r} failed ({type(err).__name__}: {err}); {len(failed)} of {len(todo)} jobs "
-                       f"failed, the other {len(todo) - len(failed)} finished and are recorded") from err
+        raise JobError(
+            f"job {key!r} failed ({type(err).__name__}: {err}); {len(failed)} of {len(todo)} jobs "
+            f"failed, the other {len(todo) - len(failed)} finished and are recorded"
+        ) from err
     return {k: out[k] for k in keys}
 
 
@@ -306,8 +331,10 @@ class JobError(RuntimeError):
 
 def reuse_note(what: str, stats: dict) -> str:
     """A report line saying how many of `what` runs this call made and how many it took from records."""
-    return (f"{what} runs: {stats.get('ran', 0)} ran in this call, {stats.get('reused', 0)} reused from the records "
-            "under runs/ (--resume); the seconds reported count only this call")
+    return (
+        f"{what} runs: {stats.get('ran', 0)} ran in this call, {stats.get('reused', 0)} reused from the records "
+        "under runs/ (--resume); the seconds reported count only this call"
+    )
 
 
 def records_where(record_dir: Path) -> dict[str, dict[str, int]]:

@@ -1,5 +1,6 @@
 """Sketch moments (Prop. C.4 and the Avron-Nguyen-Woodruff bound) and the certification simulation of
 Fig. 2/4 (Sec. H.5) for the `plash` experiment (plash-attention.txt; NOTES.md sections 2 and 5)."""
+
 from __future__ import annotations
 
 import math
@@ -23,7 +24,7 @@ def sketch_checks(draws: int, seed: int) -> dict:
     x = torch.randn(d, generator=g, dtype=torch.float64)
     y = x + 0.7 * torch.randn(d, generator=g, dtype=torch.float64)
     x, y = x / x.norm(), y / y.norm()
-    u = torch.full((d,), d ** -0.5, dtype=torch.float64)  # x = y = uniform: the worst case for k >= 2
+    u = torch.full((d,), d**-0.5, dtype=torch.float64)  # x = y = uniform: the worst case for k >= 2
     out: dict = {key: {} for key in ("z", "var", "bound", "var_uniform", "bound_uniform", "anw_ratio")}
     for k in DEGREES:
         h = bucket_hashes(k * draws, d, D, g).view(k, draws, d)
@@ -85,9 +86,21 @@ def cert_simulation(quick: bool, seed: int) -> dict:
     taus = torch.logspace(math.log10(631.0), 5.0, n_tau, dtype=torch.float64).tolist()
     eps_grid = torch.logspace(math.log10(520.0), math.log10(853.0), n_eps, dtype=torch.float64)
     q, k, v = _draws(draws, seed)
-    res: dict = {"grid": {}, "certrate": {}, "tau_star": {}, "violations": 0, "certified_cells": 0,
-                 "trivial_bound_median": {}, "median_eps_I_plus_det": {}, "median_error": {}, "median_C": {},
-                 "delta": {}, "draws": draws, "tau_grid": taus, "eps_grid": eps_grid.tolist()}
+    res: dict = {
+        "grid": {},
+        "certrate": {},
+        "tau_star": {},
+        "violations": 0,
+        "certified_cells": 0,
+        "trivial_bound_median": {},
+        "median_eps_I_plus_det": {},
+        "median_error": {},
+        "median_C": {},
+        "delta": {},
+        "draws": draws,
+        "tau_grid": taus,
+        "eps_grid": eps_grid.tolist(),
+    }
     for m in ms:
         per_tau, coefs = [], []
         for tg in taus:

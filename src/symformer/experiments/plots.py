@@ -2,6 +2,7 @@
 the fact-storing experiments share: parameters against the number of facts on log-log axes, with the
 information-theoretic F log2 F line (1 bit per parameter) that fact-storing-mlps.txt compares sizes with (Fig. 2c
 for storage, Fig. 3a for usable MLPs inside the transformer)."""
+
 from __future__ import annotations
 
 import math

@@ -13,6 +13,7 @@ Routes: "built" (constructed while torch's default dtype is the 16-bit one), "ca
 the part keeps its input dtype, float32, so the bound holds with room).
 
 Pure functions: no file I/O; the Hugging Face models are tiny and built from configs."""
+
 from __future__ import annotations
 
 import copy
@@ -22,7 +23,7 @@ import torch
 
 from symformer._validation import check_choice, check_int, fail
 
-EPS = {torch.bfloat16: 2.0 ** -7, torch.float16: 2.0 ** -10}
+EPS = {torch.bfloat16: 2.0**-7, torch.float16: 2.0**-10}
 ROTATION_PARTS = ("rope", "rope_interleaved", "rope_mixed", "string", "circulant_string", "espr", "partial")
 ADDITIVE_PARTS = ("sinusoidal", "learned")
 ROUTES = ("built", "cast", "autocast")
@@ -40,6 +41,7 @@ def build_part(part: str, coord_dim: int = 1, head_dim: int = HEAD_DIM, seed: in
     """The part `part` (ROTATION_PARTS or ADDITIVE_PARTS) in torch's current default dtype, with parameters away from
     their trivial values (STRING's P != I, ESPR's non-commuting generators and post-rotation)."""
     from symformer import positional as pos
+
     if part == "rope":
         return pos.RoPE(head_dim, coord_dim, pairing="half")
     if part == "rope_interleaved":
@@ -109,8 +111,18 @@ def _run(module, inputs: tuple, positions: torch.Tensor, dtype: torch.dtype, aut
     return module(*inputs, positions)
 
 
-def rotation_errors(part: str, dtype: torch.dtype, route: str, n: int = 8192, coord_dim: int = 1, seed: int = 0,
-                    backward: bool = False, device: str = "cpu", batch: int = 1, heads: int = 2) -> dict:
+def rotation_errors(
+    part: str,
+    dtype: torch.dtype,
+    route: str,
+    n: int = 8192,
+    coord_dim: int = 1,
+    seed: int = 0,
+    backward: bool = False,
+    device: str = "cpu",
+    batch: int = 1,
+    heads: int = 2,
+) -> dict:
     """Errors / bound of a part (ROTATION_PARTS: q and k; ADDITIVE_PARTS: x + PE) on `n` positions against the float64
     reference: {"forward", "out_dtype_ok"} and, with backward, "grad_input" (the gradient of the fixed functional
     sum(w_q . q~ + w_k . k~), bound 2 eps max|w|) and "grad_param" (the parameters' gradients, bound 2 eps times the
@@ -134,8 +146,7 @@ def rotation_errors(part: str, dtype: torch.dtype, route: str, n: int = 8192, co
     eps = EPS[dtype]
     scale = max(float(o.detach().abs().max()) for o in out64) if additive else max(float(x.abs().max()) for x in xs16)
     err = max(float((o.detach().double() - r.detach()).abs().max()) for o, r in zip(out, out64))
-    res = {"forward": err / (2 * eps * scale),
-           "out_dtype_ok": all(o.dtype == x.dtype for o, x in zip(out, xs))}
+    res = {"forward": err / (2 * eps * scale), "out_dtype_ok": all(o.dtype == x.dtype for o, x in zip(out, xs))}
     if backward:
         res.update(_backward_errors(module, ref, out, out64, xs, xs64, ws, eps))
     return res
@@ -158,8 +169,9 @@ def _backward_errors(module, ref, out, out64, xs, xs64, ws, eps: float) -> dict:
     return {"grad_input": grad_in, "grad_param": grad_param}
 
 
-def rotation_err_vs_bound(part: str, dtype: torch.dtype, route: str, n: int = 8192, coord_dim: int = 1,
-                          seed: int = 0) -> float:
+def rotation_err_vs_bound(
+    part: str, dtype: torch.dtype, route: str, n: int = 8192, coord_dim: int = 1, seed: int = 0
+) -> float:
     """max|rotated q, k - float64 rotation| / (2 eps(dtype) max|q|) for part in ROTATION_PARTS (goal <= 1)."""
     check_choice("part", part, ROTATION_PARTS)
     return rotation_errors(part, dtype, route, n, coord_dim, seed)["forward"]
@@ -170,6 +182,7 @@ def _sharpen(model, factor: float) -> None:
     """Scale what feeds the rotation (the q/k norm weights where the family norms q and k, else the q and k
     projections; MLA: q_proj and kv_a_proj_with_mqa) so the logits are large and position errors show."""
     from symformer.integrations._hf_common import attention_modules, qk_norms
+
     for attn in attention_modules(model):
         norms = qk_norms(attn)
         if norms is not None and all(getattr(m, "weight", None) is not None for m in norms):
@@ -182,22 +195,43 @@ def _sharpen(model, factor: float) -> None:
 
 
 @torch.no_grad()
-def hf_base_model(family: str, dtype: torch.dtype, n_tokens: int = 2048, seed: int = 0, sharpness: float = 3.0,
-                  attn: str = "sdpa"):
+def hf_base_model(
+    family: str, dtype: torch.dtype, n_tokens: int = 2048, seed: int = 0, sharpness: float = 3.0, attn: str = "sdpa"
+):
     """A float32 tiny model of `family` (1 layer, d_model 16, 2 heads of Dh 8, vocab 40) whose weights are exactly
     representable in `dtype` (so the 16-bit models and the float64 one share them), with sharpened attention."""
     import transformers as tf
 
     from symformer.experiments.hf import FAMILY_MODELS, QK_NORM_FAMILIES
     from symformer.integrations._hf_common import attention_modules, qk_norms
+
     check_choice("family", family, tuple(FAMILY_MODELS))
     conf, cls, extra = FAMILY_MODELS[family]
-    args = dict(vocab_size=40, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                num_key_value_heads=1, max_position_embeddings=max(2 * n_tokens, 128), head_dim=8,
-                attn_implementation=attn, bos_token_id=None, eos_token_id=None, initializer_range=0.2)
+    args = dict(
+        vocab_size=40,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=max(2 * n_tokens, 128),
+        head_dim=8,
+        attn_implementation=attn,
+        bos_token_id=None,
+        eos_token_id=None,
+        initializer_range=0.2,
+    )
     mla = "kv_lora_rank" in extra  # MLA: as many key heads as heads
-    cfg = getattr(tf, conf)(**{**args, **extra, "num_hidden_layers": 1, "first_k_dense_replace": 1,
-                               "num_attention_heads": 2, "num_key_value_heads": 2 if mla else 1})
+    cfg = getattr(tf, conf)(
+        **{
+            **args,
+            **extra,
+            "num_hidden_layers": 1,
+            "first_k_dense_replace": 1,
+            "num_attention_heads": 2,
+            "num_key_value_heads": 2 if mla else 1,
+        }
+    )
     torch.manual_seed(seed)
     model = getattr(tf, cls)(cfg).float().eval()
     if family in QK_NORM_FAMILIES:
@@ -214,6 +248,7 @@ def hf_route_model(base, dtype: torch.dtype, route: str, positional: str | None 
     """`base`'s weights in a `dtype` model made by route "config" (`_from_config(cfg, dtype=...)`, as from_pretrained
     builds it) or "cast" (`.to(dtype)` of a float32 copy), patched with `positional` before the cast (None: native)."""
     from symformer.integrations import hf
+
     check_choice("route", route, ("config", "cast"))
     if route == "cast":
         model = copy.deepcopy(base)
@@ -230,6 +265,7 @@ def hf_route_model(base, dtype: torch.dtype, route: str, positional: str | None 
 def hf_reference_logits(base, x: torch.Tensor) -> torch.Tensor:
     """The float64 model's logits (exact_float64: HF's float32 tables and norms evaluated in float64)."""
     from symformer.integrations.hf import exact_float64
+
     return exact_float64(copy.deepcopy(base).double())(x).logits
 
 
@@ -239,15 +275,16 @@ def logit_err(model, x: torch.Tensor, ref: torch.Tensor) -> float:
     correctly differs by tens of percent from draw to draw, which a 1.5x goal cannot tell from a real error."""
     with torch.no_grad():
         d = model(x).logits.double() - ref
-    return float(d[:, d.shape[1] // 2:].pow(2).mean().sqrt())
+    return float(d[:, d.shape[1] // 2 :].pow(2).mean().sqrt())
 
 
 def hf_tokens(n_tokens: int, seed: int = 0) -> torch.Tensor:
     return torch.randint(0, 40, (1, n_tokens), generator=torch.Generator().manual_seed(seed + 11))
 
 
-def hf_logit_err_vs_native(family: str, dtype: torch.dtype, n_tokens: int = 2048, seed: int = 0,
-                           route: str = "config") -> dict:
+def hf_logit_err_vs_native(
+    family: str, dtype: torch.dtype, n_tokens: int = 2048, seed: int = 0, route: str = "config"
+) -> dict:
     """Logit errors (`logit_err`) against the float64 model of the "rope"-patched and of the native `dtype` model
     (built as from_pretrained(dtype=...) builds it, or cast with .to()): {"ratio": patched / native (goal <= 1.5),
     "patched_err", "native_err"}."""
@@ -260,6 +297,21 @@ def hf_logit_err_vs_native(family: str, dtype: torch.dtype, n_tokens: int = 2048
     return {"ratio": patched / native, "patched_err": patched, "native_err": native}
 
 
-__all__ = ["ROTATION_PARTS", "ADDITIVE_PARTS", "ROUTES", "HF_PRECISION_FAMILIES", "EPS", "rotation_err_vs_bound",
-           "rotation_errors", "hf_logit_err_vs_native", "hf_base_model", "hf_route_model", "hf_reference_logits",
-           "logit_err", "hf_tokens", "route_part", "build_part", "grid_positions"]
+__all__ = [
+    "ROTATION_PARTS",
+    "ADDITIVE_PARTS",
+    "ROUTES",
+    "HF_PRECISION_FAMILIES",
+    "EPS",
+    "rotation_err_vs_bound",
+    "rotation_errors",
+    "hf_logit_err_vs_native",
+    "hf_base_model",
+    "hf_route_model",
+    "hf_reference_logits",
+    "logit_err",
+    "hf_tokens",
+    "route_part",
+    "build_part",
+    "grid_positions",
+]

@@ -13,6 +13,7 @@ loss would hide errors inside the layers. The head and the query/key projections
 so that the logits spread over a few nats and the attention is sharp: the loss then depends on the positions and on
 the attention weights, and a part that rounds them moves it.
 """
+
 from __future__ import annotations
 
 import copy
@@ -38,10 +39,12 @@ def tiny_lm(positional: str, attention: str, seed: int = 0) -> CausalLM:
     """The float32 model of one combination, its init fixed by `seed` (global RNG state restored after)."""
     import symformer.attention  # noqa: F401  (registers the parts)
     import symformer.positional  # noqa: F401
+
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        cfg = TransformerConfig(d_model=D_MODEL, n_heads=N_HEADS, n_layers=1, positional=positional,
-                                attention=attention, max_len=SEQ)
+        cfg = TransformerConfig(
+            d_model=D_MODEL, n_heads=N_HEADS, n_layers=1, positional=positional, attention=attention, max_len=SEQ
+        )
         model = CausalLM(cfg, VOCAB).to(torch.float32)
     with torch.no_grad():
         model.head.weight.mul_(HEAD_GAIN)
@@ -88,5 +91,10 @@ def train_step_comparison(positional: str, attention: str, route: str, seed: int
     finite = math.isfinite(loss16) and all(bool(torch.isfinite(g).all()) for g in g16)
     num = math.sqrt(sum(float((a - b).double().pow(2).sum()) for a, b in zip(g16, g32, strict=True)))
     den = math.sqrt(sum(float(b.double().pow(2).sum()) for b in g32))
-    return {"loss_rel_diff": abs(loss16 - loss32) / abs(loss32), "finite": finite, "loss32": loss32,
-            "loss16": loss16, "grad_rel_err": num / den if den > 0 else math.inf}
+    return {
+        "loss_rel_diff": abs(loss16 - loss32) / abs(loss32),
+        "finite": finite,
+        "loss32": loss32,
+        "loss16": loss16,
+        "grad_rel_err": num / den if den > 0 else math.inf,
+    }

@@ -13,6 +13,7 @@ paper's operating point (transformer-teleportation.txt; NOTES 4).
 (e) a character LM on tiny Shakespeare, sinusoidal vs RoPE, teleporting mid-warmup (App. E: steps 500-515,
     alpha 0.2, M 8, scaled down).
 """
+
 from __future__ import annotations
 
 import math
@@ -48,26 +49,31 @@ DATASETS = ("mnist1d", "digits")
 
 # ---------------------------------------------------------------- (a), (b) exactness in float64
 
+
 # ---------------------------------------------------------------- (a), (b) exactness in float64
 def _tiny_model(kind: str, seed: int = 0):
     from symformer.models import TransformerConfig, ViTClassifier, attention_layers
     from symformer.positional import ESPR, STRING
+
     torch.manual_seed(seed)
     base, kw = kind, {}
     if kind.startswith("rope-"):
         base, kw = "rope", {"pairing": kind.split("-")[1]}
-    cfg = TransformerConfig(d_model=16, n_heads=2, n_layers=2, positional=base, positional_kwargs=kw, coord_dim=2,
-                            mlp="relu", max_len=8)
+    cfg = TransformerConfig(
+        d_model=16, n_heads=2, n_layers=2, positional=base, positional_kwargs=kw, coord_dim=2, mlp="relu", max_len=8
+    )
     model = ViTClassifier(cfg, 4, 3).to(torch.float64)
     gen = torch.Generator().manual_seed(seed + 3)
     for i, a in enumerate(attention_layers(model)):
         part_seed = 1000 * (seed + 1) + i  # a P of its own per layer and trial (not the parts' default seed 0)
         if kind == "string":  # a random learned P, so the group is a genuine conjugate P H P^T
-            a.rotary = STRING(head_dim=8, coord_dim=2, init_scale=0.3, seed=part_seed,
-                              pairing="interleaved").to(torch.float64)  # the recorded runs' pairing
+            a.rotary = STRING(head_dim=8, coord_dim=2, init_scale=0.3, seed=part_seed, pairing="interleaved").to(
+                torch.float64
+            )  # the recorded runs' pairing
         if kind == "espr":  # non-commuting generators and a post-rotation (beyond STRING)
-            a.rotary = ESPR(head_dim=8, coord_dim=2, commuting_init=False, init_scale=0.3, seed=part_seed,
-                            pairing="interleaved").to(torch.float64)  # (the default before issue 42)
+            a.rotary = ESPR(
+                head_dim=8, coord_dim=2, commuting_init=False, init_scale=0.3, seed=part_seed, pairing="interleaved"
+            ).to(torch.float64)  # (the default before issue 42)
             with torch.no_grad():
                 a.rotary.skew_param.normal_(0, 0.3, generator=gen)
     return model
@@ -85,6 +91,7 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def invariance_checks(trials: int) -> dict:
     from symformer.teleport import symmetry_group
+
     errs, dims = {}, {}
     x, pos, _ = _batch()
     for kind in PE_KINDS:
@@ -104,10 +111,13 @@ def negative_checks(x, pos) -> dict:
     """A generic diagonal U, and H built on the other pairing, must break RoPE (Sec. 3.2)."""
     from symformer.positional import pair_indices
     from symformer.teleport import HGroup, QKGroup, symmetry_group
+
     out = {}
     gen = torch.Generator().manual_seed(7)
-    for name, make in (("diag", lambda d: QKGroup(d).near_identity((2,), 0.5, gen)),
-                       ("wrong", lambda d: HGroup(d, pair_indices(d, "half")).random((2,), gen))):
+    for name, make in (
+        ("diag", lambda d: QKGroup(d).near_identity((2,), 0.5, gen)),
+        ("wrong", lambda d: HGroup(d, pair_indices(d, "half")).random((2,), gen)),
+    ):
         m = _tiny_model("rope-interleaved")
         with torch.no_grad():
             y0 = m(x, pos)
@@ -121,6 +131,7 @@ def negative_checks(x, pos) -> dict:
 
 def closed_form_checks(samples: int = 16) -> float:
     from symformer.teleport import brute_force_norms, closed_form_norms, symmetry_group
+
     x, pos, y = _batch()
     worst = 0.0
     for kind in PE_KINDS:
@@ -129,6 +140,7 @@ def closed_form_checks(samples: int = 16) -> float:
 
         def loss_fn(m=m):
             return nn.functional.cross_entropy(m(x, pos), y)
+
         m.zero_grad()
         loss_fn().backward()
         cands = G.sample(samples, 0.65, torch.Generator().manual_seed(11), ffn=True)
@@ -154,8 +166,12 @@ def _figures(ctx: RunContext, runs: dict, lm: dict) -> list[str]:
         for (d, pe, arm, opt), rs in sorted(runs.items()):
             if d != ds or opt != "sgd" or arm not in ("base", "tele", "guarded"):
                 continue
-            ax.plot(range(1, len(rs[0]["curve"]) + 1), rs[0]["curve"], label=f"{pe}/{arm}",
-                    ls={"tele": ":", "base": "--"}.get(arm, "-"))
+            ax.plot(
+                range(1, len(rs[0]["curve"]) + 1),
+                rs[0]["curve"],
+                label=f"{pe}/{arm}",
+                ls={"tele": ":", "base": "--"}.get(arm, "-"),
+            )
         ax.set(title=f"{ds}: validation accuracy (seed 0)", xlabel="epoch", ylabel="accuracy")
         ax.legend(fontsize=7)
     save(fig, "teleport_accuracy.png")
@@ -182,19 +198,58 @@ def _plan(quick: bool) -> dict:
     if quick:
         # lr fixed for quick mode (a development sweep on the RoPE baseline); the full run selects it per arm on
         # validation. The guard demonstration runs the old default alpha 0.65 with and without the guard.
-        return {"datasets": ["mnist1d"], "seeds": [0], "epochs": {"mnist1d": 3}, "lr": {"mnist1d": 0.05},
-                "lr_grid": None, "lr_seeds": [], "pes": ["learned", "rope"], "trials": 1,
-                "paper_lr": False, "epoch2": False, "ablation": [], "ablation_seeds": [0], "demo_seeds": [0],
-                "extras_on": ["mnist1d"], "zhao_pes": ["rope"], "adamw": False}
-    return {"datasets": list(DATASETS), "seeds": [0, 1, 2, 3, 4], "epochs": {"mnist1d": 20, "digits": 30},
-            "lr": None, "lr_grid": [0.015, 0.05, 0.15], "lr_seeds": [0, 1, 2], "pes": ["learned", "rope", "string"],
-            "trials": 20, "paper_lr": True, "epoch2": True, "ablation": list(ALPHA_GRID), "ablation_seeds": [0, 1, 2],
-            "demo_seeds": [0, 1, 2], "extras_on": ["mnist1d", "digits"], "zhao_pes": ["learned", "rope"],
-            "adamw": True}
+        return {
+            "datasets": ["mnist1d"],
+            "seeds": [0],
+            "epochs": {"mnist1d": 3},
+            "lr": {"mnist1d": 0.05},
+            "lr_grid": None,
+            "lr_seeds": [],
+            "pes": ["learned", "rope"],
+            "trials": 1,
+            "paper_lr": False,
+            "epoch2": False,
+            "ablation": [],
+            "ablation_seeds": [0],
+            "demo_seeds": [0],
+            "extras_on": ["mnist1d"],
+            "zhao_pes": ["rope"],
+            "adamw": False,
+        }
+    return {
+        "datasets": list(DATASETS),
+        "seeds": [0, 1, 2, 3, 4],
+        "epochs": {"mnist1d": 20, "digits": 30},
+        "lr": None,
+        "lr_grid": [0.015, 0.05, 0.15],
+        "lr_seeds": [0, 1, 2],
+        "pes": ["learned", "rope", "string"],
+        "trials": 20,
+        "paper_lr": True,
+        "epoch2": True,
+        "ablation": list(ALPHA_GRID),
+        "ablation_seeds": [0, 1, 2],
+        "demo_seeds": [0, 1, 2],
+        "extras_on": ["mnist1d", "digits"],
+        "zhao_pes": ["learned", "rope"],
+        "adamw": True,
+    }
 
 
-def _arm_job(ds: str, pe: str, kind: str, seed: int, quick: bool, lr: float, epochs: int, alpha: float = 0.65,
-             steps: int = 4, optimizer: str = "sgd", max_ratio: float | None = None, epoch_at: int = 1) -> Job:
+def _arm_job(
+    ds: str,
+    pe: str,
+    kind: str,
+    seed: int,
+    quick: bool,
+    lr: float,
+    epochs: int,
+    alpha: float = 0.65,
+    steps: int = 4,
+    optimizer: str = "sgd",
+    max_ratio: float | None = None,
+    epoch_at: int = 1,
+) -> Job:
     """kind: train_arm's arm (base | tele | zhao). A baseline ignores the teleport options, so every arm with
     the same lr and seed shares its baseline run."""
     key = f"{ds}_{pe}_{kind}_{optimizer}_lr{lr}_e{epochs}_s{seed}"
@@ -217,18 +272,25 @@ class _Runner:
 
     def __call__(self, jobs: list[Job]) -> dict:
         fresh = list({j.key: j for j in jobs if j.key not in self.done}.values())
-        self.done.update(run_jobs(fresh, self.ctx.out_dir / "runs", self.ctx.jobs, self.ctx.resume, self.stats,
-                                  self.ctx.job_log))
+        self.done.update(
+            run_jobs(fresh, self.ctx.out_dir / "runs", self.ctx.jobs, self.ctx.resume, self.stats, self.ctx.job_log)
+        )
         return self.done
 
 
 def _operating_points(ctx: RunContext, plan: dict, run: _Runner, m: dict) -> dict:
     """(c): |K| from the epoch length, then the largest alpha meeting the ratio bound, per (data set, PE)."""
     ops = {ds: schedule_for(ds, ctx.quick) for ds in plan["datasets"]}
-    jobs = {(ds, pe, a): Job(f"op_{ds}_{pe}_a{a}_k{ops[ds]['consecutive']}_e{plan['epochs'][ds]}",
-                             operating_point_probe, dict(dataset=ds, pe=pe, quick=ctx.quick, alpha=a,
-                                                         steps=ops[ds]["consecutive"], epochs=plan["epochs"][ds]))
-            for ds in plan["datasets"] for pe in plan["pes"] for a in ALPHA_GRID}
+    jobs = {
+        (ds, pe, a): Job(
+            f"op_{ds}_{pe}_a{a}_k{ops[ds]['consecutive']}_e{plan['epochs'][ds]}",
+            operating_point_probe,
+            dict(dataset=ds, pe=pe, quick=ctx.quick, alpha=a, steps=ops[ds]["consecutive"], epochs=plan["epochs"][ds]),
+        )
+        for ds in plan["datasets"]
+        for pe in plan["pes"]
+        for a in ALPHA_GRID
+    }
     done = run(list(jobs.values()))
     m["teleport_operating_point"] = ops
     m["k_fraction_of_epoch"] = {ds: op["k_fraction"] for ds, op in ops.items()}
@@ -241,7 +303,8 @@ def _operating_points(ctx: RunContext, plan: dict, run: _Runner, m: dict) -> dic
             m["operating_point_cumulative_ratio"][cell] = ratios
             m["chosen_alpha"][cell], m["operating_point_rule_met"][cell] = choose_alpha(ratios, RATIO_BOUND)
             m["operating_point_candidates_beating_reference"][cell] = {
-                a: done[jobs[ds, pe, a].key]["n_better"] for a in ALPHA_GRID}
+                a: done[jobs[ds, pe, a].key]["n_better"] for a in ALPHA_GRID
+            }
     return ops
 
 
@@ -256,8 +319,10 @@ def _select_lr(ctx: RunContext, plan: dict, run: _Runner, ops: dict, m: dict, no
                 continue
             tele = dict(alpha=m["chosen_alpha"][f"{ds}/{pe}"], steps=ops[ds]["consecutive"], max_ratio=RATIO_BOUND)
             for arm, kind, kw in (("base", "base", {}), ("tele", "tele", tele)):
-                grids[ds, pe, arm] = {lr: [_arm_job(ds, pe, kind, s, ctx.quick, lr, plan["epochs"][ds], **kw)
-                                           for s in plan["lr_seeds"]] for lr in plan["lr_grid"]}
+                grids[ds, pe, arm] = {
+                    lr: [_arm_job(ds, pe, kind, s, ctx.quick, lr, plan["epochs"][ds], **kw) for s in plan["lr_seeds"]]
+                    for lr in plan["lr_grid"]
+                }
     done = run([j for g in grids.values() for js in g.values() for j in js])
     table = {}
     for (ds, pe, arm), grid in grids.items():
@@ -266,8 +331,11 @@ def _select_lr(ctx: RunContext, plan: dict, run: _Runner, ops: dict, m: dict, no
         chosen[ds, pe, arm] = max(acc, key=acc.get)
     m["chosen_lr"] = {f"{ds}/{pe}/{arm}": lr for (ds, pe, arm), lr in chosen.items()}
     m["lr_selection_val_acc"] = table
-    rule = "fixed for quick mode" if plan["lr"] else (f"chosen per arm on mean validation accuracy over seeds "
-                                                     f"{plan['lr_seeds']} from {plan['lr_grid']}")
+    rule = (
+        "fixed for quick mode"
+        if plan["lr"]
+        else (f"chosen per arm on mean validation accuracy over seeds {plan['lr_seeds']} from {plan['lr_grid']}")
+    )
     notes.append(f"SGD lr {rule}: {m['chosen_lr']}")
     return chosen
 
@@ -278,9 +346,13 @@ def _cell_spec(ctx: RunContext, plan: dict, ds: str, pe: str, op: dict, alpha: f
 
     def arm(kind, lr_, seeds_=seeds, **kw):
         return [_arm_job(ds, pe, kind, s, q, lr_, ep, **kw) for s in seeds_]
+
     tele = dict(alpha=alpha, steps=k)
-    spec = {"base": arm("base", lr["base"]), "guarded": arm("tele", lr["tele"], max_ratio=RATIO_BOUND, **tele),
-            "tele": arm("tele", lr["tele"], **tele)}
+    spec = {
+        "base": arm("base", lr["base"]),
+        "guarded": arm("tele", lr["tele"], max_ratio=RATIO_BOUND, **tele),
+        "tele": arm("tele", lr["tele"], **tele),
+    }
     if plan["epoch2"]:
         spec["guarded_e2"] = arm("tele", lr["tele"], max_ratio=RATIO_BOUND, epoch_at=2, **tele)
     if plan["paper_lr"]:  # the paper's lr for both arms (App. E), beside the validated ones
@@ -313,7 +385,8 @@ def _run_training(ctx: RunContext, plan: dict, m: dict, notes: list[str]) -> dic
             for label, kind, kw in (("base", "base", {}), ("tele", "tele", tele)):
                 spec[ds, "rope", label, "adamw"] = [
                     _arm_job(ds, "rope", kind, s, ctx.quick, 3e-3, plan["epochs"][ds], optimizer="adamw", **kw)
-                    for s in plan["seeds"]]
+                    for s in plan["seeds"]
+                ]
     done = run([j for jobs in spec.values() for j in jobs])
     notes.append(reuse_note("ViT", run.stats))
     m["epochs"] = plan["epochs"]
@@ -322,14 +395,23 @@ def _run_training(ctx: RunContext, plan: dict, m: dict, notes: list[str]) -> dic
     return {key: [done[j.key] for j in jobs] for key, jobs in spec.items()}
 
 
-@experiment("teleport", "Symmetry groups of attention for every PE; teleportation at the paper's operating point, "
-            "guarded and unguarded (SGD, ViT, char LM)")
+@experiment(
+    "teleport",
+    "Symmetry groups of attention for every PE; teleportation at the paper's operating point, "
+    "guarded and unguarded (SGD, ViT, char LM)",
+)
 def run(ctx: RunContext) -> ExperimentResult:
     t0 = time.perf_counter()
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     plan = _plan(ctx.quick)
-    res = ExperimentResult(config={"plan": {k: str(v) for k, v in plan.items()}, "intra_op_threads": 1,
-                                   "ratio_bound": RATIO_BOUND, "alpha_grid": list(ALPHA_GRID)})
+    res = ExperimentResult(
+        config={
+            "plan": {k: str(v) for k, v in plan.items()},
+            "intra_op_threads": 1,
+            "ratio_bound": RATIO_BOUND,
+            "alpha_grid": list(ALPHA_GRID),
+        }
+    )
     res.notes.append("all runs use 1 intra-op thread (tiny models); the environment block shows the CLI default")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny models: intra-op threading only adds synchronisation; restored below
@@ -383,7 +465,7 @@ def _speedup_metrics(res: ExperimentResult, runs: dict) -> None:
         m["final_val_acc"][key] = statistics.fmean(r["val_acc"] for r in rs)
         if arm.startswith("base"):
             continue
-        base = runs[(ds, pe, _base_of(arm), opt)][:len(rs)]  # the ablation's seeds are a prefix of the seeds
+        base = runs[(ds, pe, _base_of(arm), opt)][: len(rs)]  # the ablation's seeds are a prefix of the seeds
         sp = [speedup_pct(b["curve"], t["curve"]) for b, t in zip(base, rs, strict=True)]
         m["speedup_pct_mean"][key], m["speedup_pct_std"][key] = mean_std(sp)  # over seeds that reached it
         m["speedup_na_seeds"][key] = sum(math.isnan(x) for x in sp)
@@ -401,8 +483,13 @@ def _teleport_metrics(res: ExperimentResult, runs: dict) -> None:
     """The guard's metrics (fixed names of issue 12) per arm 'ds/pe/arm/opt': cumulative ratio maxima for
     guarded and unguarded sampling arms, candidates beating the reference, steps refused by the guard."""
     m = res.metrics
-    for name in ("norm_ratio_cumulative_max", "norm_ratio_cumulative_max_unguarded",
-                 "candidates_beating_reference_mean", "teleports_rejected_by_guard", "teleports_applied"):
+    for name in (
+        "norm_ratio_cumulative_max",
+        "norm_ratio_cumulative_max_unguarded",
+        "candidates_beating_reference_mean",
+        "teleports_rejected_by_guard",
+        "teleports_applied",
+    ):
         m[name] = {}
     for (ds, pe, arm, opt), rs in runs.items():
         logs = [e for r in rs for e in r["log"]]
@@ -422,14 +509,21 @@ def _teleport_metrics(res: ExperimentResult, runs: dict) -> None:
 
 def _lm_part(ctx: RunContext, res: ExperimentResult) -> dict:
     from symformer.data.paths import MissingDataError
+
     try:
         f = ctx.data_file("tinyshakespeare.txt")
     except (MissingDataError, FileNotFoundError, ValueError) as e:
         res.notes.append(f"LM arm skipped: {e}")
         return {}
-    jobs = [Job(f"lm_{pe}_{'tele' if tele else 'base'}_s{ctx.seed}", lm_arm,
-                dict(pe=pe, teleport=tele, quick=ctx.quick, seed=ctx.seed, data_file=str(f)))
-            for pe in ("sinusoidal", "rope") for tele in (False, True)]
+    jobs = [
+        Job(
+            f"lm_{pe}_{'tele' if tele else 'base'}_s{ctx.seed}",
+            lm_arm,
+            dict(pe=pe, teleport=tele, quick=ctx.quick, seed=ctx.seed, data_file=str(f)),
+        )
+        for pe in ("sinusoidal", "rope")
+        for tele in (False, True)
+    ]
     stats: dict = {}
     got = run_jobs(jobs, ctx.out_dir / "runs", ctx.jobs, ctx.resume, stats, ctx.job_log)
     res.notes.append(reuse_note("LM", stats))

@@ -1,5 +1,6 @@
 """Training runs of the `teleport` experiment (one function per run kind, module level so jobs can import them):
 ViT arms, the App. G operating-point probe, the character LM, and the speed-up definition."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -39,6 +40,7 @@ def consecutive_for(steps_per_epoch: int) -> int:
 @functools.lru_cache(maxsize=4)
 def load_split(dataset: str, quick: bool):
     from symformer import data as D
+
     if dataset == "digits":
         return D.load_digits_patches(patch=DIGITS_PATCH)
     return D.load_mnist1d(patch=4, num_samples=MNIST1D_SAMPLES[quick])  # generation takes seconds: cached
@@ -63,11 +65,20 @@ def vit_setup(dataset: str, pe: str, quick: bool, seed: int):
     """ViT with ReLU FFNs (App. E: "ReLU is used as the activation function"); d 64 / 4 layers (quick 32 / 2)
     against the paper's d 128 / 6 layers, to fit the CPU budget."""
     from symformer.models import TransformerConfig, ViTClassifier
+
     split = load_split(dataset, quick)
     d_model, layers = (32, 2) if quick else (64, 4)
     torch.manual_seed(1000 + seed)
-    cfg = TransformerConfig(d_model=d_model, n_heads=4, n_layers=layers, positional=pe, mlp="relu",
-                            coord_dim=split.meta["coord_dim"], max_len=16, positional_kwargs=recorded_pairing(pe))
+    cfg = TransformerConfig(
+        d_model=d_model,
+        n_heads=4,
+        n_layers=layers,
+        positional=pe,
+        mlp="relu",
+        coord_dim=split.meta["coord_dim"],
+        max_len=16,
+        positional_kwargs=recorded_pairing(pe),
+    )
     return ViTClassifier(cfg, split.meta["token_dim"], split.meta["n_classes"]), split
 
 
@@ -84,15 +95,37 @@ class GradNormLog(Callback):
 
 def _train_config(dataset: str, quick: bool, seed: int, lr: float, epochs: int, optimizer: str):
     from symformer.train import TrainConfig
+
     # SGD + momentum + cosine (paper App. E); weight decay 1e-4 as for MNIST
-    return TrainConfig(epochs=epochs, batch_size=schedule_for(dataset, quick)["batch_size"], optimizer=optimizer,
-                       lr=lr, momentum=0.9, weight_decay=1e-4 if optimizer == "sgd" else 1e-2, schedule="cosine",
-                       grad_clip=None, seed=seed, eval_batch_size=1024)
+    return TrainConfig(
+        epochs=epochs,
+        batch_size=schedule_for(dataset, quick)["batch_size"],
+        optimizer=optimizer,
+        lr=lr,
+        momentum=0.9,
+        weight_decay=1e-4 if optimizer == "sgd" else 1e-2,
+        schedule="cosine",
+        grad_clip=None,
+        seed=seed,
+        eval_batch_size=1024,
+    )
 
 
-def train_arm(dataset: str, pe: str, arm: str, seed: int, quick: bool, lr: float, epochs: int,
-              alpha: float = 0.65, steps: int = 4, optimizer: str = "sgd", state_policy: str = "keep",
-              max_ratio: float | None = None, epoch_at: int = 1) -> dict:
+def train_arm(
+    dataset: str,
+    pe: str,
+    arm: str,
+    seed: int,
+    quick: bool,
+    lr: float,
+    epochs: int,
+    alpha: float = 0.65,
+    steps: int = 4,
+    optimizer: str = "sgd",
+    state_policy: str = "keep",
+    max_ratio: float | None = None,
+    epoch_at: int = 1,
+) -> dict:
     """One training run. arm: base | tele | zhao; max_ratio: the guard's bound (None: unguarded, the paper);
     epoch_at: the (1-based) epoch whose first steps are teleported. Returns val-acc curve, test acc, timings,
     grad norms and the teleport records."""
@@ -100,13 +133,23 @@ def train_arm(dataset: str, pe: str, arm: str, seed: int, quick: bool, lr: float
     from symformer.registry import CALLBACKS
     from symformer.train import Trainer
     from symformer.train.tasks import Classification
+
     model, split = vit_setup(dataset, pe, quick, seed)
     cfg = _train_config(dataset, quick, seed, lr, epochs, optimizer)
     cbs, tele = [], None
     if arm != "base":
-        tele = CALLBACKS.build("teleport", model=model, alpha=alpha, samples=16, epoch=epoch_at, steps=steps,
-                               seed=seed, method="zhao" if arm == "zhao" else "sample", state_policy=state_policy,
-                               max_cumulative_ratio=max_ratio)
+        tele = CALLBACKS.build(
+            "teleport",
+            model=model,
+            alpha=alpha,
+            samples=16,
+            epoch=epoch_at,
+            steps=steps,
+            seed=seed,
+            method="zhao" if arm == "zhao" else "sample",
+            state_policy=state_policy,
+            max_cumulative_ratio=max_ratio,
+        )
         cbs.append(tele)
     gl = GradNormLog()
     cbs.append(gl)
@@ -115,28 +158,42 @@ def train_arm(dataset: str, pe: str, arm: str, seed: int, quick: bool, lr: float
     curve = [r["val_accuracy"] for r in tr.state.history if "val_accuracy" in r]  # teleport rows carry none
     tele_s = tele.seconds if tele is not None else 0.0
     total = sum(tr.epoch_seconds)
-    return {"curve": curve, "test_acc": final["test_accuracy"], "val_acc": final["val_accuracy"],
-            "epoch_seconds": list(tr.epoch_seconds), "tele_seconds": tele_s, "seconds": total,
-            "overhead_pct": 100 * tele_s / max(total - tele_s, 1e-12),
-            "first_epoch_overhead_pct": 100 * tele_s / max(tr.epoch_seconds[epoch_at - 1] - tele_s, 1e-12),
-            "grad_norms": gl.norms, "log": tele.log if tele is not None else [], "steps_per_epoch": tr.steps_per_epoch}
+    return {
+        "curve": curve,
+        "test_acc": final["test_accuracy"],
+        "val_acc": final["val_accuracy"],
+        "epoch_seconds": list(tr.epoch_seconds),
+        "tele_seconds": tele_s,
+        "seconds": total,
+        "overhead_pct": 100 * tele_s / max(total - tele_s, 1e-12),
+        "first_epoch_overhead_pct": 100 * tele_s / max(tr.epoch_seconds[epoch_at - 1] - tele_s, 1e-12),
+        "grad_norms": gl.norms,
+        "log": tele.log if tele is not None else [],
+        "steps_per_epoch": tr.steps_per_epoch,
+    }
 
 
-def operating_point_probe(dataset: str, pe: str, quick: bool, alpha: float, steps: int, epochs: int,
-                          lr: float = PAPER_LR, seed: int = 0) -> dict:
+def operating_point_probe(
+    dataset: str, pe: str, quick: bool, alpha: float, steps: int, epochs: int, lr: float = PAPER_LR, seed: int = 0
+) -> dict:
     """App. G measurement: the first `steps` SGD steps of training (seed 0, training set, paper lr 0.015, the
     run's cosine schedule), teleporting unguarded at radius alpha on each; the cumulative ratio is the
     product of the applied steps' ||grad after|| / ||grad before||."""
     from symformer.teleport import TeleportCallback
     from symformer.train import Trainer
     from symformer.train.tasks import Classification
+
     model, split = vit_setup(dataset, pe, quick, seed)
     cfg = dataclasses.replace(_train_config(dataset, quick, seed, lr, epochs, "sgd"), max_steps=steps)
-    cb = TeleportCallback(model=model, alpha=alpha, samples=16, epoch=1, steps=steps, seed=seed,
-                          max_cumulative_ratio=None)
+    cb = TeleportCallback(
+        model=model, alpha=alpha, samples=16, epoch=1, steps=steps, seed=seed, max_cumulative_ratio=None
+    )
     Trainer(model, Classification(), split.train, None, cfg, callbacks=[cb]).fit()
-    return {"cum_ratio": cb.log[-1]["cum_ratio"], "step_ratios": [r["chosen_norm"] / r["ref_norm"] for r in cb.log],
-            "n_better": [r["n_better"] for r in cb.log]}
+    return {
+        "cum_ratio": cb.log[-1]["cum_ratio"],
+        "step_ratios": [r["chosen_norm"] / r["ref_norm"] for r in cb.log],
+        "n_better": [r["n_better"] for r in cb.log],
+    }
 
 
 def choose_alpha(ratios: dict[float, float], bound: float = RATIO_BOUND) -> tuple[float, bool]:
@@ -184,20 +241,40 @@ def lm_arm(pe: str, teleport: bool, quick: bool, seed: int, data_file: str | Pat
     from symformer.teleport import TeleportCallback
     from symformer.train import TrainConfig, Trainer
     from symformer.train.tasks import LanguageModeling
+
     block = 32 if quick else 64
     split = D.load_char_text(block=block, data_dir=Path(data_file).parent, max_chars=80_000 if quick else 1_000_000)
     torch.manual_seed(2000 + seed)
-    cfg = TransformerConfig(d_model=48 if quick else 128, n_heads=4, n_layers=2 if quick else 4, positional=pe,
-                            max_len=block, positional_kwargs=recorded_pairing(pe))
+    cfg = TransformerConfig(
+        d_model=48 if quick else 128,
+        n_heads=4,
+        n_layers=2 if quick else 4,
+        positional=pe,
+        max_len=block,
+        positional_kwargs=recorded_pairing(pe),
+    )
     model = CausalLM(cfg, split.meta["vocab_size"])
     warm = 60 if quick else 400
-    tcfg = TrainConfig(epochs=1 if quick else 3, batch_size=32, optimizer="sgd", lr=0.5, momentum=0.9,
-                       warmup_steps=warm, schedule="cosine", grad_clip=1.0, seed=seed, eval_batch_size=256)
+    tcfg = TrainConfig(
+        epochs=1 if quick else 3,
+        batch_size=32,
+        optimizer="sgd",
+        lr=0.5,
+        momentum=0.9,
+        warmup_steps=warm,
+        schedule="cosine",
+        grad_clip=1.0,
+        seed=seed,
+        eval_batch_size=256,
+    )
     cbs = []
     if teleport:  # mid-warmup, alpha 0.2, M 8, 8 consecutive steps (App. E WikiText-103, scaled down); the
         # paper's unguarded rule, as in the paper's own LM arm
-        cbs.append(TeleportCallback(model=model, alpha=0.2, samples=8, start_step=warm // 2, steps=8, seed=seed,
-                                    max_cumulative_ratio=None))
+        cbs.append(
+            TeleportCallback(
+                model=model, alpha=0.2, samples=8, start_step=warm // 2, steps=8, seed=seed, max_cumulative_ratio=None
+            )
+        )
     vl = ValLossLog(split.val, every=10 if quick else 50, n=64 if quick else 512)
     cbs.append(vl)
     tr = Trainer(model, LanguageModeling(), split.train, None, tcfg, callbacks=cbs)

@@ -1,4 +1,5 @@
 """Baselines (App. A.1.3, B.3.1): naive, NTK (Nichani et al., Alg. 5), gradient-trained MLPs, GD encoder."""
+
 from __future__ import annotations
 
 import math
@@ -16,8 +17,9 @@ from symformer.facts.embeddings import validate_fact_set
 from symformer.facts.mlp import FactMLP
 
 
-def naive_mlp(keys: torch.Tensor, values: torch.Tensor, facts: torch.Tensor,
-              info: Decodability | None = None) -> FactMLP:
+def naive_mlp(
+    keys: torch.Tensor, values: torch.Tensor, facts: torch.Tensor, info: Decodability | None = None
+) -> FactMLP:
     """App. B.3.1: g(x) = W ReLU(K x - b), hidden |K|, Theta(d |K|) parameters. b_j in (beta_j, alpha_j)
     with alpha_j = |k_j|^2, beta_j = max_{i != j} <k_j, k_i>; column j of W = u*_{f(j)} / (alpha_j - b_j)."""
     validate_fact_set(keys, values, facts)
@@ -28,8 +30,11 @@ def naive_mlp(keys: torch.Tensor, values: torch.Tensor, facts: torch.Tensor,
     beta = gram.fill_diagonal_(float("-inf")).max(1).values if n > 1 else alpha - 1
     if bool((alpha <= beta).any()):
         bad = (alpha <= beta).nonzero().flatten()[:10].tolist()
-        fail("keys", f"keys {bad} with <k_j, k_i> >= |k_j|^2 for some i != j",
-             "keys that each have the largest inner product with themselves (general position for the naive MLP)")
+        fail(
+            "keys",
+            f"keys {bad} with <k_j, k_i> >= |k_j|^2 for some i != j",
+            "keys that each have the largest inner product with themselves (general position for the naive MLP)",
+        )
     b = 0.5 * (alpha + beta)
     U = require_vertices(values, info).U.double()
     mlp = FactMLP(d, n, activation="relu", gated=False, bias=True)
@@ -54,9 +59,17 @@ def hermite(z: torch.Tensor, k: int) -> torch.Tensor:
     return h1 / math.sqrt(math.factorial(k))
 
 
-def ntk_mlp(keys: torch.Tensor, values: torch.Tensor, facts: torch.Tensor, h: int, degree: int = 2,
-            margin_optimal: bool = False, activation: str = "silu", seed: int = 0,
-            info: Decodability | None = None) -> FactMLP:
+def ntk_mlp(
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    facts: torch.Tensor,
+    h: int,
+    degree: int = 2,
+    margin_optimal: bool = False,
+    activation: str = "silu",
+    seed: int = 0,
+    info: Decodability | None = None,
+) -> FactMLP:
     """Alg. 5 (the gated form of Nichani et al.): g(x) = P (sigma(W_gate x) * (W_up x)),
     W_up = (1/h) (H * (Y P))^T K with Hermite features H = He_k(K W_gate^T); optional Y = U*[f]."""
     validate_fact_set(keys, values, facts)
@@ -74,8 +87,8 @@ def ntk_mlp(keys: torch.Tensor, values: torch.Tensor, facts: torch.Tensor, h: in
     rows = max(1, NTK_BLOCK // h)
     W_up = torch.zeros(h, d, dtype=torch.float64)
     for s in range(0, n, rows):
-        Kb = K[s:s + rows]
-        W_up.addmm_((hermite(Kb @ W_gate.T, degree) * (Y[s:s + rows] @ P)).T, Kb)
+        Kb = K[s : s + rows]
+        W_up.addmm_((hermite(Kb @ W_gate.T, degree) * (Y[s : s + rows] @ P)).T, Kb)
     W_up /= h
     mlp = FactMLP(d, h, activation=activation, gated=True)
     with torch.no_grad():
@@ -85,10 +98,20 @@ def ntk_mlp(keys: torch.Tensor, values: torch.Tensor, facts: torch.Tensor, h: in
     return mlp
 
 
-def train_mlp(keys: torch.Tensor, values: torch.Tensor, facts: torch.Tensor, h: int, activation: str = "silu",
-              max_epochs: int = 20000, lr: float = 1e-3, final_lr: float = 1e-6, seed: int = 0,
-              dtype: torch.dtype = torch.float32, checkpoint: str | os.PathLike | None = None,
-              checkpoint_every: int = 500) -> FactMLP:
+def train_mlp(
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    facts: torch.Tensor,
+    h: int,
+    activation: str = "silu",
+    max_epochs: int = 20000,
+    lr: float = 1e-3,
+    final_lr: float = 1e-6,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+    checkpoint: str | os.PathLike | None = None,
+    checkpoint_every: int = 500,
+) -> FactMLP:
     """GD MLP (App. A.1.3): SwiGLU (activation "silu") or a plain ReLU MLP (activation "relu", the paper's
     ReLU fact MLPs of Sec. 5) with biases, cross-entropy on g(K) V^T, full-batch Adam, cosine lr -> final_lr
     over max_epochs, stopped at the first epoch that starts with every fact stored (the paper's "early
@@ -136,8 +159,16 @@ def _load_training(path: str | os.PathLike | None, parts: dict) -> int:
     return int(state["epoch"])
 
 
-def gd_encoder(keys: torch.Tensor, codes: torch.Tensor, h: int, steps: int = 1000, lr: float = 1e-2,
-               key_noise: float = 1e-7, seed: int = 0, dtype: torch.dtype = torch.float32) -> FactMLP:
+def gd_encoder(
+    keys: torch.Tensor,
+    codes: torch.Tensor,
+    h: int,
+    steps: int = 1000,
+    lr: float = 1e-2,
+    key_noise: float = 1e-7,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+) -> FactMLP:
     """GD encoder (App. A.1.3): gated MLP R^d -> R^m with a dense E (m x h), MSE to the codes with key
     noise 1e-7, Adam lr 1e-2, 1000 steps. Returned with D = 0 (attach a decoder)."""
     check_int("h", h, 1)

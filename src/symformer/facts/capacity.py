@@ -1,4 +1,5 @@
 """Full constructions (Alg. 1, Thm 4.3.1) by method name, and the capacity binary search (App. A.1.1-A.1.2)."""
+
 from __future__ import annotations
 
 import hashlib
@@ -25,8 +26,14 @@ DECODERS = ("jl", "jl-sign", "gd")
 BASELINES = ("naive", "ntk", "ntk-mo", "gd-swiglu", "gd-relu")
 METHODS = tuple(f"{e}+{d}" for e in ENCODERS for d in DECODERS) + BASELINES
 # which integer knob the capacity search moves (App. A.1.1): m for constructions, h for NTK / GD MLPs
-KNOB = {**{m: "m" for m in METHODS if "+" in m}, "ntk": "h", "ntk-mo": "h", "gd-swiglu": "h", "gd-relu": "h",
-        "naive": None}
+KNOB = {
+    **{m: "m" for m in METHODS if "+" in m},
+    "ntk": "h",
+    "ntk-mo": "h",
+    "gd-swiglu": "h",
+    "gd-relu": "h",
+    "naive": None,
+}
 
 
 class FactStorageError(ValueError):
@@ -35,21 +42,22 @@ class FactStorageError(ValueError):
 
 @dataclass
 class BuildOptions:
-    h_mult: float = 1.0            # encoder width multiplier (h~ = ceil(mult |K|/d~))
+    h_mult: float = 1.0  # encoder width multiplier (h~ = ceil(mult |K|/d~))
     encoder_hidden: int | None = None  # gadget width h~ per code, overriding h_mult (>= ceil(|K|/d~))
-    decoder_steps: int = 1000      # GD decoder (App. A.1.3)
-    encoder_steps: int = 1000      # GD encoder
-    train_epochs: int = 20000      # GD MLPs
+    decoder_steps: int = 1000  # GD decoder (App. A.1.3)
+    encoder_steps: int = 1000  # GD encoder
+    train_epochs: int = 20000  # GD MLPs
     train_lr: float = 1e-3
     ntk_degree: int = 2
-    whiten: float = 0.0            # partial ZCA strength alpha (App. A.1.3)
+    whiten: float = 0.0  # partial ZCA strength alpha (App. A.1.3)
     train_checkpoint: str | None = None  # GD MLPs: file where the training state is saved and resumed from
     decoder_early_stop: bool = True  # GD decoder stops once every value decodes (App. A.1.3: all steps)
-    codec_cache: str | None = None   # folder keeping each GD decoder built (same values, m, seed, steps: same codes)
+    codec_cache: str | None = None  # folder keeping each GD decoder built (same values, m, seed, steps: same codes)
 
 
-def _decoder(values: torch.Tensor, kind: str, m: int, seed: int, info: Decodability | None,
-             opts: BuildOptions) -> decoders.Decoder:
+def _decoder(
+    values: torch.Tensor, kind: str, m: int, seed: int, info: Decodability | None, opts: BuildOptions
+) -> decoders.Decoder:
     if kind == "gd":
         return _gd_decoder_cached(values, m, seed, opts)
     return decoders.jl_decoder(values, m, "sign" if kind == "jl-sign" else "gaussian", seed=seed, info=info)
@@ -60,8 +68,10 @@ def _gd_decoder_cached(values: torch.Tensor, m: int, seed: int, opts: BuildOptio
     and early stop alone (seeded stream, one thread), so Bin+GD and GD+GD evaluations at the same m and the
     GD+GD width search (m fixed at m^) read the same codes that a rebuild would give, without the 1000 steps
     (F = 4096: minutes each). The file is named by a hash of all of them."""
-    make = lambda: decoders.gd_decoder(values, m, steps=opts.decoder_steps, seed=seed,  # noqa: E731
-                                       early_stop=opts.decoder_early_stop)
+
+    def make() -> decoders.Decoder:
+        return decoders.gd_decoder(values, m, steps=opts.decoder_steps, seed=seed, early_stop=opts.decoder_early_stop)
+
     if opts.codec_cache is None:
         return make()
     h = hashlib.sha256(json.dumps([m, seed, opts.decoder_steps, opts.decoder_early_stop]).encode())
@@ -69,8 +79,11 @@ def _gd_decoder_cached(values: torch.Tensor, m: int, seed: int, opts: BuildOptio
     path = Path(opts.codec_cache) / f"gd_decoder_{h.hexdigest()[:20]}.pt"
     if path.exists():
         state = torch_load(path, "a cached GD decoder")
-        if isinstance(state, dict) and isinstance(state.get("C"), torch.Tensor) and isinstance(state.get("D"),
-                                                                                              torch.Tensor):
+        if (
+            isinstance(state, dict)
+            and isinstance(state.get("C"), torch.Tensor)
+            and isinstance(state.get("D"), torch.Tensor)
+        ):
             return decoders.Decoder(state["C"], state["D"], "gd")
     dec = make()
     save_atomic({"C": dec.C, "D": dec.D}, path)
@@ -81,8 +94,9 @@ def _encoder(keys: torch.Tensor, codes: torch.Tensor, kind: str, seed: int, opts
     n, d = keys.shape
     if kind == "gd":
         m = codes.shape[1]
-        return baselines.gd_encoder(keys, codes, h=max(1, math.ceil(m * n / d * opts.h_mult)),
-                                    steps=opts.encoder_steps, seed=seed)
+        return baselines.gd_encoder(
+            keys, codes, h=max(1, math.ceil(m * n / d * opts.h_mult)), steps=opts.encoder_steps, seed=seed
+        )
     if kind == "two-hot":
         return encoders.two_hot_encoder(keys, codes)
     if kind == "two-hot-gated":
@@ -90,8 +104,11 @@ def _encoder(keys: torch.Tensor, codes: torch.Tensor, kind: str, seed: int, opts
     bias = kind in ("bin-bias", "lagrangian")
     base = encoders.gadget_hidden(n, d, bias) * (2 if kind == "lagrangian" else 1)
     # Alg. 3: d h~ >= |K| gadget units per code, else the gadget system is underdetermined and cannot store f
-    ht = (max(base, math.ceil(opts.h_mult * base)) if opts.encoder_hidden is None
-          else check_int("options.encoder_hidden", opts.encoder_hidden, base))
+    ht = (
+        max(base, math.ceil(opts.h_mult * base))
+        if opts.encoder_hidden is None
+        else check_int("options.encoder_hidden", opts.encoder_hidden, base)
+    )
     if kind == "cd":
         return encoders.central_difference_encoder(keys, codes, ht, seed=seed)
     if kind == "lagrangian":
@@ -104,10 +121,19 @@ def _encoder(keys: torch.Tensor, codes: torch.Tensor, kind: str, seed: int, opts
 M_START, M_MAX = 32, 4096
 
 
-def build_fact_mlp(keys: torch.Tensor, values: torch.Tensor, facts: torch.Tensor, method: str = "bin+jl",
-                   m: int | None = None, h: int | None = None, seed: int = 0, strict: bool = True,
-                   info: Decodability | None = None, options: BuildOptions | None = None,
-                   max_m: int = M_MAX) -> FactMLP:
+def build_fact_mlp(
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    facts: torch.Tensor,
+    method: str = "bin+jl",
+    m: int | None = None,
+    h: int | None = None,
+    seed: int = 0,
+    strict: bool = True,
+    info: Decodability | None = None,
+    options: BuildOptions | None = None,
+    max_m: int = M_MAX,
+) -> FactMLP:
     """Build an MLP storing f (eq. 1) with `method` (see METHODS). Returns the FactMLP with `.accuracy`,
     `.method` and `.n_facts`; with strict=True a method that does not store every fact raises FactStorageError.
 
@@ -143,13 +169,24 @@ def build_fact_mlp(keys: torch.Tensor, values: torch.Tensor, facts: torch.Tensor
     mlp.method, mlp.n_facts = method, int(facts.numel())
     mlp.accuracy = fact_accuracy(mlp, keys, values, facts)
     if strict and mlp.accuracy < 1.0:
-        raise FactStorageError(f"method {method!r} (m={m}, h={h}) stores {mlp.accuracy:.2%} of the "
-                               f"{len(facts)} facts, expected all of them: increase m or h")
+        raise FactStorageError(
+            f"method {method!r} (m={m}, h={h}) stores {mlp.accuracy:.2%} of the "
+            f"{len(facts)} facts, expected all of them: increase m or h"
+        )
     return mlp
 
 
-def _smallest_width(keys: torch.Tensor, values: torch.Tensor, facts: torch.Tensor, method: str, seed: int,
-                    strict: bool, info: Decodability | None, opts: BuildOptions, max_m: int) -> FactMLP:
+def _smallest_width(
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    facts: torch.Tensor,
+    method: str,
+    seed: int,
+    strict: bool,
+    info: Decodability | None,
+    opts: BuildOptions,
+    max_m: int,
+) -> FactMLP:
     """The MLP of a construction at the decoder width m <= max_m that App. A.1.2's search finds (`capacity_search`:
     m = 32, 64, ... up to the first width storing every fact, then bisection below it), every width built with
     `seed`, so the result is build_fact_mlp(..., m=result.down.m, seed=seed). The search takes storing to be
@@ -164,9 +201,8 @@ def _smallest_width(keys: torch.Tensor, values: torch.Tensor, facts: torch.Tenso
 
     def evaluate(size: int, _seed_index: int) -> tuple[float, int]:
         try:
-            mlp = build_fact_mlp(keys, values, facts, method, m=size, seed=seed, strict=False, info=info,
-                                 options=opts)
-        except (torch.linalg.LinAlgError, ValueError) as e:   # a gadget system not solvable at this width
+            mlp = build_fact_mlp(keys, values, facts, method, m=size, seed=seed, strict=False, info=info, options=opts)
+        except (torch.linalg.LinAlgError, ValueError) as e:  # a gadget system not solvable at this width
             errors[size] = e
             return 0.0, 0
         if mlp.accuracy >= 1.0:
@@ -182,11 +218,12 @@ def _smallest_width(keys: torch.Tensor, values: torch.Tensor, facts: torch.Tenso
     if len(errors) == len(seen) and isinstance(errors[max_m], ValueError):
         raise errors[max_m]  # no width could be built (keys not of the method's form, ...): that is the error
     if strict or max_m not in widest:
-        why = f"m = {max_m}: {errors[max_m]}" if max_m in errors else \
-            f"m = {max_m} stores {seen[max_m][0]:.2%}"
-        raise FactStorageError(f"m: got None (search for the smallest width m <= {max_m}), expected a width at "
-                               f"which method {method!r} stores all {len(facts)} facts; none does ({why}): "
-                               f"raise max_m or pick another method") from errors.get(max_m)
+        why = f"m = {max_m}: {errors[max_m]}" if max_m in errors else f"m = {max_m} stores {seen[max_m][0]:.2%}"
+        raise FactStorageError(
+            f"m: got None (search for the smallest width m <= {max_m}), expected a width at "
+            f"which method {method!r} stores all {len(facts)} facts; none does ({why}): "
+            f"raise max_m or pick another method"
+        ) from errors.get(max_m)
     return widest[max_m]
 
 
@@ -194,30 +231,41 @@ def _baseline(K, V, facts, method, h, seed, info, opts) -> FactMLP:
     if method == "naive":
         return baselines.naive_mlp(K, V, facts, info=info)
     if method in ("ntk", "ntk-mo"):
-        return baselines.ntk_mlp(K, V, facts, h, degree=opts.ntk_degree, margin_optimal=method == "ntk-mo",
-                                 seed=seed, info=info)
-    return baselines.train_mlp(K, V, facts, h, activation="silu" if method == "gd-swiglu" else "relu",
-                               max_epochs=opts.train_epochs, lr=opts.train_lr, seed=seed,
-                               checkpoint=opts.train_checkpoint)
+        return baselines.ntk_mlp(
+            K, V, facts, h, degree=opts.ntk_degree, margin_optimal=method == "ntk-mo", seed=seed, info=info
+        )
+    return baselines.train_mlp(
+        K,
+        V,
+        facts,
+        h,
+        activation="silu" if method == "gd-swiglu" else "relu",
+        max_epochs=opts.train_epochs,
+        lr=opts.train_lr,
+        seed=seed,
+        checkpoint=opts.train_checkpoint,
+    )
 
 
 # ---- capacity --------------------------------------------------------------------------------------
 
+
 @dataclass
 class CapacityResult:
     method: str
-    size: int | None                 # smallest knob value storing every fact (None: not found <= max)
+    size: int | None  # smallest knob value storing every fact (None: not found <= max)
     params: int | None
     n_facts: int
     n_values: int
     facts_per_param: float | None
-    bits_per_param: float | None     # F log2 |V| / params
-    info_bits: float                 # the information-theoretic content F log2 |V| (Prop. 2.1.1)
-    evaluations: dict = field(default_factory=dict)   # knob -> (min accuracy over seeds, params)
+    bits_per_param: float | None  # F log2 |V| / params
+    info_bits: float  # the information-theoretic content F log2 |V| (Prop. 2.1.1)
+    evaluations: dict = field(default_factory=dict)  # knob -> (min accuracy over seeds, params)
 
 
-def capacity_search(evaluate: Callable[[int, int], tuple[float, int]], n_seeds: int, lo: int, hi: int,
-                    max_size: int | None = None) -> tuple[int | None, dict]:
+def capacity_search(
+    evaluate: Callable[[int, int], tuple[float, int]], n_seeds: int, lo: int, hi: int, max_size: int | None = None
+) -> tuple[int | None, dict]:
     """Smallest integer knob in [lo, max_size] whose minimum accuracy over seeds is 1.0 (App. A.1.2),
     assuming success is monotone in the knob. `evaluate(size, seed) -> (accuracy, params)`."""
     check_int("lo", lo, 1)
@@ -258,8 +306,13 @@ class _Remembered:
 
     def __init__(self, work_dir: str | os.PathLike, method: str, fact_sets: Sequence[FactSet], opts: BuildOptions):
         h = hashlib.sha256(method.encode())
-        h.update(json.dumps({k: v for k, v in vars(opts).items() if k not in ("train_checkpoint", "codec_cache")},
-                            sort_keys=True, default=str).encode())
+        h.update(
+            json.dumps(
+                {k: v for k, v in vars(opts).items() if k not in ("train_checkpoint", "codec_cache")},
+                sort_keys=True,
+                default=str,
+            ).encode()
+        )
         for fs in fact_sets:
             for t in (fs.keys, fs.values, fs.facts):
                 h.update(str(t.dtype).encode() + t.detach().cpu().contiguous().numpy().tobytes())
@@ -282,8 +335,11 @@ class _Remembered:
         except (json.JSONDecodeError, UnicodeDecodeError):
             seen = None
         if not isinstance(seen, dict) or not all(isinstance(v, list) and len(v) == 2 for v in seen.values()):
-            fail("work_dir", str(self.path), "a remembered-evaluations file of {key: [accuracy, parameters]} "
-                 "(delete it to search afresh)")
+            fail(
+                "work_dir",
+                str(self.path),
+                "a remembered-evaluations file of {key: [accuracy, parameters]} (delete it to search afresh)",
+            )
         return seen
 
     def __call__(self, key: str, build: Callable[[str], tuple[float, int]]) -> tuple[float, int]:
@@ -296,9 +352,16 @@ class _Remembered:
         return acc, params
 
 
-def method_capacity(method: str, fact_sets: Sequence[FactSet], lo: int, hi: int, max_size: int | None = None,
-                    options: BuildOptions | None = None, infos: Sequence[Decodability] | None = None,
-                    work_dir: str | os.PathLike | None = None) -> CapacityResult:
+def method_capacity(
+    method: str,
+    fact_sets: Sequence[FactSet],
+    lo: int,
+    hi: int,
+    max_size: int | None = None,
+    options: BuildOptions | None = None,
+    infos: Sequence[Decodability] | None = None,
+    work_dir: str | os.PathLike | None = None,
+) -> CapacityResult:
     """Capacity of one method over fact sets (one per seed): smallest knob, its parameter count, facts and
     bits per parameter. With `work_dir` every evaluation is remembered there and GD trainings checkpoint there,
     so a call after a kill continues the search (same results: each build seeds itself)."""
@@ -325,11 +388,21 @@ def method_capacity(method: str, fact_sets: Sequence[FactSet], lo: int, hi: int,
 
         def build(o: BuildOptions) -> tuple[float, int]:
             try:
-                mlp = build_fact_mlp(fs.keys, fs.values, fs.facts, method, seed=s, strict=False,
-                                     info=infos[s] if infos else None, options=o, **kw)
-            except (torch.linalg.LinAlgError, ValueError):   # a gadget system that is not solvable
+                mlp = build_fact_mlp(
+                    fs.keys,
+                    fs.values,
+                    fs.facts,
+                    method,
+                    seed=s,
+                    strict=False,
+                    info=infos[s] if infos else None,
+                    options=o,
+                    **kw,
+                )
+            except (torch.linalg.LinAlgError, ValueError):  # a gadget system that is not solvable
                 return 0.0, 0
             return mlp.accuracy, count_params(mlp)
+
         return remembered(f"size={size}_seed={s}", build, opts)
 
     size, seen = capacity_search(evaluate, len(fact_sets), lo, hi, max_size)
@@ -345,6 +418,7 @@ def method_capacity(method: str, fact_sets: Sequence[FactSet], lo: int, hi: int,
             def build(o: BuildOptions) -> tuple[float, int]:
                 mlp = build_fact_mlp(fs.keys, fs.values, fs.facts, method, m=m_hat, seed=s, strict=False, options=o)
                 return mlp.accuracy, count_params(mlp)
+
             return remembered(f"m={m_hat}_h_mult={k}_8_seed={s}", build, replace(opts, h_mult=k / 8))
 
         k, seen_w = capacity_search(evaluate_width, len(fact_sets), 1, 16, 16)
@@ -353,5 +427,6 @@ def method_capacity(method: str, fact_sets: Sequence[FactSet], lo: int, hi: int,
             seen = {**seen, **{f"h_mult={kk / 8}": v for kk, v in seen_w.items()}}
     F, nv = fact_sets[0].keys.shape[0], fact_sets[0].values.shape[0]
     bits = F * math.log2(max(nv, 2))
-    return CapacityResult(method, size, params, F, nv, F / params if params else None,
-                          bits / params if params else None, bits, seen)
+    return CapacityResult(
+        method, size, params, F, nv, F / params if params else None, bits / params if params else None, bits, seen
+    )

@@ -20,6 +20,7 @@ conv{x_ij}, so an upper bound on the distance). `gap` = upper - lower; a vertex 
 lower > 0 and the gap is below `GAP_TOL`, a non-vertex only when upper <= `NV_TOL` (0 is in the hull up to
 rounding). Anything else raises `DecodabilityNotConverged` naming the anchors.
 """
+
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
@@ -29,10 +30,10 @@ import torch
 
 from symformer._validation import check_int, check_tensor, fail
 
-GAP_TOL = 1e-8    # certified |upper - lower| on rho_i (rho_i in [-1, 1]): far below the 1e-6 of issue #11
-NV_TOL = 1e-9     # a non-vertex: the distance from 0 to conv{x_ij} is at most this
-STAGES = (1e2, 1e4)          # penalty continuation; the polish makes the working-set solution exact
-INFEASIBLE_STAGES = (1e6, 1e8, 1e10)   # where the polish fails: drive |X^T a| / 1^T a -> 0 (a non-vertex)
+GAP_TOL = 1e-8  # certified |upper - lower| on rho_i (rho_i in [-1, 1]): far below the 1e-6 of issue #11
+NV_TOL = 1e-9  # a non-vertex: the distance from 0 to conv{x_ij} is at most this
+STAGES = (1e2, 1e4)  # penalty continuation; the polish makes the working-set solution exact
+INFEASIBLE_STAGES = (1e6, 1e8, 1e10)  # where the polish fails: drive |X^T a| / 1^T a -> 0 (a non-vertex)
 
 
 class DecodabilityNotConverged(RuntimeError):
@@ -41,19 +42,21 @@ class DecodabilityNotConverged(RuntimeError):
     def __init__(self, anchors: list[int], gaps: list[float]):
         self.anchors = anchors
         shown = ", ".join(f"{a} (gap {g:.2e})" for a, g in zip(anchors[:20], gaps[:20]))
-        super().__init__(f"decodability: rho_i not certified for anchor(s) {shown}"
-                         f"{'...' if len(anchors) > 20 else ''}; expected a duality gap <= {GAP_TOL:g}")
+        super().__init__(
+            f"decodability: rho_i not certified for anchor(s) {shown}"
+            f"{'...' if len(anchors) > 20 else ''}; expected a duality gap <= {GAP_TOL:g}"
+        )
 
 
 @dataclass
 class Decodability:
-    rho: float                  # min_i rho_i (eq. 3)
-    rho_i: torch.Tensor         # (|V|,) certified per-anchor values; 0 for non-vertices
-    U: torch.Tensor             # (|V|, d) unit margin-optimal directions u_i* (eq. 4)
-    not_vertices: list[int]     # indices i that are not vertices of conv(V) (never decodable)
+    rho: float  # min_i rho_i (eq. 3)
+    rho_i: torch.Tensor  # (|V|,) certified per-anchor values; 0 for non-vertices
+    U: torch.Tensor  # (|V|, d) unit margin-optimal directions u_i* (eq. 4)
+    not_vertices: list[int]  # indices i that are not vertices of conv(V) (never decodable)
     iterations: int = 0
     gap: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.float64))  # upper - lower
-    max_gap: float = 0.0        # max certified duality gap over the anchors
+    max_gap: float = 0.0  # max certified duality gap over the anchors
 
 
 def _sq_dists(V: torch.Tensor, idx: torch.Tensor, block: int = 1 << 13) -> torch.Tensor:
@@ -67,7 +70,7 @@ def _sq_dists(V: torch.Tensor, idx: torch.Tensor, block: int = 1 << 13) -> torch
     d2 = (scale - 2 * Vc[idx] @ Vc.T).clamp_min(0)
     bi, bj = (d2 < 1e-2 * scale).nonzero(as_tuple=True)
     for s in range(0, len(bi), block):
-        i, j = bi[s:s + block], bj[s:s + block]
+        i, j = bi[s : s + block], bj[s : s + block]
         d2[i, j] = (V[idx[i]] - V[j]).pow(2).sum(1)
     return d2
 
@@ -77,11 +80,11 @@ class _Chunk:
 
     def __init__(self, V: torch.Tensor, idx: torch.Tensor, inv: torch.Tensor | None = None):
         self.V, self.idx = V, idx
-        self.A = V[idx]                                                     # (B, d) anchors
+        self.A = V[idx]  # (B, d) anchors
         if inv is None:
             d2 = _sq_dists(V, idx)
-            d2[torch.arange(len(idx)), idx] = float("inf")                  # the anchor itself: no constraint
-            inv = 1.0 / d2.sqrt()                                           # rows are distinct (validated)
+            d2[torch.arange(len(idx)), idx] = float("inf")  # the anchor itself: no constraint
+            inv = 1.0 / d2.sqrt()  # rows are distinct (validated)
         self.inv = inv
         self.self_mask = inv == 0
 
@@ -94,7 +97,7 @@ class _Chunk:
 
     def rows(self, jj: torch.Tensor) -> torch.Tensor:
         """x_ij for the gathered indices jj (B, k) -> (B, k, d)."""
-        Vj = torch.index_select(self.V, 0, jj.reshape(-1)).view(*jj.shape, -1)   # (faster than V[jj])
+        Vj = torch.index_select(self.V, 0, jj.reshape(-1)).view(*jj.shape, -1)  # (faster than V[jj])
         return torch.sub(self.A[:, None, :], Vj, out=Vj).mul_(self.inv.gather(1, jj)[..., None])
 
 
@@ -129,7 +132,7 @@ class _Working:
         """G v for a batch of K-vectors v (B, K)."""
         if self.XT is not None:
             return _bmv(_bmv(v, self.X), self.XT)
-        return _bmv(v, self.G)              # G is symmetric
+        return _bmv(v, self.G)  # G is symmetric
 
     def block(self, jj: torch.Tensor) -> torch.Tensor:
         """G[jj, jj] per anchor, (B, k, k), by one gather on the flattened Gram matrix."""
@@ -176,8 +179,8 @@ def _newton(sub: _Working, c: torch.Tensor, beta: torch.Tensor, C: float, iters:
         rhs = (m - C * sub.gv(r)).gather(1, jj) * a
         z = _spd_solve(M, rhs, check=False) * a
         delta = (C * r).scatter_add_(1, jj, z)
-        e = delta - beta                                      # dw = -c w0 + X^T e
-        sm = sub.gv(delta) - m                                # X dw
+        e = delta - beta  # dw = -c w0 + X^T e
+        sm = sub.gv(delta) - m  # X dw
         cn0, em0 = c * c * sub.n0, c * (e * sub.m0).sum(-1)
         ww = cn0 + c * (beta * sub.m0).sum(-1) + (beta * m).sum(-1)
         wd = em0 - cn0 + (beta * sm).sum(-1)
@@ -296,8 +299,8 @@ def _initial(ch: _Chunk, V: torch.Tensor) -> torch.Tensor:
 def _next_working_set(m: torch.Tensor, S: torch.Tensor, alpha: torch.Tensor, K: int) -> tuple[torch.Tensor, int]:
     """Keep the support (alpha > 0) of the last working set, fill up with the tightest of all constraints."""
     n_supp = int((alpha > 0).sum(1).max())
-    if n_supp > K - K // 4:      # the support crowds the working set: give the new cuts room
-        K = min(m.shape[1] - 1, n_supp + K // 2)    # (not 2K: the Gram matrix costs K^2 d per anchor)
+    if n_supp > K - K // 4:  # the support crowds the working set: give the new cuts room
+        K = min(m.shape[1] - 1, n_supp + K // 2)  # (not 2K: the Gram matrix costs K^2 d per anchor)
     key = m.clone()
     key.scatter_(1, S, torch.where(alpha > 0, float("-inf"), m.gather(1, S)))
     return key.topk(K, dim=1, largest=False).indices, K
@@ -369,11 +372,11 @@ def _wolfe_min_norm_point(X: torch.Tensor, iters: int = 2000) -> tuple[torch.Ten
         m = X @ p
         j = int(m.argmin())
         pp = float(p @ p)
-        if pp <= NV_TOL ** 2 or pp - float(m[j]) <= 1e-3 * GAP_TOL * pp ** 0.5 or j in S:
+        if pp <= NV_TOL**2 or pp - float(m[j]) <= 1e-3 * GAP_TOL * pp**0.5 or j in S:
             break
         S.append(j)
         lam = torch.cat([lam, lam.new_zeros(1)])
-        for _ in range(len(S) + 1):                  # minor cycles: at most one drop each
+        for _ in range(len(S) + 1):  # minor cycles: at most one drop each
             # affine minimiser of span S: p = y_k + D mu', D = [y_i - y_k] (least squares on D, not on the
             # normal equations, whose squared condition number loses the tiny |p| of nearly degenerate sets)
             Y = X[S]
@@ -397,7 +400,7 @@ def _wolfe_min_norm_point(X: torch.Tensor, iters: int = 2000) -> tuple[torch.Ten
 
 def _fallback(V: torch.Tensor, i: int) -> tuple[float, torch.Tensor, float, bool, bool]:
     """One anchor by Wolfe's method: (rho_i, u, gap, vertex, certified)."""
-    diff = V[i] - torch.cat([V[:i], V[i + 1:]])
+    diff = V[i] - torch.cat([V[:i], V[i + 1 :]])
     X = diff / diff.norm(dim=1, keepdim=True)
     p, _ = _wolfe_min_norm_point(X)
     upper = float(p.norm())
@@ -455,8 +458,15 @@ def decodability(values: torch.Tensor, chunk: int | None = None, newton_iters: i
     if not bool(certified.all()):
         bad = (~certified).nonzero().flatten()
         raise DecodabilityNotConverged(bad.tolist(), gap[bad].tolist())
-    return Decodability(float(rho_i.min()), rho_i, U.to(values.dtype), (~vertex).nonzero().flatten().tolist(),
-                        its, gap, float(gap.max()))
+    return Decodability(
+        float(rho_i.min()),
+        rho_i,
+        U.to(values.dtype),
+        (~vertex).nonzero().flatten().tolist(),
+        its,
+        gap,
+        float(gap.max()),
+    )
 
 
 def require_vertices(values: torch.Tensor, info: Decodability | None = None, name: str = "values") -> Decodability:
@@ -464,8 +474,12 @@ def require_vertices(values: torch.Tensor, info: Decodability | None = None, nam
     info = info or decodability(values)
     if info.not_vertices:
         shown = info.not_vertices[:20]
-        fail(name, f"values {shown}{'...' if len(info.not_vertices) > 20 else ''} that are not vertices of their "
-             f"convex hull (rho_i <= 0)", "every value a vertex (rho(V) > 0) so that it can be decoded")
+        fail(
+            name,
+            f"values {shown}{'...' if len(info.not_vertices) > 20 else ''} that are not vertices of their "
+            f"convex hull (rho_i <= 0)",
+            "every value a vertex (rho(V) > 0) so that it can be decoded",
+        )
     return info
 
 

@@ -1,4 +1,5 @@
 """Decoders: compressed codes C (|V| x m) and D (d x m) with <v_i, D c_i> > <v_j, D c_i> (eq. 7, Sec. 4.2)."""
+
 from __future__ import annotations
 
 import math
@@ -13,8 +14,8 @@ from symformer.facts.decodability import Decodability, decodability, require_ver
 
 @dataclass
 class Decoder:
-    C: torch.Tensor      # (|V|, m) codes
-    D: torch.Tensor      # (d, m)
+    C: torch.Tensor  # (|V|, m) codes
+    D: torch.Tensor  # (d, m)
     kind: str
 
 
@@ -24,8 +25,9 @@ def decodes(dec: Decoder, values: torch.Tensor) -> float:
     return float((s.argmax(1) == torch.arange(values.shape[0])).double().mean())
 
 
-def jl_decoder(values: torch.Tensor, m: int, kind: str = "gaussian", seed: int = 0,
-               info: Decodability | None = None) -> Decoder:
+def jl_decoder(
+    values: torch.Tensor, m: int, kind: str = "gaussian", seed: int = 0, info: Decodability | None = None
+) -> Decoder:
     """Alg. 4 / Construction 4.2: D i.i.d. Gaussian (or +-1) d x m, C = U* D. Works w.h.p. once
     m >= 32 rho^-2 ln(4|K|(|K|-1)/delta) (Thm B.5.3)."""
     check_tensor("values", values, 2)
@@ -43,11 +45,18 @@ def jl_decoder(values: torch.Tensor, m: int, kind: str = "gaussian", seed: int =
 
 def jl_bound(rho: float, n_keys: int, delta: float = 1 / 3) -> int:
     """Thm B.5.3's sufficient m (a loose upper bound; the capacity search finds the real one)."""
-    return math.ceil(32 / rho ** 2 * math.log(4 * n_keys * max(1, n_keys - 1) / delta))
+    return math.ceil(32 / rho**2 * math.log(4 * n_keys * max(1, n_keys - 1) / delta))
 
 
-def gd_decoder(values: torch.Tensor, m: int, steps: int = 1000, lr: float = 1.0, seed: int = 0,
-               dtype: torch.dtype = torch.float32, early_stop: bool = True) -> Decoder:
+def gd_decoder(
+    values: torch.Tensor,
+    m: int,
+    steps: int = 1000,
+    lr: float = 1.0,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+    early_stop: bool = True,
+) -> Decoder:
     """GD decoder (App. A.1.3): learn C (|V| x m), M (m x d); scores (C M) V^T; cross-entropy; full-batch
     Adam lr 1 with cosine decay to 0.01, 1000 steps. Afterwards the rows of C are normalised (argmax per
     row is scale-free) and M is scaled by one scalar; normalising M's rows, as the appendix says, changes

@@ -6,6 +6,7 @@ their gradients to memory every epoch (half of an epoch's time at F = 4096). Her
 blocks of rows that stay in cache: logits, a stable softmax in place, the loss, how many rows decode to their
 fact (eq. 1, argmax over the values), and the gradient (softmax - one-hot) @ V, which backward only scales.
 Values and gradients match autograd's to rounding (tests: float64, gradcheck)."""
+
 from __future__ import annotations
 
 import torch
@@ -31,18 +32,18 @@ class _DotProductCE(torch.autograd.Function):
         grad_out = torch.empty_like(out)
         grad_v = torch.zeros_like(values) if ctx.needs_input_grad[1] else None
         for s in range(0, n, block):
-            o, t = out[s:s + block], targets[s:s + block]
+            o, t = out[s : s + block], targets[s : s + block]
             rows = torch.arange(o.shape[0], device=out.device)
             logits = o @ values.T
             top, arg = logits.max(1)
             correct += (arg == t).sum()
-            loss += (top - logits[rows, t]).sum()           # log-sum-exp - target logit = top + log z - target
-            p = logits.sub_(top[:, None]).exp_()             # in place: the block is not needed again
+            loss += (top - logits[rows, t]).sum()  # log-sum-exp - target logit = top + log z - target
+            p = logits.sub_(top[:, None]).exp_()  # in place: the block is not needed again
             z = p.sum(1)
             loss += z.log().sum()
             p.div_(z[:, None])
-            p[rows, t] -= 1.0                                # softmax - one-hot: d loss_i / d logits_i
-            torch.mm(p, values, out=grad_out[s:s + block])
+            p[rows, t] -= 1.0  # softmax - one-hot: d loss_i / d logits_i
+            torch.mm(p, values, out=grad_out[s : s + block])
             if grad_v is not None:
                 grad_v.addmm_(p.T, o)
         ctx.save_for_backward(grad_out.div_(n), None if grad_v is None else grad_v.div_(n))
@@ -56,8 +57,9 @@ class _DotProductCE(torch.autograd.Function):
         return grad_loss * grad_out, None if grad_v is None else grad_loss * grad_v, None, None
 
 
-def dot_product_cross_entropy(out: torch.Tensor, values: torch.Tensor, targets: torch.Tensor,
-                              block_rows: int = BLOCK_ROWS, check: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+def dot_product_cross_entropy(
+    out: torch.Tensor, values: torch.Tensor, targets: torch.Tensor, block_rows: int = BLOCK_ROWS, check: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(mean cross-entropy of the logits out @ values.T against `targets`, how many rows' argmax is their
     target). Same value and gradients as `F.cross_entropy(out @ values.T, targets)` (first order only).
     `check=False` skips the argument checks (a training loop that validated its data once calls it per epoch)."""
@@ -77,8 +79,12 @@ def _check(out, values, targets, block_rows) -> None:
     if values.dtype != out.dtype:
         fail("values", values.dtype, f"the dtype of out, {out.dtype}", TypeError)
     if not isinstance(targets, torch.Tensor) or targets.dtype != torch.long or targets.shape != out.shape[:1]:
-        fail("targets", getattr(targets, "shape", type(targets).__name__), f"a LongTensor of shape ({len(out)},)",
-             TypeError)
+        fail(
+            "targets",
+            getattr(targets, "shape", type(targets).__name__),
+            f"a LongTensor of shape ({len(out)},)",
+            TypeError,
+        )
     if values.device != out.device or targets.device != out.device:
         fail("values/targets", f"devices {values.device}/{targets.device}", f"out's device {out.device}")
     if len(targets) and (int(targets.min()) < 0 or int(targets.max()) >= values.shape[0]):

@@ -10,6 +10,7 @@ keys k (d_in) and outputs values W k (fact-storing-mlps.txt App. A.3.4 compares 
   Delta^T = (P (K1 K1^T + K_p K_p^T) + l2 I)^-1 P K1 R^T (K_p: keys edited before; l2 as its L2 hparam).
 Columns are keys / values (the papers' layout). All math in float64.
 """
+
 from __future__ import annotations
 
 import torch
@@ -37,8 +38,9 @@ def _check_shapes(W: torch.Tensor, C: torch.Tensor, keys: torch.Tensor, values: 
         fail("values", f"shape {tuple(values.shape)}", f"({d_out}, {tuple(keys.shape[1:])}) matching the keys")
 
 
-def rome_update(W: torch.Tensor, C: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                c_inv_key: torch.Tensor | None = None) -> torch.Tensor:
+def rome_update(
+    W: torch.Tensor, C: torch.Tensor, key: torch.Tensor, value: torch.Tensor, c_inv_key: torch.Tensor | None = None
+) -> torch.Tensor:
     """ROME's rank-one Delta: afterwards (W + Delta) key = value exactly; inputs x with x^T C^-1 key = 0 keep
     their outputs. `c_inv_key`, when given, is C^-1 key already solved (it depends on neither W nor value)."""
     W, C = _as64("W", W, 2), _as64("C", C, 2)
@@ -52,8 +54,9 @@ def rome_update(W: torch.Tensor, C: torch.Tensor, key: torch.Tensor, value: torc
     return torch.outer(v - W @ k, u) / denom
 
 
-def memit_update(W: torch.Tensor, C: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-                 lam: float) -> torch.Tensor:
+def memit_update(
+    W: torch.Tensor, C: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, lam: float
+) -> torch.Tensor:
     """MEMIT's batch Delta = R K1^T (lam C + K1 K1^T)^-1 (keys/values as columns; `lam` = mom2_update_weight)."""
     W, C = _as64("W", W, 2), _as64("C", C, 2)
     K, V = _as64("keys", keys, 2), _as64("values", values, 2)
@@ -63,7 +66,7 @@ def memit_update(W: torch.Tensor, C: torch.Tensor, keys: torch.Tensor, values: t
     A = lam * C + K @ K.T
     if lam == 0:  # A = K K^T is singular when n < h: the minimum-norm solution (SVD), not an LU of a singular A
         return torch.linalg.lstsq(A, K @ R.T, driver="gelsd").solution.T
-    return torch.linalg.solve(A, K @ R.T).T         # A symmetric: R K^T A^-1 = (A^-1 K R^T)^T
+    return torch.linalg.solve(A, K @ R.T).T  # A symmetric: R K^T A^-1 = (A^-1 K R^T)^T
 
 
 def null_space_projector(C: torch.Tensor, tol: float) -> torch.Tensor:
@@ -76,8 +79,14 @@ def null_space_projector(C: torch.Tensor, tol: float) -> torch.Tensor:
     return U0 @ U0.T
 
 
-def alphaedit_update(W: torch.Tensor, P: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-                     l2: float = 10.0, prev_keys: torch.Tensor | None = None) -> torch.Tensor:
+def alphaedit_update(
+    W: torch.Tensor,
+    P: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    l2: float = 10.0,
+    prev_keys: torch.Tensor | None = None,
+) -> torch.Tensor:
     """AlphaEdit's Delta (applied as W + Delta): Delta K0 = 0 for every preserved key K0 that P annihilates,
     and Delta minimises ||Delta K1 - R||^2 + ||Delta K_p||^2 + l2 ||Delta||^2 over Delta = Delta P."""
     W, P = _as64("W", W, 2), _as64("P", P, 2)

@@ -2,6 +2,7 @@
 
 A fact set is a map f: [|K|] -> [|V|] stored as a LongTensor `facts` of length |K| (facts[i] = f(i)).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,8 +22,9 @@ def _gen(seed: int | torch.Generator | None) -> torch.Generator:
     return g
 
 
-def random_fact_map(n_keys: int, n_values: int | None = None, bijective: bool = True,
-                    seed: int | torch.Generator | None = 0) -> torch.Tensor:
+def random_fact_map(
+    n_keys: int, n_values: int | None = None, bijective: bool = True, seed: int | torch.Generator | None = 0
+) -> torch.Tensor:
     """A random fact set f: [n_keys] -> [n_values]; bijective (a permutation, App. A.1.1) or i.i.d. uniform."""
     check_int("n_keys", n_keys, 1)
     n_values = n_keys if n_values is None else check_int("n_values", n_values, 1)
@@ -34,8 +36,14 @@ def random_fact_map(n_keys: int, n_values: int | None = None, bijective: bool = 
     return torch.randint(0, n_values, (n_keys,), generator=g)
 
 
-def sample_embeddings(n: int, d: int, kind: str = "sphere", kappa: float = 1.0,
-                      seed: int | torch.Generator | None = 0, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+def sample_embeddings(
+    n: int,
+    d: int,
+    kind: str = "sphere",
+    kappa: float = 1.0,
+    seed: int | torch.Generator | None = 0,
+    dtype: torch.dtype = torch.float64,
+) -> torch.Tensor:
     """n embeddings in R^d: uniform on the unit sphere or standard Gaussian, then made anisotropic with
     condition number `kappa` by a log-affine rescaling of the singular values (App. A.1.1)."""
     check_int("n", n, 1)
@@ -63,8 +71,9 @@ def set_condition_number(x: torch.Tensor, kappa: float) -> torch.Tensor:
     return (u * torch.exp(new)) @ vh
 
 
-def sentence_like_embeddings(n: int, d: int, kappa: float = 15.0, seed: int = 0,
-                             dtype: torch.dtype = torch.float64) -> torch.Tensor:
+def sentence_like_embeddings(
+    n: int, d: int, kappa: float = 15.0, seed: int = 0, dtype: torch.dtype = torch.float64
+) -> torch.Tensor:
     """Gaussian rows whose CENTRED matrix has condition number `kappa` (about 15 for sentence-model
     embeddings, issue #11), plus a common offset of the rows' typical norm (the shared direction such
     embeddings have; rho depends on differences only, so it does not change rho)."""
@@ -93,13 +102,21 @@ def coherence(x: torch.Tensor) -> float:
 
 @dataclass
 class FactSet:
-    keys: torch.Tensor      # (|K|, d)
-    values: torch.Tensor    # (|V|, d)
-    facts: torch.Tensor     # (|K|,) long, facts[i] = f(i)
+    keys: torch.Tensor  # (|K|, d)
+    values: torch.Tensor  # (|V|, d)
+    facts: torch.Tensor  # (|K|,) long, facts[i] = f(i)
 
 
-def make_fact_set(n_facts: int, d: int, kind: str = "sphere", kappa: float = 1.0, tied: bool = True,
-                  bijective: bool = True, n_values: int | None = None, seed: int = 0) -> FactSet:
+def make_fact_set(
+    n_facts: int,
+    d: int,
+    kind: str = "sphere",
+    kappa: float = 1.0,
+    tied: bool = True,
+    bijective: bool = True,
+    n_values: int | None = None,
+    seed: int = 0,
+) -> FactSet:
     """The paper's default task: F keys = values (tied) on the sphere, a random bijection (App. A.1.1)."""
     g = _gen(seed)
     n_values = n_facts if n_values is None else n_values
@@ -137,9 +154,11 @@ def validate_fact_set(keys: torch.Tensor, values: torch.Tensor, facts: torch.Ten
             if first[g] < 0:
                 first[g] = t
             elif first[g] != t:
-                fail("facts", f"key row {i} duplicating an earlier key but mapped to value {t} "
-                     f"(earlier: {int(first[g])})",
-                     "each distinct key mapped to exactly one value")
+                fail(
+                    "facts",
+                    f"key row {i} duplicating an earlier key but mapped to value {t} (earlier: {int(first[g])})",
+                    "each distinct key mapped to exactly one value",
+                )
 
 
 def fact_pairs_to_map(pairs: list[tuple[int, int]], n_keys: int) -> torch.Tensor:
@@ -157,6 +176,7 @@ def fact_pairs_to_map(pairs: list[tuple[int, int]], n_keys: int) -> torch.Tensor
 
 
 # ---- whitening (App. A.1.3; Thm B.7.1) -------------------------------------------------------------
+
 
 def whitening_matrix(x: torch.Tensor, alpha: float = 1.0, ridge: float = 1e-6) -> torch.Tensor:
     """Partial ZCA W_alpha = (Q Lambda^{-1/2} Q^T)^alpha of the second moment Sigma = X^T X / n + ridge I."""

@@ -3,6 +3,7 @@
 Every encoder here returns (gate/up weights, code weights) that `symformer.facts.mlp.FactMLP` holds; the
 decoder D is attached by `symformer.facts.capacity.build_fact_mlp`.
 """
+
 from __future__ import annotations
 
 import math
@@ -18,6 +19,7 @@ from symformer.facts.mlp import FactMLP, activate
 @dataclass
 class GadgetSolution:
     """One shared gate G (h~ x d) + per-code up blocks A (m, h~, d) [+ b_G (h~), b_A (m, h~), b_E (m)]."""
+
     G: torch.Tensor
     A: torch.Tensor
     bG: torch.Tensor | None
@@ -48,8 +50,9 @@ def gadget_hidden(n_keys: int, d: int, bias: bool = False) -> int:
     return math.ceil(n_keys / (d + (1 if bias else 0)))
 
 
-def solve_gadgets(keys: torch.Tensor, targets: torch.Tensor, h_tilde: int, activation: str = "silu",
-                  bias: bool = False, seed: int = 0) -> GadgetSolution:
+def solve_gadgets(
+    keys: torch.Tensor, targets: torch.Tensor, h_tilde: int, activation: str = "silu", bias: bool = False, seed: int = 0
+) -> GadgetSolution:
     """Alg. 3 / Alg. 7 for all m code coordinates with ONE shared G, so one factorisation serves all m
     right-hand sides: M vec(A_j) = o^(j) with the minimum-norm solution A_j = M^T (M M^T)^{-1} o^(j),
     where M M^T = (K~ K~^T) * (Sigma^T Sigma) (+ 1 1^T with biases) is only |K| x |K|."""
@@ -58,16 +61,19 @@ def solve_gadgets(keys: torch.Tensor, targets: torch.Tensor, h_tilde: int, activ
     n, d = keys.shape
     dt = d + (1 if bias else 0)
     if dt * h_tilde < n:
-        fail("h_tilde", h_tilde, f"a gadget hidden size with d~ * h~ >= |K| ({dt} * h~ >= {n}, i.e. h~ >= "
-             f"{gadget_hidden(n, d, bias)})")
+        fail(
+            "h_tilde",
+            h_tilde,
+            f"a gadget hidden size with d~ * h~ >= |K| ({dt} * h~ >= {n}, i.e. h~ >= {gadget_hidden(n, d, bias)})",
+        )
     check_general_position(keys)
-    T = targets.double().reshape(n, -1)                     # (|K|, m)
+    T = targets.double().reshape(n, -1)  # (|K|, m)
     K = keys.double()
     g = generator("gadget", seed)  # independent of the keys' stream (symformer._rng)
-    G = torch.randn(h_tilde, d, generator=g, dtype=torch.float64)       # Alg. 3, line 1
+    G = torch.randn(h_tilde, d, generator=g, dtype=torch.float64)  # Alg. 3, line 1
     bG = torch.randn(h_tilde, generator=g, dtype=torch.float64) if bias else None
     pre = K @ G.T + (bG if bias else 0.0)
-    S = activate(activation, pre)                                        # Sigma^T, (|K|, h~)
+    S = activate(activation, pre)  # Sigma^T, (|K|, h~)
     Kt = torch.cat([K, torch.ones(n, 1, dtype=torch.float64)], 1) if bias else K
     gram = (Kt @ Kt.T) * (S @ S.T)
     if bias:
@@ -78,20 +84,30 @@ def solve_gadgets(keys: torch.Tensor, targets: torch.Tensor, h_tilde: int, activ
     except RuntimeError:
         alpha = torch.linalg.lstsq(gram, T, driver="gelsd").solution
     # vec(A_j)[t] = sum_i alpha_ij S_it k~_i  (A_j = M^T alpha_j, Alg. 3 line 5)
-    At = torch.einsum("it,ij,id->jtd", S, alpha, Kt)                     # (m, h~, d~)
+    At = torch.einsum("it,ij,id->jtd", S, alpha, Kt)  # (m, h~, d~)
     A, bA = (At[..., :d], At[..., d]) if bias else (At, None)
-    bE = alpha.sum(0) if bias else None                                  # the final ones column of M~ (Alg. 7)
+    bE = alpha.sum(0) if bias else None  # the final ones column of M~ (Alg. 7)
     out = torch.einsum("it,jtd,id->ij", S, At, Kt) + (bE if bias else 0.0)
     res = float((out - T).abs().max() / T.abs().max().clamp_min(1e-300))
     if not res <= 1e-3:  # ill-conditioned but solved systems are judged by the final accuracy instead
         # Sigma violates the rank condition (6) (e.g. a 0/1 step gate with too few units): say so
-        fail("h_tilde", h_tilde, f"a gadget width whose system M vec(A) = o is solvable (relative residual {res:.2e} "
-             f"with activation {activation!r}); increase h_tilde")
+        fail(
+            "h_tilde",
+            h_tilde,
+            f"a gadget width whose system M vec(A) = o is solvable (relative residual {res:.2e} "
+            f"with activation {activation!r}); increase h_tilde",
+        )
     return GadgetSolution(G, A, bG, bA, bE, res)
 
 
-def gated_encoder(keys: torch.Tensor, codes: torch.Tensor, h_tilde: int | None = None, bias: bool = False,
-                  activation: str = "silu", seed: int = 0) -> FactMLP:
+def gated_encoder(
+    keys: torch.Tensor,
+    codes: torch.Tensor,
+    h_tilde: int | None = None,
+    bias: bool = False,
+    activation: str = "silu",
+    seed: int = 0,
+) -> FactMLP:
     """Alg. 2 + Alg. 3: enc(x) = E (sigma(G x) * (A x)) with m blocks of h~ units (D = 0 until a decoder is
     attached)."""
     n, d = keys.shape
@@ -109,9 +125,15 @@ def gated_encoder(keys: torch.Tensor, codes: torch.Tensor, h_tilde: int | None =
     return mlp
 
 
-def central_difference_encoder(keys: torch.Tensor, codes: torch.Tensor, h_tilde: int | None = None,
-                               bias: bool = False, eps: float | None = None, tol: float = 1e-7,
-                               seed: int = 0) -> FactMLP:
+def central_difference_encoder(
+    keys: torch.Tensor,
+    codes: torch.Tensor,
+    h_tilde: int | None = None,
+    bias: bool = False,
+    eps: float | None = None,
+    tol: float = 1e-7,
+    seed: int = 0,
+) -> FactMLP:
     """Alg. 8 (non-gated): a silu' -gated gadget of h~ units, then
     enc(x) = sum_t [silu(z_t + eps a_t) - silu(z_t - eps a_t)] / (2 eps), i.e. E = [1/(2eps), -1/(2eps)]
     (the printed eps^{-1/2} is a typo, NOTES.md §3). eps is halved until the code error is <= tol."""
@@ -120,8 +142,8 @@ def central_difference_encoder(keys: torch.Tensor, codes: torch.Tensor, h_tilde:
     h_tilde = h_tilde or gadget_hidden(n, d, bias)
     sol = solve_gadgets(keys, codes, h_tilde, "silu_prime", bias, seed)
     K = keys.double()
-    z = K @ sol.G.T + (sol.bG if bias else 0.0)                              # (|K|, h~)
-    a = torch.einsum("id,jtd->ijt", K, sol.A) + (sol.bA if bias else 0.0)   # (|K|, m, h~)
+    z = K @ sol.G.T + (sol.bG if bias else 0.0)  # (|K|, h~)
+    a = torch.einsum("id,jtd->ijt", K, sol.A) + (sol.bA if bias else 0.0)  # (|K|, m, h~)
     target = codes.double()
     scale = float(target.abs().max().clamp_min(1e-300))
     e = check_float("eps", eps, 0.0, low_open=True) if eps is not None else 1e-2
@@ -132,7 +154,7 @@ def central_difference_encoder(keys: torch.Tensor, codes: torch.Tensor, h_tilde:
             break
         e /= 2
     mlp = FactMLP(d, 2 * m * h_tilde, activation="silu", gated=False, bias=bias, m=m, code_bias=bias)
-    Wp, Wm = sol.G[None] + e * sol.A, sol.G[None] - e * sol.A                  # (m, h~, d)
+    Wp, Wm = sol.G[None] + e * sol.A, sol.G[None] - e * sol.A  # (m, h~, d)
     with torch.no_grad():
         mlp.up.weight.copy_(torch.cat([Wp, Wm], 1).reshape(-1, d))
         half = torch.full((m, h_tilde), 0.5 / e)
@@ -148,8 +170,9 @@ def central_difference_encoder(keys: torch.Tensor, codes: torch.Tensor, h_tilde:
     return mlp
 
 
-def relu_lagrangian_encoder(keys: torch.Tensor, codes: torch.Tensor, h_tilde: int | None = None,
-                            seed: int = 0) -> FactMLP:
+def relu_lagrangian_encoder(
+    keys: torch.Tensor, codes: torch.Tensor, h_tilde: int | None = None, seed: int = 0
+) -> FactMLP:
     """ReLU 'Lagrangian' form (App. B.4.3): a step-gated gadget enc = sum_t 1{z_t > 0} a_t (z = Gx + b_G,
     a = Ax + b_A) becomes exactly sum_t ReLU(lam_t z_t + a_t) - lam_t ReLU(z_t) on the keys once
     lam_t >= max_i(-a_it / z_it), lam_t >= 0."""
@@ -159,9 +182,9 @@ def relu_lagrangian_encoder(keys: torch.Tensor, codes: torch.Tensor, h_tilde: in
     h_tilde = h_tilde or 2 * gadget_hidden(n, d, True)
     sol = solve_gadgets(keys, codes, h_tilde, "step", True, seed)
     K = keys.double()
-    z = K @ sol.G.T + sol.bG                                                  # (|K|, h~)
-    a = torch.einsum("id,jtd->ijt", K, sol.A) + sol.bA                        # (|K|, m, h~)
-    lam = (-a / z[:, None]).amax(0).clamp_min(0.0) * (1 + 1e-6) + 1e-12      # (m, h~)
+    z = K @ sol.G.T + sol.bG  # (|K|, h~)
+    a = torch.einsum("id,jtd->ijt", K, sol.A) + sol.bA  # (|K|, m, h~)
+    lam = (-a / z[:, None]).amax(0).clamp_min(0.0) * (1 + 1e-6) + 1e-12  # (m, h~)
     mlp = FactMLP(d, 2 * m * h_tilde, activation="relu", gated=False, bias=True, m=m, code_bias=True)
     with torch.no_grad():
         W1 = lam[..., None] * sol.G[None] + sol.A
@@ -174,6 +197,7 @@ def relu_lagrangian_encoder(keys: torch.Tensor, codes: torch.Tensor, h_tilde: in
 
 
 # ---- two-hot keys (Construction 4.1, Construction B.1) ----------------------------------------------
+
 
 def two_hot_keys(d: int) -> torch.Tensor:
     """All e_i - e_j, i != j, in row order (i, j): |K| = d (d - 1)."""

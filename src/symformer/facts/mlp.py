@@ -1,5 +1,6 @@
 """The MLP shape every construction returns: SwiGLU-like `down(act(gate x) * up x)` (Alg. 1, line 3),
 or non-gated `down(act(up x))` (Alg. 8, App. B.3-B.4), with `down` dense or factorised as D E."""
+
 from __future__ import annotations
 
 import torch
@@ -33,8 +34,16 @@ class FactorisedDown(nn.Module):
     or dense (m x h, the GD encoder). Storing only `e` keeps the count at what the construction needs.
     """
 
-    def __init__(self, h: int, m: int, d: int, dense: bool = False, code_bias: bool = False,
-                 out_bias: bool = False, dtype: torch.dtype = torch.float64):
+    def __init__(
+        self,
+        h: int,
+        m: int,
+        d: int,
+        dense: bool = False,
+        code_bias: bool = False,
+        out_bias: bool = False,
+        dtype: torch.dtype = torch.float64,
+    ):
         super().__init__()
         check_int("h", h, 1)
         check_int("m", m, 1)
@@ -86,9 +95,19 @@ class DenseDown(nn.Linear):
 class FactMLP(nn.Module):
     """gate / up / down as in `symformer.models.layers.SwiGLU` (gate is None for non-gated MLPs)."""
 
-    def __init__(self, d: int, h: int, activation: str = "silu", gated: bool = True, bias: bool = False,
-                 m: int | None = None, dense_codes: bool = False, code_bias: bool = False, out_bias: bool = False,
-                 dtype: torch.dtype = torch.float64):
+    def __init__(
+        self,
+        d: int,
+        h: int,
+        activation: str = "silu",
+        gated: bool = True,
+        bias: bool = False,
+        m: int | None = None,
+        dense_codes: bool = False,
+        code_bias: bool = False,
+        out_bias: bool = False,
+        dtype: torch.dtype = torch.float64,
+    ):
         super().__init__()
         check_int("d", d, 1)
         check_int("h", h, 1)
@@ -139,16 +158,17 @@ def capped_batch(mlp: nn.Module | None, batch: int) -> int:
 
 
 @torch.no_grad()
-def fact_accuracy(mlp: nn.Module, keys: torch.Tensor, values: torch.Tensor, facts: torch.Tensor,
-                  batch: int = 4096) -> float:
+def fact_accuracy(
+    mlp: nn.Module, keys: torch.Tensor, values: torch.Tensor, facts: torch.Tensor, batch: int = 4096
+) -> float:
     """Fraction of keys whose output decodes to f(i) by argmax_j <g(k_i), v_j> (eq. 1), in `capped_batch`es."""
     batch = capped_batch(mlp, batch)
     hits = 0
     p = next(mlp.parameters())
     vals = values.to(p.dtype)
     for s in range(0, keys.shape[0], batch):
-        out = mlp(keys[s:s + batch].to(p.dtype))
-        hits += int((torch.argmax(out @ vals.T, dim=1) == facts[s:s + batch]).sum())
+        out = mlp(keys[s : s + batch].to(p.dtype))
+        hits += int((torch.argmax(out @ vals.T, dim=1) == facts[s : s + batch]).sum())
     return hits / keys.shape[0]
 
 

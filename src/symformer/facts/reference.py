@@ -6,6 +6,7 @@
   vertex iff v_i = sum_j l_j v_j with l >= 0, sum l = 1 over the other values (feasible LP).
 Both need the optional `cvxpy` / `scipy` packages (the `dev` extra) and are imported lazily.
 """
+
 from __future__ import annotations
 
 import torch
@@ -15,10 +16,11 @@ def rho_reference_cvxpy(values: torch.Tensor, anchors: list[int] | None = None) 
     """Reference rho_i (-1.0 where the QP is infeasible: not a vertex)."""
     import cvxpy as cp
     import numpy as np
+
     V = values.detach().double().numpy()
     n, d = V.shape
     out = []
-    for i in (range(n) if anchors is None else anchors):
+    for i in range(n) if anchors is None else anchors:
         diff = V[i] - np.delete(V, i, axis=0)
         X = diff / np.linalg.norm(diff, axis=1, keepdims=True)
         w = cp.Variable(d)
@@ -39,7 +41,7 @@ def _solve_qp(cp, prob, w) -> float:
         except cp.error.SolverError:
             continue
         if prob.status in ("optimal", "optimal_inaccurate"):
-            return 1.0 / float((w.value ** 2).sum() ** 0.5)
+            return 1.0 / float((w.value**2).sum() ** 0.5)
         if prob.status in ("infeasible", "infeasible_inaccurate"):
             return -1.0
     return float("nan")
@@ -49,10 +51,11 @@ def hull_vertex_lp(values: torch.Tensor, anchors: list[int] | None = None) -> to
     """(len(anchors),) bool: True where v_i is a vertex of conv(V) (the convex-combination LP is infeasible)."""
     import numpy as np
     from scipy.optimize import linprog
+
     V = values.detach().double().numpy()
     n = V.shape[0]
     out = []
-    for i in (range(n) if anchors is None else anchors):
+    for i in range(n) if anchors is None else anchors:
         others = np.delete(V, i, axis=0)
         A_eq = np.vstack([others.T, np.ones((1, n - 1))])
         b_eq = np.concatenate([V[i], [1.0]])
@@ -64,6 +67,7 @@ def _lp_vertex(linprog, c, A_eq, b_eq, i: int) -> bool:
     """Status 2 (infeasible): a vertex; status 0 with a verified combination: not one. HiGHS' default
     sometimes ends with an unknown model status on these LPs; then its other algorithms are tried."""
     import numpy as np
+
     for method in ("highs", "highs-ipm", "highs-ds"):
         res = linprog(c, A_eq=A_eq, b_eq=b_eq, bounds=(0, None), method=method)
         if res.status == 2:
@@ -79,8 +83,13 @@ def solver_check(values: torch.Tensor, rho_i: torch.Tensor, anchors: list[int]) 
     ref = rho_reference_cvxpy(values, anchors)
     lp = hull_vertex_lp(values, anchors)
     ours = rho_i[anchors].double()
-    both = lp & (ref > 0)        # NaN (every QP solver failed) compares False: left out, counted below
+    both = lp & (ref > 0)  # NaN (every QP solver failed) compares False: left out, counted below
     err = float((ours[both] - ref[both]).abs().max()) if bool(both.any()) else 0.0
-    return {"max_abs_err": err, "false_non_vertices": int((lp & (ours <= 0)).sum()),
-            "false_vertices": int((~lp & (ours > 0)).sum()), "anchors": len(anchors),
-            "cvxpy_lp_disagree": int((lp != (ref > 0)).sum()), "cvxpy_failed": int(ref.isnan().sum())}
+    return {
+        "max_abs_err": err,
+        "false_non_vertices": int((lp & (ours <= 0)).sum()),
+        "false_vertices": int((~lp & (ours > 0)).sum()),
+        "anchors": len(anchors),
+        "cvxpy_lp_disagree": int((lp != (ref > 0)).sum()),
+        "cvxpy_failed": int(ref.isnan().sum()),
+    }

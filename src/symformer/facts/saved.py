@@ -4,6 +4,7 @@ A file is {"config": plain numbers and strings, "state_dict": tensors}, so `torc
 it and nothing in it is unpickled. The MLP's shape is read from the state dict's names and shapes (what
 `FactMLP.__init__` creates for each option), the activation from the config; the strict `load_state_dict` then
 checks every entry, so a file that is not a fact MLP is one error naming the file."""
+
 from __future__ import annotations
 
 import os
@@ -25,14 +26,15 @@ WHAT = "a fact-MLP file written by `symformer facts build` or symformer.facts.sa
 class SavedFactMLP:
     """A fact MLP read from a file, and what it holds. `mlp(x)` maps keys (rows of width d) to outputs
     that decode to values by argmax <mlp(k), v_j> (eq. 1)."""
+
     mlp: FactMLP = field(repr=False)
-    method: str            # how it was built (symformer.facts.METHODS)
-    m: int | None          # decoder width (codes) of a construction; None for a dense down projection
-    h: int                 # hidden width
-    d: int                 # key / value width
-    params: int            # stored parameter entries (count_params)
-    n_facts: int           # facts in the fact set it was built for
-    accuracy: float        # fraction of those facts it stores, measured when it was built
+    method: str  # how it was built (symformer.facts.METHODS)
+    m: int | None  # decoder width (codes) of a construction; None for a dense down projection
+    h: int  # hidden width
+    d: int  # key / value width
+    params: int  # stored parameter entries (count_params)
+    n_facts: int  # facts in the fact set it was built for
+    accuracy: float  # fraction of those facts it stores, measured when it was built
     path: str
 
     @property
@@ -44,12 +46,24 @@ class SavedFactMLP:
 def save_fact_mlp(path: str | os.PathLike, mlp: FactMLP) -> dict:
     """Write an MLP returned by `build_fact_mlp` to `path` (atomically); returns the config saved with it."""
     if not isinstance(mlp, FactMLP) or not all(hasattr(mlp, a) for a in ("method", "accuracy", "n_facts")):
-        fail("mlp", type(mlp).__name__, "a FactMLP returned by build_fact_mlp (with .method, .accuracy, .n_facts)",
-             TypeError)
+        fail(
+            "mlp",
+            type(mlp).__name__,
+            "a FactMLP returned by build_fact_mlp (with .method, .accuracy, .n_facts)",
+            TypeError,
+        )
     down = mlp.down
-    cfg = {"method": mlp.method, "m": down.m if isinstance(down, FactorisedDown) else None, "h": mlp.h, "d": mlp.d,
-           "gated": mlp.gated, "activation": mlp.activation, "params": mlp.n_params(),
-           "accuracy": float(mlp.accuracy), "n_facts": int(mlp.n_facts)}
+    cfg = {
+        "method": mlp.method,
+        "m": down.m if isinstance(down, FactorisedDown) else None,
+        "h": mlp.h,
+        "d": mlp.d,
+        "gated": mlp.gated,
+        "activation": mlp.activation,
+        "params": mlp.n_params(),
+        "accuracy": float(mlp.accuracy),
+        "n_facts": int(mlp.n_facts),
+    }
     save_atomic({"config": cfg, "state_dict": mlp.state_dict()}, path)
     return cfg
 
@@ -58,10 +72,18 @@ def _spec(sd: dict, activation: str) -> dict:
     """FactMLP arguments from the state dict's entry names and shapes (KeyError when one it needs is absent)."""
     h, d = sd["up.weight"].shape
     fac = "down.D" in sd
-    return {"d": d, "h": h, "activation": activation, "gated": "gate.weight" in sd, "bias": "up.bias" in sd,
-            "m": sd["down.D"].shape[1] if fac else None, "dense_codes": "down.E" in sd,
-            "code_bias": "down.code_bias" in sd, "out_bias": "down.out_bias" in sd or "down.bias" in sd,
-            "dtype": sd["up.weight"].dtype}
+    return {
+        "d": d,
+        "h": h,
+        "activation": activation,
+        "gated": "gate.weight" in sd,
+        "bias": "up.bias" in sd,
+        "m": sd["down.D"].shape[1] if fac else None,
+        "dense_codes": "down.E" in sd,
+        "code_bias": "down.code_bias" in sd,
+        "out_bias": "down.out_bias" in sd or "down.bias" in sd,
+        "dtype": sd["up.weight"].dtype,
+    }
 
 
 def load_fact_mlp(path: str | os.PathLike) -> SavedFactMLP:
@@ -80,12 +102,17 @@ def load_fact_mlp(path: str | os.PathLike) -> SavedFactMLP:
     if not isinstance(ck, dict) or not {"config", "state_dict"} <= set(ck):
         raise bad(f"a {type(ck).__name__} without 'config' and 'state_dict' entries")
     cfg, sd = ck["config"], ck["state_dict"]
-    if not isinstance(cfg, dict) or not isinstance(sd, dict) or not all(
-            isinstance(v, torch.Tensor) for v in sd.values()):
+    if (
+        not isinstance(cfg, dict)
+        or not isinstance(sd, dict)
+        or not all(isinstance(v, torch.Tensor) for v in sd.values())
+    ):
         raise bad("its config is not a dict or its state_dict not a dict of tensors")
     if cfg.get("method") not in METHODS or cfg.get("activation") not in ACTIVATIONS:
-        raise bad(f"method {cfg.get('method')!r}, activation {cfg.get('activation')!r}; expected one of "
-                  f"symformer.facts.METHODS and one of {', '.join(ACTIVATIONS)}")
+        raise bad(
+            f"method {cfg.get('method')!r}, activation {cfg.get('activation')!r}; expected one of "
+            f"symformer.facts.METHODS and one of {', '.join(ACTIVATIONS)}"
+        )
     acc, n = cfg.get("accuracy"), cfg.get("n_facts")
     if not isinstance(acc, float) or not 0.0 <= acc <= 1.0 or isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise bad(f"accuracy {acc!r}, n_facts {n!r}; expected a fraction in [0, 1] and a count >= 1")

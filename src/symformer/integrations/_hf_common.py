@@ -1,4 +1,5 @@
 """Shared helpers of the Hugging Face integration: the optional import and the model families we know."""
+
 from __future__ import annotations
 
 import importlib
@@ -10,42 +11,106 @@ from torch import nn
 from symformer._validation import fail
 
 #: config.model_type -> attention class of the families that share Llama's rotary code path
-FAMILIES = {"llama": "LlamaAttention", "mistral": "MistralAttention", "qwen2": "Qwen2Attention",
-            "qwen3": "Qwen3Attention", "gemma": "GemmaAttention", "mixtral": "MixtralAttention",
-            "qwen3_moe": "Qwen3MoeAttention", "gemma2": "Gemma2Attention", "gemma3_text": "Gemma3Attention",
-            "olmo2": "Olmo2Attention", "olmo3": "Olmo3Attention", "olmoe": "OlmoeAttention", "phi3": "Phi3Attention",
-            "gpt_neox": "GPTNeoXAttention", "olmo": "OlmoAttention", "granite": "GraniteAttention",
-            "smollm3": "SmolLM3Attention", "seed_oss": "SeedOssAttention", "exaone4": "Exaone4Attention",
-            "stablelm": "StableLmAttention", "starcoder2": "Starcoder2Attention", "phi": "PhiAttention",
-            "arcee": "ArceeAttention", "apertus": "ApertusAttention", "qwen2_moe": "Qwen2MoeAttention",
-            "phimoe": "PhimoeAttention", "granitemoe": "GraniteMoeAttention", "glm": "GlmAttention",
-            "glm4": "Glm4Attention", "cohere": "CohereAttention", "cohere2": "Cohere2Attention",
-            "cohere2_moe": "Cohere2MoeAttention", "ernie4_5": "Ernie4_5Attention",
-            "ernie4_5_moe": "Ernie4_5_MoeAttention", "gpt_oss": "GptOssAttention", "helium": "HeliumAttention",
-            "ministral": "MinistralAttention", "vaultgemma": "VaultGemmaAttention", "nemotron": "NemotronAttention",
-            "hyperclovax": "HyperCLOVAXAttention", "jais2": "Jais2Attention", "flex_olmo": "FlexOlmoAttention",
-            "solar_open": "SolarOpenAttention", "minimax_m2": "MiniMaxM2Attention", "exaone_moe": "ExaoneMoeAttention",
-            "glm4_moe": "Glm4MoeAttention", "granitemoeshared": "GraniteMoeSharedAttention",
-            "ministral3": "Ministral3Attention",
-            "deepseek_v2": "DeepseekV2Attention", "deepseek_v3": "DeepseekV3Attention",
-            "glm4_moe_lite": "Glm4MoeLiteAttention", "longcat_flash": "LongcatFlashMLA",
-            "mistral4": "Mistral4Attention", "minicpm3": "MiniCPM3Attention",
-            "deepseek_v32": "DeepseekV32Attention", "glm_moe_dsa": "GlmMoeDsaAttention",
-            "hunyuan_v1_dense": "HunYuanDenseV1Attention",
-            "hunyuan_v1_moe": "HunYuanMoEV1Attention", "hy_v3": "HYV3Attention", "kolibri1": "Kolibri1Attention",
-            "dots1": "Dots1Attention", "cwm": "CwmAttention", "apertus1p5_text": "Apertus1p5TextAttention",
-            "nanochat": "NanoChatAttention", "lfm2": "Lfm2Attention", "qwen3_next": "Qwen3NextAttention",
-            "afmoe": "AfmoeAttention", "qwen3_5_text": "Qwen3_5Attention",
-            "qwen3_5_moe_text": "Qwen3_5MoeAttention"}
+FAMILIES = {
+    "llama": "LlamaAttention",
+    "mistral": "MistralAttention",
+    "qwen2": "Qwen2Attention",
+    "qwen3": "Qwen3Attention",
+    "gemma": "GemmaAttention",
+    "mixtral": "MixtralAttention",
+    "qwen3_moe": "Qwen3MoeAttention",
+    "gemma2": "Gemma2Attention",
+    "gemma3_text": "Gemma3Attention",
+    "olmo2": "Olmo2Attention",
+    "olmo3": "Olmo3Attention",
+    "olmoe": "OlmoeAttention",
+    "phi3": "Phi3Attention",
+    "gpt_neox": "GPTNeoXAttention",
+    "olmo": "OlmoAttention",
+    "granite": "GraniteAttention",
+    "smollm3": "SmolLM3Attention",
+    "seed_oss": "SeedOssAttention",
+    "exaone4": "Exaone4Attention",
+    "stablelm": "StableLmAttention",
+    "starcoder2": "Starcoder2Attention",
+    "phi": "PhiAttention",
+    "arcee": "ArceeAttention",
+    "apertus": "ApertusAttention",
+    "qwen2_moe": "Qwen2MoeAttention",
+    "phimoe": "PhimoeAttention",
+    "granitemoe": "GraniteMoeAttention",
+    "glm": "GlmAttention",
+    "glm4": "Glm4Attention",
+    "cohere": "CohereAttention",
+    "cohere2": "Cohere2Attention",
+    "cohere2_moe": "Cohere2MoeAttention",
+    "ernie4_5": "Ernie4_5Attention",
+    "ernie4_5_moe": "Ernie4_5_MoeAttention",
+    "gpt_oss": "GptOssAttention",
+    "helium": "HeliumAttention",
+    "ministral": "MinistralAttention",
+    "vaultgemma": "VaultGemmaAttention",
+    "nemotron": "NemotronAttention",
+    "hyperclovax": "HyperCLOVAXAttention",
+    "jais2": "Jais2Attention",
+    "flex_olmo": "FlexOlmoAttention",
+    "solar_open": "SolarOpenAttention",
+    "minimax_m2": "MiniMaxM2Attention",
+    "exaone_moe": "ExaoneMoeAttention",
+    "glm4_moe": "Glm4MoeAttention",
+    "granitemoeshared": "GraniteMoeSharedAttention",
+    "ministral3": "Ministral3Attention",
+    "deepseek_v2": "DeepseekV2Attention",
+    "deepseek_v3": "DeepseekV3Attention",
+    "glm4_moe_lite": "Glm4MoeLiteAttention",
+    "longcat_flash": "LongcatFlashMLA",
+    "mistral4": "Mistral4Attention",
+    "minicpm3": "MiniCPM3Attention",
+    "deepseek_v32": "DeepseekV32Attention",
+    "glm_moe_dsa": "GlmMoeDsaAttention",
+    "hunyuan_v1_dense": "HunYuanDenseV1Attention",
+    "hunyuan_v1_moe": "HunYuanMoEV1Attention",
+    "hy_v3": "HYV3Attention",
+    "kolibri1": "Kolibri1Attention",
+    "dots1": "Dots1Attention",
+    "cwm": "CwmAttention",
+    "apertus1p5_text": "Apertus1p5TextAttention",
+    "nanochat": "NanoChatAttention",
+    "lfm2": "Lfm2Attention",
+    "qwen3_next": "Qwen3NextAttention",
+    "afmoe": "AfmoeAttention",
+    "qwen3_5_text": "Qwen3_5Attention",
+    "qwen3_5_moe_text": "Qwen3_5MoeAttention",
+}
 #: families with multi-head latent attention (MLA: DeepSeek-V2 / V3, Kimi K2, GLM-4.7-Flash, LongCat-Flash, Mistral
 #: Small 4, MiniCPM3, and with DeepSeek sparse attention DeepSeek-V3.2 and GLM-5): each head's query and key are
 #: [nope; rope] (qk_nope_head_dim + qk_rope_head_dim coordinates), the rotation acts on the rope block only, and one
 #: rotated key block (from kv_a_proj_with_mqa) is shared by all heads; keys and values come from a normed latent
-MLA_FAMILIES = ("deepseek_v2", "deepseek_v3", "glm4_moe_lite", "longcat_flash", "mistral4", "minicpm3", "deepseek_v32",
-                "glm_moe_dsa")
+MLA_FAMILIES = (
+    "deepseek_v2",
+    "deepseek_v3",
+    "glm4_moe_lite",
+    "longcat_flash",
+    "mistral4",
+    "minicpm3",
+    "deepseek_v32",
+    "glm_moe_dsa",
+)
 #: families whose native RoPE rotates interleaved pairs (2u, 2u + 1) instead of (u, u + Dh/2)
-INTERLEAVED = ("glm", "glm4", "cohere", "cohere2", "cohere2_moe", "ernie4_5", "ernie4_5_moe", "helium", "deepseek_v2",
-               "longcat_flash", "deepseek_v32", "glm_moe_dsa")
+INTERLEAVED = (
+    "glm",
+    "glm4",
+    "cohere",
+    "cohere2",
+    "cohere2_moe",
+    "ernie4_5",
+    "ernie4_5_moe",
+    "helium",
+    "deepseek_v2",
+    "longcat_flash",
+    "deepseek_v32",
+    "glm_moe_dsa",
+)
 #: families whose rotary table repeats each frequency in place (repeat_interleave), not cat(freqs, freqs)
 TABLE_INTERLEAVED = ("cohere", "cohere2", "cohere2_moe")
 #: families whose rotary table holds each frequency once (GPT-OSS: (..., Dh/2), applied to both halves)
@@ -76,12 +141,16 @@ def require_transformers():
     try:
         tf = importlib.import_module("transformers")
     except ImportError as exc:
-        raise ImportError("symformer.integrations.hf needs Hugging Face transformers (>= 4.48): "
-                          "install the extra with `pip install 'symformer[hf]'`") from exc
+        raise ImportError(
+            "symformer.integrations.hf needs Hugging Face transformers (>= 4.48): "
+            "install the extra with `pip install 'symformer[hf]'`"
+        ) from exc
     major, minor = (int(x) for x in tf.__version__.split(".")[:2])
     if (major, minor) < MIN_VERSION:
-        raise ImportError(f"symformer.integrations.hf needs transformers >= 4.48 (AttentionInterface), found "
-                          f"{tf.__version__}: install the extra with `pip install -U 'symformer[hf]'`")
+        raise ImportError(
+            f"symformer.integrations.hf needs transformers >= 4.48 (AttentionInterface), found "
+            f"{tf.__version__}: install the extra with `pip install -U 'symformer[hf]'`"
+        )
     return tf
 
 
@@ -108,9 +177,11 @@ def model_family(model: nn.Module) -> str:
     family = family_of(model)
     if family is None:
         model_type = getattr(getattr(model, "config", None), "model_type", None)
-        fail("model", f"{type(model).__name__} (model_type={model_type!r})",
-             "a Hugging Face model of a supported family: " + ", ".join(
-                 f"{k} ({v})" for k, v in FAMILIES.items()))
+        fail(
+            "model",
+            f"{type(model).__name__} (model_type={model_type!r})",
+            "a Hugging Face model of a supported family: " + ", ".join(f"{k} ({v})" for k, v in FAMILIES.items()),
+        )
     return family
 
 
@@ -242,11 +313,17 @@ def check_layer(attn: nn.Module) -> None:
     LayerNorm with a bias on q and k, under a name the patched forward does not apply), and MLA layers older than
     transformers' latent-cache layout (no expand_kv: the patched MLA forward follows that layout)."""
     if getattr(attn, "qk_layernorm", False):
-        fail("config.qk_layernorm", True, "False (the per-head LayerNorms on q and k of StableLM / Phi are not "
-             "supported)")
+        fail(
+            "config.qk_layernorm",
+            True,
+            "False (the per-head LayerNorms on q and k of StableLM / Phi are not supported)",
+        )
     if is_mla(attn) and not hasattr(attn, "expand_kv"):
-        fail("model", f"{type(attn).__name__} without expand_kv (an older transformers MLA layout)",
-             "the MLA layout of transformers 5.x that caches the compressed latents (DeepseekV3Attention.expand_kv)")
+        fail(
+            "model",
+            f"{type(attn).__name__} without expand_kv (an older transformers MLA layout)",
+            "the MLA layout of transformers 5.x that caches the compressed latents (DeepseekV3Attention.expand_kv)",
+        )
 
 
 def flat_qk_norm(attn: nn.Module) -> bool:
@@ -272,6 +349,7 @@ def position_query_scale(positions: torch.Tensor, beta: float, original_max: int
 def attention_interface(name: str, eager):
     """The attention function registered under `name` (the family's `eager` for "eager")."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
     if hasattr(ALL_ATTENTION_FUNCTIONS, "get_interface"):
         return ALL_ATTENTION_FUNCTIONS.get_interface(name, eager)
     return eager if name == "eager" else ALL_ATTENTION_FUNCTIONS[name]  # 4.48-4.5x
@@ -298,8 +376,11 @@ def token_positions(position_ids, cache_position, cache, q) -> torch.Tensor:
     n = q.shape[-2]
     if position_ids is not None and position_ids.ndim == 3:
         if not bool((position_ids == position_ids[:1]).all()):
-            fail("position_ids", "multimodal rotary positions (three streams that differ: an image or video grid)",
-                 "text positions (one position per token): the parts rotate by one position per token")
+            fail(
+                "position_ids",
+                "multimodal rotary positions (three streams that differ: an image or video grid)",
+                "text positions (one position per token): the parts rotate by one position per token",
+            )
         position_ids = position_ids[0]
     if position_ids is None:
         if cache_position is not None:

@@ -21,6 +21,7 @@ Importing this module needs transformers only when a function is called; `regist
 ImportError naming the extra. Importing it also lets `symformer.teleport.symmetry_group` (and so
 `TeleportCallback(model=hf_model)`) understand these models.
 """
+
 from __future__ import annotations
 
 from symformer.integrations._hf_common import FAMILIES, require_transformers
@@ -31,6 +32,20 @@ from symformer.integrations.hf_positional import POSITIONALS, patch_positional, 
 from symformer.integrations.hf_reload import from_pretrained
 from symformer.integrations.hf_teleport import GQASymmetryGroup, HFTeleport, symmetry_group
 
-__all__ = ["FAMILIES", "IMPLEMENTATIONS", "POSITIONALS", "GQASymmetryGroup", "HFTeleport", "configure", "exact_float64",
-           "from_pretrained", "mask_structure", "patch_positional", "register", "require_transformers",
-           "rotary_parts", "state_cache", "symmetry_group"]
+__all__ = [
+    "FAMILIES",
+    "IMPLEMENTATIONS",
+    "POSITIONALS",
+    "GQASymmetryGroup",
+    "HFTeleport",
+    "configure",
+    "exact_float64",
+    "from_pretrained",
+    "mask_structure",
+    "patch_positional",
+    "register",
+    "require_transformers",
+    "rotary_parts",
+    "state_cache",
+    "symmetry_group",
+]

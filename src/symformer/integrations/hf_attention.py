@@ -22,6 +22,7 @@ Decoding: `configure` makes `generate()` keep one decoding state per layer in a 
 cost per token); with a KV cache (a DynamicCache passed by the user) the last Nq rows of the causal attention over
 the cached keys are recomputed exactly from a fresh state.
 """
+
 from __future__ import annotations
 
 import torch
@@ -56,8 +57,11 @@ def mask_structure(mask: torch.Tensor | None, nq: int, nk: int, causal_default: 
     with key padding; anything else (sliding window, packed sequences, per-query masks) is a ValueError."""
     if mask is None:  # sdpa_mask skips a pure causal mask (or a mask with nothing to hide)
         if causal_default and nq > 1 and nq != nk:
-            fail("attention_mask", f"None with {nq} queries and {nk} keys",
-                 "equal query and key lengths or single-token decoding for a causal symformer core")
+            fail(
+                "attention_mask",
+                f"None with {nq} queries and {nk} keys",
+                "equal query and key lengths or single-token decoding for a causal symformer core",
+            )
         return causal_default and nq > 1, None
     mask = _boolean_mask(mask, nq, nk)
     if mask.shape[1] != 1 and not bool((mask == mask[:, :1]).all()):
@@ -69,8 +73,11 @@ def mask_structure(mask: torch.Tensor | None, nq: int, nk: int, causal_default: 
     tril = torch.ones(nq, nk, dtype=torch.bool, device=m.device).tril()
     if nq == nk and bool((m == (tril & keep)).all()):
         return True, None if bool(keep.all()) else keep
-    fail("attention_mask", "a mask that is neither causal nor key padding (sliding window, packed sequences, ...)",
-         "causal and/or key-padding masks: the random-feature and summary cores cannot honour per-query masks")
+    fail(
+        "attention_mask",
+        "a mask that is neither causal nor key padding (sliding window, packed sequences, ...)",
+        "causal and/or key-padding masks: the random-feature and summary cores cannot honour per-query masks",
+    )
     raise AssertionError
 
 
@@ -85,10 +92,12 @@ def split_state_mask(mask: torch.Tensor | None, nq: int, nk: int):
     keep = m.any(dim=-2, keepdim=True)
     tril = torch.ones(nq, nk, dtype=torch.bool, device=m.device).tril(nk - nq)
     if not bool((m == (tril & keep)).all()) or not bool((mask == m).all()):
-        fail("attention_mask", "a mask that is neither causal nor key padding (sliding window, packed sequences, "
-             "per-head masks, ...)", "causal and/or key-padding masks: the random-feature and summary cores cannot "
-             "honour per-query masks")
-    past, new = keep[..., :nk - nq], keep[..., nk - nq:]
+        fail(
+            "attention_mask",
+            "a mask that is neither causal nor key padding (sliding window, packed sequences, per-head masks, ...)",
+            "causal and/or key-padding masks: the random-feature and summary cores cannot honour per-query masks",
+        )
+    past, new = keep[..., : nk - nq], keep[..., nk - nq :]
     return (None if bool(past.all()) else past), (None if bool(new.all()) else new)
 
 
@@ -99,16 +108,26 @@ def _with_state(core, state, query, k, v, keep, scaling):
 def _state_attention(kind: str, module, core, layer, query, k, v, attention_mask, scaling):
     """The attention of new tokens with the layer's decoding state from a StateCache (hf_cache)."""
     if layer.module() is not module:
-        fail("cache", f"a symformer StateCache built for another model (its layer {getattr(module, 'layer_idx', '?')} "
-             "is another module)", "the cache of this model: let generate() build it, or state_cache(model)")
+        fail(
+            "cache",
+            f"a symformer StateCache built for another model (its layer {getattr(module, 'layer_idx', '?')} "
+            "is another module)",
+            "the cache of this model: let generate() build it, or state_cache(model)",
+        )
     if layer.kind != kind:
-        fail("cache", f"a StateCache built for attention={layer.kind!r}", f"one built for {kind!r} (the model's "
-             "symformer attention now)")
+        fail(
+            "cache",
+            f"a StateCache built for attention={layer.kind!r}",
+            f"one built for {kind!r} (the model's symformer attention now)",
+        )
     if layer.state is None:
         layer.state, layer.core = core.init_state(), core
     elif layer.core is not core:
-        fail("cache", "a StateCache whose states were built by cores the model no longer has (configured again)",
-             "a fresh cache after configure()")
+        fail(
+            "cache",
+            "a StateCache whose states were built by cores the model no longer has (configured again)",
+            "a fresh cache after configure()",
+        )
     nq = query.shape[-2]
     if k.shape[-2] != nq:
         fail("key", f"{k.shape[-2]} keys for {nq} queries", "one new key per new query with a StateCache")
@@ -136,6 +155,7 @@ def _options(module: nn.Module) -> dict:
 def _make_core(kind: str, module: nn.Module, options: dict) -> nn.Module:
     from symformer.attention.favor import FavorAttention
     from symformer.attention.plash import PlashAttention
+
     opts = {k: v for k, v in options.items() if k != "attention"}
     cfg = module.config
     # every layer its own random structure (FAVOR+ features, PLASH hashes): a seed s (default 0) gives layer l the
@@ -154,18 +174,28 @@ def _core(module: nn.Module, kind: str) -> nn.Module:
     core = getattr(module, "symformer_core", None)
     if core is None:
         if kind == "plash":
-            fail("model", "a symformer_plash model without PLASH cores",
-                 "symformer.integrations.hf.configure(model, attention='plash', ...) before the forward "
-                 "(PLASH's parameters must exist before the optimizer is built)", RuntimeError)
+            fail(
+                "model",
+                "a symformer_plash model without PLASH cores",
+                "symformer.integrations.hf.configure(model, attention='plash', ...) before the forward "
+                "(PLASH's parameters must exist before the optimizer is built)",
+                RuntimeError,
+            )
         options = _options(module)
         module.symformer_core = core = _make_core(kind, module, options)
         if options.get("attention") != kind:  # recorded as configure records it: hf.from_pretrained rebuilds them
-            module.config.symformer_attention = {"attention": kind, **{k: v for k, v in options.items()
-                                                                       if k != "attention"}}
+            module.config.symformer_attention = {
+                "attention": kind,
+                **{k: v for k, v in options.items() if k != "attention"},
+            }
     want = "FavorAttention" if kind == "favor" else "PlashAttention"
     if type(core).__name__ != want:
-        fail("attn_implementation", IMPLEMENTATIONS[kind], f"the implementation of the configured core "
-             f"{type(core).__name__} (call configure(model, attention=...) to switch)")
+        fail(
+            "attn_implementation",
+            IMPLEMENTATIONS[kind],
+            f"the implementation of the configured core "
+            f"{type(core).__name__} (call configure(model, attention=...) to switch)",
+        )
     return core
 
 
@@ -185,8 +215,21 @@ def _fold_indices(attention_mask, indices: torch.Tensor, nk: int) -> torch.Tenso
     return attention_mask & keep
 
 
-def _symformer_attention(kind: str, module, query, key, value, attention_mask, scaling=None, dropout=0.0,
-                         sliding_window=None, softcap=None, s_aux=None, indices=None, **kwargs):
+def _symformer_attention(
+    kind: str,
+    module,
+    query,
+    key,
+    value,
+    attention_mask,
+    scaling=None,
+    dropout=0.0,
+    sliding_window=None,
+    softcap=None,
+    s_aux=None,
+    indices=None,
+    **kwargs,
+):
     """HF attention signature -> (output (B, N, H, Dv), None). Dropout on attention weights does not exist
     for these cores (FAVOR+ never forms them; PLASH has its own `dropout` option), so dropout > 0 is refused;
     so is a logit soft-cap (Gemma 2), a function of the logits that neither core approximates. DSA's `indices`
@@ -194,11 +237,17 @@ def _symformer_attention(kind: str, module, query, key, value, attention_mask, s
     if dropout:
         fail("attention_dropout", dropout, "0.0 (set the core's own options through configure)")
     if s_aux is not None:
-        fail("s_aux", "attention sinks (GPT-OSS)", f"None for symformer_{kind}: its kernel has no sink term in the "
-             "softmax denominator")
+        fail(
+            "s_aux",
+            "attention sinks (GPT-OSS)",
+            f"None for symformer_{kind}: its kernel has no sink term in the softmax denominator",
+        )
     if softcap is not None:
-        fail("attn_logit_softcapping", softcap, f"None for symformer_{kind}: its kernel approximates softmax(q k^T), "
-             "not a soft-capped softmax")
+        fail(
+            "attn_logit_softcapping",
+            softcap,
+            f"None for symformer_{kind}: its kernel approximates softmax(q k^T), not a soft-capped softmax",
+        )
     core = _core(module, kind)
     layer = tagged_layer(key)
     groups = query.shape[1] // key.shape[1]  # grouped-query attention: each key head serves `groups` query heads
@@ -213,8 +262,11 @@ def _symformer_attention(kind: str, module, query, key, value, attention_mask, s
         v = torch.nn.functional.pad(v, (0, query.shape[-1] - dv))  # one head size, so zero columns, sliced off after
     if layer is not None:
         if sliding_window is not None and layer.length + nq > sliding_window:  # the state holds every earlier key
-            fail("sliding_window", sliding_window, f">= the {layer.length + nq} tokens: symformer cores attend to all "
-                 "earlier keys")
+            fail(
+                "sliding_window",
+                sliding_window,
+                f">= the {layer.length + nq} tokens: symformer cores attend to all earlier keys",
+            )
         out = _state_attention(kind, module, core, layer, query, k, v, attention_mask, scaling)
     elif bool(getattr(module, "is_causal", True)) and 0 < nq < nk:
         out = _cached_prefix_attention(core, query, k, v, attention_mask, scaling)

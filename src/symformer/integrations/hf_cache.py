@@ -16,6 +16,7 @@ silent wrong answer.
 Beam search and `num_return_sequences` reorder / repeat the states (`reorder_cache`, `batch_select_indices`,
 `batch_repeat_interleave`). Cropping (assisted decoding) is refused: a recurrent state cannot forget tokens.
 """
+
 from __future__ import annotations
 
 import types
@@ -62,10 +63,15 @@ class _StateLayerMethods:
         if self.pending:
             module = self.module()
             impl = getattr(getattr(module, "config", None), "_attn_implementation", None)
-            fail("cache", f"a symformer StateCache whose layer {getattr(module, 'layer_idx', '?')} state was not "
-                 f"read by its attention (attn_implementation {impl!r})", "a model configured with "
-                 f"symformer.integrations.hf.configure(model, attention={self.kind!r}) whose attention forward "
-                 "passes the cache's keys to the attention function", TypeError)
+            fail(
+                "cache",
+                f"a symformer StateCache whose layer {getattr(module, 'layer_idx', '?')} state was not "
+                f"read by its attention (attn_implementation {impl!r})",
+                "a model configured with "
+                f"symformer.integrations.hf.configure(model, attention={self.kind!r}) whose attention forward "
+                "passes the cache's keys to the attention function",
+                TypeError,
+            )
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         self.pending = True
@@ -96,8 +102,12 @@ class _StateLayerMethods:
 
     def crop(self, tokens_to_remove: int) -> None:
         if tokens_to_remove:
-            fail("tokens_to_remove", tokens_to_remove, "0: a recurrent FAVOR+ / PLASH state cannot forget tokens "
-                 "(assisted decoding and cache cropping need a KV cache)")
+            fail(
+                "tokens_to_remove",
+                tokens_to_remove,
+                "0: a recurrent FAVOR+ / PLASH state cannot forget tokens "
+                "(assisted decoding and cache cropping need a KV cache)",
+            )
 
     def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
         if self.state is not None:
@@ -131,15 +141,24 @@ def state_cache(model):
     `configure(model, attention="favor" | "plash")`. ValueError for a model without symformer cores, or an MLA
     family (its forward expands the cached latents before the attention, so the state would never reach it)."""
     from symformer.integrations.hf_attention import IMPLEMENTATIONS
+
     record = getattr(getattr(model, "config", None), "symformer_attention", None) or {}
     kind = record.get("attention")
     layers = attention_modules(model)
     if kind not in IMPLEMENTATIONS or any(getattr(m, "symformer_core", None) is None for m in layers):
-        fail("model", type(model).__name__, "a model configured with symformer.integrations.hf.configure(model, "
-             "attention='favor' | 'plash') before its state cache is built")
+        fail(
+            "model",
+            type(model).__name__,
+            "a model configured with symformer.integrations.hf.configure(model, "
+            "attention='favor' | 'plash') before its state cache is built",
+        )
     if any(is_mla(m) for m in layers):
-        fail("model", type(model).__name__, "a family without multi-head latent attention: MLA rebuilds its keys "
-             "from the cached latents, so a recurrent state cannot stand in for them")
+        fail(
+            "model",
+            type(model).__name__,
+            "a family without multi-head latent attention: MLA rebuilds its keys "
+            "from the cached latents, so a recurrent state cannot stand in for them",
+        )
     cls = _state_layer_class()
     by_index = {int(getattr(m, "layer_idx", 0) or 0): m for m in layers}
     # hybrid models (LFM2's convolutions, Qwen3-Next's Gated DeltaNet): their other layers keep the cache layers

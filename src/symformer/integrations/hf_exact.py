@@ -15,6 +15,7 @@ HF's to the bit; the rotary table is computed in float64 and rounded, so it move
 Left in float32, as the MoE routers are: DSA's indexer (DeepSeek-V3.2, GLM-5), whose scores only choose each
 query's top-k keys (a discrete choice, HF's, with its weights_proj kept in float32); the attention over the chosen
 keys runs in the input dtype."""
+
 from __future__ import annotations
 
 import inspect
@@ -48,10 +49,14 @@ def _cos_sin(x, position_ids, inv_freq, layout: str = "cat", magnitude: float = 
     of x's precision."""
     f = position_ids[..., None].to(torch.float64) * inv_freq
     if layout == "complex":
-        return (torch.polar(torch.ones_like(f), f) * magnitude).to(torch.complex128 if x.dtype == torch.float64
-                                                                   else torch.complex64)
-    emb = {"cat": lambda: torch.cat((f, f), dim=-1), "interleaved": lambda: f.repeat_interleave(2, dim=-1),
-           "half": lambda: f}[layout]()
+        return (torch.polar(torch.ones_like(f), f) * magnitude).to(
+            torch.complex128 if x.dtype == torch.float64 else torch.complex64
+        )
+    emb = {
+        "cat": lambda: torch.cat((f, f), dim=-1),
+        "interleaved": lambda: f.repeat_interleave(2, dim=-1),
+        "half": lambda: f,
+    }[layout]()
     return (emb.cos() * magnitude).to(x.dtype), (emb.sin() * magnitude).to(x.dtype)
 
 
@@ -98,8 +103,13 @@ class Float64TypedTable(nn.Module):
             setattr(self, f"{k}_attention_scaling", float(scalings[k]))
 
     def forward(self, x, position_ids, layer_type=None):
-        return _cos_sin(x, position_ids, getattr(self, f"{layer_type}_inv_freq"), "cat",
-                        getattr(self, f"{layer_type}_attention_scaling"))
+        return _cos_sin(
+            x,
+            position_ids,
+            getattr(self, f"{layer_type}_inv_freq"),
+            "cat",
+            getattr(self, f"{layer_type}_attention_scaling"),
+        )
 
 
 def _float64_table(mod: nn.Module, family: str | None) -> nn.Module | None:
@@ -107,13 +117,22 @@ def _float64_table(mod: nn.Module, family: str | None) -> nn.Module | None:
     if isinstance(getattr(mod, "inv_freq", None), torch.Tensor) and hasattr(mod, "mrope_section"):  # Qwen3.5
         return Float64MropeTable(mod.inv_freq, mod.mrope_section, getattr(mod, "attention_scaling", 1.0))
     if isinstance(getattr(mod, "inv_freq", None), torch.Tensor):
-        layout = "interleaved" if family in TABLE_INTERLEAVED else "half" if family in TABLE_HALF else \
-            "complex" if family in TABLE_COMPLEX else "cat"
+        layout = (
+            "interleaved"
+            if family in TABLE_INTERLEAVED
+            else "half"
+            if family in TABLE_HALF
+            else "complex"
+            if family in TABLE_COMPLEX
+            else "cat"
+        )
         return Float64Table(mod.inv_freq, layout, getattr(mod, "attention_scaling", 1.0))
     types = getattr(mod, "layer_types", None)
     if types and all(isinstance(getattr(mod, f"{t}_inv_freq", None), torch.Tensor) for t in types):
-        return Float64TypedTable({t: getattr(mod, f"{t}_inv_freq") for t in types},
-                                 {t: getattr(mod, f"{t}_attention_scaling", 1.0) for t in types})
+        return Float64TypedTable(
+            {t: getattr(mod, f"{t}_inv_freq") for t in types},
+            {t: getattr(mod, f"{t}_attention_scaling", 1.0) for t in types},
+        )
     return None
 
 
@@ -192,6 +211,7 @@ def _input_dtype_rotary(module, family: str):
 def _input_dtype_complex_rotary(xq, xk, freqs_cis):
     """DeepSeek-V2's apply_rotary_emb without its float32 casts: the pairs (2u, 2u + 1) as complex numbers of the
     input's precision times freqs_cis, laid back out as pairs."""
+
     def rotate(x):
         z = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2))  # a view where HF has one: its rounding
         return torch.view_as_real(z * freqs_cis.unsqueeze(1).to(z.dtype)).flatten(3)
@@ -205,14 +225,13 @@ def _position_scale_in_float64(positions_ids, beta, max_position_embeddings):
     return position_query_scale(positions_ids.to(torch.float64), beta, max_position_embeddings)[:, None, :, None]
 
 
-def input_dtype_eager(module, query, key, value, attention_mask, scaling=None, dropout=0.0, softcap=None,
-                      **kwargs):
+def input_dtype_eager(module, query, key, value, attention_mask, scaling=None, dropout=0.0, softcap=None, **kwargs):
     """HF's eager attention (Llama's; Gemma 2's soft-cap; GPT-NeoX's without key heads to repeat) with the softmax
     in the input dtype: softmax(cap(q k^T scaling) + mask) v, cap(s) = softcap tanh(s / softcap). HF's own on
     float32 inputs to the bit (test)."""
     groups = getattr(module, "num_key_value_groups", 1)
     key, value = (t.repeat_interleave(groups, dim=1) if groups > 1 else t for t in (key, value))
-    weights = torch.matmul(query, key.transpose(2, 3)) * (module.head_dim ** -0.5 if scaling is None else scaling)
+    weights = torch.matmul(query, key.transpose(2, 3)) * (module.head_dim**-0.5 if scaling is None else scaling)
     if softcap is not None:
         weights = torch.tanh(weights / softcap) * softcap
     if attention_mask is not None:

@@ -1,6 +1,7 @@
 """A tiny config-built Llama character LM and a plain training loop, shared by examples/hf_llama_string.py,
 experiment `hf` and the `positional` bench rows. Nothing is downloaded: the model comes from a LlamaConfig and
 the vocabulary is the characters of the text (symformer.data.load_char_text)."""
+
 from __future__ import annotations
 
 import math
@@ -17,6 +18,7 @@ from symformer.integrations.hf_positional import patch_positional
 @dataclass(frozen=True)
 class TinyLlama:
     """About 2M parameters at the defaults (hidden 192, 4 layers, 6 query heads of Dh 32 over 2 key heads)."""
+
     hidden_size: int = 192
     n_layers: int = 4
     n_heads: int = 6
@@ -26,15 +28,29 @@ class TinyLlama:
     rope_theta: float = 10000.0
 
 
-def tiny_llama(vocab_size: int, spec: TinyLlama = TinyLlama(), positional: str | None = None, seed: int = 0,
-               attn_implementation: str = "sdpa", **options):
+def tiny_llama(
+    vocab_size: int,
+    spec: TinyLlama = TinyLlama(),
+    positional: str | None = None,
+    seed: int = 0,
+    attn_implementation: str = "sdpa",
+    **options,
+):
     """LlamaForCausalLM(LlamaConfig(...)) with native RoPE, or patched with a symformer `positional` part."""
     tf = require_transformers()
-    cfg = tf.LlamaConfig(vocab_size=vocab_size, hidden_size=spec.hidden_size, intermediate_size=spec.intermediate_size,
-                         num_hidden_layers=spec.n_layers, num_attention_heads=spec.n_heads,
-                         num_key_value_heads=spec.n_kv_heads, max_position_embeddings=spec.max_len,
-                         rope_parameters={"rope_type": "default", "rope_theta": spec.rope_theta},
-                         attn_implementation=attn_implementation, bos_token_id=None, eos_token_id=None)
+    cfg = tf.LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.n_layers,
+        num_attention_heads=spec.n_heads,
+        num_key_value_heads=spec.n_kv_heads,
+        max_position_embeddings=spec.max_len,
+        rope_parameters={"rope_type": "default", "rope_theta": spec.rope_theta},
+        attn_implementation=attn_implementation,
+        bos_token_id=None,
+        eos_token_id=None,
+    )
     torch.manual_seed(seed)
     model = tf.LlamaForCausalLM(cfg)
     return model if positional in (None, "native") else patch_positional(model, positional, **options)
@@ -55,7 +71,7 @@ def evaluate(model, data, batch_size: int = 32, max_batches: int | None = None) 
     for i, s in enumerate(range(0, len(data), batch_size)):
         if max_batches is not None and i >= max_batches:
             break
-        x, y = data.x[s:s + batch_size], data.y[s:s + batch_size]
+        x, y = data.x[s : s + batch_size], data.y[s : s + batch_size]
         tot += float(lm_loss(model, x, y)) * len(x)
         n += len(x)
     model.train(was)
@@ -70,8 +86,17 @@ class Curve:
     seconds: float = 0.0
 
 
-def train_lm(model, split, steps: int, batch_size: int = 16, lr: float = 3e-3, eval_every: int = 50,
-             eval_batches: int | None = 8, seed: int = 0, on_after_backward=None) -> Curve:
+def train_lm(
+    model,
+    split,
+    steps: int,
+    batch_size: int = 16,
+    lr: float = 3e-3,
+    eval_every: int = 50,
+    eval_batches: int | None = 8,
+    seed: int = 0,
+    on_after_backward=None,
+) -> Curve:
     """AdamW with linear warm-up (10% of steps) then cosine decay; a validation point every `eval_every` steps
     and at the end. on_after_backward(step, (x, y), loss) runs between backward and the optimizer step."""
     check_int("steps", steps, 1)
@@ -79,7 +104,8 @@ def train_lm(model, split, steps: int, batch_size: int = 16, lr: float = 3e-3, e
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     warm = max(1, steps // 10)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
+        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps))
+    )
     g = torch.Generator().manual_seed(seed)
     curve, t0 = Curve(), time.perf_counter()
     model.train()

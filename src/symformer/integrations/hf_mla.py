@@ -17,6 +17,7 @@ models train it apart from the language-modelling loss, so a learnable part ther
 part rotates the attention's rope blocks only; with positional="rope" the selection and the logits are HF's.
 GLM-5's "shared" layers reuse the previous full layer's selection, as HF's forward does.
 """
+
 from __future__ import annotations
 
 import torch
@@ -38,24 +39,39 @@ def _mla_project(self, hidden_states: torch.Tensor):
         q = self.q_b_proj(q_resid)
     q = q.view(b, n, -1, self.qk_head_dim).transpose(1, 2)
     q_pass, q_rot = torch.split(q, [self.qk_nope_head_dim, self.qk_rope_head_dim], dim=-1)
-    latent, k_rot = torch.split(self.kv_a_proj_with_mqa(hidden_states), [self.kv_lora_rank, self.qk_rope_head_dim],
-                                dim=-1)
+    latent, k_rot = torch.split(
+        self.kv_a_proj_with_mqa(hidden_states), [self.kv_lora_rank, self.qk_rope_head_dim], dim=-1
+    )
     latent = self.kv_a_layernorm(latent).view(b, 1, n, self.kv_lora_rank)
     if hasattr(self, "mla_scale_q_lora"):  # LongCat-Flash: constant LoRA scalings of the queries and the latent
-        q_pass, q_rot, latent = q_pass * self.mla_scale_q_lora, q_rot * self.mla_scale_q_lora, \
-            latent * self.mla_scale_kv_lora
+        q_pass, q_rot, latent = (
+            q_pass * self.mla_scale_q_lora,
+            q_rot * self.mla_scale_q_lora,
+            latent * self.mla_scale_kv_lora,
+        )
     return q_pass, q_rot, latent, k_rot.view(b, 1, n, self.qk_rope_head_dim), q_resid
 
 
-def _dsa_selection(self, hidden_states, q_resid, position_embeddings, attention_mask, position_ids, cache,
-                   prev_topk, n_keys: int, kwargs: dict):
+def _dsa_selection(
+    self,
+    hidden_states,
+    q_resid,
+    position_embeddings,
+    attention_mask,
+    position_ids,
+    cache,
+    prev_topk,
+    n_keys: int,
+    kwargs: dict,
+):
     """DSA (DeepSeek-V3.2, GLM-5), as HF's forward: the indexer's top-k key indices per query (B, N, topk), from the
     native table, or GLM-5's previous full layer's on a "shared" layer; folded into the mask for eager and sdpa,
     passed on as `indices` to other implementations (symformer's cores fold them too: hf_attention). Returns the
     mask and the indices."""
     if self.indexer is not None:
-        topk = self.indexer(hidden_states, q_resid, position_embeddings, attention_mask[:, 0], position_ids,
-                            cache=cache)
+        topk = self.indexer(
+            hidden_states, q_resid, position_embeddings, attention_mask[:, 0], position_ids, cache=cache
+        )
     elif prev_topk is None:
         fail("prev_topk_indices", None, "the top-k indices of a previous full indexer layer (a GLM-5 'shared' layer)")
     else:
@@ -72,9 +88,18 @@ def _dsa_selection(self, hidden_states, q_resid, position_embeddings, attention_
     return attention_mask, topk
 
 
-def mla_attention_forward(self, hidden_states, position_embeddings=None, attention_mask=None, cache=None,
-                          position_ids=None, cache_position=None, past_key_values=None, prev_topk_indices=None,
-                          **kwargs):
+def mla_attention_forward(
+    self,
+    hidden_states,
+    position_embeddings=None,
+    attention_mask=None,
+    cache=None,
+    position_ids=None,
+    cache_position=None,
+    past_key_values=None,
+    prev_topk_indices=None,
+    **kwargs,
+):
     """HF's MLA forward (transformers 5.x: the compressed latent and the rotated key block are cached) with
     `self.rotary` on the rope blocks in place of HF's cos/sin table; DSA layers (an `indexer` attribute) select
     their keys as HF's do, and GLM-5's return their selection third."""
@@ -93,8 +118,18 @@ def mla_attention_forward(self, hidden_states, position_embeddings=None, attenti
     key, value = self.expand_kv(latent, k_rot)
     topk = None
     if hasattr(self, "indexer"):
-        attention_mask, topk = _dsa_selection(self, hidden_states, q_resid, position_embeddings, attention_mask,
-                                              position_ids, cache, prev_topk_indices, key.shape[2], kwargs)
+        attention_mask, topk = _dsa_selection(
+            self,
+            hidden_states,
+            q_resid,
+            position_embeddings,
+            attention_mask,
+            position_ids,
+            cache,
+            prev_topk_indices,
+            key.shape[2],
+            kwargs,
+        )
     out, weights = call_attention(self, query, key, value, attention_mask, self.scaling, position_ids, kwargs)
     out = self.o_proj(out.reshape(b, n, -1).contiguous())
     return (out, weights, topk) if hasattr(self, "skip_topk") else (out, weights)  # GLM-5 hands its selection on

@@ -26,6 +26,7 @@ it as int64 (`token_positions`), so a bfloat16 / float16 model is as accurate as
 with or without the KV cache. A model cast to 16 bits before patching has a rounded `inv_freq`; the part then takes
 HF's float32 recomputation.
 """
+
 from __future__ import annotations
 
 import json
@@ -70,8 +71,17 @@ _ATTN_CLASSES: dict[type, type] = {}
 
 
 # ---------------------------------------------------------------- the patched attention forward
-def _attention_forward(self, hidden_states, position_embeddings=None, attention_mask=None, past_key_values=None,
-                       cache_position=None, position_ids=None, cache=None, **kwargs):
+def _attention_forward(
+    self,
+    hidden_states,
+    position_embeddings=None,
+    attention_mask=None,
+    past_key_values=None,
+    cache_position=None,
+    position_ids=None,
+    cache=None,
+    **kwargs,
+):
     """The family's attention forward with `self.rotary` in place of apply_rotary_pos_emb. The KV cache arrives
     as `cache` (transformers >= 5.24), `past_key_values` (4.5x-5.23), `past_key_value` (4.4x) or `layer_past`
     (GPT-NeoX)."""
@@ -178,6 +188,7 @@ def _float32_inv_freq(rotary: nn.Module, inv: torch.Tensor, layer_type: str | No
     import warnings
 
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
     kind = getattr(rotary, "rope_type", "default")
     kind = kind.get(layer_type, "default") if isinstance(kind, dict) else kind
     fn = ROPE_INIT_FUNCTIONS.get(kind) or getattr(rotary, "compute_default_rope_parameters", None)
@@ -188,8 +199,12 @@ def _float32_inv_freq(rotary: nn.Module, inv: torch.Tensor, layer_type: str | No
     except (TypeError, KeyError, AttributeError, ValueError):
         fresh = None
     if fresh is None or fresh.shape != inv.shape:
-        warnings.warn(f"symformer: the model's rotary inv_freq is {inv.dtype} and could not be recomputed in float32; "
-                      "the patched part starts from the rounded frequencies", RuntimeWarning, stacklevel=4)
+        warnings.warn(
+            f"symformer: the model's rotary inv_freq is {inv.dtype} and could not be recomputed in float32; "
+            "the patched part starts from the rounded frequencies",
+            RuntimeWarning,
+            stacklevel=4,
+        )
         return inv
     return fresh
 
@@ -205,22 +220,32 @@ def _layer_type(model: nn.Module, attn: nn.Module) -> str | None:
 def _rope_generators(inv_freq: torch.Tensor, head_dim: int, pairing: str) -> torch.Tensor:
     """(1, Dh, Dh) RoPE generator: beta_u J on the model's pairs, (u, u + Dh/2) or (2u, 2u + 1) (T2.3, U = I)."""
     from symformer.positional.rope import generators_from_beta
+
     return generators_from_beta(inv_freq[:, None], head_dim, pairing)
 
 
-def _build_part(positional: str, attn: nn.Module, config, inv_freq, options: dict,
-                layer_type: str | None = None, part_dim: int | None = None) -> nn.Module:
+def _build_part(
+    positional: str,
+    attn: nn.Module,
+    config,
+    inv_freq,
+    options: dict,
+    layer_type: str | None = None,
+    part_dim: int | None = None,
+) -> nn.Module:
     """The part on the first part_dim coordinates (default: the whole head), wrapped in PartialRotary when that
     is less than the head (Phi-4-mini), starting from the model's own frequencies."""
     from symformer.positional import POSITIONAL, PartialRotary  # registers the parts
+
     full = head_dim(attn)
     dim = full if part_dim is None else part_dim
     opts = dict(options)
     if positional in ("rope", "string", "espr"):
         opts.setdefault("pairing", rope_pairing(config))  # HF's rotate-half layout (GLM: interleaved)
     opts.setdefault("base", rope_theta(config, layer_type))
-    part = POSITIONAL.build(positional, head_dim=dim, coord_dim=1, n_heads=config.num_attention_heads,
-                            d_model=config.hidden_size, **opts)
+    part = POSITIONAL.build(
+        positional, head_dim=dim, coord_dim=1, n_heads=config.num_attention_heads, d_model=config.hidden_size, **opts
+    )
     w = out_proj(attn).weight
     # never to a 16-bit weight dtype: the float32 master (module docstring); a float64 model gets a float64 part
     part = part.to(device=w.device, dtype=torch.float64 if w.dtype == torch.float64 else None)
@@ -229,16 +254,22 @@ def _build_part(positional: str, attn: nn.Module, config, inv_freq, options: dic
         if own_freqs and positional in ("rope", "string") and getattr(part, "pairing", None) == rope_pairing(config):
             beta = part.rope.beta if positional == "string" else part.beta
             beta.copy_(inv_freq[:, None].to(beta.dtype))  # the model's own frequencies, not a recomputation
-        if own_freqs and positional == "espr" and part.d_act == dim and options.get("commuting_init", True) \
-                and options.get("init_scale") is None:
+        if (
+            own_freqs
+            and positional == "espr"
+            and part.d_act == dim
+            and options.get("commuting_init", True)
+            and options.get("init_scale") is None
+        ):
             part.set_generators(_rope_generators(inv_freq, dim, rope_pairing(config)).to(part.gen_param.dtype))
     if dim == full or is_mla(attn):  # MLA: the part rotates the rope blocks themselves (hf_mla)
         return part
     return PartialRotary(part, full).to(device=w.device)
 
 
-def _part_for(positional: str, model: nn.Module, attn: nn.Module, options: dict,
-              tables: dict) -> tuple[nn.Module, float]:
+def _part_for(
+    positional: str, model: nn.Module, attn: nn.Module, options: dict, tables: dict
+) -> tuple[nn.Module, float]:
     """(part, magnitude) for one attention layer, from the rotary table of its layer type (one table for most
     models; `tables` keeps each type's, read once per model rather than once per layer). magnitude: the factor
     on HF's cos and sin (YaRN's attention_scaling; 1 for the others), kept as a logit scale (`_scale`)."""
@@ -251,21 +282,34 @@ def _part_for(positional: str, model: nn.Module, attn: nn.Module, options: dict,
         inv_freq = -inv_freq
     dim = rotary_dim(attn)
     if inv_freq is not None and 2 * inv_freq.numel() != dim:
-        fail("config.rope_parameters", f"a rotary table of {inv_freq.numel()} frequencies",
-             f"{dim // 2} (head_dim={head_dim(attn)}, of which the table rotates {dim} coordinates)")
+        fail(
+            "config.rope_parameters",
+            f"a rotary table of {inv_freq.numel()} frequencies",
+            f"{dim // 2} (head_dim={head_dim(attn)}, of which the table rotates {dim} coordinates)",
+        )
     if dim < head_dim(attn) and positional == "espr":  # PartialRotary, MLA: no part with its own scale
-        fail("positional", positional, "rope, string or circulant_string where the model rotates part of each head "
-             f"({dim} of {head_dim(attn)} coordinates): ESPR's 1/sqrt(d_act) scale (T4.4) is stated for a whole "
-             "projected head")
+        fail(
+            "positional",
+            positional,
+            "rope, string or circulant_string where the model rotates part of each head "
+            f"({dim} of {head_dim(attn)} coordinates): ESPR's 1/sqrt(d_act) scale (T4.4) is stated for a whole "
+            "projected head",
+        )
     rope_type = str(rope_parameters(cfg, lt).get("rope_type", "default"))
     if rope_type.startswith("dynamic") or rope_type == "longrope":
-        fail("config.rope_parameters", f"rope_type={rope_type!r} (attention_scaling={attn_scale})",
-             "a rope type whose table does not change with the sequence length (default, linear, llama3, yarn)")
+        fail(
+            "config.rope_parameters",
+            f"rope_type={rope_type!r} (attention_scaling={attn_scale})",
+            "a rope type whose table does not change with the sequence length (default, linear, llama3, yarn)",
+        )
     if attn_scale != 1.0 and dim < head_dim(attn) and not is_mla(attn):  # HF scales the rotated coordinates only:
         # not a logit scale (MLA's forward scales its rotated blocks itself: hf_mla)
-        fail("config.rope_parameters", f"rope_type={rope_type!r} (attention_scaling={attn_scale}) with "
-             f"partial_rotary_factor={partial_rotary_factor(cfg)}",
-             "a magnitude factor of 1 where the model rotates part of each head")
+        fail(
+            "config.rope_parameters",
+            f"rope_type={rope_type!r} (attention_scaling={attn_scale}) with "
+            f"partial_rotary_factor={partial_rotary_factor(cfg)}",
+            "a magnitude factor of 1 where the model rotates part of each head",
+        )
     return _build_part(positional, attn, cfg, inv_freq, options, lt, dim), attn_scale
 
 
@@ -296,8 +340,11 @@ def patch_positional(model: nn.Module, positional: str = "rope", **options) -> n
     config, tc = model.config, text_config(model)  # the patch is recorded in the model's own config
     layers = attention_modules(model)
     if any(hasattr(a, "rotary") for a in layers):  # the layers, not the config: HF models share config objects
-        fail("model", f"a model already patched with {getattr(config, 'symformer_positional', None)}",
-             "an unpatched model (patch_positional replaces the native rotary embedding once)")
+        fail(
+            "model",
+            f"a model already patched with {getattr(config, 'symformer_positional', None)}",
+            "an unpatched model (patch_positional replaces the native rotary embedding once)",
+        )
     kv = n_kv_heads(tc)
     if tc.num_attention_heads % kv:
         fail("config.num_key_value_heads", kv, f"a divisor of num_attention_heads={tc.num_attention_heads}")
@@ -308,8 +355,9 @@ def patch_positional(model: nn.Module, positional: str = "rope", **options) -> n
         fail("model", "a model whose attention layers apply no rotary embedding", "a model with rotary layers")
     tables: dict = {}
     # a given seed is made each layer's own (_rng.layer_kwargs), so the layers do not share one initial draw
-    parts = [_part_for(positional, model, attn, layer_kwargs(options, i), tables)
-             for i, attn in enumerate(layers)]  # raises before editing
+    parts = [
+        _part_for(positional, model, attn, layer_kwargs(options, i), tables) for i, attn in enumerate(layers)
+    ]  # raises before editing
     for attn, (part, magnitude) in zip(layers, parts, strict=True):
         attn.rotary = part
         if magnitude != 1.0:

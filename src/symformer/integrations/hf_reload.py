@@ -11,6 +11,7 @@ weights, the parts' generators) from the checkpoint like any other weight: nothi
 A plain `LlamaForCausalLM.from_pretrained(folder)` never calls this constructor: transformers builds the class it
 is given, and config.json cannot name a class outside transformers without `trust_remote_code`.
 """
+
 from __future__ import annotations
 
 from torch import nn
@@ -27,9 +28,11 @@ _MODEL_CLASSES: dict[type, type] = {}
 def _restore(model: nn.Module, record: str, spec: dict) -> None:
     if record == "symformer_positional":
         from symformer.integrations.hf_positional import patch_positional
+
         patch_positional(model, **spec)
     else:
         from symformer.integrations.hf_attention import configure
+
         configure(model, **spec)
 
 
@@ -42,14 +45,19 @@ def _requested(config) -> None:
     if not spec:
         return
     from symformer.integrations.hf_attention import IMPLEMENTATIONS, register
+
     register()
     asked = getattr(config, "_attn_implementation_internal", None)
     recorded = IMPLEMENTATIONS.get(spec.get("attention", "favor"))  # configure's default
     if not isinstance(asked, str) or asked == recorded:
         return
     if asked in IMPLEMENTATIONS.values():
-        fail("attn_implementation", asked, f"{recorded!r}, the attention this model was saved with (or a transformers "
-             "implementation such as 'sdpa' to load it without its symformer cores)")
+        fail(
+            "attn_implementation",
+            asked,
+            f"{recorded!r}, the attention this model was saved with (or a transformers "
+            "implementation such as 'sdpa' to load it without its symformer cores)",
+        )
     config.symformer_attention = None
 
 
@@ -70,8 +78,9 @@ def restoring_class(cls: type) -> type:
     if cls in _MODEL_CLASSES.values():
         return cls
     if cls not in _MODEL_CLASSES:
-        _MODEL_CLASSES[cls] = type("Symformer" + cls.__name__, (cls,), {"__init__": _restoring_init,
-                                                                        "__module__": __name__})
+        _MODEL_CLASSES[cls] = type(
+            "Symformer" + cls.__name__, (cls,), {"__init__": _restoring_init, "__module__": __name__}
+        )
     return _MODEL_CLASSES[cls]
 
 

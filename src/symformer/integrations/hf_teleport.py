@@ -44,6 +44,7 @@ permutation (the two sites share each head).
 
 `HFTeleport` is the former name of `teleport.PlainLoopTeleport` (teleportation in a plain training loop).
 """
+
 from __future__ import annotations
 
 import torch
@@ -96,7 +97,8 @@ class _AttentionView:
             self.q_proj, self.k_proj, self.v_proj = attn.q_proj, attn.k_proj, attn.v_proj
             return
         self.fused, (self.q_proj, self.k_proj, self.v_proj) = fused_blocks(
-            fused[0], qkv_rows(fused[1], n_heads, kv_heads, self.head_dim))
+            fused[0], qkv_rows(fused[1], n_heads, kv_heads, self.head_dim)
+        )
 
     def _gated(self, attn: nn.Module, n_heads: int, kv_heads: int) -> None:
         """AFMoE: a gate_proj of its own; Qwen3-Next, Qwen3.5: q_proj rows [q_h; g_h] head by head, seen as a q block
@@ -107,16 +109,18 @@ class _AttentionView:
             self.gate_rows = tuple(p for p in (attn.gate_proj.weight, attn.gate_proj.bias) if p is not None)
             return
         dh = self.head_dim
-        self.fused, (self.q_proj, gate) = fused_blocks(attn.q_proj, [head_rows(n_heads, 2 * dh, 0, dh),
-                                                                      head_rows(n_heads, 2 * dh, dh, dh)])
+        self.fused, (self.q_proj, gate) = fused_blocks(
+            attn.q_proj, [head_rows(n_heads, 2 * dh, 0, dh), head_rows(n_heads, 2 * dh, dh, dh)]
+        )
         self.gate_rows = tuple(t for t in (gate.weight, gate.bias) if t is not None)
 
     @property
     def rotary(self):
         if not applies_rope(self.attn) or self.post_norm:  # NoPE layer: no rotation, GL(d_h); Hunyuan: the group
             return None  # acts on the norm weights only and does not depend on the rotation (no refresh)
-        return getattr(self.attn, "rotary", None) or _native_rope(self.head_dim, self.rotary_dim,
-                                                                  rope_pairing(self.attn.config))
+        return getattr(self.attn, "rotary", None) or _native_rope(
+            self.head_dim, self.rotary_dim, rope_pairing(self.attn.config)
+        )
 
 
 def _native_rope(head_dim: int, rotary_dim: int, pairing: str = "half"):
@@ -124,6 +128,7 @@ def _native_rope(head_dim: int, rotary_dim: int, pairing: str = "half"):
     interleaved for the INTERLEAVED families: GLM, Cohere, ERNIE 4.5, Helium), on the first rotary_dim coordinates
     (partial rotary: PartialRotary, GL on the rest)."""
     from symformer.positional import PartialRotary, RoPE
+
     rope = RoPE(rotary_dim, pairing=pairing)
     return rope if rotary_dim == head_dim else PartialRotary(rope, head_dim)
 
@@ -147,20 +152,20 @@ def _mla_sites(attn: nn.Module, name: str, positions) -> list[AttentionSite]:
     share each head (a permutation would have to move both at once)."""
     h, nope, rope, dv = attn.config.num_attention_heads, attn.qk_nope_head_dim, attn.qk_rope_head_dim, attn.v_head_dim
     q = attn.q_proj if attn.q_lora_rank is None else attn.q_b_proj
-    fq, (q_nope, q_rope) = fused_blocks(q, [head_rows(h, nope + rope, 0, nope),
-                                             head_rows(h, nope + rope, nope, rope)])
-    fkv, (k_nope, v) = fused_blocks(attn.kv_b_proj, [head_rows(h, nope + dv, 0, nope),
-                                                      head_rows(h, nope + dv, nope, dv)])
+    fq, (q_nope, q_rope) = fused_blocks(q, [head_rows(h, nope + rope, 0, nope), head_rows(h, nope + rope, nope, rope)])
+    fkv, (k_nope, v) = fused_blocks(
+        attn.kv_b_proj, [head_rows(h, nope + dv, 0, nope), head_rows(h, nope + dv, nope, dv)]
+    )
     r = attn.kv_lora_rank  # kv_a_proj_with_mqa rows: [latent (normed, then kv_b_proj); the shared key rope block]
-    fa, (_, k_rope) = fused_blocks(attn.kv_a_proj_with_mqa, [torch.arange(r), torch.arange(r, r + rope)],
-                                    passive=(0,))
+    fa, (_, k_rope) = fused_blocks(attn.kv_a_proj_with_mqa, [torch.arange(r), torch.arange(r, r + rope)], passive=(0,))
     rotary = getattr(attn, "rotary", None) or _native_rope(rope, rope, rope_pairing(attn.config))
     nope_view = _MLAView(attn, q_nope, k_nope, v, attn.o_proj, nope, None)
     rope_view = _MLAView(attn, q_rope, k_rope, None, None, rope, rotary)
     rope_view.fused = fq + fkv + fa
-    return [AttentionSite(name + ".nope", nope_view, qk_group_for(None, nope), h, vo_dim=dv, permutable=False),
-            AttentionSite(name + ".rope", rope_view, qk_group_for(rotary, rope, positions), 1, vo_dim=0,
-                          permutable=False)]
+    return [
+        AttentionSite(name + ".nope", nope_view, qk_group_for(None, nope), h, vo_dim=dv, permutable=False),
+        AttentionSite(name + ".rope", rope_view, qk_group_for(rotary, rope, positions), 1, vo_dim=0, permutable=False),
+    ]
 
 
 class _GLUView:
@@ -184,8 +189,11 @@ def _fused_experts(model: nn.Module) -> list[FusedExperts]:
         gu, dn = getattr(m, "gate_up_proj", None), getattr(m, "down_proj", None)
         if isinstance(gu, nn.Linear) and isinstance(dn, nn.Linear):
             if gu.bias is not None:
-                fail("gate_up_proj.bias", "a bias", "none (the MLP rescaling of a fused gate_up_proj with a bias is "
-                     "not implemented)")
+                fail(
+                    "gate_up_proj.bias",
+                    "a bias",
+                    "none (the MLP rescaling of a fused gate_up_proj with a bias is not implemented)",
+                )
             gu, dn = gu.weight, dn.weight
         if isinstance(gu, torch.Tensor) and isinstance(dn, torch.Tensor) and gu.ndim == dn.ndim and gu.ndim in (2, 3):
             i = dn.shape[-1]
@@ -205,8 +213,11 @@ def _sites(attn: nn.Module, name: str, h: int, hk: int, positions) -> list[Atten
     if is_mla(attn):  # a shared rotated key block and latent projections: two sites on row blocks
         return _mla_sites(attn, name, positions)
     if getattr(attn.config, "clip_qkv", None) is not None:  # OLMo's clamp: clamp(U q) != U clamp(q)
-        fail("config.clip_qkv", attn.config.clip_qkv, "None (clamping q, k and v breaks every symmetry of the "
-             "projections)")
+        fail(
+            "config.clip_qkv",
+            attn.config.clip_qkv,
+            "None (clamping q, k and v breaks every symmetry of the projections)",
+        )
     view = _AttentionView(attn, h, hk)
     sinks = (attn.sinks,) if isinstance(getattr(attn, "sinks", None), nn.Parameter) else ()  # GPT-OSS: per head
     if attn.config.model_type in GATED_OUTPUT:  # sigmoid(g) * (A V D) = (sigmoid(g) * A V) D for diagonal D only
@@ -214,16 +225,36 @@ def _sites(attn: nn.Module, name: str, h: int, hk: int, positions) -> list[Atten
     if attn.config.model_type in WEIGHTLESS_POST_NORM:  # NanoChat: rms(U q) != rms(q) for a scaling U
         return [AttentionSite(name, view, TrivialGroup(view.head_dim), hk, head_params=sinks)]
     if view.post_norm:  # Hunyuan: the logits see only w_q * w_k (module docstring): any positive d per coordinate
-        return [AttentionSite(name, view, TrivialGroup(view.head_dim), hk, attn.query_layernorm.weight,
-                              attn.key_layernorm.weight, torch.arange(view.head_dim), head_params=sinks)]
+        return [
+            AttentionSite(
+                name,
+                view,
+                TrivialGroup(view.head_dim),
+                hk,
+                attn.query_layernorm.weight,
+                attn.key_layernorm.weight,
+                torch.arange(view.head_dim),
+                head_params=sinks,
+            )
+        ]
     grp, norms = qk_group_for(view.rotary, view.head_dim, positions), qk_norms(attn)
     if norms is None:
         return [AttentionSite(name, view, grp, hk, head_params=sinks)]
     # Qwen3, OLMo 2, LFM2: q_norm(U q) != U q_norm(q), so the rotary's group acts on the norm weights (docstring)
-    return [AttentionSite(name, view, TrivialGroup(view.head_dim), hk, norms[0].weight, norms[1].weight,
-                          diagonal_blocks(grp), norm_offset(norms[0]),
-                          flat_qk_norm(attn) or norms[0].weight.dim() == 2,  # Cohere: (H, Dh)
-                          head_params=sinks)]
+    return [
+        AttentionSite(
+            name,
+            view,
+            TrivialGroup(view.head_dim),
+            hk,
+            norms[0].weight,
+            norms[1].weight,
+            diagonal_blocks(grp),
+            norm_offset(norms[0]),
+            flat_qk_norm(attn) or norms[0].weight.dim() == 2,  # Cohere: (H, Dh)
+            head_params=sinks,
+        )
+    ]
 
 
 def _gated_sites(attn: nn.Module, view: _AttentionView, name: str, hk: int, positions) -> list[AttentionSite]:
@@ -232,9 +263,20 @@ def _gated_sites(attn: nn.Module, view: _AttentionView, name: str, hk: int, posi
     grp, norms = qk_group_for(view.rotary, view.head_dim, positions), qk_norms(attn)
     if norms is None:  # every gated family normalises q and k per head; another layout is not guessed
         fail("model", f"{attn.config.model_type} without q/k norms", "the q_norm / k_norm layers of its family")
-    return [AttentionSite(name, view, TrivialGroup(view.head_dim), hk, norms[0].weight, norms[1].weight,
-                          diagonal_blocks(grp), norm_offset(norms[0]), head_params=view.gate_rows,
-                          vo_group=DiagonalGroup(view.head_dim))]
+    return [
+        AttentionSite(
+            name,
+            view,
+            TrivialGroup(view.head_dim),
+            hk,
+            norms[0].weight,
+            norms[1].weight,
+            diagonal_blocks(grp),
+            norm_offset(norms[0]),
+            head_params=view.gate_rows,
+            vo_group=DiagonalGroup(view.head_dim),
+        )
+    ]
 
 
 def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn: bool = False) -> SymmetryGroup:
@@ -248,8 +290,11 @@ def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn:
     tc = text_config(model)  # a vision-language model's language model
     impl = getattr(tc, "_attn_implementation", None) or "eager"
     if str(impl).startswith("symformer_"):
-        fail("attn_implementation", impl, "an exact softmax implementation (eager, sdpa, ...): approximate kernels "
-             "are not invariant under GL(d_h)")
+        fail(
+            "attn_implementation",
+            impl,
+            "an exact softmax implementation (eager, sdpa, ...): approximate kernels are not invariant under GL(d_h)",
+        )
     h, hk = tc.num_attention_heads, n_kv_heads(tc)
     names = {id(m): n for n, m in model.named_modules()}
     sites = [s for attn in attention_modules(model) for s in _sites(attn, names[id(attn)], h, hk, positions)]

@@ -9,6 +9,7 @@ from `symformer.facts`. The paper's four changes are config switches so each can
 The LM variant (App. A.3.2) replaces the MLP by a 2-expert MoE (frozen fact expert + trainable low-rank
 language expert, MLP router) and parametrises Q and K with MLPs.
 """
+
 from __future__ import annotations
 
 import copy
@@ -118,19 +119,19 @@ def swap_fact_mlp(model: nn.Module, mlp: nn.Module) -> list[nn.Module | None]:
 @dataclass(frozen=True)
 class FactRecallConfig:
     vocab_size: int
-    d_model: int = 128                 # App. A.2.3: d = 128
-    tied: bool = True                  # change (i)
-    residual: bool = False             # change (ii): no residual connections
-    frozen_norm: bool = True           # change (iii)
-    identity_vo: bool = True           # change (iv)
+    d_model: int = 128  # App. A.2.3: d = 128
+    tied: bool = True  # change (i)
+    residual: bool = False  # change (ii): no residual connections
+    frozen_norm: bool = True  # change (iii)
+    identity_vo: bool = True  # change (iv)
     rope_base: float = 10000.0
-    qk_mlp: bool = False               # App. A.3.2: Q, K parametrised with MLPs
-    moe: bool = False                  # App. A.3.2: 2-expert MoE (fact expert + low-rank language expert)
-    lang_rank: int = 32                # rank of the language expert (ours; the paper does not give it)
-    router_top1: bool = False          # Switch-style top-1 routing (ours): only the chosen expert runs
-    moe_norm: bool = True              # the MoE takes the MLP's place, behind its frozen pre-MLP norm (A.3.2)
-    qk_hidden: int = 256               # hidden width of the Q/K MLPs and the router (ours)
-    log_scale_init: float = 0.0        # initial log read-out temperature (ours; learnable)
+    qk_mlp: bool = False  # App. A.3.2: Q, K parametrised with MLPs
+    moe: bool = False  # App. A.3.2: 2-expert MoE (fact expert + low-rank language expert)
+    lang_rank: int = 32  # rank of the language expert (ours; the paper does not give it)
+    router_top1: bool = False  # Switch-style top-1 routing (ours): only the chosen expert runs
+    moe_norm: bool = True  # the MoE takes the MLP's place, behind its frozen pre-MLP norm (A.3.2)
+    qk_hidden: int = 256  # hidden width of the Q/K MLPs and the router (ours)
+    log_scale_init: float = 0.0  # initial log read-out temperature (ours; learnable)
 
     def __post_init__(self) -> None:
         check_int("vocab_size", self.vocab_size, 2)
@@ -183,7 +184,7 @@ class FactRecallTransformer(nn.Module):
         else:  # trainable, started at the sphere projection's scale (|RMSNorm(x)| = sqrt(d) |w|)
             self.mlp_norm = RMSNorm(d)
             with torch.no_grad():
-                self.mlp_norm.weight.fill_(d ** -0.5)
+                self.mlp_norm.weight.fill_(d**-0.5)
         self.fact = FactSlot(d)
         if cfg.moe:
             self.router = nn.Sequential(nn.Linear(d, cfg.qk_hidden), nn.GELU(), nn.Linear(cfg.qk_hidden, 2))
@@ -203,12 +204,19 @@ class FactRecallTransformer(nn.Module):
             fail("tokens", type(tokens).__name__, "a (B, N) LongTensor", TypeError)
         if tokens.ndim != 2 or tokens.dtype != torch.long:
             fail("tokens", f"shape {tuple(tokens.shape)} dtype {tokens.dtype}", "a (B, N) LongTensor")
-        if tokens.device.type == "cpu" and tokens.numel() and (int(tokens.min()) < 0
-                                                               or int(tokens.max()) >= self.cfg.vocab_size):
-            fail("tokens", f"ids in [{int(tokens.min())}, {int(tokens.max())}]",
-                 f"ids in [0, {self.cfg.vocab_size - 1}] (vocab_size {self.cfg.vocab_size})")
-        if mask is not None and (not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool
-                                 or mask.shape != tokens.shape):
+        if (
+            tokens.device.type == "cpu"
+            and tokens.numel()
+            and (int(tokens.min()) < 0 or int(tokens.max()) >= self.cfg.vocab_size)
+        ):
+            fail(
+                "tokens",
+                f"ids in [{int(tokens.min())}, {int(tokens.max())}]",
+                f"ids in [0, {self.cfg.vocab_size - 1}] (vocab_size {self.cfg.vocab_size})",
+            )
+        if mask is not None and (
+            not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.shape != tokens.shape
+        ):
             got = f"shape {tuple(mask.shape)} dtype {mask.dtype}" if isinstance(mask, torch.Tensor) else mask
             fail("mask", got, f"None or a bool tensor of the tokens' shape {tuple(tokens.shape)}")
 
@@ -223,7 +231,7 @@ class FactRecallTransformer(nn.Module):
         allowed = torch.ones(N, N, dtype=torch.bool).tril()
         if mask is not None:
             allowed = allowed[None] & mask[:, None, :]
-            allowed = allowed | torch.eye(N, dtype=torch.bool)[None]   # pads attend to themselves (no NaN rows)
+            allowed = allowed | torch.eye(N, dtype=torch.bool)[None]  # pads attend to themselves (no NaN rows)
             allowed = allowed[:, None]
         if last_only:
             q, allowed = q[..., -1:, :], allowed[..., -1:, :]
@@ -274,8 +282,13 @@ class FactRecallTransformer(nn.Module):
             h = h + F.embedding(tokens, self.embedding_table())
         return self.routed(h)[1][..., 0]
 
-    def features(self, tokens: torch.Tensor, mask: torch.Tensor | None = None, last_only: bool = False,
-                 mlp_out_delta: torch.Tensor | None = None) -> torch.Tensor:
+    def features(
+        self,
+        tokens: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        last_only: bool = False,
+        mlp_out_delta: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """The vector read out at each position (see `mixer` for `mlp_out_delta`)."""
         x = F.embedding(tokens, self.embedding_table())
         h = self.attend(x, mask, last_only)
@@ -288,8 +301,13 @@ class FactRecallTransformer(nn.Module):
         table = self.embedding_table() if self.unembed is None else self.unembed.weight
         return self.log_scale.exp() * (y @ table.T)
 
-    def forward(self, tokens: torch.Tensor, mask: torch.Tensor | None = None, last_only: bool = False,
-                mlp_out_delta: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        last_only: bool = False,
+        mlp_out_delta: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         self._check_inputs(tokens, mask)
         out = self.logits(self.features(tokens, mask, last_only, mlp_out_delta))
         return out[:, -1] if last_only else out

@@ -13,6 +13,7 @@ What is kept from the reference (models/model.py, encoder.py, decoder.py, embed.
 - attention dropout = dropout (Informer's FullAttention(attention_dropout=dropout)), scale 1/sqrt(Dh).
 What differs: the attention core is any registered one ("full" = Informer's vanilla FullAttention = exact
 softmax); ProbSparse is not implemented (the PLASH paper replaces it)."""
+
 from __future__ import annotations
 
 import math
@@ -40,13 +41,13 @@ class InformerConfig:
     e_layers: int = 2
     d_layers: int = 1
     d_ff: int = 2048
-    dropout: float = 0.05            # main_informer.py --dropout 0.05 (also the attention dropout)
-    attention: str = "full"          # full | softmax | favor | plash | ...
+    dropout: float = 0.05  # main_informer.py --dropout 0.05 (also the attention dropout)
+    attention: str = "full"  # full | softmax | favor | plash | ...
     attention_kwargs: dict[str, Any] = field(default_factory=dict)
-    distil: bool = True              # --distil on by default
-    mix: bool = True                 # --mix on by default (decoder self-attention)
-    activation: str = "gelu"         # --activation gelu
-    time_features: int = 4           # timeF with freq 'h': hour, weekday, day of month, day of year
+    distil: bool = True  # --distil on by default
+    mix: bool = True  # --mix on by default (decoder self-attention)
+    activation: str = "gelu"  # --activation gelu
+    time_features: int = 4  # timeF with freq 'h': hour, weekday, day of month, day of year
 
     def __post_init__(self) -> None:
         for name in ("d_model", "n_heads", "e_layers", "d_layers", "d_ff", "time_features"):
@@ -199,14 +200,17 @@ class Informer(nn.Module):
                 h = self.distil[i](h)
         return self.enc_norm(h)
 
-    def forward(self, x: torch.Tensor, x_time: torch.Tensor | None = None,
-                y_time: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, x_time: torch.Tensor | None = None, y_time: torch.Tensor | None = None
+    ) -> torch.Tensor:
         self._check(x, x_time, y_time)
         dt = self.projection.weight.dtype  # a 16-bit model takes float32 inputs (cast once here)
         x, x_time, y_time = (None if t is None else t.to(dt) for t in (x, x_time, y_time))
         mem = self.encode(x, x_time)
-        dec_in = torch.cat([x[:, x.shape[1] - self.label_len:], x.new_zeros(x.shape[0], self.pred_len, self.n_vars)], 1)
+        dec_in = torch.cat(
+            [x[:, x.shape[1] - self.label_len :], x.new_zeros(x.shape[0], self.pred_len, self.n_vars)], 1
+        )
         h = self.dec_embed(dec_in, y_time)
         for layer in self.decoder:
             h = layer(h, mem)
-        return self.projection(self.dec_norm(h))[:, -self.pred_len:]
+        return self.projection(self.dec_norm(h))[:, -self.pred_len :]

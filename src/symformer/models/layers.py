@@ -1,4 +1,5 @@
 """Building blocks: norms, feed-forward parts, multi-head attention over named parts, blocks."""
+
 from __future__ import annotations
 
 import inspect
@@ -102,9 +103,18 @@ class MultiHeadAttention(nn.Module):
     """Projections q/k/v/o (nn.Linear, heads contiguous in the output features), an optional rotary
     positional part acting on q/k, and an attention core chosen by name."""
 
-    def __init__(self, d_model: int, n_heads: int, attention: str = "softmax", positional: str = "none",
-                 coord_dim: int = 1, attention_kwargs: dict | None = None, positional_kwargs: dict | None = None,
-                 dropout: float = 0.0, layer: int | str | None = None):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        attention: str = "softmax",
+        positional: str = "none",
+        coord_dim: int = 1,
+        attention_kwargs: dict | None = None,
+        positional_kwargs: dict | None = None,
+        dropout: float = 0.0,
+        layer: int | str | None = None,
+    ):
         super().__init__()
         check_int("d_model", d_model, 1)
         check_int("n_heads", n_heads, 1)
@@ -118,10 +128,21 @@ class MultiHeadAttention(nn.Module):
         self.rotary = None
         if getattr(POSITIONAL.get(positional), "kind", None) == "rotary":
             # layer: a given seed is made the layer's own (_rng.layer_kwargs), so layers do not share an init
-            self.rotary = POSITIONAL.build(positional, head_dim=self.head_dim, coord_dim=coord_dim, n_heads=n_heads,
-                                           d_model=d_model, **layer_kwargs(positional_kwargs or {}, layer))
-        self.core = ATTENTION.build(attention, head_dim=self.head_dim, n_heads=n_heads, d_model=d_model,
-                                    **seeded_core_kwargs(attention, attention_kwargs or {}))
+            self.rotary = POSITIONAL.build(
+                positional,
+                head_dim=self.head_dim,
+                coord_dim=coord_dim,
+                n_heads=n_heads,
+                d_model=d_model,
+                **layer_kwargs(positional_kwargs or {}, layer),
+            )
+        self.core = ATTENTION.build(
+            attention,
+            head_dim=self.head_dim,
+            n_heads=n_heads,
+            d_model=d_model,
+            **seeded_core_kwargs(attention, attention_kwargs or {}),
+        )
         self.drop = nn.Dropout(dropout)
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
@@ -149,9 +170,16 @@ class MultiHeadAttention(nn.Module):
         mask = None if nq == 1 else torch.ones(nq, nk, dtype=torch.bool, device=q.device).tril(nk - nq)
         return self.core(q, k, v, attn_mask=mask, scale=scale)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None, context: torch.Tensor | None = None,
-                context_positions: torch.Tensor | None = None, attn_mask: torch.Tensor | None = None,
-                is_causal: bool = False, state=None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        context: torch.Tensor | None = None,
+        context_positions: torch.Tensor | None = None,
+        attn_mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+        state=None,
+    ) -> torch.Tensor:
         """state: a decoding state from init_state() (causal self-attention only): x holds the tokens after those
         the state has seen, `positions` theirs; the state is updated."""
         src = x if context is None else context
@@ -177,9 +205,16 @@ class Block(nn.Module):
     def __init__(self, cfg, cross: bool = False, layer: str | None = None):
         super().__init__()
         self.prenorm = cfg.prenorm
-        mk = dict(d_model=cfg.d_model, n_heads=cfg.n_heads, attention=cfg.attention, positional=cfg.positional,
-                  coord_dim=cfg.coord_dim, attention_kwargs=dict(cfg.attention_kwargs),
-                  positional_kwargs=dict(cfg.positional_kwargs), dropout=cfg.dropout)
+        mk = dict(
+            d_model=cfg.d_model,
+            n_heads=cfg.n_heads,
+            attention=cfg.attention,
+            positional=cfg.positional,
+            coord_dim=cfg.coord_dim,
+            attention_kwargs=dict(cfg.attention_kwargs),
+            positional_kwargs=dict(cfg.positional_kwargs),
+            dropout=cfg.dropout,
+        )
         self.attn = MultiHeadAttention(**mk, layer=layer)
         self.norm1 = make_norm(cfg.norm, cfg.d_model)
         self.cross = MultiHeadAttention(**mk, layer=None if layer is None else f"{layer}.cross") if cross else None
@@ -193,6 +228,7 @@ class Block(nn.Module):
     def forward(self, x, positions=None, is_causal=False, context=None, context_positions=None, state=None):
         x = self._res(x, self.norm1, lambda h: self.attn(h, positions, is_causal=is_causal, state=state))
         if self.cross is not None:
-            x = self._res(x, self.norm_c, lambda h: self.cross(h, positions, context=context,
-                                                               context_positions=context_positions))
+            x = self._res(
+                x, self.norm_c, lambda h: self.cross(h, positions, context=context, context_positions=context_positions)
+            )
         return self._res(x, self.norm2, self.mlp)

@@ -1,4 +1,5 @@
 """Causal character/token language model with 1-D positions, and its generation loop."""
+
 from __future__ import annotations
 
 import torch
@@ -49,8 +50,14 @@ class CausalLM(nn.Module):
         return self.head(enc.norm(x))
 
     @torch.no_grad()
-    def generate(self, ids: torch.Tensor, max_new_tokens: int, temperature: float = 1.0, top_k: int | None = None,
-                 generator: torch.Generator | None = None) -> torch.Tensor:
+    def generate(
+        self,
+        ids: torch.Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
         """ids (B, N) followed by max_new_tokens sampled tokens, (B, N + max_new_tokens). Each token is drawn from
         softmax(logits / temperature) over the top_k most likely (top_k=1: greedy). The prompt fills the layers'
         decoding states in one pass; every new token then costs one step (constant for FAVOR+ and PLASH)."""
@@ -65,8 +72,11 @@ class CausalLM(nn.Module):
             top_k = check_int("top_k", top_k, 1)
         table = getattr(self.encoder.additive, "max_len", None)
         if table is not None and ids.shape[1] + max_new_tokens > table:
-            name, given = ("ids", f"a prompt of {ids.shape[1]} tokens") if ids.shape[1] > table else (
-                "max_new_tokens", f"{max_new_tokens} after a prompt of {ids.shape[1]} tokens")
+            name, given = (
+                ("ids", f"a prompt of {ids.shape[1]} tokens")
+                if ids.shape[1] > table
+                else ("max_new_tokens", f"{max_new_tokens} after a prompt of {ids.shape[1]} tokens")
+            )
             fail(name, given, f"a prompt plus new tokens within the learned positional table of {table} positions")
         states = self.init_states()
         out, logits = [ids], self.step(ids, states, 0)[:, -1]
@@ -78,8 +88,9 @@ class CausalLM(nn.Module):
         return torch.cat(out, dim=1)
 
 
-def sample(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
-           generator: torch.Generator | None = None) -> torch.Tensor:
+def sample(
+    logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None, generator: torch.Generator | None = None
+) -> torch.Tensor:
     """One token per row (B, 1) from softmax(logits / temperature) restricted to the top_k largest logits."""
     if top_k is not None and top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]

@@ -1,4 +1,5 @@
 """A transformer built from named parts (nanoGPT-style: one config dataclass, plain modules)."""
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -18,17 +19,17 @@ class TransformerConfig:
     d_model: int = 64
     n_heads: int = 4
     n_layers: int = 2
-    d_ff: int | None = None          # default 4 * d_model
-    positional: str = "rope"          # none | sinusoidal | learned | rope | string | espr ...
+    d_ff: int | None = None  # default 4 * d_model
+    positional: str = "rope"  # none | sinusoidal | learned | rope | string | espr ...
     positional_kwargs: dict[str, Any] = field(default_factory=dict)
-    attention: str = "softmax"        # softmax | naive | favor | plash ...
+    attention: str = "softmax"  # softmax | naive | favor | plash ...
     attention_kwargs: dict[str, Any] = field(default_factory=dict)
-    mlp: str = "gelu"                 # gelu | relu | swiglu
-    norm: str = "layer"               # layer | rms
+    mlp: str = "gelu"  # gelu | relu | swiglu
+    norm: str = "layer"  # layer | rms
     prenorm: bool = True
     dropout: float = 0.0
     coord_dim: int = 1
-    max_len: int = 1024               # learned PE table size per axis
+    max_len: int = 1024  # learned PE table size per axis
 
     def __post_init__(self) -> None:
         check_int("d_model", self.d_model, 1)
@@ -62,15 +63,27 @@ class Encoder(nn.Module):
         self.cfg = cfg
         self.additive = None
         if getattr(POSITIONAL.get(cfg.positional), "kind", None) == "additive":
-            self.additive = POSITIONAL.build(cfg.positional, d_model=cfg.d_model, coord_dim=cfg.coord_dim,
-                                             max_len=cfg.max_len, **dict(cfg.positional_kwargs))
+            self.additive = POSITIONAL.build(
+                cfg.positional,
+                d_model=cfg.d_model,
+                coord_dim=cfg.coord_dim,
+                max_len=cfg.max_len,
+                **dict(cfg.positional_kwargs),
+            )
         # block i's rotary parts take a given seed as their own (_rng.layer_kwargs: "<name>.<i>")
-        self.blocks = nn.ModuleList(Block(cfg, cross=cross, layer=f"{name}.{i}")
-                                    for i in range(n_layers or cfg.n_layers))
+        self.blocks = nn.ModuleList(
+            Block(cfg, cross=cross, layer=f"{name}.{i}") for i in range(n_layers or cfg.n_layers)
+        )
         self.norm = make_norm(cfg.norm, cfg.d_model) if cfg.prenorm else nn.Identity()
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, is_causal: bool = False,
-                context: torch.Tensor | None = None, context_positions: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        is_causal: bool = False,
+        context: torch.Tensor | None = None,
+        context_positions: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         if self.additive is not None:
             x = self.additive(x, positions)
         for blk in self.blocks:
@@ -81,6 +94,7 @@ class Encoder(nn.Module):
 def attention_layers(model: nn.Module):
     """Every MultiHeadAttention in a model (teleportation and diagnostics walk these)."""
     from symformer.models.layers import MultiHeadAttention
+
     return [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
 
 

@@ -1,5 +1,6 @@
 """ViT-style classifier over patch tokens with C-dimensional positions (mean pooling, no CLS token,
 so every token has a real position)."""
+
 from __future__ import annotations
 
 import torch

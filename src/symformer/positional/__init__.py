@@ -1,4 +1,5 @@
 """Positional parts: additive (sinusoidal, learned) and rotary (RoPE, STRING, circulant-STRING, ESPR)."""
+
 from __future__ import annotations
 
 from symformer.positional.absolute import LearnedPE, SinusoidalPE
@@ -26,6 +27,25 @@ POSITIONAL.register("circulant_string")(CirculantSTRING)
 POSITIONAL.register("espr")(ESPR)
 POSITIONAL.register("partial")(partial_rotary)
 
-__all__ = ["AdditivePositional", "RotaryPositional", "NoPositional", "QKSymmetry", "SinusoidalPE", "LearnedPE",
-           "RoPE", "STRING", "CirculantSTRING", "ESPR", "PartialRotary", "cayley", "inverse_cayley", "skew",
-           "check_skew", "apply_rotation", "pair_indices", "rotate_pairs", "check_positions", "default_positions"]
+__all__ = [
+    "AdditivePositional",
+    "RotaryPositional",
+    "NoPositional",
+    "QKSymmetry",
+    "SinusoidalPE",
+    "LearnedPE",
+    "RoPE",
+    "STRING",
+    "CirculantSTRING",
+    "ESPR",
+    "PartialRotary",
+    "cayley",
+    "inverse_cayley",
+    "skew",
+    "check_skew",
+    "apply_rotation",
+    "pair_indices",
+    "rotate_pairs",
+    "check_positions",
+    "default_positions",
+]

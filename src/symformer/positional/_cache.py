@@ -6,6 +6,7 @@ tensors have no version counter, and an in-place `copy_` of equal values should 
 attribute of the owning module, so it never enters a state_dict. Values computed under
 torch.inference_mode() are inference tensors, which autograd may not save; they are only returned
 while inference mode is on."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -43,9 +44,10 @@ class ValueCache:
 
     def store(self, extra: Any, tensors: tuple[torch.Tensor, ...], value: Any) -> Any:
         keys = tuple(t.detach().clone() for t in tensors)
-        self._entries = [(extra, keys, value)] + [x for x in self._entries if x[0] != extra or
-                                                  not all(_same(a, b) for a, b in zip(x[1], keys))]
-        del self._entries[self.size:]
+        self._entries = [(extra, keys, value)] + [
+            x for x in self._entries if x[0] != extra or not all(_same(a, b) for a, b in zip(x[1], keys))
+        ]
+        del self._entries[self.size :]
         return value
 
     def clear(self) -> None:

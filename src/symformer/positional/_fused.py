@@ -21,6 +21,7 @@ bfloat16, with and without inference mode, at two head dims, spent that budget b
 At most MAX_KEYS keys per process are compiled (compile time and memory); beyond, the eager kernel runs.
 Any compile failure (no C++ compiler, unsupported device) is reported once with a warning and the eager
 kernel is used from then on. SYMFORMER_FUSED_ROPE=0 turns the path off."""
+
 from __future__ import annotations
 
 import os
@@ -50,8 +51,15 @@ def _rotate_half(x: torch.Tensor, c: torch.Tensor, s: torch.Tensor, sign: float)
 def _tensor_key(t: torch.Tensor) -> tuple:
     """What dynamo guards on for an input tensor whose leading dims are dynamic (its dispatch keys differ
     for inference tensors). No requires_grad: the compiled function only ever sees detached aliases."""
-    return (t.dim(), t.shape[-1], tuple(n == 1 for n in t.shape[:-1]), t.is_contiguous(), t.dtype, t.device,
-            t.is_inference())
+    return (
+        t.dim(),
+        t.shape[-1],
+        tuple(n == 1 for n in t.shape[:-1]),
+        t.is_contiguous(),
+        t.dtype,
+        t.device,
+        t.is_inference(),
+    )
 
 
 def _dynamic_leading(t: torch.Tensor) -> torch.Tensor:
@@ -79,8 +87,12 @@ def enabled() -> bool:
 def fused_applies(x: torch.Tensor) -> bool:
     """Whether `fused_half` may run for x (large enough, on, on a device where compiling worked, not inside
     a user's torch.compile, where the outer graph fuses the eager kernel itself: no nested compile)."""
-    return (x.numel() >= FUSED_MIN_NUMEL and x.device.type not in _STATE["failed"] and enabled()
-            and not getattr(torch.compiler, "is_compiling", lambda: False)())
+    return (
+        x.numel() >= FUSED_MIN_NUMEL
+        and x.device.type not in _STATE["failed"]
+        and enabled()
+        and not getattr(torch.compiler, "is_compiling", lambda: False)()
+    )
 
 
 def fused_half(x: torch.Tensor, c: torch.Tensor, s: torch.Tensor, sign: float = 1.0) -> torch.Tensor | None:
@@ -91,8 +103,12 @@ def fused_half(x: torch.Tensor, c: torch.Tensor, s: torch.Tensor, sign: float = 
         return None
     # what dynamo's guards distinguish here (a new key is a recompile): head dim, which dims are 1, layout,
     # dtype, device, inference tensors, grad and inference mode, the sign (sizes of the other dims are dynamic)
-    key = (*(_tensor_key(t) for t in (x, c, s)), float(sign), torch.is_grad_enabled(),
-           torch.is_inference_mode_enabled())
+    key = (
+        *(_tensor_key(t) for t in (x, c, s)),
+        float(sign),
+        torch.is_grad_enabled(),
+        torch.is_inference_mode_enabled(),
+    )
     fn = _STATE["fns"].get(key)
     try:
         if fn is not None:  # compiled with dynamic leading dims: plain tensors match its guards (no marks,
@@ -103,6 +119,10 @@ def fused_half(x: torch.Tensor, c: torch.Tensor, s: torch.Tensor, sign: float = 
         return fn(*(_dynamic_leading(t) for t in (x, c, s)), float(sign))
     except Exception as err:  # noqa: BLE001 - a speed path only: any compiler failure falls back to eager
         _STATE["failed"].add(x.device.type)
-        warnings.warn(f"symformer: fused half-pairing RoPE unavailable on {x.device.type} "
-                      f"({type(err).__name__}); using the eager kernel", RuntimeWarning, stacklevel=3)
+        warnings.warn(
+            f"symformer: fused half-pairing RoPE unavailable on {x.device.type} "
+            f"({type(err).__name__}); using the eager kernel",
+            RuntimeWarning,
+            stacklevel=3,
+        )
         return None

@@ -3,6 +3,7 @@
 Precision (base.Float32Master): the learned tables are float32 masters; the encoding is computed and added in
 float32 (float64 for float64 inputs) from positions never rounded to 16 bits, and the sum is rounded once to x's
 dtype."""
+
 from __future__ import annotations
 
 import math
@@ -41,8 +42,9 @@ class SinusoidalPE(AdditivePositional):
         self.d_model, self.per, self.base = d_model, per, base
 
     def encoding(self, positions: torch.Tensor) -> torch.Tensor:
-        return torch.cat([sinusoidal_table(positions[..., c], self.per, self.base) for c in range(self.coord_dim)],
-                         dim=-1)
+        return torch.cat(
+            [sinusoidal_table(positions[..., c], self.per, self.base) for c in range(self.coord_dim)], dim=-1
+        )
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         check_input_dtype("x", x)
@@ -67,8 +69,11 @@ class LearnedPE(AdditivePositional):
         idx = positions.round().long() if positions.is_floating_point() else positions.long()
         out_of_range = bool((idx < 0).any()) or bool((idx >= self.max_len).any())
         if out_of_range or not torch.equal(idx.to(positions.dtype), positions):
-            fail("positions", "non-integer or out-of-range coordinates",
-                 f"integers in [0, {self.max_len}) for a learned table")
+            fail(
+                "positions",
+                "non-integer or out-of-range coordinates",
+                f"integers in [0, {self.max_len}) for a learned table",
+            )
         out = x.to(compute_dtype(x.dtype, self.tables.dtype))  # the sum in float32 (float64), rounded once
         for c in range(self.coord_dim):
             out = out + self.tables[c][idx[..., c]]

@@ -19,6 +19,7 @@
     - `can_fold` / `fold_into(q_proj, k_proj)` where a fixed basis change can be merged into W_Q / W_K;
     - `scale` the logit scale the attention must use (None: 1/sqrt(Dh)).
 """
+
 from __future__ import annotations
 
 import functools
@@ -60,29 +61,49 @@ def check_input_dtype(name: str, x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def check_positions(positions: torch.Tensor, coord_dim: int, n: int | None = None,
-                    name: str = "positions", batch: int | None = None) -> torch.Tensor:
+def check_positions(
+    positions: torch.Tensor, coord_dim: int, n: int | None = None, name: str = "positions", batch: int | None = None
+) -> torch.Tensor:
     """Positions (N, C) or (B, N, C), integer (int64: converted exactly to the compute dtype inside the part) or
     float32 / float64. 16-bit floats are refused: bfloat16 cannot hold 257, float16 2049 (no silent rounding).
     batch: the batch of the tensor they position ((B, N, C) positions need B equal to it, or 1)."""
-    if isinstance(positions, torch.Tensor) and positions.is_floating_point() \
-            and positions.dtype not in (torch.float32, torch.float64):  # 16-bit (and float8) floats
-        fail(name, f"dtype {positions.dtype}", "int64 or float32 positions (pass int64 or float32: a 16-bit float "
-             "rounds positions above 256 in bfloat16, 2048 in float16)")
-    if isinstance(positions, torch.Tensor) and not positions.is_floating_point() \
-            and positions.dtype not in _POSITION_INTS:
+    if (
+        isinstance(positions, torch.Tensor)
+        and positions.is_floating_point()
+        and positions.dtype not in (torch.float32, torch.float64)
+    ):  # 16-bit (and float8) floats
+        fail(
+            name,
+            f"dtype {positions.dtype}",
+            "int64 or float32 positions (pass int64 or float32: a 16-bit float "
+            "rounds positions above 256 in bfloat16, 2048 in float16)",
+        )
+    if (
+        isinstance(positions, torch.Tensor)
+        and not positions.is_floating_point()
+        and positions.dtype not in _POSITION_INTS
+    ):
         fail(name, f"dtype {positions.dtype}", "int64 or float32 / float64 positions", TypeError)
     check_tensor(name, positions, (2, 3), floating=False)
     if positions.shape[-1] != coord_dim:
-        hint = " (batched token positions (B, N) need a last axis: positions[..., None])" \
-            if coord_dim == 1 and positions.ndim == 2 else ""
-        fail(name, f"shape {tuple(positions.shape)}",
-             f"a last dimension equal to the coordinate dimension C={coord_dim}{hint}")
+        hint = (
+            " (batched token positions (B, N) need a last axis: positions[..., None])"
+            if coord_dim == 1 and positions.ndim == 2
+            else ""
+        )
+        fail(
+            name,
+            f"shape {tuple(positions.shape)}",
+            f"a last dimension equal to the coordinate dimension C={coord_dim}{hint}",
+        )
     if n is not None and positions.shape[-2] != n:
         fail(name, f"{positions.shape[-2]} positions", f"one per token ({n})")
     if batch is not None and positions.ndim == 3 and positions.shape[0] not in (1, batch):
-        fail(name, f"shape {tuple(positions.shape)} (batch {positions.shape[0]})",
-             f"(N, C) positions shared by the batch or (B, N, C) with B = {batch}, the batch of the queries/keys")
+        fail(
+            name,
+            f"shape {tuple(positions.shape)} (batch {positions.shape[0]})",
+            f"(N, C) positions shared by the batch or (B, N, C) with B = {batch}, the batch of the queries/keys",
+        )
     return positions
 
 
@@ -94,8 +115,11 @@ def token_positions(positions, coord_dim: int, name: str = "positions"):
     if not isinstance(positions, torch.Tensor) or positions.ndim != 1:
         return positions
     if coord_dim != 1:
-        fail(name, f"a 1-D tensor of shape {tuple(positions.shape)}",
-             f"(N, {coord_dim}) or (B, N, {coord_dim}) positions (a 1-D tensor is token positions, for coord_dim 1)")
+        fail(
+            name,
+            f"a 1-D tensor of shape {tuple(positions.shape)}",
+            f"(N, {coord_dim}) or (B, N, {coord_dim}) positions (a 1-D tensor is token positions, for coord_dim 1)",
+        )
     return positions[:, None]
 
 
@@ -117,6 +141,7 @@ def _accept_token_positions(method):
                 elif n in kwargs:
                     kwargs[n] = token_positions(kwargs[n], self.coord_dim, n)
         return method(self, *args, **kwargs)
+
     run.token_positions = True
     return run
 
@@ -153,8 +178,10 @@ def default_positions(coord_dim: int, n: int = 12, seed: int = 0) -> torch.Tenso
 
 def module_dtype(module: nn.Module) -> torch.dtype:
     """The dtype of a module's first floating parameter or buffer (the default dtype if it has none)."""
-    return next((p.dtype for p in list(module.parameters()) + list(module.buffers()) if p.is_floating_point()),
-                torch.get_default_dtype())
+    return next(
+        (p.dtype for p in list(module.parameters()) + list(module.buffers()) if p.is_floating_point()),
+        torch.get_default_dtype(),
+    )
 
 
 def relative_products(r: torch.Tensor) -> torch.Tensor:
@@ -169,6 +196,7 @@ def _autocast_off(method):
     """Run a part's method with autocast off on its input's device: autocast would run the part's matmuls
     (positions @ beta^T, q P, ESPR's maps) in 16 bits; the part computes in float32 itself and returns the input
     dtype (float32 in under autocast: float32 out; the next matmul is where autocast casts)."""
+
     @functools.wraps(method)
     def run(self, x, *args, **kwargs):
         dev = x.device.type if isinstance(x, torch.Tensor) else "cpu"
@@ -176,6 +204,7 @@ def _autocast_off(method):
             with torch.autocast(dev, enabled=False):
                 return method(self, x, *args, **kwargs)
         return method(self, x, *args, **kwargs)
+
     run.autocast_off = True
     return run
 
@@ -213,17 +242,25 @@ class Float32Master(nn.Module):
             if isinstance(out, torch.Tensor) and out.dtype in LOW_PRECISION and t.dtype not in LOW_PRECISION:
                 return t.to(device=out.device)  # the move, without the rounding (or Module.type's cast of a flag)
             return out
+
         return super()._apply(keep, recurse)
 
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-                              error_msgs):
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    ):
         for name, t in (*self._parameters.items(), *self._buffers.items()):
             given = state_dict.get(prefix + name)
-            if t is not None and isinstance(given, torch.Tensor) and given.dtype in LOW_PRECISION \
-                    and t.is_floating_point() and t.dtype not in LOW_PRECISION:
+            if (
+                t is not None
+                and isinstance(given, torch.Tensor)
+                and given.dtype in LOW_PRECISION
+                and t.is_floating_point()
+                and t.dtype not in LOW_PRECISION
+            ):
                 state_dict[prefix + name] = given.to(t.dtype)  # load_state_dict hands a copy of the user's dict
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
-                                      error_msgs)
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
 
 
 class AdditivePositional(Float32Master):
@@ -298,12 +335,14 @@ class RotaryPositional(Float32Master):
 
     def fold_into(self, q_proj: nn.Linear, k_proj: nn.Linear) -> None:
         """Merge a basis change into the query / key projections (logits unchanged)."""
-        fail("self", f"a {type(self).__name__} module", "a rotary part with a basis change to fold (can_fold)",
-             TypeError)
+        fail(
+            "self", f"a {type(self).__name__} module", "a rotary part with a basis change to fold (can_fold)", TypeError
+        )
 
     # ----- validation ---------------------------------------------------------------------------
-    def _check_qk(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor,
-                  key_positions: torch.Tensor | None) -> torch.Tensor:
+    def _check_qk(
+        self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, key_positions: torch.Tensor | None
+    ) -> torch.Tensor:
         check_input_dtype("q", q)
         check_input_dtype("k", k)
         if k.dtype != q.dtype:

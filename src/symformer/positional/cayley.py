@@ -4,6 +4,7 @@
 maps back every Q in SO(n) without eigenvalue -1 (T3.3). Both use `torch.linalg.solve`, never an
 explicit inverse, and are differentiable (gradcheck in tests/positional/test_cayley.py).
 """
+
 from __future__ import annotations
 
 import torch
@@ -39,8 +40,9 @@ def check_skew(name: str, s: torch.Tensor, tol: float | None = None) -> torch.Te
         tol = 1e3 * torch.finfo(s.dtype).eps * scale
     err = float(skew_error(s.detach()))
     if err > tol:
-        fail(name, f"a matrix with max|S + S^T| = {err:.3g}",
-             f"a skew-symmetric matrix (S^T = -S, tolerance {tol:.3g})")
+        fail(
+            name, f"a matrix with max|S + S^T| = {err:.3g}", f"a skew-symmetric matrix (S^T = -S, tolerance {tol:.3g})"
+        )
     return s
 
 

@@ -32,6 +32,7 @@ Proven bounds (used by the tests and the `espr` audit; proofs below, constants e
   the bound is 0: the logits are exactly relative (T6.1). Note that delta_P is NOT bounded by 2 eta_mix
   (T6'.8 is false: P = diag(Q, I) has eta_mix = 0 and delta_P = ||Q - I|| up to 2), which is why it appears here.
 """
+
 from __future__ import annotations
 
 import math
@@ -184,14 +185,26 @@ def leakage(L: torch.Tensor, positions: torch.Tensor, d_act: int) -> torch.Tenso
     return _opnorm(g[..., d:, :d])
 
 
-def logit_deviation_bound(q_act_norm: torch.Tensor, k_act_norm: torch.Tensor, r_i: torch.Tensor, r_j: torch.Tensor,
-                          eps: Any, d_act: int, delta_p: Any = 0.0, gamma_i: Any = 0.0,
-                          gamma_j: Any = 0.0) -> torch.Tensor:
+def logit_deviation_bound(
+    q_act_norm: torch.Tensor,
+    k_act_norm: torch.Tensor,
+    r_i: torch.Tensor,
+    r_j: torch.Tensor,
+    eps: Any,
+    d_act: int,
+    delta_p: Any = 0.0,
+    gamma_i: Any = 0.0,
+    gamma_j: Any = 0.0,
+) -> torch.Tensor:
     """Bound (B2) on |alpha_ij - alpha*_ij| (see the module docstring for the statement and proof)."""
     check_int("d_act", d_act, 1)
     rot = rotation_deviation_bound(eps, r_i, r_j)
-    return q_act_norm * k_act_norm / math.sqrt(d_act) * (rot + 2 * torch.as_tensor(delta_p, dtype=rot.dtype)
-                                                         + torch.as_tensor(gamma_i) * torch.as_tensor(gamma_j))
+    return (
+        q_act_norm
+        * k_act_norm
+        / math.sqrt(d_act)
+        * (rot + 2 * torch.as_tensor(delta_p, dtype=rot.dtype) + torch.as_tensor(gamma_i) * torch.as_tensor(gamma_j))
+    )
 
 
 def parts(obj: Any) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -234,8 +247,9 @@ def sample_l1_ball(n: int, dim: int, radius: float, generator: torch.Generator, 
     return direction * signs * rad
 
 
-def ir_gap(L: torch.Tensor, P: torch.Tensor, d_act: int, r: torch.Tensor, delta: torch.Tensor,
-           definition: str = "T3.5") -> torch.Tensor:
+def ir_gap(
+    L: torch.Tensor, P: torch.Tensor, d_act: int, r: torch.Tensor, delta: torch.Tensor, definition: str = "T3.5"
+) -> torch.Tensor:
     """||Pi R_sp(r)^T R_sp(r + Delta) Pi - Pi R_STR(Delta) Pi|| for batches r, delta (..., C).
 
     definition "T3.5": R_sp(r) = exp(A(r)) P;  "T8'.7": R_sp(r) = P exp(A(r)) P^T. (Reading: the second
@@ -252,9 +266,19 @@ def ir_gap(L: torch.Tensor, P: torch.Tensor, d_act: int, r: torch.Tensor, delta:
     return _opnorm(m[..., :d, :d] - e_d[..., :d, :d])
 
 
-def ir_spec(module_or_matrices: Any, radius: float, deltas: torch.Tensor | None = None, n_delta: int = 32,
-            delta_radius: float | None = None, n_r: int = 128, n_starts: int = 4, ascent_steps: int = 20,
-            definition: str = "T3.5", seed: int = 0, return_per_delta: bool = False):
+def ir_spec(
+    module_or_matrices: Any,
+    radius: float,
+    deltas: torch.Tensor | None = None,
+    n_delta: int = 32,
+    delta_radius: float | None = None,
+    n_r: int = 128,
+    n_starts: int = 4,
+    ascent_steps: int = 20,
+    definition: str = "T3.5",
+    seed: int = 0,
+    return_per_delta: bool = False,
+):
     """IR_spec (T8'.7) = E_{Delta ~ nu} sup_{||r||_1 <= R} ||Pi R_sp(r)^T R_sp(r + Delta) Pi - Pi R_STR(Delta) Pi||.
 
     nu: the given `deltas` (n, C) (e.g. the offsets of an OOD test), else n_delta draws uniform in the l1

@@ -19,6 +19,7 @@ small batched matmul per token (O(N d_act^2) per head).
 Precision (base.Float32Master): the generators and the Cayley parameter are float32 masters; the exponentials, P
 and the rotation run in float32 (float64 for float64 inputs) and a 16-bit q is rounded once.
 """
+
 from __future__ import annotations
 
 import math
@@ -78,10 +79,23 @@ class ESPR(RotaryPositional):
 
     commuting = False  # the generators are free (T1.1 without the commuting hypothesis)
 
-    def __init__(self, head_dim: int, coord_dim: int = 1, d_act: int | None = None, commuting_init: bool = True,
-                 post_rotation: bool = True, eps_comm_penalty: float = 0.0, eta_mix_penalty: float = 0.0,
-                 base: float = 10000.0, mode: str | None = None, init_scale: float | None = None,
-                 learnable: bool = True, seed: int | None = None, exp_method: str = "auto", pairing: str = "half"):
+    def __init__(
+        self,
+        head_dim: int,
+        coord_dim: int = 1,
+        d_act: int | None = None,
+        commuting_init: bool = True,
+        post_rotation: bool = True,
+        eps_comm_penalty: float = 0.0,
+        eta_mix_penalty: float = 0.0,
+        base: float = 10000.0,
+        mode: str | None = None,
+        init_scale: float | None = None,
+        learnable: bool = True,
+        seed: int | None = None,
+        exp_method: str = "auto",
+        pairing: str = "half",
+    ):
         super().__init__()
         self.head_dim = check_int("head_dim", head_dim, 2)
         self.coord_dim = check_int("coord_dim", coord_dim, 1)
@@ -149,8 +163,11 @@ class ESPR(RotaryPositional):
         """Load skew generators (C, Dh, Dh) (ValueError if not skew or of the wrong shape)."""
         check_skew("generators", generators)
         if tuple(generators.shape) != (self.coord_dim, self.head_dim, self.head_dim):
-            fail("generators", f"shape {tuple(generators.shape)}",
-                 f"({self.coord_dim}, {self.head_dim}, {self.head_dim})")
+            fail(
+                "generators",
+                f"shape {tuple(generators.shape)}",
+                f"({self.coord_dim}, {self.head_dim}, {self.head_dim})",
+            )
         self.gen_param.copy_(generators / 2)
 
     @torch.no_grad()
@@ -258,8 +275,9 @@ class ESPR(RotaryPositional):
         out = out.to(x.dtype)
         return F.pad(out, (0, self.head_dim - d)) if d < self.head_dim else out
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor,
-                key_positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, key_positions: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         kp = self._check_qk(q, k, positions, key_positions)
         mq = self._token_maps(positions, q.dtype)
         mk = mq if key_positions is None else self._token_maps(kp, k.dtype)
@@ -274,6 +292,7 @@ class ESPR(RotaryPositional):
         """eps_comm_penalty * eps_comm(L) + eta_mix_penalty * eta_mix(P) (T6'.0): add to the training loss
         to move between STRING (both 0) and free ESPR."""
         from symformer.positional import diagnostics as dg
+
         total = self.gen_param.new_zeros(())
         if self.eps_comm_penalty > 0:
             total = total + self.eps_comm_penalty * dg.eps_comm(self.generators())
@@ -282,5 +301,7 @@ class ESPR(RotaryPositional):
         return total
 
     def extra_repr(self) -> str:
-        return (f"head_dim={self.head_dim}, coord_dim={self.coord_dim}, d_act={self.d_act}, "
-                f"post_rotation={self.use_post_rotation}, pairing={self.pairing}")
+        return (
+            f"head_dim={self.head_dim}, coord_dim={self.coord_dim}, d_act={self.d_act}, "
+            f"post_rotation={self.use_post_rotation}, pairing={self.pairing}"
+        )

@@ -18,6 +18,7 @@ the rounding of the products themselves). The scaling 2^-s is chosen per matrix 
 _scaled_powers; theta_12 = 1.46, _taylor_powers); the squarings run on the sorted prefix of the batch that
 still needs them.
 """
+
 from __future__ import annotations
 
 import math
@@ -28,9 +29,22 @@ from symformer._validation import fail
 from symformer.positional.cayley import check_skew, check_square
 
 # Pade [13/13] coefficients b_0..b_13 and the 1-norm bound theta_13 for unit roundoff 2^-53 (Higham 2005)
-_B13 = (64764752532480000.0, 32382376266240000.0, 7771770303897600.0, 1187353796428800.0,
-        129060195264000.0, 10559470521600.0, 670442572800.0, 33522128640.0, 1323241920.0,
-        40840800.0, 960960.0, 16380.0, 182.0, 1.0)
+_B13 = (
+    64764752532480000.0,
+    32382376266240000.0,
+    7771770303897600.0,
+    1187353796428800.0,
+    129060195264000.0,
+    10559470521600.0,
+    670442572800.0,
+    33522128640.0,
+    1323241920.0,
+    40840800.0,
+    960960.0,
+    16380.0,
+    182.0,
+    1.0,
+)
 THETA_13 = 5.371920351148152
 # float32 (unit roundoff 2^-24): the degree-7 Pade approximant already has backward error below u for
 # ||A||_1 <= theta_7 = 3.9257 (Higham 2005, single-precision column), with 4 matrix products instead of 6
@@ -48,7 +62,7 @@ SUPPORTED = (torch.float32, torch.float64)
 
 def _coef(b: tuple, k: int, f: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """b_k f^k per matrix, (U, 1, 1): the rescaling x -> f x of the powers folded into the coefficients."""
-    return (b[k] * f ** k).to(dtype)[:, None, None]
+    return (b[k] * f**k).to(dtype)[:, None, None]
 
 
 def _lincomb(terms: list, const: torch.Tensor | None = None) -> torch.Tensor:
@@ -67,13 +81,17 @@ def _pade13(a: torch.Tensor, a2: torch.Tensor, a4: torch.Tensor, a6: torch.Tenso
     refined scaling): f^k sits in the coefficients, U = a (a^6 (c13 a^6 + c11 a^4 + c9 a^2) + c7 a^6 + ...)
     with c_k = b_k f^k, so no rescaled copies of the powers are made (powers of two: the same values)."""
     b, dt = _B13, a.dtype
-    u_in = torch.baddbmm(_lincomb([(_coef(b, 7, f, dt), a6), (_coef(b, 5, f, dt), a4), (_coef(b, 3, f, dt), a2)],
-                                  _coef(b, 1, f, dt)),
-                         a6, _lincomb([(_coef(b, 13, f, dt), a6), (_coef(b, 11, f, dt), a4), (_coef(b, 9, f, dt), a2)]))
+    u_in = torch.baddbmm(
+        _lincomb([(_coef(b, 7, f, dt), a6), (_coef(b, 5, f, dt), a4), (_coef(b, 3, f, dt), a2)], _coef(b, 1, f, dt)),
+        a6,
+        _lincomb([(_coef(b, 13, f, dt), a6), (_coef(b, 11, f, dt), a4), (_coef(b, 9, f, dt), a2)]),
+    )
     u = a @ u_in
-    v = torch.baddbmm(_lincomb([(_coef(b, 6, f, dt), a6), (_coef(b, 4, f, dt), a4), (_coef(b, 2, f, dt), a2)],
-                               _coef(b, 0, f, dt)),
-                      a6, _lincomb([(_coef(b, 12, f, dt), a6), (_coef(b, 10, f, dt), a4), (_coef(b, 8, f, dt), a2)]))
+    v = torch.baddbmm(
+        _lincomb([(_coef(b, 6, f, dt), a6), (_coef(b, 4, f, dt), a4), (_coef(b, 2, f, dt), a2)], _coef(b, 0, f, dt)),
+        a6,
+        _lincomb([(_coef(b, 12, f, dt), a6), (_coef(b, 10, f, dt), a4), (_coef(b, 8, f, dt), a2)]),
+    )
     return torch.linalg.solve(v - u, v + u)
 
 
@@ -89,7 +107,7 @@ def _taylor12(x: torch.Tensor, x2: torch.Tensor, x3: torch.Tensor, x4: torch.Ten
     """T_12(f x) = B0 + x^4 (B1 + x^4 B2) with B_i = sum_k c_{4i+k} x^k (k < 4; B2 also c_12 x^4) and
     c_k = f^k / k!: the rescaling by f = 2^j sits in the coefficients, as in the Pade functions."""
     dt = x.dtype
-    c = [(f ** k / math.factorial(k)).to(dt)[:, None, None] for k in range(13)]
+    c = [(f**k / math.factorial(k)).to(dt)[:, None, None] for k in range(13)]
     b0 = _lincomb([(c[1], x), (c[2], x2), (c[3], x3)], c[0])
     b1 = _lincomb([(c[5], x), (c[6], x2), (c[7], x3)], c[4])
     b2 = _lincomb([(c[9], x), (c[10], x2), (c[11], x3), (c[12], x4)], c[8])
@@ -104,7 +122,7 @@ def _taylor_powers(flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, list
     x3 = x2 @ x
     x4 = x2 @ x2
     n1, n4 = _norm1(x).double(), _norm1(x4).double()
-    alpha = torch.maximum(n4 ** 0.25, (n4 * n1) ** 0.2)
+    alpha = torch.maximum(n4**0.25, (n4 * n1) ** 0.2)
     return (*_lowered(s0, THETA_12_TAYLOR_SINGLE, alpha, 10), [x, x2, x3, x4])
 
 
@@ -131,8 +149,9 @@ def _squarings(a: torch.Tensor, theta: float = THETA_13) -> torch.Tensor:
     return torch.clamp(torch.ceil(torch.log2(_norm1(a) / theta)), min=0).nan_to_num(0).long()
 
 
-def _scaled_powers(flat: torch.Tensor,
-                   theta: float = THETA_13) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+def _scaled_powers(
+    flat: torch.Tensor, theta: float = THETA_13
+) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
     """(s, f, [x, x^2, x^4, x^6]): the approximant is taken at f x = a / 2^s per matrix. s starts from the 1-norm and is
     then lowered by the sharper bound of Al-Mohy & Higham 2009 (Thm 4.2, m = 13 admits p = 4): the Pade error bound
     holds with ||x|| replaced by alpha_4 = max(||x^4||^(1/4), ||x^5||^(1/5)), bounded above with ||x^5|| <= ||x^4||
@@ -146,9 +165,9 @@ def _scaled_powers(flat: torch.Tensor,
     x6 = x4 @ x2
     n1, n4 = _norm1(x).double(), _norm1(x4).double()
     if theta == THETA_13:
-        alpha = torch.maximum(n4 ** 0.25, (n4 * n1) ** 0.2)
+        alpha = torch.maximum(n4**0.25, (n4 * n1) ** 0.2)
     else:
-        alpha = torch.maximum((_norm1(x2).double() * n1) ** (1 / 3), n4 ** 0.25)
+        alpha = torch.maximum((_norm1(x2).double() * n1) ** (1 / 3), n4**0.25)
     # the cap keeps b_k f^k finite in the dtype
     return (*_lowered(s0, theta, alpha, 76 if theta == THETA_13 else 17), [x, x2, x4, x6])
 

@@ -8,6 +8,7 @@ whenever U_r^T commutes with M_inner. The inner part must see the whole of its o
 d_act < its head_dim is refused) and use the default logit scale (ESPR's 1/sqrt(d_act), T4.4, is a statement
 about the projected head, not about a head of which it rotates a part).
 """
+
 from __future__ import annotations
 
 import torch
@@ -38,16 +39,20 @@ class PartialRotary(RotaryPositional):
         if self.rotary_dim > self.head_dim:
             fail("inner.head_dim", self.rotary_dim, f"at most head_dim={self.head_dim}")
         if inner.scale is not None:
-            fail("inner", f"a part with its own logit scale ({type(inner).__name__}, scale {inner.scale:.4g})",
-                 "a part using the default 1/sqrt(head_dim) scale (RoPE, STRING, circulant STRING)")
+            fail(
+                "inner",
+                f"a part with its own logit scale ({type(inner).__name__}, scale {inner.scale:.4g})",
+                "a part using the default 1/sqrt(head_dim) scale (RoPE, STRING, circulant STRING)",
+            )
         self.inner = inner
         self.commuting = inner.commuting
 
     def _split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return x[..., :self.rotary_dim], x[..., self.rotary_dim:]
+        return x[..., : self.rotary_dim], x[..., self.rotary_dim :]
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor,
-                key_positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, key_positions: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         self._check_qk(q, k, positions, key_positions)
         (qr, qp), (kr, kp) = self._split(q), self._split(k)
         qr, kr = self.inner(qr, kr, positions, key_positions)
@@ -84,8 +89,7 @@ class PartialRotary(RotaryPositional):
     def qk_symmetry(self, positions: torch.Tensor | None = None) -> QKSymmetry:
         """The inner part's group on the rotated block, GL on the pass-through block (module docstring)."""
         sym = self.inner.qk_symmetry(positions)
-        return QKSymmetry(sym.kind, pairs=sym.pairs, orth=sym.orth, relative=sym.relative,
-                          rotary_dim=self.rotary_dim)
+        return QKSymmetry(sym.kind, pairs=sym.pairs, orth=sym.orth, relative=sym.relative, rotary_dim=self.rotary_dim)
 
     def symmetry_parameters(self) -> list[nn.Parameter]:
         return self.inner.symmetry_parameters()
@@ -99,6 +103,7 @@ def partial_rotary(head_dim: int, rotary_dim: int | None = None, inner: str = "r
     coordinates of each head (default: half of it, rounded down to an even number, at least 2), the rest unrotated;
     other options (and the host's coord_dim, ...) go to `inner`."""
     from symformer.registry import POSITIONAL
+
     if rotary_dim is None:
         rotary_dim = min(max(2, 2 * (head_dim // 4)), head_dim)
     part = POSITIONAL.build(inner, head_dim=check_int("rotary_dim", rotary_dim, 2, head_dim), **options)

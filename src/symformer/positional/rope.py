@@ -16,6 +16,7 @@ float32 and rounded once.
 benchmarks/positional.py).
 STRING (string.py) reuses this class for its RoPE part: one implementation.
 """
+
 from __future__ import annotations
 
 import torch
@@ -65,8 +66,9 @@ def _complex_view(x: torch.Tensor) -> torch.Tensor:
     return torch.view_as_complex(x.unflatten(-1, (x.shape[-1] // 2, 2)))
 
 
-def _half_kernel(x: torch.Tensor, cos2: torch.Tensor, ssin: torch.Tensor, sign: float = 1.0,
-                 half: tuple | None = None) -> torch.Tensor:
+def _half_kernel(
+    x: torch.Tensor, cos2: torch.Tensor, ssin: torch.Tensor, sign: float = 1.0, half: tuple | None = None
+) -> torch.Tensor:
     """Half pairing R(theta) x (sign=+1) or R(theta)^T x = R(-theta) x (sign=-1), no autograd:
     R x = [cos, cos] * x + [-sin, sin] * [x2, x1]. Three passes over contiguous memory (copy the swapped
     halves, then two multiplies on full rows in place): ops on the strided halves themselves run 32-wide
@@ -155,8 +157,15 @@ def pair_indices(head_dim: int, pairing: str) -> torch.Tensor:
 class RoPE(RotaryPositional):
     """Rotary position embedding on (B, H, N, Dh) queries/keys for C-dimensional positions."""
 
-    def __init__(self, head_dim: int, coord_dim: int = 1, base: float = 10000.0, pairing: str = "half",
-                 mode: str = "axial", learnable: bool = False):
+    def __init__(
+        self,
+        head_dim: int,
+        coord_dim: int = 1,
+        base: float = 10000.0,
+        pairing: str = "half",
+        mode: str = "axial",
+        learnable: bool = False,
+    ):
         super().__init__()
         check_int("head_dim", head_dim, 2)
         if head_dim % 2:
@@ -201,12 +210,16 @@ class RoPE(RotaryPositional):
     def rotation(self, positions: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
         """e^{i theta(r)} as a complex tensor (..., N, Dh/2), (B, 1, N, Dh/2) for batched positions; cached.
         complex128 where dtype or beta is float64, else complex64."""
-        cdt = torch.complex128 if compute_dtype(dtype or self.beta.dtype, self.beta.dtype) == torch.float64 \
+        cdt = (
+            torch.complex128
+            if compute_dtype(dtype or self.beta.dtype, self.beta.dtype) == torch.float64
             else torch.complex64
+        )
 
         def build():
             th = self._theta(positions, torch.float64 if cdt == torch.complex128 else torch.float32)
             return torch.polar(torch.ones_like(th), th)
+
         return self._cached(("rot", cdt, positions.device), positions, build)
 
     def tables(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple:
@@ -217,11 +230,13 @@ class RoPE(RotaryPositional):
         cd = compute_dtype(dtype, self.beta.dtype)
         if self.pairing == "interleaved":
             return ("complex", self.rotation(positions, cd))
-        return self._cached(("cos", cd, positions.device), positions,
-                            lambda: half_tables(self._theta(positions, cd), cd))
+        return self._cached(
+            ("cos", cd, positions.device), positions, lambda: half_tables(self._theta(positions, cd), cd)
+        )
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor,
-                key_positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, key_positions: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         kp = self._check_qk(q, k, positions, key_positions)
         tq = self.tables(positions, q.dtype)
         tk = tq if key_positions is None else self.tables(kp, k.dtype)  # q and k share one dtype (_check_qk)

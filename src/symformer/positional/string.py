@@ -13,6 +13,7 @@ Precision (base.Float32Master): beta, the Cayley parameter and the circulant col
 Cayley solve, the FFTs and the rotation run in float32 (float64 for float64 inputs; CPUs have no 16-bit solve or
 FFT) and the result is rounded once to the input dtype.
 """
+
 from __future__ import annotations
 
 import math
@@ -40,9 +41,17 @@ class STRING(RotaryPositional):
     parameter; 0 gives P = I, i.e. exactly RoPE at init), seed (the draw of that parameter when init_scale > 0:
     None draws from torch's global generator, as nn.Linear does)."""
 
-    def __init__(self, head_dim: int, coord_dim: int = 1, base: float = 10000.0, learnable: bool = True,
-                 pairing: str = "half", mode: str | None = None, init_scale: float = 0.0,
-                 seed: int | None = None):
+    def __init__(
+        self,
+        head_dim: int,
+        coord_dim: int = 1,
+        base: float = 10000.0,
+        learnable: bool = True,
+        pairing: str = "half",
+        mode: str | None = None,
+        init_scale: float = 0.0,
+        seed: int | None = None,
+    ):
         super().__init__()
         mode = mode or ("mixed" if coord_dim > 1 else "axial")
         # one RoPE implementation: STRING = RoPE(beta) conjugated by a learned orthogonal P
@@ -90,8 +99,9 @@ class STRING(RotaryPositional):
         p = self._orthogonal_cached(q.dtype)  # one Cayley solve per call (or per change of S), shared by q and k
         return q @ p, k @ p  # row form of P^T x
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor,
-                key_positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, key_positions: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns (R_rope(r) P^T q, R_rope(r') P^T k): the logits equal those of (R(r) q, R(r') k)."""
         kp = self._check_qk(q, k, positions, key_positions)
         tq = self.rope.tables(positions, q.dtype)  # cached per position set whenever no grad reaches beta
@@ -143,8 +153,9 @@ class STRING(RotaryPositional):
         self.folded.fill_(True)
 
     def extra_repr(self) -> str:
-        return (f"head_dim={self.head_dim}, coord_dim={self.coord_dim}, pairing={self.pairing}, "
-                f"folded={bool(self.folded)}")
+        return (
+            f"head_dim={self.head_dim}, coord_dim={self.coord_dim}, pairing={self.pairing}, folded={bool(self.folded)}"
+        )
 
 
 class CirculantSTRING(RotaryPositional):
@@ -156,8 +167,9 @@ class CirculantSTRING(RotaryPositional):
     The initial first columns are chosen so that the frequencies are log-spaced like RoPE's, with random signs
     (seed: None draws them from torch's global generator, as nn.Linear does)."""
 
-    def __init__(self, head_dim: int, coord_dim: int = 1, base: float = 10000.0, learnable: bool = True,
-                 seed: int | None = None):
+    def __init__(
+        self, head_dim: int, coord_dim: int = 1, base: float = 10000.0, learnable: bool = True, seed: int | None = None
+    ):
         super().__init__()
         self.head_dim = check_int("head_dim", head_dim, 2)
         self.coord_dim = check_int("coord_dim", coord_dim, 1)
@@ -197,8 +209,9 @@ class CirculantSTRING(RotaryPositional):
         th = self.angles(positions, compute_dtype(x.dtype))
         return self._rotate_fourier(x, th.unsqueeze(1) if th.ndim == 3 and x.ndim == 4 else th)
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor,
-                key_positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, key_positions: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         kp = self._check_qk(q, k, positions, key_positions)
         return self.rotate(q, positions), self.rotate(k, kp)
 

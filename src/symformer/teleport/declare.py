@@ -16,6 +16,7 @@ with that layout produces (integrations.hf_teleport builds those from the helper
 and the teleporters are the ones every other model uses. A wrong declaration is caught at run time: a teleport that
 moves the batch loss is undone with a warning (teleport._apply_checked).
 """
+
 from __future__ import annotations
 
 from dataclasses import KW_ONLY, dataclass
@@ -88,14 +89,20 @@ def _resolve(model: nn.Module, modules: dict, names: dict, where: str, lin) -> t
     """(the Linear, its dotted name in the model); ValueError for a name or module the model does not hold."""
     if isinstance(lin, str):
         if lin not in modules:
-            fail(where, lin, f"the dotted name of an nn.Linear of the model ({type(model).__name__} has no such "
-                 "submodule)")
+            fail(
+                where,
+                lin,
+                f"the dotted name of an nn.Linear of the model ({type(model).__name__} has no such submodule)",
+            )
         lin = modules[lin]
     if not isinstance(lin, nn.Linear):
         fail(where, type(lin).__name__, "an nn.Linear of the model (or its dotted name)", TypeError)
     if id(lin) not in names:
-        fail(where, f"Linear({lin.in_features}, {lin.out_features})", f"a submodule of the model (this Linear is "
-             f"not in {type(model).__name__})")
+        fail(
+            where,
+            f"Linear({lin.in_features}, {lin.out_features})",
+            f"a submodule of the model (this Linear is not in {type(model).__name__})",
+        )
     return lin, names[id(lin)]
 
 
@@ -128,27 +135,39 @@ def _shapes(name: str, decl: AttentionLayer, proj: dict[str, tuple]) -> tuple[in
     h = check_int(f"{name}: n_heads", decl.n_heads, 1)
     hk = h if decl.kv_heads is None else check_int(f"{name}: kv_heads", decl.kv_heads, 1)
     if h % hk:
-        fail(f"{name}: kv_heads", hk, f"a divisor of n_heads={h} (each key head read by n_heads / kv_heads query "
-             "heads)")
+        fail(
+            f"{name}: kv_heads", hk, f"a divisor of n_heads={h} (each key head read by n_heads / kv_heads query heads)"
+        )
     o = proj["o"][0]
     if o.in_features % h:
-        fail(f"{name}: o", f"in_features {o.in_features}", f"a multiple of n_heads={h} (o reads the heads' outputs "
-             "concatenated)")
+        fail(
+            f"{name}: o",
+            f"in_features {o.in_features}",
+            f"a multiple of n_heads={h} (o reads the heads' outputs concatenated)",
+        )
     dh = o.in_features // h
     shapes = {k: tuple(lin.weight.shape) for k, (lin, _) in proj.items()}
     if decl.qkv is not None:
         layout = check_choice(f"{name}: layout", decl.layout, LAYOUTS)
         if layout == "heads" and hk != h:
-            fail(f"{name}: layout", layout, "'blocks' under grouped-query attention (the 'heads' layout, "
-                 "[q_h; k_h; v_h] per head, has one key head per query head)")
+            fail(
+                f"{name}: layout",
+                layout,
+                "'blocks' under grouped-query attention (the 'heads' layout, "
+                "[q_h; k_h; v_h] per head, has one key head per query head)",
+            )
         want = {"qkv": (h + 2 * hk) * dh}
     else:
         want = {"q": h * dh, "k": hk * dh, "v": hk * dh}
     bad = {k: shapes[k] for k, n in want.items() if shapes[k][0] != n}
     d_in = {lin.in_features for k, (lin, _) in proj.items() if k != "o"} | {o.out_features}
     if bad or len(d_in) > 1:
-        fail(f"attention layer {name}", f"weights {shapes}", f"{want} output features for n_heads={h}, "
-             f"kv_heads={hk}, head_dim={dh} (head_dim = o.in_features / n_heads) and one model width")
+        fail(
+            f"attention layer {name}",
+            f"weights {shapes}",
+            f"{want} output features for n_heads={h}, "
+            f"kv_heads={hk}, head_dim={dh} (head_dim = o.in_features / n_heads) and one model width",
+        )
     return h, hk, dh
 
 
@@ -161,13 +180,15 @@ class DeclaredAttention:
         self.fused: list[FusedRows] = []
         if "qkv" in proj:
             self.fused, (self.q_proj, self.k_proj, self.v_proj) = fused_blocks(
-                proj["qkv"][0], qkv_rows(decl.layout, h, hk, dh))
+                proj["qkv"][0], qkv_rows(decl.layout, h, hk, dh)
+            )
         else:
             self.q_proj, self.k_proj, self.v_proj = (proj[k][0] for k in ("q", "k", "v"))
 
 
-def declared_sites(model: nn.Module, layers, positions: torch.Tensor | None = None,
-                   taken: dict[int, str] | None = None) -> tuple[list[AttentionSite], list[FusedRows]]:
+def declared_sites(
+    model: nn.Module, layers, positions: torch.Tensor | None = None, taken: dict[int, str] | None = None
+) -> tuple[list[AttentionSite], list[FusedRows]]:
     """The sites and fused row blocks of the declared layers (module docstring). taken: id(Linear) -> layer name
     of projections already in the group (symformer's own layers): declaring one of them again is an error."""
     if isinstance(layers, AttentionLayer) or not isinstance(layers, (list, tuple)):
@@ -182,17 +203,25 @@ def declared_sites(model: nn.Module, layers, positions: torch.Tensor | None = No
         name = _layer_name(decl, proj)
         for k, (lin, lname) in proj.items():
             if id(lin) in seen:
-                fail(f"attention[{i}].{k}", lname, f"a projection declared once (it is already in layer "
-                     f"{seen[id(lin)]})")
+                fail(
+                    f"attention[{i}].{k}", lname, f"a projection declared once (it is already in layer {seen[id(lin)]})"
+                )
             seen[id(lin)] = name
         h, hk, dh = _shapes(name, decl, proj)
         if decl.rotary is not None and not isinstance(decl.rotary, RotaryPositional):
-            fail(f"{name}: rotary", type(decl.rotary).__name__, "a symformer RotaryPositional (RoPE, STRING, ESPR, "
-                 "...) applied to q and k, or None", TypeError)
+            fail(
+                f"{name}: rotary",
+                type(decl.rotary).__name__,
+                "a symformer RotaryPositional (RoPE, STRING, ESPR, ...) applied to q and k, or None",
+                TypeError,
+            )
         rot_dim = getattr(decl.rotary, "head_dim", dh)
         if decl.rotary is not None and rot_dim != dh:
-            fail(f"{name}: rotary", f"{type(decl.rotary).__name__}(head_dim={rot_dim})",
-                 f"a rotary part of head_dim={dh} (o.in_features / n_heads)")
+            fail(
+                f"{name}: rotary",
+                f"{type(decl.rotary).__name__}(head_dim={rot_dim})",
+                f"a rotary part of head_dim={dh} (o.in_features / n_heads)",
+            )
         view = DeclaredAttention(decl, proj, h, hk, dh)
         sites.append(AttentionSite(name, view, qk_group_for(decl.rotary, dh, positions), hk))
         fused += view.fused
@@ -201,9 +230,19 @@ def declared_sites(model: nn.Module, layers, positions: torch.Tensor | None = No
 
 def symformer_projections(sites: list[AttentionSite]) -> dict[int, str]:
     """id(Linear) -> layer name for the projections of symformer's own layers (declared_sites' `taken`)."""
-    return {id(lin): s.name for s in sites for lin in (s.module.q_proj, s.module.k_proj, s.module.v_proj,
-                                                       s.module.o_proj)}
+    return {
+        id(lin): s.name for s in sites for lin in (s.module.q_proj, s.module.k_proj, s.module.v_proj, s.module.o_proj)
+    }
 
 
-__all__ = ["LAYOUTS", "AttentionLayer", "DeclaredAttention", "RowBlock", "declared_sites",
-           "fused_blocks", "head_rows", "qkv_rows", "symformer_projections"]
+__all__ = [
+    "LAYOUTS",
+    "AttentionLayer",
+    "DeclaredAttention",
+    "RowBlock",
+    "declared_sites",
+    "fused_blocks",
+    "head_rows",
+    "qkv_rows",
+    "symformer_projections",
+]

@@ -16,6 +16,7 @@ Layers with query/key norms before the rotation (Qwen3 per head, OLMo 2 over all
 (TrivialGroup); their Q/K symmetry is d w_q, w_k / d on the norm weights with diag(d) in the rotary's group
 (AttentionSite).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -240,8 +241,14 @@ class SymmetryGroup:
     """The symmetry group of a model: per attention layer S_h x (G_QK x GL(d_h))^h, plus positive
     diagonal rescaling of ReLU FFN hidden units."""
 
-    def __init__(self, sites: list[AttentionSite], ffns: list[nn.Module], positions: torch.Tensor | None = None,
-                 experts: list[FusedExperts] | None = None, fused: list[FusedRows] | None = None):
+    def __init__(
+        self,
+        sites: list[AttentionSite],
+        ffns: list[nn.Module],
+        positions: torch.Tensor | None = None,
+        experts: list[FusedExperts] | None = None,
+        fused: list[FusedRows] | None = None,
+    ):
         self.sites, self.ffns, self.positions = sites, ffns, positions
         self.experts = list(experts or [])
         self.fused = list(fused or [])
@@ -254,15 +261,18 @@ class SymmetryGroup:
                 out.update({id(b): t for b, t in zip(f.blocks, f.split(tensors[id(f.param)]), strict=True)})
         return out
 
-    def _merge(self, out: dict[int, torch.Tensor], source: dict[int, torch.Tensor] | None = None
-               ) -> dict[int, torch.Tensor]:
+    def _merge(
+        self, out: dict[int, torch.Tensor], source: dict[int, torch.Tensor] | None = None
+    ) -> dict[int, torch.Tensor]:
         """Row-block results put back together under the fused parameter (FusedRows); a passive block comes from
         `source` (the split gradients) or, without one, is the block's current value."""
         for f in self.fused:
             acted = [b for j, b in enumerate(f.blocks) if j not in f.passive]
             if acted and all(id(b) in out for b in acted):
-                parts = [(b if source is None else source[id(b)]) if j in f.passive else out.pop(id(b))
-                         for j, b in enumerate(f.blocks)]
+                parts = [
+                    (b if source is None else source[id(b)]) if j in f.passive else out.pop(id(b))
+                    for j, b in enumerate(f.blocks)
+                ]
                 out[id(f.param)] = f.merge(parts)
         return out
 
@@ -292,8 +302,10 @@ class SymmetryGroup:
     def __repr__(self) -> str:
         kinds = sorted({s.qk.kind for s in self.sites})
         norms = sum(s.norm_blocks is not None for s in self.sites)
-        return (f"SymmetryGroup(layers={len(self.sites)}, qk={kinds}, relu_ffns={len(self.ffns)}, qk_norms={norms}, "
-                f"moe_experts={len(self.experts)})")
+        return (
+            f"SymmetryGroup(layers={len(self.sites)}, qk={kinds}, relu_ffns={len(self.ffns)}, qk_norms={norms}, "
+            f"moe_experts={len(self.experts)})"
+        )
 
     def qk_dimensions(self) -> list[int]:
         return [s.qk.dimension for s in self.sites]
@@ -302,51 +314,82 @@ class SymmetryGroup:
     def identity(self, dtype=torch.float64) -> GroupElement:
         def eye(s, dim):
             return torch.eye(dim, dtype=dtype).expand(s.n_heads, -1, -1).clone()
-        return GroupElement([eye(s, s.head_dim) for s in self.sites], [eye(s, s.value_dim) for s in self.sites],
-                            [None] * len(self.sites),
-                            [torch.ones(f.up.out_features, dtype=dtype) for f in self.ffns],
-                            self._norms(lambda s: torch.ones(s.n_blocks, dtype=dtype)),
-                            [torch.ones(x.shape, dtype=dtype) for x in self.experts])
+
+        return GroupElement(
+            [eye(s, s.head_dim) for s in self.sites],
+            [eye(s, s.value_dim) for s in self.sites],
+            [None] * len(self.sites),
+            [torch.ones(f.up.out_features, dtype=dtype) for f in self.ffns],
+            self._norms(lambda s: torch.ones(s.n_blocks, dtype=dtype)),
+            [torch.ones(x.shape, dtype=dtype) for x in self.experts],
+        )
 
     def _norms(self, make) -> list[torch.Tensor | None]:
         """Per site: make(site) where the site has query/key norms, else None."""
         return [None if s.norm_blocks is None else make(s) for s in self.sites]
 
-    def random(self, gen: torch.Generator, dtype=torch.float64, scale: float = 0.5, permute: bool = True,
-               ffn: bool = True) -> GroupElement:
+    def random(
+        self, gen: torch.Generator, dtype=torch.float64, scale: float = 0.5, permute: bool = True, ffn: bool = True
+    ) -> GroupElement:
         """A generic element (general GL / H / commutant matrices, random permutations and scalings)."""
         qk = [s.qk.random((s.n_heads,), gen, dtype, scale) for s in self.sites]
-        vo = [_vo_factors(s, (s.n_heads,), dtype, lambda grp, shape: grp.random(shape, gen, dtype, scale))
-              for s in self.sites]
+        vo = [
+            _vo_factors(s, (s.n_heads,), dtype, lambda grp, shape: grp.random(shape, gen, dtype, scale))
+            for s in self.sites
+        ]
         perm = [torch.randperm(s.n_heads, generator=gen) if permute and s.permutable else None for s in self.sites]
-        sc = [torch.exp(scale * torch.randn(f.up.out_features, generator=gen, dtype=dtype)) if ffn
-              else torch.ones(f.up.out_features, dtype=dtype) for f in self.ffns]
+        sc = [
+            torch.exp(scale * torch.randn(f.up.out_features, generator=gen, dtype=dtype))
+            if ffn
+            else torch.ones(f.up.out_features, dtype=dtype)
+            for f in self.ffns
+        ]
         nm = self._norms(lambda s: torch.exp(scale * torch.randn(s.n_blocks, generator=gen, dtype=dtype)))
-        ex = [torch.exp(scale * torch.randn(x.shape, generator=gen, dtype=dtype)) if ffn
-              else torch.ones(x.shape, dtype=dtype) for x in self.experts]
+        ex = [
+            torch.exp(scale * torch.randn(x.shape, generator=gen, dtype=dtype))
+            if ffn
+            else torch.ones(x.shape, dtype=dtype)
+            for x in self.experts
+        ]
         return GroupElement(qk, vo, perm, sc, nm, ex)
 
-    def sample(self, n: int, alpha: float, gen: torch.Generator, dtype=torch.float64,
-               ffn: bool = False) -> GroupElement:
+    def sample(
+        self, n: int, alpha: float, gen: torch.Generator, dtype=torch.float64, ffn: bool = False
+    ) -> GroupElement:
         """n candidates near the identity (Sec. 4, eq. (14)): every tensor gets a leading dim n."""
         check_int("samples", n, 1)
         check_float("alpha", alpha, 0.0, 1.0, low_open=True, high_open=True)
         qk = [s.qk.near_identity((n, s.n_heads), alpha, gen, dtype) for s in self.sites]
-        vo = [_vo_factors(s, (n, s.n_heads), dtype, lambda grp, shape: grp.near_identity(shape, alpha, gen, dtype))
-              for s in self.sites]
-        sc = [1 + alpha * (2 * torch.rand(n, f.up.out_features, generator=gen, dtype=dtype) - 1) if ffn
-              else torch.ones(n, f.up.out_features, dtype=dtype) for f in self.ffns]
+        vo = [
+            _vo_factors(s, (n, s.n_heads), dtype, lambda grp, shape: grp.near_identity(shape, alpha, gen, dtype))
+            for s in self.sites
+        ]
+        sc = [
+            1 + alpha * (2 * torch.rand(n, f.up.out_features, generator=gen, dtype=dtype) - 1)
+            if ffn
+            else torch.ones(n, f.up.out_features, dtype=dtype)
+            for f in self.ffns
+        ]
         # the norm scalings belong to the attention group (like H's per-pair scales): always sampled
         nm = self._norms(lambda s: 1 + alpha * (2 * torch.rand(n, s.n_blocks, generator=gen, dtype=dtype) - 1))
-        ex = [1 + alpha * (2 * torch.rand(n, *x.shape, generator=gen, dtype=dtype) - 1) if ffn
-              else torch.ones(n, *x.shape, dtype=dtype) for x in self.experts]
+        ex = [
+            1 + alpha * (2 * torch.rand(n, *x.shape, generator=gen, dtype=dtype) - 1)
+            if ffn
+            else torch.ones(n, *x.shape, dtype=dtype)
+            for x in self.experts
+        ]
         return GroupElement(qk, vo, [None] * len(self.sites), sc, nm, ex)
 
     @staticmethod
     def pick(cands: GroupElement, i: int) -> GroupElement:
-        return GroupElement([u[i] for u in cands.qk], [v[i] for v in cands.vo], [None] * len(cands.qk),
-                            [s[i] for s in cands.ffn], [None if s is None else s[i] for s in cands.norm],
-                            [s[i] for s in cands.experts])
+        return GroupElement(
+            [u[i] for u in cands.qk],
+            [v[i] for v in cands.vo],
+            [None] * len(cands.qk),
+            [s[i] for s in cands.ffn],
+            [None if s is None else s[i] for s in cands.norm],
+            [s[i] for s in cands.experts],
+        )
 
     def inverse(self, g: GroupElement) -> GroupElement:
         qk, vo, perm = [], [], []
@@ -357,9 +400,12 @@ class SymmetryGroup:
             qk.append(ui)
             vo.append(vi)
             perm.append(p)
-        norm = [None if s is None else 1 / _norm_coeffs_permuted(site, s, p)
-                for site, s, p in zip(self.sites, g.norm or [None] * len(self.sites), g.perm or [None] * len(g.qk),
-                                      strict=True)]
+        norm = [
+            None if s is None else 1 / _norm_coeffs_permuted(site, s, p)
+            for site, s, p in zip(
+                self.sites, g.norm or [None] * len(self.sites), g.perm or [None] * len(g.qk), strict=True
+            )
+        ]
         return GroupElement(qk, vo, perm, [1 / s for s in g.ffn], norm, [1 / s for s in g.experts])
 
     def _norm_parts(self, g: GroupElement):
@@ -371,8 +417,12 @@ class SymmetryGroup:
                 p = (_query_perm(p, site.groups), p) if site.norm_per_head and p is not None else (None, None)
                 dq, dk = (s[..., site.norm_index(key).to(s.device)] for key in (False, True))
                 # shaped as the weights: Cohere's per-head norms keep theirs as (H, Dh), the others are flat
-                yield (site, dq.reshape(*s.shape[:-1], *site.q_norm.shape),
-                       dk.reshape(*s.shape[:-1], *site.k_norm.shape), p)
+                yield (
+                    site,
+                    dq.reshape(*s.shape[:-1], *site.q_norm.shape),
+                    dk.reshape(*s.shape[:-1], *site.k_norm.shape),
+                    p,
+                )
 
     # ---- action on parameters
     def transformed(self, g: GroupElement) -> dict[int, torch.Tensor]:
@@ -458,8 +508,9 @@ class SymmetryGroup:
             out.update(_rows_action(m.q_proj, _expand(u_it, r), h, qp, tensors))
             out.update(_rows_action(m.k_proj, u, hk, p, tensors))
             # per-head parameters (rows in head blocks): permuted only
-            out.update({id(par): _permute_heads(tensors[id(par)], qp)
-                        for par in site.head_params if id(par) in tensors})
+            out.update(
+                {id(par): _permute_heads(tensors[id(par)], qp) for par in site.head_params if id(par) in tensors}
+            )
             if m.v_proj is None:  # a site without values
                 continue
             out.update(_rows_action(m.v_proj, v_it, hk, p, tensors))
@@ -485,8 +536,9 @@ class SymmetryGroup:
             s, i = s.to(_wide(x.gate_up).dtype), x.shape[-1]
             if id(x.gate_up) in tensors:
                 t = _wide(tensors[id(x.gate_up)])
-                out[id(x.gate_up)] = torch.cat((t[..., :i, :], t[..., i:, :] / s[..., None].to(t.dtype)),
-                                               -2).to(tensors[id(x.gate_up)].dtype)
+                out[id(x.gate_up)] = torch.cat((t[..., :i, :], t[..., i:, :] / s[..., None].to(t.dtype)), -2).to(
+                    tensors[id(x.gate_up)].dtype
+                )
             if id(x.down) in tensors:
                 t = tensors[id(x.down)]
                 out[id(x.down)] = (_wide(t) * s[..., None, :].to(_wide(t).dtype)).to(t.dtype)
@@ -505,20 +557,33 @@ class SymmetryGroup:
             sq = _group_sum(self._gram_rows(m.q_proj, grads, h), hk)
             sk, sv = (self._gram_rows(lin, grads, hk) for lin in (m.k_proj, m.v_proj))
             go = None if m.o_proj is None else grads.get(id(m.o_proj.weight))
-            so = 0 if go is None else _group_sum((lambda c: c.transpose(-1, -2) @ c)(
-                go.to(torch.float64).reshape(go.shape[0], h, -1).transpose(0, 1)), hk)
+            so = (
+                0
+                if go is None
+                else _group_sum(
+                    (lambda c: c.transpose(-1, -2) @ c)(
+                        go.to(torch.float64).reshape(go.shape[0], h, -1).transpose(0, 1)
+                    ),
+                    hk,
+                )
+            )
             u, v = u.to(torch.float64), v.to(torch.float64)
             utu, vtv = u.transpose(-1, -2) @ u, v.transpose(-1, -2) @ v
             # Q: A = U^{-T}, A^T A = (U^T U)^{-1};  K: A = U;  V: A = V^{-T};  O (right): <V^T V, G_o^T G_o>
-            total = total + _inner(torch.linalg.inv(utu), sq) + _inner(utu, sk) + _inner(torch.linalg.inv(vtv), sv) \
+            total = (
+                total
+                + _inner(torch.linalg.inv(utu), sq)
+                + _inner(utu, sk)
+                + _inner(torch.linalg.inv(vtv), sv)
                 + _inner(vtv, so)
+            )
         for f, s in zip(self.ffns, cands.ffn or [None] * len(self.ffns), strict=True):
             if s is None:  # element without FFN part: identity there
                 continue
             s = s.to(torch.float64)
             ru = _row_sq(grads.get(id(f.up.weight))) + _vec_sq(grads.get(id(f.up.bias)))
             rd = 0 if grads.get(id(f.down.weight)) is None else grads[id(f.down.weight)].to(torch.float64).pow(2).sum(0)
-            total = total + (ru / s ** 2).sum(-1) + (rd * s ** 2).sum(-1)
+            total = total + (ru / s**2).sum(-1) + (rd * s**2).sum(-1)
         for t in (grads.get(id(f.blocks[j])) for f in self.fused for j in f.passive):  # rows no site acts on
             total = total + (0 if t is None else t.to(torch.float64).pow(2).sum())  # the same for every candidate
         for par in (p for site in self.sites for p in site.head_params):  # only permuted: the same for every candidate
@@ -564,8 +629,9 @@ def _vec_sq(t):
     return 0 if t is None else t.to(torch.float64).pow(2)
 
 
-def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn: bool = True,
-                   attention: list | None = None) -> SymmetryGroup:
+def symmetry_group(
+    model: nn.Module, positions: torch.Tensor | None = None, ffn: bool = True, attention: list | None = None
+) -> SymmetryGroup:
     """Inspect a model and return its symmetry group.
 
     positions: (N, C) positions used to compute the ESPR commutant (default: random generic points).
@@ -573,6 +639,7 @@ def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn:
     attention: declarations of the model's own attention layers (teleport.declare.AttentionLayer); with them the HF
     families' builders are not consulted (symformer's MultiHeadAttention layers are still found)."""
     from symformer.models import FeedForward, attention_layers
+
     for build in EXTERNAL_BUILDERS if attention is None else ():
         group = build(model, positions, ffn)
         if group is not None:
@@ -583,17 +650,26 @@ def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn:
     sites, fused = [], []
     for m in attention_layers(model):
         if not (isinstance(m.core, AttentionCore) and m.core.exact_softmax):
-            fail("attention", type(m.core).__name__, "an exact softmax core (AttentionCore.exact_softmax: softmax, "
-                 "naive): approximate kernels are not invariant under GL(d_h)")
+            fail(
+                "attention",
+                type(m.core).__name__,
+                "an exact softmax core (AttentionCore.exact_softmax: softmax, "
+                "naive): approximate kernels are not invariant under GL(d_h)",
+            )
         if m.v_proj.out_features != m.n_heads * m.head_dim:
             fail("model", "value dim != n_heads * head_dim", "square per-head value blocks")
         sites.append(AttentionSite(names[id(m)], m, qk_group_for(m.rotary, m.head_dim, positions)))
     if attention is not None:
         from symformer.teleport.declare import declared_sites, symformer_projections
+
         declared, fused = declared_sites(model, attention, positions, symformer_projections(sites))
         sites += declared
     if not sites:
-        fail("model", type(model).__name__, "a model with MultiHeadAttention layers, or attention=[teleport."
-             "AttentionLayer(...)] declaring its own; a supported HF model: import symformer.integrations.hf")
+        fail(
+            "model",
+            type(model).__name__,
+            "a model with MultiHeadAttention layers, or attention=[teleport."
+            "AttentionLayer(...)] declaring its own; a supported HF model: import symformer.integrations.hf",
+        )
     ffns = [f for f in model.modules() if isinstance(f, FeedForward) and f.activation == "relu"] if ffn else []
     return SymmetryGroup(sites, ffns, positions, fused=fused)

@@ -1,5 +1,6 @@
 """Teleportation in a user's own training loop (no symformer Trainer): `PlainLoopTeleport` drives
 teleport.TeleportCallback from three calls a loop already has (backward, optimizer step, zero_grad)."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -31,21 +32,42 @@ class PlainLoopTeleport:
     is lower than the parameters' (a loss_fn under torch.autocast(dtype=torch.bfloat16) over float32 weights), so
     that the runtime invariance check allows its rounding; a model cast to 16 bits needs none."""
 
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None,
-                 loss_fn: Callable[[nn.Module, object], torch.Tensor], total_steps: int, *,
-                 start_step: int | None = None, every: int | None = None, steps: int = 4,
-                 attention: list | None = None, steps_per_epoch: int | None = None,
-                 compute_dtype: torch.dtype | None = None, step: int | None = None, **options):
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer | None,
+        loss_fn: Callable[[nn.Module, object], torch.Tensor],
+        total_steps: int,
+        *,
+        start_step: int | None = None,
+        every: int | None = None,
+        steps: int = 4,
+        attention: list | None = None,
+        steps_per_epoch: int | None = None,
+        compute_dtype: torch.dtype | None = None,
+        step: int | None = None,
+        **options,
+    ):
         check_int("total_steps", total_steps, 1)
         spe = check_int("steps_per_epoch", steps_per_epoch if steps_per_epoch is not None else total_steps, 1)
         start_step = deprecated_step(step, start_step, stacklevel=3)  # the user's line
-        self.callback = TeleportCallback(model=model, start_step=start_step, every=every, steps=steps,
-                                         attention=attention, **options)
+        self.callback = TeleportCallback(
+            model=model, start_step=start_step, every=every, steps=steps, attention=attention, **options
+        )
         task = SimpleNamespace(loss=lambda mdl, data, idx: loss_fn(mdl, data))
-        self.trainer = SimpleNamespace(raw_model=model, model=model, optimizer=optimizer, task=task, train_data=None,
-                                       total_steps=total_steps, steps_per_epoch=spe, last_loss=None,
-                                       cfg=SimpleNamespace(epochs=-(-total_steps // spe)),
-                                       state=SimpleNamespace(step=0), compute_dtype=compute_dtype)
+        self.trainer = SimpleNamespace(
+            raw_model=model,
+            model=model,
+            optimizer=optimizer,
+            task=task,
+            train_data=None,
+            total_steps=total_steps,
+            steps_per_epoch=spe,
+            last_loss=None,
+            cfg=SimpleNamespace(epochs=-(-total_steps // spe)),
+            state=SimpleNamespace(step=0),
+            compute_dtype=compute_dtype,
+        )
         self.callback.on_train_start(self.trainer)
 
     @property

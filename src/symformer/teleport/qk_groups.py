@@ -4,6 +4,7 @@ diagonal part of such a group (the q/k-norm scalings of Qwen3-style layers). Par
 DiagonalGroup is the V/O factor where an output gate blocks GL(d_h) (integrations.hf_teleport). The whole-model
 group is in groups.py.
 """
+
 from __future__ import annotations
 
 import torch
@@ -28,11 +29,11 @@ class QKGroup:
 
     @property
     def dimension(self) -> int:
-        return self.head_dim ** 2 if self._basis is None else int(self._basis.shape[0])
+        return self.head_dim**2 if self._basis is None else int(self._basis.shape[0])
 
     def basis(self, dtype=torch.float64) -> torch.Tensor:
         if self._basis is None:
-            return torch.eye(self.head_dim ** 2, dtype=dtype).view(-1, self.head_dim, self.head_dim)
+            return torch.eye(self.head_dim**2, dtype=dtype).view(-1, self.head_dim, self.head_dim)
         return self._basis.to(dtype)
 
     def from_coeffs(self, c: torch.Tensor) -> torch.Tensor:
@@ -42,14 +43,16 @@ class QKGroup:
             return eye + c.reshape(*c.shape[:-1], self.head_dim, self.head_dim)
         return eye + torch.einsum("...k,kij->...ij", c, self._basis.to(c.dtype).to(c.device))
 
-    def random(self, shape: tuple[int, ...], gen: torch.Generator, dtype=torch.float64,
-               scale: float = 0.5) -> torch.Tensor:
+    def random(
+        self, shape: tuple[int, ...], gen: torch.Generator, dtype=torch.float64, scale: float = 0.5
+    ) -> torch.Tensor:
         """A generic (not near-identity, not diagonal) element, for invariance checks."""
         c = scale * torch.randn(*shape, self.dimension, generator=gen, dtype=dtype)
         return self.from_coeffs(c)
 
-    def near_identity(self, shape: tuple[int, ...], alpha: float, gen: torch.Generator,
-                      dtype=torch.float64) -> torch.Tensor:
+    def near_identity(
+        self, shape: tuple[int, ...], alpha: float, gen: torch.Generator, dtype=torch.float64
+    ) -> torch.Tensor:
         """Sec. 4: diag(x_1..x_n) with x_i ~ U[1 - alpha, 1 + alpha]."""
         x = 1 + alpha * (2 * torch.rand(*shape, self.head_dim, generator=gen, dtype=dtype) - 1)
         return torch.diag_embed(x)
@@ -78,7 +81,7 @@ class HGroup(QKGroup):
         d, m = self.head_dim, self.pairs.shape[0]
         b = torch.zeros(2 * m, d, d, dtype=torch.float64)
         for u, (i, j) in enumerate(self.pairs.tolist()):
-            b[2 * u, i, i] = b[2 * u, j, j] = 1.0          # a_u P_u
+            b[2 * u, i, i] = b[2 * u, j, j] = 1.0  # a_u P_u
             b[2 * u + 1, j, i], b[2 * u + 1, i, j] = 1.0, -1.0  # b_u J_u (J = [[0, -1], [1, 0]])
         if self.orth is not None:
             p = self.orth.to(torch.float64)
@@ -123,27 +126,34 @@ class BlockGroup(QKGroup):
 
     @property
     def dimension(self) -> int:
-        return self.inner.dimension + self.free ** 2
+        return self.inner.dimension + self.free**2
 
     def basis(self, dtype=torch.float64) -> torch.Tensor:
         k = self.inner.dimension
-        pass_basis = torch.eye(self.free ** 2, dtype=dtype).view(-1, self.free, self.free)
-        return torch.cat((block_diag(self.inner.basis(dtype), pass_basis.new_zeros(k, self.free, self.free)),
-                          block_diag(pass_basis.new_zeros(self.free ** 2, *(self.inner.head_dim,) * 2),
-                                      pass_basis)))
+        pass_basis = torch.eye(self.free**2, dtype=dtype).view(-1, self.free, self.free)
+        return torch.cat(
+            (
+                block_diag(self.inner.basis(dtype), pass_basis.new_zeros(k, self.free, self.free)),
+                block_diag(pass_basis.new_zeros(self.free**2, *(self.inner.head_dim,) * 2), pass_basis),
+            )
+        )
 
     def from_coeffs(self, c: torch.Tensor) -> torch.Tensor:
         k, eye = self.inner.dimension, torch.eye(self.free, dtype=c.dtype, device=c.device)
-        return block_diag(self.inner.from_coeffs(c[..., :k]),
-                           eye + c[..., k:].reshape(*c.shape[:-1], self.free, self.free))
+        return block_diag(
+            self.inner.from_coeffs(c[..., :k]), eye + c[..., k:].reshape(*c.shape[:-1], self.free, self.free)
+        )
 
     def random(self, shape, gen, dtype=torch.float64, scale: float = 0.5):
-        return block_diag(self.inner.random(shape, gen, dtype, scale),
-                           QKGroup(self.free).random(shape, gen, dtype, scale))
+        return block_diag(
+            self.inner.random(shape, gen, dtype, scale), QKGroup(self.free).random(shape, gen, dtype, scale)
+        )
 
     def near_identity(self, shape, alpha, gen, dtype=torch.float64):
-        return block_diag(self.inner.near_identity(shape, alpha, gen, dtype),
-                           QKGroup(self.free).near_identity(shape, alpha, gen, dtype))
+        return block_diag(
+            self.inner.near_identity(shape, alpha, gen, dtype),
+            QKGroup(self.free).near_identity(shape, alpha, gen, dtype),
+        )
 
 
 class TrivialGroup(QKGroup):
@@ -206,7 +216,7 @@ def diagonal_blocks(group: QKGroup, tol: float = 1e-6) -> torch.Tensor:
     blocks = torch.full((d,), -1, dtype=torch.long)
     for i in range(d):  # i and j share a block iff every spanning vector agrees on them
         if blocks[i] < 0:
-            same = (diag - diag[:, i:i + 1]).abs().amax(0) <= 10 * tol
+            same = (diag - diag[:, i : i + 1]).abs().amax(0) <= 10 * tol
             blocks[same & (blocks < 0)] = int(blocks.max()) + 1
     return blocks
 
@@ -242,8 +252,11 @@ def qk_group_for(rotary: RotaryPositional | None, head_dim: int, positions: torc
     try:
         sym = rotary.qk_symmetry(positions)
     except NotImplementedError as e:  # a part that declares neither its group nor its rotation matrices
-        fail("positional", type(rotary).__name__, f"a rotary part with a known symmetry group ({e} is missing: "
-             "define qk_symmetry or matrix)")
+        fail(
+            "positional",
+            type(rotary).__name__,
+            f"a rotary part with a known symmetry group ({e} is missing: define qk_symmetry or matrix)",
+        )
     r = head_dim if sym.rotary_dim is None else int(sym.rotary_dim)
     if sym.kind == "h":
         grp = HGroup(r, sym.pairs, orth=sym.orth)

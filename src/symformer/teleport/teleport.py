@@ -14,6 +14,7 @@ consecutive teleport steps stays <= 1.05 on small data sets) on top of the major
 almost never refuses a step (NOTES 4). The guard bounds the sampling methods ("sample", "brute"); the Zhao
 et al. ascent is recorded but not bounded.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -60,8 +61,9 @@ def closed_form_norms(model: nn.Module, group: SymmetryGroup, cands: GroupElemen
     return (group.candidate_sq_norms(grads, cands) + rest).clamp_min(0).sqrt()
 
 
-def brute_force_norms(model: nn.Module, group: SymmetryGroup, cands: GroupElement,
-                      loss_fn: Callable[[], torch.Tensor]) -> torch.Tensor:
+def brute_force_norms(
+    model: nn.Module, group: SymmetryGroup, cands: GroupElement, loss_fn: Callable[[], torch.Tensor]
+) -> torch.Tensor:
     """The paper's way: for each candidate apply it, run forward + backward, read the norm, restore."""
     saved = [p.detach().clone() for p in group.parameters()]
     old = {id(p): p.grad for p in model.parameters()}
@@ -87,8 +89,9 @@ def _state_tensors(optimizer: torch.optim.Optimizer, params: list[nn.Parameter],
 
 
 @torch.no_grad()
-def update_optimizer_state(optimizer: torch.optim.Optimizer | None, group: SymmetryGroup, g: GroupElement,
-                           policy: str) -> None:
+def update_optimizer_state(
+    optimizer: torch.optim.Optimizer | None, group: SymmetryGroup, g: GroupElement, policy: str
+) -> None:
     """keep: leave it (the paper); reset: zero the moments of acted-on params; transform: moments that live in
     gradient space (SGD momentum_buffer, Adam exp_avg) move like gradients; Adam's exp_avg_sq moves with the
     squared map, exact for the diagonal / per-pair-scaling elements the sampler draws."""
@@ -120,12 +123,12 @@ def update_optimizer_state(optimizer: torch.optim.Optimizer | None, group: Symme
 class TeleportOutcome:
     applied: bool
     ref_norm: float
-    best_norm: float         # the applied candidate's norm; the largest candidate norm when none was applied
-    n_better: int            # candidates whose norm beats the reference (eq. (15))
+    best_norm: float  # the applied candidate's norm; the largest candidate norm when none was applied
+    n_better: int  # candidates whose norm beats the reference (eq. (15))
     skipped_invariance: int = 0
     seconds: float = 0.0
-    max_norm: float = 0.0    # the largest candidate norm (the unguarded choice)
-    skipped_guard: int = 0   # candidates beating the reference that the ratio guard refused (App. G)
+    max_norm: float = 0.0  # the largest candidate norm (the unguarded choice)
+    skipped_guard: int = 0  # candidates beating the reference that the ratio guard refused (App. G)
 
     @property
     def chosen_norm(self) -> float:
@@ -143,11 +146,21 @@ def loss_tolerance(dtype: torch.dtype) -> float:
     return math.sqrt(torch.finfo(dtype).eps)
 
 
-def teleport_step(model: nn.Module, group: SymmetryGroup, loss_fn: Callable[[], torch.Tensor], alpha: float,
-                  samples: int, gen: torch.Generator, optimizer: torch.optim.Optimizer | None = None,
-                  state_policy: str = "keep", ffn: bool = False, brute_force: bool = False,
-                  loss_before: float | None = None, max_ratio: float = math.inf,
-                  loss_dtype: torch.dtype | None = None) -> TeleportOutcome:
+def teleport_step(
+    model: nn.Module,
+    group: SymmetryGroup,
+    loss_fn: Callable[[], torch.Tensor],
+    alpha: float,
+    samples: int,
+    gen: torch.Generator,
+    optimizer: torch.optim.Optimizer | None = None,
+    state_policy: str = "keep",
+    ffn: bool = False,
+    brute_force: bool = False,
+    loss_before: float | None = None,
+    max_ratio: float = math.inf,
+    loss_dtype: torch.dtype | None = None,
+) -> TeleportOutcome:
     """Alg. 1 lines 3-7 with the gradient of the current batch in .grad; on success the parameters become g* theta
     and .grad becomes grad L(g* theta) (closed form), ready for the optimizer step. loss_before: the batch loss
     at theta when the caller has it (saves one forward pass). max_ratio: the largest ||grad after|| / ||grad
@@ -193,8 +206,12 @@ def _apply_checked(model, group, g, loss_fn, before: float, loss_dtype: torch.dt
         with torch.no_grad():
             for p, s in zip(group.parameters(), saved, strict=True):
                 p.copy_(s)
-        warnings.warn(f"teleport: skipped an element that changed the batch loss from {before:.6g} to {after:.6g} "
-                      f"(tolerance {tol:.1e} relative)", RuntimeWarning, stacklevel=3)
+        warnings.warn(
+            f"teleport: skipped an element that changed the batch loss from {before:.6g} to {after:.6g} "
+            f"(tolerance {tol:.1e} relative)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
         return False
     dep = [p for p in group.dependent_parameters() if p.grad is not None]
     if dep:  # gradients of the group-defining parameters are not a linear image: recompute them exactly
@@ -211,9 +228,16 @@ def _apply_checked(model, group, g, loss_fn, before: float, loss_dtype: torch.dt
 
 
 # ---------------------------------------------------------------- Zhao et al. baseline
-def zhao_teleport(model: nn.Module, group: SymmetryGroup, loss_fn: Callable[[], torch.Tensor], lr: float = 1e-4,
-                  steps: int = 10, optimizer: torch.optim.Optimizer | None = None,
-                  state_policy: str = "keep", loss_dtype: torch.dtype | None = None) -> TeleportOutcome:
+def zhao_teleport(
+    model: nn.Module,
+    group: SymmetryGroup,
+    loss_fn: Callable[[], torch.Tensor],
+    lr: float = 1e-4,
+    steps: int = 10,
+    optimizer: torch.optim.Optimizer | None = None,
+    state_policy: str = "keep",
+    loss_dtype: torch.dtype | None = None,
+) -> TeleportOutcome:
     """Zhao et al. (2023): gradient ascent on g (coefficients in each layer's Lie algebra, from g = id) to
     maximise ||grad L(g theta)||^2, with a double backward each step (hence ~2x memory, App. E)."""
     check_float("lr", lr, 0.0, low_open=True)
@@ -223,26 +247,38 @@ def zhao_teleport(model: nn.Module, group: SymmetryGroup, loss_fn: Callable[[], 
     params = criterion_parameters(model, group)
     coeffs = [torch.zeros(s.n_heads, s.qk.dimension, dtype=torch.float64, requires_grad=True) for s in group.sites]
     # V/O coefficients in each site's value group (GL(d_v); diagonal under an output gate; none without values)
-    vcoef = [torch.zeros(s.n_heads, s.value_group.dimension if s.value_dim else 0, dtype=torch.float64,
-                         requires_grad=True) for s in group.sites]
+    vcoef = [
+        torch.zeros(s.n_heads, s.value_group.dimension if s.value_dim else 0, dtype=torch.float64, requires_grad=True)
+        for s in group.sites
+    ]
     # query/key-norm scalings (Qwen3; OLMo 2: per key head), one coefficient per norm block
     ncoef = [torch.zeros(s.n_blocks, dtype=torch.float64, requires_grad=True) for s in group.sites]
     ref = math.sqrt(grad_sq_norm(model, group))
 
     def element() -> GroupElement:
-        return GroupElement([s.qk.from_coeffs(c) for s, c in zip(group.sites, coeffs, strict=True)],
-                            [s.value_group.from_coeffs(c) if s.value_dim else c.view(s.n_heads, 0, 0)
-                             for s, c in zip(group.sites, vcoef, strict=True)], [None] * len(group.sites),
-                            [torch.ones(f.up.out_features, dtype=torch.float64) for f in group.ffns],
-                            [None if s.norm_blocks is None else 1 + c for s, c in zip(group.sites, ncoef, strict=True)])
+        return GroupElement(
+            [s.qk.from_coeffs(c) for s, c in zip(group.sites, coeffs, strict=True)],
+            [
+                s.value_group.from_coeffs(c) if s.value_dim else c.view(s.n_heads, 0, 0)
+                for s, c in zip(group.sites, vcoef, strict=True)
+            ],
+            [None] * len(group.sites),
+            [torch.ones(f.up.out_features, dtype=torch.float64) for f in group.ffns],
+            [None if s.norm_blocks is None else 1 + c for s, c in zip(group.sites, ncoef, strict=True)],
+        )
 
     with sdpa_kernel(SDPBackend.MATH):  # the fused CPU/flash kernels have no double backward
         for _ in range(steps):
             _zhao_ascent_step(model, group, loss_fn, lr, names, params, coeffs + vcoef + ncoef, element)
     with torch.no_grad():
         g = element()
-        g = GroupElement([u.detach() for u in g.qk], [v.detach() for v in g.vo], g.perm, g.ffn,
-                         [None if s is None else s.detach() for s in g.norm])
+        g = GroupElement(
+            [u.detach() for u in g.qk],
+            [v.detach() for v in g.vo],
+            g.perm,
+            g.ffn,
+            [None if s is None else s.detach() for s in g.norm],
+        )
         before = float(loss_fn())
     ok = _apply_checked(model, group, g, loss_fn, before, loss_dtype)
     if ok:
@@ -287,6 +323,7 @@ class TeleportSchedule:
     (1-based, as the paper's "teleportation is applied once at epoch 1"), or one starting at global optimizer step
     `step` (0-based: the START of the phase, not a period) and, with `every`, one more every `every` steps after it
     (step, step + every, ...; a phase the run's end cuts short keeps the steps it has)."""
+
     epochs: tuple[int, ...] = (1,)
     step: int | None = None
     consecutive: int = 4
@@ -313,8 +350,12 @@ class TeleportSchedule:
         """A schedule beyond the end of the run is an error, not a silent no-op; so is a run of consecutive
         steps longer than an epoch (App. G: |K| is a few % of an epoch)."""
         if self.consecutive > steps_per_epoch:
-            fail("steps", self.consecutive, f"at most the {steps_per_epoch} steps of one epoch "
-                 f"({self.consecutive} consecutive teleport steps > {steps_per_epoch} steps per epoch)")
+            fail(
+                "steps",
+                self.consecutive,
+                f"at most the {steps_per_epoch} steps of one epoch "
+                f"({self.consecutive} consecutive teleport steps > {steps_per_epoch} steps per epoch)",
+            )
         if self.step is None:
             for e in self.epochs:
                 if e > n_epochs:
@@ -342,9 +383,13 @@ def deprecated_step(step: int | None, start_step: int | None, stacklevel: int = 
         return start_step
     if start_step is not None:
         fail("step", step, f"no step= next to start_step={start_step} (step is the old name of start_step)")
-    warnings.warn(f"teleport option step={step} is deprecated: it means start_step={step}, the 0-based optimizer "
-                  f"step where the first run of `steps` consecutive teleport steps starts (not a period; every= "
-                  f"gives one)", DeprecationWarning, stacklevel=stacklevel)
+    warnings.warn(
+        f"teleport option step={step} is deprecated: it means start_step={step}, the 0-based optimizer "
+        f"step where the first run of `steps` consecutive teleport steps starts (not a period; every= "
+        f"gives one)",
+        DeprecationWarning,
+        stacklevel=stacklevel,
+    )
     return step
 
 
@@ -383,15 +428,34 @@ class TeleportCallback(Callback):
     optimizer step `start_step` (0-based) and, with `every`, again every `every` steps; `step` is the deprecated
     name of start_step. attention: declarations of a model's own attention layers (teleport.AttentionLayer)."""
 
-    def __init__(self, model: nn.Module | None = None, alpha: float = 0.65, samples: int = 16,
-                 epoch: int | list[int] | None = 1, start_step: int | None = None, every: int | None = None,
-                 steps: int = 4, seed: int = 0, method: str = "sample", state_policy: str = "keep", ffn: bool = False,
-                 zhao_lr: float = 1e-4, zhao_steps: int = 10, positions: torch.Tensor | None = None,
-                 max_cumulative_ratio: float | None = DEFAULT_MAX_CUMULATIVE_RATIO, attention: list | None = None,
-                 step: int | None = None, **unknown: object):
+    def __init__(
+        self,
+        model: nn.Module | None = None,
+        alpha: float = 0.65,
+        samples: int = 16,
+        epoch: int | list[int] | None = 1,
+        start_step: int | None = None,
+        every: int | None = None,
+        steps: int = 4,
+        seed: int = 0,
+        method: str = "sample",
+        state_policy: str = "keep",
+        ffn: bool = False,
+        zhao_lr: float = 1e-4,
+        zhao_steps: int = 10,
+        positions: torch.Tensor | None = None,
+        max_cumulative_ratio: float | None = DEFAULT_MAX_CUMULATIVE_RATIO,
+        attention: list | None = None,
+        step: int | None = None,
+        **unknown: object,
+    ):
         if unknown:
-            fail("teleport option", sorted(unknown), "options among alpha, samples, epoch, start_step, every, steps, "
-                 "seed, method, state_policy, ffn, zhao_lr, zhao_steps, max_cumulative_ratio, attention")
+            fail(
+                "teleport option",
+                sorted(unknown),
+                "options among alpha, samples, epoch, start_step, every, steps, "
+                "seed, method, state_policy, ffn, zhao_lr, zhao_steps, max_cumulative_ratio, attention",
+            )
         self.alpha = check_float("alpha", alpha, 0.0, 1.0, low_open=True, high_open=True)  # radius of B_G(alpha)
         self.samples = check_int("samples", samples, 1)
         self.method = check_choice("method", method, ("sample", "zhao", "brute"))
@@ -406,8 +470,8 @@ class TeleportCallback(Callback):
         self.group = None if model is None else symmetry_group(model, positions, ffn=self.ffn, attention=attention)
         self.log: list[dict] = []
         self.seconds = 0.0
-        self._phase: int | None = None   # first step of the current run of consecutive teleport steps
-        self._cum = 1.0                  # its cumulative ||grad after|| / ||grad before|| so far
+        self._phase: int | None = None  # first step of the current run of consecutive teleport steps
+        self._cum = 1.0  # its cumulative ||grad after|| / ||grad before|| so far
 
     @property
     def guarded(self) -> bool:
@@ -435,30 +499,66 @@ class TeleportCallback(Callback):
             with autocast():
                 loss = trainer.task.loss(trainer.model, trainer.train_data, idx)
                 return loss + penalties(trainer.raw_model)
+
         if self.method == "zhao":
-            out = zhao_teleport(model, self.group, loss_fn, self.zhao_lr, self.zhao_steps, trainer.optimizer,
-                                self.state_policy, loss_dtype)
+            out = zhao_teleport(
+                model,
+                self.group,
+                loss_fn,
+                self.zhao_lr,
+                self.zhao_steps,
+                trainer.optimizer,
+                self.state_policy,
+                loss_dtype,
+            )
         else:  # the per-step bound that keeps the cumulative ratio within max_cumulative_ratio
-            out = teleport_step(model, self.group, loss_fn, self.alpha, self.samples, self.gen, trainer.optimizer,
-                                self.state_policy, self.ffn, brute_force=self.method == "brute",
-                                loss_before=_last_loss(trainer), max_ratio=self.max_cumulative_ratio / self._cum,
-                                loss_dtype=loss_dtype)
+            out = teleport_step(
+                model,
+                self.group,
+                loss_fn,
+                self.alpha,
+                self.samples,
+                self.gen,
+                trainer.optimizer,
+                self.state_policy,
+                self.ffn,
+                brute_force=self.method == "brute",
+                loss_before=_last_loss(trainer),
+                max_ratio=self.max_cumulative_ratio / self._cum,
+                loss_dtype=loss_dtype,
+            )
         if out.applied and out.ref_norm > 0:
             self._cum *= out.chosen_norm / out.ref_norm
         self.seconds += out.seconds
-        rec = {"step": step, "phase_start": phase, "applied": out.applied, "ref_norm": out.ref_norm,
-               "chosen_norm": out.chosen_norm, "best_norm": out.best_norm, "max_norm": out.max_norm,
-               "n_better": out.n_better, "samples": self.samples, "skipped": out.skipped_invariance,
-               "skipped_guard": out.skipped_guard, "rejected_by_guard": out.rejected_by_guard,
-               "cum_ratio": self._cum, "seconds": out.seconds}
+        rec = {
+            "step": step,
+            "phase_start": phase,
+            "applied": out.applied,
+            "ref_norm": out.ref_norm,
+            "chosen_norm": out.chosen_norm,
+            "best_norm": out.best_norm,
+            "max_norm": out.max_norm,
+            "n_better": out.n_better,
+            "samples": self.samples,
+            "skipped": out.skipped_invariance,
+            "skipped_guard": out.skipped_guard,
+            "rejected_by_guard": out.rejected_by_guard,
+            "cum_ratio": self._cum,
+            "seconds": out.seconds,
+        }
         self.log.append(rec)
         log_row = getattr(trainer, "_log", None)  # the run's metric history (and metrics.jsonl when it has one)
         if callable(log_row):
             log_row({"step": step, "teleport": {k: v for k, v in rec.items() if k != "step"}})
 
     def state_dict(self) -> dict:
-        return {"gen": self.gen.get_state(), "log": list(self.log), "seconds": self.seconds,
-                "phase": self._phase, "cum": self._cum}
+        return {
+            "gen": self.gen.get_state(),
+            "log": list(self.log),
+            "seconds": self.seconds,
+            "phase": self._phase,
+            "cum": self._cum,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.gen.set_state(state["gen"])

@@ -1,4 +1,5 @@
 """Trainer callbacks: hooks at step and epoch boundaries (teleportation plugs in here)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -14,6 +15,7 @@ class Callback:
     def on_batch_start(self, trainer, idx) -> None: ...
     def on_after_backward(self, trainer, idx) -> None:
         """Gradients of the current batch are in .grad; the optimizer has not stepped yet."""
+
     def on_step_end(self, trainer, loss: float) -> None: ...
     def on_epoch_end(self, trainer, epoch: int, metrics: dict[str, Any]) -> None: ...
     def on_train_end(self, trainer) -> None: ...
@@ -33,11 +35,13 @@ class Elapsed(Callback):
 
     def on_train_start(self, trainer) -> None:
         import time
+
         self._t0 = time.perf_counter()
 
     @property
     def seconds(self) -> float:
         import time
+
         return self.before + (0.0 if self._t0 is None else time.perf_counter() - self._t0)
 
     def state_dict(self) -> dict[str, Any]:
@@ -54,6 +58,7 @@ class EarlyStopping(Callback):
 
     def __init__(self, patience: int = 3, monitor: str = "val_loss", higher_is_better: bool = False):
         from symformer._validation import check_int
+
         self.patience, self.monitor, self.higher = check_int("patience", patience, 1), monitor, higher_is_better
         self.best: float | None = None
         self.best_epoch: int | None = None
@@ -67,6 +72,7 @@ class EarlyStopping(Callback):
     def on_epoch_end(self, trainer, epoch: int, metrics: dict[str, Any]) -> None:
         if self.monitor not in metrics:
             from symformer._validation import fail
+
             fail("monitor", self.monitor, f"a metric among {', '.join(sorted(metrics))}")
         v = float(metrics[self.monitor])
         better = self.best is None or (v > self.best if self.higher else v < self.best)
@@ -83,8 +89,12 @@ class EarlyStopping(Callback):
             trainer.raw_model.load_state_dict(self.best_state)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"best": self.best, "best_epoch": self.best_epoch, "best_state": self.best_state,
-                "bad_epochs": self.bad_epochs}
+        return {
+            "best": self.best,
+            "best_epoch": self.best_epoch,
+            "best_state": self.best_state,
+            "bad_epochs": self.bad_epochs,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.best, self.best_epoch = state["best"], state["best_epoch"]
@@ -94,6 +104,7 @@ class EarlyStopping(Callback):
 def feature_modules(model) -> list:
     """Attention cores with redrawable random features (FAVOR+), in module order."""
     from symformer.attention.favor import FavorAttention
+
     return [m for m in model.modules() if isinstance(m, FavorAttention)]
 
 
@@ -105,6 +116,7 @@ class FeatureRedraw(Callback):
 
     def __init__(self, model, every: int | None = None, seed: int = 0):
         from symformer._validation import check_int
+
         self.model, self.seed = model, check_int("seed", seed)
         self.every = None if every is None else check_int("every", every, 1)
         self.seeded, self.redraws = False, 0
@@ -133,6 +145,7 @@ class LearningCurve(Callback):
 
     def __init__(self, data, every: int):
         from symformer._validation import check_int
+
         self.data, self.every, self.points = data, check_int("every", every, 1), []
 
     def _eval(self, trainer) -> None:

@@ -1,4 +1,5 @@
 """Data-parallel helpers over torch.distributed (torchrun; gloo on CPU, nccl on GPU)."""
+
 from __future__ import annotations
 
 import os

@@ -21,12 +21,18 @@ class LastTokenCache:
     `train.fact_lm.lm_eval`'s fact accuracy) with `mlp` in the fact slot."""
 
     @torch.no_grad()
-    def __init__(self, model: FactRecallTransformer, task: BooksTask, books: torch.Tensor, templates: torch.Tensor,
-                 batch: int = 1024):
+    def __init__(
+        self,
+        model: FactRecallTransformer,
+        task: BooksTask,
+        books: torch.Tensor,
+        templates: torch.Tensor,
+        batch: int = 1024,
+    ):
         self.model, self.task, self.books = model, task, books.long()
         z, gate, lang, resid = [], [], [], []
         for s in range(0, len(books), batch):
-            tok, mask, _ = task.sequences(books[s:s + batch], templates[s:s + batch])
+            tok, mask, _ = task.sequences(books[s : s + batch], templates[s : s + batch])
             tok, mask = tok[:, :-1], mask[:, :-1]  # the prompt: everything before the author
             x = F.embedding(tok, model.embedding_table())
             h = model.attend(x, mask, last_only=True)

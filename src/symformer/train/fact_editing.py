@@ -68,7 +68,7 @@ def make_split(task: BooksTask, fraction: float, seed: int = 0, preserved_ratio:
     p = round(preserved_ratio * fraction * n)
     if k + p > n:
         fail("preserved_ratio", preserved_ratio, f"at most {(n - k) / (fraction * n):.3g} at fraction {fraction}")
-    altered, preserved = order[:k].sort().values, order[k:k + p].sort().values
+    altered, preserved = order[:k].sort().values, order[k : k + p].sort().values
     new = task.facts.clone()
     new[altered] = task.facts[altered.roll(1)]  # a cyclic shift: every altered book changes author
     return EditSplit(altered, preserved, new)
@@ -168,8 +168,9 @@ def target_trajectory(
     return {s: snaps.get(s, final) for s in steps}
 
 
-def apply_editor(mlp, method: str, keys: torch.Tensor, values: torch.Tensor, C: torch.Tensor, hp: dict,
-                 pre: dict | None = None):
+def apply_editor(
+    mlp, method: str, keys: torch.Tensor, values: torch.Tensor, C: torch.Tensor, hp: dict, pre: dict | None = None
+):
     """A copy of `mlp` whose down-projection W carries the method's update (values: full outputs v*). `pre`, a
     dict kept across calls with the same keys and C, holds what does not depend on the values (C^-1 k for
     ROME, the null-space projector per tolerance for AlphaEdit)."""
@@ -210,8 +211,13 @@ def edit_caches(model: FactRecallTransformer, task: BooksTask, split: EditSplit)
     }
 
 
-def edit_scores(model: FactRecallTransformer, task: BooksTask, split: EditSplit, mlp=None,
-                caches: dict[str, LastTokenCache] | None = None) -> dict:
+def edit_scores(
+    model: FactRecallTransformer,
+    task: BooksTask,
+    split: EditSplit,
+    mlp=None,
+    caches: dict[str, LastTokenCache] | None = None,
+) -> dict:
     """Efficacy: altered facts under the edit template; paraphrase: altered facts under the other 15
     templates; specificity: preserved facts under every template; score: their harmonic mean (App. A.3.4;
     the paper's text swaps the names efficacy/specificity, which leaves the score unchanged). `mlp` (default:

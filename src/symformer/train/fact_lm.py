@@ -1,5 +1,6 @@
 """The book -> author LM with a fact expert (fact-storing-mlps.txt App. A.3.2-A.3.3): training, fact
 accuracy and the non-fact cross-entropy before and after swapping the fact MLP."""
+
 from __future__ import annotations
 
 import math
@@ -27,9 +28,9 @@ class LMConfig:
     batch_size: int = 128
     lr: float = 2e-3
     seed: int = 0
-    residual: bool = False        # App. A.3.2: the A.2.2 setup (no residuals) plus MoE and MLP Q/K
-    router_top1: bool = False     # top-1 (Switch) routing instead of the soft 2-expert mixture (ours)
-    moe_norm: bool = True         # router / language expert behind the frozen pre-MLP norm, like the fact expert
+    residual: bool = False  # App. A.3.2: the A.2.2 setup (no residuals) plus MoE and MLP Q/K
+    router_top1: bool = False  # top-1 (Switch) routing instead of the soft 2-expert mixture (ours)
+    moe_norm: bool = True  # router / language expert behind the frozen pre-MLP norm, like the fact expert
 
 
 def lm_embeddings(task: BooksTask, d: int, seed: int) -> torch.Tensor:
@@ -42,7 +43,7 @@ def lm_embeddings(task: BooksTask, d: int, seed: int) -> torch.Tensor:
 def mlp_for(task: BooksTask, E: torch.Tensor, cfg: LMConfig, seed: int = 0):
     """The fact expert: MSE-trained SwiGLU storing book -> author on the tied (normalised) embeddings."""
     nb = len(task.books)
-    K = E[task.n_words:task.n_words + nb]
+    K = E[task.n_words : task.n_words + nb]
     K = K / K.norm(dim=1, keepdim=True)
     V = E[task.author_slice]
     return train_mse_mlp(K, V, task.facts, cfg.mlp_hidden, steps=cfg.mlp_steps, seed=seed)
@@ -51,10 +52,17 @@ def mlp_for(task: BooksTask, E: torch.Tensor, cfg: LMConfig, seed: int = 0):
 def build_lm(task: BooksTask, cfg: LMConfig) -> tuple[FactRecallTransformer, torch.Tensor]:
     E = lm_embeddings(task, cfg.d_model, cfg.seed)
     torch.manual_seed(cfg.seed)
-    mcfg = FactRecallConfig(vocab_size=task.vocab_size, d_model=cfg.d_model, residual=cfg.residual, qk_mlp=True,
-                            moe=True, router_top1=cfg.router_top1, moe_norm=cfg.moe_norm)
+    mcfg = FactRecallConfig(
+        vocab_size=task.vocab_size,
+        d_model=cfg.d_model,
+        residual=cfg.residual,
+        qk_mlp=True,
+        moe=True,
+        router_top1=cfg.router_top1,
+        moe_norm=cfg.moe_norm,
+    )
     words = torch.zeros(task.vocab_size, dtype=torch.bool)
-    words[:task.n_words] = True
+    words[: task.n_words] = True
     model = FactRecallTransformer(mcfg, E, trainable_tokens=words)
     swap_fact_mlp(model, mlp_for(task, E, cfg, cfg.seed))
     return model, E
@@ -65,8 +73,13 @@ def _targets(tok: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch
     return tgt, mask[:, 1:] & mask[:, :-1]
 
 
-def train_lm(model: FactRecallTransformer, task: BooksTask, cfg: LMConfig,
-             checkpoint: str | os.PathLike | None = None, checkpoint_every: int = 250) -> dict:
+def train_lm(
+    model: FactRecallTransformer,
+    task: BooksTask,
+    cfg: LMConfig,
+    checkpoint: str | os.PathLike | None = None,
+    checkpoint_every: int = 250,
+) -> dict:
     """Next-token cross-entropy on every position of S_LM[f], AdamW (App. A.2.2 optimiser). With `checkpoint`
     (a file path) the model, optimiser and batch-sampler states are saved there atomically every
     `checkpoint_every` steps and at the end; a later call on the same freshly built model continues from it
@@ -81,9 +94,18 @@ def train_lm(model: FactRecallTransformer, task: BooksTask, cfg: LMConfig,
 
     def save(step: int) -> None:
         if checkpoint is not None:
-            save_atomic({"step": step, "loss": loss, "seconds": seconds + time.perf_counter() - t0,
-                         "model": model.state_dict(), "opt": opt.state_dict(), "generator": g.get_state()},
-                        checkpoint)
+            save_atomic(
+                {
+                    "step": step,
+                    "loss": loss,
+                    "seconds": seconds + time.perf_counter() - t0,
+                    "model": model.state_dict(),
+                    "opt": opt.state_dict(),
+                    "generator": g.get_state(),
+                },
+                checkpoint,
+            )
+
     for step in range(start, cfg.steps):
         if step > start and step % checkpoint_every == 0:
             save(step)
@@ -101,8 +123,9 @@ def train_lm(model: FactRecallTransformer, task: BooksTask, cfg: LMConfig,
     return {"final_loss": loss, "steps": cfg.steps, "seconds": seconds + time.perf_counter() - t0}
 
 
-def _resume_lm(path, model: torch.nn.Module, opt: torch.optim.Optimizer, g: torch.Generator,
-               steps: int) -> tuple[int, float, float]:
+def _resume_lm(
+    path, model: torch.nn.Module, opt: torch.optim.Optimizer, g: torch.Generator, steps: int
+) -> tuple[int, float, float]:
     """(first step, last loss, seconds so far): (0, nan, 0) without a checkpoint file, else what `path` holds,
     loaded into the model, optimiser and generator (weights_only; one-line CheckpointError else)."""
     st = load_loop_state(path, "a fact-LM training checkpoint", ("step", "loss", "seconds"))
@@ -115,8 +138,14 @@ def _resume_lm(path, model: torch.nn.Module, opt: torch.optim.Optimizer, g: torc
 
 
 @torch.no_grad()
-def lm_eval(model: FactRecallTransformer, task: BooksTask, books: torch.Tensor | None = None,
-            templates: torch.Tensor | None = None, batch: int = 1024, gates: bool = False) -> dict:
+def lm_eval(
+    model: FactRecallTransformer,
+    task: BooksTask,
+    books: torch.Tensor | None = None,
+    templates: torch.Tensor | None = None,
+    batch: int = 1024,
+    gates: bool = False,
+) -> dict:
     """Fact accuracy (argmax over the whole vocabulary at the author position) and the mean cross-entropy
     on non-fact targets (template words; the book and author targets are fact tokens), also split into
     targets predicted before the book token is read and from it on (and, with `gates`, the router's mean
@@ -127,7 +156,7 @@ def lm_eval(model: FactRecallTransformer, task: BooksTask, books: torch.Tensor |
     gate_sum = 0.0
     lo_fact = task.n_words
     for s in range(0, len(books), batch):
-        tok, mask, pos = task.sequences(books[s:s + batch], templates[s:s + batch])
+        tok, mask, pos = task.sequences(books[s : s + batch], templates[s : s + batch])
         tgt, valid = _targets(tok, mask)
         logits = model(tok[:, :-1], mask[:, :-1])
         pred = logits[torch.arange(len(tok)), pos].argmax(-1)
@@ -141,8 +170,13 @@ def lm_eval(model: FactRecallTransformer, task: BooksTask, books: torch.Tensor |
         if gates and model.cfg.moe:
             gate_sum += float(model.fact_gate(tok[:, :-1], mask[:, :-1])[nonfact].sum())
     ce = {k: v[0] / max(v[1], 1) for k, v in sums.items()}
-    return {"fact_accuracy": hits / len(books), "nonfact_ce": ce["all"], "nonfact_ce_before_key": ce["before_key"],
-            "nonfact_ce_from_key": ce["from_key"], "nonfact_fact_gate": gate_sum / max(sums["all"][1], 1)}
+    return {
+        "fact_accuracy": hits / len(books),
+        "nonfact_ce": ce["all"],
+        "nonfact_ce_before_key": ce["before_key"],
+        "nonfact_ce_from_key": ce["from_key"],
+        "nonfact_fact_gate": gate_sum / max(sums["all"][1], 1),
+    }
 
 
 def swap_check(model: FactRecallTransformer, task: BooksTask, E: torch.Tensor, cfg: LMConfig, seed: int = 1) -> dict:
@@ -157,10 +191,16 @@ def swap_check(model: FactRecallTransformer, task: BooksTask, E: torch.Tensor, c
         after = lm_eval(model, new_task)
     finally:
         model.fact.swap(old)
-    return {"train_fact_accuracy": before["fact_accuracy"], "nonfact_ce_before": before["nonfact_ce"],
-            "new_fact_accuracy": after["fact_accuracy"], "nonfact_ce_after": after["nonfact_ce"],
-            "nonfact_ce_change_pct": 100 * (after["nonfact_ce"] / before["nonfact_ce"] - 1),
-            "nonfact_ce_parts": {k: [before[f"nonfact_ce_{k}"], after[f"nonfact_ce_{k}"]]
-                                 for k in ("before_key", "from_key")},
-            "nonfact_fact_gate": before["nonfact_fact_gate"],
-            "new_mlp_capacity": new_mlp.accuracy, "n_templates": len(TEMPLATES)}
+    return {
+        "train_fact_accuracy": before["fact_accuracy"],
+        "nonfact_ce_before": before["nonfact_ce"],
+        "new_fact_accuracy": after["fact_accuracy"],
+        "nonfact_ce_after": after["nonfact_ce"],
+        "nonfact_ce_change_pct": 100 * (after["nonfact_ce"] / before["nonfact_ce"] - 1),
+        "nonfact_ce_parts": {
+            k: [before[f"nonfact_ce_{k}"], after[f"nonfact_ce_{k}"]] for k in ("before_key", "from_key")
+        },
+        "nonfact_fact_gate": before["nonfact_fact_gate"],
+        "new_mlp_capacity": new_mlp.accuracy,
+        "n_templates": len(TEMPLATES),
+    }

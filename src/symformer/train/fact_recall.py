@@ -1,4 +1,5 @@
 """Training and evaluation loops for the fact-recall transformer on SSFR (App. A.2.2)."""
+
 from __future__ import annotations
 
 import os
@@ -20,15 +21,16 @@ from symformer.train.checkpoint import load_loop_state, restore_loop_state
 class SSFRTrainConfig:
     steps: int = 2000
     batch_size: int = 256
-    lr: float = 2e-4            # App. A.2.2: AdamW, lr 2e-4 (4.8M sequences or until convergence)
+    lr: float = 2e-4  # App. A.2.2: AdamW, lr 2e-4 (4.8M sequences or until convergence)
     weight_decay: float = 0.0
     seed: int = 0
     stop_accuracy: float = 1.0  # stop early once a whole-task evaluation reaches this
     eval_every: int = 250
 
 
-def build_recall_model(task: SSFRTask, mlp: nn.Module, seed: int = 0, train_junk: bool = True,
-                       **switches) -> FactRecallTransformer:
+def build_recall_model(
+    task: SSFRTask, mlp: nn.Module, seed: int = 0, train_junk: bool = True, **switches
+) -> FactRecallTransformer:
     """The Sec. 5.1 transformer on the task's embeddings with `mlp` in its slot. App. A.2.2 freezes the key
     and value embeddings; the junk rows are trained (`train_junk`, as the text leaves only those frozen)."""
     torch.manual_seed(seed)
@@ -53,13 +55,14 @@ def ssfr_accuracy(model: FactRecallTransformer, task: SSFRTask, batch: int = 204
     keys, pairs = task.all_pairs()
     hits = 0
     for s in range(0, len(keys), batch):
-        tok, mask, tgt = task.batch(keys[s:s + batch], pairs[s:s + batch])
+        tok, mask, tgt = task.batch(keys[s : s + batch], pairs[s : s + batch])
         hits += int((value_logits(model, task, tok, mask).argmax(-1) == tgt).sum())
     return hits / len(keys)
 
 
-def train_ssfr(model: FactRecallTransformer, task: SSFRTask, cfg: SSFRTrainConfig,
-               checkpoint: str | os.PathLike | None = None) -> dict:
+def train_ssfr(
+    model: FactRecallTransformer, task: SSFRTask, cfg: SSFRTrainConfig, checkpoint: str | os.PathLike | None = None
+) -> dict:
     """AdamW on next-value cross-entropy at the last position; the fact MLP and embeddings stay frozen.
     With `checkpoint` (a file path) the state is saved there atomically at every evaluation and a later call
     continues from it exactly (a 3000-step run at F = 4096 takes most of an hour on one core)."""
@@ -87,8 +90,17 @@ def train_ssfr(model: FactRecallTransformer, task: SSFRTask, cfg: SSFRTrainConfi
             if acc >= cfg.stop_accuracy:
                 break
             if checkpoint is not None:
-                save_atomic({"step": step, "acc": acc, "loss": loss, "model": model.state_dict(),
-                             "opt": opt.state_dict(), "generator": g.get_state()}, checkpoint)
+                save_atomic(
+                    {
+                        "step": step,
+                        "acc": acc,
+                        "loss": loss,
+                        "model": model.state_dict(),
+                        "opt": opt.state_dict(),
+                        "generator": g.get_state(),
+                    },
+                    checkpoint,
+                )
     return {"steps": step, "train_accuracy": acc, "final_loss": loss, "sequences": step * cfg.batch_size}
 
 
@@ -105,6 +117,7 @@ def lipschitz_estimate(mlp: nn.Module, keys: torch.Tensor, values: torch.Tensor,
     """Eq. (8): max over n random keys k_i of sigma_1(J(k_i)), J = d V^T MLP(norm(x)) / dx at x = k_i, with the
     frozen pre-MLP norm (projection to the sphere, App. A.2.5: 100 samples)."""
     from symformer.models.fact_recall import SphereNorm
+
     norm = SphereNorm()
     V = values.to(mlp.dtype)
     g = torch.Generator().manual_seed(seed)
@@ -112,10 +125,10 @@ def lipschitz_estimate(mlp: nn.Module, keys: torch.Tensor, values: torch.Tensor,
 
     X = keys[idx].to(mlp.dtype).clone().requires_grad_(True)
     with torch.enable_grad():
-        out = mlp(norm(X))                                          # (n, d); key i only moves row i
+        out = mlp(norm(X))  # (n, d); key i only moves row i
         # row j of every key's Jacobian d MLP(norm(x))/dx at once: d backward passes over the batch
         rows = [torch.autograd.grad(out[:, j].sum(), X, retain_graph=True)[0] for j in range(out.shape[1])]
-    J = V @ torch.stack(rows, 1)                                    # (n, |V|, d) = V^T dMLP/dx per key
+    J = V @ torch.stack(rows, 1)  # (n, |V|, d) = V^T dMLP/dx per key
     best = float(torch.linalg.matrix_norm(J.detach(), ord=2).max())
     return best
 
@@ -125,15 +138,22 @@ def _decode(model: FactRecallTransformer, task: SSFRTask, mlp: nn.Module, u: tor
     old = model.fact.swap(mlp)
     try:
         step = capped_batch(mlp, batch)
-        return torch.cat([model.logits(model.fact(u[s:s + step]))[:, task.value_slice].argmax(-1)
-                          for s in range(0, len(u), step)])
+        return torch.cat(
+            [model.logits(model.fact(u[s : s + step]))[:, task.value_slice].argmax(-1) for s in range(0, len(u), step)]
+        )
     finally:
         model.fact.swap(old)
 
 
 @torch.no_grad()
-def swap_diagnostics(model: FactRecallTransformer, task: SSFRTask, task_new: SSFRTask, mlp_new: nn.Module,
-                     batch: int = 2048, seed: int = 0) -> dict:
+def swap_diagnostics(
+    model: FactRecallTransformer,
+    task: SSFRTask,
+    task_new: SSFRTask,
+    mlp_new: nn.Module,
+    batch: int = 2048,
+    seed: int = 0,
+) -> dict:
     """Where a swap (Sec. 5.1) loses accuracy, over every sequence of SSFR[f'] (`task_new`; `task` holds the f the
     model was trained with, its MLP in the slot). With the four changes the MLP reads u = norm(sum_j a_j x_j), the
     read-out position's attention-weighted mix of embeddings. Returns key_attention (mean a_j on the key token),
@@ -148,17 +168,23 @@ def swap_diagnostics(model: FactRecallTransformer, task: SSFRTask, task_new: SSF
         if not isinstance(t, SSFRTask):
             fail(name, type(t).__name__, "an SSFRTask", TypeError)
     if task_new.n_keys != task.n_keys or not torch.equal(task_new.embeddings, task.embeddings):
-        fail("task_new", f"a task with {task_new.n_keys} keys and other embeddings",
-             f"task with other facts (task.with_facts(f'): the same {task.n_keys} keys, values and junk)")
+        fail(
+            "task_new",
+            f"a task with {task_new.n_keys} keys and other embeddings",
+            f"task with other facts (task.with_facts(f'): the same {task.n_keys} keys, values and junk)",
+        )
     check_fact_mlp(mlp_new, model.cfg.d_model, "mlp_new")
     cfg = model.cfg
     if cfg.residual or cfg.moe or not cfg.identity_vo or not cfg.frozen_norm:
-        fail("model", "a FactRecallTransformer with residuals, an MoE, or trainable V / O or norm",
-             "the four changes of Sec. 5.1 (the MLP reads norm(sum_j a_j x_j))")
+        fail(
+            "model",
+            "a FactRecallTransformer with residuals, an MoE, or trainable V / O or norm",
+            "the four changes of Sec. 5.1 (the MLP reads norm(sum_j a_j x_j))",
+        )
     keys, pairs = task_new.all_pairs()
     u, a_key = [], []
     for s in range(0, len(keys), batch):
-        tok, mask, _ = task_new.batch(keys[s:s + batch], pairs[s:s + batch])
+        tok, mask, _ = task_new.batch(keys[s : s + batch], pairs[s : s + batch])
         a_key.append((model.attention_weights(tok, mask) * ((tok < task_new.n_keys) & mask)).sum(-1))
         u.append(model.mlp_norm(model.attend(F.embedding(tok, model.embedding_table()), mask, True)[:, -1]))
     u, a_key = torch.cat(u), torch.cat(a_key)

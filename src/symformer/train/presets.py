@@ -2,6 +2,7 @@
 
 A config file (JSON, or TOML on Python >= 3.11) has the same four keys as a preset; every key is
 optional and falls back to the task's defaults."""
+
 from __future__ import annotations
 
 import difflib
@@ -28,24 +29,63 @@ TASKS = ("digits", "mnist1d", "shakespeare", "etth1")
 
 PRESETS: dict[str, dict[str, Any]] = {
     # ~15 s on 2 cores; reaches >= 0.90 test accuracy (tests/cli/test_cli.py checks it).
-    "digits-vit": {"task": "digits", "data": {"patch": 2},
-                   "model": {"d_model": 64, "n_heads": 4, "n_layers": 2, "positional": "rope", "coord_dim": 2},
-                   "train": {"epochs": 30, "batch_size": 64, "optimizer": "adamw", "lr": 3e-3, "weight_decay": 1e-2,
-                             "warmup_steps": 50, "schedule": "cosine"}},
-    "mnist1d-vit": {"task": "mnist1d", "data": {"patch": 4},
-                    "model": {"d_model": 64, "n_heads": 4, "n_layers": 2, "positional": "rope", "coord_dim": 1},
-                    "train": {"epochs": 30, "batch_size": 128, "optimizer": "adamw", "lr": 3e-3, "weight_decay": 1e-2,
-                              "warmup_steps": 50}},
-    "shakespeare-char": {"task": "shakespeare", "data": {"block": 64, "max_chars": 300_000, "stride": 32},
-                         "model": {"d_model": 96, "n_heads": 4, "n_layers": 2, "positional": "rope", "coord_dim": 1},
-                         "train": {"epochs": 2, "batch_size": 32, "optimizer": "adamw", "lr": 3e-3,
-                                   "warmup_steps": 50, "eval_batch_size": 128}},
+    "digits-vit": {
+        "task": "digits",
+        "data": {"patch": 2},
+        "model": {"d_model": 64, "n_heads": 4, "n_layers": 2, "positional": "rope", "coord_dim": 2},
+        "train": {
+            "epochs": 30,
+            "batch_size": 64,
+            "optimizer": "adamw",
+            "lr": 3e-3,
+            "weight_decay": 1e-2,
+            "warmup_steps": 50,
+            "schedule": "cosine",
+        },
+    },
+    "mnist1d-vit": {
+        "task": "mnist1d",
+        "data": {"patch": 4},
+        "model": {"d_model": 64, "n_heads": 4, "n_layers": 2, "positional": "rope", "coord_dim": 1},
+        "train": {
+            "epochs": 30,
+            "batch_size": 128,
+            "optimizer": "adamw",
+            "lr": 3e-3,
+            "weight_decay": 1e-2,
+            "warmup_steps": 50,
+        },
+    },
+    "shakespeare-char": {
+        "task": "shakespeare",
+        "data": {"block": 64, "max_chars": 300_000, "stride": 32},
+        "model": {"d_model": 96, "n_heads": 4, "n_layers": 2, "positional": "rope", "coord_dim": 1},
+        "train": {
+            "epochs": 2,
+            "batch_size": 32,
+            "optimizer": "adamw",
+            "lr": 3e-3,
+            "warmup_steps": 50,
+            "eval_batch_size": 128,
+        },
+    },
     # Informer (models/informer.py) at the smaller size SMALL_SIZE; seq_len/label_len follow the horizon
     # (INFORMER_LENGTHS). Adam (AdamW, weight decay 0) lr 1e-4, lradj type1, batch 32, <= 6 epochs, patience 3.
-    "etth1-informer": {"task": "etth1", "data": {"pred_len": 24},
-                       "model": {"arch": "informer", **SMALL_SIZE, "attention": "full"},
-                       "train": {"epochs": 6, "batch_size": 32, "optimizer": "adamw", "lr": 1e-4,
-                                 "schedule": "informer", "decay_gamma": 0.5, "grad_clip": None, "patience": 3}},
+    "etth1-informer": {
+        "task": "etth1",
+        "data": {"pred_len": 24},
+        "model": {"arch": "informer", **SMALL_SIZE, "attention": "full"},
+        "train": {
+            "epochs": 6,
+            "batch_size": 32,
+            "optimizer": "adamw",
+            "lr": 1e-4,
+            "schedule": "informer",
+            "decay_gamma": 0.5,
+            "grad_clip": None,
+            "patience": 3,
+        },
+    },
 }
 
 #: Informer's scripts/ETTh1.sh: pred_len -> (seq_len, label_len)
@@ -61,12 +101,14 @@ def informer_lengths(pred_len: int) -> tuple[int, int]:
 
 def load_config(path: str | Path) -> dict[str, Any]:
     from symformer.data.files import read_text
+
     path = Path(path)
     if not path.is_file():
         fail("--config", str(path), "an existing JSON or TOML file")
     text = read_text(path, "a JSON or TOML config")
     if path.suffix == ".toml":
         import tomllib
+
         try:
             return tomllib.loads(text)
         except tomllib.TOMLDecodeError as e:
@@ -83,8 +125,13 @@ SECTIONS = ("data", "model", "train")
 
 def _loader(task: str):
     from symformer import data as D
-    return {"digits": D.load_digits_patches, "mnist1d": D.load_mnist1d, "shakespeare": D.load_char_text,
-            "etth1": D.load_ett}[task]
+
+    return {
+        "digits": D.load_digits_patches,
+        "mnist1d": D.load_mnist1d,
+        "shakespeare": D.load_char_text,
+        "etth1": D.load_ett,
+    }[task]
 
 
 def valid_keys(task: str | None, arch: str | None = None) -> dict[str, list[str]]:
@@ -92,6 +139,7 @@ def valid_keys(task: str | None, arch: str | None = None) -> dict[str, list[str]
     for `model.arch: informer`, else TransformerConfig; forecasting tasks also take `arch`) and TrainConfig's."""
     import dataclasses
     import inspect
+
     data = [] if task not in TASKS else [p for p in inspect.signature(_loader(task)).parameters if p != "data_dir"]
     model_cfg = InformerConfig if (task == "etth1" and arch == "informer") else TransformerConfig
     model = (["arch"] if task == "etth1" else []) + [f.name for f in dataclasses.fields(model_cfg)]
@@ -160,8 +208,9 @@ def _check_keys(spec: dict[str, Any], source: str) -> None:
                 _unknown(source, f"{sec}.{key}", [f"{sec}.{k}" for k in known[sec]])
 
 
-def resolve(preset: str | None = None, config: dict[str, Any] | None = None,
-            sets: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+def resolve(
+    preset: str | None = None, config: dict[str, Any] | None = None, sets: list[str] | tuple[str, ...] = ()
+) -> dict[str, Any]:
     """The run's {task, data, model, train}: preset, then the config file, then each `--set key.sub=value`,
     in that order. Unknown keys are errors naming the closest valid key (difflib)."""
     if preset is not None:
@@ -180,6 +229,7 @@ def resolve(preset: str | None = None, config: dict[str, Any] | None = None,
     _check_keys(spec, "--set")
     if "seed" in spec:
         from symformer._validation import check_int
+
         check_int("seed", spec["seed"])
     return spec
 
@@ -187,6 +237,7 @@ def resolve(preset: str | None = None, config: dict[str, Any] | None = None,
 def build(spec: dict[str, Any], data_dir=None, seed: int | None = None):
     """(model, task, split, TrainConfig) for a resolved spec."""
     from symformer import data as D
+
     t, dkw, mkw = spec["task"], dict(spec.get("data", {})), dict(spec.get("model", {}))
     tkw = dict(spec.get("train", {}))
     seed = spec.get("seed") if seed is None else seed  # --seed, else the config's top-level seed
@@ -211,12 +262,22 @@ def build(spec: dict[str, Any], data_dir=None, seed: int | None = None):
         dkw.setdefault("seq_len", seq)
         dkw.setdefault("label_len", lab)
         split = D.load_ett(data_dir=data_dir, **dkw)
-        model = Informer(InformerConfig(**mkw), split.meta["n_vars"], split.meta["seq_len"],
-                         split.meta["label_len"], split.meta["pred_len"])
+        model = Informer(
+            InformerConfig(**mkw),
+            split.meta["n_vars"],
+            split.meta["seq_len"],
+            split.meta["label_len"],
+            split.meta["pred_len"],
+        )
         return model, Forecasting(split.meta["pred_len"]), split, tcfg
     split = D.load_ett(data_dir=data_dir, **dkw)
-    model = Forecaster(TransformerConfig(**mkw), split.meta["n_vars"], split.meta["seq_len"],
-                       split.meta["label_len"], split.meta["pred_len"])
+    model = Forecaster(
+        TransformerConfig(**mkw),
+        split.meta["n_vars"],
+        split.meta["seq_len"],
+        split.meta["label_len"],
+        split.meta["pred_len"],
+    )
     return model, Forecasting(split.meta["pred_len"]), split, tcfg
 
 

@@ -3,6 +3,7 @@
 Losses and metrics are computed from float32 outputs (`.float()`): a 16-bit model's logits are cast up before the
 log-sum-exp over the classes / vocabulary and the squared errors, which 16 bits would round (as HF computes its
 losses)."""
+
 from __future__ import annotations
 
 import math
@@ -15,6 +16,7 @@ from symformer.data.base import TensorData
 
 class Task:
     """loss(model, data, idx) -> scalar; evaluate(model, data) -> {metric: value}."""
+
     primary = "loss"
     higher_is_better = False
 
@@ -37,8 +39,8 @@ class Classification(Task):
     def evaluate(self, model, data, batch_size=512):
         correct, total, loss = 0, 0, 0.0
         for i in range(0, len(data), batch_size):
-            logits = model(data.x[i:i + batch_size], data.pos).float()
-            y = data.y[i:i + batch_size]
+            logits = model(data.x[i : i + batch_size], data.pos).float()
+            y = data.y[i : i + batch_size]
             loss += float(F.cross_entropy(logits, y, reduction="sum"))
             correct += int((logits.argmax(-1) == y).sum())
             total += len(y)
@@ -56,8 +58,8 @@ class LanguageModeling(Task):
     def evaluate(self, model, data, batch_size=128):
         tot, n = 0.0, 0
         for i in range(0, len(data), batch_size):
-            logits = model(data.x[i:i + batch_size]).float()
-            y = data.y[i:i + batch_size]
+            logits = model(data.x[i : i + batch_size]).float()
+            y = data.y[i : i + batch_size]
             tot += float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), reduction="sum"))
             n += y.numel()
         nats = tot / n
@@ -76,7 +78,7 @@ class Forecasting(Task):
         return model(data.x[idx], None if xt is None else xt[idx], None if yt is None else yt[idx]).float()
 
     def loss(self, model, data, idx):
-        return F.mse_loss(self._pred(model, data, idx), data.y[idx][:, -self.pred_len:])
+        return F.mse_loss(self._pred(model, data, idx), data.y[idx][:, -self.pred_len :])
 
     @torch.no_grad()
     def evaluate(self, model, data, batch_size=256):
@@ -84,7 +86,7 @@ class Forecasting(Task):
         for i in range(0, len(data), batch_size):
             idx = torch.arange(i, min(i + batch_size, len(data)))
             p = self._pred(model, data, idx)
-            t = data.y[idx][:, -self.pred_len:]
+            t = data.y[idx][:, -self.pred_len :]
             se += float(((p - t) ** 2).sum())
             ae += float((p - t).abs().sum())
             n += t.numel()

@@ -4,6 +4,7 @@ checkpoints with exact resume, callbacks, and data parallelism.
 Exact resume: the batch order depends only on (seed, epoch); a checkpoint stores model,
 optimizer, scheduler, RNG and callback states plus the position (epoch, batch) and the metric
 history, so a resumed run replays exactly the remaining steps of an uninterrupted one."""
+
 from __future__ import annotations
 
 import json
@@ -48,23 +49,23 @@ PRECISIONS = ("fp32", "bf16-autocast", "bf16")
 class TrainConfig:
     epochs: int = 10
     batch_size: int = 64
-    optimizer: str = "adamw"         # sgd (with momentum) | adamw
+    optimizer: str = "adamw"  # sgd (with momentum) | adamw
     lr: float = 1e-3
     momentum: float = 0.9
     weight_decay: float = 0.0
-    schedule: str = "cosine"         # cosine | constant | exponential | informer
+    schedule: str = "cosine"  # cosine | constant | exponential | informer
     warmup_steps: int = 0
-    min_lr_ratio: float = 0.0        # cosine floor as a fraction of lr
-    decay_gamma: float = 0.5         # per-epoch factor of the exponential schedule (Informer uses 0.5)
+    min_lr_ratio: float = 0.0  # cosine floor as a fraction of lr
+    decay_gamma: float = 0.5  # per-epoch factor of the exponential schedule (Informer uses 0.5)
     grad_clip: float | None = 1.0
     seed: int = 0
-    checkpoint_every: int = 0        # steps; 0 = only at epoch ends
+    checkpoint_every: int = 0  # steps; 0 = only at epoch ends
     drop_last: bool = True
     eval_batch_size: int = 512
-    max_steps: int | None = None     # stop early after this many steps (smoke runs)
+    max_steps: int | None = None  # stop early after this many steps (smoke runs)
     progress: bool = False
-    patience: int | None = None      # early stopping on the validation primary metric; best weights restored
-    precision: str = "fp32"          # fp32 | bf16-autocast | bf16 (see PRECISIONS)
+    patience: int | None = None  # early stopping on the validation primary metric; best weights restored
+    precision: str = "fp32"  # fp32 | bf16-autocast | bf16 (see PRECISIONS)
 
     def __post_init__(self) -> None:
         check_int("epochs", self.epochs, 1)
@@ -123,8 +124,8 @@ def lr_factor(cfg: TrainConfig, step: int, total: int, steps_per_epoch: int) -> 
 @dataclass
 class TrainState:
     epoch: int = 0
-    batch: int = 0           # next batch index within `epoch`
-    step: int = 0            # optimizer steps taken
+    batch: int = 0  # next batch index within `epoch`
+    step: int = 0  # optimizer steps taken
     history: list[dict[str, Any]] = field(default_factory=list)
     epoch_losses: list[float] = field(default_factory=list)  # losses of the unfinished epoch
 
@@ -134,9 +135,17 @@ _RESUME_FREE = ("progress", "checkpoint_every", "eval_batch_size")
 
 
 class Trainer:
-    def __init__(self, model: torch.nn.Module, task: Task, train: TensorData, val: TensorData | None,
-                 cfg: TrainConfig, test: TensorData | None = None, callbacks: list[Callback] | None = None,
-                 out_dir: str | Path | None = None):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        task: Task,
+        train: TensorData,
+        val: TensorData | None,
+        cfg: TrainConfig,
+        test: TensorData | None = None,
+        callbacks: list[Callback] | None = None,
+        out_dir: str | Path | None = None,
+    ):
         if not isinstance(cfg, TrainConfig):
             fail("cfg", type(cfg).__name__, "a TrainConfig", TypeError)
         self.cfg, self.task = cfg, task
@@ -144,6 +153,7 @@ class Trainer:
         self.callbacks = list(callbacks or [])
         if cfg.patience is not None and val is not None:
             from symformer.train.callbacks import EarlyStopping
+
             self.callbacks.append(EarlyStopping(cfg.patience, f"val_{task.primary}", task.higher_is_better))
         self.stop_training = False  # a callback (early stopping) sets it at an epoch end
         self.out_dir = Path(out_dir) if out_dir is not None else None
@@ -162,7 +172,8 @@ class Trainer:
         if cfg.max_steps is not None:
             self.total_steps = min(self.total_steps, cfg.max_steps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda s: lr_factor(cfg, s, cfg.epochs * self.steps_per_epoch, self.steps_per_epoch))
+            self.optimizer, lambda s: lr_factor(cfg, s, cfg.epochs * self.steps_per_epoch, self.steps_per_epoch)
+        )
         self.state = TrainState()
         self.epoch_seconds: list[float] = []
 
@@ -175,11 +186,20 @@ class Trainer:
         if self.ckpt_path is None or not D.is_main():
             return
         # only tensors, numbers, strings and plain containers: the file loads with weights_only=True
-        save_atomic({"format": FORMAT, "version": VERSION, "model": self.raw_model.state_dict(),
-                     "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
-                     "state": asdict(self.state), "rng": rng_state(),
-                     "callbacks": [cb.state_dict() for cb in self.callbacks], "config": asdict(self.cfg)},
-                    self.ckpt_path)
+        save_atomic(
+            {
+                "format": FORMAT,
+                "version": VERSION,
+                "model": self.raw_model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "state": asdict(self.state),
+                "rng": rng_state(),
+                "callbacks": [cb.state_dict() for cb in self.callbacks],
+                "config": asdict(self.cfg),
+            },
+            self.ckpt_path,
+        )
 
     def resume(self) -> bool:
         """Load the checkpoint in out_dir if there is one; True when training state was restored.
@@ -199,8 +219,9 @@ class Trainer:
                 cb.load_state_dict(st)
         except (KeyError, TypeError, ValueError, RuntimeError, AttributeError, IndexError) as e:
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            raise CheckpointError(f"{path} is not a usable symformer checkpoint "
-                                  f"({type(e).__name__}: {first})") from None
+            raise CheckpointError(
+                f"{path} is not a usable symformer checkpoint ({type(e).__name__}: {first})"
+            ) from None
         self._rewrite_log()
         return True
 
@@ -222,7 +243,7 @@ class Trainer:
         if getattr(self, "_order", (None,))[0] != epoch:  # one permutation per epoch, not per step
             self._order = (epoch, epoch_order(len(self.train_data), self.cfg.seed, epoch))
         bs = self.cfg.batch_size
-        return shard(self._order[1][b * bs:(b + 1) * bs], self.rank, self.world)
+        return shard(self._order[1][b * bs : (b + 1) * bs], self.rank, self.world)
 
     def train_step(self, idx: torch.Tensor) -> float:
         self.model.train()
@@ -276,8 +297,14 @@ class Trainer:
             import sys
 
             from tqdm import tqdm
-            bar = tqdm(total=self.total_steps, initial=self.state.step, desc="train", leave=False,
-                       disable=not sys.stderr.isatty())
+
+            bar = tqdm(
+                total=self.total_steps,
+                initial=self.state.step,
+                desc="train",
+                leave=False,
+                disable=not sys.stderr.isatty(),
+            )
         while self.state.epoch < self.cfg.epochs and self.state.step < self.total_steps and not self.stop_training:
             self._run_epoch(bar)
         if bar is not None:
@@ -302,8 +329,12 @@ class Trainer:
             if self.cfg.checkpoint_every and self.state.step % self.cfg.checkpoint_every == 0:
                 self.checkpoint()
         self.epoch_seconds.append(time.perf_counter() - t0)
-        row = {"epoch": epoch, "step": self.state.step, "lr": self.optimizer.param_groups[0]["lr"],
-               "train_loss": float(np.mean(losses)) if losses else None}
+        row = {
+            "epoch": epoch,
+            "step": self.state.step,
+            "lr": self.optimizer.param_groups[0]["lr"],
+            "train_loss": float(np.mean(losses)) if losses else None,
+        }
         row.update({f"val_{k}": v for k, v in self.evaluate(self.val_data).items()})
         self.state.epoch, self.state.batch, self.state.epoch_losses = epoch + 1, 0, []
         self._log(row)
