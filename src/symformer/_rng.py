@@ -49,4 +49,35 @@ def layer_kwargs(kwargs: dict, layer: int | str | None) -> dict:
     return kw
 
 
-__all__ = ["derived_seed", "generator", "init_generator", "layer_kwargs"]
+def seeded_generator(seed: int, device: str | torch.device = "cpu") -> torch.Generator:
+    """A generator on `device` seeded with `seed` itself: the stream `torch.Generator().manual_seed(seed)` gives.
+    The synthetic data sets and the experiments' data draws use it, so their recorded draws are kept; a random part
+    of a construction uses `generator(purpose, seed)` instead (module docstring)."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        fail("seed", seed, "an integer", TypeError)
+    return torch.Generator(device=device).manual_seed(int(seed))
+
+
+def fresh_generator(device: str | torch.device = "cpu") -> torch.Generator:
+    """A generator seeded from torch's global generator, for `seed=None`: a run that called torch.manual_seed
+    stays reproducible, as nn.Linear's initialisation does."""
+    return torch.Generator(device=device).manual_seed(int(torch.randint(0, 2**62, (1,)).item()))
+
+
+def seed_torch(seed: int) -> None:
+    """Seed torch's global generator (what nn.Linear, dropout and DataLoader shuffling draw from) for a training
+    run: the one place where a run fixes the global stream."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        fail("seed", seed, "an integer", TypeError)
+    torch.manual_seed(int(seed))
+
+
+__all__ = [
+    "derived_seed",
+    "fresh_generator",
+    "generator",
+    "init_generator",
+    "layer_kwargs",
+    "seed_torch",
+    "seeded_generator",
+]
