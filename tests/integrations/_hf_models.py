@@ -2,20 +2,37 @@
 
 from __future__ import annotations
 
+import dataclasses
+from contextlib import contextmanager
+
 import torch
 
-from symformer.experiments.hf import FAMILY_MODELS  # the experiment's tiny configs: one table for both
+from symformer.integrations.hf_families import family_record, family_records, register_family
 
-FAMILIES = tuple(FAMILY_MODELS)
+#: the family test matrix: every registered record (integrations.hf_families), whose tiny configs the experiment reads
+FAMILIES = tuple(r.name for r in family_records())
+
+
+@contextmanager
+def replaced_record(family: str, **changes):
+    """The family's record with `changes` (dataclasses.replace) registered in its place for the block: negative
+    controls that take a record's field away."""
+    old = family_record(family)
+    register_family(dataclasses.replace(old, **changes), replace=True)
+    try:
+        yield
+    finally:
+        register_family(old, replace=True)
 
 
 def tiny(family: str = "llama", dtype=torch.float32, seed: int = 0, kv_heads: int = 2, init: float = 0.2, **kw):
     """d_model 32, 4 query heads of Dh 8 reading `kv_heads` key heads (GQA when < 4), 2 layers, vocab 40, with the
-    family's own settings from experiments.hf.FAMILY_MODELS (MoE experts, Gemma 2's cap and window, ...).
+    family's own settings from its record's tiny config (MoE experts, Gemma 2's cap and window, ...).
     init: weight std (0.2 makes attention move the logits; HF's 0.02 leaves them almost attention-free)."""
     import transformers as tf
 
-    conf, cls, extra = FAMILY_MODELS[family]
+    record = family_record(family)
+    conf, cls, extra = record.config_class, record.model_class, record.tiny_config()
     args = dict(
         vocab_size=40,
         hidden_size=32,

@@ -16,11 +16,8 @@ from tests.integrations._hf_models import logits as _logits  # noqa: E402
 from tests.integrations._hf_models import patched as _patched  # noqa: E402
 
 from symformer.integrations import hf  # noqa: E402
-from symformer.integrations._hf_common import (  # noqa: E402
-    EAGER_INPUT_DTYPE,
-    attention_modules,
-    partial_rotary_factor,
-)
+from symformer.integrations._hf_common import attention_modules, partial_rotary_factor  # noqa: E402
+from symformer.integrations.hf_families import family_record  # noqa: E402
 
 
 @pytest.mark.parametrize("family", ["llama", "gemma"])
@@ -200,7 +197,7 @@ def test_float32_op_finder_can_fail():
     assert "aten.rsqrt.default" in inside and inside <= anywhere
 
 
-@pytest.mark.parametrize("family", [f for f in FAMILIES if f not in EAGER_INPUT_DTYPE])
+@pytest.mark.parametrize("family", [f for f in FAMILIES if family_record(f).softmax_dtype == "float32"])
 def test_input_dtype_eager_is_hf_eager_in_float32_and_float64_in_float64(family):
     """exact_float64's eager attention equals the family's own eager_attention_forward to the bit on float32
     inputs (GQA, an additive mask with a fully masked row, Gemma 2's soft-cap where its signature takes one); on

@@ -10,9 +10,16 @@ import torch
 
 pytest.importorskip("transformers")
 
-from tests.integrations._hf_models import check_gradient_action, float64_reference, ids, logits, tiny  # noqa: E402
+from tests.integrations._hf_models import (  # noqa: E402
+    check_gradient_action,
+    float64_reference,
+    ids,
+    logits,
+    replaced_record,
+    tiny,
+)
 
-from symformer.integrations import _hf_common, hf, hf_positional  # noqa: E402
+from symformer.integrations import _hf_common, hf  # noqa: E402
 
 
 def _model(positional=None, **opts):
@@ -21,26 +28,25 @@ def _model(positional=None, **opts):
     return float64_reference(model)
 
 
-def test_rope_parity_needs_the_negated_frequencies(monkeypatch):
+def test_rope_parity_needs_the_negated_frequencies():
     """RoPE and ESPR (commuting init) patched in reproduce the native logits to float64 rounding; with the model's
     frequencies taken as they are (the other families' rule) the logits move: a part turning by +theta p."""
     x = ids(n=24)
     ref = logits(_model(), x)
     for positional in ("rope", "espr"):
         assert (logits(_model(positional), x) - ref).abs().max().item() <= 1e-10
-    monkeypatch.setattr(hf_positional, "NEGATED_ROTATION", ())
-    assert (logits(_model("rope"), x) - ref).abs().max().item() > 1e-3
+    with replaced_record("nanochat", negated_rotation=False):
+        assert (logits(_model("rope"), x) - ref).abs().max().item() > 1e-3
 
 
-def test_the_norms_come_after_the_rotation(monkeypatch):
+def test_the_norms_come_after_the_rotation():
     """ESPR with d_act < head_dim zeroes the null coordinates, so rms before and after the rotation differ: the patch
     must apply the norms after it, as HF does. Control: applied before (the Qwen3 order), the logits move."""
     x = ids(n=24)
     opts = {"d_act": 4, "commuting_init": False, "init_scale": 0.3}
     after = logits(_model("espr", **opts), x)
-    for module in (hf_positional, _hf_common):  # qk_norms then hands the norms to _project, before the rotation
-        monkeypatch.setattr(module, "WEIGHTLESS_POST_NORM", ())
-    before = logits(_model("espr", **opts), x)
+    with replaced_record("nanochat", qk_norm="before"):  # qk_norms hands the norms to _project, before the rotation
+        before = logits(_model("espr", **opts), x)
     assert (after - before).abs().max().item() > 1e-3
 
 

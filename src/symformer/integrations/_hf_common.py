@@ -1,4 +1,6 @@
-"""Shared helpers of the Hugging Face integration: the optional import and the model families we know."""
+"""Shared helpers of the Hugging Face integration: the optional import, and what the shared code reads of a model's
+family, from its record (hf_families.FamilyRecord: the records say what differs between families, these helpers
+never name one)."""
 
 from __future__ import annotations
 
@@ -9,130 +11,24 @@ import torch
 from torch import nn
 
 from symformer._validation import fail
+from symformer.integrations.hf_families import (
+    FamilyMap,
+    FamilyNames,
+    FamilyRecord,
+    family_records,
+    norm_kind,
+    record_of,
+)
 
-#: config.model_type -> attention class of the families that share Llama's rotary code path
-FAMILIES = {
-    "llama": "LlamaAttention",
-    "mistral": "MistralAttention",
-    "qwen2": "Qwen2Attention",
-    "qwen3": "Qwen3Attention",
-    "gemma": "GemmaAttention",
-    "mixtral": "MixtralAttention",
-    "qwen3_moe": "Qwen3MoeAttention",
-    "gemma2": "Gemma2Attention",
-    "gemma3_text": "Gemma3Attention",
-    "olmo2": "Olmo2Attention",
-    "olmo3": "Olmo3Attention",
-    "olmoe": "OlmoeAttention",
-    "phi3": "Phi3Attention",
-    "gpt_neox": "GPTNeoXAttention",
-    "olmo": "OlmoAttention",
-    "granite": "GraniteAttention",
-    "smollm3": "SmolLM3Attention",
-    "seed_oss": "SeedOssAttention",
-    "exaone4": "Exaone4Attention",
-    "stablelm": "StableLmAttention",
-    "starcoder2": "Starcoder2Attention",
-    "phi": "PhiAttention",
-    "arcee": "ArceeAttention",
-    "apertus": "ApertusAttention",
-    "qwen2_moe": "Qwen2MoeAttention",
-    "phimoe": "PhimoeAttention",
-    "granitemoe": "GraniteMoeAttention",
-    "glm": "GlmAttention",
-    "glm4": "Glm4Attention",
-    "cohere": "CohereAttention",
-    "cohere2": "Cohere2Attention",
-    "cohere2_moe": "Cohere2MoeAttention",
-    "ernie4_5": "Ernie4_5Attention",
-    "ernie4_5_moe": "Ernie4_5_MoeAttention",
-    "gpt_oss": "GptOssAttention",
-    "helium": "HeliumAttention",
-    "ministral": "MinistralAttention",
-    "vaultgemma": "VaultGemmaAttention",
-    "nemotron": "NemotronAttention",
-    "hyperclovax": "HyperCLOVAXAttention",
-    "jais2": "Jais2Attention",
-    "flex_olmo": "FlexOlmoAttention",
-    "solar_open": "SolarOpenAttention",
-    "minimax_m2": "MiniMaxM2Attention",
-    "exaone_moe": "ExaoneMoeAttention",
-    "glm4_moe": "Glm4MoeAttention",
-    "granitemoeshared": "GraniteMoeSharedAttention",
-    "ministral3": "Ministral3Attention",
-    "deepseek_v2": "DeepseekV2Attention",
-    "deepseek_v3": "DeepseekV3Attention",
-    "glm4_moe_lite": "Glm4MoeLiteAttention",
-    "longcat_flash": "LongcatFlashMLA",
-    "mistral4": "Mistral4Attention",
-    "minicpm3": "MiniCPM3Attention",
-    "deepseek_v32": "DeepseekV32Attention",
-    "glm_moe_dsa": "GlmMoeDsaAttention",
-    "hunyuan_v1_dense": "HunYuanDenseV1Attention",
-    "hunyuan_v1_moe": "HunYuanMoEV1Attention",
-    "hy_v3": "HYV3Attention",
-    "kolibri1": "Kolibri1Attention",
-    "dots1": "Dots1Attention",
-    "cwm": "CwmAttention",
-    "apertus1p5_text": "Apertus1p5TextAttention",
-    "nanochat": "NanoChatAttention",
-    "lfm2": "Lfm2Attention",
-    "qwen3_next": "Qwen3NextAttention",
-    "afmoe": "AfmoeAttention",
-    "qwen3_5_text": "Qwen3_5Attention",
-    "qwen3_5_moe_text": "Qwen3_5MoeAttention",
-}
-#: families with multi-head latent attention (MLA: DeepSeek-V2 / V3, Kimi K2, GLM-4.7-Flash, LongCat-Flash, Mistral
-#: Small 4, MiniCPM3, and with DeepSeek sparse attention DeepSeek-V3.2 and GLM-5): each head's query and key are
-#: [nope; rope] (qk_nope_head_dim + qk_rope_head_dim coordinates), the rotation acts on the rope block only, and one
-#: rotated key block (from kv_a_proj_with_mqa) is shared by all heads; keys and values come from a normed latent
-MLA_FAMILIES = (
-    "deepseek_v2",
-    "deepseek_v3",
-    "glm4_moe_lite",
-    "longcat_flash",
-    "mistral4",
-    "minicpm3",
-    "deepseek_v32",
-    "glm_moe_dsa",
+#: config.model_type -> attention class of every registered family (a live view of the records)
+FAMILIES = FamilyMap(lambda r: r.attention)
+#: families whose attention output is multiplied by sigmoid(g) before the output projection (record.output_gate)
+GATED_OUTPUT = FamilyNames(lambda r: r.output_gate != "none", "families with an output gate")
+#: families whose parameter-free q/k RMSNorms come AFTER the rotation (NanoChat; Hunyuan's have weights)
+WEIGHTLESS_POST_NORM = FamilyNames(
+    lambda r: r.qk_norm == "after" and not r.qk_norm_weighted,
+    "families with parameter-free q/k norms after the rotation",
 )
-#: families whose native RoPE rotates interleaved pairs (2u, 2u + 1) instead of (u, u + Dh/2)
-INTERLEAVED = (
-    "glm",
-    "glm4",
-    "cohere",
-    "cohere2",
-    "cohere2_moe",
-    "ernie4_5",
-    "ernie4_5_moe",
-    "helium",
-    "deepseek_v2",
-    "longcat_flash",
-    "deepseek_v32",
-    "glm_moe_dsa",
-)
-#: families whose rotary table repeats each frequency in place (repeat_interleave), not cat(freqs, freqs)
-TABLE_INTERLEAVED = ("cohere", "cohere2", "cohere2_moe")
-#: families whose rotary table holds each frequency once (GPT-OSS: (..., Dh/2), applied to both halves)
-TABLE_HALF = ("gpt_oss",)
-#: families whose rotary table is complex, polar(1, freqs), applied to the pairs (2u, 2u + 1) as complex numbers in
-#: float32 (DeepSeek-V2's apply_rotary_emb; exact_float64 runs both in the input dtype)
-TABLE_COMPLEX = ("deepseek_v2",)
-#: families whose apply_rotary_pos_emb casts q and k to float32 (exact_float64 runs it in the input dtype)
-FLOAT32_ROTARY = ("cohere", "cohere2", "cohere2_moe", "ernie4_5", "ernie4_5_moe")
-#: families whose eager attention already computes its softmax in the input dtype (the others' take float32;
-#: exact_float64 runs those in the input dtype)
-EAGER_INPUT_DTYPE = ("gpt_oss",)
-#: families whose rotate_half is cat(x2, -x1) (NanoChat): their RoPE turns each pair by -theta p, so a part starts from
-#: the negated frequencies
-NEGATED_ROTATION = ("nanochat",)
-#: families whose attention output is multiplied by sigmoid(g) coordinate by coordinate before o_proj: g from q_proj,
-#: rows [q_h; g_h] per head (the full-attention layers of Qwen3-Next and Qwen3.5), or from the layer's own gate_proj
-#: (AFMoE)
-GATED_OUTPUT = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "afmoe")
-#: families that normalise q and k per head AFTER the rotation with a parameter-free RMSNorm named q_norm / k_norm
-#: (NanoChat; Hunyuan's post-rotation norms have weights and other names: query_layernorm, key_layernorm)
-WEIGHTLESS_POST_NORM = ("nanochat",)
 MIN_VERSION = (4, 48)  # the release that introduced AttentionInterface
 
 
@@ -164,7 +60,7 @@ def text_config(model: nn.Module):
 
 
 def family_of(model) -> str | None:
-    """The supported family of an HF model (of its language model for a vision-language one: text_config), or
+    """The registered family of an HF model (of its language model for a vision-language one: text_config), or
     None for anything else."""
     if not isinstance(model, nn.Module) or getattr(model, "config", None) is None:
         return None
@@ -180,18 +76,30 @@ def model_family(model: nn.Module) -> str:
         fail(
             "model",
             f"{type(model).__name__} (model_type={model_type!r})",
-            "a Hugging Face model of a supported family: " + ", ".join(f"{k} ({v})" for k, v in FAMILIES.items()),
+            "a Hugging Face model of a supported family: "
+            + ", ".join(f"{r.name} ({r.attention})" for r in family_records()),
         )
     return family
 
 
+def record_for(obj) -> FamilyRecord:
+    """The record of an attention layer (its config's model_type) or of a config; ValueError for an unregistered
+    one (the helpers below are called on the layers of a supported model only)."""
+    record = record_of(obj)
+    if record is None:
+        model_type = getattr(obj, "model_type", None) or getattr(getattr(obj, "config", None), "model_type", None)
+        fail("model_type", model_type, "a registered family (hf_families.register_family)")
+    return record
+
+
 def attention_modules(model: nn.Module) -> list[nn.Module]:
-    """The self-attention module of every decoder layer, in order."""
-    family = model_family(model)
-    base = FAMILIES[family]
+    """The self-attention module of every decoder layer, in order (instances of the record's attention class, or of
+    subclasses: exact_float64's and patch_positional's)."""
+    name = model_family(model)
+    base = FAMILIES[name]
     out = [m for m in model.modules() if any(c.__name__ == base for c in type(m).__mro__)]
     if not out:
-        fail("model", type(model).__name__, f"a {family} model with {base} layers")
+        fail("model", type(model).__name__, f"a {name} model with {base} layers")
     return out
 
 
@@ -215,7 +123,8 @@ def rope_theta(config, layer_type: str | None = None) -> float:
 def partial_rotary_factor(config) -> float:
     """The fraction of each head the native rotary embedding rotates (Phi-3 / Phi-4-mini: rope_parameters'
     partial_rotary_factor; MLA: qk_rope_head_dim / qk_head_dim; 1 for the other families)."""
-    if getattr(config, "model_type", None) in MLA_FAMILIES:  # the rope block, the last of each query / key head
+    record = record_of(config)
+    if record is not None and record.mla:  # the rope block, the last of each query / key head
         return config.qk_rope_head_dim / (config.qk_nope_head_dim + config.qk_rope_head_dim)
     factor = rope_parameters(config).get("partial_rotary_factor", getattr(config, "partial_rotary_factor", None))
     return 1.0 if factor is None else float(factor)
@@ -230,15 +139,14 @@ def rotary_dim(attn: nn.Module) -> int:
 
 
 def is_mla(attn: nn.Module) -> bool:
-    """Whether the layer is multi-head latent attention (MLA_FAMILIES: a shared rotated key from kv_a_proj_with_mqa)."""
-    return hasattr(attn, "kv_a_proj_with_mqa")
+    """Whether the layer is multi-head latent attention (record.mla: a shared rotated key from kv_a_proj_with_mqa)."""
+    return record_for(attn).mla
 
 
 def norm_offset(norm: nn.Module) -> float:
-    """c in an RMSNorm's output (c + w) * x_hat: 1 for the norms of Gemma, Qwen3-Next and Qwen3.5 (weight stored as
-    w, starts at 0), else 0."""
-    names = [c.__name__ for c in type(norm).__mro__]  # exact_float64 subclasses the norm classes
-    offset = any("Gemma" in n or n.startswith(("Qwen3Next", "Qwen3_5")) for n in names)  # and Qwen3.5
+    """c in an RMSNorm's output (c + w) * x_hat: 1 for the norms a record marks "offset_rms" (Gemma, Qwen3-Next,
+    Qwen3.5: weight stored as w, starts at 0), else 0."""
+    offset = any(norm_kind(c.__name__) == "offset_rms" for c in type(norm).__mro__)  # exact_float64 subclasses them
     return 1.0 if offset and hasattr(norm, "eps") else 0.0
 
 
@@ -250,62 +158,52 @@ def head_dim(attn: nn.Module) -> int:
 
 
 def out_proj(attn: nn.Module) -> nn.Linear:
-    """The layer's output projection (GPT-NeoX names it dense, LFM2 out_proj)."""
-    for name in ("o_proj", "out_proj"):
-        if hasattr(attn, name):
-            return getattr(attn, name)
-    return attn.dense
+    """The layer's output projection (record.out_proj: GPT-NeoX and Phi name it dense, LFM2 out_proj)."""
+    return getattr(attn, record_for(attn).out_proj)
+
+
+def _norm_pair(attn: nn.Module, record: FamilyRecord) -> tuple[nn.Module, nn.Module] | None:
+    norm = getattr(attn, record.qk_norm_names[0], None)  # optional in some families (record.qk_norm_flag)
+    return None if norm is None else (norm, getattr(attn, record.qk_norm_names[1]))
 
 
 def qk_norms(attn: nn.Module) -> tuple[nn.Module, nn.Module] | None:
-    """The layer's q and k norms applied BEFORE the rotation, or None: q_norm / k_norm (Qwen3, OLMo 2, Cohere, ...;
-    not NanoChat's, which come after it: WEIGHTLESS_POST_NORM) or LFM2's RMSNorms q_layernorm / k_layernorm
-    (StableLM's and Phi's per-head LayerNorms of that name are refused by check_layer)."""
-    if attn.config.model_type in WEIGHTLESS_POST_NORM:
-        return None
-    if getattr(attn, "q_norm", None) is not None:
-        return attn.q_norm, attn.k_norm
-    norm = getattr(attn, "q_layernorm", None)
-    if norm is not None and any(c.__name__.endswith("RMSNorm") for c in type(norm).__mro__):  # exact_float64 subclasses
-        return norm, attn.k_layernorm
-    return None
+    """The layer's q and k norms applied BEFORE the rotation (record.qk_norm "before": Qwen3, OLMo 2, Cohere, LFM2's
+    q_layernorm / k_layernorm, ...), or None (none, or after it: post_qk_norms)."""
+    record = record_for(attn)
+    return _norm_pair(attn, record) if record.qk_norm == "before" else None
+
+
+def post_qk_norms(attn: nn.Module) -> tuple[nn.Module, nn.Module] | None:
+    """The layer's q and k norms applied AFTER the rotation (record.qk_norm "after": Hunyuan's query_layernorm /
+    key_layernorm, NanoChat's parameter-free q_norm / k_norm), or None."""
+    record = record_for(attn)
+    return _norm_pair(attn, record) if record.qk_norm == "after" else None
 
 
 def fused_qkv(attn: nn.Module) -> tuple[nn.Linear, str] | None:
-    """(Linear, layout) where q, k and v come from one projection: Phi-3's qkv_proj, rows [q; k; v] ("blocks"),
-    GPT-NeoX's query_key_value, rows [q_h; k_h; v_h] head by head ("heads"); None where they are separate."""
-    if hasattr(attn, "qkv_proj"):
-        return attn.qkv_proj, "blocks"
-    if hasattr(attn, "query_key_value"):
-        return attn.query_key_value, "heads"
-    return None
+    """(Linear, layout) where q, k and v come from one projection (record.fused_qkv: Phi-3's qkv_proj, rows [q; k; v]
+    ("blocks"), GPT-NeoX's query_key_value, rows [q_h; k_h; v_h] head by head ("heads")); None where they are
+    separate."""
+    fused = record_for(attn).fused_qkv
+    return None if fused is None else (getattr(attn, fused[0]), fused[1])
 
 
 def rope_pairing(config) -> str:
-    """The native RoPE's pairing in symformer's terms: "half" (Llama's rotate_half) or "interleaved" (INTERLEAVED;
-    MLA with config.rope_interleave, DeepSeek-V3's default: HF rotates the pairs (2u, 2u + 1) and returns them
-    de-interleaved, the same permutation on q and k, so the logits are those of the interleaved pairing)."""
-    family = getattr(config, "model_type", None)
-    if family in MLA_FAMILIES and family not in INTERLEAVED:  # DeepSeek-V2: always interleaved (complex pairs)
+    """The native RoPE's pairing in symformer's terms: "half" (Llama's rotate_half) or "interleaved" (record.pairing;
+    "config": MLA with config.rope_interleave, DeepSeek-V3's default: HF rotates the pairs (2u, 2u + 1) and returns
+    them de-interleaved, the same permutation on q and k, so the logits are those of the interleaved pairing)."""
+    record = record_of(config)
+    pairing = "half" if record is None else record.pairing
+    if pairing == "config":
         return "interleaved" if getattr(config, "rope_interleave", False) else "half"
-    return "interleaved" if family in INTERLEAVED else "half"
+    return pairing
 
 
 def applies_rope(attn: nn.Module) -> bool:
-    """Whether the layer rotates q and k at all: not SmolLM3's NoPE layers (use_rope False), nor EXAONE 4's (and
-    EXAONE MoE's) global layers (they rotate only in sliding layers when the model has a sliding window), nor
-    Cohere 2's full-attention layers (only sliding layers rotate; Cohere 2 MoE's force_rope dense prefix layers
-    too), nor AFMoE's global layers."""
-    if hasattr(attn, "use_rope"):
-        return bool(attn.use_rope)
-    family = attn.config.model_type
-    if family in ("exaone4", "exaone_moe") and getattr(attn, "sliding_window", None) is not None:
-        return bool(attn.is_sliding)
-    if family in ("cohere2", "cohere2_moe"):
-        return attn.sliding_window is not None or bool(getattr(attn, "force_rope", False))
-    if family == "afmoe":  # AFMoE: only its local (sliding) layers rotate, the global ones are NoPE
-        return bool(attn.is_local_attention)
-    return True
+    """Whether the layer rotates q and k at all (record.rotating_layers): not SmolLM3's NoPE layers, nor EXAONE 4's
+    global layers, nor Cohere 2's full-attention ones, nor AFMoE's global ones."""
+    return record_for(attn).rotates(attn)
 
 
 def check_layer(attn: nn.Module) -> None:
@@ -327,15 +225,17 @@ def check_layer(attn: nn.Module) -> None:
 
 
 def flat_qk_norm(attn: nn.Module) -> bool:
-    """Whether the layer's q/k RMSNorm spans all heads at once (OLMo 2, OLMo 3, OLMoE: weight (H Dh,), applied to
-    the flat projection) rather than each head (Qwen3, Gemma 3: weight (Dh,), applied per head)."""
-    norms = qk_norms(attn)
-    weight = None if norms is None else getattr(norms[0], "weight", None)  # a parameter-free norm is per head
-    return weight is not None and weight.shape[-1] != head_dim(attn)
+    """Whether the layer's q/k RMSNorm before the rotation spans all heads at once (record.qk_norm_span "all_heads":
+    OLMo 2, OLMo 3, OLMoE: weight (H Dh,), applied to the flat projection) rather than each head (Qwen3, Gemma 3:
+    weight (Dh,), applied per head)."""
+    return qk_norms(attn) is not None and record_for(attn).qk_norm_span == "all_heads"
 
 
 def n_kv_heads(config) -> int:
-    if getattr(config, "model_type", None) == "gpt_neox":  # no grouped-query attention in GPT-NeoX
+    """The key heads: num_key_value_heads, or every head where the family has no grouped-query attention (record.
+    grouped_kv False: GPT-NeoX ignores the field)."""
+    record = record_of(config)
+    if record is not None and not record.grouped_kv:
         return int(config.num_attention_heads)
     return int(getattr(config, "num_key_value_heads", None) or config.num_attention_heads)
 

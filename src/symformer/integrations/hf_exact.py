@@ -5,8 +5,8 @@ HF's Llama-family models compute two things in float32 whatever the model dtype:
 casts back, Gemma's (1 + w) norm too, so a float64 model is rounded to float32 at each norm). A float64 parity
 or invariance check on an untouched model therefore reads 0 or ~1e-7, by luck of the float32 rounding, never the
 float64 error. Cohere's LayerNorms do the same, and the interleaved families Cohere, Cohere 2 and ERNIE 4.5 also
-rotate q and k in float32 inside their apply_rotary_pos_emb (_hf_common.FLOAT32_ROTARY), DeepSeek-V2 its complex
-pairs with a complex64 table (TABLE_COMPLEX); Ministral 3 scales its
+rotate q and k in float32 inside their apply_rotary_pos_emb (their records' rotary_dtype), DeepSeek-V2 its complex
+pairs with a complex64 table (table "complex"); Ministral 3 scales its
 queries by a factor computed in float32, and the eager attention of every family but GPT-OSS takes its softmax
 in float32 (Gemma 2 and VaultGemma run eager by default: their attention probabilities were float32 numbers, and a
 padded float64 batch turned to NaN there, float64's mask minimum being -inf in float32).
@@ -25,18 +25,8 @@ import types
 import torch
 from torch import nn
 
-from symformer.integrations._hf_common import (
-    EAGER_INPUT_DTYPE,
-    FAMILIES,
-    FLOAT32_ROTARY,
-    TABLE_COMPLEX,
-    TABLE_HALF,
-    TABLE_INTERLEAVED,
-    attention_modules,
-    family_of,
-    norm_offset,
-    position_query_scale,
-)
+from symformer.integrations._hf_common import attention_modules, family_of, norm_offset, position_query_scale
+from symformer.integrations.hf_families import FamilyRecord, family_record, norm_kind
 
 _NORMS: dict[type, type] = {}
 _ATTENTIONS: dict[type, type] = {}
@@ -112,20 +102,14 @@ class Float64TypedTable(nn.Module):
         )
 
 
-def _float64_table(mod: nn.Module, family: str | None) -> nn.Module | None:
-    """The float64 replacement of an HF rotary embedding, or None for one we cannot read."""
-    if isinstance(getattr(mod, "inv_freq", None), torch.Tensor) and hasattr(mod, "mrope_section"):  # Qwen3.5
+def _float64_table(mod: nn.Module, record: FamilyRecord | None) -> nn.Module | None:
+    """The float64 replacement of an HF rotary embedding in the record's table layout, or None for one we cannot
+    read (Qwen3.5's "mrope": its text table; another rotary module of the model, a vision tower's, is read as cat)."""
+    table = "cat" if record is None else record.table
+    if isinstance(getattr(mod, "inv_freq", None), torch.Tensor) and table == "mrope" and hasattr(mod, "mrope_section"):
         return Float64MropeTable(mod.inv_freq, mod.mrope_section, getattr(mod, "attention_scaling", 1.0))
     if isinstance(getattr(mod, "inv_freq", None), torch.Tensor):
-        layout = (
-            "interleaved"
-            if family in TABLE_INTERLEAVED
-            else "half"
-            if family in TABLE_HALF
-            else "complex"
-            if family in TABLE_COMPLEX
-            else "cat"
-        )
+        layout = "cat" if table == "mrope" else table
         return Float64Table(mod.inv_freq, layout, getattr(mod, "attention_scaling", 1.0))
     types = getattr(mod, "layer_types", None)
     if types and all(isinstance(getattr(mod, f"{t}_inv_freq", None), torch.Tensor) for t in types):
@@ -174,13 +158,16 @@ def _layer_norm_forward(self, hidden_states):
 
 
 def _exact_forward(mod: nn.Module):
-    """The input-dtype forward for one of HF's float32-computing norms, or None for any other module."""
-    name = type(mod).__name__
-    if name == "OlmoLayerNorm":
+    """The input-dtype forward for one of HF's float32-computing norms, or None for any other module: the formula a
+    record names for the norm's class (FamilyRecord.norms), else HF's plain RMSNorm (weight * x_hat, or parameter-free)
+    for a class named *RMSNorm."""
+    name = type(mod).__name__  # HF's class only: a norm replaced already (a subclass) is left alone
+    kind = norm_kind(name)
+    if kind == "layer_norm":
         return _layer_norm_forward
-    if name.startswith("Cohere") and name.endswith("LayerNorm") and hasattr(mod, "variance_epsilon"):
+    if kind == "centered" and hasattr(mod, "variance_epsilon"):
         return _centered_norm_forward
-    if name in ("Qwen3NextRMSNormGated", "Qwen3_5RMSNormGated", "Qwen3_5MoeRMSNormGated"):
+    if kind == "gated_rms":
         return _gated_norm_forward
     if name.endswith("RMSNorm"):
         if getattr(mod, "weight", None) is None and hasattr(mod, "eps"):
@@ -191,12 +178,12 @@ def _exact_forward(mod: nn.Module):
     return None
 
 
-def _input_dtype_rotary(module, family: str):
+def _input_dtype_rotary(module, record: FamilyRecord):
     """The module's apply_rotary_pos_emb without the float32 casts: q cos + rotate_half(q) sin in the input dtype,
     with the module's own rotate_half (interleaved pairs) and table layout (Cohere: interleaved; ERNIE 4.5: cat,
     its first half repeated in place)."""
     rotate_half = module.rotate_half
-    from_cat = family not in TABLE_INTERLEAVED
+    from_cat = record.table != "interleaved"
 
     def apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1):
         cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
@@ -240,27 +227,27 @@ def input_dtype_eager(module, query, key, value, attention_mask, scaling=None, d
     return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
 
 
-def _replacements(module, family: str) -> dict:
+def _replacements(module, record: FamilyRecord) -> dict:
     """The helpers of the family's attention forward that compute in float32, by name, with input-dtype versions."""
     out = {}
-    if family not in EAGER_INPUT_DTYPE and hasattr(module, "eager_attention_forward"):
+    if record.softmax_dtype == "float32" and hasattr(module, "eager_attention_forward"):
         out["eager_attention_forward"] = input_dtype_eager
-    if family in FLOAT32_ROTARY:
-        out["apply_rotary_pos_emb"] = _input_dtype_rotary(module, family)
-    if family in TABLE_COMPLEX:
+    if record.rotary_dtype == "float32":
+        out["apply_rotary_pos_emb"] = _input_dtype_rotary(module, record)
+    if record.table == "complex":
         out["apply_rotary_emb"] = _input_dtype_complex_rotary
     if hasattr(module, "get_llama_4_attn_scale"):
         out["get_llama_4_attn_scale"] = _position_scale_in_float64
     return out
 
 
-def _input_dtype_attention(cls: type, family: str) -> type | None:
+def _input_dtype_attention(cls: type, record: FamilyRecord) -> type | None:
     """HF's own attention class with its forward's code run against the module's globals, except the helpers that
     compute in float32 (`_replacements`): the reference stays HF's forward, not symformer's. None if there are
     none."""
     if cls not in _ATTENTIONS:
         module = sys.modules[cls.__module__]
-        swaps = _replacements(module, family)
+        swaps = _replacements(module, record)
         if not swaps:
             _ATTENTIONS[cls] = None
             return None
@@ -274,20 +261,21 @@ def _input_dtype_attention(cls: type, family: str) -> type | None:
 
 def exact_float64(model: nn.Module) -> nn.Module:
     """Replace the model's rotary table and norms (RMSNorms, OLMo's and Cohere's LayerNorms) by the same formulas in
-    the input dtype, and the float32 helpers of some families' attention forwards (FLOAT32_ROTARY's rotation,
+    the input dtype, and the float32 helpers of some families' attention forwards (a float32 rotary_dtype's rotation,
     Ministral 3's position scaling of the queries, the eager softmax; in place; a layer already patched by
     patch_positional keeps its forward, which computes in the input dtype and takes its eager attention from
     `_symformer_eager`, set here)."""
-    family = family_of(model)  # a vision-language model: its language model's
-    if family is not None and family not in EAGER_INPUT_DTYPE:
+    record = family_record(family_of(model))  # a vision-language model: its language model's
+    if record is not None and record.softmax_dtype == "float32":
         for attn in attention_modules(model):
             attn._symformer_eager = input_dtype_eager  # read by hf_positional's patched forward (either order)
     for name, mod in list(model.named_modules()):
-        exact = _input_dtype_attention(type(mod), family) if type(mod).__name__ == FAMILIES.get(family) else None
+        own = record is not None and type(mod).__name__ == record.attention
+        exact = _input_dtype_attention(type(mod), record) if own else None
         if exact is not None:  # HF's class (not a patched one) whose forward calls a float32 helper
             mod.__class__ = exact
             continue
-        table = _float64_table(mod, family) if type(mod).__name__.endswith("RotaryEmbedding") else None
+        table = _float64_table(mod, record) if type(mod).__name__.endswith("RotaryEmbedding") else None
         if table is not None:
             parent = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else model
             setattr(parent, name.rsplit(".", 1)[-1], table)

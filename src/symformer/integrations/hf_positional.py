@@ -38,9 +38,6 @@ from torch import nn
 from symformer._rng import layer_kwargs
 from symformer._validation import check_choice, fail
 from symformer.integrations._hf_common import (
-    GATED_OUTPUT,
-    NEGATED_ROTATION,
-    WEIGHTLESS_POST_NORM,
     applies_rope,
     attention_modules,
     call_attention,
@@ -54,7 +51,9 @@ from symformer.integrations._hf_common import (
     n_kv_heads,
     out_proj,
     partial_rotary_factor,
+    post_qk_norms,
     qk_norms,
+    record_for,
     require_transformers,
     rope_pairing,
     rope_parameters,
@@ -82,9 +81,11 @@ def _attention_forward(
     cache=None,
     **kwargs,
 ):
-    """The family's attention forward with `self.rotary` in place of apply_rotary_pos_emb. The KV cache arrives
-    as `cache` (transformers >= 5.24), `past_key_values` (4.5x-5.23), `past_key_value` (4.4x) or `layer_past`
-    (GPT-NeoX)."""
+    """The family's attention forward with `self.rotary` in place of apply_rotary_pos_emb, reading its record for what
+    differs (q/k norms after the rotation, the sliding window, soft-cap and sinks it hands on, the output gate). The
+    KV cache arrives as `cache` (transformers >= 5.24), `past_key_values` (4.5x-5.23), `past_key_value` (4.4x) or
+    `layer_past` (GPT-NeoX)."""
+    record = record_for(self)
     input_shape = hidden_states.shape[:-1]
     q, k, v, gate = _project(self, hidden_states)
     old = kwargs.pop("layer_past", kwargs.pop("past_key_value", past_key_values))
@@ -92,19 +93,18 @@ def _attention_forward(
     positions = token_positions(position_ids, cache_position, cache, q)
     q, k = self.rotary(q, k, positions)  # RotaryPositional: (B, H, N, Dh) and (B, H_kv, N, Dh)
     q = q * llama4_query_scale(self.config, positions, q.dtype)
-    if hasattr(self, "query_layernorm"):  # Hunyuan: per-head RMSNorms after the rotation
-        q, k = self.query_layernorm(q), self.key_layernorm(k)
-    elif self.config.model_type in WEIGHTLESS_POST_NORM:  # NanoChat: parameter-free RMSNorms after the rotation
-        q, k = self.q_norm(q), self.k_norm(k)
+    post = post_qk_norms(self)  # Hunyuan's per-head RMSNorms, NanoChat's parameter-free ones: after the rotation
+    if post is not None:
+        q, k = post[0](q), post[1](k)
     if cache is not None:
         k, v = cache.update(k, v, self.layer_idx, {"cache_position": cache_position})
     scale = _scale(self)
-    if self.config.model_type != "llama":  # Mistral / Qwen2 / Qwen3 / Gemma 2 / OLMo 3 pass their sliding window on
+    if record.sliding_window_kwarg:  # Mistral / Qwen2 / Qwen3 / Gemma 2 / OLMo 3 pass their sliding window on
         window = getattr(self, "sliding_window", getattr(self.config, "sliding_window", None))
         kwargs.setdefault("sliding_window", window)
-    if getattr(self, "attn_logit_softcapping", None) is not None:  # Gemma 2: cap * tanh(logits / cap)
+    if record.softcap and self.attn_logit_softcapping is not None:  # Gemma 2: cap * tanh(logits / cap)
         kwargs.setdefault("softcap", self.attn_logit_softcapping)
-    if getattr(self, "sinks", None) is not None:  # GPT-OSS: one sink logit per head (its eager kernel reads self.sinks)
+    if record.sinks:  # GPT-OSS: one sink logit per head (its eager kernel reads self.sinks)
         kwargs.setdefault("s_aux", self.sinks)
     out, weights = call_attention(self, q, k, v, attention_mask, scale, position_ids, kwargs)
     out = out.reshape(*input_shape, -1).contiguous()
@@ -114,7 +114,8 @@ def _attention_forward(
 def _project(self, hidden_states):
     """(B, H, N, Dh) queries and (B, H_kv, N, Dh) keys and values as the family computes them before the rotation:
     one fused projection (Phi-3's qkv_proj, rows [q; k; v]), q/k RMSNorm over all heads (OLMo 2 / 3, OLMoE) or per
-    head (Qwen3, Gemma 3), OLMoE's optional clip_qkv; and the output gate (B, N, H Dh) of GATED_OUTPUT, else None."""
+    head (Qwen3, Gemma 3), OLMoE's optional clip_qkv; and the output gate (B, N, H Dh) (record.output_gate), else
+    None."""
     dh = head_dim(self)
     hidden_shape = (*hidden_states.shape[:-1], -1, dh)
     fused = fused_qkv(self)
@@ -125,10 +126,10 @@ def _project(self, hidden_states):
         q, k, v = fused[0](hidden_states).split([nq, nkv, nkv], dim=-1)
     else:
         q, k, v = self.q_proj(hidden_states), self.k_proj(hidden_states), self.v_proj(hidden_states)
-    gate = None
-    if self.config.model_type in GATED_OUTPUT and hasattr(self, "gate_proj"):  # AFMoE: a gate projection of its own
+    gate, gated = None, record_for(self).output_gate
+    if gated == "gate_proj":  # AFMoE: a gate projection of its own
         gate = self.gate_proj(hidden_states)
-    elif self.config.model_type in GATED_OUTPUT:  # Qwen3-Next: rows [q_h; g_h] per head, split as HF does
+    elif gated == "q_proj":  # Qwen3-Next: rows [q_h; g_h] per head, split as HF does
         q, gate = q.view(*hidden_states.shape[:-1], -1, 2 * dh).chunk(2, dim=-1)
         q, gate = q.reshape(*hidden_states.shape[:-1], -1), gate.reshape(*hidden_states.shape[:-1], -1)
     flat, norms = flat_qk_norm(self), qk_norms(self)
@@ -278,7 +279,7 @@ def _part_for(
         tables[lt] = _rope_table(model, lt)
     inv_freq, attn_scale = tables[lt]
     cfg = text_config(model)  # a multimodal model's language model
-    if inv_freq is not None and cfg.model_type in NEGATED_ROTATION:  # NanoChat turns by -theta p
+    if inv_freq is not None and record_for(cfg).negated_rotation:  # NanoChat turns by -theta p
         inv_freq = -inv_freq
     dim = rotary_dim(attn)
     if inv_freq is not None and 2 * inv_freq.numel() != dim:
@@ -321,7 +322,7 @@ def _check_options(options: dict) -> None:
 
 
 def patch_positional(model: nn.Module, positional: str = "rope", **options) -> nn.Module:
-    """Replace the rotary embedding of every attention layer of a Llama-family model (_hf_common.FAMILIES) by a
+    """Replace the rotary embedding of every attention layer of a model of a registered family (hf_families) by a
     symformer part ("rope" | "string" | "circulant_string" | "espr"; `options` go to the part's constructor, e.g.
     init_scale=0.1 for STRING, d_act=32 for ESPR). Grouped-query attention works (the part rotates the H query
     heads and the H_kv key heads alike). Returns the model (patched in place).
