@@ -11,7 +11,7 @@ import torch
 
 pytest.importorskip("transformers")
 
-from tests.integrations._hf_models import FAMILIES, float64_reference, ids, tiny  # noqa: E402
+from tests.integrations._hf_models import FAMILIES, float64_reference, ids, parity_error, tiny  # noqa: E402
 from tests.integrations._hf_models import logits as _logits  # noqa: E402
 from tests.integrations._hf_models import patched as _patched  # noqa: E402
 
@@ -40,14 +40,11 @@ def test_rope_like_parity_float64(family, positional):
     """ "rope", STRING with P = I (init_scale 0: cayley(0) = I, T3.1) and ESPR at its commuting init all equal the
     model's native RoPE; the reference computes HF's cos/sin table in float64 (HF's own is float32). Where the
     model rotates part of each head (GPT-NeoX here) ESPR is refused by name (test_partial_rotary_...)."""
-    x = ids(n=24)
     if positional == "espr" and partial_rotary_factor(tiny(family).config) < 1:
         with pytest.raises(ValueError, match=r"^positional: got 'espr'"):
             _patched(family, positional, torch.float64)
         return
-    ref = _logits(float64_reference(tiny(family, torch.float64)), x)
-    out = _logits(float64_reference(_patched(family, positional, torch.float64)), x)
-    assert (out - ref).abs().max().item() <= 1e-10
+    assert parity_error(family, positional) <= 1e-10
 
 
 def test_parity_can_fail():

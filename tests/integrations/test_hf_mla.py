@@ -138,7 +138,11 @@ def test_favor_approaches_softmax_with_narrow_values(family):
 def test_an_older_mla_layout_is_refused_by_name():
     """transformers releases whose MLA caches expanded keys (no expand_kv) follow another forward: refused."""
 
+    class Config:
+        model_type = "deepseek_v3"  # an MLA family (its record says mla), its layer from such a release
+
     class OldMLA(torch.nn.Module):
+        config = Config()
         kv_a_proj_with_mqa = None
 
     with pytest.raises(ValueError, match=r"^model: got 'OldMLA without expand_kv"):
