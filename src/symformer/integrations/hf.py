@@ -1,8 +1,9 @@
 """Hugging Face transformers integration (optional extra `hf`): symformer's attention cores, rotary parts and
-teleportation on the model families of `_hf_common.FAMILIES` (the README has the table: Llama, Mistral, Qwen, Gemma,
-OLMo, Phi, GPT-NeoX / Pythia, Granite, SmolLM3, EXAONE 4, StableLM, StarCoder2, GLM, Hunyuan, the multi-head latent
-attention of DeepSeek-V2 / V3, Mistral Small 4, MiniCPM3 and LongCat-Flash with the sparse attention of DeepSeek-V3.2
-and GLM-5 (`hf_mla`), and their MoE variants).
+teleportation on the registered model families, one `FamilyRecord` each (`hf_families`; `family_table_markdown()`
+renders their table; the README has the notes: Llama, Mistral, Qwen, Gemma, OLMo, Phi, GPT-NeoX / Pythia, Granite,
+SmolLM3, EXAONE 4, StableLM, StarCoder2, GLM, Hunyuan, the multi-head latent attention of DeepSeek-V2 / V3, Mistral
+Small 4, MiniCPM3 and LongCat-Flash with the sparse attention of DeepSeek-V3.2 and GLM-5 (`hf_mla`), and their MoE
+variants).
 Fused q/k/v projections, partial rotary embeddings, interleaved pairs and NoPE layers are followed; where q/k norms
 sit before the rotation (per head in Qwen3, Gemma 3, EXAONE 4, Apertus; over all heads in OLMo 2 / 3 and OLMoE) the
 Q/K symmetry acts on the norm weights, and where they sit after it (Hunyuan) on those weights alone. Models are
@@ -16,6 +17,7 @@ built from configs, no download needed.
     model = hf.from_pretrained(LlamaForCausalLM, folder)       # a saved model with its parts and cores (hf_reload)
     group = hf.symmetry_group(model)                # teleportation, grouped-query attention included
     tele = hf.HFTeleport(model, optimizer, loss_fn, total_steps=300, start_step=10)  # teleport.PlainLoopTeleport
+    hf.register_family(hf.FamilyRecord("my_llama", "LlamaAttention", ...))  # another family: one record
 
 Importing this module needs transformers only when a function is called; `register()` without it raises an
 ImportError naming the extra. Importing it also lets `symformer.teleport.symmetry_group` (and so
@@ -28,24 +30,38 @@ from symformer.integrations._hf_common import FAMILIES, require_transformers
 from symformer.integrations.hf_attention import IMPLEMENTATIONS, configure, mask_structure, register
 from symformer.integrations.hf_cache import state_cache
 from symformer.integrations.hf_exact import exact_float64
+from symformer.integrations.hf_families import (
+    FamilyRecord,
+    family_record,
+    family_records,
+    family_table_markdown,
+    register_family,
+    unregister_family,
+)
 from symformer.integrations.hf_positional import POSITIONALS, patch_positional, rotary_parts
 from symformer.integrations.hf_reload import from_pretrained
 from symformer.integrations.hf_teleport import GQASymmetryGroup, HFTeleport, symmetry_group
 
 __all__ = [
     "FAMILIES",
+    "FamilyRecord",
     "IMPLEMENTATIONS",
     "POSITIONALS",
     "GQASymmetryGroup",
     "HFTeleport",
     "configure",
     "exact_float64",
+    "family_record",
+    "family_records",
+    "family_table_markdown",
     "from_pretrained",
     "mask_structure",
     "patch_positional",
     "register",
+    "register_family",
     "require_transformers",
     "rotary_parts",
     "state_cache",
     "symmetry_group",
+    "unregister_family",
 ]

@@ -103,7 +103,8 @@ class FamilyRecord:
     gate_proj of its own ("gate_proj"). softcap / sinks: the layer's attn_logit_softcapping / per-head sink logits are
     handed to the attention function as HF's forward hands them. sliding_window_kwarg: the forward passes its sliding
     window on (Llama's does not). norms: norm class name -> NORM_KINDS, the norms whose formula is not the plain RMSNorm
-    ("offset_rms": (1 + w) x_hat, weight stored as w)."""
+    ("offset_rms": (1 + w) x_hat, weight stored as w). glu_names: the gate, up and down projections of its gated MLPs
+    (LFM2: w1, w3, w2), which the group's MLP rescaling acts on."""
 
     name: str
     attention: str
@@ -131,6 +132,7 @@ class FamilyRecord:
     sinks: bool = False
     sliding_window_kwarg: bool = True
     norms: Mapping[str, str] = field(default_factory=dict)
+    glu_names: tuple[str, str, str] = ("gate_proj", "up_proj", "down_proj")
 
     def __post_init__(self):
         # read-only views: a record is shared by every model of its family
@@ -230,9 +232,10 @@ def _check_norms(record: FamilyRecord) -> None:
     """Where the q/k norms sit, their span, names and weights, and the norm-formula table."""
     _check_str(record, "qk_norm", QK_NORMS)
     _check_str(record, "qk_norm_span", QK_NORM_SPANS)
-    names = record.qk_norm_names
-    if not (isinstance(names, tuple) and len(names) == 2 and all(isinstance(n, str) and n for n in names)):
-        _bad(record, "qk_norm_names", names, "a pair of attribute names (q norm, k norm)", TypeError)
+    for name, n in (("qk_norm_names", 2), ("glu_names", 3)):
+        names = getattr(record, name)
+        if not (isinstance(names, tuple) and len(names) == n and all(isinstance(a, str) and a for a in names)):
+            _bad(record, name, names, f"a tuple of {n} attribute names", TypeError)
     if record.qk_norm == "none":
         if record.qk_norm_flag is not None:
             _bad(record, "qk_norm_flag", record.qk_norm_flag, "None for a family without q/k norms")

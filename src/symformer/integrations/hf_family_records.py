@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from symformer.integrations.hf_families import FamilyRecord
 
-#: the tiny models' MoE: 4 experts, top 2, HF's eager
-#: experts (the grouped-matmul ones take no float64 on CPU)
+#: the tiny models' MoE: 4 experts, top 2, HF's eager experts (the grouped-matmul ones take no float64 on CPU)
 MOE = {"num_experts_per_tok": 2, "experts_implementation": "eager"}
 RECORDS = (
     FamilyRecord("llama", "LlamaAttention", "LlamaConfig", "LlamaForCausalLM", {}, sliding_window_kwarg=False),
@@ -253,7 +252,6 @@ RECORDS = (
             "pad_token_id": None,
             **MOE,
         },
-        products="Command A MoE",
         pairing="interleaved",
         table="interleaved",
         rotary_dtype="float32",

@@ -170,6 +170,7 @@ RECORDS = (
         out_proj="out_proj",
         qk_norm="before",
         qk_norm_names=("q_layernorm", "k_layernorm"),
+        glu_names=("w1", "w3", "w2"),
     ),
     # Qwen3-Next: a Gated DeltaNet (linear attention) layer, then a full-attention layer whose q_proj
     # also gives an output gate (rows [q_h; g_h] per head), (1 + w) q/k norms, partial rotary (half of
