@@ -140,7 +140,8 @@ def rotary_dim(attn: nn.Module) -> int:
 
 def is_mla(attn: nn.Module) -> bool:
     """Whether the layer is multi-head latent attention (record.mla: a shared rotated key from kv_a_proj_with_mqa)."""
-    return record_for(attn).mla
+    record = record_of(attn)
+    return record is not None and record.mla
 
 
 def norm_offset(norm: nn.Module) -> float:
@@ -162,31 +163,36 @@ def out_proj(attn: nn.Module) -> nn.Linear:
     return getattr(attn, record_for(attn).out_proj)
 
 
-def _norm_pair(attn: nn.Module, record: FamilyRecord) -> tuple[nn.Module, nn.Module] | None:
-    norm = getattr(attn, record.qk_norm_names[0], None)  # optional in some families (record.qk_norm_flag)
+def _norm_pair(attn: nn.Module, where: str) -> tuple[nn.Module, nn.Module] | None:
+    """The layer's q/k norms if its record puts them `where` and the layer has them (optional in some families:
+    record.qk_norm_flag); None for any other module."""
+    record = record_of(attn)
+    if record is None or record.qk_norm != where:
+        return None
+    norm = getattr(attn, record.qk_norm_names[0], None)
     return None if norm is None else (norm, getattr(attn, record.qk_norm_names[1]))
 
 
 def qk_norms(attn: nn.Module) -> tuple[nn.Module, nn.Module] | None:
     """The layer's q and k norms applied BEFORE the rotation (record.qk_norm "before": Qwen3, OLMo 2, Cohere, LFM2's
     q_layernorm / k_layernorm, ...), or None (none, or after it: post_qk_norms)."""
-    record = record_for(attn)
-    return _norm_pair(attn, record) if record.qk_norm == "before" else None
+    return _norm_pair(attn, "before")
 
 
 def post_qk_norms(attn: nn.Module) -> tuple[nn.Module, nn.Module] | None:
     """The layer's q and k norms applied AFTER the rotation (record.qk_norm "after": Hunyuan's query_layernorm /
     key_layernorm, NanoChat's parameter-free q_norm / k_norm), or None."""
-    record = record_for(attn)
-    return _norm_pair(attn, record) if record.qk_norm == "after" else None
+    return _norm_pair(attn, "after")
 
 
 def fused_qkv(attn: nn.Module) -> tuple[nn.Linear, str] | None:
     """(Linear, layout) where q, k and v come from one projection (record.fused_qkv: Phi-3's qkv_proj, rows [q; k; v]
     ("blocks"), GPT-NeoX's query_key_value, rows [q_h; k_h; v_h] head by head ("heads")); None where they are
-    separate."""
-    fused = record_for(attn).fused_qkv
-    return None if fused is None else (getattr(attn, fused[0]), fused[1])
+    separate, and for a module without that projection (callers scan every module of a model)."""
+    record = record_of(attn)
+    fused = None if record is None else record.fused_qkv
+    proj = None if fused is None else getattr(attn, fused[0], None)
+    return None if proj is None else (proj, fused[1])
 
 
 def rope_pairing(config) -> str:
