@@ -375,6 +375,14 @@ class FamilyMap(Mapping):
         return len(family_records())
 
 
+_RULE_WORDS = {
+    "use_rope": "those with use_rope",
+    "sliding": "sliding ones (with a window)",
+    "sliding_or_forced": "sliding and force_rope ones",
+    "local": "local ones",
+}
+
+
 def _describe(record: FamilyRecord) -> tuple[str, ...]:
     """The table cells of one record (family_table_markdown)."""
     pairs = {"config": "half or interleaved (rope_interleave)"}.get(record.pairing, record.pairing)
@@ -388,7 +396,7 @@ def _describe(record: FamilyRecord) -> tuple[str, ...]:
         norms += "" if record.qk_norm_weighted else ", parameter-free"
         norms += f" (when {record.qk_norm_flag})" if record.qk_norm_flag else ""
     rule = record.rotating_layers
-    layers = rule if isinstance(rule, str) else getattr(rule, "__name__", "custom")
+    layers = _RULE_WORDS.get(rule, rule) if isinstance(rule, str) else getattr(rule, "__name__", "its own rule")
     extras = [
         n
         for n, on in (("sinks", record.sinks), ("soft-cap", record.softcap), ("(1 + w) norms", record.norm_offset))
