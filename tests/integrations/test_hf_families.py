@@ -96,6 +96,19 @@ def test_the_toy_checks_read_its_record(toy):
         register_family(TOY)
 
 
+def test_a_record_may_bring_its_own_rotating_layer_rule():
+    """rotating_layers as a callable: the patch replaces the rotation of the layers it names only (layer 0 here), the
+    other keeps its native RoPE, so the logits stay the native ones; records hash by name (sets, dict keys)."""
+    record = dataclasses.replace(TOY, rotating_layers=lambda attn: attn.layer_idx == 0)
+    register_family(record)
+    try:
+        model = hf.patch_positional(tiny(TOY.name), "rope")
+        assert len(hf.rotary_parts(model)) == 1 and len({record, TOY, dataclasses.replace(TOY)}) == 2
+        assert parity_error(TOY.name, "rope") <= 1e-10
+    finally:
+        unregister_family(TOY.name)
+
+
 BAD = [
     ({"table": "interleaved", "pairing": "half"}, "pairing", "'half'", ValueError),
     ({"table": "complex", "pairing": "half"}, "pairing", "'half'", ValueError),

@@ -141,6 +141,9 @@ class FamilyRecord:
             if isinstance(value, Mapping):
                 object.__setattr__(self, name, MappingProxyType(dict(value)))
 
+    def __hash__(self) -> int:  # the mappings are not hashable; equal records share their name
+        return hash(self.name)
+
     def tiny_config(self) -> dict:
         """A fresh copy of the tiny config (HF configs may keep and edit the nested dicts they are given)."""
         return copy.deepcopy(dict(self.tiny))
