@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from symformer._validation import fail
 from symformer.teleport.component import (
     AttentionSite,
     Component,
@@ -205,6 +206,8 @@ class HeadPermutation(Component):
         return q + k + o
 
     def random(self, shape, gen, dtype, scale):
+        if shape:
+            fail("shape", shape, "() (one permutation per element: candidates of Alg. 1 never permute)")
         return torch.randperm(self.site.n_heads, generator=gen)
 
     def inverse(self, x):
