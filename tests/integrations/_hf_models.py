@@ -136,7 +136,7 @@ def check_gradient_action(model, norms: bool) -> None:
     g0 = torch.autograd.grad(lm_loss(model, x), params)
     g = group.random(torch.Generator().manual_seed(3), scale=0.2)
     # never the identity (randperm(2) may be); MLA's two sites per layer share the heads: not permuted
-    g.perm = [torch.arange(s.n_heads).flip(0) if s.permutable else None for s in group.sites]
+    g.perm = [torch.arange(c.site.n_heads).flip(0) for c in group.part("perm")]
     pred = group.grad_action(g, {id(p): gr for p, gr in zip(params, g0, strict=True)})
     group.apply(model, g)
     g1 = torch.autograd.grad(lm_loss(model, x), params)

@@ -75,7 +75,7 @@ def test_gated_families_teleport_with_a_diagonal_value_factor(family, positional
     with torch.no_grad():
         ref = model(x).logits
     group = hf.symmetry_group(model, ffn=True)
-    assert {s.value_group.kind for s in group.sites} == {"diagonal"}
+    assert {c.group.kind for c in group.part("vo")} == {"diagonal"}
     g = group.random(torch.Generator().manual_seed(1))
     g.perm = [torch.arange(s.n_heads).flip(0) for s in group.sites]
     v = g.vo[0]

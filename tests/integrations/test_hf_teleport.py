@@ -18,7 +18,7 @@ from tests.integrations._hf_models import (  # noqa: E402
 )
 
 from symformer.experiments.hf import QK_NORM_FAMILIES  # noqa: E402
-from symformer.integrations import hf  # noqa: E402
+from symformer.integrations import hf, hf_teleport  # noqa: E402
 from symformer.integrations._hf_common import attention_modules, fused_qkv, out_proj, qk_norms  # noqa: E402
 from symformer.teleport import GroupElement, symmetry_group  # noqa: E402
 
@@ -154,7 +154,8 @@ def test_invariance_can_fail():
 
 def test_teleport_symmetry_group_dispatches_and_refuses_approximate_cores():
     model = _model("qwen2", "string", {"init_scale": 0.2})
-    group = symmetry_group(model)  # symformer.teleport's entry point, through the integration's hook
+    hf_teleport.register_hf_groups()  # explicit: symformer.teleport's entry point then builds the HF groups
+    group = symmetry_group(model)
     assert type(group).__name__ == "GQASymmetryGroup" and {s.qk.kind for s in group.sites} == {"string"}
     hf.configure(model, "favor", n_features=16)
     with pytest.raises(ValueError, match="exact softmax"):
@@ -235,16 +236,16 @@ def test_qwen3_element_is_a_symmetry_through_the_query_key_norms(family, positio
     with torch.no_grad():
         ref = model(x).logits
     group = hf.symmetry_group(model, ffn=True)
-    site, attn = group.sites[0], attention_modules(model)[0]  # LFM2: its first attention layer is layer 1
+    site, scaling, attn = group.sites[0], group.part("norm")[0], attention_modules(model)[0]  # LFM2: layer 1 first
     norms = qk_norms(attn)
-    assert site.qk.kind == "trivial" and site.q_norm is norms[0].weight
+    assert site.qk.kind == "trivial" and scaling.site is site and scaling.q_norm is norms[0].weight
     if positional is None:  # native RoPE, half pairing: one block per pair (u, u + Dh/2)
-        assert site.norm_blocks.tolist() == [0, 1, 2, 3, 0, 1, 2, 3]
+        assert scaling.blocks.tolist() == [0, 1, 2, 3, 0, 1, 2, 3]
     # OLMo 2 / 3, OLMoE, FlexOLMo, MiniMax-M2: one norm over all heads, one d per key head
-    assert site.norm_per_head == (family.startswith("olmo") or family in ("flex_olmo", "minimax_m2"))
+    assert scaling.per_head == (family.startswith("olmo") or family in ("flex_olmo", "minimax_m2"))
     g = group.random(torch.Generator().manual_seed(1))
-    assert g.norm[0].shape == (site.n_blocks,)
-    assert site.n_blocks == (int(site.norm_blocks.max()) + 1) * (2 if site.norm_per_head else 1)
+    assert g.norm[0].shape == (scaling.n_blocks,)
+    assert scaling.n_blocks == (int(scaling.blocks.max()) + 1) * (2 if scaling.per_head else 1)
     moved = [norms[0].weight, norms[1].weight, attn.v_proj.weight, out_proj(attn).weight]
     before = [p.detach().clone() for p in moved]
     group.apply(model, g)
@@ -308,12 +309,12 @@ def test_qwen3_float32_string_blocks_follow_the_learned_rotation():
     """float32 (the basis is then exact only to float32 rounding): STRING with P = I gives the RoPE pairs; once
     training moves P, refresh() recomputes the blocks (generic P: one block, a scalar) and teleports still pass
     the invariance check."""
-    assert hf.symmetry_group(_qwen3("string", {"init_scale": 0.3}).float()).sites[0].norm_blocks.tolist() == [0] * 8
+    assert hf.symmetry_group(_qwen3("string", {"init_scale": 0.3}).float()).part("norm")[0].blocks.tolist() == [0] * 8
     model = _qwen3("string", {"init_scale": 0.0}).float()
-    assert hf.symmetry_group(model).sites[0].norm_blocks.tolist() == [0, 1, 2, 3, 0, 1, 2, 3]
+    assert hf.symmetry_group(model).part("norm")[0].blocks.tolist() == [0, 1, 2, 3, 0, 1, 2, 3]
     tele = teleport_in_plain_loop(model, torch.optim.Adam(model.parameters(), lr=1e-2), 5, 1)
     assert [e["step"] for e in tele.log] == [1, 2] and all(e["skipped"] == 0 for e in tele.log)
-    assert tele.callback.group.sites[0].norm_blocks.tolist() == [0] * 8
+    assert tele.group.part("norm")[0].blocks.tolist() == [0] * 8
 
 
 def test_moe_experts_are_rescaled_per_expert_and_the_rescaling_can_fail():
@@ -343,9 +344,9 @@ def test_olmo_norm_scalings_are_per_key_head_and_follow_the_head_permutation():
     different key heads may take different scalings. Negative controls: two query heads of one key head scaled
     differently, or heads permuted in W_Q / W_K / W_V / W_O but not in the norm weights, change the logits."""
     model, x = _qwen3(family="olmo2"), ids()
-    site = hf.symmetry_group(model).sites[0]
-    assert site.norm_index(False).view(4, 8)[:, 0].tolist() == [0, 0, 4, 4]  # query heads 0, 1 read key head 0
-    assert site.norm_index(True).view(2, 8)[:, 0].tolist() == [0, 4]
+    scaling = hf.symmetry_group(model).part("norm")[0]
+    assert scaling.index(False).view(4, 8)[:, 0].tolist() == [0, 0, 4, 4]  # query heads 0, 1 read key head 0
+    assert scaling.index(True).view(2, 8)[:, 0].tolist() == [0, 4]
     attn = model.model.layers[0].self_attn
     with torch.no_grad():
         ref = model(x).logits
@@ -535,15 +536,15 @@ def test_cohere_qk_layernorm_scalings_keep_the_logits_and_match_autograd(positio
     with torch.no_grad():
         ref = model(x).logits
     group = hf.symmetry_group(model, ffn=True)
-    site = group.sites[0]
-    assert site.qk.kind == "trivial" and site.q_norm.shape == (4, 8) and site.norm_per_head
+    site, scaling = group.sites[0], group.part("norm")[0]
+    assert site.qk.kind == "trivial" and scaling.q_norm.shape == (4, 8) and scaling.per_head
     if positional is None:  # native RoPE, interleaved pairs (2u, 2u + 1)
-        assert site.norm_blocks.tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
-    before = site.q_norm.detach().clone()
+        assert scaling.blocks.tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+    before = scaling.q_norm.detach().clone()
     g = group.random(torch.Generator().manual_seed(1))
     g.perm = [torch.arange(s.n_heads).flip(0) for s in group.sites]  # the weights must follow the heads
     group.apply(model, g)
-    assert (site.q_norm - before).abs().max() > 1e-3
+    assert (scaling.q_norm - before).abs().max() > 1e-3
     with torch.no_grad():
         assert ((model(x).logits - ref).abs().max() / ref.abs().max()).item() <= 1e-10
     check_gradient_action(_cohere_qk_norm(positional), True)
@@ -587,7 +588,7 @@ def test_gpt_oss_sinks_follow_the_head_permutation():
         model.model.layers[0].self_attn.sinks.copy_(torch.tensor([-2.0, 0.0, 1.5, 3.0], dtype=torch.float64))
         ref = model(x).logits
     group = hf.symmetry_group(model)
-    assert all(s.head_params[0] is a.self_attn.sinks for s, a in zip(group.sites, model.model.layers))
+    assert all(c.carried[0] is a.self_attn.sinks for c, a in zip(group.part("perm"), model.model.layers))
     g = group.random(torch.Generator().manual_seed(2), scale=0.2)
     g.perm = [torch.tensor([1, 0]) for _ in group.sites]
     sinks = model.model.layers[0].self_attn.sinks.detach().clone()

@@ -215,7 +215,7 @@ def test_plain_loop_teleport_on_a_declared_model():
     assert all(e["applied"] for e in tele.log) and not any(e["skipped"] for e in tele.log)
     with pytest.warns(DeprecationWarning, match=r"step=3 is deprecated: it means start_step=3.*not a period"):
         old = PlainLoopTeleport(model, opt, loss_of, total_steps=8, step=3, steps=2, attention=layers)
-    assert old.callback.schedule.step == 3 and old.callback.schedule.every is None
+    assert old.teleporter.schedule.step == 3 and old.teleporter.schedule.every is None
     with pytest.warns(DeprecationWarning, match="start_step=2"):
         TeleportCallback(model, step=2, attention=layers)
     with warnings.catch_warnings():
@@ -229,7 +229,9 @@ def test_schedule_options_are_checked():
     s = TeleportSchedule(epochs=(), step=3, consecutive=2, every=5)
     assert [t for t in range(16) if s.contains(t, 4)] == [3, 4, 8, 9, 13, 14]
     model, layers = build("fused-blocks")
-    assert TeleportCallback(model, every=3, steps=1, attention=layers).schedule.step == 0  # every= alone: from 0
+    assert (
+        TeleportCallback(model, every=3, steps=1, attention=layers).teleporter.schedule.step == 0
+    )  # every= alone: from 0
     with pytest.raises(ValueError, match="^every: got 1, expected an integer >= 2"):
         PlainLoopTeleport(model, None, loss_of, total_steps=8, every=1, steps=2, attention=layers)
     with pytest.raises(ValueError, match="^step: got 3, expected no step= next to start_step=1"):

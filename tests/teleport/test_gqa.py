@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from symformer.positional import RoPE
-from symformer.teleport.groups import AttentionSite, SymmetryGroup
+from symformer.teleport import AttentionSite, SymmetryGroup, attention_parts
 from symformer.teleport.qk_groups import qk_group_for
 
 D, H, HK, DH, N = 16, 4, 2, 4, 6
@@ -39,7 +39,7 @@ class GQALayer(nn.Module):
 def _setup(kv_heads=HK):
     torch.manual_seed(0)
     layer = GQALayer().double()
-    group = SymmetryGroup([AttentionSite("attn", layer, qk_group_for(layer.rotary, DH), kv_heads)], [])
+    group = SymmetryGroup(attention_parts(AttentionSite("attn", layer, qk_group_for(layer.rotary, DH), kv_heads)))
     x = torch.randn(3, N, D, dtype=torch.float64)
     return layer, group, x
 

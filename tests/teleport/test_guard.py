@@ -104,7 +104,7 @@ def test_a_tight_bound_forces_rejections_that_the_unguarded_run_applies():
     assert all(not r["applied"] and r["rejected_by_guard"] for r in guarded.log if r["n_better"] > 8)
     assert any(r["rejected_by_guard"] for r in guarded.log)
     _, free, _, _ = _fit(None, steps=4, epochs=1, epoch=(1,))
-    assert not free.guarded and not any(r["rejected_by_guard"] for r in free.log)
+    assert not free.teleporter.guarded and not any(r["rejected_by_guard"] for r in free.log)
     applied = [r for r in free.log if r["applied"]]
     assert applied and all(r["chosen_norm"] == r["max_norm"] for r in applied)
 
@@ -113,7 +113,7 @@ def test_guard_state_survives_a_resume_mid_run():
     _, cb, _, _ = _fit(1.05, steps=4, epochs=1, epoch=(1,))
     cb2 = TeleportCallback(model=tiny_model("none"))
     cb2.load_state_dict(cb.state_dict())
-    assert (cb2._phase, cb2._cum, cb2.log) == (cb._phase, cb._cum, cb.log)
+    assert (cb2.teleporter._phase, cb2.teleporter._cum, cb2.log) == (cb.teleporter._phase, cb.teleporter._cum, cb.log)
 
 
 @pytest.mark.parametrize("value", [1.0, 0.5, -2.0])
@@ -126,8 +126,8 @@ def test_bound_type_and_unguarded_spellings():
     with pytest.raises(TypeError, match="max_cumulative_ratio"):
         TeleportCallback(model=tiny_model("none"), max_cumulative_ratio="tight")
     for v in (None, math.inf, "inf", "none"):
-        assert not TeleportCallback(model=tiny_model("none"), max_cumulative_ratio=v).guarded
-    assert TeleportCallback(model=tiny_model("none")).max_cumulative_ratio == 1.05  # App. G default
+        assert not TeleportCallback(model=tiny_model("none"), max_cumulative_ratio=v).teleporter.guarded
+    assert TeleportCallback(model=tiny_model("none")).teleporter.max_cumulative_ratio == 1.05  # App. G default
 
 
 def test_cli_spelling_of_the_unguarded_form():
@@ -136,9 +136,9 @@ def test_cli_spelling_of_the_unguarded_form():
 
     for text in ("max_cumulative_ratio=null", "max_cumulative_ratio=Infinity"):
         cb = CALLBACKS.build("teleport", model=tiny_model("none"), **parse_kv(text, "--teleport"))
-        assert not cb.guarded
+        assert not cb.teleporter.guarded
     cb = CALLBACKS.build("teleport", model=tiny_model("none"), **parse_kv("max_cumulative_ratio=1.02", "--teleport"))
-    assert cb.max_cumulative_ratio == 1.02
+    assert cb.teleporter.max_cumulative_ratio == 1.02
 
 
 def test_consecutive_steps_longer_than_an_epoch_name_both_numbers():

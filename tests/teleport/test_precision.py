@@ -168,7 +168,9 @@ def test_hf_bf16_teleport(family):
     pytest.importorskip("transformers")
     from tests.integrations._hf_models import ids, tiny
 
-    import symformer.integrations.hf  # noqa: F401  (registers the HF group builder)
+    from symformer.integrations.hf_teleport import register_hf_groups
+
+    register_hf_groups()  # symmetry_group (here _group) then builds the HF families' groups
 
     m32 = tiny(family, torch.float32)
     x = ids(batch=4, n=16)

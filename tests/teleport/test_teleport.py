@@ -201,7 +201,8 @@ def test_cli_option_builds_the_callback():
     kv = parse_kv("alpha=0.65,samples=16,epoch=1,steps=4", "--teleport")
     cb = CALLBACKS.build("teleport", model=tiny_model("rope-half"), **kv)
     assert isinstance(cb, TeleportCallback)
-    assert (cb.alpha, cb.samples, cb.schedule.epochs, cb.schedule.consecutive) == (0.65, 16, (1,), 4)
+    tp = cb.teleporter
+    assert (tp.alpha, tp.samples, tp.schedule.epochs, tp.schedule.consecutive) == (0.65, 16, (1,), 4)
     with pytest.raises(ValueError, match="alpha"):
         CALLBACKS.build("teleport", model=tiny_model("none"), **parse_kv("alpha=1.2", "--teleport"))
 

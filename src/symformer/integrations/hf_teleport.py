@@ -10,19 +10,19 @@ permute key groups (their query heads move along). The Q/K group comes from the 
 (teleport.qk_groups.qk_group_for): the native HF RoPE is RoPE in the "half" pairing (H(d_h) on pairs (u, u+Dh/2)),
 patched parts bring their own (STRING: P H P^T; ESPR, circulant STRING: the commutant). With ffn=True the
 gated MLP down(act(gate x) * up x) also admits up rows <- s * rows, down columns <- columns / s (s > 0 or any
-nonzero s: the product is linear in the up branch), each MoE expert too (teleport.groups.FusedExperts).
+nonzero s: the product is linear in the up branch), each MoE expert too (teleport.ExpertScaling).
 Qwen3 normalises q and k per head (RMSNorm, weights w_q, w_k of shape (Dh,)) between the projections and the
 rotation, so no U passes through W_Q / W_K there (an H(d_h) factor changes the logits); its Q/K symmetry is
 w_q <- d w_q, w_k <- w_k / d with diag(d) in the rotary's group: d constant on each RoPE pair for the native
-rotation (teleport.groups.AttentionSite). V/O, head permutations and the MLP rescaling are as above. Gemma 3 has the
+rotation (teleport.NormScaling). V/O, head permutations and the MLP rescaling are as above. Gemma 3 has the
 same norms with (1 + w) weights: w <- d (1 + w) - 1. OLMo 2 / 3 and OLMoE normalise q and k over all heads at once
 (weights (H Dh,) and (H_kv Dh,)): the RMS does not see the weights, so the same scaling applies with one d per key
 head (its query heads share it), and the weights follow a head permutation. Cohere's use_qk_norm LayerNorms have
 per-head weights (H, Dh) and (H_kv, Dh), centred before the weights multiply: the same scalings, one d per key head,
 apply. OLMoE with clip_qkv is refused. GPT-OSS's attention sinks (one logit per query head) are left alone by U and V
-and follow a head permutation (AttentionSite.head_params).
+and follow a head permutation (teleport.HeadPermutation carries them).
 Fused projections (Phi-3's qkv_proj and gate_up_proj, GPT-NeoX's head-by-head query_key_value) are acted on through
-their row blocks (teleport.groups.FusedRows, FusedExperts); partial rotary embeddings (Phi-4-mini, GPT-NeoX) give
+their row blocks (teleport.FusedRows, ExpertScaling); partial rotary embeddings (Phi-4-mini, GPT-NeoX) give
 the rotary's group on the rotated block times GL on the rest (teleport.qk_groups.BlockGroup).
 Hunyuan normalises q and k per head AFTER the rotation (query_layernorm, key_layernorm; weights (Dh,) shared by the
 heads): the logit is n(R_i q)^T diag(w_q w_k) n(R_j k), so only the product w_q w_k counts and w_q <- d w_q,
@@ -36,7 +36,7 @@ permutation and are otherwise fixed; the q/k norms carry the Q/K scalings as in 
 NanoChat's norms after the rotation have no weights: the Q/K factor is trivial (a scaling U changes rms(U q)), V/O
 and head permutations as above.
 Multi-head latent attention (DeepSeek-V3: [nope; rope] query and key blocks per head, one rotated key block shared by
-the heads, keys and values from a normed latent) is two sites per layer on row blocks (`_mla_sites`): GL(nope) per
+the heads, keys and values from a normed latent) is two sites per layer on row blocks (`_mla_parts`): GL(nope) per
 head on the nope blocks of q_b_proj and kv_b_proj with GL(v) per head on kv_b_proj's value rows and o_proj's columns,
 and one element of the rotary's group on the rope blocks, shared by every head because they all read the same key
 block (a site with one key head and no values); the latent rows of kv_a_proj_with_mqa are left alone, and no head
@@ -71,10 +71,13 @@ from symformer.integrations._hf_common import (
     text_config,
 )
 from symformer.teleport import groups as _groups
+from symformer.teleport.attention_parts import NormScaling, VOFactor, attention_parts
+from symformer.teleport.component import AttentionSite, Component
 from symformer.teleport.declare import fused_blocks, head_rows, qkv_rows
-from symformer.teleport.groups import AttentionSite, FusedExperts, FusedRows, SymmetryGroup
+from symformer.teleport.groups import SymmetryGroup, register_group_builder
 from symformer.teleport.plain_loop import PlainLoopTeleport
 from symformer.teleport.qk_groups import DiagonalGroup, TrivialGroup, diagonal_blocks, qk_group_for
+from symformer.teleport.weight_parts import ExpertScaling, FusedRows, MLPScaling
 
 
 class _AttentionView:
@@ -145,7 +148,7 @@ class _MLAView:
         self.fused: list[FusedRows] = []
 
 
-def _mla_sites(attn: nn.Module, name: str, positions) -> list[AttentionSite]:
+def _mla_parts(attn: nn.Module, name: str, positions) -> list[Component]:
     """Multi-head latent attention (DeepSeek-V3) as two sites acting on row blocks of q_b_proj (or q_proj), kv_b_proj
     and kv_a_proj_with_mqa (whose latent rows stay as they are): per head GL(nope) on the nope blocks and GL(v) on the
     values; one rotary-group element on the rope blocks, shared by the heads. No head permutations: the two sites
@@ -159,12 +162,17 @@ def _mla_sites(attn: nn.Module, name: str, positions) -> list[AttentionSite]:
     r = attn.kv_lora_rank  # kv_a_proj_with_mqa rows: [latent (normed, then kv_b_proj); the shared key rope block]
     fa, (_, k_rope) = fused_blocks(attn.kv_a_proj_with_mqa, [torch.arange(r), torch.arange(r, r + rope)], passive=(0,))
     rotary = getattr(attn, "rotary", None) or _native_rope(rope, rope, rope_pairing(attn.config))
-    nope_view = _MLAView(attn, q_nope, k_nope, v, attn.o_proj, nope, None)
+    nope_site = AttentionSite(
+        name + ".nope", _MLAView(attn, q_nope, k_nope, v, attn.o_proj, nope, None), qk_group_for(None, nope), h
+    )
     rope_view = _MLAView(attn, q_rope, k_rope, None, None, rope, rotary)
-    rope_view.fused = fq + fkv + fa
+    rope_site = AttentionSite(name + ".rope", rope_view, qk_group_for(rotary, rope, positions), 1)
     return [
-        AttentionSite(name + ".nope", nope_view, qk_group_for(None, nope), h, vo_dim=dv, permutable=False),
-        AttentionSite(name + ".rope", rope_view, qk_group_for(rotary, rope, positions), 1, vo_dim=0, permutable=False),
+        *attention_parts(nope_site, VOFactor(nope_site, dim=dv), permutable=False),
+        *attention_parts(rope_site, None, permutable=False),  # one key head, no values
+        *fq,
+        *fkv,
+        *fa,
     ]
 
 
@@ -180,7 +188,7 @@ def _is_glu(m: nn.Module) -> bool:
     return all(hasattr(m, n) for n in ("gate_proj", "up_proj", "down_proj")) or type(m).__name__ == "Lfm2MLP"
 
 
-def _fused_experts(model: nn.Module) -> list[FusedExperts]:
+def _fused_experts(model: nn.Module) -> list[ExpertScaling]:
     """The MoE expert blocks stored as gate_up_proj (E, 2 I, d) and down_proj (E, d, I) (transformers 5's Mixtral /
     Qwen3-MoE layout, gate rows first), and gated MLPs with one fused gate_up_proj Linear (Phi-3: rows [gate; up],
     up * act(gate)); another layout is left out rather than guessed."""
@@ -198,20 +206,20 @@ def _fused_experts(model: nn.Module) -> list[FusedExperts]:
         if isinstance(gu, torch.Tensor) and isinstance(dn, torch.Tensor) and gu.ndim == dn.ndim and gu.ndim in (2, 3):
             i = dn.shape[-1]
             if tuple(gu.shape) == (*dn.shape[:-2], 2 * i, d) and dn.shape[-2] == d:
-                out.append(FusedExperts(gu, dn))
+                out.append(ExpertScaling(gu, dn))
     return out
 
 
 class GQASymmetryGroup(SymmetryGroup):
     """SymmetryGroup of an HF Llama-family model (module docstring): its sites carry `kv_heads`, so elements
-    have one factor per key head; the actions are teleport.groups' grouped-query ones."""
+    have one factor per key head; the actions are teleport's grouped-query ones."""
 
 
-def _sites(attn: nn.Module, name: str, h: int, hk: int, positions) -> list[AttentionSite]:
-    """The group's sites of one attention layer (one; MLA: two)."""
+def _parts(attn: nn.Module, name: str, h: int, hk: int, positions) -> list[Component]:
+    """The group's components of one attention layer (one site; MLA: two) and the fused rows they act on."""
     check_layer(attn)
     if is_mla(attn):  # a shared rotated key block and latent projections: two sites on row blocks
-        return _mla_sites(attn, name, positions)
+        return _mla_parts(attn, name, positions)
     if getattr(attn.config, "clip_qkv", None) is not None:  # OLMo's clamp: clamp(U q) != U clamp(q)
         fail(
             "config.clip_qkv",
@@ -221,68 +229,41 @@ def _sites(attn: nn.Module, name: str, h: int, hk: int, positions) -> list[Atten
     view = _AttentionView(attn, h, hk)
     sinks = (attn.sinks,) if isinstance(getattr(attn, "sinks", None), nn.Parameter) else ()  # GPT-OSS: per head
     if attn.config.model_type in GATED_OUTPUT:  # sigmoid(g) * (A V D) = (sigmoid(g) * A V) D for diagonal D only
-        return _gated_sites(attn, view, name, hk, positions)
+        return _gated_parts(attn, view, name, hk, positions) + view.fused
     if attn.config.model_type in WEIGHTLESS_POST_NORM:  # NanoChat: rms(U q) != rms(q) for a scaling U
-        return [AttentionSite(name, view, TrivialGroup(view.head_dim), hk, head_params=sinks)]
+        site = AttentionSite(name, view, TrivialGroup(view.head_dim), hk)
+        return [*attention_parts(site, carried=sinks), *view.fused]
     if view.post_norm:  # Hunyuan: the logits see only w_q * w_k (module docstring): any positive d per coordinate
-        return [
-            AttentionSite(
-                name,
-                view,
-                TrivialGroup(view.head_dim),
-                hk,
-                attn.query_layernorm.weight,
-                attn.key_layernorm.weight,
-                torch.arange(view.head_dim),
-                head_params=sinks,
-            )
-        ]
+        site = AttentionSite(name, view, TrivialGroup(view.head_dim), hk)
+        qn, kn = attn.query_layernorm.weight, attn.key_layernorm.weight
+        norms = NormScaling(site, qn, kn, torch.arange(view.head_dim))
+        return [*attention_parts(site, norms=norms, carried=sinks), *view.fused]
     grp, norms = qk_group_for(view.rotary, view.head_dim, positions), qk_norms(attn)
     if norms is None:
-        return [AttentionSite(name, view, grp, hk, head_params=sinks)]
+        return [*attention_parts(AttentionSite(name, view, grp, hk), carried=sinks), *view.fused]
     # Qwen3, OLMo 2, LFM2: q_norm(U q) != U q_norm(q), so the rotary's group acts on the norm weights (docstring)
-    return [
-        AttentionSite(
-            name,
-            view,
-            TrivialGroup(view.head_dim),
-            hk,
-            norms[0].weight,
-            norms[1].weight,
-            diagonal_blocks(grp),
-            norm_offset(norms[0]),
-            flat_qk_norm(attn) or norms[0].weight.dim() == 2,  # Cohere: (H, Dh)
-            head_params=sinks,
-        )
-    ]
+    site = AttentionSite(name, view, TrivialGroup(view.head_dim), hk)
+    per_head = flat_qk_norm(attn) or norms[0].weight.dim() == 2  # Cohere: (H, Dh)
+    scaling = NormScaling(site, norms[0].weight, norms[1].weight, diagonal_blocks(grp), norm_offset(norms[0]), per_head)
+    return [*attention_parts(site, norms=scaling, carried=sinks), *view.fused]
 
 
-def _gated_sites(attn: nn.Module, view: _AttentionView, name: str, hk: int, positions) -> list[AttentionSite]:
+def _gated_parts(attn: nn.Module, view: _AttentionView, name: str, hk: int, positions) -> list[Component]:
     """Qwen3-Next, Qwen3.5, AFMoE (module docstring): the q/k norms' scalings, a diagonal V/O factor, and the gate rows
     moving with a head permutation."""
     grp, norms = qk_group_for(view.rotary, view.head_dim, positions), qk_norms(attn)
     if norms is None:  # every gated family normalises q and k per head; another layout is not guessed
         fail("model", f"{attn.config.model_type} without q/k norms", "the q_norm / k_norm layers of its family")
-    return [
-        AttentionSite(
-            name,
-            view,
-            TrivialGroup(view.head_dim),
-            hk,
-            norms[0].weight,
-            norms[1].weight,
-            diagonal_blocks(grp),
-            norm_offset(norms[0]),
-            head_params=view.gate_rows,
-            vo_group=DiagonalGroup(view.head_dim),
-        )
-    ]
+    site = AttentionSite(name, view, TrivialGroup(view.head_dim), hk)
+    scaling = NormScaling(site, norms[0].weight, norms[1].weight, diagonal_blocks(grp), norm_offset(norms[0]))
+    vo = VOFactor(site, DiagonalGroup(view.head_dim))
+    return attention_parts(site, vo, norms=scaling, carried=view.gate_rows)
 
 
 def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn: bool = False) -> SymmetryGroup:
     """The symmetry group of a Llama-family model (_hf_common.FAMILIES; module docstring; on Qwen3 the Q/K part
-    acts on the q/k norm weights; fused MoE experts: teleport.groups.FusedExperts); any other model
-    goes to symformer.teleport.symmetry_group. positions: (N, 1) positions for the ESPR commutant (default: generic
+    acts on the q/k norm weights; fused MoE experts: teleport.ExpertScaling); any other model goes to
+    symformer.teleport.symmetry_group. positions: (N, 1) positions for the ESPR commutant (default: generic
     points). ffn: include the gated MLP's up/down rescaling.
     ValueError for an approximate attention core."""
     if family_of(model) is None:
@@ -297,27 +278,33 @@ def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn:
         )
     h, hk = tc.num_attention_heads, n_kv_heads(tc)
     names = {id(m): n for n, m in model.named_modules()}
-    sites = [s for attn in attention_modules(model) for s in _sites(attn, names[id(attn)], h, hk, positions)]
+    parts = [c for attn in attention_modules(model) for c in _parts(attn, names[id(attn)], h, hk, positions)]
     # gated MLPs only: down(act(gate x) * up x) is linear in up; an ungated down(act(up x)) (Arcee's relu^2, Apertus'
     # xIELU) is not rescaled by up * s, down / s
-    mlps = [_GLUView(m) for m in model.modules() if _is_glu(m)] if ffn else []
-    fused = [f for s in sites for f in s.module.fused]
-    return GQASymmetryGroup(sites, mlps, positions, _fused_experts(model) if ffn else [], fused)
+    if ffn:
+        parts += [MLPScaling(_GLUView(m)) for m in model.modules() if _is_glu(m)] + _fused_experts(model)
+    return GQASymmetryGroup(parts, positions)
 
 
 def _build_for_teleport(model, positions, ffn):
-    """Hook for teleport.groups.symmetry_group (so TeleportCallback(model=hf_model) works)."""
+    """The builder registered with teleport (register_hf_groups): None for a model of no supported family."""
     return symmetry_group(model, positions, ffn=ffn) if family_of(model) is not None else None
 
 
-if _build_for_teleport not in _groups.EXTERNAL_BUILDERS:
-    _groups.EXTERNAL_BUILDERS.append(_build_for_teleport)
+def register_hf_groups() -> None:
+    """Let symformer.teleport.symmetry_group (and so the Teleporter, TeleportCallback(model=hf_model) and
+    PlainLoopTeleport) build the groups of the supported Hugging Face families. HFTeleport calls it."""
+    register_group_builder("transformers", _build_for_teleport)
 
 
 class HFTeleport(PlainLoopTeleport):
-    """The former name of teleport.PlainLoopTeleport (teleportation in a plain training loop), kept for
-    compatibility: the same class, for HF models, symformer models and declared attention layers alike. Its old
+    """teleport.PlainLoopTeleport (teleportation in a plain training loop) with the Hugging Face families' groups
+    registered (register_hf_groups): for HF models, symformer models and declared attention layers alike. Its old
     schedule option `step=S` means start_step=S (the first teleport step, not a period) and warns."""
 
+    def __init__(self, *args, **kwargs):
+        register_hf_groups()
+        super().__init__(*args, **kwargs)
 
-__all__ = ["GQASymmetryGroup", "HFTeleport", "symmetry_group"]
+
+__all__ = ["GQASymmetryGroup", "HFTeleport", "register_hf_groups", "symmetry_group"]

@@ -26,8 +26,9 @@ from torch import nn
 
 from symformer._validation import check_choice, check_int, fail
 from symformer.positional.base import RotaryPositional
-from symformer.teleport.groups import AttentionSite, FusedRows
+from symformer.teleport.component import AttentionSite
 from symformer.teleport.qk_groups import qk_group_for
+from symformer.teleport.weight_parts import FusedRows
 
 LAYOUTS = ("blocks", "heads")
 

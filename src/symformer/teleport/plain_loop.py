@@ -1,22 +1,23 @@
-"""Teleportation in a user's own training loop (no symformer Trainer): `PlainLoopTeleport` drives
-teleport.TeleportCallback from three calls a loop already has (backward, optimizer step, zero_grad)."""
+"""Teleportation in a user's own training loop (no symformer Trainer): `PlainLoopTeleport` drives the Teleporter
+(teleporter.py) from the calls a loop already has (backward, optimizer step, zero_grad)."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Callable
 
 import torch
 from torch import nn
 
 from symformer._validation import check_int
-from symformer.teleport.teleport import TeleportCallback, deprecated_step
+from symformer.models import penalties
+from symformer.teleport.teleporter import Teleporter, deprecated_step
 
 
 class PlainLoopTeleport:
     """Teleport a model in a plain training loop: a symformer model, one with declared attention layers
-    (`attention=[AttentionLayer(...)]`, teleport.declare) or a Hugging Face model of a supported family (after
-    `import symformer.integrations.hf`):
+    (`attention=[AttentionLayer(...)]`, teleport.declare), or any model whose group is given (`group=`: a Hugging Face
+    model's from symformer.integrations.hf.symmetry_group; integrations.hf.HFTeleport does this for the supported
+    families):
 
         tele = PlainLoopTeleport(model, optimizer, loss_fn, total_steps=300, start_step=10, every=100, steps=4)
         for step, batch in enumerate(batches):
@@ -27,9 +28,9 @@ class PlainLoopTeleport:
     Schedule: `steps` consecutive teleport steps starting at optimizer step `start_step` (0-based) and, with
     `every`, again at start_step + every, + 2 every, ...; or from the first step of epoch `epoch` (steps_per_epoch,
     default total_steps, places it). `step=` is the deprecated name of start_step (DeprecationWarning).
-    loss_fn(model, batch) -> scalar loss; other options go to TeleportCallback (alpha, samples, seed, method,
-    state_policy, ffn, max_cumulative_ratio, positions, ...). compute_dtype: the dtype loss_fn computes in where it
-    is lower than the parameters' (a loss_fn under torch.autocast(dtype=torch.bfloat16) over float32 weights), so
+    loss_fn(model, batch) -> scalar loss; other options go to the Teleporter (alpha, samples, seed, method,
+    state_policy, ffn, max_cumulative_ratio, positions, group, ...). compute_dtype: the dtype loss_fn computes in where
+    it is lower than the parameters' (a loss_fn under torch.autocast(dtype=torch.bfloat16) over float32 weights), so
     that the runtime invariance check allows its rounding; a model cast to 16 bits needs none."""
 
     def __init__(
@@ -40,9 +41,6 @@ class PlainLoopTeleport:
         total_steps: int,
         *,
         start_step: int | None = None,
-        every: int | None = None,
-        steps: int = 4,
-        attention: list | None = None,
         steps_per_epoch: int | None = None,
         compute_dtype: torch.dtype | None = None,
         step: int | None = None,
@@ -51,42 +49,31 @@ class PlainLoopTeleport:
         check_int("total_steps", total_steps, 1)
         spe = check_int("steps_per_epoch", steps_per_epoch if steps_per_epoch is not None else total_steps, 1)
         start_step = deprecated_step(step, start_step, stacklevel=3)  # the user's line
-        self.callback = TeleportCallback(
-            model=model, start_step=start_step, every=every, steps=steps, attention=attention, **options
-        )
-        task = SimpleNamespace(loss=lambda mdl, data, idx: loss_fn(mdl, data))
-        self.trainer = SimpleNamespace(
-            raw_model=model,
-            model=model,
-            optimizer=optimizer,
-            task=task,
-            train_data=None,
-            total_steps=total_steps,
-            steps_per_epoch=spe,
-            last_loss=None,
-            cfg=SimpleNamespace(epochs=-(-total_steps // spe)),
-            state=SimpleNamespace(step=0),
-            compute_dtype=compute_dtype,
-        )
-        self.callback.on_train_start(self.trainer)
+        self.teleporter = Teleporter(model, start_step=start_step, **options)
+        self.teleporter.start(total_steps, spe)
+        self.model, self.optimizer, self.loss_fn, self.compute_dtype = model, optimizer, loss_fn, compute_dtype
 
     @property
     def group(self):
         """The symmetry group acted on (teleport.SymmetryGroup)."""
-        return self.callback.group
+        return self.teleporter.group
 
     @property
     def log(self) -> list[dict]:
-        """One record per teleport step (TeleportCallback.log)."""
-        return self.callback.log
+        """One record per teleport step (Teleporter.step)."""
+        return self.teleporter.log
 
-    def after_backward(self, step: int, batch, loss: torch.Tensor | float | None = None) -> None:
-        """Call after loss.backward() and before optimizer.step() (TeleportCallback.on_after_backward); `step` is
-        the loop's 0-based optimizer step, `batch` what loss_fn takes, `loss` (optional) this batch's loss."""
-        t = self.trainer
-        t.state.step, t.train_data = check_int("step", step, 0), batch
-        t.last_loss = None if loss is None else float(loss.detach() if isinstance(loss, torch.Tensor) else loss)
-        self.callback.on_after_backward(t, None)
+    def after_backward(self, step: int, batch, loss: torch.Tensor | float | None = None) -> dict | None:
+        """Call after loss.backward() and before optimizer.step(); `step` is the loop's 0-based optimizer step, `batch`
+        what loss_fn takes, `loss` (optional) this batch's loss. Returns the teleport record (None: not scheduled)."""
+        check_int("step", step, 0)
+        model = self.model
+
+        def batch_loss():  # positional penalties included (invariant: they see no Q/K/V/O), as the Trainer's loss
+            return self.loss_fn(model, batch) + penalties(model)
+
+        last = None if loss is None else float(loss.detach() if isinstance(loss, torch.Tensor) else loss)
+        return self.teleporter.step(model, self.optimizer, step, batch_loss, loss=last, loss_dtype=self.compute_dtype)
 
 
 __all__ = ["PlainLoopTeleport"]

@@ -159,7 +159,7 @@ class BlockGroup(QKGroup):
 class TrivialGroup(QKGroup):
     """{I}: layers whose W_Q / W_K no invertible U passes through (Qwen3's per-head RMSNorm on q and k before the
     rotation: norm(U q) != U norm(q) unless U is orthogonal and commutes with the norm weights, which trained
-    weights leave to +-1); their Q/K symmetry acts on the norm weights instead (`AttentionSite.norm_blocks`)."""
+    weights leave to +-1); their Q/K symmetry acts on the norm weights instead (`attention_parts.NormScaling`)."""
 
     kind = "trivial"
 
