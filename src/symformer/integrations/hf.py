@@ -20,8 +20,9 @@ built from configs, no download needed.
     hf.register_family(hf.FamilyRecord("my_llama", "LlamaAttention", ...))  # another family: one record
 
 Importing this module needs transformers only when a function is called; `register()` without it raises an
-ImportError naming the extra. Importing it also lets `symformer.teleport.symmetry_group` (and so
-`TeleportCallback(model=hf_model)`) understand these models.
+ImportError naming the extra. `hf.symmetry_group(model)` builds a model's group directly; to let
+`symformer.teleport.symmetry_group` (and so `TeleportCallback(model=hf_model)`) build it too, call
+`hf_teleport.register_hf_groups()` once (HFTeleport does): the registry is explicit, not an import side effect.
 """
 
 from __future__ import annotations

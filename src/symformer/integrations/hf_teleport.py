@@ -52,8 +52,6 @@ from torch import nn
 
 from symformer._validation import fail
 from symformer.integrations._hf_common import (
-    GATED_OUTPUT,
-    WEIGHTLESS_POST_NORM,
     applies_rope,
     attention_modules,
     check_layer,
@@ -65,7 +63,9 @@ from symformer.integrations._hf_common import (
     n_kv_heads,
     norm_offset,
     out_proj,
+    post_qk_norms,
     qk_norms,
+    record_for,
     rope_pairing,
     rotary_dim,
     text_config,
@@ -88,12 +88,12 @@ class _AttentionView:
     def __init__(self, attn: nn.Module, n_heads: int, kv_heads: int):
         self.attn, self.o_proj, self.rotary_dim = attn, out_proj(attn), rotary_dim(attn)
         self.n_heads, self.head_dim = n_heads, head_dim(attn)
-        # Hunyuan: q/k RMSNorms after the rotation; NanoChat: parameter-free ones (WEIGHTLESS_POST_NORM)
-        self.post_norm = hasattr(attn, "query_layernorm") or attn.config.model_type in WEIGHTLESS_POST_NORM
+        # record.qk_norm "after": Hunyuan's weighted q/k RMSNorms, NanoChat's parameter-free ones
+        self.post_norm = post_qk_norms(attn) is not None
         self.fused: list[FusedRows] = []
         self.gate_rows: tuple = ()  # an output gate's rows, in query-head blocks (they follow a head permutation)
         fused = fused_qkv(attn)
-        if attn.config.model_type in GATED_OUTPUT:
+        if record_for(attn).output_gate != "none":
             self._gated(attn, n_heads, kv_heads)
             return
         if fused is None:
@@ -177,15 +177,15 @@ def _mla_parts(attn: nn.Module, name: str, positions) -> list[Component]:
 
 
 class _GLUView:
-    """down(act(gate x) * up x): the up and down projections (LFM2 names them w3 and w2, its gate w1)."""
+    """down(act(gate x) * up x): the up and down projections, named by the family's record.glu_names (LFM2: w1,
+    w3, w2)."""
 
-    def __init__(self, mlp: nn.Module):
-        lfm = type(mlp).__name__ == "Lfm2MLP"
-        self.up, self.down = (mlp.w3, mlp.w2) if lfm else (mlp.up_proj, mlp.down_proj)
+    def __init__(self, mlp: nn.Module, names: tuple[str, str, str]):
+        self.up, self.down = getattr(mlp, names[1]), getattr(mlp, names[2])
 
 
-def _is_glu(m: nn.Module) -> bool:
-    return all(hasattr(m, n) for n in ("gate_proj", "up_proj", "down_proj")) or type(m).__name__ == "Lfm2MLP"
+def _is_glu(m: nn.Module, names: tuple[str, str, str]) -> bool:
+    return all(hasattr(m, n) for n in names)
 
 
 def _fused_experts(model: nn.Module) -> list[ExpertScaling]:
@@ -228,14 +228,15 @@ def _parts(attn: nn.Module, name: str, h: int, hk: int, positions) -> list[Compo
         )
     view = _AttentionView(attn, h, hk)
     sinks = (attn.sinks,) if isinstance(getattr(attn, "sinks", None), nn.Parameter) else ()  # GPT-OSS: per head
-    if attn.config.model_type in GATED_OUTPUT:  # sigmoid(g) * (A V D) = (sigmoid(g) * A V) D for diagonal D only
+    record = record_for(attn)
+    if record.output_gate != "none":  # sigmoid(g) * (A V D) = (sigmoid(g) * A V) D for diagonal D only
         return _gated_parts(attn, view, name, hk, positions) + view.fused
-    if attn.config.model_type in WEIGHTLESS_POST_NORM:  # NanoChat: rms(U q) != rms(q) for a scaling U
+    if record.qk_norm == "after" and not record.qk_norm_weighted:  # NanoChat: rms(U q) != rms(q) for a scaling U
         site = AttentionSite(name, view, TrivialGroup(view.head_dim), hk)
         return [*attention_parts(site, carried=sinks), *view.fused]
     if view.post_norm:  # Hunyuan: the logits see only w_q * w_k (module docstring): any positive d per coordinate
         site = AttentionSite(name, view, TrivialGroup(view.head_dim), hk)
-        qn, kn = attn.query_layernorm.weight, attn.key_layernorm.weight
+        qn, kn = (norm.weight for norm in post_qk_norms(attn))
         norms = NormScaling(site, qn, kn, torch.arange(view.head_dim))
         return [*attention_parts(site, norms=norms, carried=sinks), *view.fused]
     grp, norms = qk_group_for(view.rotary, view.head_dim, positions), qk_norms(attn)
@@ -282,7 +283,8 @@ def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn:
     # gated MLPs only: down(act(gate x) * up x) is linear in up; an ungated down(act(up x)) (Arcee's relu^2, Apertus'
     # xIELU) is not rescaled by up * s, down / s
     if ffn:
-        parts += [MLPScaling(_GLUView(m)) for m in model.modules() if _is_glu(m)] + _fused_experts(model)
+        glu = record_for(tc).glu_names
+        parts += [MLPScaling(_GLUView(m, glu)) for m in model.modules() if _is_glu(m, glu)] + _fused_experts(model)
     return GQASymmetryGroup(parts, positions)
 
 
