@@ -92,3 +92,14 @@ def test_family_table_lists_every_family_once():
     rows = [r for r in _symdocs().family_table().splitlines() if r.startswith("| ")][1:]
     names = [n.strip(" `") for r in rows for n in re.sub(r"\([^)]*\)", "", r.split("|")[1]).split(",") if n.strip()]
     assert sorted(names) == sorted(FAMILIES), set(names) ^ set(FAMILIES)
+
+
+def test_family_notes_list_every_family_once():
+    """The per-family notes on the Hugging Face page cover every family (until the records generate them too)."""
+    from symformer.integrations.hf import FAMILIES
+
+    section = (ROOT / "docs" / "huggingface.md").read_text().split("## Per-family notes", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ")]
+    assert rows and rows[0].startswith("| family (`model_type`)"), "the notes table moved"
+    names = [n.strip() for r in rows[1:] for n in re.sub(r"\([^)]*\)", "", r.split("|")[1]).split(",") if n.strip()]
+    assert sorted(names) == sorted(FAMILIES), set(names) ^ set(FAMILIES)
