@@ -103,3 +103,42 @@ def test_family_notes_list_every_family_once():
     assert rows and rows[0].startswith("| family (`model_type`)"), "the notes table moved"
     names = [n.strip() for r in rows[1:] for n in re.sub(r"\([^)]*\)", "", r.split("|")[1]).split(",") if n.strip()]
     assert sorted(names) == sorted(FAMILIES), set(names) ^ set(FAMILIES)
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "docs" / "gen" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(ROOT / "docs" / "gen"))  # claims.py imports claims_data beside it
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(str(ROOT / "docs" / "gen"))
+    return mod
+
+
+def test_make_docs_without_the_extra_names_it(monkeypatch, capsys):
+    build = _load("build")
+    monkeypatch.setattr(build, "_importable", lambda name: name != "mkdocs_gen_files")
+    assert build.main() == 2
+    out = capsys.readouterr().out
+    assert out.count("\n") == 1 and "pip install 'symformer[docs]'" in out and "mkdocs_gen_files" in out
+
+
+def test_claims_index_describes_every_cited_statement():
+    claims = _load("claims")
+    assert claims.missing(ROOT) == []  # add a line to docs/gen/claims_data.py for each one listed
+    cited = claims.citations(ROOT)
+    unused = [k for k in claims.ENTRIES if k not in cited]
+    assert unused == [], f"entries nothing cites (remove them): {unused}"
+
+
+def test_claims_scan_attributes_by_place_and_name():
+    claims = _load("claims")
+    text = "x = 1  # T2.9\n# the teleportation paper Sec. 3 and eq. (9); Prop. C.4\n"
+    found = {claims.normalise(m): m for m in claims.PATTERN.finditer(text)}
+    assert set(found) == {"T2.9", "Sec. 3", "eq. (9)", "Prop. C.4"}
+    before = text[: found["Sec. 3"].start()]
+    assert claims.paper_of("Sec. 3", "src/symformer/attention/plash.py", before) == "teleport"
+    assert claims.paper_of("Prop. C.4", "src/symformer/attention/plash.py") == "plash"
+    assert claims.paper_of("T2.9", "src/symformer/teleport/groups.py") == "espr"
+    assert claims.paper_of("Fig. 2", "src/symformer/cli.py") is None  # unattributed: the index check then fails

@@ -157,7 +157,14 @@ def claims_page(root: Path) -> str:
         raise KeyError(f"docs/gen/claims_data.py: no entry for cited statements {gaps}")
     lines = []
     for paper, (title, source) in PAPERS.items():
-        lines += [f"## {title} {{#{paper}}}", "", source, "", "| id | what it says | where | cited in |", "|---|---|---|---|"]
+        lines += [
+            f"## {title} {{#{paper}}}",
+            "",
+            source,
+            "",
+            "| id | what it says | where | cited in |",
+            "|---|---|---|---|",
+        ]
         for (p, ident), (where, text) in sorted(known.items(), key=lambda kv: _sort_key(kv[0][1])):
             if p != paper or (p, ident) not in cited:
                 continue
