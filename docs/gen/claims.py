@@ -129,15 +129,20 @@ def citations(root: Path) -> dict[tuple[str | None, str], set[str]]:
 
 
 def entries(root: Path) -> dict[tuple[str, str], tuple[str, str]]:
-    """ENTRIES, plus each T-number the `espr` experiment checks, described by its claim's statement."""
+    """ENTRIES, plus each T-number the `espr` experiment checks, described by its claim's statement; a statement
+    the recorded run found false says so."""
     out = dict(ENTRIES)
     path = root / "results" / "espr" / "results.json"
     if path.is_file():
         for claim in json.loads(path.read_text(encoding="utf-8"))["claims"]:
             for ident in claim["id"].split("/"):
                 tier = re.match(r"T(\d+'?)\.", ident)
-                if tier and ("espr", ident) not in out:
-                    out[("espr", ident)] = (f"Tier {tier.group(1)}", claim["statement"])
+                if not tier:
+                    continue
+                where, text = out.get(("espr", ident), (f"Tier {tier.group(1)}", claim["statement"]))
+                if claim["verdict"] != "holds":
+                    text += f" (recorded check: **{claim['verdict']}**)"
+                out[("espr", ident)] = (where, text)
     return out
 
 
@@ -171,6 +176,8 @@ def claims_page(root: Path) -> str:
             files = sorted(cited[(p, ident)])
             shown = ", ".join(f"`{f.removeprefix('src/symformer/')}`" for f in files[:3])
             more = f" and {len(files) - 3} more" if len(files) > 3 else ""
+            # a norm |x| must not end the cell, and E<x, y> is not an HTML tag
+            text = text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
             lines.append(f"| {ident} | {text} | {where} | {shown}{more} |")
         lines.append("")
     return "\n".join(lines)

@@ -26,8 +26,8 @@ PAPERS = {
         "Choromanski et al., ICLR 2021 (FAVOR+ and its orthogonal features).",
     ),
     "higham": (
-        "Computing the action of the matrix exponential / the scaling and squaring method",
-        "Al-Mohy and Higham, SIAM J. Matrix Anal. Appl. 2009 (the matrix exponential of the rotary generators).",
+        "A new scaling and squaring algorithm for the matrix exponential",
+        "Al-Mohy and Higham, SIAM J. Matrix Anal. Appl. 31(3), 2009 (the exponential of ESPR's generators).",
     ),
     "anw": (
         "Subspace embeddings for the polynomial kernel",

@@ -95,8 +95,10 @@ def update_readme(root: Path = ROOT) -> bool:
 
 
 def _cell(text: object, limit: int = 160) -> str:
-    s = str(text).replace("|", "\\|").replace("\n", " ")
-    return s if len(s) <= limit else s[: limit - 1] + "…"
+    """Text for a table cell: '|' escaped, '<' and '>' as entities (E<x, y> is not an HTML tag), one line."""
+    s = str(text).replace("\n", " ")
+    s = s if len(s) <= limit else s[: limit - 1] + "…"
+    return s.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def experiment_section(name: str, root: Path = ROOT) -> str:
