@@ -47,7 +47,8 @@ KINDS = {
     "eq": "eq.",
     "eqs": "eq.",
 }
-#: where a citation sits says which paper it is from (first match wins); T-numbers are always ESPR's
+#: where a citation sits says which paper it is from: a path component (split at / _ . -) names it, first match
+#: wins; T-numbers are always ESPR's
 PATH_PAPER = (
     ("plash", "plash"),
     ("sketch", "plash"),
@@ -57,9 +58,10 @@ PATH_PAPER = (
     ("ett", "plash"),
     ("teleport", "teleport"),
     ("fact", "facts"),
+    ("facts", "facts"),
     ("ssfr", "facts"),
     ("books", "facts"),
-    ("editor", "facts"),
+    ("editors", "facts"),
     ("favor", "espr"),
     ("espr", "espr"),
     ("positional", "espr"),
@@ -98,9 +100,9 @@ def paper_of(ident: str, rel: str, before: str = "", after: str = "") -> str | N
     named = [(before.rfind(key) - len(before), paper) for key, paper, n in NAMED if key in before[-n:]]
     if named:
         return max(named)[1]  # the paper named last before the citation
-    low = rel.lower()
+    parts = set(re.split(r"[/_.\-]", rel.lower()))
     for key, paper in PATH_PAPER:
-        if key in low:
+        if key in parts:
             return paper
     named = [(-after.find(key), paper) for key, paper, _ in NAMED if key in after]
     return max(named)[1] if named else None  # else the paper named first after it
