@@ -142,3 +142,14 @@ def test_claims_scan_attributes_by_place_and_name():
     assert claims.paper_of("Prop. C.4", "src/symformer/attention/plash.py") == "plash"
     assert claims.paper_of("T2.9", "src/symformer/teleport/groups.py") == "espr"
     assert claims.paper_of("Fig. 2", "src/symformer/cli.py") is None  # unattributed: the index check then fails
+
+
+def test_headline_numbers_come_from_the_recorded_run():
+    """A headline is written by hand; each number in it must appear in its run's results.json or report.md, so a
+    re-recorded run with other numbers fails here until the headline is rewritten."""
+    sd = _symdocs()
+    for name, headline in sd.HEADLINES.items():
+        run = ROOT / "results" / name
+        text = (run / "results.json").read_text() + (run / "report.md").read_text()
+        for number in re.findall(r"\d+(?:\.\d+)?", headline):
+            assert number in text, f"HEADLINES[{name!r}]: {number} is not in results/{name}/"
