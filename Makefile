@@ -5,14 +5,14 @@ BIN := $(VENV)/bin
 SHARED_DATA := $(abspath ../shared/data)
 export SYMFORMER_DATA ?= $(if $(wildcard $(SHARED_DATA)),$(SHARED_DATA),)
 
-.PHONY: venv reproduce test test-slow bench lint clean
+.PHONY: venv reproduce test test-slow bench lint docs clean
 
 $(BIN)/symformer: pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# torch first: the CPU wheel served locally (an unpinned torch pulls a multi-GB CUDA build)
 	$(BIN)/pip install -q "torch==2.13.0"
-	$(BIN)/pip install -q -e ".[dev,bench,hf]"
+	$(BIN)/pip install -q -e ".[dev,bench,hf,docs]"
 	touch $(BIN)/symformer
 
 venv: $(BIN)/symformer
@@ -32,6 +32,10 @@ bench: venv
 lint: venv
 	$(BIN)/ruff check src tests
 	$(BIN)/ruff format --check src tests
+
+# the documentation site into out/site (mkdocs build --strict); without the docs extra: one line, exit 2
+docs: venv
+	@$(BIN)/python docs/gen/build.py
 
 clean:
 	rm -rf $(VENV) out .pytest_cache

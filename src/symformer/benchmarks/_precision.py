@@ -1,10 +1,11 @@
-"""The `*_bf16` rows of the `positional` and `attention` suites (issue 40, "Speed"): every positional part and
-attention core timed in bfloat16, with an accuracy check beside the timing.
+"""The `*_bf16` rows of the `positional` and `attention` suites: every positional part and attention core timed in
+bfloat16, with an accuracy check beside the timing.
 
 A part is built in float32 and cast with `.to(torch.bfloat16)` (the route a user takes; what must stay float32 is the
 part's business), and runs on bfloat16 inputs. Its reference is a float64 copy of the float32 part on the same
 (bfloat16-valued) inputs, so the error measures the part's 16-bit arithmetic, not the rounding of the inputs:
-  * err_vs_bound = max |out_bf16 - out_float64| / (2 eps(bfloat16) scale), eps(bfloat16) = 2^-7 (the issue's bound);
+  * err_vs_bound = max |out_bf16 - out_float64| / (2 eps(bfloat16) scale), eps(bfloat16) = 2^-7 (the bound of
+    docs/precision.md);
     scale = max|q| (rotations), max|x| (additive parts), max|v| (attention cores: the output is a weighted mean of
     rows of v). At most 1 meets the bound.
 A part that fails in bfloat16 gets a row with its error instead of a timing (the suite goes on). Each row also has

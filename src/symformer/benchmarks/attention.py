@@ -1,11 +1,11 @@
 """`attention` suite: exact SDPA, naive softmax, FAVOR+ and performer-pytorch's FastAttention side by side.
 
-Setting of the issue (PLASH Table 2): d_model 512, 4 heads (Dh = 128), batch 1, float32, N in
+Setting of PLASH's Table 2: d_model 512, 4 heads (Dh = 128), batch 1, float32, N in
 {1024, ..., 16384}; FAVOR+ and performer-pytorch use the same m = 256 features (the same projection matrix).
 Rows: forward (no_grad) and forward+backward (gradients w.r.t. q, k, v) median seconds and peak memory.
 Ratios are measured in this process: FAVOR+ / performer-pytorch and FAVOR+ / SDPA at N = 8192, and the fitted
 exponent of FAVOR+ forward time against N over 2048 ... 16384. Other systems append their rows through
-`_attention_common.CONTRIBUTIONS` (the PLASH issue); they run after ours, in the same process.
+`_attention_common.CONTRIBUTIONS` (PLASH's rows); they run after ours, in the same process.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ causal_block is added to its per-token time (`block_amortised_s`), so the figure
 `state_bytes`: the bytes the cache holds after the prefill (keys and values for SDPA; [S, z] and the stabiliser for
 FAVOR+; summaries, their Stage II-III keys and values and the current block for PLASH).
 
-Ratios (issue goals): favor/plash_decode_16k_vs_1k <= 1.2, favor/plash_decode_vs_sdpa_16k <= 0.25,
+Ratios and their goals: favor/plash_decode_16k_vs_1k <= 1.2, favor/plash_decode_vs_sdpa_16k <= 0.25,
 favor/plash_state_bytes_vs_kv_16k <= 0.05; sdpa_decode_16k_vs_1k for reference."""
 
 from __future__ import annotations

@@ -299,7 +299,7 @@ def _bf16_rows(res: BenchResult, ctx: BenchContext, mrt: float) -> None:
 
 
 def _interleaved_headlines(res: BenchResult, runs: dict, ctx: BenchContext) -> None:
-    """The issue's headline ratios again from back-to-back calls (robust to load drift on a shared machine);
+    """The headline ratios again from back-to-back calls (robust to load drift on a shared machine);
     they replace the block-timed values of the same name, which stay as the per-cell entries."""
     lab = f"B{LAYER_SHAPE[0]}_H{LAYER_SHAPE[1]}_N{LAYER_SHAPE[2]}_Dh{LAYER_SHAPE[3]}"
     pairs = {

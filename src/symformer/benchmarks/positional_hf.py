@@ -3,7 +3,7 @@ AdamW step) of a config-built tiny Llama character LM with its native RoPE and w
 patched into every attention layer (symformer.integrations.hf.patch_positional).
 
 Ratios: hf_llama_string_step_vs_rope, hf_llama_espr_step_vs_rope = patched step time / native step time
-(issue target <= 1.3). The three models are timed in alternating rounds and each keeps its fastest round's
+(target <= 1.3). The three models are timed in alternating rounds and each keeps its fastest round's
 median, so a burst of load on a shared machine hits every method alike rather than one of them."""
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ Solver (all anchors of a chunk at once), a cutting-plane method on a working set
      K-space on the working set's Gram matrix, formed once per round (`_Working`);
   2. one pass over all F constraints; anchors with a violated one get a new working set that KEEPS the
      support of step 1 and fills up with the tightest constraints. Keeping the support makes the working-set
-     optimum strictly increase round to round, so the method cannot cycle (the old code replaced the working
-     set by the K tightest constraints, dropped the support, and cycled: the wrong-sign rho_i of issue #11).
+     optimum strictly increase round to round, so the method cannot cycle (a working set of the K tightest
+     constraints alone drops the support and can cycle, ending with a rho_i of the wrong sign).
 Every returned rho_i is certified by a primal-dual pair: lower = min_j <x_ij, u_i> of the returned unit
 direction (a feasible point of eq. 3) and upper = |X^T a| / 1^T a for the multipliers a >= 0 (a point of
 conv{x_ij}, so an upper bound on the distance). `gap` = upper - lower; a vertex is reported only when
@@ -62,8 +62,8 @@ class Decodability:
 def _sq_dists(V: torch.Tensor, idx: torch.Tensor, block: int = 1 << 13) -> torch.Tensor:
     """|v_i - v_j|^2 for the anchors idx against all values: by one GEMM on centred values, recomputed
     directly for the pairs whose GEMM form cancels (|v_i - v_j|^2 < 1e-2 (|v_i|^2 + |v_j|^2), centred), so
-    every entry keeps ~1e-14 relative accuracy. (torch.cdist without the GEMM took 0.35 s per chunk of 85
-    anchors at d = 384, F = 4096: the single largest cost of a real-width solve, issue #11.)"""
+    every entry keeps ~1e-14 relative accuracy. One GEMM rather than torch.cdist's pairwise loop: the
+    distances are the largest single cost of a solve at real widths (d in the hundreds, F in the thousands)."""
     Vc = V - V.mean(0)
     sq = (Vc * Vc).sum(1)
     scale = sq[idx][:, None] + sq[None, :]
@@ -102,8 +102,8 @@ class _Chunk:
 
 
 def _bmv(v: torch.Tensor, M: torch.Tensor) -> torch.Tensor:
-    """v_b^T M_b for a batch: (B, n) x (B, n, p) -> (B, p). As a row vector times M this is 2-4x faster on CPU
-    than the column form M^T v (bmm with one output column), so products with X^T use a contiguous copy."""
+    """v_b^T M_b for a batch: (B, n) x (B, n, p) -> (B, p). The row-vector form is cheaper on CPU than the
+    column form M^T v (a bmm with one output column), so products with X^T use a contiguous copy."""
     return (v[:, None, :] @ M).squeeze(1)
 
 
@@ -112,8 +112,8 @@ class _Working:
 
     Every iterate is w = c w0 + X^T beta (the Newton step below lies in w's span and the rows'), so the
     margins X w = c X w0 + G beta need only products with the Gram matrix G = X X^T, formed ONCE per working
-    set: a Newton or polish step then costs O(K^2) per anchor, not O(k^2 d) for a fresh X_A X_A^T (issue #11,
-    real widths). Where K > 2d, G v is cheaper as X (X^T v) (2Kd reads instead of K^2)."""
+    set: a Newton or polish step then costs O(K^2) per anchor, not O(k^2 d) for a fresh X_A X_A^T (which
+    dominates at real widths). Where K > 2d, G v is cheaper as X (X^T v) (2Kd reads instead of K^2)."""
 
     def __init__(self, X: torch.Tensor, w0: torch.Tensor):
         self.X, self.w0 = X, w0
@@ -342,7 +342,8 @@ def _certify(ch: _Chunk, w: torch.Tensor, upper: torch.Tensor):
 
 
 def _check_values(values: torch.Tensor) -> torch.Tensor:
-    """Boundary checks: finite, nonzero and pairwise distinct rows (issue #11), at least 2 of them."""
+    """Boundary checks: finite, nonzero and pairwise distinct rows (a repeated row makes some v_i - v_j zero,
+    so x_ij is undefined), at least 2 of them."""
     check_tensor("values", values, 2, finite=False)
     n = values.shape[0]
     if n < 2:
@@ -419,8 +420,8 @@ def _parallel_chunks(fn, n: int, chunk: int) -> list:
     """Run fn over anchor chunks on torch.get_num_threads() workers, each with ONE intra-op thread.
 
     The solver's kernels are many and small; with 2 intra-op threads each one ends in a barrier, and when
-    another process holds a core the barrier waits on a descheduled thread (issue #11: 10x slower beside a
-    second 2-thread process). Chunk-level parallelism has no such barriers."""
+    another process holds a core the barrier waits on a descheduled thread, for every kernel. Chunk-level
+    parallelism has no such barriers."""
     workers = torch.get_num_threads()
     chunk = max(1, min(chunk, -(-n // workers)))
     idxs = [torch.arange(s, min(n, s + chunk)) for s in range(0, n, chunk)]

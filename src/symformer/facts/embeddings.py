@@ -75,7 +75,7 @@ def sentence_like_embeddings(
     n: int, d: int, kappa: float = 15.0, seed: int = 0, dtype: torch.dtype = torch.float64
 ) -> torch.Tensor:
     """Gaussian rows whose CENTRED matrix has condition number `kappa` (about 15 for sentence-model
-    embeddings, issue #11), plus a common offset of the rows' typical norm (the shared direction such
+    embeddings), plus a common offset of the rows' typical norm (the shared direction such
     embeddings have; rho depends on differences only, so it does not change rho)."""
     check_int("n", n, 2)
     check_int("d", d, 1)

@@ -4,20 +4,17 @@ Eager PyTorch has no op that reads x at the two offsets u and u + Dh/2 at once, 
 (rope._half_kernel) makes three passes over memory (swapped-halves copy, then two multiplies), where the
 interleaved pairing makes one complex multiply. Written as cat(x1 cos - x2 sin, x2 cos + x1 sin) on the
 contiguous (..., Dh/2) tables, the rotation is one elementwise expression that inductor fuses into a
-single loop (one read of x and the half-size tables, one write of out). Measured at (1, 8, 4096, 64)
-float32, 2 threads, quiet: 0.32-0.37 ms, against 0.42-0.43 ms for the earlier form on the full (..., Dh)
-tables ([cos, cos] * x + [-sin, sin] * flip of the (..., 2, Dh/2) view) and 0.27 ms for the interleaved
-complex multiply. The backward R^T = R(-theta) is the same kernel with the sine times -1 (`sign`).
+single loop (one read of x and the half-size tables, one write of out); the (..., Dh/2) tables are half the
+memory of the full (..., Dh) ones. The backward R^T = R(-theta) is the same kernel with the sine times -1 (`sign`).
 
-Used only at or above FUSED_MIN_NUMEL elements (where three passes cost milliseconds and one compile, whose
-cost the README gives, is paid once per key). Every dim but the head dim is marked dynamic, so new batch sizes and
-sequence lengths reuse the kernel (a static compile per shape spent the key budget within one benchmark;
-marked dims run as fast as static ones: 1.03 vs 0.94 ms at (1, 8, 4096, 64), 1 thread). A key is what
+Used only at or above FUSED_MIN_NUMEL elements, where the saved passes outweigh one compile per key (its cost is
+on the docs' performance page). Every dim but the head dim is marked dynamic, so new batch sizes and sequence
+lengths reuse the kernel instead of spending a compile and a key on each shape. A key is what
 dynamo guards on beyond the dynamic sizes: the head dim, which dims are 1 (dynamo specialises those),
 layout, dtype, device, inference tensors, grad and inference mode, and the sign. Each key gets its own compiled copy of
-the kernel (a fresh code object): dynamo counts recompiles per code object, so one shared function ran
-eagerly after its 8th key (torch._dynamo's recompile_limit), and a benchmark that times float32 and
-bfloat16, with and without inference mode, at two head dims, spent that budget before its headline row.
+the kernel (a fresh code object): dynamo counts recompiles per code object, so one shared function would
+fall back to eager after torch._dynamo's recompile_limit (8) keys, which a program mixing dtypes, modes and
+head dims reaches quickly.
 At most MAX_KEYS keys per process are compiled (compile time and memory); beyond, the eager kernel runs.
 Any compile failure (no C++ compiler, unsupported device) is reported once with a warning and the eager
 kernel is used from then on. SYMFORMER_FUSED_ROPE=0 turns the path off."""
