@@ -78,12 +78,23 @@ def ray_engine(by_value):
     engine.close()
 
 
-@pytest.fixture
-def submitit_engine(by_value, tmp_path):
+@pytest.fixture(scope="module")
+def submitit_engine(by_value, tmp_path_factory):
+    """One engine for the module's tests: its slots stay up between them, as between an experiment's run_jobs
+    calls. Slots of a killed driver stop 20 s after its last heartbeat (default 300 s)."""
     pytest.importorskip("submitit")
     from symformer.experiments.executors import SubmititEngine
 
-    return SubmititEngine(tmp_path / "submitit", cluster="local")
+    folder = tmp_path_factory.mktemp("submitit")
+    engine = SubmititEngine(folder, cluster="local")
+    yield engine
+    engine.close()
+    assert not list(folder.glob("queue-*"))  # its work folder is removed; the slots exit at their next look
+
+
+def _dies(code: int) -> int:
+    """A job that ends its worker process outright (a segfault, the OOM killer, a time limit)."""
+    os._exit(code)
 
 
 def _rejecting_job_is_named(engine, runs):
@@ -103,8 +114,29 @@ def test_ray_records_what_the_local_pool_records(ray_engine, tmp_path, local_rec
     _rejecting_job_is_named(ray_engine, tmp_path / "bad")
 
 
-def test_submitit_failure_is_named(submitit_engine, tmp_path):
+def test_submitit_records_what_the_local_pool_records(submitit_engine, tmp_path, local_records):
+    """Two long-lived slots run the jobs from the work folder; the driver's records equal the local engine's."""
+    runs = tmp_path / "runs"
+    got = _through(submitit_engine, runs)
+    assert (got, _records(runs)) == local_records
+    prov = json.loads((runs / "s0.json").read_text())["provenance"]
+    assert prov["engine"] == "submitit" and prov["device"] == "cpu" and prov["host"] and prov["driver_host"]
+    slots = set(submitit_engine.slots)
+    assert len(slots) == 2 and not list(submitit_engine.queue.root.glob("todo/*"))
     _rejecting_job_is_named(submitit_engine, tmp_path / "bad")
+    assert set(submitit_engine.slots) == slots  # a job that raises costs no slot: the same two ran both batches
+
+
+def test_submitit_slot_that_ends_under_a_job(submitit_engine, tmp_path, monkeypatch, local_records):
+    """A job that kills its worker is put back once (the other slot takes it, as it would resume a job whose slot
+    hit its time limit), then fails alone, named; the jobs beside it are recorded."""
+    monkeypatch.setattr(submitit_engine, "MAX_LOSSES", 2)
+    runs = tmp_path / "runs"
+    with pytest.raises(JobError, match="job 'dies' failed .*2 submitit workers ended while running it") as err:
+        _through(submitit_engine, runs, [*_jobs(), Job("dies", _dies, {"code": 3})])
+    assert "1 of 3 jobs failed" in str(err.value)
+    assert sorted(p.name for p in runs.glob("s*.json")) == ["s0.json", "s1.json"]
+    assert not submitit_engine.slots  # both ended under it; the next batch submits new ones
 
 
 DRIVER = """
@@ -132,12 +164,13 @@ if __name__ == "__main__":
 @pytest.mark.parametrize("engine", ["local", "submitit"])
 def test_killed_driver_resumes_without_rerunning_recorded_jobs(engine, tmp_path, monkeypatch):
     """The driver is SIGKILLed with jobs in flight; --resume reuses the two records and reruns the rest (it does
-    not wait for submitit's orphaned jobs: they are never recorded)."""
+    not wait for submitit's orphaned slots: what they finish is never recorded)."""
     if engine != "local":
         pytest.importorskip("submitit")
     (tmp_path / "tinydriver.py").write_text(textwrap.dedent(DRIVER))
     runs = tmp_path / "runs"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    env["SYMFORMER_SLOT_STALE_S"] = "20"  # orphaned slots stop soon after the test even without the STOP
     proc = subprocess.Popen([sys.executable, str(tmp_path / "tinydriver.py"), str(runs), engine], env=env)
     deadline = time.time() + 120
     while len(list(runs.glob("n*.json"))) < 2 and time.time() < deadline and proc.poll() is None:
@@ -146,6 +179,14 @@ def test_killed_driver_resumes_without_rerunning_recorded_jobs(engine, tmp_path,
     proc.wait()
     recorded = {p.name: p.read_text() for p in runs.glob("n*.json")}
     assert sorted(recorded) == ["n0.json", "n1.json"]
+    if engine == "submitit":  # a restarted driver's engine STOPs the old queue: its slots take no further job
+        from symformer.experiments.executors import SubmititEngine
+
+        (old,) = (runs.parent / "submitit").glob("queue-*")
+        restarted = SubmititEngine(runs.parent / "submitit", cluster="local")
+        restarted._open()
+        assert (old / "STOP").exists() and not (restarted.queue.root / "STOP").exists()
+        restarted.close()
     monkeypatch.syspath_prepend(str(tmp_path))
     import tinydriver
 

@@ -154,9 +154,15 @@ def one_thread():
 
 def _call(job: Job, work: Path | None = None, engine: str = "local", device: str = "cpu") -> tuple[Any, float, dict]:
     """(result, seconds, where it ran): the host is the worker's, which on a cluster is not the driver's."""
+    where = {"host": platform.node(), "machine": platform.machine(), "engine": engine, "device": device}
+    if device == "cuda":  # the GPU it ran on; a worker without one refuses the job instead of running it elsewhere
+        import torch
+
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"--device cuda: worker host {platform.node()!r} has no CUDA device")
+        where["gpu"] = torch.cuda.get_device_name()
     t0 = time.perf_counter()
     result = job.fn(**job.kwargs, **({} if work is None else {"work_dir": str(work)}))
-    where = {"host": platform.node(), "machine": platform.machine(), "engine": engine, "device": device}
     return result, time.perf_counter() - t0, where
 
 
@@ -337,10 +343,13 @@ def reuse_note(what: str, stats: dict) -> str:
     )
 
 
+WHERE_KEYS = ("engine", "device", "host", "gpu", "driver_host", "git_sha")
+
+
 def records_where(record_dir: Path) -> dict[str, dict[str, int]]:
-    """{"engine" | "device" | "host": {value: number of records}} over the records under `record_dir`; a record
-    written before provenance named them counts as "unrecorded"."""
-    out: dict[str, dict[str, int]] = {"engine": {}, "device": {}, "host": {}}
+    """{key: {value: number of records}} over the records under `record_dir`, for the provenance keys WHERE_KEYS;
+    a record written before provenance named one counts as "unrecorded" (gpu: only records that ran on one)."""
+    out: dict[str, dict[str, int]] = {k: {} for k in WHERE_KEYS}
     for path in sorted(Path(record_dir).glob("*.json")) if Path(record_dir).is_dir() else []:
         try:
             prov = json.loads(path.read_text()).get("provenance") or {}
@@ -349,6 +358,8 @@ def records_where(record_dir: Path) -> dict[str, dict[str, int]]:
         if path.name == PLAN_FILE:
             continue
         for key, counts in out.items():
+            if key == "gpu" and "gpu" not in prov:
+                continue
             val = str(prov.get(key, "unrecorded"))
             counts[val] = counts.get(val, 0) + 1
     return out
@@ -362,3 +373,36 @@ def where_note(where: dict[str, dict[str, int]]) -> str | None:
     fmt = {k: ", ".join(f"{v} ({n})" for v, n in sorted(c.items())) for k, c in where.items()}
     mixed = "records mix devices: " if len(where["device"]) > 1 else ""
     return f"{mixed}runs/ records by device: {fmt['device']}; engine: {fmt['engine']}; host: {fmt['host']}"
+
+
+GENERATED = "<!-- written by symformer reproduce from runs/*.json; a hand-written PROVENANCE.md is never replaced -->"
+
+
+def write_provenance(exp_dir: Path, where: dict[str, dict[str, int]]) -> Path | None:
+    """OUT/<experiment>/PROVENANCE.md: the command, and the hosts, devices, engines and commits of its records (from
+    records_where). A PROVENANCE.md without the GENERATED line (a recorded run's, written by hand) is left alone."""
+    from symformer import results
+
+    path = Path(exp_dir) / "PROVENANCE.md"
+    if path.exists() and GENERATED not in path.read_text():
+        return None
+    n = sum(where["device"].values())
+    lines = [
+        GENERATED,
+        f"# Provenance of {Path(exp_dir).name}",
+        "",
+        f"- last command: `{results._COMMAND or 'run_jobs from Python'}` (driver host {platform.node()!r}, "
+        f"commit {git_sha()})",
+        f"- records: runs/*.json, {n} job record(s); each names its own host, device, engine and commit",
+    ]
+    labels = {"host": "worker host", "gpu": "GPU", "driver_host": "driver host", "git_sha": "commit"}
+    for key in WHERE_KEYS:
+        if where.get(key):
+            counts = ", ".join(f"{v} ({c})" for v, c in sorted(where[key].items()))
+            lines.append(f"- {labels.get(key, key)}: {counts}")
+    if len(where["device"]) > 1:
+        lines.append(
+            "- the records mix devices: their timings, and float results beyond rounding, are not of one device"
+        )
+    atomic_write_text(path, "\n".join(lines) + "\n")
+    return path
