@@ -224,10 +224,13 @@ def test_reproduce_through_submitit(fake, by_value, capsys, tmp_path, monkeypatc
     saved = json.loads((tmp_path / "tiny" / "results.json").read_text())
     assert saved["config"]["runs_provenance"]["engine"] == {"submitit": 2}
     assert "- runs/ records by device: cpu (2); engine: submitit (2)" in (tmp_path / "tiny" / "report.md").read_text()
+    prov = (tmp_path / "tiny" / "PROVENANCE.md").read_text()
+    assert "- last command: `symformer reproduce tiny --executor submitit" in prov
+    assert "- engine: submitit (2)\n- device: cpu (2)\n- worker host: " in prov and "mix devices" not in prov
 
 
 def test_report_says_when_records_mix_devices(tmp_path):
-    from symformer.experiments.jobs import records_where, where_note
+    from symformer.experiments.jobs import records_where, where_note, write_provenance
 
     run_jobs(_jobs(), tmp_path)
     rec = json.loads((tmp_path / "s1.json").read_text())
@@ -235,8 +238,13 @@ def test_report_says_when_records_mix_devices(tmp_path):
     (tmp_path / "s1.json").write_text(json.dumps(rec))
     note = where_note(records_where(tmp_path))
     assert note.startswith("records mix devices: runs/ records by device: cpu (1), cuda (1); engine: local (2)")
+    assert "- the records mix devices" in write_provenance(tmp_path, records_where(tmp_path)).read_text()
     (tmp_path / "s1.json").unlink()
     assert not where_note(records_where(tmp_path)).startswith("records mix")
+    assert "mix devices" not in write_provenance(tmp_path, records_where(tmp_path)).read_text()
+    (tmp_path / "PROVENANCE.md").write_text("# written by hand\n")  # a recorded run's own is never replaced
+    assert write_provenance(tmp_path, records_where(tmp_path)) is None
+    assert (tmp_path / "PROVENANCE.md").read_text() == "# written by hand\n"
 
 
 @pytest.mark.parametrize(
@@ -276,3 +284,60 @@ def test_cuda_without_a_gpu_is_refused(fake, capsys, tmp_path):
     assert cli.main(["reproduce", "tiny", "--device", "cuda", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--device: got 'cuda', expected a CUDA device" in err
+
+
+def test_cuda_on_a_cluster_is_for_its_nodes(monkeypatch, tmp_path):
+    """A Slurm driver (a login node) need not have a GPU: --device cuda is checked by each job on its node, and
+    each slot gets one GPU unless --gpus-per-job says otherwise; on this machine's engines it is checked here."""
+    import torch
+
+    from symformer.experiments import executors
+
+    made = {}
+    monkeypatch.setattr(executors, "SubmititEngine", lambda *a: made.setdefault("args", a))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("SYMFORMER_SUBMITIT_CLUSTER", "slurm")
+    executors.make_engine("submitit", tmp_path, 2, "cuda", "gpu", 60)
+    assert made["args"] == (tmp_path, "cuda", "gpu", 60, 1, 1, "slurm")
+    monkeypatch.setenv("SYMFORMER_SUBMITIT_CLUSTER", "local")
+    with pytest.raises(ValueError, match="--device: got 'cuda', expected a CUDA device"):
+        executors.make_engine("submitit", tmp_path, 2, "cuda")
+
+
+def _on(device: str, seed: int) -> dict:
+    """A float64 product on `device` (what an experiment's job does with ctx.device)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(64, 64, generator=g, dtype=torch.float64).to(device)
+    return {"trace": float((a @ a.T).trace()), "device": (a @ a.T).device.type}
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("executor", ["local", "submitit"])
+def test_reproduce_on_the_gpu(executor, by_value, monkeypatch, capsys, tmp_path):
+    """--device cuda reaches the experiment (ctx.device) and the records: each names cuda and its GPU, and the
+    results equal the CPU's to float64 rounding."""
+    if executor == "submitit":
+        pytest.importorskip("submitit")
+        monkeypatch.setenv("SYMFORMER_SUBMITIT_CLUSTER", "local")
+    reg = ebase.Registry("experiment")
+    monkeypatch.setattr(ebase, "EXPERIMENTS", reg)
+    monkeypatch.setattr("symformer.experiments.load_all", lambda: reg)
+
+    def ongpu(ctx):
+        jobs = [Job(f"g{i}", _on, {"device": ctx.device, "seed": i}) for i in range(2)]
+        got = run_jobs(jobs, ctx.out_dir / "runs", ctx.jobs, ctx.resume)
+        return ExperimentResult(metrics={k: v["trace"] for k, v in got.items()})
+
+    reg.register("ongpu")(ebase.ExperimentSpec("ongpu", ongpu, "two float64 products on ctx.device"))
+    jobs = "2" if executor == "submitit" else "1"  # the local pool's spawned workers cannot import this module
+    argv = ["reproduce", "ongpu", "--device", "cuda", "--executor", executor, "--jobs", jobs, "--out", str(tmp_path)]
+    assert cli.main(argv) == 0
+    for i in range(2):
+        rec = json.loads((tmp_path / "ongpu" / "runs" / f"g{i}.json").read_text())
+        assert rec["result"]["device"] == "cuda" and rec["provenance"]["device"] == "cuda" and rec["provenance"]["gpu"]
+        assert rec["result"]["trace"] == pytest.approx(_on("cpu", i)["trace"], rel=1e-12)
+    saved = json.loads((tmp_path / "ongpu" / "results.json").read_text())
+    assert saved["environment"]["device"] == "cuda"
+    assert "- device: cuda (2)\n" in (tmp_path / "ongpu" / "PROVENANCE.md").read_text()

@@ -106,7 +106,12 @@ class SubmititEngine(Engine):
         t0 = time.perf_counter()
         self.folder = Path(folder).resolve()
         # cluster None: Slurm where `sbatch` is found, else submitit's LocalExecutor (subprocesses on this machine)
-        self.ex = submitit.AutoExecutor(folder=str(self.folder / "%j"), cluster=cluster)
+        try:
+            self.ex = submitit.AutoExecutor(folder=str(self.folder / "%j"), cluster=cluster)
+        except RuntimeError as e:  # e.g. SYMFORMER_SUBMITIT_CLUSTER=slurm where there is no Slurm
+            raise ValueError(
+                f"--executor submitit: got cluster {cluster!r}, which submitit cannot use here: {e}"
+            ) from e
         params: dict[str, Any] = {"cpus_per_task": cpus_per_job, "gpus_per_node": gpus_per_job}
         if time_min is not None:
             params["timeout_min"] = time_min
