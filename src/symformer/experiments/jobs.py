@@ -304,22 +304,8 @@ def run_jobs(
             log(f"job {job.key} done in {seconds:.0f} s ({len(out)} of {len(jobs)})")
 
     failed: list[tuple[str, BaseException]] = []
-    if not todo:  # everything reused (a resumed batch that had finished): no pool of zero workers
-        pass
-    elif remote:  # paths made absolute: an engine's worker need not start in the driver's folder
-        absolute = {k: None if w is None else w.resolve() for k, w in work.items()}
-        engine.run(todo, absolute, _remote_call, lambda j, got: done(j, _unwrap(got)), failed, n_workers)
-    elif n_workers == 1 or len(todo) == 1:
-        # in this process but with the workers' single thread, so a job's numbers depend neither on --jobs nor on
-        # how many jobs were left (a resumed run must reproduce an uninterrupted one bit for bit)
-        with one_thread():
-            for j in todo:
-                try:
-                    done(j, _call(j, work[j.key], "local", device))
-                except Exception as e:  # noqa: BLE001  (re-raised below, after the other jobs are recorded)
-                    failed.append((j.key, e))
-    else:
-        _run_pool(todo, work, n_workers, done, failed, device)
+    if todo:  # everything reused (a resumed batch that had finished): no pool of zero workers
+        _dispatch(todo, work, n_workers, done, failed, engine if remote else None, device)
     if failed:
         # one failing job does not throw away the others: every job that finished is recorded (a --resume call
         # after the fix reruns only the failed ones), then the first failure is raised, naming its job
@@ -329,6 +315,24 @@ def run_jobs(
             f"failed, the other {len(todo) - len(failed)} finished and are recorded"
         ) from err
     return {k: out[k] for k in keys}
+
+
+def _dispatch(todo: list[Job], work: dict, n_workers: int, done: Callable, failed: list, engine, device: str) -> None:
+    """Run `todo` on `engine` (None: here, or in the local pool); `done` records each job, `failed` collects."""
+    if engine is not None:  # paths made absolute: an engine's worker need not start in the driver's folder
+        absolute = {k: None if w is None else w.resolve() for k, w in work.items()}
+        engine.run(todo, absolute, _remote_call, lambda j, got: done(j, _unwrap(got)), failed, n_workers)
+    elif n_workers == 1 or len(todo) == 1:
+        # in this process but with the workers' single thread, so a job's numbers depend neither on --jobs nor on
+        # how many jobs were left (a resumed run must reproduce an uninterrupted one bit for bit)
+        with one_thread():
+            for j in todo:
+                try:
+                    done(j, _call(j, work[j.key], "local", device))
+                except Exception as e:  # noqa: BLE001  (re-raised by run_jobs, after the other jobs are recorded)
+                    failed.append((j.key, e))
+    else:
+        _run_pool(todo, work, n_workers, done, failed, device)
 
 
 class JobError(RuntimeError):
