@@ -1,5 +1,7 @@
-"""experiments/executors.py: submitit's local executor and a local Ray instance give the records the local pool
-gives; a driver killed mid-run and resumed reruns nothing recorded; bad engine options are one line, exit 2."""
+"""experiments/executors.py and slots.py: submitit's long-lived slots (its local executor) and a local Ray instance
+give the records the local pool gives; a job that kills its slot is put back, then fails alone; a driver killed
+mid-run and resumed reruns nothing recorded; --device reaches the records and PROVENANCE.md; bad engine options
+are one line, exit 2."""
 
 import json
 import os
