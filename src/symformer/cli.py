@@ -68,7 +68,11 @@ def reproduce(
     ),
     executor: str = typer.Option("local", "--executor", help="local (process pool), submitit or ray"),
     slurm_partition: Optional[str] = typer.Option(None, "--slurm-partition", help="submitit: partition"),
-    slurm_time: Optional[int] = typer.Option(None, "--slurm-time", help="submitit: minutes per job"),
+    slurm_time: Optional[int] = typer.Option(
+        None,
+        "--slurm-time",
+        help="submitit: time limit of each slot (a worker that runs job after job), minutes (default 1440)",
+    ),
     gpus_per_job: Optional[int] = typer.Option(
         None, "--gpus-per-job", help="submitit/ray: GPUs per job, needs --device cuda (default there: 1)"
     ),

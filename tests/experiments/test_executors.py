@@ -343,3 +343,30 @@ def test_reproduce_on_the_gpu(executor, by_value, monkeypatch, capsys, tmp_path)
     saved = json.loads((tmp_path / "ongpu" / "results.json").read_text())
     assert saved["environment"]["device"] == "cuda"
     assert "- device: cuda (2)\n" in (tmp_path / "ongpu" / "PROVENANCE.md").read_text()
+
+
+def test_slot_time_limit_hands_the_job_back(tmp_path):
+    """submitit stops a slot at its time limit by raising UncompletedJobError in the running job: the slot ends
+    holding the claim (no outcome is written), so the driver puts the job back; a slot that Slurm requeued after a
+    preemption first runs what it still holds."""
+    pytest.importorskip("submitit")
+    from submitit.core.utils import UncompletedJobError
+
+    from symformer.experiments import slots
+    from symformer.experiments.jobs import _remote_call
+
+    queue = slots.Queue(tmp_path / "queue")
+    (tmp_path / "queue" / "claimed" / "slot001").mkdir()
+    claimed = tmp_path / "queue" / "claimed" / "slot001" / "0001-000000-s0"
+    slots.atomic_pickle(claimed, (_jobs()[0], None))
+
+    def timed_out(job, work, engine, device):
+        return "error", UncompletedJobError("Job not requeued because: timed-out and not checkpointable.")
+
+    with pytest.raises(UncompletedJobError):
+        slots._run_claimed(claimed, queue.root, "slot001", timed_out, "submitit", "cpu")
+    assert claimed.exists() and not os.listdir(queue.root / "done")
+    queue.stop(remove=False)  # the requeued slot runs its claim, then sees STOP
+    assert slots.slot_worker(str(queue.root), "slot001", _remote_call, "submitit", "cpu") == 1
+    ((name, payload),) = queue.outcomes([claimed.name])
+    assert payload["got"][0] == "ok" and payload["got"][1][0] == _tiny(0, 8) and not claimed.exists()

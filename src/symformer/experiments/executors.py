@@ -77,6 +77,9 @@ class _Throttled(Engine):
             raise
 
 
+SLOT_TIME_MIN = 24 * 60  # a submitit slot's time limit when --slurm-time is not given
+
+
 class SubmititEngine(Engine):
     """Jobs through submitit: `--jobs` long-lived slots (one submitit job each, slots.py) that take the jobs from a
     shared work folder, so the Python start-up and the imports are paid once per slot, not once per job. The slots
@@ -112,9 +115,9 @@ class SubmititEngine(Engine):
             raise ValueError(
                 f"--executor submitit: got cluster {cluster!r}, which submitit cannot use here: {e}"
             ) from e
+        # a slot runs job after job: without --slurm-time it gets a day, not submitit's default of 5 minutes
         params: dict[str, Any] = {"cpus_per_task": cpus_per_job, "gpus_per_node": gpus_per_job}
-        if time_min is not None:
-            params["timeout_min"] = time_min
+        params["timeout_min"] = SLOT_TIME_MIN if time_min is None else time_min
         if partition is not None:
             params["slurm_partition"] = partition
         self.ex.update_parameters(**params)

@@ -81,12 +81,24 @@ def _run_claimed(claimed: Path, queue: Path, slot: str, call: Callable, engine: 
         got = call(job, work, engine, device)
     except Exception as e:  # noqa: BLE001  (a job that cannot be loaded here fails alone, named by the driver)
         got = ("error", e)
+    if got[0] == "error" and _slot_interrupted(got[1]):
+        raise got[1]  # the slot's time is up: it ends holding the claim, and the driver puts the job back
     try:
         atomic_pickle(queue / "done" / claimed.name, {"slot": slot, "got": got})
     except Exception as e:  # noqa: BLE001  (an outcome that does not pickle: its text still reaches JobError)
         text = RuntimeError(f"the job's outcome could not be handed back ({type(e).__name__}: {e}): {got[1]!r}"[:2000])
         atomic_pickle(queue / "done" / claimed.name, {"slot": slot, "got": ("error", text)})
     claimed.unlink()
+
+
+def _slot_interrupted(err: BaseException) -> bool:
+    """Whether a job's error is submitit stopping the slot (its time limit: the signal handler raises in whatever
+    frame runs), not the job's own failure."""
+    try:
+        from submitit.core.utils import UncompletedJobError
+    except ImportError:
+        return False
+    return isinstance(err, UncompletedJobError)
 
 
 def slot_worker(queue: str, slot: str, call: Callable, engine: str, device: str) -> int:
@@ -97,6 +109,9 @@ def slot_worker(queue: str, slot: str, call: Callable, engine: str, device: str)
     mine.mkdir(parents=True, exist_ok=True)
     stale = float(os.environ.get(STALE_ENV, DEFAULT_STALE_S))
     beat, seen, ran, nap = _mtime(root / "driver.alive"), time.monotonic(), 0, 0.005
+    for name in sorted(n for n in os.listdir(mine) if not n.startswith(".")):  # requeued by Slurm after preemption
+        _run_claimed(mine / name, root, slot, call, engine, device)
+        ran += 1
     while not (root / "STOP").exists() and (root / "todo").is_dir():  # STOP, or the driver removed the queue
         claimed = _claim(root, mine)
         if claimed is not None:
