@@ -16,8 +16,8 @@ written, and a call without --resume starts the job afresh. `work_dir` is not pa
 A job that raises does not cost the others: every other job still runs and is recorded, then `JobError` names
 the failed job (its exception is the `__cause__`), and a --resume call after the fix runs only what failed.
 
-Where the jobs run is the engine's business (executors.py: the pool here, submitit, Ray; `reproduce
---executor`); what is recorded, reused and raised is decided here, in the driver, the same for every engine. Each
+Where the jobs run is the engine's business (executors.py: the pool here, submitit's long-lived slots (slots.py),
+Ray; `reproduce --executor`); what is recorded, reused and raised is decided here, in the driver, the same for every engine. Each
 record's provenance names the worker's host, the engine and the device beside the commit.
 
 A runs folder belongs to one protocol. `recorded_plan` (entered by every registered experiment, base.py) names
