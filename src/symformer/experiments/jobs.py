@@ -17,8 +17,8 @@ A job that raises does not cost the others: every other job still runs and is re
 the failed job (its exception is the `__cause__`), and a --resume call after the fix runs only what failed.
 
 Where the jobs run is the engine's business (executors.py: the pool here, submitit's long-lived slots (slots.py),
-Ray; `reproduce --executor`); what is recorded, reused and raised is decided here, in the driver, the same for every engine. Each
-record's provenance names the worker's host, the engine and the device beside the commit.
+Ray; `reproduce --executor`); what is recorded, reused and raised is decided here, in the driver, the same for every
+engine. Each record's provenance names the worker's host, the engine and the device beside the commit.
 
 A runs folder belongs to one protocol. `recorded_plan` (entered by every registered experiment, base.py) names
 it: the experiment, its declared protocol version, --quick, --seed, --full and the options. The first run_jobs
