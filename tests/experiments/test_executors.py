@@ -291,11 +291,14 @@ def test_cuda_without_a_gpu_is_refused(fake, capsys, tmp_path):
 def test_cuda_on_a_cluster_is_for_its_nodes(monkeypatch, tmp_path):
     """A Slurm driver (a login node) need not have a GPU: --device cuda is checked by each job on its node, and
     each slot gets one GPU unless --gpus-per-job says otherwise; on this machine's engines it is checked here."""
+    import importlib.util
+
     import torch
 
     from symformer.experiments import executors
 
-    made = {}
+    made, real = {}, importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: True if name == "submitit" else real(name, *a))
     monkeypatch.setattr(executors, "SubmititEngine", lambda *a: made.setdefault("args", a))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setenv("SYMFORMER_SUBMITIT_CLUSTER", "slurm")
