@@ -187,6 +187,9 @@ def test_killed_driver_resumes_without_rerunning_recorded_jobs(engine, tmp_path,
         (old,) = (runs.parent / "submitit").glob("queue-*")
         restarted = SubmititEngine(runs.parent / "submitit", cluster="local")
         restarted._open()
+        restarted._take_over(tmp_path / "other" / "runs")  # another experiment's folder: not the old driver's
+        assert not (old / "STOP").exists()
+        restarted._take_over(runs)
         assert (old / "STOP").exists() and not (restarted.queue.root / "STOP").exists()
         restarted.close()
     monkeypatch.syspath_prepend(str(tmp_path))

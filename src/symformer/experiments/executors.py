@@ -16,8 +16,9 @@ Interrupting the driver (Ctrl-C, or an exception) cancels the jobs and slots it 
 (submitit's `job.cancel()`, `ray.cancel`). A driver killed outright (SIGKILL, a lost login node) cannot: what it had
 recorded stays, and what its workers finish afterwards is not recorded (only a driver records). A restarted driver
 with --resume reuses every record and reruns each unrecorded job, from its .partial/ checkpoints where it keeps
-them: it does not wait for the old driver's jobs. On submitit it first stops the old driver's queue, so the old
-slots take no further job, and cancels the old Slurm slots (scancel), so no job runs twice on Slurm; submitit's
+them: it does not wait for the old driver's jobs. On submitit its first batch for a records folder stops the queue
+an earlier driver kept for that folder, so the old slots take no further job, and cancels the old Slurm slots
+(scancel), so no job runs twice on Slurm (a driver of another experiment into the same --out is left alone); submitit's
 local slots (children of the killed driver) finish the one job they run and exit. On Ray a task that was running
 when the driver died may run to its end unrecorded; for jobs that checkpoint, let it end or stop it (on a cluster:
 restart it, or `ray stop` on a local one) before resuming, or two runs of one job write the same .partial/ folder."""
@@ -48,7 +49,9 @@ class Engine:
     def describe(self) -> str:
         return self.name
 
-    def run(self, todo: list, work: dict, call: Callable, done: Callable, failed: list, n_workers: int) -> None:
+    def run(
+        self, todo: list, work: dict, call: Callable, done: Callable, failed: list, n_workers: int, record_dir=None
+    ) -> None:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -59,7 +62,7 @@ class _Throttled(Engine):
     """Submit at most `n_workers` jobs at a time; `_submit(job, work)` returns a handle, `_wait(handles)` one
     finished handle, `_result(handle)` what the job returned, `_cancel(handles)` stops the rest."""
 
-    def run(self, todo, work, call, done, failed, n_workers):
+    def run(self, todo, work, call, done, failed, n_workers, record_dir=None):
         queue, running = list(todo), {}
         try:
             while queue or running:
@@ -125,6 +128,7 @@ class SubmititEngine(Engine):
         self.slots: dict[str, Any] = {}  # slot id -> submitit job, while it runs
         self.ran_any: set[str] = set()  # slots that handed back at least one outcome
         self._count = {"batch": 0, "slot": 0}
+        self._served: set[str] = set()  # records folders this engine's queue has run jobs for
         self.startup_seconds = time.perf_counter() - t0
 
     def describe(self) -> str:
@@ -137,10 +141,19 @@ class SubmititEngine(Engine):
 
         from symformer.experiments import slots
 
-        root = self.folder / f"queue-{uuid.uuid4().hex[:12]}"
-        for old in slots.stop_old_queues(self.folder, root):
+        self.queue = slots.Queue(self.folder / f"queue-{uuid.uuid4().hex[:12]}")
+
+    def _take_over(self, record_dir: Path | None) -> None:
+        """The first batch for a records folder stops an earlier (killed) driver's queue for that folder."""
+        from symformer.experiments import slots
+
+        key = str(Path(record_dir).resolve()) if record_dir is not None else None
+        if key is None or key in self._served:
+            return
+        self._served.add(key)
+        self.queue.serve(key)
+        for old in slots.stop_old_queues(self.folder, self.queue.root, key):
             self._cancel_listed(old)
-        self.queue = slots.Queue(root)
 
     def _cancel_listed(self, old: Path) -> None:
         """A killed driver's Slurm slots are cancelled (their running job is rerun here, from its checkpoints);
@@ -165,8 +178,9 @@ class SubmititEngine(Engine):
             with open(self.queue.root / "slots.txt", "a") as f:
                 f.write(f"{job.job_id}\n")
 
-    def run(self, todo, work, call, done, failed, n_workers):
+    def run(self, todo, work, call, done, failed, n_workers, record_dir=None):
         self._open()
+        self._take_over(record_dir)
         self._count["batch"] += 1
         pending: dict[str, Any] = {}
         for i, job in enumerate(todo):

@@ -305,7 +305,7 @@ def run_jobs(
 
     failed: list[tuple[str, BaseException]] = []
     if todo:  # everything reused (a resumed batch that had finished): no pool of zero workers
-        _dispatch(todo, work, n_workers, done, failed, engine if remote else None, device)
+        _dispatch(todo, work, n_workers, done, failed, engine if remote else None, device, record_dir)
     if failed:
         # one failing job does not throw away the others: every job that finished is recorded (a --resume call
         # after the fix reruns only the failed ones), then the first failure is raised, naming its job
@@ -317,11 +317,11 @@ def run_jobs(
     return {k: out[k] for k in keys}
 
 
-def _dispatch(todo: list[Job], work: dict, n_workers: int, done: Callable, failed: list, engine, device: str) -> None:
+def _dispatch(todo: list[Job], work: dict, n_workers: int, done: Callable, failed: list, engine, device, record_dir):
     """Run `todo` on `engine` (None: here, or in the local pool); `done` records each job, `failed` collects."""
     if engine is not None:  # paths made absolute: an engine's worker need not start in the driver's folder
         absolute = {k: None if w is None else w.resolve() for k, w in work.items()}
-        engine.run(todo, absolute, _remote_call, lambda j, got: done(j, _unwrap(got)), failed, n_workers)
+        engine.run(todo, absolute, _remote_call, lambda j, got: done(j, _unwrap(got)), failed, n_workers, record_dir)
     elif n_workers == 1 or len(todo) == 1:
         # in this process but with the workers' single thread, so a job's numbers depend neither on --jobs nor on
         # how many jobs were left (a resumed run must reproduce an uninterrupted one bit for bit)

@@ -12,6 +12,7 @@ driver and the workers share (the one Slurm clusters already share for submitit'
     queue/done/<name>         the job's outcome, ("ok", ...) or ("error", exception), written atomically by the slot
     queue/driver.alive        touched every few seconds by the driver while its engine is open
     queue/STOP                the driver is done with this queue: idle slots exit
+    queue/records.txt         the records folders (OUT/<experiment>/runs) its jobs are for
 
 Nothing here records anything: the driver reads done/, and run_jobs writes the record (jobs.py). A slot stops when
 STOP appears or when driver.alive has not moved for SYMFORMER_SLOT_STALE_S seconds (default 300, longer than NFS
@@ -147,6 +148,11 @@ class Queue:
             except OSError:
                 return
 
+    def serve(self, record_dir: str) -> None:
+        """Note that this queue's jobs write into `record_dir` (what a restarted driver looks for)."""
+        with open(self.root / "records.txt", "a") as f:
+            f.write(record_dir + "\n")
+
     def put(self, name: str, job: Any, work: Path | None) -> None:
         atomic_pickle(self.root / "todo" / name, (job, work))
 
@@ -184,10 +190,16 @@ class Queue:
             shutil.rmtree(self.root, ignore_errors=True)
 
 
-def stop_old_queues(folder: Path, keep: Path) -> list[Path]:
-    """STOP every other queue under `folder` (an earlier driver's, killed): its slots take no further job and exit
-    after the one they run; that job's outcome is not recorded, and this driver runs it again. Returns those queues."""
-    old = [q for q in sorted(folder.glob("queue-*")) if q.is_dir() and q != keep and not (q / "STOP").exists()]
-    for q in old:
-        (q / "STOP").touch()
+def stop_old_queues(folder: Path, keep: Path, record_dir: str) -> list[Path]:
+    """STOP every other queue under `folder` that served `record_dir` (an earlier driver's of the same experiment,
+    killed): its slots take no further job and exit after the one they run; that job's outcome is not recorded, and
+    this driver runs it again. A queue of another experiment's driver (one running beside this one into the same
+    --out) is left alone. Returns the queues stopped."""
+    old = []
+    for q in sorted(folder.glob("queue-*")):
+        if q == keep or not q.is_dir() or (q / "STOP").exists() or not (q / "records.txt").exists():
+            continue
+        if record_dir in (q / "records.txt").read_text().splitlines():
+            (q / "STOP").touch()
+            old.append(q)
     return old
