@@ -68,14 +68,20 @@ def reproduce(
     ),
     executor: str = typer.Option("local", "--executor", help="local (process pool), submitit or ray"),
     slurm_partition: Optional[str] = typer.Option(None, "--slurm-partition", help="submitit: partition"),
-    slurm_time: Optional[int] = typer.Option(None, "--slurm-time", help="submitit: minutes per job"),
-    gpus_per_job: int = typer.Option(0, "--gpus-per-job", help="submitit/ray: GPUs per job (--device cuda)"),
+    slurm_time: Optional[int] = typer.Option(
+        None,
+        "--slurm-time",
+        help="submitit: time limit of each slot (a worker that runs job after job), minutes (default 1440)",
+    ),
+    gpus_per_job: Optional[int] = typer.Option(
+        None, "--gpus-per-job", help="submitit/ray: GPUs per job, needs --device cuda (default there: 1)"
+    ),
     cpus_per_job: int = typer.Option(1, "--cpus-per-job", help="submitit/ray: CPU cores per job"),
     ray_address: Optional[str] = typer.Option(
         None, "--ray-address", help="ray: host:port of a head (default: a local instance)"
     ),
     device: str = typer.Option(
-        "cpu", "--device", help="cpu (cuda: refused until the experiments place their jobs on a GPU)"
+        "cpu", "--device", help="cpu or cuda: where the experiments train and run their models (checks stay on cpu)"
     ),
 ):
     """Run the papers' experiments and write OUT/<name>/results.json and OUT/report.md."""
@@ -105,13 +111,13 @@ def reproduce(
         typer.echo(f"[engine] {engine.describe()} started in {engine.startup_seconds:.2f} s", err=True)
     _threads()
     with using_engine(engine):
-        _reproduce(reg, chosen, names, out, quick, seed, data_dir, jobs, resume, options, full)
+        _reproduce(reg, chosen, names, out, quick, seed, data_dir, jobs, resume, options, full, device)
 
 
-def _reproduce(reg, chosen, names, out, quick, seed, data_dir, jobs, resume, options, full) -> None:
+def _reproduce(reg, chosen, names, out, quick, seed, data_dir, jobs, resume, options, full, device="cpu") -> None:
     from symformer.data.paths import MissingDataError, data_file
     from symformer.experiments import RunContext
-    from symformer.experiments.jobs import records_where, where_note
+    from symformer.experiments.jobs import records_where, where_note, write_provenance
     from symformer.report import write_index
     from symformer.results import write_experiment
     from symformer.train.trainer import seed_everything
@@ -140,6 +146,7 @@ def _reproduce(reg, chosen, names, out, quick, seed, data_dir, jobs, resume, opt
             quick=quick,
             seed=seed,
             data_dir=data_dir,
+            device=device,
             jobs=jobs,
             resume=resume,
             options=options[name],
@@ -157,8 +164,9 @@ def _reproduce(reg, chosen, names, out, quick, seed, data_dir, jobs, resume, opt
         if where_note(where):  # which engines, devices and hosts made the records (PROVENANCE lists them)
             result.config = {**result.config, "runs_provenance": where}
             result.notes = [*result.notes, where_note(where)]
+            write_provenance(out / name, where)
         secs = time.perf_counter() - t0
-        payload = write_experiment(out / name, name, quick, result, seconds=secs)
+        payload = write_experiment(out / name, name, quick, result, device=device, seconds=secs)
         entries.append({"name": name, "status": "ran", "payload": payload, "seconds": secs})
         typer.echo(f"[{name}] done in {secs:.1f}s -> {out / name / 'results.json'}", err=True)
     path = write_index(out, entries, quick)

@@ -1,5 +1,7 @@
-"""experiments/executors.py: submitit's local executor and a local Ray instance give the records the local pool
-gives; a driver killed mid-run and resumed reruns nothing recorded; bad engine options are one line, exit 2."""
+"""experiments/executors.py and slots.py: submitit's long-lived slots (its local executor) and a local Ray instance
+give the records the local pool gives; a job that kills its slot is put back, then fails alone; a driver killed
+mid-run and resumed reruns nothing recorded; --device reaches the records and PROVENANCE.md; bad engine options
+are one line, exit 2."""
 
 import json
 import os
@@ -78,12 +80,23 @@ def ray_engine(by_value):
     engine.close()
 
 
-@pytest.fixture
-def submitit_engine(by_value, tmp_path):
+@pytest.fixture(scope="module")
+def submitit_engine(by_value, tmp_path_factory):
+    """One engine for the module's tests: its slots stay up between them, as between an experiment's run_jobs
+    calls. Slots of a killed driver stop 20 s after its last heartbeat (default 300 s)."""
     pytest.importorskip("submitit")
     from symformer.experiments.executors import SubmititEngine
 
-    return SubmititEngine(tmp_path / "submitit", cluster="local")
+    folder = tmp_path_factory.mktemp("submitit")
+    engine = SubmititEngine(folder, cluster="local")
+    yield engine
+    engine.close()
+    assert not list(folder.glob("queue-*"))  # its work folder is removed; the slots exit at their next look
+
+
+def _dies(code: int) -> int:
+    """A job that ends its worker process outright (a segfault, the OOM killer, a time limit)."""
+    os._exit(code)
 
 
 def _rejecting_job_is_named(engine, runs):
@@ -103,8 +116,29 @@ def test_ray_records_what_the_local_pool_records(ray_engine, tmp_path, local_rec
     _rejecting_job_is_named(ray_engine, tmp_path / "bad")
 
 
-def test_submitit_failure_is_named(submitit_engine, tmp_path):
+def test_submitit_records_what_the_local_pool_records(submitit_engine, tmp_path, local_records):
+    """Two long-lived slots run the jobs from the work folder; the driver's records equal the local engine's."""
+    runs = tmp_path / "runs"
+    got = _through(submitit_engine, runs)
+    assert (got, _records(runs)) == local_records
+    prov = json.loads((runs / "s0.json").read_text())["provenance"]
+    assert prov["engine"] == "submitit" and prov["device"] == "cpu" and prov["host"] and prov["driver_host"]
+    slots = set(submitit_engine.slots)
+    assert len(slots) == 2 and not list(submitit_engine.queue.root.glob("todo/*"))
     _rejecting_job_is_named(submitit_engine, tmp_path / "bad")
+    assert set(submitit_engine.slots) == slots  # a job that raises costs no slot: the same two ran both batches
+
+
+def test_submitit_slot_that_ends_under_a_job(submitit_engine, tmp_path, monkeypatch, local_records):
+    """A job that kills its worker is put back once (the other slot takes it, as it would resume a job whose slot
+    hit its time limit), then fails alone, named; the jobs beside it are recorded."""
+    monkeypatch.setattr(submitit_engine, "MAX_LOSSES", 2)
+    runs = tmp_path / "runs"
+    with pytest.raises(JobError, match="job 'dies' failed .*2 submitit workers ended while running it") as err:
+        _through(submitit_engine, runs, [*_jobs(), Job("dies", _dies, {"code": 3})])
+    assert "1 of 3 jobs failed" in str(err.value)
+    assert sorted(p.name for p in runs.glob("s*.json")) == ["s0.json", "s1.json"]
+    assert not submitit_engine.slots  # both ended under it; the next batch submits new ones
 
 
 DRIVER = """
@@ -132,12 +166,13 @@ if __name__ == "__main__":
 @pytest.mark.parametrize("engine", ["local", "submitit"])
 def test_killed_driver_resumes_without_rerunning_recorded_jobs(engine, tmp_path, monkeypatch):
     """The driver is SIGKILLed with jobs in flight; --resume reuses the two records and reruns the rest (it does
-    not wait for submitit's orphaned jobs: they are never recorded)."""
+    not wait for submitit's orphaned slots: what they finish is never recorded)."""
     if engine != "local":
         pytest.importorskip("submitit")
     (tmp_path / "tinydriver.py").write_text(textwrap.dedent(DRIVER))
     runs = tmp_path / "runs"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    env["SYMFORMER_SLOT_STALE_S"] = "20"  # orphaned slots stop soon after the test even without the STOP
     proc = subprocess.Popen([sys.executable, str(tmp_path / "tinydriver.py"), str(runs), engine], env=env)
     deadline = time.time() + 120
     while len(list(runs.glob("n*.json"))) < 2 and time.time() < deadline and proc.poll() is None:
@@ -146,6 +181,17 @@ def test_killed_driver_resumes_without_rerunning_recorded_jobs(engine, tmp_path,
     proc.wait()
     recorded = {p.name: p.read_text() for p in runs.glob("n*.json")}
     assert sorted(recorded) == ["n0.json", "n1.json"]
+    if engine == "submitit":  # a restarted driver's engine STOPs the old queue: its slots take no further job
+        from symformer.experiments.executors import SubmititEngine
+
+        (old,) = (runs.parent / "submitit").glob("queue-*")
+        restarted = SubmititEngine(runs.parent / "submitit", cluster="local")
+        restarted._open()
+        restarted._take_over(tmp_path / "other" / "runs")  # another experiment's folder: not the old driver's
+        assert not (old / "STOP").exists()
+        restarted._take_over(runs)
+        assert (old / "STOP").exists() and not (restarted.queue.root / "STOP").exists()
+        restarted.close()
     monkeypatch.syspath_prepend(str(tmp_path))
     import tinydriver
 
@@ -183,10 +229,13 @@ def test_reproduce_through_submitit(fake, by_value, capsys, tmp_path, monkeypatc
     saved = json.loads((tmp_path / "tiny" / "results.json").read_text())
     assert saved["config"]["runs_provenance"]["engine"] == {"submitit": 2}
     assert "- runs/ records by device: cpu (2); engine: submitit (2)" in (tmp_path / "tiny" / "report.md").read_text()
+    prov = (tmp_path / "tiny" / "PROVENANCE.md").read_text()
+    assert "- last command: `symformer reproduce tiny --executor submitit" in prov
+    assert "- engine: submitit (2)\n- device: cpu (2)\n- worker host: " in prov and "mix devices" not in prov
 
 
 def test_report_says_when_records_mix_devices(tmp_path):
-    from symformer.experiments.jobs import records_where, where_note
+    from symformer.experiments.jobs import records_where, where_note, write_provenance
 
     run_jobs(_jobs(), tmp_path)
     rec = json.loads((tmp_path / "s1.json").read_text())
@@ -194,8 +243,13 @@ def test_report_says_when_records_mix_devices(tmp_path):
     (tmp_path / "s1.json").write_text(json.dumps(rec))
     note = where_note(records_where(tmp_path))
     assert note.startswith("records mix devices: runs/ records by device: cpu (1), cuda (1); engine: local (2)")
+    assert "- the records mix devices" in write_provenance(tmp_path, records_where(tmp_path)).read_text()
     (tmp_path / "s1.json").unlink()
     assert not where_note(records_where(tmp_path)).startswith("records mix")
+    assert "mix devices" not in write_provenance(tmp_path, records_where(tmp_path)).read_text()
+    (tmp_path / "PROVENANCE.md").write_text("# written by hand\n")  # a recorded run's own is never replaced
+    assert write_provenance(tmp_path, records_where(tmp_path)) is None
+    assert (tmp_path / "PROVENANCE.md").read_text() == "# written by hand\n"
 
 
 @pytest.mark.parametrize(
@@ -235,3 +289,90 @@ def test_cuda_without_a_gpu_is_refused(fake, capsys, tmp_path):
     assert cli.main(["reproduce", "tiny", "--device", "cuda", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--device: got 'cuda', expected a CUDA device" in err
+
+
+def test_cuda_on_a_cluster_is_for_its_nodes(monkeypatch, tmp_path):
+    """A Slurm driver (a login node) need not have a GPU: --device cuda is checked by each job on its node, and
+    each slot gets one GPU unless --gpus-per-job says otherwise; on this machine's engines it is checked here."""
+    import importlib.util
+
+    import torch
+
+    from symformer.experiments import executors
+
+    made, real = {}, importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: True if name == "submitit" else real(name, *a))
+    monkeypatch.setattr(executors, "SubmititEngine", lambda *a: made.setdefault("args", a))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("SYMFORMER_SUBMITIT_CLUSTER", "slurm")
+    executors.make_engine("submitit", tmp_path, 2, "cuda", "gpu", 60)
+    assert made["args"] == (tmp_path, "cuda", "gpu", 60, 1, 1, "slurm")
+    monkeypatch.setenv("SYMFORMER_SUBMITIT_CLUSTER", "local")
+    with pytest.raises(ValueError, match="--device: got 'cuda', expected a CUDA device"):
+        executors.make_engine("submitit", tmp_path, 2, "cuda")
+
+
+def _on(device: str, seed: int) -> dict:
+    """A float64 product on `device` (what an experiment's job does with ctx.device)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randn(64, 64, generator=g, dtype=torch.float64).to(device)
+    return {"trace": float((a @ a.T).trace()), "device": (a @ a.T).device.type}
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("executor", ["local", "submitit"])
+def test_reproduce_on_the_gpu(executor, by_value, monkeypatch, capsys, tmp_path):
+    """--device cuda reaches the experiment (ctx.device) and the records: each names cuda and its GPU, and the
+    results equal the CPU's to float64 rounding."""
+    if executor == "submitit":
+        pytest.importorskip("submitit")
+        monkeypatch.setenv("SYMFORMER_SUBMITIT_CLUSTER", "local")
+    reg = ebase.Registry("experiment")
+    monkeypatch.setattr(ebase, "EXPERIMENTS", reg)
+    monkeypatch.setattr("symformer.experiments.load_all", lambda: reg)
+
+    def ongpu(ctx):
+        jobs = [Job(f"g{i}", _on, {"device": ctx.device, "seed": i}) for i in range(2)]
+        got = run_jobs(jobs, ctx.out_dir / "runs", ctx.jobs, ctx.resume)
+        return ExperimentResult(metrics={k: v["trace"] for k, v in got.items()})
+
+    reg.register("ongpu")(ebase.ExperimentSpec("ongpu", ongpu, "two float64 products on ctx.device"))
+    jobs = "2" if executor == "submitit" else "1"  # the local pool's spawned workers cannot import this module
+    argv = ["reproduce", "ongpu", "--device", "cuda", "--executor", executor, "--jobs", jobs, "--out", str(tmp_path)]
+    assert cli.main(argv) == 0
+    for i in range(2):
+        rec = json.loads((tmp_path / "ongpu" / "runs" / f"g{i}.json").read_text())
+        assert rec["result"]["device"] == "cuda" and rec["provenance"]["device"] == "cuda" and rec["provenance"]["gpu"]
+        assert rec["result"]["trace"] == pytest.approx(_on("cpu", i)["trace"], rel=1e-12)
+    saved = json.loads((tmp_path / "ongpu" / "results.json").read_text())
+    assert saved["environment"]["device"] == "cuda"
+    assert "- device: cuda (2)\n" in (tmp_path / "ongpu" / "PROVENANCE.md").read_text()
+
+
+def test_slot_time_limit_hands_the_job_back(tmp_path):
+    """submitit stops a slot at its time limit by raising UncompletedJobError in the running job: the slot ends
+    holding the claim (no outcome is written), so the driver puts the job back; a slot that Slurm requeued after a
+    preemption first runs what it still holds."""
+    pytest.importorskip("submitit")
+    from submitit.core.utils import UncompletedJobError
+
+    from symformer.experiments import slots
+    from symformer.experiments.jobs import _remote_call
+
+    queue = slots.Queue(tmp_path / "queue")
+    (tmp_path / "queue" / "claimed" / "slot001").mkdir()
+    claimed = tmp_path / "queue" / "claimed" / "slot001" / "0001-000000-s0"
+    slots.atomic_pickle(claimed, (_jobs()[0], None))
+
+    def timed_out(job, work, engine, device):
+        return "error", UncompletedJobError("Job not requeued because: timed-out and not checkpointable.")
+
+    with pytest.raises(UncompletedJobError):
+        slots._run_claimed(claimed, queue.root, "slot001", timed_out, "submitit", "cpu")
+    assert claimed.exists() and not os.listdir(queue.root / "done")
+    queue.stop(remove=False)  # the requeued slot runs its claim, then sees STOP
+    assert slots.slot_worker(str(queue.root), "slot001", _remote_call, "submitit", "cpu") == 1
+    ((name, payload),) = queue.outcomes([claimed.name])
+    assert payload["got"][0] == "ok" and payload["got"][1][0] == _tiny(0, 8) and not claimed.exists()

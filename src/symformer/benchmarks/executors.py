@@ -1,12 +1,12 @@
 """`executors` suite: what an engine costs over the local process pool on `reproduce teleport --quick`.
 
 Each round runs `symformer reproduce teleport --quick --jobs 2 --executor E` for E = local, ray (a local
-instance), submitit (its LocalExecutor) back to back, each in a fresh process and a fresh --out, so the
-machine's state (other load, caches) is shared by the three within a round. An engine's one-time start-up
-(ray.init; building submitit's executor) is printed by the CLI ("[engine] ... started in S s") and reported
-beside its wall time; the overhead ratio excludes it: (wall - start-up) / local wall of the same round, and the
-suite's metric is the median over rounds. Every round is a row. An engine whose extra is not installed is
-skipped with a note. Quick: 1 round; otherwise 3.
+instance), submitit (its LocalExecutor, running two long-lived slots) back to back, each in a fresh process and a
+fresh --out, so the machine's state (other load, caches) is shared by the three within a round. An engine's
+one-time start-up (ray.init; building submitit's executor) is printed by the CLI ("[engine] ... started in S s")
+and reported beside its wall time; the overhead ratio excludes it: (wall - start-up) / local wall of the same
+round, and the suite's metric is the median over rounds. Every round is a row. An engine whose extra is not
+installed is skipped with a note. Quick: 1 round; otherwise 3.
 """
 
 from __future__ import annotations

@@ -16,9 +16,9 @@ written, and a call without --resume starts the job afresh. `work_dir` is not pa
 A job that raises does not cost the others: every other job still runs and is recorded, then `JobError` names
 the failed job (its exception is the `__cause__`), and a --resume call after the fix runs only what failed.
 
-Where the jobs run is the engine's business (executors.py: the pool here, submitit, Ray; `reproduce
---executor`); what is recorded, reused and raised is decided here, in the driver, the same for every engine. Each
-record's provenance names the worker's host, the engine and the device beside the commit.
+Where the jobs run is the engine's business (executors.py: the pool here, submitit's long-lived slots (slots.py),
+Ray; `reproduce --executor`); what is recorded, reused and raised is decided here, in the driver, the same for every
+engine. Each record's provenance names the worker's host, the engine and the device beside the commit.
 
 A runs folder belongs to one protocol. `recorded_plan` (entered by every registered experiment, base.py) names
 it: the experiment, its declared protocol version, --quick, --seed, --full and the options. The first run_jobs
@@ -154,9 +154,15 @@ def one_thread():
 
 def _call(job: Job, work: Path | None = None, engine: str = "local", device: str = "cpu") -> tuple[Any, float, dict]:
     """(result, seconds, where it ran): the host is the worker's, which on a cluster is not the driver's."""
+    where = {"host": platform.node(), "machine": platform.machine(), "engine": engine, "device": device}
+    if device == "cuda":  # the GPU it ran on; a worker without one refuses the job instead of running it elsewhere
+        import torch
+
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"--device cuda: worker host {platform.node()!r} has no CUDA device")
+        where["gpu"] = torch.cuda.get_device_name()
     t0 = time.perf_counter()
     result = job.fn(**job.kwargs, **({} if work is None else {"work_dir": str(work)}))
-    where = {"host": platform.node(), "machine": platform.machine(), "engine": engine, "device": device}
     return result, time.perf_counter() - t0, where
 
 
@@ -298,22 +304,8 @@ def run_jobs(
             log(f"job {job.key} done in {seconds:.0f} s ({len(out)} of {len(jobs)})")
 
     failed: list[tuple[str, BaseException]] = []
-    if not todo:  # everything reused (a resumed batch that had finished): no pool of zero workers
-        pass
-    elif remote:  # paths made absolute: an engine's worker need not start in the driver's folder
-        absolute = {k: None if w is None else w.resolve() for k, w in work.items()}
-        engine.run(todo, absolute, _remote_call, lambda j, got: done(j, _unwrap(got)), failed, n_workers)
-    elif n_workers == 1 or len(todo) == 1:
-        # in this process but with the workers' single thread, so a job's numbers depend neither on --jobs nor on
-        # how many jobs were left (a resumed run must reproduce an uninterrupted one bit for bit)
-        with one_thread():
-            for j in todo:
-                try:
-                    done(j, _call(j, work[j.key], "local", device))
-                except Exception as e:  # noqa: BLE001  (re-raised below, after the other jobs are recorded)
-                    failed.append((j.key, e))
-    else:
-        _run_pool(todo, work, n_workers, done, failed, device)
+    if todo:  # everything reused (a resumed batch that had finished): no pool of zero workers
+        _dispatch(todo, work, n_workers, done, failed, engine if remote else None, device, record_dir)
     if failed:
         # one failing job does not throw away the others: every job that finished is recorded (a --resume call
         # after the fix reruns only the failed ones), then the first failure is raised, naming its job
@@ -323,6 +315,24 @@ def run_jobs(
             f"failed, the other {len(todo) - len(failed)} finished and are recorded"
         ) from err
     return {k: out[k] for k in keys}
+
+
+def _dispatch(todo: list[Job], work: dict, n_workers: int, done: Callable, failed: list, engine, device, record_dir):
+    """Run `todo` on `engine` (None: here, or in the local pool); `done` records each job, `failed` collects."""
+    if engine is not None:  # paths made absolute: an engine's worker need not start in the driver's folder
+        absolute = {k: None if w is None else w.resolve() for k, w in work.items()}
+        engine.run(todo, absolute, _remote_call, lambda j, got: done(j, _unwrap(got)), failed, n_workers, record_dir)
+    elif n_workers == 1 or len(todo) == 1:
+        # in this process but with the workers' single thread, so a job's numbers depend neither on --jobs nor on
+        # how many jobs were left (a resumed run must reproduce an uninterrupted one bit for bit)
+        with one_thread():
+            for j in todo:
+                try:
+                    done(j, _call(j, work[j.key], "local", device))
+                except Exception as e:  # noqa: BLE001  (re-raised by run_jobs, after the other jobs are recorded)
+                    failed.append((j.key, e))
+    else:
+        _run_pool(todo, work, n_workers, done, failed, device)
 
 
 class JobError(RuntimeError):
@@ -337,10 +347,13 @@ def reuse_note(what: str, stats: dict) -> str:
     )
 
 
+WHERE_KEYS = ("engine", "device", "host", "gpu", "driver_host", "git_sha")
+
+
 def records_where(record_dir: Path) -> dict[str, dict[str, int]]:
-    """{"engine" | "device" | "host": {value: number of records}} over the records under `record_dir`; a record
-    written before provenance named them counts as "unrecorded"."""
-    out: dict[str, dict[str, int]] = {"engine": {}, "device": {}, "host": {}}
+    """{key: {value: number of records}} over the records under `record_dir`, for the provenance keys WHERE_KEYS;
+    a record written before provenance named one counts as "unrecorded" (gpu: only records that ran on one)."""
+    out: dict[str, dict[str, int]] = {k: {} for k in WHERE_KEYS}
     for path in sorted(Path(record_dir).glob("*.json")) if Path(record_dir).is_dir() else []:
         try:
             prov = json.loads(path.read_text()).get("provenance") or {}
@@ -349,6 +362,8 @@ def records_where(record_dir: Path) -> dict[str, dict[str, int]]:
         if path.name == PLAN_FILE:
             continue
         for key, counts in out.items():
+            if key == "gpu" and "gpu" not in prov:
+                continue
             val = str(prov.get(key, "unrecorded"))
             counts[val] = counts.get(val, 0) + 1
     return out
@@ -362,3 +377,36 @@ def where_note(where: dict[str, dict[str, int]]) -> str | None:
     fmt = {k: ", ".join(f"{v} ({n})" for v, n in sorted(c.items())) for k, c in where.items()}
     mixed = "records mix devices: " if len(where["device"]) > 1 else ""
     return f"{mixed}runs/ records by device: {fmt['device']}; engine: {fmt['engine']}; host: {fmt['host']}"
+
+
+GENERATED = "<!-- written by symformer reproduce from runs/*.json; a hand-written PROVENANCE.md is never replaced -->"
+
+
+def write_provenance(exp_dir: Path, where: dict[str, dict[str, int]]) -> Path | None:
+    """OUT/<experiment>/PROVENANCE.md: the command, and the hosts, devices, engines and commits of its records (from
+    records_where). A PROVENANCE.md without the GENERATED line (a recorded run's, written by hand) is left alone."""
+    from symformer import results
+
+    path = Path(exp_dir) / "PROVENANCE.md"
+    if path.exists() and GENERATED not in path.read_text():
+        return None
+    n = sum(where["device"].values())
+    lines = [
+        GENERATED,
+        f"# Provenance of {Path(exp_dir).name}",
+        "",
+        f"- last command: `{results._COMMAND or 'run_jobs from Python'}` (driver host {platform.node()!r}, "
+        f"commit {git_sha()})",
+        f"- records: runs/*.json, {n} job record(s); each names its own host, device, engine and commit",
+    ]
+    labels = {"host": "worker host", "gpu": "GPU", "driver_host": "driver host", "git_sha": "commit"}
+    for key in WHERE_KEYS:
+        if where.get(key):
+            counts = ", ".join(f"{v} ({c})" for v, c in sorted(where[key].items()))
+            lines.append(f"- {labels.get(key, key)}: {counts}")
+    if len(where["device"]) > 1:
+        lines.append(
+            "- the records mix devices: their timings, and float results beyond rounding, are not of one device"
+        )
+    atomic_write_text(path, "\n".join(lines) + "\n")
+    return path
