@@ -12,6 +12,7 @@ from typing import List, Optional
 import typer
 
 from symformer._io import check_writable_dir
+from symformer._rng import seeded_generator
 
 try:  # typer >= 0.20 vendors click as typer._click; older typer depends on click
     from typer._click import exceptions as click_exc
@@ -338,7 +339,7 @@ def sample(
     ids = torch.tensor([[stoi[c] for c in prompt]])
     names = {"max_new_tokens": "--tokens", "temperature": "--temperature", "top_k": "--top-k", "ids": "--prompt"}
     try:
-        seq = model.generate(ids, tokens, temperature, top_k, generator=torch.Generator().manual_seed(seed))
+        seq = model.generate(ids, tokens, temperature, top_k, generator=seeded_generator(seed))
     except (ValueError, TypeError) as e:
         name, _, rest = str(e).partition(":")
         raise CLIError(f"{names.get(name, name)}:{rest}") from None

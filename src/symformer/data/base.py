@@ -7,6 +7,8 @@ from typing import Iterator
 
 import torch
 
+from symformer._rng import seeded_generator
+
 
 @dataclass
 class TensorData:
@@ -34,7 +36,7 @@ class Split:
 def epoch_order(n: int, seed: int, epoch: int, shuffle: bool = True) -> torch.Tensor:
     if not shuffle:
         return torch.arange(n)
-    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    g = seeded_generator(seed * 1_000_003 + epoch)
     return torch.randperm(n, generator=g)
 
 

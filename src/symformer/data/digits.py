@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from symformer._rng import seeded_generator
 from symformer._validation import check_int
 from symformer.data.base import Split, TensorData
 
@@ -26,7 +27,7 @@ def load_digits_images(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, dict[
     d = load_digits()
     x = torch.tensor(d.images, dtype=torch.float32) / 16.0
     y = torch.tensor(d.target, dtype=torch.long)
-    perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))
+    perm = torch.randperm(len(y), generator=seeded_generator(seed))
     n_tr, n_va = int(0.6 * len(y)), int(0.2 * len(y))
     idx = {"train": perm[:n_tr], "val": perm[n_tr : n_tr + n_va], "test": perm[n_tr + n_va :]}
     return x, y, idx

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from symformer._rng import seeded_generator
 from symformer._validation import check_int
 from symformer.data.base import Split, TensorData
 
@@ -28,7 +29,7 @@ def load_mnist1d(patch: int = 4, seed: int = 0, num_samples: int = 5000) -> Spli
     def tok(x: torch.Tensor) -> torch.Tensor:
         return x[:, :n_steps].reshape(x.shape[0], n_steps // patch, patch)
 
-    perm = torch.randperm(len(ytr), generator=torch.Generator().manual_seed(seed))
+    perm = torch.randperm(len(ytr), generator=seeded_generator(seed))
     n_va = len(ytr) // 5
     va, tr = perm[:n_va], perm[n_va:]
     pos = torch.arange(n_steps // patch, dtype=torch.float32)[:, None]

@@ -8,7 +8,7 @@ import os
 import torch
 
 from symformer._io import save_atomic
-from symformer._rng import generator
+from symformer._rng import generator, seed_torch
 from symformer._validation import check_choice, check_float, check_int, fail
 from symformer.data.files import DataFileError, torch_load
 from symformer.facts.decodability import Decodability, require_vertices
@@ -124,7 +124,7 @@ def train_mlp(
     check_int("max_epochs", max_epochs, 1)
     check_float("lr", lr, 0.0, low_open=True)
     check_int("checkpoint_every", checkpoint_every, 1)
-    torch.manual_seed(seed)
+    seed_torch(seed)
     d = keys.shape[1]
     mlp = FactMLP(d, h, activation=activation, gated=activation == "silu", bias=True, out_bias=True, dtype=dtype)
     K, V = keys.to(dtype), values.to(dtype)
@@ -173,7 +173,7 @@ def gd_encoder(
     noise 1e-7, Adam lr 1e-2, 1000 steps. Returned with D = 0 (attach a decoder)."""
     check_int("h", h, 1)
     check_int("steps", steps, 1)
-    torch.manual_seed(seed)
+    seed_torch(seed)
     n, d = keys.shape
     m = codes.shape[1]
     enc = FactMLP(d, h, activation="silu", gated=True, bias=True, m=m, dense_codes=True, code_bias=True, dtype=dtype)

@@ -9,17 +9,17 @@ from dataclasses import dataclass
 
 import torch
 
+from symformer._rng import seeded_generator
 from symformer._validation import check_choice, check_float, check_int, check_tensor, fail
 
 EMBEDDING_KINDS = ("sphere", "gaussian")
 
 
 def _gen(seed: int | torch.Generator | None) -> torch.Generator:
+    """A given generator, or the stream of `seed` (None: seeded from torch's global generator, as nn.Linear draws)."""
     if isinstance(seed, torch.Generator):
         return seed
-    g = torch.Generator()
-    g.manual_seed(0 if seed is None else int(seed))
-    return g
+    return seeded_generator(seed)
 
 
 def random_fact_map(

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from symformer._rng import seeded_generator
 from symformer._validation import check_choice, check_float, fail
 from symformer.data.books import TEMPLATES, BooksTask
 from symformer.facts import editors
@@ -62,7 +63,7 @@ def make_split(task: BooksTask, fraction: float, seed: int = 0, preserved_ratio:
     check_float("fraction", fraction, 0.0, 1.0, low_open=True)
     check_float("preserved_ratio", preserved_ratio, 0.0)
     n = len(task.books)
-    g = torch.Generator().manual_seed(20_000 + seed)
+    g = seeded_generator(20_000 + seed)
     order = torch.randperm(n, generator=g)
     k = max(2, round(fraction * n))
     p = round(preserved_ratio * fraction * n)

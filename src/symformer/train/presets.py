@@ -10,8 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-import torch
-
+from symformer._rng import seed_torch
 from symformer._validation import check_choice, fail
 from symformer.models import (
     CausalLM,
@@ -244,7 +243,7 @@ def build(spec: dict[str, Any], data_dir=None, seed: int | None = None):
     if seed is not None:
         tkw["seed"] = seed
     tcfg = TrainConfig(**tkw)
-    torch.manual_seed(tcfg.seed)
+    seed_torch(tcfg.seed)
     if t in ("digits", "mnist1d"):
         split = D.load_digits_patches(**dkw) if t == "digits" else D.load_mnist1d(**dkw)
         mkw.setdefault("coord_dim", split.meta["coord_dim"])

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from symformer._rng import seed_torch
 from symformer._validation import check_choice, check_float, check_int, fail
 from symformer.data.base import TensorData, epoch_order, n_batches, shard
 from symformer.models import penalties
@@ -96,7 +97,7 @@ class TrainConfig:
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
+    seed_torch(seed)
 
 
 def make_optimizer(cfg: TrainConfig, params) -> torch.optim.Optimizer:
