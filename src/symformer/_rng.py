@@ -37,6 +37,12 @@ def global_seed() -> int:
     return int(torch.randint(2**31 - 1, ()))
 
 
+def resolve_seed(seed: int | None) -> int:
+    """The integer a draw uses: `seed` itself, or for None one drawn from torch's global generator (global_seed),
+    for a builder that derives several streams from one seed (`seed + 7`, a data set's per-kind streams)."""
+    return global_seed() if check_seed(seed) is None else int(seed)
+
+
 def derived_seed(purpose: str, seed: int) -> int:
     """A 63-bit seed from (purpose, seed): sha256 of "symformer:<purpose>:<seed>"."""
     if check_seed(seed) is None:
@@ -102,6 +108,7 @@ __all__ = [
     "generator",
     "init_generator",
     "layer_kwargs",
+    "resolve_seed",
     "seed_torch",
     "seeded_generator",
 ]

@@ -32,7 +32,7 @@ def row_norm_max(x: torch.Tensor) -> torch.Tensor:
     return x.norm(dim=-1).amax(dim=-1)
 
 
-def op_norm(w: torch.Tensor, iters: int = 200, seed: int = 0) -> torch.Tensor:
+def op_norm(w: torch.Tensor, iters: int = 200, seed: int | None = 0) -> torch.Tensor:
     """Spectral norm by power iteration on W^T W (Thm B.8: 'operator norms by power iteration')."""
     check_tensor("w", w, 2)
     check_int("iters", iters, 1)

@@ -29,7 +29,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from symformer._rng import check_seed, global_seed
+from symformer._rng import check_seed, resolve_seed
 from symformer._rng import generator as purpose_generator
 from symformer._validation import (
     all_finite,
@@ -414,7 +414,7 @@ class FavorAttention(AttentionCore):
         self.block_rows = None if block_rows is None else check_int("block_rows", block_rows, 1)
         self.kernel_eps = check_float("kernel_eps", kernel_eps, 0.0)
         self.denominator_eps = check_float("denominator_eps", denominator_eps, 0.0)
-        seed = global_seed() if check_seed(seed) is None else seed
+        seed = resolve_seed(seed)
         # fixed features are a buffer (a state_dict reproduces the module); seed and the number of draws are
         # buffers too, so redraws after load_state_dict continue the same deterministic sequence
         # the draw runs on the CPU (its generator's device) whatever device the constructor is called under, then

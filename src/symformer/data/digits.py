@@ -20,7 +20,7 @@ def patchify(images: torch.Tensor, patch: int) -> tuple[torch.Tensor, torch.Tens
     return tokens, pos
 
 
-def load_digits_images(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+def load_digits_images(seed: int | None = 0) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
     """Images scaled to [0, 1], labels, and a fixed 60/20/20 split of indices."""
     from sklearn.datasets import load_digits
 
@@ -33,7 +33,7 @@ def load_digits_images(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, dict[
     return x, y, idx
 
 
-def load_digits_patches(patch: int = 2, seed: int = 0) -> Split:
+def load_digits_patches(patch: int = 2, seed: int | None = 0) -> Split:
     """Digits as (B, 64/patch^2, patch^2) tokens with (row, col) positions; split 60/20/20."""
     check_int("patch", patch, 1, 8)
     x, y, idx = load_digits_images(seed)

@@ -109,7 +109,7 @@ def make_ssfr(
     n_pairs: int = 16,
     min_len: int = 8,
     max_len: int = 16,
-    seed: int = 0,
+    seed: int | None = 0,
     dtype: torch.dtype = torch.float32,
 ) -> SSFRTask:
     """An SSFR task with F = n_facts keys and values, a random bijection f (App. A.2.2 step 2) and standard

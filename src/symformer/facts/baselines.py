@@ -67,7 +67,7 @@ def ntk_mlp(
     degree: int = 2,
     margin_optimal: bool = False,
     activation: str = "silu",
-    seed: int = 0,
+    seed: int | None = 0,
     info: Decodability | None = None,
 ) -> FactMLP:
     """Alg. 5 (the gated form of Nichani et al.): g(x) = P (sigma(W_gate x) * (W_up x)),
@@ -107,7 +107,7 @@ def train_mlp(
     max_epochs: int = 20000,
     lr: float = 1e-3,
     final_lr: float = 1e-6,
-    seed: int = 0,
+    seed: int | None = 0,
     dtype: torch.dtype = torch.float32,
     checkpoint: str | os.PathLike | None = None,
     checkpoint_every: int = 500,
@@ -166,7 +166,7 @@ def gd_encoder(
     steps: int = 1000,
     lr: float = 1e-2,
     key_noise: float = 1e-7,
-    seed: int = 0,
+    seed: int | None = 0,
     dtype: torch.dtype = torch.float32,
 ) -> FactMLP:
     """GD encoder (App. A.1.3): gated MLP R^d -> R^m with a dense E (m x h), MSE to the codes with key

@@ -19,7 +19,7 @@ def train_mse_mlp(
     steps: int = 3000,
     lr: float = 1e-2,
     final_lr: float = 1e-4,
-    seed: int = 0,
+    seed: int | None = 0,
     stop_when_stored: bool = False,
     check_every: int = 100,
     dtype: torch.dtype = torch.float32,

@@ -81,7 +81,7 @@ def lambda_from_beta(beta: torch.Tensor) -> torch.Tensor:
     return beta.abs().sum(-1).amax()
 
 
-def joint_spectrum(L: torch.Tensor, seed: int = 0) -> torch.Tensor:
+def joint_spectrum(L: torch.Tensor, seed: int | None = 0) -> torch.Tensor:
     """lambda_{k,j} (C, Dh): eigenvalues (divided by i) of each L_k on the eigenvectors of a random
     combination sum_k c_k L_k. Exact joint spectrum for commuting generators (T2.1) when that combination
     has no accidental multiplicity; a heuristic otherwise."""
@@ -277,7 +277,7 @@ def ir_spec(
     n_starts: int = 4,
     ascent_steps: int = 20,
     definition: str = "T3.5",
-    seed: int = 0,
+    seed: int | None = 0,
     return_per_delta: bool = False,
 ):
     """IR_spec (T8'.7) = E_{Delta ~ nu} sup_{||r||_1 <= R} ||Pi R_sp(r)^T R_sp(r + Delta) Pi - Pi R_STR(Delta) Pi||.

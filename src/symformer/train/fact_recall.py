@@ -24,13 +24,13 @@ class SSFRTrainConfig:
     batch_size: int = 256
     lr: float = 2e-4  # App. A.2.2: AdamW, lr 2e-4 (4.8M sequences or until convergence)
     weight_decay: float = 0.0
-    seed: int = 0
+    seed: int | None = 0
     stop_accuracy: float = 1.0  # stop early once a whole-task evaluation reaches this
     eval_every: int = 250
 
 
 def build_recall_model(
-    task: SSFRTask, mlp: nn.Module, seed: int = 0, train_junk: bool = True, **switches
+    task: SSFRTask, mlp: nn.Module, seed: int | None = 0, train_junk: bool = True, **switches
 ) -> FactRecallTransformer:
     """The Sec. 5.1 transformer on the task's embeddings with `mlp` in its slot. App. A.2.2 freezes the key
     and value embeddings; the junk rows are trained (`train_junk`, as the text leaves only those frozen)."""
@@ -114,7 +114,9 @@ def fact_adaptive_accuracy(model: FactRecallTransformer, task_new: SSFRTask, mlp
         model.fact.swap(old)
 
 
-def lipschitz_estimate(mlp: nn.Module, keys: torch.Tensor, values: torch.Tensor, n: int = 100, seed: int = 0) -> float:
+def lipschitz_estimate(
+    mlp: nn.Module, keys: torch.Tensor, values: torch.Tensor, n: int = 100, seed: int | None = 0
+) -> float:
     """Eq. (8): max over n random keys k_i of sigma_1(J(k_i)), J = d V^T MLP(norm(x)) / dx at x = k_i, with the
     frozen pre-MLP norm (projection to the sphere, App. A.2.5: 100 samples)."""
     from symformer.models.fact_recall import SphereNorm
@@ -153,7 +155,7 @@ def swap_diagnostics(
     task_new: SSFRTask,
     mlp_new: nn.Module,
     batch: int = 2048,
-    seed: int = 0,
+    seed: int | None = 0,
 ) -> dict:
     """Where a swap (Sec. 5.1) loses accuracy, over every sequence of SSFR[f'] (`task_new`; `task` holds the f the
     model was trained with, its MLP in the slot). With the four changes the MLP reads u = norm(sum_j a_j x_j), the
