@@ -37,7 +37,9 @@ def _seeding_calls(path: Path, root: Path = SRC.parent) -> list[str]:
         f = node.func
         name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
         if name.startswith("manual_seed") or name == "Generator":  # the outer call of Generator().manual_seed()
-            found.setdefault((node.lineno, node.col_offset), f"{path.relative_to(root)}:{node.lineno} {ast.unparse(f)}(")
+            found.setdefault(
+                (node.lineno, node.col_offset), f"{path.relative_to(root)}:{node.lineno} {ast.unparse(f)}("
+            )
     return [found[k] for k in sorted(found)]
 
 
@@ -54,6 +56,7 @@ def test_the_scan_sees_the_calls_it_forbids(tmp_path):
     probe.write_text(
         '"""torch.manual_seed(0) in a docstring"""\nimport torch\nfrom torch import Generator\n'
         "torch.manual_seed(0)\ng = torch.Generator().manual_seed(1)\nh = Generator()\ntorch.cuda.manual_seed_all(2)\n"
+        "k = torch.Generator(device='cpu')\n"
     )
     assert sorted(c.split(" ", 1)[1] for c in _seeding_calls(probe, tmp_path)) == [
         "Generator(",
@@ -227,3 +230,11 @@ def test_train_config_seed_none_is_drawn_once_from_the_global_generator(tmp_path
 
     a, b, c = trainer(0), trainer(0), trainer(1)
     assert isinstance(a.cfg.seed, int) and a.cfg.seed == b.cfg.seed != c.cfg.seed
+
+
+def test_seed_none_draws_on_the_cpu_under_a_meta_device():
+    """from_pretrained builds models under torch.device("meta"), where no value can be read: the seed a part draws
+    from the global generator is drawn on the CPU."""
+    with torch.device("meta"):
+        favor, plash = FavorAttention(8, n_features=8), PlashAttention(8, M=4, D_k=16)
+    assert favor.seed.device.type == "meta" and plash.hash_0.device.type == "meta"

@@ -34,7 +34,7 @@ def check_seed(seed, name: str = "seed") -> int | None:
 def global_seed() -> int:
     """A seed drawn from torch's global generator, for a part that must store its seed (FAVOR+'s redraws)
     when given seed=None: torch.manual_seed governs it."""
-    return int(torch.randint(2**31 - 1, ()))
+    return int(torch.randint(2**31 - 1, (), device="cpu"))  # on the CPU under a meta-device context too
 
 
 def resolve_seed(seed: int | None) -> int:
@@ -90,7 +90,7 @@ def seeded_generator(seed: int | None, device: str | torch.device = "cpu") -> to
 def fresh_generator(device: str | torch.device = "cpu") -> torch.Generator:
     """A generator seeded from torch's global generator, for `seed=None`: a run that called torch.manual_seed
     stays reproducible, as nn.Linear's initialisation does."""
-    return torch.Generator(device=device).manual_seed(int(torch.randint(0, 2**62, (1,)).item()))
+    return torch.Generator(device=device).manual_seed(int(torch.randint(0, 2**62, (1,), device="cpu").item()))
 
 
 def seed_torch(seed: int | None) -> None:

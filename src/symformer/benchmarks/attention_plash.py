@@ -123,15 +123,8 @@ def plash_rows(ctx: BenchContext) -> tuple[list[dict], dict]:
         from symformer.attention.softmax import naive_attention
 
         for n in (2048, 4096, 8192):
-            rows.append(
-                {
-                    "method": "naive",
-                    "part": "core",
-                    "pass": "fwd",
-                    "N": n,
-                    "seconds": _one_shot(naive_attention, n, dev),
-                }
-            )
+            sec = _one_shot(naive_attention, n, dev)
+            rows.append({"method": "naive", "part": "core", "pass": "fwd", "N": n, "seconds": sec})
     fav = (
         ATTENTION.build("favor", head_dim=D_MODEL // HEADS, n_heads=HEADS, d_model=D_MODEL, n_features=256)
         .to(dev)
