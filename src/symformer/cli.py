@@ -6,12 +6,14 @@ import json
 import os
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
 from symformer._io import check_writable_dir
+from symformer._rng import seeded_generator
 
 try:  # typer >= 0.20 vendors click as typer._click; older typer depends on click
     from typer._click import exceptions as click_exc
@@ -22,7 +24,8 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    help="Structured transformers: reproduce the papers' claims, benchmark, train.",
+    help="Structured transformers: reproduce the papers' claims, benchmark, train. Bad input gets one line on "
+    "stderr and exit status 2; add --debug anywhere on the line to see the traceback behind that line.",
 )
 data_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Data sets and where their files go.")
 app.add_typer(data_app, name="data")
@@ -30,6 +33,19 @@ app.add_typer(data_app, name="data")
 
 class CLIError(Exception):
     """One line for the user; exit status 2."""
+
+
+#: anywhere on the command line: print the traceback behind a one-line error (taken out before the commands parse)
+DEBUG_FLAG = "--debug"
+
+
+def _error(message: str, exc: BaseException, debug: bool) -> None:
+    """The one-line error on stderr; with --debug the traceback behind it first, including the error a CLIError
+    rewords (raised `from None`, which hides it from a plain traceback)."""
+    if debug:
+        exc.__suppress_context__ = False
+        traceback.print_exception(type(exc), exc, exc.__traceback__, file=sys.stderr)
+    typer.echo(message, err=True)
 
 
 def _threads() -> None:
@@ -346,7 +362,7 @@ def sample(
     ids = torch.tensor([[stoi[c] for c in prompt]])
     names = {"max_new_tokens": "--tokens", "temperature": "--temperature", "top_k": "--top-k", "ids": "--prompt"}
     try:
-        seq = model.generate(ids, tokens, temperature, top_k, generator=torch.Generator().manual_seed(seed))
+        seq = model.generate(ids, tokens, temperature, top_k, generator=seeded_generator(seed))
     except (ValueError, TypeError) as e:
         name, _, rest = str(e).partition(":")
         raise CLIError(f"{names.get(name, name)}:{rest}") from None
@@ -404,18 +420,21 @@ def main(argv: list[str] | None = None) -> int:
     from symformer.results import set_command
 
     _register_plugins()
-    set_command(list(sys.argv[1:] if argv is None else argv))
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = DEBUG_FLAG in args
+    args = [a for a in args if a != DEBUG_FLAG]
+    set_command(args)
     from symformer.experiments.jobs import JobError
 
     try:
-        app(args=argv, standalone_mode=False)
+        app(args=args, standalone_mode=False)
     except (CLIError, MissingDataError, ValueError, TypeError) as e:
-        typer.echo(f"error: {e}", err=True)
+        _error(f"error: {e}", e, debug)
         return 2
     except JobError as e:
         if not isinstance(e.__cause__, (MissingDataError, ValueError, TypeError)):
             raise  # a job that crashed on a bug: the traceback is what helps
-        typer.echo(f"error: {e}", err=True)  # a job rejected its input: one line, as anywhere else
+        _error(f"error: {e}", e, debug)  # a job rejected its input: one line, as anywhere else
         return 2
     except typer.Abort:
         typer.echo("aborted", err=True)
@@ -424,10 +443,10 @@ def main(argv: list[str] | None = None) -> int:
         if type(e).__name__ == "NoArgsIsHelpError" and e.ctx is not None:
             typer.echo(e.ctx.get_help())
             return 0
-        typer.echo(f"error: {e.format_message()} (see --help for what is accepted)", err=True)
+        _error(f"error: {e.format_message()} (see --help for what is accepted)", e, debug)
         return 2
     except click_exc.ClickException as e:
-        typer.echo(f"error: {e.format_message()} (see --help)", err=True)
+        _error(f"error: {e.format_message()} (see --help)", e, debug)
         return 2
     except SystemExit as e:  # typer.Exit inside a command
         return int(e.code or 0)

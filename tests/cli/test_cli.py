@@ -213,3 +213,23 @@ def test_bench_without_names_skips_suites_run_by_name_only(capsys, tmp_path, mon
     assert run(capsys, "bench", "heavy", "--out", str(tmp_path))[0] == 0 and ran == ["tiny", "heavy"]
     code, out, _ = run(capsys, "bench", "--list")
     assert "heavy" in out and "(run when named)" in out
+
+
+def test_debug_shows_the_traceback_behind_the_one_line_error(capsys, tmp_path, monkeypatch):
+    """--debug anywhere on the line: the same one-line error and exit status 2, after the traceback behind it."""
+    code, _, plain = run(capsys, "train", "--preset", "nope")
+    assert code == 2 and "Traceback" not in plain and plain.strip().count("\n") == 0
+    for argv in (("--debug", "train", "--preset", "nope"), ("train", "--preset", "nope", "--debug")):
+        code, _, err = run(capsys, *argv)
+        assert code == 2 and err.startswith("Traceback (most recent call last)") and err.endswith(plain), err
+    monkeypatch.setattr(sys, "argv", ["symformer", "reproduce", "not-registered", "--debug"])  # the entry point's path
+    assert cli.main() == 2 and "Traceback" in capsys.readouterr().err
+    # a CLIError that rewords another error (raised `from None`) shows that error too
+    (tmp_path / "c.json").write_text(json.dumps({"task": "digits", "train": {"epochs": 1}}))
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "checkpoint.pt").write_bytes(b"not a checkpoint")
+    argv = ("train", "--config", str(tmp_path / "c.json"), "--out", str(tmp_path / "x"), "--resume")
+    code, _, plain = run(capsys, *argv)
+    assert code == 2 and plain.startswith("error: --resume:") and "Traceback" not in plain
+    code, _, err = run(capsys, *argv, "--debug")
+    assert code == 2 and err.endswith(plain) and "CheckpointError" in err and "During handling" in err, err

@@ -15,6 +15,7 @@ from tests.integrations._hf_models import FAMILIES, float64_reference, ids, pari
 from tests.integrations._hf_models import logits as _logits  # noqa: E402
 from tests.integrations._hf_models import patched as _patched  # noqa: E402
 
+from symformer._rng import derived_seed  # noqa: E402
 from symformer.integrations import hf  # noqa: E402
 from symformer.integrations._hf_common import (  # noqa: E402
     attention_modules,
@@ -63,7 +64,7 @@ def test_favor_approaches_eager_as_features_grow():
     ref = _logits(tiny("llama", torch.float64, init=0.05, attn_implementation="eager"), x)
     errs = []
     for m in (64, 1024, 16384):
-        model = hf.configure(tiny("llama", torch.float64, init=0.05), "favor", n_features=m)
+        model = hf.configure(tiny("llama", torch.float64, init=0.05), "favor", n_features=m, seed=0)
         assert model.config._attn_implementation == "symformer_favor"
         errs.append((_logits(model, x) - ref).abs().max().item())
     assert errs[2] < errs[1] < errs[0] and errs[2] < 5e-3, errs
@@ -171,8 +172,9 @@ def test_configure_records_options_and_refuses_bad_ones():
     model = hf.configure(tiny("mistral"), "favor", n_features=48, seed=3)
     assert model.config.symformer_attention == {"attention": "favor", "n_features": 48, "seed": 3}
     assert model.model.layers[1].self_attn.symformer_core.n_features == 48
-    # each layer its own features (seed 1000 s + l), for FAVOR+ and PLASH alike
-    assert [int(layer.self_attn.symformer_core.seed) for layer in model.model.layers] == [3000, 3001]
+    # each layer its own features (derived_seed("layer<l>", s), _rng.layer_kwargs), for FAVOR+ and PLASH alike
+    seeds = [int(layer.self_attn.symformer_core.seed) for layer in model.model.layers]
+    assert seeds == [derived_seed("layer0", 3), derived_seed("layer1", 3)]
     cores = [layer.self_attn.symformer_core for layer in hf.configure(tiny("llama"), "plash").model.layers]
     assert not torch.equal(cores[0].hash_0, cores[1].hash_0)
     with pytest.raises(TypeError, match=r"^seed: got 1.5, expected an integer"):

@@ -14,8 +14,8 @@ from tests.integrations._hf_models import tiny  # noqa: E402
 from symformer.integrations import hf  # noqa: E402
 from symformer.integrations.hf_cache import state_cache  # noqa: E402
 
-OPTIONS = {
-    "favor": {"n_features": 16, "chunk_size": 4},
+OPTIONS = {  # favor: seed 0, the default these checks ran with before seed=None meant torch's global generator
+    "favor": {"n_features": 16, "chunk_size": 4, "seed": 0},
     "plash": {"M": 4, "D_k": 8, "causal_block": 5, "mixer_heads": 2},
 }
 PROMPT, NEW = 14, 6

@@ -101,7 +101,8 @@ def test_naive_matches_sdpa():
 def test_every_layer_draws_its_own_random_structure(attention, buffer):
     """Each layer's FAVOR+ features / PLASH hashes come from its own seed, drawn from the global generator: layers
     differ, the same torch.manual_seed rebuilds the same model, another seed another one; an explicit
-    attention_kwargs seed is kept in every layer."""
+    attention_kwargs seed is made each layer's own (_rng.layer_kwargs): layers differ, and the seed alone (not the
+    global generator) fixes them."""
 
     def cores(run_seed, **kw):
         torch.manual_seed(run_seed)
@@ -112,4 +113,6 @@ def test_every_layer_draws_its_own_random_structure(attention, buffer):
     assert not torch.equal(a[0], a[1]) and all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
     assert not torch.equal(cores(1)[0], a[0])
     fixed = cores(0, seed=5)
-    assert torch.equal(fixed[0], fixed[1])
+    assert not torch.equal(fixed[0], fixed[1])
+    assert all(torch.equal(x, y) for x, y in zip(fixed, cores(1, seed=5), strict=True))
+    assert not torch.equal(cores(0, seed=6)[0], fixed[0])

@@ -38,13 +38,18 @@ def test_string_with_no_options_is_rope(head_dim):
 
 
 def test_string_and_espr_start_from_rope_mixed_in_two_dimensions():
-    """For C > 1 STRING and ESPR start from the RoPE-mixed frequencies (Cayley-STRING's init): RoPE(mode="mixed")."""
+    """For C > 1 STRING and ESPR start from the RoPE-mixed frequencies (Cayley-STRING's init): RoPE(mode="mixed")
+    with the same seed draws the same directions (a given seed, or seed=None after the same torch.manual_seed)."""
     q, k = _qk(16)
     pos = torch.randn(N, 2, generator=torch.Generator().manual_seed(1), dtype=torch.float64) * 8
-    ref = RoPE(16, 2, mode="mixed").double()(q, k, pos)
-    for part in (STRING(16, 2).double(), ESPR(16, 2).double()):
-        for a, b in zip(part(q, k, pos), ref):
-            assert _rel(a, b) <= 1e-12, type(part).__name__
+    for seed in (3, None):
+        torch.manual_seed(0)
+        ref = RoPE(16, 2, mode="mixed", seed=seed).double()(q, k, pos)
+        for make in (STRING, ESPR):
+            torch.manual_seed(0)
+            part = make(16, 2, seed=seed).double()
+            for a, b in zip(part(q, k, pos), ref):
+                assert _rel(a, b) <= 1e-12, (make.__name__, seed)
 
 
 @pytest.mark.parametrize("head_dim", [8, 16, 64])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from symformer._rng import derived_seed
 from symformer.data.base import TensorData
 from symformer.models import CausalLM, TransformerConfig
 from symformer.registry import CALLBACKS
@@ -27,8 +28,8 @@ def _setup(steps=6):
 def test_layers_get_distinct_features_and_redraw_every_n_steps():
     model, data, tcfg = _setup()
     mods = feature_modules(model)
-    # each layer draws its own seed from the global generator (models.layers.MultiHeadAttention); the callback
-    # replaces them with seed * 1000 + layer
+    # each layer draws its own seed from the global generator (models.layers.MultiHeadAttention); a callback given
+    # a seed restarts layer i from derived_seed("layer<i>", seed) (_rng.layer_kwargs)
     assert len(mods) == 2 and not torch.equal(mods[0].features, mods[1].features)
     seen = []
 
@@ -40,7 +41,7 @@ def test_layers_get_distinct_features_and_redraw_every_n_steps():
     cb = Spy(model, every=2, seed=3)
     Trainer(model, LanguageModeling(), data, None, tcfg, callbacks=[cb]).fit()
     assert not torch.equal(mods[0].features, mods[1].features)
-    assert [int(m.seed) for m in mods] == [3000, 3001]
+    assert [int(m.seed) for m in mods] == [derived_seed("layer0", 3), derived_seed("layer1", 3)]
     assert cb.redraws == 3 and int(mods[0].draws) == 3
     # features change exactly after steps 2, 4, 6
     changed = [not torch.equal(a, b) for a, b in zip(seen, seen[1:])]
@@ -74,6 +75,17 @@ def test_registered_and_validated():
     assert isinstance(CALLBACKS.build("redraw", model=model, every=5), FeatureRedraw)
     with pytest.raises(ValueError, match="every"):
         FeatureRedraw(model, 0)
+    with pytest.raises(TypeError, match="seed"):
+        FeatureRedraw(model, 2, seed=1.5)
+
+
+def test_without_a_seed_the_layers_keep_the_builders_draws():
+    """seed=None: the callback does not reseed; each layer keeps the seed the model builder gave it."""
+    model, data, tcfg = _setup()
+    mods = feature_modules(model)
+    before = [int(m.seed) for m in mods]
+    Trainer(model, LanguageModeling(), data, None, tcfg, callbacks=[FeatureRedraw(model, None)]).fit()
+    assert [int(m.seed) for m in mods] == before and len(set(before)) == 2
 
 
 def test_learning_curve_points():

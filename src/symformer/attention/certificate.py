@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from symformer._rng import seeded_generator
 from symformer._validation import check_float, check_int, check_tensor, fail
 
 
@@ -31,11 +32,11 @@ def row_norm_max(x: torch.Tensor) -> torch.Tensor:
     return x.norm(dim=-1).amax(dim=-1)
 
 
-def op_norm(w: torch.Tensor, iters: int = 200, seed: int = 0) -> torch.Tensor:
+def op_norm(w: torch.Tensor, iters: int = 200, seed: int | None = 0) -> torch.Tensor:
     """Spectral norm by power iteration on W^T W (Thm B.8: 'operator norms by power iteration')."""
     check_tensor("w", w, 2)
     check_int("iters", iters, 1)
-    g = torch.Generator().manual_seed(seed)
+    g = seeded_generator(seed)
     x = torch.randn(w.shape[1], generator=g, dtype=w.dtype)
     x = x / x.norm()
     wd = w.detach()

@@ -29,6 +29,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from symformer._rng import check_seed, resolve_seed
+from symformer._rng import generator as purpose_generator
 from symformer._validation import (
     all_finite,
     check_attention_inputs,
@@ -77,10 +79,11 @@ def draw_features(
 
     orthogonal=True: blocks of `dim` mutually orthogonal directions, each row rescaled by the norm of an
     independent Gaussian vector, so every row is still exactly N(0, I) (unbiasedness is preserved) while
-    rows of a block are orthogonal (the variance-reducing ORF construction of FAVOR+)."""
+    rows of a block are orthogonal (the variance-reducing ORF construction of FAVOR+). generator None: torch's
+    global generator, as nn.Linear draws (the one seeding rule, _rng)."""
     check_int("n_features", n_features, 1)
     check_int("dim", dim, 1)
-    g = generator if generator is not None else torch.Generator().manual_seed(0)
+    g = generator
     if not orthogonal:
         return _gaussian((n_features, dim), g)
     blocks = [_haar_block(dim, g) for _ in range(-(-n_features // dim))]
@@ -359,10 +362,12 @@ class FavorAttention(AttentionCore):
     in Performer. The stabilisers (one constant per query, one per (batch, head) for the keys) cancel exactly.
 
     head_dim: size of q and k. n_features: m (FAVOR+ default 256 for head_dim 64-128). orthogonal:
-    block-orthogonal features (ORF, rows still exactly N(0, I)). seed: the features are drawn from it; they are
-    a fixed buffer between explicit `redraw()` / `reseed()` / `set_features()` calls, saved in the state_dict with
-    the seed and the number of draws: the training schedule of redraws is train.callbacks.FeatureRedraw
-    (performer-pytorch's ProjectionUpdater), not a counter in forward. chunk_size: chunk length of the causal
+    block-orthogonal features (ORF, rows still exactly N(0, I)). seed: the features are drawn from it (draw i of
+    seed s from `_rng.generator("favor.draw<i>", s)`; None: s is drawn from torch's global generator, as nn.Linear
+    draws its weights, so torch.manual_seed governs it); they are a fixed buffer between explicit `redraw()` /
+    `reseed()` / `set_features()` calls, saved in the state_dict with the seed and the number of draws: the training
+    schedule of redraws is train.callbacks.FeatureRedraw (performer-pytorch's ProjectionUpdater), not a counter in
+    forward. chunk_size: chunk length of the causal
     prefix sums. block_rows: rows per block of the streamed non-causal form (None: ~4 MB of features per block).
     kernel_eps / denominator_eps: performer-pytorch's additive terms, 0 by default (module docstring).
     dropout: must be 0 (FAVOR+ forms no attention weights to drop).
@@ -388,7 +393,7 @@ class FavorAttention(AttentionCore):
         chunk_size: int = 128,
         kernel_eps: float = 0.0,
         denominator_eps: float = 0.0,
-        seed: int = 0,
+        seed: int | None = None,
         block_rows: int | None = None,
         dropout: float = 0.0,
     ):
@@ -409,7 +414,7 @@ class FavorAttention(AttentionCore):
         self.block_rows = None if block_rows is None else check_int("block_rows", block_rows, 1)
         self.kernel_eps = check_float("kernel_eps", kernel_eps, 0.0)
         self.denominator_eps = check_float("denominator_eps", denominator_eps, 0.0)
-        check_int("seed", seed)
+        seed = resolve_seed(seed)
         # fixed features are a buffer (a state_dict reproduces the module); seed and the number of draws are
         # buffers too, so redraws after load_state_dict continue the same deterministic sequence
         # the draw runs on the CPU (its generator's device) whatever device the constructor is called under, then
@@ -422,13 +427,12 @@ class FavorAttention(AttentionCore):
         self.register_buffer("features", self._draw(0, seed).to(device=home, dtype=dtype))
 
     def _draw(self, index: int, seed: int | None = None) -> torch.Tensor:
+        """Draw `index` of the feature sequence of `seed` (default the module's): a stream of its own per draw, so
+        no two (seed, draw) pairs share one (seed * 1_000_003 + index did when index reached 1_000_003)."""
         seed = int(self.seed) if seed is None else seed
         with torch.device("cpu"):
-            return self._draw_cpu(seed * 1_000_003 + index)
-
-    def _draw_cpu(self, seed: int) -> torch.Tensor:
-        g = torch.Generator().manual_seed(seed)
-        return draw_features(self.n_features, self.head_dim, self.orthogonal, g)
+            g = purpose_generator(f"favor.draw{index}", seed)
+            return draw_features(self.n_features, self.head_dim, self.orthogonal, g)
 
     @torch.no_grad()
     def redraw(self) -> None:
@@ -440,7 +444,9 @@ class FavorAttention(AttentionCore):
     def reseed(self, seed: int) -> None:
         """Restart the feature sequence from `seed` (per-layer draws: train/callbacks.FeatureRedraw gives every
         layer its own seed, as performer-pytorch draws one projection per layer)."""
-        self.seed.fill_(check_int("seed", seed))
+        if check_seed(seed) is None:
+            fail("seed", seed, "an integer (the start of the feature sequence)", TypeError)
+        self.seed.fill_(seed)
         self.draws.zero_()
         self.features.copy_(self._draw(0))
 

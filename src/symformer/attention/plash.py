@@ -30,6 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from symformer._rng import check_seed, global_seed, seeded_generator
+from symformer._rng import generator as purpose_generator
 from symformer._validation import (
     all_finite,
     check_attention_inputs,
@@ -96,8 +98,9 @@ class PlashAttention(AttentionCore):
 
     The paper's block (Alg. 1, non-causal; stages in the module docstring): M learned prototypes route the keys
     into M summaries K~, V~ (eqs. 2-5, temperature `tau`), psi maps [K~ || V~] to width d and normalises it
-    (eqs. 6-7, `tau_g`, `eps_g`), a TensorSketch per degree k in `degrees` with budget D_k (hashes drawn from
-    `seed`, Construction C.3), mixed with learned weights beta_k and projected by W_out (eqs. 8-10), a post-LN
+    (eqs. 6-7, `tau_g`, `eps_g`), a TensorSketch per degree k in `degrees` with budget D_k (prototypes and hashes
+    drawn from `seed`, Construction C.3; None: from torch's global generator, as nn.Linear draws), mixed with learned
+    weights beta_k and projected by W_out (eqs. 8-10), a post-LN
     encoder mixes the M items (eq. 11: `mixer_layers`, `mixer_heads`, `mixer_ff` (default 4 d), `mixer_dropout`),
     and the queries read W_K Z, W_V Z with an exact softmax (eq. 12; `scale` default 1/sqrt(head_dim), `dropout`
     on its weights while training).
@@ -138,7 +141,7 @@ class PlashAttention(AttentionCore):
         dropout: float = 0.0,
         chunk_size: int = 4096,
         causal_block: int = 64,
-        seed: int = 0,
+        seed: int | None = None,
     ):
         super().__init__()
         self.head_dim = check_int("head_dim", head_dim, 1)
@@ -161,7 +164,12 @@ class PlashAttention(AttentionCore):
         # called under: from_pretrained builds models on the meta device, where the hashes' rejection loop cannot run
         home = torch.empty(()).device
         with torch.device("cpu"):
-            g = torch.Generator().manual_seed(int(seed))
+            # a given seed: a stream of PLASH's own (_rng.generator), never the data's; None: a seed drawn from torch's
+            # global generator (the draw models.layers made for a layer without a seed, so those draws are kept)
+            if check_seed(seed) is None:
+                g = seeded_generator(global_seed())
+            else:
+                g = purpose_generator("plash", seed)
             prototypes = torch.randn(M, head_dim, generator=g) / math.sqrt(head_dim)
             # Assumption C.2.3: independent (h_t, s_t) per (k, t); stored as buffers (state_dict reproduces).
             hashes = [

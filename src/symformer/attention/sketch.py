@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from symformer._rng import seeded_generator
 from symformer._validation import check_int, check_tensor, fail
 
 # Default prime for the bucket hash: 2^31 - 1 >= max(d', D) for every size used here, and it makes the
@@ -209,11 +210,10 @@ def convolution_power(g: torch.Tensor, degree: int, out_dim: int) -> torch.Tenso
 
 
 def _generator(seed: int | torch.Generator | None) -> torch.Generator:
+    """A given generator, or the stream of `seed` (None: seeded from torch's global generator, as nn.Linear draws)."""
     if isinstance(seed, torch.Generator):
         return seed
-    g = torch.Generator()
-    g.manual_seed(int(torch.randint(0, 2**62, (1,)).item()) if seed is None else int(seed))
-    return g
+    return seeded_generator(seed)
 
 
 class CountSketch(nn.Module):

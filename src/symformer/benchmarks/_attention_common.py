@@ -10,6 +10,7 @@ from typing import Callable
 
 import torch
 
+from symformer._rng import seeded_generator
 from symformer.benchmarks.base import BenchContext, median_seconds, peak_memory_bytes
 
 CONTRIBUTIONS: list[Callable[[BenchContext], tuple[list[dict], dict]]] = []
@@ -29,7 +30,7 @@ def qkv(
     seed: int = 0,
     requires_grad: bool = False,
 ):
-    g = torch.Generator(device="cpu").manual_seed(seed)
+    g = seeded_generator(seed)
     dh = d_model // heads
     t = [torch.randn(batch, heads, n, dh, generator=g).to(device).requires_grad_(requires_grad) for _ in range(3)]
     return t[0], t[1], t[2]

@@ -20,6 +20,7 @@ from typing import Callable
 
 import torch
 
+from symformer._rng import seed_torch, seeded_generator
 from symformer.benchmarks.base import BenchContext, median_seconds
 
 BF16 = torch.bfloat16
@@ -95,7 +96,7 @@ def bf16_row(
     `extra`: positions and other fixed arguments), with err_vs_bound; an error row where bfloat16 fails."""
     dev = ctx.device
     base = {"kind": kind, "method": f"{name}_bf16", "shape": shape, "dtype": "bfloat16", "route": ".to(bfloat16)"}
-    torch.manual_seed(ctx.seed)
+    seed_torch(ctx.seed)
     part32 = build().to(dev).eval()
     args16 = [a.to(dev, BF16) for a in args32]
     try:
@@ -148,7 +149,7 @@ def bf16_ratios(rows: list[dict]) -> dict:
 
 def positional_bf16_rows(ctx: BenchContext, mrt: float) -> list[dict]:
     b, h, n, dh = ROT_SHAPE
-    g = torch.Generator().manual_seed(ctx.seed)
+    g = seeded_generator(ctx.seed)
     q, k = (torch.randn(b, h, n, dh, generator=g) for _ in range(2))
     x = torch.randn(b, n, h * dh, generator=g)
     pos1 = torch.arange(n, dtype=torch.float32, device=ctx.device)[:, None]
@@ -165,7 +166,7 @@ def positional_bf16_rows(ctx: BenchContext, mrt: float) -> list[dict]:
 
 def attention_bf16_rows(ctx: BenchContext, mrt: float) -> list[dict]:
     b, h, n, dh = CORE_SHAPES[ctx.quick]
-    g = torch.Generator().manual_seed(ctx.seed)
+    g = seeded_generator(ctx.seed)
     q, k, v = (torch.randn(b, h, n, dh, generator=g) for _ in range(3))
     rows = []
     for name, build in attention_cores(dh, h).items():

@@ -15,6 +15,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from symformer._rng import seed_torch, seeded_generator
 from symformer.attention.favor import FavorAttention
 from symformer.attention.softmax import naive_attention
 from symformer.benchmarks import _attention_common as common
@@ -75,7 +76,7 @@ def _plan(quick: bool, names: list[str]) -> list[tuple[str, str, int]]:
 
 @suite("attention", "SDPA, naive softmax, FAVOR+ and performer-pytorch at d_model 512, 4 heads, N up to 16384")
 def run(ctx: BenchContext) -> BenchResult:
-    torch.manual_seed(ctx.seed)
+    seed_torch(ctx.seed)
     methods = _methods(ctx.device)
     min_run = 0.2 if ctx.quick else 0.5
     rows: list[dict] = []
@@ -156,7 +157,7 @@ def _gemm_floor(n: int, device: str, reps: int) -> float:
     """min seconds of the four GEMMs of a FAVOR+ forward at N = n (d = Dh + 1 for the norm column, m
     features, Dv + 1 for the denominator column): the arithmetic no FAVOR+ implementation can skip."""
     dh, h = D_MODEL // HEADS, HEADS
-    g = torch.Generator(device="cpu").manual_seed(0)
+    g = seeded_generator(0)
     x, w = torch.randn(h * n, dh + 1, generator=g).to(device), torch.randn(dh + 1, M, generator=g).to(device)
     f, v = torch.randn(h, n, M, generator=g).to(device), torch.randn(h, n, dh + 1, generator=g).to(device)
     kv = torch.randn(h, M, dh + 1, generator=g).to(device)

@@ -20,6 +20,7 @@ import time
 
 import torch
 
+from symformer._rng import seed_torch, seeded_generator
 from symformer.benchmarks._attention_common import contribution
 from symformer.benchmarks.base import BenchContext
 
@@ -108,7 +109,7 @@ def _plash_stage_shares(ctx: BenchContext, reps: int) -> list[dict]:
     core = next(m for m in model.modules() if isinstance(m, PlashAttention)).train()
     h = model.cfg.n_heads
     n_items, n = tcfg.batch_size * h, split.meta["seq_len"]
-    g = torch.Generator().manual_seed(ctx.seed)
+    g = seeded_generator(ctx.seed)
     q, k, v = (torch.randn(n_items, n, core.head_dim, generator=g, requires_grad=True) for _ in range(3))
     kt, vt = (t.detach().requires_grad_() for t in core.compress(k, v))
     gt = core.normalized_features(kt, vt).detach().requires_grad_()
@@ -158,7 +159,7 @@ def forecast_rows(ctx: BenchContext) -> tuple[list[dict], dict]:
     base = data_dir()
     if base is None or not (base / "ETTh1.csv").is_file():
         return [], {}  # no data: the rows need ETTh1.csv (SYMFORMER_DATA / --data-dir)
-    torch.manual_seed(ctx.seed)
+    seed_torch(ctx.seed)
     reps = 7 if ctx.quick else 21
     steps = _step_times(ctx, reps)
     rows: list[dict] = [

@@ -13,6 +13,7 @@ import time
 import torch
 import torch.nn.functional as F
 
+from symformer._rng import seed_torch
 from symformer.attention.plash import PlashAttention
 from symformer.benchmarks._attention_common import contribution, qkv, time_core
 from symformer.benchmarks.base import BenchContext, median_seconds, peak_memory_bytes
@@ -65,7 +66,7 @@ def _block_time(core_kwargs: dict, n: int, backward: bool, device: str, min_run:
 
 @contribution
 def plash_rows(ctx: BenchContext) -> tuple[list[dict], dict]:
-    torch.manual_seed(ctx.seed)
+    seed_torch(ctx.seed)
     dev, quick = ctx.device, ctx.quick
     configs = [(64, 128), (256, 128)] if quick else [(m, d) for m in (64, 128, 256, 512) for d in (64, 128, 256, 512)]
     min_run = 0.3 if quick else 0.5  # blocked_autorange needs several calls of a ~0.1 s op for a stable median

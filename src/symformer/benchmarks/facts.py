@@ -6,6 +6,7 @@ import time
 
 import torch
 
+from symformer._rng import seed_torch, seeded_generator
 from symformer.benchmarks.base import BenchContext, BenchResult, maxrss_bytes, median_seconds, suite
 from symformer.facts.capacity import build_fact_mlp
 from symformer.facts.decodability import decodability, rho_reference_cvxpy
@@ -52,7 +53,7 @@ def _gd_epoch_rows(F: int, d: int, h: int, seed: int, min_run_time: float = 1.0)
     from symformer.facts.dot_ce import dot_product_cross_entropy
     from symformer.facts.mlp import FactMLP
 
-    g = torch.Generator().manual_seed(seed)
+    g = seeded_generator(seed)
     K, V = torch.randn(F, d, generator=g), torch.randn(F, d, generator=g)
     f = torch.randperm(F, generator=g)
     losses = {
@@ -63,7 +64,7 @@ def _gd_epoch_rows(F: int, d: int, h: int, seed: int, min_run_time: float = 1.0)
     torch.set_num_threads(1)
     try:
         for name, loss_fn in losses.items():
-            torch.manual_seed(seed)
+            seed_torch(seed)
             mlp = FactMLP(d, h, activation="silu", gated=True, bias=True, out_bias=True, dtype=torch.float32)
             opt = torch.optim.Adam(mlp.parameters(), lr=1e-3)
 

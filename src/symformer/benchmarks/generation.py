@@ -22,6 +22,7 @@ import time
 
 import torch
 
+from symformer._rng import seed_torch, seeded_generator
 from symformer.benchmarks.base import BenchContext, BenchResult, suite
 
 VOCAB = 256
@@ -43,7 +44,7 @@ def _model(method: str, seed: int, max_len: int):
 
     from symformer.integrations import hf
 
-    torch.manual_seed(seed)
+    seed_torch(seed)
     cfg = tf.LlamaConfig(
         vocab_size=VOCAB,
         max_position_embeddings=max_len,
@@ -96,7 +97,7 @@ def _synthetic_kv(model, cache, context: int, g: torch.Generator) -> None:
 def prefill(model, method: str, context: int, seed: int, timed: bool = True) -> dict:
     """A cache holding `context` random tokens (timed=False: SDPA's filled with random keys and values, prefill
     not timed), the next token to feed, and the row's measurements so far."""
-    g = torch.Generator().manual_seed(seed)
+    g = seeded_generator(seed)
     ids = torch.randint(0, VOCAB, (1, context), generator=g)
     cache = _cache(model, method)
     if timed:
@@ -189,7 +190,7 @@ def run(ctx: BenchContext) -> BenchResult:
         # decoding steps round-robin over every (method, context), in a fresh order each round: load on a shared
         # machine, and the memory traffic of SDPA's long caches (a 16k step copies 400 MB), hit all rows alike
         order = list(runs.values())
-        g = torch.Generator().manual_seed(ctx.seed)
+        g = seeded_generator(ctx.seed)
         for _ in range(tokens + 2):
             for i in torch.randperm(len(order), generator=g).tolist():
                 decode_one(order[i])

@@ -16,6 +16,7 @@ import statistics
 
 import torch
 
+from symformer._rng import seed_torch, seeded_generator
 from symformer.benchmarks.base import (
     BenchContext,
     BenchResult,
@@ -107,7 +108,7 @@ def _layers(d_model: int, heads: int, device: str, coord_dim: int = 1) -> dict:
     from symformer.models import fold_rotary
     from symformer.models.layers import MultiHeadAttention
 
-    torch.manual_seed(0)
+    seed_torch(0)
 
     def mk(pos: str, **kw):
         return MultiHeadAttention(d_model, heads, "softmax", pos, coord_dim, positional_kwargs=kw).to(device)
@@ -229,7 +230,7 @@ def _time_rotations(
 def run(ctx: BenchContext) -> BenchResult:
     res = BenchResult()
     mrt = 0.1 if ctx.quick else 0.5
-    g = torch.Generator().manual_seed(ctx.seed)
+    g = seeded_generator(ctx.seed)
     cells: dict = {}
     runs: dict = {}
     for shape in SHAPES:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from symformer._rng import seeded_generator
 from symformer.benchmarks.base import BenchContext, BenchResult, median_seconds
 
 VOCAB = 65  # tiny Shakespeare's character vocabulary
@@ -40,7 +41,7 @@ def hf_rows(res: BenchResult, ctx: BenchContext) -> None:
         return
     batch, block = (8, 128) if ctx.quick else (16, 256)
     spec = TinyLlama(max_len=block)
-    g = torch.Generator().manual_seed(ctx.seed)
+    g = seeded_generator(ctx.seed)
     x = torch.randint(0, VOCAB, (batch, block), generator=g)
     y = torch.randint(0, VOCAB, (batch, block), generator=g)
     steps, params = {}, {}

@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from symformer._rng import seed_torch, seeded_generator
 from symformer.benchmarks.base import BenchContext, BenchResult, median_seconds, suite
 
 STEPS_PER_EPOCH, EPOCHS, K, M = 469, 20, 4, 16  # paper App. F: MNIST, batch 128, 20 epochs, |K| = 4, M = 16
@@ -24,7 +25,7 @@ STEPS_PER_EPOCH, EPOCHS, K, M = 469, 20, 4, 16  # paper App. F: MNIST, batch 128
 def _setup(quick: bool, pe: str, device: str):
     from symformer.models import TransformerConfig, ViTClassifier
 
-    torch.manual_seed(0)
+    seed_torch(0)
     d, layers = (64, 2) if quick else (128, 6)
     cfg = TransformerConfig(d_model=d, n_heads=4, n_layers=layers, d_ff=4 * d, positional=pe, coord_dim=2)
     model = ViTClassifier(cfg, 49, 10).to(device)
@@ -46,7 +47,7 @@ def _time_pe(pe: str, ctx: BenchContext, mt: float) -> tuple[dict, int, int]:
     model, loss_fn = _setup(ctx.quick, pe, ctx.device)
     opt = torch.optim.SGD(model.parameters(), lr=0.0, momentum=0.9)  # lr 0 keeps the point fixed
     G = symmetry_group(model)
-    gen = torch.Generator().manual_seed(0)
+    gen = seeded_generator(0)
 
     def train_step():
         opt.zero_grad(set_to_none=True)

@@ -7,6 +7,8 @@ from typing import Iterator
 
 import torch
 
+from symformer._rng import resolve_seed, seeded_generator
+
 
 @dataclass
 class TensorData:
@@ -31,17 +33,17 @@ class Split:
     meta: dict
 
 
-def epoch_order(n: int, seed: int, epoch: int, shuffle: bool = True) -> torch.Tensor:
+def epoch_order(n: int, seed: int | None, epoch: int, shuffle: bool = True) -> torch.Tensor:
     if not shuffle:
         return torch.arange(n)
-    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    g = seeded_generator(resolve_seed(seed) * 1_000_003 + epoch)
     return torch.randperm(n, generator=g)
 
 
 def batches(
     data: TensorData,
     batch_size: int,
-    seed: int = 0,
+    seed: int | None = 0,
     epoch: int = 0,
     shuffle: bool = True,
     drop_last: bool = False,

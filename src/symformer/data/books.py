@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from symformer._rng import resolve_seed, seeded_generator
 from symformer._validation import check_int, fail
 
 # 16 prefix / suffix templates (App. A.3.1 gives the first two; the others are ours)
@@ -85,9 +86,9 @@ def _word(g: torch.Generator, syllables: int) -> str:
     return "".join(parts).capitalize()
 
 
-def generate_names(n: int, kind: str, seed: int = 0) -> list[str]:
+def generate_names(n: int, kind: str, seed: int | None = 0) -> list[str]:
     """n distinct author names ('First Last') or book titles ('The Silent River of Koram'), from the seed."""
-    g = torch.Generator().manual_seed(seed * 2 + (kind == "book"))
+    g = seeded_generator(resolve_seed(seed) * 2 + (kind == "book"))
     out: list[str] = []
     seen: set[str] = set()
     while len(out) < n:
@@ -161,10 +162,11 @@ class BooksTask:
         return torch.arange(n).repeat_interleave(len(TEMPLATES)), torch.arange(len(TEMPLATES)).repeat(n)
 
 
-def make_books(n_facts: int, seed: int = 0) -> BooksTask:
+def make_books(n_facts: int, seed: int | None = 0) -> BooksTask:
     """n_facts books, n_facts authors, one book per author, a random assignment (App. A.3.1)."""
     check_int("n_facts", n_facts, 2)
+    seed = resolve_seed(seed)  # one integer for the assignment and both name lists
     words = ["<bos>"] + sorted({w for p, s in TEMPLATES for w in (p + " " + s).split()})
-    g = torch.Generator().manual_seed(seed)
+    g = seeded_generator(seed)
     facts = torch.randperm(n_facts, generator=g)
     return BooksTask(words, generate_names(n_facts, "book", seed), generate_names(n_facts, "author", seed), facts)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from symformer._rng import seeded_generator
 from symformer._validation import check_int
 from symformer.data.base import Split, TensorData
 
@@ -19,20 +20,20 @@ def patchify(images: torch.Tensor, patch: int) -> tuple[torch.Tensor, torch.Tens
     return tokens, pos
 
 
-def load_digits_images(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+def load_digits_images(seed: int | None = 0) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
     """Images scaled to [0, 1], labels, and a fixed 60/20/20 split of indices."""
     from sklearn.datasets import load_digits
 
     d = load_digits()
     x = torch.tensor(d.images, dtype=torch.float32) / 16.0
     y = torch.tensor(d.target, dtype=torch.long)
-    perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))
+    perm = torch.randperm(len(y), generator=seeded_generator(seed))
     n_tr, n_va = int(0.6 * len(y)), int(0.2 * len(y))
     idx = {"train": perm[:n_tr], "val": perm[n_tr : n_tr + n_va], "test": perm[n_tr + n_va :]}
     return x, y, idx
 
 
-def load_digits_patches(patch: int = 2, seed: int = 0) -> Split:
+def load_digits_patches(patch: int = 2, seed: int | None = 0) -> Split:
     """Digits as (B, 64/patch^2, patch^2) tokens with (row, col) positions; split 60/20/20."""
     check_int("patch", patch, 1, 8)
     x, y, idx = load_digits_images(seed)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from symformer._rng import seeded_generator
 from symformer._validation import check_float, check_int, fail
 
 # App. A.2.1: "prefix and suffixes have a length between 8 and 16", |J| = 16, 16 junk tokens
@@ -108,7 +109,7 @@ def make_ssfr(
     n_pairs: int = 16,
     min_len: int = 8,
     max_len: int = 16,
-    seed: int = 0,
+    seed: int | None = 0,
     dtype: torch.dtype = torch.float32,
 ) -> SSFRTask:
     """An SSFR task with F = n_facts keys and values, a random bijection f (App. A.2.2 step 2) and standard
@@ -123,7 +124,7 @@ def make_ssfr(
     check_int("n_pairs", n_pairs, 1)
     check_int("min_len", min_len, 0)
     check_int("max_len", max_len, min_len)
-    g = torch.Generator().manual_seed(seed)
+    g = seeded_generator(seed)
     E = torch.randn(2 * n_facts + n_junk, d, generator=g, dtype=torch.float64)
     if kappa != 1.0:
         E[:n_facts] = set_condition_number(E[:n_facts], kappa)

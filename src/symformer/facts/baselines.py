@@ -8,7 +8,7 @@ import os
 import torch
 
 from symformer._io import save_atomic
-from symformer._rng import generator
+from symformer._rng import generator, seed_torch
 from symformer._validation import check_choice, check_float, check_int, fail
 from symformer.data.files import DataFileError, torch_load
 from symformer.facts.decodability import Decodability, require_vertices
@@ -67,7 +67,7 @@ def ntk_mlp(
     degree: int = 2,
     margin_optimal: bool = False,
     activation: str = "silu",
-    seed: int = 0,
+    seed: int | None = 0,
     info: Decodability | None = None,
 ) -> FactMLP:
     """Alg. 5 (the gated form of Nichani et al.): g(x) = P (sigma(W_gate x) * (W_up x)),
@@ -107,7 +107,7 @@ def train_mlp(
     max_epochs: int = 20000,
     lr: float = 1e-3,
     final_lr: float = 1e-6,
-    seed: int = 0,
+    seed: int | None = 0,
     dtype: torch.dtype = torch.float32,
     checkpoint: str | os.PathLike | None = None,
     checkpoint_every: int = 500,
@@ -124,7 +124,7 @@ def train_mlp(
     check_int("max_epochs", max_epochs, 1)
     check_float("lr", lr, 0.0, low_open=True)
     check_int("checkpoint_every", checkpoint_every, 1)
-    torch.manual_seed(seed)
+    seed_torch(seed)
     d = keys.shape[1]
     mlp = FactMLP(d, h, activation=activation, gated=activation == "silu", bias=True, out_bias=True, dtype=dtype)
     K, V = keys.to(dtype), values.to(dtype)
@@ -166,14 +166,14 @@ def gd_encoder(
     steps: int = 1000,
     lr: float = 1e-2,
     key_noise: float = 1e-7,
-    seed: int = 0,
+    seed: int | None = 0,
     dtype: torch.dtype = torch.float32,
 ) -> FactMLP:
     """GD encoder (App. A.1.3): gated MLP R^d -> R^m with a dense E (m x h), MSE to the codes with key
     noise 1e-7, Adam lr 1e-2, 1000 steps. Returned with D = 0 (attach a decoder)."""
     check_int("h", h, 1)
     check_int("steps", steps, 1)
-    torch.manual_seed(seed)
+    seed_torch(seed)
     n, d = keys.shape
     m = codes.shape[1]
     enc = FactMLP(d, h, activation="silu", gated=True, bias=True, m=m, dense_codes=True, code_bias=True, dtype=dtype)

@@ -13,6 +13,7 @@ from typing import Callable, Sequence
 import torch
 
 from symformer._io import save_atomic
+from symformer._rng import resolve_seed
 from symformer._validation import check_choice, check_float, check_int, fail
 from symformer.data.files import torch_load
 from symformer.facts import baselines, decoders, encoders
@@ -128,7 +129,7 @@ def build_fact_mlp(
     method: str = "bin+jl",
     m: int | None = None,
     h: int | None = None,
-    seed: int = 0,
+    seed: int | None = 0,
     strict: bool = True,
     info: Decodability | None = None,
     options: BuildOptions | None = None,
@@ -142,6 +143,7 @@ def build_fact_mlp(
     NTK and GD MLPs need h."""
     validate_fact_set(keys, values, facts)
     check_choice("method", method, METHODS)
+    seed = resolve_seed(seed)  # None: one integer from torch's global generator for every part (and the codec cache)
     opts = options or BuildOptions()
     check_float("whiten", opts.whiten, 0.0, 1.0)
     knob = KNOB[method]

@@ -26,7 +26,7 @@ def decodes(dec: Decoder, values: torch.Tensor) -> float:
 
 
 def jl_decoder(
-    values: torch.Tensor, m: int, kind: str = "gaussian", seed: int = 0, info: Decodability | None = None
+    values: torch.Tensor, m: int, kind: str = "gaussian", seed: int | None = 0, info: Decodability | None = None
 ) -> Decoder:
     """Alg. 4 / Construction 4.2: D i.i.d. Gaussian (or +-1) d x m, C = U* D. Works w.h.p. once
     m >= 32 rho^-2 ln(4|K|(|K|-1)/delta) (Thm B.5.3)."""
@@ -53,7 +53,7 @@ def gd_decoder(
     m: int,
     steps: int = 1000,
     lr: float = 1.0,
-    seed: int = 0,
+    seed: int | None = 0,
     dtype: torch.dtype = torch.float32,
     early_stop: bool = True,
 ) -> Decoder:

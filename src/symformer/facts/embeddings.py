@@ -9,17 +9,17 @@ from dataclasses import dataclass
 
 import torch
 
+from symformer._rng import seeded_generator
 from symformer._validation import check_choice, check_float, check_int, check_tensor, fail
 
 EMBEDDING_KINDS = ("sphere", "gaussian")
 
 
 def _gen(seed: int | torch.Generator | None) -> torch.Generator:
+    """A given generator, or the stream of `seed` (None: seeded from torch's global generator, as nn.Linear draws)."""
     if isinstance(seed, torch.Generator):
         return seed
-    g = torch.Generator()
-    g.manual_seed(0 if seed is None else int(seed))
-    return g
+    return seeded_generator(seed)
 
 
 def random_fact_map(
@@ -72,7 +72,7 @@ def set_condition_number(x: torch.Tensor, kappa: float) -> torch.Tensor:
 
 
 def sentence_like_embeddings(
-    n: int, d: int, kappa: float = 15.0, seed: int = 0, dtype: torch.dtype = torch.float64
+    n: int, d: int, kappa: float = 15.0, seed: int | None = 0, dtype: torch.dtype = torch.float64
 ) -> torch.Tensor:
     """Gaussian rows whose CENTRED matrix has condition number `kappa` (about 15 for sentence-model
     embeddings), plus a common offset of the rows' typical norm (the shared direction such
@@ -115,7 +115,7 @@ def make_fact_set(
     tied: bool = True,
     bijective: bool = True,
     n_values: int | None = None,
-    seed: int = 0,
+    seed: int | None = 0,
 ) -> FactSet:
     """The paper's default task: F keys = values (tied) on the sphere, a random bijection (App. A.1.1)."""
     g = _gen(seed)

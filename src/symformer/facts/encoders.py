@@ -51,7 +51,12 @@ def gadget_hidden(n_keys: int, d: int, bias: bool = False) -> int:
 
 
 def solve_gadgets(
-    keys: torch.Tensor, targets: torch.Tensor, h_tilde: int, activation: str = "silu", bias: bool = False, seed: int = 0
+    keys: torch.Tensor,
+    targets: torch.Tensor,
+    h_tilde: int,
+    activation: str = "silu",
+    bias: bool = False,
+    seed: int | None = 0,
 ) -> GadgetSolution:
     """Alg. 3 / Alg. 7 for all m code coordinates with ONE shared G, so one factorisation serves all m
     right-hand sides: M vec(A_j) = o^(j) with the minimum-norm solution A_j = M^T (M M^T)^{-1} o^(j),
@@ -106,7 +111,7 @@ def gated_encoder(
     h_tilde: int | None = None,
     bias: bool = False,
     activation: str = "silu",
-    seed: int = 0,
+    seed: int | None = 0,
 ) -> FactMLP:
     """Alg. 2 + Alg. 3: enc(x) = E (sigma(G x) * (A x)) with m blocks of h~ units (D = 0 until a decoder is
     attached)."""
@@ -132,7 +137,7 @@ def central_difference_encoder(
     bias: bool = False,
     eps: float | None = None,
     tol: float = 1e-7,
-    seed: int = 0,
+    seed: int | None = 0,
 ) -> FactMLP:
     """Alg. 8 (non-gated): a silu' -gated gadget of h~ units, then
     enc(x) = sum_t [silu(z_t + eps a_t) - silu(z_t - eps a_t)] / (2 eps), i.e. E = [1/(2eps), -1/(2eps)]
@@ -171,7 +176,7 @@ def central_difference_encoder(
 
 
 def relu_lagrangian_encoder(
-    keys: torch.Tensor, codes: torch.Tensor, h_tilde: int | None = None, seed: int = 0
+    keys: torch.Tensor, codes: torch.Tensor, h_tilde: int | None = None, seed: int | None = 0
 ) -> FactMLP:
     """ReLU 'Lagrangian' form (App. B.4.3): a step-gated gadget enc = sum_t 1{z_t > 0} a_t (z = Gx + b_G,
     a = Ax + b_A) becomes exactly sum_t ReLU(lam_t z_t + a_t) - lam_t ReLU(z_t) on the keys once

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from symformer._rng import seed_torch
 from symformer._validation import check_float, check_int
 from symformer.facts.embeddings import validate_fact_set
 from symformer.facts.mlp import FactMLP, fact_accuracy
@@ -18,7 +19,7 @@ def train_mse_mlp(
     steps: int = 3000,
     lr: float = 1e-2,
     final_lr: float = 1e-4,
-    seed: int = 0,
+    seed: int | None = 0,
     stop_when_stored: bool = False,
     check_every: int = 100,
     dtype: torch.dtype = torch.float32,
@@ -31,7 +32,7 @@ def train_mse_mlp(
     check_int("h", h, 1)
     check_int("steps", steps, 1)
     check_float("lr", lr, 0.0, low_open=True)
-    torch.manual_seed(seed)
+    seed_torch(seed)
     mlp = FactMLP(keys.shape[1], h, activation="silu", gated=True, bias=True, out_bias=True, dtype=dtype)
     K, T = keys.to(dtype), values.to(dtype)[facts]
     V = values.to(dtype)

@@ -28,7 +28,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from symformer._validation import check_choice, check_int, fail
+from symformer._rng import layer_kwargs
+from symformer._validation import check_choice, fail
 from symformer.integrations._hf_common import attention_modules, head_dim, out_proj, require_transformers, text_config
 from symformer.integrations.hf_cache import install_generation_cache, tagged_layer
 from symformer.integrations.hf_reload import restoring_class
@@ -152,15 +153,15 @@ def _options(module: nn.Module) -> dict:
     return dict(getattr(module.config, "symformer_attention", None) or {})
 
 
-def _make_core(kind: str, module: nn.Module, options: dict) -> nn.Module:
+def _make_core(kind: str, module: nn.Module, options: dict, layer: int | None = None) -> nn.Module:
     from symformer.attention.favor import FavorAttention
     from symformer.attention.plash import PlashAttention
 
     opts = {k: v for k, v in options.items() if k != "attention"}
     cfg = module.config
-    # every layer its own random structure (FAVOR+ features, PLASH hashes): a seed s (default 0) gives layer l the
-    # seed 1000 s + l; before, a given seed (and PLASH always) put the same structure in every layer
-    opts["seed"] = 1000 * check_int("seed", opts.get("seed", 0), 0) + int(getattr(module, "layer_idx", 0) or 0)
+    # every layer its own random structure (FAVOR+ features, PLASH hashes): a given seed s is made layer l's own,
+    # derived_seed("layer<l>", s) (_rng.layer_kwargs); without one each core draws from torch's global generator
+    opts = layer_kwargs(opts, int(getattr(module, "layer_idx", 0) or 0) if layer is None else layer)
     if kind == "favor":
         core = FavorAttention(head_dim(module), **opts)
     else:
@@ -305,13 +306,14 @@ def configure(model: nn.Module, attention: str = "favor", **options) -> nn.Modul
     """Run `attention` ("favor" | "plash") in every attention layer of a Llama-family model, with `options`
     passed to the core (FavorAttention: n_features, orthogonal, chunk_size, seed, ...;
     PlashAttention: M, degrees, D_k, causal_block, ...). Records them in config.symformer_attention, builds
-    one core per layer (layer l of a model configured with seed s, default 0, draws its random features or hashes
-    with seed 1000 s + l) and switches the implementation."""
+    one core per layer (layer l of a model configured with seed s draws its random features or hashes with
+    derived_seed("layer<l>", s); without a seed, from torch's global generator) and switches the implementation."""
     register()
     check_choice("attention", attention, tuple(IMPLEMENTATIONS))
     layers = attention_modules(model)
     record = {"attention": attention, **options}
-    cores = [_make_core(attention, m, options) for m in layers]  # constructor errors surface before any edit
+    # constructor errors surface before any edit; layer i's seed is derived here, once
+    cores = [_make_core(attention, m, options, i) for i, m in enumerate(layers)]
     for m, core in zip(layers, cores, strict=True):
         m.symformer_core = core
     model.config.symformer_attention = record

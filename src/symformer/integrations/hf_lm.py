@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from symformer._rng import seed_torch, seeded_generator
 from symformer._validation import check_int
 from symformer.integrations._hf_common import require_transformers
 from symformer.integrations.hf_positional import patch_positional
@@ -51,7 +52,7 @@ def tiny_llama(
         bos_token_id=None,
         eos_token_id=None,
     )
-    torch.manual_seed(seed)
+    seed_torch(seed)
     model = tf.LlamaForCausalLM(cfg)
     return model if positional in (None, "native") else patch_positional(model, positional, **options)
 
@@ -106,7 +107,7 @@ def train_lm(
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps))
     )
-    g = torch.Generator().manual_seed(seed)
+    g = seeded_generator(seed)
     curve, t0 = Curve(), time.perf_counter()
     model.train()
     for step in range(steps):

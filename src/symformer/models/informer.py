@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from symformer._rng import layer_kwargs
 from symformer._validation import check_choice, check_float, check_int, check_tensor, fail
-from symformer.models.layers import seeded_core_kwargs
 from symformer.registry import ATTENTION
 
 #: Informer's paper size (main_informer.py defaults): the `--full` setting of the plash experiment
@@ -90,13 +90,14 @@ class DataEmbedding(nn.Module):
 class AttentionLayer(nn.Module):
     """Informer's AttentionLayer: q/k/v/o projections around a registered attention core."""
 
-    def __init__(self, cfg: InformerConfig, mix: bool = False):
+    def __init__(self, cfg: InformerConfig, mix: bool = False, layer: str | None = None):
         super().__init__()
         d, h = cfg.d_model, cfg.n_heads
         self.n_heads, self.head_dim, self.mix = h, d // h, mix
         self.q_proj, self.k_proj, self.v_proj, self.o_proj = (nn.Linear(d, d) for _ in range(4))
-        # attention dropout = cfg.dropout unless the caller set it; a core without dropout rejects it loudly
-        kw = seeded_core_kwargs(cfg.attention, {"dropout": cfg.dropout, **cfg.attention_kwargs})
+        # attention dropout = cfg.dropout unless the caller set it; a core without dropout rejects it loudly;
+        # a given seed is made the layer's own (_rng.layer_kwargs), None lets the core draw from the global generator
+        kw = layer_kwargs({"dropout": cfg.dropout, **cfg.attention_kwargs}, layer)
         self.core = ATTENTION.build(cfg.attention, head_dim=self.head_dim, n_heads=h, d_model=d, **kw)
 
     def forward(self, x: torch.Tensor, src: torch.Tensor, is_causal: bool = False) -> torch.Tensor:
@@ -123,9 +124,9 @@ class FeedForward(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    def __init__(self, cfg: InformerConfig):
+    def __init__(self, cfg: InformerConfig, layer: str | None = None):
         super().__init__()
-        self.attn, self.ff = AttentionLayer(cfg), FeedForward(cfg)
+        self.attn, self.ff = AttentionLayer(cfg, layer=layer), FeedForward(cfg)
         self.norm1, self.norm2 = nn.LayerNorm(cfg.d_model), nn.LayerNorm(cfg.d_model)
         self.drop = nn.Dropout(cfg.dropout)
 
@@ -148,9 +149,11 @@ class DistilLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: InformerConfig):
+    def __init__(self, cfg: InformerConfig, layer: str | None = None):
         super().__init__()
-        self.self_attn, self.cross_attn = AttentionLayer(cfg, mix=cfg.mix), AttentionLayer(cfg)
+        cross = None if layer is None else f"{layer}.cross"
+        self.self_attn = AttentionLayer(cfg, mix=cfg.mix, layer=layer)
+        self.cross_attn = AttentionLayer(cfg, layer=cross)
         self.ff = FeedForward(cfg)
         self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(cfg.d_model) for _ in range(3))
         self.drop = nn.Dropout(cfg.dropout)
@@ -173,10 +176,11 @@ class Informer(nn.Module):
         self.pred_len = check_int("pred_len", pred_len, 1)
         self.enc_embed = DataEmbedding(n_vars, cfg.d_model, cfg.time_features, cfg.dropout)
         self.dec_embed = DataEmbedding(n_vars, cfg.d_model, cfg.time_features, cfg.dropout)
-        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.e_layers))
+        # the per-layer seeds are derived here, once (_rng.layer_kwargs): "encoder.<i>", "decoder.<i>[.cross]"
+        self.encoder = nn.ModuleList(EncoderLayer(cfg, f"encoder.{i}") for i in range(cfg.e_layers))
         self.distil = nn.ModuleList(DistilLayer(cfg.d_model) for _ in range(cfg.e_layers - 1)) if cfg.distil else None
         self.enc_norm = nn.LayerNorm(cfg.d_model)
-        self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.d_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(cfg, f"decoder.{i}") for i in range(cfg.d_layers))
         self.dec_norm = nn.LayerNorm(cfg.d_model)
         self.projection = nn.Linear(cfg.d_model, n_vars)
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -74,16 +72,6 @@ MLP.register("relu")(relu_ffn)
 MLP.register("swiglu")(SwiGLU)
 
 
-def seeded_core_kwargs(attention: str, kwargs: dict) -> dict:
-    """A copy of `kwargs` for ATTENTION.build(attention, ...) with a seed of the layer's own when the core takes one
-    and none is given: every layer its own random structure (FAVOR+ features, PLASH prototypes and sketches), drawn
-    from the global generator so that the run seed changes it (a Transformer's layers all drew seed 0's before)."""
-    kw = dict(kwargs)
-    if "seed" not in kw and "seed" in inspect.signature(ATTENTION.get(attention)).parameters:
-        kw["seed"] = int(torch.randint(2**31 - 1, ()))
-    return kw
-
-
 class KVCache:
     """The keys and values a softmax layer has seen, (B, H, N, Dh) each: its decoding state."""
 
@@ -126,8 +114,10 @@ class MultiHeadAttention(nn.Module):
         self.v_proj = nn.Linear(d_model, d_model)
         self.o_proj = nn.Linear(d_model, d_model)
         self.rotary = None
+        # layer: a given seed is made the layer's own (_rng.layer_kwargs: derived_seed("layer<layer>", seed)) for the
+        # rotary part and the core alike, so no two layers share a draw; without a seed each part draws from torch's
+        # global generator in turn (the one seeding rule), as the layer's nn.Linear weights do
         if getattr(POSITIONAL.get(positional), "kind", None) == "rotary":
-            # layer: a given seed is made the layer's own (_rng.layer_kwargs), so layers do not share an init
             self.rotary = POSITIONAL.build(
                 positional,
                 head_dim=self.head_dim,
@@ -141,7 +131,7 @@ class MultiHeadAttention(nn.Module):
             head_dim=self.head_dim,
             n_heads=n_heads,
             d_model=d_model,
-            **seeded_core_kwargs(attention, attention_kwargs or {}),
+            **layer_kwargs(attention_kwargs or {}, layer),
         )
         self.drop = nn.Dropout(dropout)
 

@@ -70,7 +70,8 @@ class Encoder(nn.Module):
                 max_len=cfg.max_len,
                 **dict(cfg.positional_kwargs),
             )
-        # block i's rotary parts take a given seed as their own (_rng.layer_kwargs: "<name>.<i>")
+        # the per-layer seeds are derived here, once: block i's rotary part and attention core take a given seed as
+        # their own (_rng.layer_kwargs: derived_seed("layer<name>.<i>", seed))
         self.blocks = nn.ModuleList(
             Block(cfg, cross=cross, layer=f"{name}.{i}") for i in range(n_layers or cfg.n_layers)
         )

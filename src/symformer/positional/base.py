@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from symformer._rng import seeded_generator
 from symformer._validation import check_choice, check_tensor, fail
 
 QK_SYMMETRY_KINDS = ("gl", "h", "commutant")
@@ -170,9 +171,9 @@ class QKSymmetry:
             fail("relative", None, "the (R, Dh, Dh) relative rotations for kind 'commutant'")
 
 
-def default_positions(coord_dim: int, n: int = 12, seed: int = 0) -> torch.Tensor:
+def default_positions(coord_dim: int, n: int = 12, seed: int | None = 0) -> torch.Tensor:
     """Generic positions for the commutant: random points in [-4, 4]^C (fixed seed)."""
-    g = torch.Generator().manual_seed(seed)
+    g = seeded_generator(seed)
     return 8 * torch.rand(n, coord_dim, generator=g, dtype=torch.float64) - 4
 
 

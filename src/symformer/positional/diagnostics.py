@@ -40,6 +40,7 @@ from typing import Any
 
 import torch
 
+from symformer._rng import seeded_generator
 from symformer._validation import check_float, check_int, check_tensor, fail
 from symformer.positional.base import RotaryPositional
 from symformer.positional.cayley import check_skew
@@ -80,12 +81,12 @@ def lambda_from_beta(beta: torch.Tensor) -> torch.Tensor:
     return beta.abs().sum(-1).amax()
 
 
-def joint_spectrum(L: torch.Tensor, seed: int = 0) -> torch.Tensor:
+def joint_spectrum(L: torch.Tensor, seed: int | None = 0) -> torch.Tensor:
     """lambda_{k,j} (C, Dh): eigenvalues (divided by i) of each L_k on the eigenvectors of a random
     combination sum_k c_k L_k. Exact joint spectrum for commuting generators (T2.1) when that combination
     has no accidental multiplicity; a heuristic otherwise."""
     _check_generators(L)
-    g = torch.Generator().manual_seed(seed)
+    g = seeded_generator(seed)
     c = torch.randn(L.shape[0], generator=g, dtype=torch.float64).to(L.dtype)
     cdt = torch.complex128 if L.dtype == torch.float64 else torch.complex64
     herm = 1j * torch.einsum("k,kij->ij", c, L).to(cdt)  # i * skew is Hermitian
@@ -276,7 +277,7 @@ def ir_spec(
     n_starts: int = 4,
     ascent_steps: int = 20,
     definition: str = "T3.5",
-    seed: int = 0,
+    seed: int | None = 0,
     return_per_delta: bool = False,
 ):
     """IR_spec (T8'.7) = E_{Delta ~ nu} sup_{||r||_1 <= R} ||Pi R_sp(r)^T R_sp(r + Delta) Pi - Pi R_STR(Delta) Pi||.
@@ -294,7 +295,7 @@ def ir_spec(
         L, P, d = parts(module_or_matrices)
         L, P = L.detach().double(), P.detach().double()
     c = L.shape[0]
-    g = torch.Generator().manual_seed(seed)
+    g = seeded_generator(seed)
     if deltas is None:
         check_int("n_delta", n_delta, 1)
         dr = radius if delta_radius is None else check_float("delta_radius", delta_radius, 0.0)

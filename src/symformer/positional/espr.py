@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from symformer._rng import init_generator
+from symformer._rng import check_seed, init_generator
 from symformer._validation import check_choice, check_float, check_int, fail
 from symformer.positional._cache import ValueCache
 from symformer.positional.base import LOW_PRECISION, RotaryPositional, check_positions, compute_dtype, master_dtype
@@ -68,7 +68,8 @@ class ESPR(RotaryPositional):
     eta_mix_penalty (weights of `penalty()`); base, mode (RoPE frequencies of the commuting init);
     pairing ("half", the default of every rotary part, or "interleaved": the pairs of RoPE's generators in the
     commuting init, so that ESPR(head_dim) starts exactly as RoPE(head_dim) with the same pairing);
-    learnable; seed (initial noise; None draws it from torch's global generator, as nn.Linear does);
+    learnable; seed (initial noise and mixed directions; None draws them from torch's global generator, as nn.Linear
+    does);
     exp_method ("auto": 1-D integer positions use exp(nL) = exp(L)^n,
     everything else one expm_skew exponential (Pade-13 in float64, solve-free Taylor-12 in float32) per
     distinct position; "pade": always the latter;
@@ -114,7 +115,7 @@ class ESPR(RotaryPositional):
         noise = 0.0 if commuting_init and init_scale is None else (0.02 if init_scale is None else init_scale)
         check_float("init_scale", noise, 0.0)
         mode = mode or ("mixed" if coord_dim > 1 else "axial")
-        beta = rope_frequencies(d_act, coord_dim, base, mode)
+        beta = rope_frequencies(d_act, coord_dim, base, mode, check_seed(seed))  # RoPE(d_act, seed=seed)'s
         g0 = beta.new_zeros(coord_dim, head_dim, head_dim)
         self.pairing = check_choice("pairing", pairing, PAIRINGS)
         g0[:, :d_act, :d_act] = generators_from_beta(beta, d_act, self.pairing) / 2  # G - G^T = L0

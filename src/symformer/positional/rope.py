@@ -22,6 +22,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from symformer._rng import check_seed
+from symformer._rng import generator as purpose_generator
 from symformer._validation import check_choice, check_float, check_int, fail
 from symformer.positional._cache import ValueCache
 from symformer.positional._fused import fused_applies, fused_half, rotate_half_pairs
@@ -30,8 +32,12 @@ from symformer.positional.base import QKSymmetry, RotaryPositional, compute_dtyp
 PAIRINGS = ("interleaved", "half")
 
 
-def rope_frequencies(head_dim: int, coord_dim: int = 1, base: float = 10000.0, mode: str = "axial") -> torch.Tensor:
-    """beta of shape (Dh/2, C). Axial: pair u rotates with axis u % C at a log-spaced frequency."""
+def rope_frequencies(
+    head_dim: int, coord_dim: int = 1, base: float = 10000.0, mode: str = "axial", seed: int | None = None
+) -> torch.Tensor:
+    """beta of shape (Dh/2, C). Axial: pair u rotates with axis u % C at a log-spaced frequency. Mixed: log-spaced
+    magnitudes along random directions drawn from `seed` (`_rng.generator("rope.mixed", seed)`; None: torch's
+    global generator, as nn.Linear draws), so that the layers of a model start from different directions."""
     m = head_dim // 2
     if mode == "axial":
         beta = torch.zeros(m, coord_dim, dtype=torch.float64)
@@ -41,7 +47,7 @@ def rope_frequencies(head_dim: int, coord_dim: int = 1, base: float = 10000.0, m
             beta[u, axis] = base ** (-j / per_axis)
         return beta
     if mode == "mixed":  # RoPE-mixed init: log-spaced magnitudes along random directions
-        g = torch.Generator().manual_seed(0)
+        g = None if check_seed(seed) is None else purpose_generator("rope.mixed", seed)
         mags = base ** (-torch.arange(m, dtype=torch.float64) / m)
         dirs = torch.randn(m, coord_dim, generator=g, dtype=torch.float64)
         dirs = dirs / dirs.norm(dim=-1, keepdim=True)
@@ -155,7 +161,8 @@ def pair_indices(head_dim: int, pairing: str) -> torch.Tensor:
 
 
 class RoPE(RotaryPositional):
-    """Rotary position embedding on (B, H, N, Dh) queries/keys for C-dimensional positions."""
+    """Rotary position embedding on (B, H, N, Dh) queries/keys for C-dimensional positions. seed: the random
+    directions of mode "mixed" (rope_frequencies; None: torch's global generator); axial mode draws nothing."""
 
     def __init__(
         self,
@@ -165,6 +172,7 @@ class RoPE(RotaryPositional):
         pairing: str = "half",
         mode: str = "axial",
         learnable: bool = False,
+        seed: int | None = None,
     ):
         super().__init__()
         check_int("head_dim", head_dim, 2)
@@ -175,7 +183,7 @@ class RoPE(RotaryPositional):
         self.pairing = check_choice("pairing", pairing, PAIRINGS)
         self.mode = check_choice("mode", mode, ("axial", "mixed"))
         check_float("base", base, 1.0, low_open=True)
-        beta = rope_frequencies(head_dim, coord_dim, base, mode).to(master_dtype())
+        beta = rope_frequencies(head_dim, coord_dim, base, mode, check_seed(seed)).to(master_dtype())
         if learnable:
             self.beta = nn.Parameter(beta)
         else:

@@ -38,8 +38,9 @@ class STRING(RotaryPositional):
     "interleaved"), mode (initial beta: "axial" or "mixed"; default mixed for C > 1, the RoPE-mixed
     initialisation of Cayley-STRING, so STRING(head_dim, C) starts as RoPE(head_dim, C, mode="mixed")),
     init_scale (std of the initial skew
-    parameter; 0 gives P = I, i.e. exactly RoPE at init), seed (the draw of that parameter when init_scale > 0:
-    None draws from torch's global generator, as nn.Linear does)."""
+    parameter; 0 gives P = I, i.e. exactly RoPE at init), seed (the draw of that parameter when init_scale > 0, and
+    of the mixed directions, as RoPE(..., seed=seed) draws them: None draws from torch's global generator, as
+    nn.Linear does)."""
 
     def __init__(
         self,
@@ -55,7 +56,7 @@ class STRING(RotaryPositional):
         super().__init__()
         mode = mode or ("mixed" if coord_dim > 1 else "axial")
         # one RoPE implementation: STRING = RoPE(beta) conjugated by a learned orthogonal P
-        self.rope = RoPE(head_dim, coord_dim, base, pairing, mode, learnable=learnable)
+        self.rope = RoPE(head_dim, coord_dim, base, pairing, mode, learnable=learnable, seed=seed)
         self.head_dim, self.coord_dim, self.pairing = head_dim, coord_dim, pairing
         a = torch.zeros(head_dim, head_dim, dtype=torch.float64)
         if float(init_scale) != 0.0:  # init_scale 0: P = I exactly, and no draw from any generator

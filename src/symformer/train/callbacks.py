@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from symformer._rng import check_seed, layer_kwargs
 from symformer.registry import CALLBACKS
 
 
@@ -110,22 +111,23 @@ def feature_modules(model) -> list:
 
 @CALLBACKS.register("redraw")
 class FeatureRedraw(Callback):
-    """Per-layer random features and their periodic redraw, outside `forward` (performer-pytorch's
-    ProjectionUpdater): at the start of training every FAVOR+ layer gets its own seed (seed * 1000 + layer), and
-    every `every` optimizer steps all layers draw fresh features (every=None: fixed per-layer features)."""
+    """Periodic redraws of the random features, outside `forward` (performer-pytorch's ProjectionUpdater): every
+    `every` optimizer steps all FAVOR+ layers draw fresh features (every=None: fixed features). Every layer already
+    has a seed of its own (the model builder derives them, models.layers); seed=None keeps those, an integer
+    restarts layer i's sequence at the start of training from derived_seed("layer<i>", seed) (_rng.layer_kwargs)."""
 
-    def __init__(self, model, every: int | None = None, seed: int = 0):
+    def __init__(self, model, every: int | None = None, seed: int | None = None):
         from symformer._validation import check_int
 
-        self.model, self.seed = model, check_int("seed", seed)
+        self.model, self.seed = model, check_seed(seed)
         self.every = None if every is None else check_int("every", every, 1)
         self.seeded, self.redraws = False, 0
 
     def on_train_start(self, trainer) -> None:
-        if not self.seeded:  # a resumed run keeps the features restored from its checkpoint
+        if not self.seeded and self.seed is not None:  # a resumed run keeps the features restored from its checkpoint
             for i, m in enumerate(feature_modules(self.model)):
-                m.reseed(self.seed * 1000 + i)
-            self.seeded = True
+                m.reseed(layer_kwargs({"seed": self.seed}, i)["seed"])
+        self.seeded = True
 
     def on_step_end(self, trainer, loss: float) -> None:
         if self.every is not None and trainer.state.step % self.every == 0:

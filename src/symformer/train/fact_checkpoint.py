@@ -137,7 +137,9 @@ def _mlp_embeddings(model: FactRecallTransformer, task) -> tuple[torch.Tensor, t
     return K / K.norm(dim=1, keepdim=True), V
 
 
-def build_mlp_for(model: FactRecallTransformer, task, facts: torch.Tensor, build: dict, seed: int = 0) -> FactMLP:
+def build_mlp_for(
+    model: FactRecallTransformer, task, facts: torch.Tensor, build: dict, seed: int | None = 0
+) -> FactMLP:
     """An MLP storing `facts` on the model's (tied) embeddings, built as the checkpoint says."""
     from symformer.facts.capacity import KNOB, BuildOptions, build_fact_mlp
     from symformer.facts.mse import train_mse_mlp
@@ -170,7 +172,7 @@ def recall_accuracy(model: FactRecallTransformer, task, keys: torch.Tensor) -> f
     return float((value_logits(model, task, tok, mask).argmax(-1) == tgt).double().mean())
 
 
-def edit_by_swap(model: FactRecallTransformer, task, ck: dict, edits: dict[int, int], seed: int = 0) -> dict:
+def edit_by_swap(model: FactRecallTransformer, task, ck: dict, edits: dict[int, int], seed: int | None = 0) -> dict:
     """MLP swapping (Sec. 5.4): the full fact set with `edits` applied is stored in a new MLP that replaces
     the model's. Returns a report; the model keeps the new MLP."""
     new_facts = task.facts.clone()

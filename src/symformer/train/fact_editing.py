@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from symformer._rng import resolve_seed, seeded_generator
 from symformer._validation import check_choice, check_float, fail
 from symformer.data.books import TEMPLATES, BooksTask
 from symformer.facts import editors
@@ -54,7 +55,9 @@ class EditSplit:
 PRESERVED_RATIO = 4.0  # App. A.3.4: (6554, 1638), (3277, 819), (1311, 327) of 2^14 facts: preserved = 4 x altered
 
 
-def make_split(task: BooksTask, fraction: float, seed: int = 0, preserved_ratio: float = PRESERVED_RATIO) -> EditSplit:
+def make_split(
+    task: BooksTask, fraction: float, seed: int | None = 0, preserved_ratio: float = PRESERVED_RATIO
+) -> EditSplit:
     """Alter `fraction` of the facts: their authors are permuted among themselves with no fixed point
     (so every author still has one book). The preserved set holds `preserved_ratio` times as many facts
     (App. A.3.4: 40% / 10%, 20% / 5%, 8% / 2% of the 16,384 facts); facts in neither set keep their authors
@@ -62,7 +65,7 @@ def make_split(task: BooksTask, fraction: float, seed: int = 0, preserved_ratio:
     check_float("fraction", fraction, 0.0, 1.0, low_open=True)
     check_float("preserved_ratio", preserved_ratio, 0.0)
     n = len(task.books)
-    g = torch.Generator().manual_seed(20_000 + seed)
+    g = seeded_generator(20_000 + resolve_seed(seed))
     order = torch.randperm(n, generator=g)
     k = max(2, round(fraction * n))
     p = round(preserved_ratio * fraction * n)

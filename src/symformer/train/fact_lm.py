@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from symformer._io import save_atomic
+from symformer._rng import resolve_seed, seed_torch, seeded_generator
 from symformer._validation import check_int
 from symformer.data.books import TEMPLATES, BooksTask
 from symformer.facts.mse import train_mse_mlp
@@ -27,20 +28,20 @@ class LMConfig:
     steps: int = 1500
     batch_size: int = 128
     lr: float = 2e-3
-    seed: int = 0
+    seed: int | None = 0
     residual: bool = False  # App. A.3.2: the A.2.2 setup (no residuals) plus MoE and MLP Q/K
     router_top1: bool = False  # top-1 (Switch) routing instead of the soft 2-expert mixture (ours)
     moe_norm: bool = True  # router / language expert behind the frozen pre-MLP norm, like the fact expert
 
 
-def lm_embeddings(task: BooksTask, d: int, seed: int) -> torch.Tensor:
+def lm_embeddings(task: BooksTask, d: int, seed: int | None) -> torch.Tensor:
     """Word rows (trainable) and book/author rows uniform on the sphere of radius sqrt(d) (App. A.3.2)."""
-    g = torch.Generator().manual_seed(seed + 7)
+    g = seeded_generator(resolve_seed(seed) + 7)
     E = torch.randn(task.vocab_size, d, generator=g)
     return E / E.norm(dim=1, keepdim=True) * math.sqrt(d)
 
 
-def mlp_for(task: BooksTask, E: torch.Tensor, cfg: LMConfig, seed: int = 0):
+def mlp_for(task: BooksTask, E: torch.Tensor, cfg: LMConfig, seed: int | None = 0):
     """The fact expert: MSE-trained SwiGLU storing book -> author on the tied (normalised) embeddings."""
     nb = len(task.books)
     K = E[task.n_words : task.n_words + nb]
@@ -51,7 +52,7 @@ def mlp_for(task: BooksTask, E: torch.Tensor, cfg: LMConfig, seed: int = 0):
 
 def build_lm(task: BooksTask, cfg: LMConfig) -> tuple[FactRecallTransformer, torch.Tensor]:
     E = lm_embeddings(task, cfg.d_model, cfg.seed)
-    torch.manual_seed(cfg.seed)
+    seed_torch(cfg.seed)
     mcfg = FactRecallConfig(
         vocab_size=task.vocab_size,
         d_model=cfg.d_model,
@@ -88,7 +89,7 @@ def train_lm(
     check_int("checkpoint_every", checkpoint_every, 1)
     books, temps = task.all_sequences()
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=0.0)
-    g = torch.Generator().manual_seed(cfg.seed)
+    g = seeded_generator(cfg.seed)
     start, loss, seconds = _resume_lm(checkpoint, model, opt, g, cfg.steps)
     t0 = time.perf_counter()
 
@@ -179,11 +180,14 @@ def lm_eval(
     }
 
 
-def swap_check(model: FactRecallTransformer, task: BooksTask, E: torch.Tensor, cfg: LMConfig, seed: int = 1) -> dict:
+def swap_check(
+    model: FactRecallTransformer, task: BooksTask, E: torch.Tensor, cfg: LMConfig, seed: int | None = 1
+) -> dict:
     """App. A.3.3 / Fig. 9b: swap in an MLP storing a different book -> author map; accuracy on the new facts
     and the relative change of the non-fact cross-entropy."""
     before = lm_eval(model, task, gates=True)
-    g = torch.Generator().manual_seed(10_000 + seed)
+    seed = resolve_seed(seed)  # one integer for the new facts and the new MLP
+    g = seeded_generator(10_000 + seed)
     new_task = task.with_facts(torch.randperm(len(task.books), generator=g))
     new_mlp = mlp_for(new_task, E, cfg, seed)
     old = model.fact.swap(new_mlp)

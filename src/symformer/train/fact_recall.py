@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from symformer._io import save_atomic
+from symformer._rng import seed_torch, seeded_generator
 from symformer._validation import check_float, check_int, fail
 from symformer.data.ssfr import SSFRTask
 from symformer.facts.mlp import capped_batch
@@ -23,17 +24,17 @@ class SSFRTrainConfig:
     batch_size: int = 256
     lr: float = 2e-4  # App. A.2.2: AdamW, lr 2e-4 (4.8M sequences or until convergence)
     weight_decay: float = 0.0
-    seed: int = 0
+    seed: int | None = 0
     stop_accuracy: float = 1.0  # stop early once a whole-task evaluation reaches this
     eval_every: int = 250
 
 
 def build_recall_model(
-    task: SSFRTask, mlp: nn.Module, seed: int = 0, train_junk: bool = True, **switches
+    task: SSFRTask, mlp: nn.Module, seed: int | None = 0, train_junk: bool = True, **switches
 ) -> FactRecallTransformer:
     """The Sec. 5.1 transformer on the task's embeddings with `mlp` in its slot. App. A.2.2 freezes the key
     and value embeddings; the junk rows are trained (`train_junk`, as the text leaves only those frozen)."""
-    torch.manual_seed(seed)
+    seed_torch(seed)
     cfg = FactRecallConfig(vocab_size=task.vocab_size, d_model=task.d, **switches)
     junk = torch.arange(task.vocab_size) >= task.n_keys + task.n_values
     model = FactRecallTransformer(cfg, task.embeddings, trainable_tokens=junk if train_junk else None)
@@ -71,7 +72,7 @@ def train_ssfr(
     check_float("lr", cfg.lr, 0.0, low_open=True)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    g = torch.Generator().manual_seed(cfg.seed)
+    g = seeded_generator(cfg.seed)
     acc, done, loss = float("nan"), 0, float("nan")
     st = load_loop_state(checkpoint, "an SSFR training checkpoint", ("step", "acc", "loss"))  # weights_only
     if st is not None:
@@ -113,14 +114,16 @@ def fact_adaptive_accuracy(model: FactRecallTransformer, task_new: SSFRTask, mlp
         model.fact.swap(old)
 
 
-def lipschitz_estimate(mlp: nn.Module, keys: torch.Tensor, values: torch.Tensor, n: int = 100, seed: int = 0) -> float:
+def lipschitz_estimate(
+    mlp: nn.Module, keys: torch.Tensor, values: torch.Tensor, n: int = 100, seed: int | None = 0
+) -> float:
     """Eq. (8): max over n random keys k_i of sigma_1(J(k_i)), J = d V^T MLP(norm(x)) / dx at x = k_i, with the
     frozen pre-MLP norm (projection to the sphere, App. A.2.5: 100 samples)."""
     from symformer.models.fact_recall import SphereNorm
 
     norm = SphereNorm()
     V = values.to(mlp.dtype)
-    g = torch.Generator().manual_seed(seed)
+    g = seeded_generator(seed)
     idx = torch.randperm(keys.shape[0], generator=g)[:n]
 
     X = keys[idx].to(mlp.dtype).clone().requires_grad_(True)
@@ -152,7 +155,7 @@ def swap_diagnostics(
     task_new: SSFRTask,
     mlp_new: nn.Module,
     batch: int = 2048,
-    seed: int = 0,
+    seed: int | None = 0,
 ) -> dict:
     """Where a swap (Sec. 5.1) loses accuracy, over every sequence of SSFR[f'] (`task_new`; `task` holds the f the
     model was trained with, its MLP in the slot). With the four changes the MLP reads u = norm(sum_j a_j x_j), the
@@ -190,7 +193,7 @@ def swap_diagnostics(
     u, a_key = torch.cat(u), torch.cat(a_key)
     k = task_new.mlp_embeddings()[0][keys].to(u.dtype)
     c = (u * k).sum(-1, keepdim=True)
-    perm = torch.randperm(len(u), generator=torch.Generator().manual_seed(seed))
+    perm = torch.randperm(len(u), generator=seeded_generator(seed))
     shuffled = c * k + (u - c * k)[perm]
     shuffled = shuffled / shuffled.norm(dim=-1, keepdim=True)
     out = {"key_attention": float(a_key.mean()), "key_cosine": float(c.mean())}

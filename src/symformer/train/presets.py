@@ -10,8 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-import torch
-
+from symformer._rng import check_seed, seed_torch
 from symformer._validation import check_choice, fail
 from symformer.models import (
     CausalLM,
@@ -228,9 +227,7 @@ def resolve(
     check_choice("task", spec["task"], TASKS)
     _check_keys(spec, "--set")
     if "seed" in spec:
-        from symformer._validation import check_int
-
-        check_int("seed", spec["seed"])
+        check_seed(spec["seed"])
     return spec
 
 
@@ -240,11 +237,12 @@ def build(spec: dict[str, Any], data_dir=None, seed: int | None = None):
 
     t, dkw, mkw = spec["task"], dict(spec.get("data", {})), dict(spec.get("model", {}))
     tkw = dict(spec.get("train", {}))
-    seed = spec.get("seed") if seed is None else seed  # --seed, else the config's top-level seed
-    if seed is not None:
+    if seed is not None:  # --seed, else the config's top-level seed (null: drawn from torch's global generator)
         tkw["seed"] = seed
+    elif "seed" in spec:
+        tkw["seed"] = spec["seed"]
     tcfg = TrainConfig(**tkw)
-    torch.manual_seed(tcfg.seed)
+    seed_torch(tcfg.seed)
     if t in ("digits", "mnist1d"):
         split = D.load_digits_patches(**dkw) if t == "digits" else D.load_mnist1d(**dkw)
         mkw.setdefault("coord_dim", split.meta["coord_dim"])

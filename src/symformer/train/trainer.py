@@ -11,13 +11,14 @@ import json
 import math
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from symformer._rng import check_seed, global_seed, seed_torch
 from symformer._validation import check_choice, check_float, check_int, fail
 from symformer.data.base import TensorData, epoch_order, n_batches, shard
 from symformer.models import penalties
@@ -58,7 +59,7 @@ class TrainConfig:
     min_lr_ratio: float = 0.0  # cosine floor as a fraction of lr
     decay_gamma: float = 0.5  # per-epoch factor of the exponential schedule (Informer uses 0.5)
     grad_clip: float | None = 1.0
-    seed: int = 0
+    seed: int | None = 0  # None: drawn once from torch's global generator by the Trainer (the one seeding rule)
     checkpoint_every: int = 0  # steps; 0 = only at epoch ends
     drop_last: bool = True
     eval_batch_size: int = 512
@@ -84,7 +85,7 @@ class TrainConfig:
         check_float("decay_gamma", self.decay_gamma, 0.0, 1.0, low_open=True)
         if self.grad_clip is not None:
             check_float("grad_clip", self.grad_clip, 0.0)
-        check_int("seed", self.seed)
+        check_seed(self.seed)
         check_int("eval_batch_size", self.eval_batch_size, 1)
         if self.max_steps is not None:
             check_int("max_steps", self.max_steps, 1)
@@ -93,10 +94,13 @@ class TrainConfig:
                 fail(name, getattr(self, name), "true or false", TypeError)
 
 
-def seed_everything(seed: int) -> None:
+def seed_everything(seed: int | None) -> None:
+    """Seed Python's, NumPy's and torch's global generators; None leaves them as they are."""
+    if check_seed(seed) is None:
+        return
     random.seed(seed)
     np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
+    seed_torch(seed)
 
 
 def make_optimizer(cfg: TrainConfig, params) -> torch.optim.Optimizer:
@@ -148,7 +152,10 @@ class Trainer:
     ):
         if not isinstance(cfg, TrainConfig):
             fail("cfg", type(cfg).__name__, "a TrainConfig", TypeError)
-        self.cfg, self.task = cfg, task
+        # seed None: the run's seed is drawn here, once, from torch's global generator (so torch.manual_seed governs
+        # it); the batch order and the checkpoint then hold that integer, and resume() adopts the checkpoint's
+        self._seed_given = cfg.seed is not None
+        self.cfg, self.task = (cfg if self._seed_given else replace(cfg, seed=global_seed())), task
         self.train_data, self.val_data, self.test_data = train, val, test
         self.callbacks = list(callbacks or [])
         if cfg.patience is not None and val is not None:
@@ -208,6 +215,9 @@ class Trainer:
             return False
         path = self.ckpt_path
         ck = load_checkpoint(path)
+        saved_seed = ck.get("config", {}).get("seed") if isinstance(ck.get("config"), dict) else None
+        if not self._seed_given and isinstance(saved_seed, int):  # the drawn seed of the run being resumed
+            self.cfg = replace(self.cfg, seed=saved_seed)
         check_compatible(path, ck, self.raw_model, asdict(self.cfg), ignore=_RESUME_FREE)
         try:
             self.raw_model.load_state_dict(ck["model"])
