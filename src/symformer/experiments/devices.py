@@ -11,11 +11,16 @@ from symformer.data.base import Split, TensorData
 
 
 def tensor_data_on(data: TensorData | None, device: str) -> TensorData | None:
-    """`data` with its inputs, targets and positions on `device` (the same object on the CPU)."""
+    """`data` with its inputs, targets, positions and any other tensor it carries (ETT's time marks x_time and
+    y_time) on `device`; the same object where it is there already (the CPU path is unchanged)."""
     if data is None or torch.device(device) == data.x.device:
         return data
     pos = None if data.pos is None else data.pos.to(device)
-    return TensorData(data.x.to(device), data.y.to(device), pos)
+    moved = TensorData(data.x.to(device), data.y.to(device), pos)
+    for name, value in vars(data).items():
+        if name not in ("x", "y", "pos") and isinstance(value, torch.Tensor):
+            setattr(moved, name, value.to(device))
+    return moved
 
 
 def split_on(split: Split, device: str) -> Split:

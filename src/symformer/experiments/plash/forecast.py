@@ -10,77 +10,37 @@ from pathlib import Path
 
 import torch
 
-from symformer.experiments.base import RunContext
+from symformer._rng import seed_torch, seeded_generator
+from symformer.experiments.base import JobFunction, RunContext
+from symformer.experiments.devices import tensor_data_on
 from symformer.experiments.jobs import Job
+from symformer.experiments.plash.plan import ForecastPlan, method_kwargs
 
-# Table 1, ETTh1 (MSE, MAE) averaged over the horizons.
-PAPER_ETTH1 = {
-    "softmax (Vanilla)": (0.5553, 0.5480),
-    "favor (Performer)": (0.5065, 0.5192),
-    "plash M=64 D=128": (0.5747, 0.5585),
-    "plash best M=256 D=512": (0.4553, 0.4960),
-}
-HORIZONS = (24, 48, 168, 336, 720)
-RECORDED_HORIZONS = (24, 48, 168)
-#: quick size: small enough that three 24-step Informers train and test in ~2 minutes on one busy core
-QUICK_SIZE = {"d_model": 32, "n_heads": 2, "e_layers": 2, "d_layers": 1, "d_ff": 64}
-#: per-method attention options; FAVOR+ has no attention matrix, so its attention dropout is 0 (explicit)
-METHOD_KWARGS = {"softmax": {}, "favor": {"dropout": 0.0}, "plash": {"M": 64, "D_k": 128}}
-QUICK_PLASH = {"M": 16, "D_k": 32}
 #: steps between checkpoints of a job with a work_dir (about 2 minutes of a PLASH horizon-168 run on one core)
 CHECKPOINT_STEPS = 20
 _SPLITS: dict = {}
 
 
-def protocol(ctx: RunContext) -> dict:
-    """The forecasting setting of this run: sizes, horizons, seeds, budget (JSON, goes into every Job)."""
-    from symformer.models.informer import PAPER_SIZE, SMALL_SIZE
-
-    full_size = bool(ctx.extra.get("full", False))  # `reproduce --full`: the paper's Informer size
-    size = PAPER_SIZE if full_size else (QUICK_SIZE if ctx.quick else SMALL_SIZE)
-    return {
-        "size": dict(size),
-        "horizons": (24,) if ctx.quick else RECORDED_HORIZONS,
-        "seeds": (ctx.seed,) if ctx.quick else tuple(ctx.seed + i for i in range(3)),
-        "epochs": ctx.options.get("quick_epochs", 3) if ctx.quick else 6,
-        "patience": 3,
-        "lr": 1e-4,
-        # quick: a fixed random 1/8 of the training windows per run and 512 evenly spaced validation
-        # windows for early stopping; the test set is always complete
-        "train_windows": ctx.options.get("quick_train_windows", 1024) if ctx.quick else None,
-        "val_windows": 512 if ctx.quick else None,
-    }
-
-
-def method_kwargs(method: str, quick: bool) -> dict:
-    return dict(QUICK_PLASH) if (method == "plash" and quick) else dict(METHOD_KWARGS[method])
-
-
 def forecast_job(
-    ctx: RunContext, method: str, pred_len: int, seed: int, proto: dict, attention_kwargs: dict | None = None
+    ctx: RunContext, method: str, pred_len: int, seed: int, plan: ForecastPlan, attention_kwargs: dict | None = None
 ) -> Job:
+    """One (method, horizon, seed) forecasting run of `plan`, trained on ctx.device."""
     akw = method_kwargs(method, ctx.quick) if attention_kwargs is None else attention_kwargs
-    tag = "_".join(f"{k}{v}" for k, v in sorted(akw.items()) if k != "dropout")
-    size = proto["size"]
-    key = (
-        f"etth1_informer_{method}{'_' + tag if tag else ''}_h{pred_len}_s{seed}_d{size['d_model']}"
-        f"_e{proto['epochs']}" + ("_quick" if proto["train_windows"] else "")
-    )
     return Job(
-        key,
-        forecast,
+        plan.run_key(method, pred_len, seed, akw),
+        FORECAST.on(ctx.device),
         dict(
             data_dir=None if ctx.data_dir is None else str(ctx.data_dir),
             attention=method,
             attention_kwargs=akw,
             pred_len=pred_len,
             seed=seed,
-            size=size,
-            epochs=proto["epochs"],
-            patience=proto["patience"],
-            lr=proto["lr"],
-            train_windows=proto["train_windows"],
-            val_windows=proto["val_windows"],
+            size=plan.size,
+            epochs=plan.epochs,
+            patience=plan.patience,
+            lr=plan.lr,
+            train_windows=plan.train_windows,
+            val_windows=plan.val_windows,
         ),
         checkpoints=True,
     )
@@ -107,7 +67,7 @@ def _subset(data, n: int | None, seed: int | None):
     if seed is None:
         idx = torch.linspace(0, len(data) - 1, n).long()
     else:
-        idx = torch.randperm(len(data), generator=torch.Generator().manual_seed(seed))[:n].sort().values
+        idx = torch.randperm(len(data), generator=seeded_generator(seed))[:n].sort().values
     sub = data.subset(idx)
     sub.x_time, sub.y_time = data.x_time[idx], data.y_time[idx]
     return sub
@@ -126,8 +86,9 @@ def forecast(
     train_windows: int | None = None,
     val_windows: int | None = None,
     work_dir: str | None = None,
+    device: str = "cpu",
 ) -> dict:
-    """One Informer training run on ETTh1 -> test MSE/MAE at the best validation epoch, and its history.
+    """One Informer training run on ETTh1 on `device` -> test MSE/MAE at the best validation epoch, and its history.
     With `work_dir` it checkpoints there every CHECKPOINT_STEPS steps and continues from the checkpoint it finds
     (Trainer's exact resume: the result is the uninterrupted run's, bit for bit); `seconds` then sums the parts."""
     from symformer.models.informer import Informer, InformerConfig
@@ -138,9 +99,9 @@ def forecast(
 
     t0 = time.perf_counter()
     split = _split(data_dir, pred_len)
-    torch.manual_seed(seed)
+    seed_torch(seed)
     cfg = InformerConfig(**size, attention=attention, attention_kwargs=attention_kwargs)
-    model = Informer(cfg, split.meta["n_vars"], split.meta["seq_len"], split.meta["label_len"], pred_len)
+    model = Informer(cfg, split.meta["n_vars"], split.meta["seq_len"], split.meta["label_len"], pred_len).to(device)
     tcfg = TrainConfig(
         epochs=epochs,
         batch_size=32,
@@ -155,11 +116,18 @@ def forecast(
         eval_batch_size=128,
         checkpoint_every=CHECKPOINT_STEPS if work_dir else 0,
     )
-    train = _subset(split.train, train_windows, seed)
-    val = _subset(split.val, val_windows, None)
+    train = tensor_data_on(_subset(split.train, train_windows, seed), device)
+    val = tensor_data_on(_subset(split.val, val_windows, None), device)
     clock = Elapsed()
     trainer = Trainer(
-        model, Forecasting(pred_len), train, val, tcfg, test=split.test, callbacks=[clock], out_dir=work_dir
+        model,
+        Forecasting(pred_len),
+        train,
+        val,
+        tcfg,
+        test=tensor_data_on(split.test, device),
+        callbacks=[clock],
+        out_dir=work_dir,
     )
     final = trainer.fit(resume=work_dir is not None)
     es = trainer.callbacks[-1]
@@ -172,3 +140,7 @@ def forecast(
         "history": [[r["epoch"], r["train_loss"], r.get("val_mse")] for r in trainer.state.history],
         "seconds": clock.before + time.perf_counter() - t0,
     }
+
+
+# the name the recorded runs carry (results/plash/runs): the function lived in experiments/plash_forecast.py
+FORECAST = JobFunction(forecast, "symformer.experiments.plash_forecast.forecast")

@@ -8,6 +8,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from symformer._rng import seeded_generator
 from symformer.attention.certificate import cert_rate, certified, certify, combine_heads
 from symformer.attention.plash import PlashAttention
 from symformer.attention.sketch import bucket_hashes, sign_hashes, tensor_sketch
@@ -19,7 +20,7 @@ DEGREES = (1, 2, 3)
 def sketch_checks(draws: int, seed: int) -> dict:
     """z-scores of E<TS_k(x), TS_k(y)> = <x, y>^k (eq. 47); measured variance against Prop. C.4 (eq. 48)
     and against Avron-Nguyen-Woodruff (2014, Lemma 2): Var <= (2 + 3^k) |x|^2k |y|^2k / D."""
-    g = torch.Generator().manual_seed(seed)
+    g = seeded_generator(seed)
     d, D = 16, 16
     x = torch.randn(d, generator=g, dtype=torch.float64)
     y = x + 0.7 * torch.randn(d, generator=g, dtype=torch.float64)
@@ -45,7 +46,7 @@ def sketch_checks(draws: int, seed: int) -> dict:
 # ----------------------------------------------------------------------------------------- certification
 def _draws(n: int, seed: int):
     """Fig. 2/4 inputs: h = 4 heads, d = 32, N_q = 32, N_k = 64, entries N(0, sigma^2), sigma ~ U[0.004, 0.08]."""
-    g = torch.Generator().manual_seed(seed)
+    g = seeded_generator(seed)
     sig = torch.rand(n, 1, 1, 1, generator=g, dtype=torch.float64) * (0.08 - 0.004) + 0.004
     q, k, v = (torch.randn(n, 4, m, 32, generator=g, dtype=torch.float64) * sig for m in (32, 64, 64))
     return q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1)
