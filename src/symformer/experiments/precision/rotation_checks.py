@@ -21,17 +21,17 @@ import math
 
 import torch
 
+from symformer._rng import seed_torch, seeded_generator
 from symformer._validation import check_choice, check_int, fail
 
 EPS = {torch.bfloat16: 2.0**-7, torch.float16: 2.0**-10}
 ROTATION_PARTS = ("rope", "rope_interleaved", "rope_mixed", "string", "circulant_string", "espr", "partial")
 ADDITIVE_PARTS = ("sinusoidal", "learned")
 ROUTES = ("built", "cast", "autocast")
-HF_PRECISION_FAMILIES = ("llama", "qwen3", "gpt_neox", "deepseek_v2")
 HEAD_DIM = 16
 
 
-def _check_dtype(dtype: torch.dtype) -> torch.dtype:
+def check_dtype(dtype: torch.dtype) -> torch.dtype:
     if dtype not in EPS:
         fail("dtype", dtype, "torch.bfloat16 or torch.float16", TypeError)
     return dtype
@@ -56,7 +56,7 @@ def build_part(part: str, coord_dim: int = 1, head_dim: int = HEAD_DIM, seed: in
     if part == "espr":
         m = pos.ESPR(head_dim, coord_dim, commuting_init=False, init_scale=0.02, seed=seed, pairing="interleaved")
         with torch.no_grad():
-            g = torch.Generator().manual_seed(seed + 1)
+            g = seeded_generator(seed + 1)
             m.skew_param.copy_(0.05 * torch.randn(m.skew_param.shape, generator=g, dtype=torch.float64))
         return m
     if part == "partial":
@@ -73,7 +73,7 @@ def _built_in(dtype: torch.dtype, part: str, coord_dim: int, seed: int, n: int):
     old = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
-        torch.manual_seed(seed)
+        seed_torch(seed)
         return build_part(part, coord_dim, seed=seed, n=n)
     finally:
         torch.set_default_dtype(old)
@@ -94,9 +94,9 @@ def grid_positions(n: int, coord_dim: int) -> torch.Tensor:
 def route_part(part: str, dtype: torch.dtype, route: str, coord_dim: int = 1, seed: int = 0, n: int = 8192):
     """(module to run, float64 reference module): the part made 16-bit by `route`, and its float32 build in
     float64."""
-    _check_dtype(dtype)
+    check_dtype(dtype)
     check_choice("route", route, ROUTES)
-    torch.manual_seed(seed)
+    seed_torch(seed)
     base = _built_in(torch.float32, part, coord_dim, seed, n)
     ref = copy.deepcopy(base).double()
     if route == "built":
@@ -133,7 +133,7 @@ def rotation_errors(
     autocast = route == "autocast"
     in_dtype = torch.float32 if autocast else dtype
     pos = grid_positions(n, coord_dim).to(device)
-    g = torch.Generator().manual_seed(seed + 7)
+    g = seeded_generator(seed + 7)
     additive = part in ADDITIVE_PARTS
     shapes = [(batch, pos.shape[0], HEAD_DIM)] if additive else [(batch, heads, pos.shape[0], HEAD_DIM)] * 2
     xs16 = [torch.randn(s, generator=g).to(dtype) for s in shapes]  # 16-bit values: exact in every dtype
@@ -175,143 +175,3 @@ def rotation_err_vs_bound(
     """max|rotated q, k - float64 rotation| / (2 eps(dtype) max|q|) for part in ROTATION_PARTS (goal <= 1)."""
     check_choice("part", part, ROTATION_PARTS)
     return rotation_errors(part, dtype, route, n, coord_dim, seed)["forward"]
-
-
-# ---------------------------------------------------------------- Hugging Face models
-def _sharpen(model, factor: float) -> None:
-    """Scale what feeds the rotation (the q/k norm weights where the family norms q and k, else the q and k
-    projections; MLA: q_proj and kv_a_proj_with_mqa) so the logits are large and position errors show."""
-    from symformer.integrations._hf_common import attention_modules, qk_norms
-
-    for attn in attention_modules(model):
-        norms = qk_norms(attn)
-        if norms is not None and all(getattr(m, "weight", None) is not None for m in norms):
-            mods = list(norms)
-        else:
-            names = ("q_proj", "k_proj", "query_key_value", "kv_a_proj_with_mqa")
-            mods = [getattr(attn, a) for a in names if hasattr(attn, a)]
-        for m in mods:
-            m.weight.mul_(factor)
-
-
-@torch.no_grad()
-def hf_base_model(
-    family: str, dtype: torch.dtype, n_tokens: int = 2048, seed: int = 0, sharpness: float = 3.0, attn: str = "sdpa"
-):
-    """A float32 tiny model of `family` (1 layer, d_model 16, 2 heads of Dh 8, vocab 40) whose weights are exactly
-    representable in `dtype` (so the 16-bit models and the float64 one share them), with sharpened attention."""
-    import transformers as tf
-
-    from symformer.experiments.hf import FAMILY_MODELS, QK_NORM_FAMILIES
-    from symformer.integrations._hf_common import attention_modules, qk_norms
-
-    check_choice("family", family, tuple(FAMILY_MODELS))
-    conf, cls, extra = FAMILY_MODELS[family]
-    args = dict(
-        vocab_size=40,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=max(2 * n_tokens, 128),
-        head_dim=8,
-        attn_implementation=attn,
-        bos_token_id=None,
-        eos_token_id=None,
-        initializer_range=0.2,
-    )
-    mla = "kv_lora_rank" in extra  # MLA: as many key heads as heads
-    cfg = getattr(tf, conf)(
-        **{
-            **args,
-            **extra,
-            "num_hidden_layers": 1,
-            "first_k_dense_replace": 1,
-            "num_attention_heads": 2,
-            "num_key_value_heads": 2 if mla else 1,
-        }
-    )
-    torch.manual_seed(seed)
-    model = getattr(tf, cls)(cfg).float().eval()
-    if family in QK_NORM_FAMILIES:
-        for attn in attention_modules(model):
-            for norm in qk_norms(attn):
-                norm.weight.normal_(1.0, 0.5)
-    _sharpen(model, sharpness)
-    for p in model.parameters():
-        p.copy_(p.to(_check_dtype(dtype)).float())
-    return model
-
-
-def hf_route_model(base, dtype: torch.dtype, route: str, positional: str | None = None):
-    """`base`'s weights in a `dtype` model made by route "config" (`_from_config(cfg, dtype=...)`, as from_pretrained
-    builds it) or "cast" (`.to(dtype)` of a float32 copy), patched with `positional` before the cast (None: native)."""
-    from symformer.integrations import hf
-
-    check_choice("route", route, ("config", "cast"))
-    if route == "cast":
-        model = copy.deepcopy(base)
-        if positional is not None:
-            hf.patch_positional(model, positional)
-        return model.to(dtype)
-    cfg = copy.deepcopy(base.config)
-    model = type(base)._from_config(cfg, dtype=dtype).eval()
-    model.load_state_dict(base.state_dict())
-    return hf.patch_positional(model, positional) if positional is not None else model
-
-
-@torch.no_grad()
-def hf_reference_logits(base, x: torch.Tensor) -> torch.Tensor:
-    """The float64 model's logits (exact_float64: HF's float32 tables and norms evaluated in float64)."""
-    from symformer.integrations.hf import exact_float64
-
-    return exact_float64(copy.deepcopy(base).double())(x).logits
-
-
-def logit_err(model, x: torch.Tensor, ref: torch.Tensor) -> float:
-    """The root-mean-square logit error against the reference over the second half of the tokens (positions n/2 to n,
-    where a rounded position shows first). RMS, not the max: the max over ~40k logits of two models that both round
-    correctly differs by tens of percent from draw to draw, which a 1.5x goal cannot tell from a real error."""
-    with torch.no_grad():
-        d = model(x).logits.double() - ref
-    return float(d[:, d.shape[1] // 2 :].pow(2).mean().sqrt())
-
-
-def hf_tokens(n_tokens: int, seed: int = 0) -> torch.Tensor:
-    return torch.randint(0, 40, (1, n_tokens), generator=torch.Generator().manual_seed(seed + 11))
-
-
-def hf_logit_err_vs_native(
-    family: str, dtype: torch.dtype, n_tokens: int = 2048, seed: int = 0, route: str = "config"
-) -> dict:
-    """Logit errors (`logit_err`) against the float64 model of the "rope"-patched and of the native `dtype` model
-    (built as from_pretrained(dtype=...) builds it, or cast with .to()): {"ratio": patched / native (goal <= 1.5),
-    "patched_err", "native_err"}."""
-    check_choice("family", family, HF_PRECISION_FAMILIES)
-    base = hf_base_model(family, dtype, n_tokens, seed)
-    x = hf_tokens(n_tokens, seed)
-    ref = hf_reference_logits(base, x)
-    native = logit_err(hf_route_model(base, dtype, route), x, ref)
-    patched = logit_err(hf_route_model(base, dtype, route, "rope"), x, ref)
-    return {"ratio": patched / native, "patched_err": patched, "native_err": native}
-
-
-__all__ = [
-    "ROTATION_PARTS",
-    "ADDITIVE_PARTS",
-    "ROUTES",
-    "HF_PRECISION_FAMILIES",
-    "EPS",
-    "rotation_err_vs_bound",
-    "rotation_errors",
-    "hf_logit_err_vs_native",
-    "hf_base_model",
-    "hf_route_model",
-    "hf_reference_logits",
-    "logit_err",
-    "hf_tokens",
-    "route_part",
-    "build_part",
-    "grid_positions",
-]

@@ -20,23 +20,25 @@ import torch
 
 from symformer.experiments.base import RunContext, experiment
 from symformer.experiments.jobs import one_thread
-from symformer.results import Claim, ExperimentResult, verdict
-
-DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
-ROUTES = ("built", "cast", "autocast")
-TRAIN_ROUTES = ("autocast", "cast")
-ROTATION_GOAL, HF_GOAL, TRAIN_GOAL = 1.0, 1.5, 0.02
-
-
-GEOMETRIES = {"1d": (1, 8192), "2d": (2, 4096)}  # (coord_dim, positions): token indices 0-8191, a 64 x 64 grid
-HF_ROUTES = ("config", "cast")  # _from_config(cfg, dtype=...) as from_pretrained builds it, or .to(dtype)
+from symformer.experiments.precision.claims import precision_claims
+from symformer.experiments.precision.hf_checks import hf_logit_err_vs_native, hf_native_rope_err_vs_bound
+from symformer.experiments.precision.plan import (
+    DTYPES,
+    GEOMETRIES,
+    HF_ROUTES,
+    HF_TOKENS,
+    ROUTES,
+    TRAIN_ROUTES,
+    PrecisionPlan,
+)
+from symformer.experiments.precision.rotation_checks import rotation_errors
+from symformer.experiments.precision.train_checks import train_step_comparison
+from symformer.results import ExperimentResult
 
 
 def rotation_metrics(parts, seeds) -> tuple[dict[str, float], dict[str, float]]:
     """({"part[@2d]/dtype/route": worst forward error / bound over seeds}, the same for the backward pass: the
     gradients of a fixed linear functional w.r.t. the inputs and the part's parameters)."""
-    from symformer.experiments.precision_checks import rotation_errors
-
     fwd, bwd = {}, {}
     for part in parts:
         for geo, (coord_dim, n) in GEOMETRIES.items():
@@ -54,8 +56,6 @@ def rotation_metrics(parts, seeds) -> tuple[dict[str, float], dict[str, float]]:
 
 def hf_metrics(families, seeds, n_tokens: int) -> tuple[dict[str, float], dict[str, dict]]:
     """({"family/dtype[/cast]": worst patched / native error ratio over seeds}, the errors behind each ratio)."""
-    from symformer.experiments.precision_checks import hf_logit_err_vs_native
-
     ratios, detail = {}, {}
     for fam in families:
         for dn, dt in DTYPES.items():
@@ -69,8 +69,6 @@ def hf_metrics(families, seeds, n_tokens: int) -> tuple[dict[str, float], dict[s
 
 def train_metrics(combinations, seeds) -> tuple[dict[str, float], dict[str, bool]]:
     """({"positional/attention/route": worst relative loss difference}, {same keys: every step finite})."""
-    from symformer.experiments.precision_train import train_step_comparison
-
     diff, finite = {}, {}
     for pos, att in combinations:
         for route in TRAIN_ROUTES:
@@ -79,92 +77,6 @@ def train_metrics(combinations, seeds) -> tuple[dict[str, float], dict[str, bool
             diff[key] = max(r["loss_rel_diff"] for r in runs)
             finite[key] = all(bool(r["finite"]) for r in runs)
     return diff, finite
-
-
-def hf_native_rope_err_vs_bound(dtype: torch.dtype, n: int = 8192, head_dim: int = 16, seed: int = 0) -> float:
-    """The anchor: a Hugging Face Llama rotary embedding cast with `.to(dtype)` (its `inv_freq` rounded to `dtype`,
-    cos / sin cast to the query's dtype, as `apply_rotary_pos_emb` uses them) rotating q at positions 0..n-1, error
-    against the float64 rotation with the float32 frequencies, over the same bound 2 eps(dtype) max|q|."""
-    from transformers import LlamaConfig
-    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
-
-    from symformer.experiments.precision_checks import EPS
-
-    cfg = LlamaConfig(hidden_size=4 * head_dim, num_attention_heads=4, head_dim=head_dim, max_position_embeddings=n)
-    rot = LlamaRotaryEmbedding(cfg)
-    inv64 = rot.inv_freq.double()  # float32 master frequencies, before any cast
-    rot = rot.to(dtype)
-    q = torch.randn(1, 2, n, head_dim, generator=torch.Generator().manual_seed(seed)).to(dtype)
-    pos = torch.arange(n)[None]
-    cos, sin = rot(q, pos)
-    out = apply_rotary_pos_emb(q, q, cos, sin)[0]
-    ang = pos[0].double()[:, None] * inv64[None]
-    emb = torch.cat((ang, ang), -1)
-    ref = apply_rotary_pos_emb(q.double(), q.double(), emb.cos()[None], emb.sin()[None])[0]
-    return float((out.double() - ref).abs().max()) / (2 * EPS[dtype] * float(q.abs().max()))
-
-
-def _worst(values: dict[str, float]) -> tuple[str, float]:
-    key = max(values, key=lambda k: values[k])
-    return key, values[key]
-
-
-def precision_claims(
-    rot: dict, grad: dict, hf: dict, train: dict, finite: dict, anchor: dict, setting: str
-) -> list[Claim]:
-    """One row per guarantee; the verdict compares the worst measured case with the goal fixed above."""
-    rows = []
-    if rot:
-        key, val = _worst({k: max(v, grad.get(k, 0.0)) for k, v in rot.items()})
-        seen = ", ".join(f"{d} {v:.3g}" for d, v in anchor.items())
-        rows.append(
-            Claim(
-                "P-rotation",
-                "every positional part rotates q, k (adds its table) in bfloat16 / float16 "
-                "within 2 eps(dtype) max|q| of float64, forward and backward, at positions up to 8192 and "
-                "on a 64 x 64 grid, built in 16 bits / cast with .to() / under autocast",
-                f"library guarantee (issue 40); anchor, HF Llama's RoPE cast with .to(): error / bound "
-                f"{seen or 'not measured'}",
-                f"worst error / bound {val:.3g} ({key}); {sum(v <= ROTATION_GOAL for v in rot.values())} of "
-                f"{len(rot)} cells within",
-                verdict(val <= ROTATION_GOAL),
-                "holds if every cell's error / bound <= 1",
-                setting,
-                "-",
-            )
-        )
-    if hf:
-        key, val = _worst(hf)
-        rows.append(
-            Claim(
-                "P-hf",
-                "HF models patched with symformer's RoPE in bfloat16 / float16 are as accurate as "
-                "the native 16-bit model",
-                "library guarantee (issue 40)",
-                f"worst patched / native logit error {val:.3g} ({key})",
-                verdict(val <= HF_GOAL),
-                f"holds if every family and dtype has ratio <= {HF_GOAL}",
-                setting,
-                "-",
-            )
-        )
-    if train:
-        key, val = _worst(train)
-        bad = sorted(k for k, ok in finite.items() if not ok)
-        rows.append(
-            Claim(
-                "P-train",
-                "a 16-bit training step of every positional x attention combination is finite "
-                "and within 2% of the float32 step's loss",
-                "library guarantee (issue 40)",
-                f"worst relative loss difference {val:.3g} ({key}); non-finite: {bad or 'none'}",
-                verdict(val <= TRAIN_GOAL and not bad),
-                f"holds if every combination is finite with difference <= {TRAIN_GOAL}",
-                setting,
-                "-",
-            )
-        )
-    return rows
 
 
 @experiment(
@@ -177,17 +89,12 @@ def run(ctx: RunContext) -> ExperimentResult:
 
 
 def _run(ctx: RunContext, parts=None, families=None, combinations=None) -> ExperimentResult:
-    from symformer.experiments.precision_checks import ADDITIVE_PARTS, HF_PRECISION_FAMILIES, ROTATION_PARTS
-
     t0 = time.time()
-    seeds = (ctx.seed,) if ctx.quick else tuple(range(ctx.seed, ctx.seed + 3))
-    parts = ROTATION_PARTS + ADDITIVE_PARTS if parts is None else parts
-    families = HF_PRECISION_FAMILIES if families is None else families
-    if combinations is None:
-        from symformer.experiments.precision_train import TRAIN_COMBINATIONS as combinations
+    plan = PrecisionPlan.for_run(ctx.quick, ctx.seed, parts, families, combinations)
+    seeds, parts, families, combinations = plan.seeds, plan.parts, plan.families, plan.combinations
     rot, rot_grad = rotation_metrics(parts, seeds)
     t_rot = time.time() - t0
-    hf, hf_detail = hf_metrics(families, seeds, n_tokens=2048) if families else ({}, {})
+    hf, hf_detail = hf_metrics(families, seeds, n_tokens=HF_TOKENS) if families else ({}, {})
     t_hf = time.time() - t0 - t_rot
     diff, finite = train_metrics(combinations, seeds) if combinations else ({}, {})
     anchor = {dn: hf_native_rope_err_vs_bound(dt, seed=ctx.seed) for dn, dt in DTYPES.items()} if families else {}

@@ -22,6 +22,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from symformer._rng import seed_torch, seeded_generator
 from symformer._validation import check_choice, check_int
 from symformer.models import CausalLM, TransformerConfig
 
@@ -41,7 +42,7 @@ def tiny_lm(positional: str, attention: str, seed: int = 0) -> CausalLM:
     import symformer.positional  # noqa: F401
 
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+        seed_torch(seed)
         cfg = TransformerConfig(
             d_model=D_MODEL, n_heads=N_HEADS, n_layers=1, positional=positional, attention=attention, max_len=SEQ
         )
@@ -56,7 +57,7 @@ def tiny_lm(positional: str, attention: str, seed: int = 0) -> CausalLM:
 
 def batch(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """(inputs, targets) token ids (BATCH, SEQ): a random sequence shifted by one."""
-    g = torch.Generator().manual_seed(10_000 + seed)
+    g = seeded_generator(10_000 + seed)
     idx = torch.randint(0, VOCAB, (BATCH, SEQ + 1), generator=g)
     return idx[:, :-1], idx[:, 1:]
 
