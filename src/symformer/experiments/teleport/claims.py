@@ -6,7 +6,9 @@ from __future__ import annotations
 import math
 import statistics
 
-from symformer.results import Claim, ExperimentResult, verdict
+from symformer.experiments.teleport.pairing import paired, paired_speedup, two_se_verdict
+from symformer.experiments.teleport.plan import GUARDED, GUARDED_PAPER_LR, TELE, TELE_PAPER_LR, Arm
+from symformer.results import Claim, verdict
 
 PAPER_SPEEDUP = {"learned": 43.4, "rope": 59.0}  # Table 1, MNIST ViT (APE / RoPE)
 PAPER_ACC = {"learned": (98.03, 98.38), "rope": (97.80, 98.41)}  # Table 1, MNIST ViT test accuracy %: base -> tele
@@ -15,37 +17,6 @@ PAPER_VIT = (
     "MNIST (60000 train), ViT d 128, 6 layers, 4 heads, ReLU MLP 512, batch 128, SGD lr 0.015 momentum, "
     "wd 1e-4, cosine, 20 epochs; teleport epoch 1, |K| 4, alpha 0.65, M 16, majority rule only; 5 runs"
 )
-
-
-def paired(base: list[dict], tele: list[dict], key: str = "test_acc") -> tuple[float, float, int]:
-    """Mean and standard error of the same-seed differences tele - base (in points), and their number."""
-    diffs = [100 * (t[key] - b[key]) for b, t in zip(base, tele, strict=False)]
-    if not diffs:
-        return float("nan"), float("nan"), 0
-    se = statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else float("nan")
-    return statistics.fmean(diffs), se, len(diffs)
-
-
-def two_se_verdict(mean: float, se: float, n: int) -> bool | None:
-    """holds / fails when the mean paired difference is more than 2 standard errors above / below 0."""
-    if n < 3 or math.isnan(se):
-        return None
-    return True if mean - 2 * se > 0 else (False if mean + 2 * se < 0 else None)
-
-
-def paired_speedup(m: dict, a: str, b: str) -> tuple[float, float, int]:
-    """Mean and standard error of the same-seed speed-up differences b - a (points of %), over the seeds where
-    both arms reached their baselines' final accuracy, and their number."""
-    pairs = [
-        (x, y)
-        for x, y in zip(m["speedup_pct_per_seed"][a], m["speedup_pct_per_seed"][b], strict=False)
-        if x is not None and y is not None
-    ]
-    diffs = [y - x for x, y in pairs]
-    if not diffs:
-        return float("nan"), float("nan"), 0
-    se = statistics.stdev(diffs) / math.sqrt(len(diffs)) if len(diffs) > 1 else float("nan")
-    return statistics.fmean(diffs), se, len(diffs)
 
 
 def vit_setting(m: dict, ds: str, pe: str, arm: str, n_seeds: int, quick: bool) -> str:
@@ -63,11 +34,11 @@ def vit_setting(m: dict, ds: str, pe: str, arm: str, n_seeds: int, quick: bool) 
     )
 
 
-def exactness_claims(res: ExperimentResult) -> None:
-    m = res.metrics
+def exactness_claims(m: dict) -> list[Claim]:
+    claims: list[Claim] = []
     inv = max(m["invariance_max_rel_err"].values())
     tiny = "ours: float64 ViT d 16, 2 heads, 2 layers, 2-D positions, random group elements"
-    res.claims.append(
+    claims.append(
         Claim(
             "G-inv",
             "Every group element leaves the model output unchanged (float64), for no PE, additive PE, RoPE "
@@ -81,7 +52,7 @@ def exactness_claims(res: ExperimentResult) -> None:
         )
     )
     neg = min(m["rope_generic_diagonal_err"], m["rope_wrong_pairing_err"])
-    res.claims.append(
+    claims.append(
         Claim(
             "G-neg",
             "A generic diagonal U, or H on the wrong pairing, breaks RoPE",
@@ -93,7 +64,7 @@ def exactness_claims(res: ExperimentResult) -> None:
             "Sec. 3.2",
         )
     )
-    res.claims.append(
+    claims.append(
         Claim(
             "CF",
             "Candidate gradient norms follow in closed form from one backward pass",
@@ -105,11 +76,12 @@ def exactness_claims(res: ExperimentResult) -> None:
             "the paper runs M extra backward passes (Alg. 1)",
         )
     )
+    return claims
 
 
-def overhead_claim(res: ExperimentResult, quick: bool) -> None:
-    m = res.metrics
-    res.claims.append(
+def overhead_claim(m: dict, quick: bool) -> list[Claim]:
+    claims: list[Claim] = []
+    claims.append(
         Claim(
             "OVH",
             "Per-epoch wall-time overhead of teleportation with the paper's schedule",
@@ -123,12 +95,13 @@ def overhead_claim(res: ExperimentResult, quick: bool) -> None:
             "GPU, brute force (M backward passes), 20 x 469-step MNIST run",
         )
     )
+    return claims
 
 
-def speed_and_accuracy_claims(res: ExperimentResult, runs: dict, n_seeds: int, quick: bool) -> None:
+def speed_and_accuracy_claims(m: dict, runs: dict, n_seeds: int, quick: bool) -> list[Claim]:
     """SPD-*/ACC-*: the paper's Alg. 1 (majority rule only) at the App. G operating point; GUARD-*: with the
     ratio guard; ACC-*-lr0.015: both arms at the paper's lr."""
-    m = res.metrics
+    claims: list[Claim] = []
     for pe, paper in PAPER_SPEEDUP.items():
         key = f"mnist1d/{pe}/tele/sgd"
         if key not in m["speedup_pct_mean"]:
@@ -136,7 +109,7 @@ def speed_and_accuracy_claims(res: ExperimentResult, runs: dict, n_seeds: int, q
         mean, std = m["speedup_pct_mean"][key], m["speedup_pct_std"][key]
         na = m["speedup_na_seeds"].get(key, 0)
         ok = None if n_seeds < 3 else (na == 0 and not math.isnan(mean) and mean - std > 0)
-        res.claims.append(
+        claims.append(
             Claim(
                 f"SPD-{pe}",
                 f"Teleportation speeds up SGD training of a ViT ({pe}) on MNIST-1D",
@@ -151,45 +124,45 @@ def speed_and_accuracy_claims(res: ExperimentResult, runs: dict, n_seeds: int, q
             )
         )
     for pe, (b_acc, t_acc) in PAPER_ACC.items():
-        accuracy_claim(res, runs, pe, b_acc, t_acc, "tele", "base", f"ACC-{pe}", quick)
-        accuracy_claim(res, runs, pe, b_acc, t_acc, "guarded", "base", f"GUARD-ACC-{pe}", quick)
-        accuracy_claim(res, runs, pe, b_acc, t_acc, "tele_lr0.015", "base_lr0.015", f"ACC-{pe}-lr0.015", quick)
-        accuracy_claim(res, runs, pe, b_acc, t_acc, "guarded_lr0.015", "base_lr0.015", f"GUARD-ACC-{pe}-lr0.015", quick)
+        claims += accuracy_claim(m, runs, pe, b_acc, t_acc, TELE, f"ACC-{pe}", quick)
+        claims += accuracy_claim(m, runs, pe, b_acc, t_acc, GUARDED, f"GUARD-ACC-{pe}", quick)
+        claims += accuracy_claim(m, runs, pe, b_acc, t_acc, TELE_PAPER_LR, f"ACC-{pe}-lr0.015", quick)
+        claims += accuracy_claim(m, runs, pe, b_acc, t_acc, GUARDED_PAPER_LR, f"GUARD-ACC-{pe}-lr0.015", quick)
     # the same claim where the paper ran nothing: STRING (ours) and the second data set (issue 12's digits)
     for ds, pe in (("mnist1d", "string"), ("digits", "learned"), ("digits", "rope"), ("digits", "string")):
         b_acc, t_acc = PAPER_ACC.get(pe, (None, None))
-        accuracy_claim(res, runs, pe, b_acc, t_acc, "tele", "base", f"ACC-{pe}-{ds}", quick, ds)
+        claims += accuracy_claim(m, runs, pe, b_acc, t_acc, TELE, f"ACC-{pe}-{ds}", quick, ds)
+    return claims
 
 
 def accuracy_claim(
-    res: ExperimentResult,
+    m: dict,
     runs: dict,
     pe: str,
     paper_base: float,
     paper_tele: float,
-    arm: str = "tele",
-    base_arm: str = "base",
+    arm: Arm = TELE,
     cid: str | None = None,
     quick: bool = True,
     ds: str = "mnist1d",
-) -> None:
-    """Paired (same seed) test-accuracy difference arm - base_arm on data set ds: holds when its mean is above 0
-    by more than 2 standard errors, fails when below 0 by more than 2, inconclusive otherwise (or < 3 seeds).
-    paper_base None: the paper has no run of this PE (STRING is ours)."""
-    base, tele = runs.get((ds, pe, base_arm, "sgd")), runs.get((ds, pe, arm, "sgd"))
+) -> list[Claim]:
+    """Paired (same seed) test-accuracy difference arm - its baseline on data set ds: holds when its mean is above
+    0 by more than 2 standard errors, fails when below 0 by more than 2, inconclusive otherwise (or < 3 seeds).
+    paper_base None: the paper has no run of this PE (STRING is ours). No claim where either arm did not run."""
+    base_arm = arm.baseline
+    base, tele = runs.get((ds, pe, base_arm, "sgd")), runs.get((ds, pe, arm.label, "sgd"))
     if not base or not tele:
-        return
+        return []
     mean, se, n = paired(base, tele)
-    what = {"tele": "Teleportation (Alg. 1, majority rule)", "guarded": "Guarded teleportation (ratio <= 1.05)"}
-    m = res.metrics
-    setting = vit_setting(m, ds, pe, arm, n, quick) if "chosen_lr" in m else f"ours: {n} seed(s)"
-    if arm.endswith("lr0.015"):
+    what = "Guarded teleportation (ratio <= 1.05)" if arm.guarded else "Teleportation (Alg. 1, majority rule)"
+    setting = vit_setting(m, ds, pe, arm.label, n, quick) if "chosen_lr" in m else f"ours: {n} seed(s)"
+    if arm.paper_lr:
         setting += "; both arms at the paper's lr 0.015 instead"
-    res.claims.append(
+    return [
         Claim(
             cid or f"ACC-{pe}",
-            f"{what.get(arm.split('_')[0], arm)} raises the final test accuracy of SGD training "
-            f"({pe}, {DATA_NAMES.get(ds, ds)}; arms {base_arm} -> {arm})",
+            f"{what} raises the final test accuracy of SGD training "
+            f"({pe}, {DATA_NAMES.get(ds, ds)}; arms {base_arm} -> {arm.label})",
             f"{paper_base} -> {paper_tele}% on MNIST (Table 1)"
             if paper_base is not None
             else "no STRING run in the paper (Table 1: APE and RoPE raise MNIST accuracy)",
@@ -201,17 +174,17 @@ def accuracy_claim(
             setting,
             PAPER_VIT,
         )
-    )
+    ]
 
 
-def guard_claim(res: ExperimentResult, quick: bool) -> None:
-    m = res.metrics
+def guard_claim(m: dict, quick: bool) -> list[Claim]:
+    claims: list[Claim] = []
     g = m.get("norm_ratio_cumulative_max", {})
     if not g:
-        return
+        return claims
     worst = max(g.values())
     u = m.get("norm_ratio_cumulative_max_unguarded", {})
-    res.claims.append(
+    claims.append(
         Claim(
             "GUARD-bound",
             "The guarded teleport keeps the cumulative gradient-norm ratio over consecutive teleport steps "
@@ -225,10 +198,11 @@ def guard_claim(res: ExperimentResult, quick: bool) -> None:
             "App. G guideline (the paper tunes alpha and |K| to meet it; it has no run-time guard)",
         )
     )
+    return claims
 
 
-def extra_claims(res: ExperimentResult, lm: dict, n_seeds: int, quick: bool) -> None:
-    m = res.metrics
+def extra_claims(m: dict, lm: dict, n_seeds: int, quick: bool) -> list[Claim]:
+    claims: list[Claim] = []
     zk, tk = "mnist1d/rope/zhao/sgd", "mnist1d/rope/tele/sgd"
     rule = (
         "paired over seeds where both arms reached their baselines (sampling minus the other); holds / fails "
@@ -237,7 +211,7 @@ def extra_claims(res: ExperimentResult, lm: dict, n_seeds: int, quick: bool) -> 
     if zk in m["speedup_pct_mean"] and tk in m["speedup_pct_mean"]:
         z, t = m["speedup_pct_mean"][zk], m["speedup_pct_mean"][tk]
         d, se, n = paired_speedup(m, zk, tk)
-        res.claims.append(
+        claims.append(
             Claim(
                 "ZHAO",
                 "The Zhao et al. gradient-ascent teleport speeds up less than sampling",
@@ -254,7 +228,7 @@ def extra_claims(res: ExperimentResult, lm: dict, n_seeds: int, quick: bool) -> 
     if ak in m["speedup_pct_mean"] and tk in m["speedup_pct_mean"]:
         a, t = m["speedup_pct_mean"][ak], m["speedup_pct_mean"][tk]
         d, se, n = paired_speedup(m, ak, tk)
-        res.claims.append(
+        claims.append(
             Claim(
                 "ADAMW",
                 "With AdamW the gains are smaller than with SGD",
@@ -278,7 +252,7 @@ def extra_claims(res: ExperimentResult, lm: dict, n_seeds: int, quick: bool) -> 
             f"{fl[k + '/base']:.4f}; it ended at {fl[k + '/tele']:.4f})"
             for k, v in sp.items()
         )
-        res.claims.append(
+        claims.append(
             Claim(
                 "LM",
                 "Teleporting mid-warmup speeds up a character LM (sinusoidal and RoPE)",
@@ -291,10 +265,9 @@ def extra_claims(res: ExperimentResult, lm: dict, n_seeds: int, quick: bool) -> 
                 "WikiText-103, 16-layer Transformer-XL d 128, steps 500-515, alpha 0.2, M 8",
             )
         )
+    return claims
 
 
-def setting_notes(res: ExperimentResult) -> None:
+def setting_notes(claims: list[Claim]) -> list[str]:
     """report.md shows the claims table without settings: list them beside it."""
-    for c in res.claims:
-        if c.setting:
-            res.notes.append(f"setting of {c.id}: {c.setting} | paper: {c.paper_setting}")
+    return [f"setting of {c.id}: {c.setting} | paper: {c.paper_setting}" for c in claims if c.setting]

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import torch
 
+from symformer._rng import seed_torch
+from symformer.experiments.devices import split_on
 from symformer.train.callbacks import Callback
 
 DIGITS_PATCH = 4  # 4 tokens of 4x4 pixels: SGD makes no progress on 2x2 patches in a short run
@@ -68,7 +70,7 @@ def vit_setup(dataset: str, pe: str, quick: bool, seed: int):
 
     split = load_split(dataset, quick)
     d_model, layers = (32, 2) if quick else (64, 4)
-    torch.manual_seed(1000 + seed)
+    seed_torch(1000 + seed)
     cfg = TransformerConfig(
         d_model=d_model,
         n_heads=4,
@@ -125,16 +127,18 @@ def train_arm(
     state_policy: str = "keep",
     max_ratio: float | None = None,
     epoch_at: int = 1,
+    device: str = "cpu",
 ) -> dict:
-    """One training run. arm: base | tele | zhao; max_ratio: the guard's bound (None: unguarded, the paper);
-    epoch_at: the (1-based) epoch whose first steps are teleported. Returns val-acc curve, test acc, timings,
-    grad norms and the teleport records."""
+    """One training run on `device`. arm: base | tele | zhao; max_ratio: the guard's bound (None: unguarded, the
+    paper); epoch_at: the (1-based) epoch whose first steps are teleported. Returns val-acc curve, test acc,
+    timings, grad norms and the teleport records."""
     import symformer.teleport  # noqa: F401  (registers the callback)
     from symformer.registry import CALLBACKS
     from symformer.train import Trainer
     from symformer.train.tasks import Classification
 
     model, split = vit_setup(dataset, pe, quick, seed)
+    model, split = model.to(device), split_on(split, device)
     cfg = _train_config(dataset, quick, seed, lr, epochs, optimizer)
     cbs, tele = [], None
     if arm != "base":
@@ -174,7 +178,15 @@ def train_arm(
 
 
 def operating_point_probe(
-    dataset: str, pe: str, quick: bool, alpha: float, steps: int, epochs: int, lr: float = PAPER_LR, seed: int = 0
+    dataset: str,
+    pe: str,
+    quick: bool,
+    alpha: float,
+    steps: int,
+    epochs: int,
+    lr: float = PAPER_LR,
+    seed: int = 0,
+    device: str = "cpu",
 ) -> dict:
     """App. G measurement: the first `steps` SGD steps of training (seed 0, training set, paper lr 0.015, the
     run's cosine schedule), teleporting unguarded at radius alpha on each; the cumulative ratio is the
@@ -184,6 +196,7 @@ def operating_point_probe(
     from symformer.train.tasks import Classification
 
     model, split = vit_setup(dataset, pe, quick, seed)
+    model, split = model.to(device), split_on(split, device)
     cfg = dataclasses.replace(_train_config(dataset, quick, seed, lr, epochs, "sgd"), max_steps=steps)
     cb = TeleportCallback(
         model=model, alpha=alpha, samples=16, epoch=1, steps=steps, seed=seed, max_cumulative_ratio=None
@@ -235,7 +248,8 @@ class ValLossLog(Callback):
             trainer.raw_model.train()
 
 
-def lm_arm(pe: str, teleport: bool, quick: bool, seed: int, data_file: str | Path) -> dict:
+def lm_arm(pe: str, teleport: bool, quick: bool, seed: int, data_file: str | Path, device: str = "cpu") -> dict:
+    """The char LM of part (e) on `device`, teleporting mid-warmup or not: its validation-loss curve."""
     from symformer import data as D
     from symformer.models import CausalLM, TransformerConfig
     from symformer.teleport import TeleportCallback
@@ -244,7 +258,7 @@ def lm_arm(pe: str, teleport: bool, quick: bool, seed: int, data_file: str | Pat
 
     block = 32 if quick else 64
     split = D.load_char_text(block=block, data_dir=Path(data_file).parent, max_chars=80_000 if quick else 1_000_000)
-    torch.manual_seed(2000 + seed)
+    seed_torch(2000 + seed)
     cfg = TransformerConfig(
         d_model=48 if quick else 128,
         n_heads=4,
@@ -253,7 +267,8 @@ def lm_arm(pe: str, teleport: bool, quick: bool, seed: int, data_file: str | Pat
         max_len=block,
         positional_kwargs=recorded_pairing(pe),
     )
-    model = CausalLM(cfg, split.meta["vocab_size"])
+    model = CausalLM(cfg, split.meta["vocab_size"]).to(device)
+    split = split_on(split, device)
     warm = 60 if quick else 400
     tcfg = TrainConfig(
         epochs=1 if quick else 3,
