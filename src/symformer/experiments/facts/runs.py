@@ -14,7 +14,9 @@ import time
 
 import torch
 
-from symformer.experiments import facts_laws as laws
+from symformer._rng import seed_torch
+from symformer.experiments.base import JobFunction
+from symformer.experiments.facts import laws as facts_laws
 from symformer.facts.capacity import build_fact_mlp, method_capacity
 from symformer.facts.decodability import decodability
 from symformer.facts.embeddings import coherence, make_fact_set, random_fact_map, sample_embeddings
@@ -44,7 +46,7 @@ def _timed(fn, *args, **kw):
 def construction_point(d: int, quick: bool, seed: int) -> dict:
     """(a) accuracy and parameters of every construction at d, F = d^2/4 (Thm 4.3.1). Decoder width m = 2d
     for the JL methods, m = d/4 for the GD decoders; naive has hidden |K|."""
-    torch.manual_seed(seed)  # see the module docstring
+    seed_torch(seed)  # see the module docstring
     fs = make_fact_set(d * d // 4, d, seed=seed)
     info = decodability(fs.values)
     out = {}
@@ -58,7 +60,7 @@ def construction_point(d: int, quick: bool, seed: int) -> dict:
             method,
             strict=False,
             info=info,
-            options=laws.options(quick),
+            options=facts_laws.options(quick),
             **kw,
         )
         out[method] = {"accuracy": mlp.accuracy, "params": mlp.n_params(), "seconds": sec}
@@ -67,7 +69,7 @@ def construction_point(d: int, quick: bool, seed: int) -> dict:
 
 def two_hot_point(d: int, seed: int) -> dict:
     """(a) two-hot keys (Construction 4.1 gated / B.1 non-gated) have their own key set: |K| = d (d - 1)."""
-    torch.manual_seed(seed)  # see the module docstring
+    seed_torch(seed)  # see the module docstring
     K = two_hot_keys(d)
     V = sample_embeddings(K.shape[0], d, seed=seed + 1)
     f = random_fact_map(K.shape[0], seed=seed + 2)
@@ -85,7 +87,7 @@ def scaling_point(
 ) -> dict:
     """(b) the smallest size of `method` that stores every fact of each of n_seeds fact sets (Fig. 2b/2c).
     With `work_dir` the search's evaluations and GD trainings resume from there after a kill."""
-    torch.manual_seed(seed)  # see the module docstring
+    seed_torch(seed)  # see the module docstring
     fss = [make_fact_set(F, d, seed=seed + 100 * s) for s in range(n_seeds)]
     infos = [decodability(fs.values) for fs in fss]
     lo, hi = BRACKET[method]
@@ -96,7 +98,7 @@ def scaling_point(
         lo,
         hi,
         max_size=64 * hi,
-        options=laws.options(quick),
+        options=facts_laws.options(quick),
         infos=infos,
         work_dir=work_dir,
     )
@@ -127,12 +129,12 @@ def rho_size_point(
     """(c) rho, coherence and the Bin+JL and GD sizes on one family of fact sets: "raw", "whitened" (W_1 of
     the raw sets, Fig. 2a) or "offset" (the raw sets shifted by shift * c: rho unchanged, coherence up).
     With `work_dir` the searches resume from there after a kill."""
-    torch.manual_seed(seed)  # see the module docstring
+    seed_torch(seed)  # see the module docstring
     fss = [make_fact_set(F, d, kappa=kappa, seed=seed + 7 + 100 * s) for s in range(n_seeds)]
     if family == "whitened":
-        fss = [laws.whitened(fs) for fs in fss]
+        fss = [facts_laws.whitened(fs) for fs in fss]
     elif family == "offset":
-        fss = [laws.offset(fs, shift, seed + 11 + s) for s, fs in enumerate(fss)]
+        fss = [facts_laws.offset(fs, shift, seed + 11 + s) for s, fs in enumerate(fss)]
     infos = [decodability(fs.values) for fs in fss]
     row = {
         "family": family,
@@ -143,9 +145,9 @@ def rho_size_point(
         "rho_max_gap": max(i.max_gap for i in infos),
     }
     for method in ("bin+jl", "gd-swiglu"):
-        lo, hi = laws.BRACKET[method]
+        lo, hi = facts_laws.BRACKET[method]
         r = method_capacity(
-            method, fss, lo, hi, max_size=64 * hi, options=laws.options(quick), infos=infos, work_dir=work_dir
+            method, fss, lo, hi, max_size=64 * hi, options=facts_laws.options(quick), infos=infos, work_dir=work_dir
         )
         row[method] = r.params
         # where no size up to the cap stores every fact, the cost is at least the largest size tried (d/Fig2a-pooled)
@@ -157,14 +159,19 @@ def rho_size_point(
 def whiten_point(d: int, kappa: float, quick: bool, seed: int, F: int | None = None) -> dict:
     """(d) constructed (Bin+JL) cost on raw and on fully whitened embeddings (Thm B.7.1); F facts (default 4d,
     the quick plan's; the full plan passes the paper's F = d^2/4, App. A.1.1)."""
-    torch.manual_seed(seed)  # see the module docstring
+    seed_torch(seed)  # see the module docstring
     F = 4 * d if F is None else F
     fs = make_fact_set(F, d, kappa=kappa, seed=seed + 7)
     row = {"d": d, "F": F, "kappa": kappa}
-    for family, s in (("raw", fs), ("whitened", laws.whitened(fs))):
+    for family, s in (("raw", fs), ("whitened", facts_laws.whitened(fs))):
         info = decodability(s.values)
         r = method_capacity(
-            "bin+jl", [s], *laws.BRACKET["bin+jl"], max_size=64 * 64, options=laws.options(quick), infos=[info]
+            "bin+jl",
+            [s],
+            *facts_laws.BRACKET["bin+jl"],
+            max_size=64 * 64,
+            options=facts_laws.options(quick),
+            infos=[info],
         )
         row[f"rho_{family}"], row[f"params_{family}"] = info.rho, r.params
         # where the construction stores nothing up to the largest m tried, its cost is at least that
@@ -176,10 +183,10 @@ def whiten_point(d: int, kappa: float, quick: bool, seed: int, F: int | None = N
 def ntk_point(d: int, F: int, kappa: float, quick: bool, seed: int) -> dict:
     """(e) NTK(V) and NTK(U*) capacity at one kappa (App. A.1.4, Fig. 5) and the gain NTK(V) / NTK(U*) in
     params: exact where both store every fact, a lower bound (V's params at the cap) where only U* does."""
-    torch.manual_seed(seed)  # see the module docstring
+    seed_torch(seed)  # see the module docstring
     fs = make_fact_set(F, d, kappa=kappa, seed=seed + 13)
     info = decodability(fs.values)
-    res = {m: laws.ntk_search(fs, info, m, quick) for m in ("ntk", "ntk-mo")}
+    res = {m: facts_laws.ntk_search(fs, info, m, quick) for m in ("ntk", "ntk-mo")}
     row = {
         "kappa": kappa,
         "rho": info.rho,
@@ -200,7 +207,7 @@ def ntk_point(d: int, F: int, kappa: float, quick: bool, seed: int) -> dict:
 # ---------------------------------------------------------------- (f)
 def solver_point(d: int, kappa: float, F: int, n_anchors: int, seed: int) -> dict:
     """(f) rho_i against cvxpy and the vertex decision against the hull LP on one fact set (the `dev` extra)."""
-    torch.manual_seed(seed)  # see the module docstring
+    seed_torch(seed)  # see the module docstring
     try:
         import cvxpy  # noqa: F401
         import scipy  # noqa: F401
@@ -212,3 +219,9 @@ def solver_point(d: int, kappa: float, F: int, n_anchors: int, seed: int) -> dic
     info = decodability(V)
     anchors = torch.linspace(0, F - 1, n_anchors).long().tolist()
     return {**solver_check(V, info.rho_i, anchors), "max_gap": info.max_gap}
+
+
+def recorded(fn) -> JobFunction:
+    """A point function under the name its records carry (results/facts/runs): the points lived in
+    experiments/facts_runs.py, and --resume matches records by that name."""
+    return JobFunction(fn, f"symformer.experiments.facts_runs.{fn.__name__}")

@@ -15,6 +15,7 @@ import math
 
 import torch
 
+from symformer._rng import seeded_generator
 from symformer.facts.capacity import BuildOptions, method_capacity
 from symformer.facts.embeddings import FactSet, whitening_matrix
 from symformer.results import Claim
@@ -45,7 +46,7 @@ def whitened(fs: FactSet) -> FactSet:
 def offset(fs: FactSet, t: float, seed: int) -> FactSet:
     """All keys and values shifted by t * c (|c| = mean row norm): rho is unchanged (it depends on differences
     only), coherence rises towards 1 with t. A coherence-only family (issue #11 item 3)."""
-    g = torch.Generator().manual_seed(seed)
+    g = seeded_generator(seed)
     c = torch.randn(fs.values.shape[1], generator=g, dtype=torch.float64)
     c = c / c.norm() * fs.values.double().norm(dim=1).mean()
     return FactSet(fs.keys.double() + t * c, fs.values.double() + t * c, fs.facts)
