@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from symformer.experiments.espr_ood import CANVAS, IR_ZERO, PATCH, OODConfig, ir_radius, is_aligned
+from symformer.experiments.espr.ood import CANVAS, IR_ZERO, PATCH, OODConfig, ir_radius, is_aligned
 from symformer.experiments.plots import pyplot
 from symformer.results import Claim, verdict
 

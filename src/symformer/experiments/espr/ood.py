@@ -14,7 +14,10 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from symformer._rng import seed_torch
 from symformer._validation import check_float, check_int, fail
+from symformer.experiments.base import JobFunction
+from symformer.experiments.devices import tensor_data_on
 from symformer.experiments.jobs import Job, run_jobs
 
 CANVAS, DIGIT, PATCH = 16, 8, 4
@@ -140,14 +143,14 @@ def _split(part: str, dy: int = 0, dx: int = 0):
     return TensorData(tok, y[idx[part]], pos)
 
 
-def train_model(arm: str, seed: int, lr: float, cfg: OODConfig):
-    """(model, {val_loss, val_accuracy}) after training at offset (0, 0) through train.Trainer: AdamW, 10%
-    linear warmup then cosine, no weight decay, no clipping, `steps` steps of batch `batch`."""
+def train_model(arm: str, seed: int, lr: float, cfg: OODConfig, device: str = "cpu"):
+    """(model, {val_loss, val_accuracy}) after training at offset (0, 0) through train.Trainer on `device`: AdamW,
+    10% linear warmup then cosine, no weight decay, no clipping, `steps` steps of batch `batch`."""
     from symformer.models import ViTClassifier
     from symformer.train import TrainConfig, Trainer
     from symformer.train.tasks import Classification
 
-    train, val = _split("train"), _split("val")
+    train, val = tensor_data_on(_split("train"), device), tensor_data_on(_split("val"), device)
     spe = len(train) // cfg.batch
     tc = TrainConfig(
         epochs=-(-cfg.steps // spe),
@@ -162,8 +165,8 @@ def train_model(arm: str, seed: int, lr: float, cfg: OODConfig):
         max_steps=cfg.steps,
         eval_batch_size=1024,
     )
-    torch.manual_seed(seed)
-    model = ViTClassifier(arm_config(arm, cfg, seed), token_dim=PATCH * PATCH, n_classes=10)
+    seed_torch(seed)
+    model = ViTClassifier(arm_config(arm, cfg, seed), token_dim=PATCH * PATCH, n_classes=10).to(device)
     trainer = Trainer(model, Classification(), train, val, tc)
     final = trainer.fit()
     return model.eval(), {
@@ -174,12 +177,12 @@ def train_model(arm: str, seed: int, lr: float, cfg: OODConfig):
 
 
 @torch.no_grad()
-def evaluate_offsets(model, offs) -> dict:
+def evaluate_offsets(model, offs, device: str = "cpu") -> dict:
     """Per offset "dy,dx" of the test split: accuracy and mean cross-entropy (the risk); B_z = max ||z|| over
     the pooled features z = model.features(...) (T8'.4)."""
     acc, risk, bz = {}, {}, 0.0
     for dy, dx in offs:
-        data = _split("test", dy, dx)
+        data = tensor_data_on(_split("test", dy, dx), device)
         z = model.features(data.x, data.pos)
         logits = model.head(z)
         acc[f"{dy},{dx}"] = float((logits.argmax(-1) == data.y).float().mean())
@@ -215,12 +218,14 @@ def model_ir(model, offs, cfg: OODConfig) -> dict | None:
     return out
 
 
-def ood_job(arm: str, seed: int, lr: float, cfg: dict) -> dict:
-    """One recorded run (a Job): train, then test at every offset; JSON in and out."""
+def ood_job(arm: str, seed: int, lr: float, cfg: dict, device: str = "cpu") -> dict:
+    """One recorded run (a Job): train and test at every offset on `device`, then IR_spec and the Lipschitz
+    constant in float64 on the CPU; JSON in and out."""
     c = OODConfig.from_dict(cfg)
-    model, info = train_model(arm, seed, lr, c)
+    model, info = train_model(arm, seed, lr, c, device)
     offs = offsets(c.offset_stride)
-    ev = evaluate_offsets(model, offs)
+    ev = evaluate_offsets(model, offs, device)
+    model = model.cpu()  # the float64 diagnostics below are exact on the CPU
     ev["ir"] = model_ir(model, offs, c)
     # L of T8'.3 for z -> loss: cross-entropy is sqrt(2)-Lipschitz in the logits, psi = head is ||W||_2-Lipschitz
     ev["L"] = math.sqrt(2) * float(torch.linalg.matrix_norm(model.head.weight.detach().double(), ord=2))
@@ -228,24 +233,37 @@ def ood_job(arm: str, seed: int, lr: float, cfg: dict) -> dict:
     return ev
 
 
+# the name the recorded runs carry (results/espr/runs): the function lived in experiments/espr_ood.py
+OOD_JOB = JobFunction(ood_job, "symformer.experiments.espr_ood.ood_job")
+
+
 def _key(arm: str, seed: int, lr: float, cfg: OODConfig) -> str:
     return f"ood_{arm}_lr{lr:g}_s{seed}_t{cfg.steps}_o{cfg.offset_stride}"
 
 
 def run_ood(
-    cfg: OODConfig, record_dir=None, n_workers: int = 1, resume: bool = False, stats: dict | None = None
+    cfg: OODConfig,
+    record_dir=None,
+    n_workers: int = 1,
+    resume: bool = False,
+    stats: dict | None = None,
+    device: str = "cpu",
 ) -> dict:
     """Every arm: the learning-rate grid with the first seed, then the other seeds at the lr with the lowest
     validation loss. Returns {"runs": {arm: [record per seed]}, "offsets": [...], "selected_lr": {arm: lr},
     "selection": {arm: {lr: val_loss}}}."""
     cd = json_config(cfg)
     s0 = cfg.seeds[0]
-    grid = [Job(_key(a, s0, lr, cfg), ood_job, dict(arm=a, seed=s0, lr=lr, cfg=cd)) for a in cfg.arms for lr in cfg.lrs]
+    grid = [
+        Job(_key(a, s0, lr, cfg), OOD_JOB.on(device), dict(arm=a, seed=s0, lr=lr, cfg=cd))
+        for a in cfg.arms
+        for lr in cfg.lrs
+    ]
     first = run_jobs(grid, record_dir, n_workers, resume, stats)
     selection = {a: {str(lr): first[_key(a, s0, lr, cfg)]["val_loss"] for lr in cfg.lrs} for a in cfg.arms}
     chosen = {a: min(cfg.lrs, key=lambda lr, a=a: _finite(selection[a][str(lr)])) for a in cfg.arms}
     rest = [
-        Job(_key(a, s, chosen[a], cfg), ood_job, dict(arm=a, seed=s, lr=chosen[a], cfg=cd))
+        Job(_key(a, s, chosen[a], cfg), OOD_JOB.on(device), dict(arm=a, seed=s, lr=chosen[a], cfg=cd))
         for a in cfg.arms
         for s in cfg.seeds[1:]
     ]

@@ -1,5 +1,6 @@
-"""Experiment `espr`: the numerical audit of the ESPR derivation (espr_audit.py) and the OOD translation
-study with learned PE, RoPE, STRING and ESPR (espr_ood.py, claims in espr_ood_report.py)."""
+"""Experiment `espr` as registered: the numerical audit of the ESPR derivation (audit*.py, float64 on the CPU) and
+the OOD translation study with learned PE, RoPE, STRING and ESPR (ood.py, trained on ctx.device; claims in
+ood_report.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import time
 from dataclasses import asdict
 
 from symformer.experiments.base import RunContext, experiment
-from symformer.experiments.espr_audit import run_audit
-from symformer.experiments.espr_ood import ARMS, OODConfig, run_ood
-from symformer.experiments.espr_ood_report import ood_claims, ood_metrics, plot_ir_gap, plot_ood
+from symformer.experiments.espr.audit import run_audit
+from symformer.experiments.espr.ood import ARMS, OODConfig, run_ood
+from symformer.experiments.espr.ood_report import ood_claims, ood_metrics, plot_ir_gap, plot_ood
 from symformer.experiments.jobs import one_thread, reuse_note
 from symformer.results import ExperimentResult
 
@@ -42,7 +43,7 @@ def _run(ctx: RunContext) -> ExperimentResult:
     t1 = time.time()
     cfg = ood_config(ctx.quick, ctx.seed)
     stats: dict = {}
-    ood = run_ood(cfg, ctx.out_dir / "runs", ctx.jobs, ctx.resume, stats)
+    ood = run_ood(cfg, ctx.out_dir / "runs", ctx.jobs, ctx.resume, stats, ctx.device)
     ood_rows, summary = ood_claims(ood, cfg)
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     plot_ood(ood_metrics(ood)["ood_accuracy"], ood["offsets"], ctx.out_dir / "ood_accuracy.png")

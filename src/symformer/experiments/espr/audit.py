@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import torch
 
+from symformer._rng import seeded_generator
 from symformer._validation import check_int
-from symformer.experiments.espr_audit_bounds import audit_bounds
-from symformer.experiments.espr_audit_exact import audit_exact
-from symformer.experiments.espr_audit_tools import Audit, rand_skew, randn, tr
+from symformer.experiments.espr.audit_bounds import audit_bounds
+from symformer.experiments.espr.audit_exact import audit_exact
+from symformer.experiments.espr.audit_tools import Audit, rand_skew, randn, tr
 from symformer.results import Claim, verdict
 
 PAPER_SETTING = "a boxed statement of the derivation (proved or asserted there; no experiment)"
@@ -66,7 +67,7 @@ def run_audit(seed: int = 0, n_draws: int = 10000) -> tuple[list[Claim], dict]:
     """Run every check; returns the claim rows and the audit metrics."""
     check_int("seed", seed, 0)
     check_int("n_draws", n_draws, 100)
-    a = Audit(torch.Generator().manual_seed(seed), n_draws)
+    a = Audit(seeded_generator(seed), n_draws)
     audit_exact(a)
     extra = audit_bounds(a)
     _module_checks(a)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from symformer.experiments.espr_audit_tools import (
+from symformer.experiments.espr.audit_tools import (
     EXACT_TOL,
     Audit,
     ball_l1,
