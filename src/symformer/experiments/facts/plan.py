@@ -52,103 +52,73 @@ def _key(*parts: str) -> str:
     return "_".join(parts).replace("+", "-")
 
 
-def plan(cfg: dict, quick: bool, seed: int) -> dict[str, list[tuple[Job, float]]]:
-    """{part: [(job, rough cost)]}; the cost orders the jobs longest first (GD trainings dominate)."""
-    law, wh, sv = cfg["laws"], cfg["whiten"], cfg["solver"]
+def _job(key: str, point, kwargs: dict, checkpoints: bool = False) -> Job:
+    """A point of runs.py as a recorded job under the name its records carry."""
+    return Job(key, facts_runs.recorded(point), kwargs, checkpoints=checkpoints)
+
+
+def _gd_cost(method: str) -> float:
+    return 20.0 if "gd" in method else 1.0
+
+
+def _construction_jobs(cfg: dict, quick: bool, seed: int) -> dict[str, list[tuple[Job, float]]]:
+    """Parts (a) and (b): the constructions per d, the two-hot keys, and the scaling grid."""
     qs = dict(quick=quick, seed=seed)
-    gd = lambda method: 20.0 if "gd" in method else 1.0  # noqa: E731
-    p = {
-        "a": [
-            (Job(_key("a", f"d={d}"), facts_runs.recorded(facts_runs.construction_point), dict(d=d, **qs)), d**3 / 4)
-            for d in cfg["dims_a"]
-        ]
-    }
-    p["a"].append(
-        (
-            Job(
-                _key("a_two-hot", f"d={cfg['d_two_hot']}"),
-                facts_runs.recorded(facts_runs.two_hot_point),
-                dict(d=cfg["d_two_hot"], seed=seed),
-            ),
-            1.0,
-        )
-    )
+    a = [(_job(_key("a", f"d={d}"), facts_runs.construction_point, dict(d=d, **qs)), d**3 / 4) for d in cfg["dims_a"]]
+    d2 = cfg["d_two_hot"]
+    a.append((_job(_key("a_two-hot", f"d={d2}"), facts_runs.two_hot_point, dict(d=d2, seed=seed)), 1.0))
     # the searches with GD trainings keep their evaluations and training checkpoints (work_dir) as they go
-    p["b"] = [
+    b = [
         (
-            Job(
+            _job(
                 _key("b", f"d={d}", f"F={F}", m),
-                facts_runs.recorded(facts_runs.scaling_point),
+                facts_runs.scaling_point,
                 dict(d=d, F=F, method=m, n_seeds=cfg["seeds_per_point"], **qs),
                 checkpoints="gd" in m,
             ),
-            F * d * gd(m),
+            F * d * _gd_cost(m),
         )
         for d, Fs in cfg["grid"].items()
         for F in Fs
         for m in cfg["by_d"][d]
     ]
+    return {"a": a, "b": b}
+
+
+def _law_jobs(cfg: dict, quick: bool, seed: int) -> dict[str, list[tuple[Job, float]]]:
+    """Parts (c)-(f): the rho-size law (raw, whitened, offset), whitening, NTK and the solver check."""
+    law, wh, sv = cfg["laws"], cfg["whiten"], cfg["solver"]
+    qs = dict(quick=quick, seed=seed)
     pt = dict(d=law["d"], F=law["F"], n_seeds=law["seeds"], **qs)
-    c = law["F"] * law["d"] * 20.0
-    p["c"] = [
-        (
-            Job(
-                _key("c", fam, f"k={k:g}"),
-                facts_runs.recorded(facts_runs.rho_size_point),
-                dict(kappa=k, family=fam, **pt),
-                checkpoints=True,
-            ),
-            c,
-        )
+    cost = law["F"] * law["d"] * 20.0
+    rho = facts_runs.rho_size_point
+    c = [
+        (_job(_key("c", fam, f"k={k:g}"), rho, dict(kappa=k, family=fam, **pt), True), cost)
         for k in law["kappas"]
         for fam in ("raw", "whitened")
     ]
-    p["c"] += [
-        (
-            Job(
-                _key("c_offset", f"t={t:g}"),
-                facts_runs.recorded(facts_runs.rho_size_point),
-                dict(kappa=law["kappas"][0], family="offset", shift=t, **pt),
-                checkpoints=True,
-            ),
-            c,
-        )
-        for t in law["offsets"]
-    ]
+    offset = dict(kappa=law["kappas"][0], family="offset", **pt)
+    c += [(_job(_key("c_offset", f"t={t:g}"), rho, dict(shift=t, **offset), True), cost) for t in law["offsets"]]
     wF = (lambda d: d * d // 4) if cfg["beta_d"] else (lambda d: 4 * d)  # noqa: E731
-    p["d"] = [
-        (
-            Job(
-                _key("d", f"d={d}", f"k={k:g}"),
-                facts_runs.recorded(facts_runs.whiten_point),
-                dict(d=d, F=wF(d), kappa=k, **qs),
-            ),
-            1.0 * wF(d) * d,
-        )
+    d_jobs = [
+        (_job(_key("d", f"d={d}", f"k={k:g}"), facts_runs.whiten_point, dict(d=d, F=wF(d), kappa=k, **qs)), wF(d) * d)
         for d in wh["dims"]
         for k in wh["kappas"]
     ]
-    p["e"] = [
-        (
-            Job(
-                _key("e", f"k={k:g}"),
-                facts_runs.recorded(facts_runs.ntk_point),
-                dict(d=law["d"], F=law["F"], kappa=k, **qs),
-            ),
-            law["F"] * law["d"] * 5.0,
-        )
+    ntk = dict(d=law["d"], F=law["F"], **qs)
+    e = [
+        (_job(_key("e", f"k={k:g}"), facts_runs.ntk_point, dict(kappa=k, **ntk)), law["F"] * law["d"] * 5.0)
         for k in cfg["ntk_kappas"]
     ]
-    p["f"] = [
-        (
-            Job(
-                _key("f", f"d={d}", f"k={k:g}"),
-                facts_runs.recorded(facts_runs.solver_point),
-                dict(d=d, kappa=k, F=sv["F"], n_anchors=sv["anchors"], seed=seed),
-            ),
-            1.0,
-        )
+    solver = dict(F=sv["F"], n_anchors=sv["anchors"], seed=seed)
+    f = [
+        (_job(_key("f", f"d={d}", f"k={k:g}"), facts_runs.solver_point, dict(d=d, kappa=k, **solver)), 1.0)
         for d in sv["dims"]
         for k in sv["kappas"]
     ]
-    return p
+    return {"c": c, "d": d_jobs, "e": e, "f": f}
+
+
+def plan(cfg: dict, quick: bool, seed: int) -> dict[str, list[tuple[Job, float]]]:
+    """{part: [(job, rough cost)]}; the cost orders the jobs longest first (GD trainings dominate)."""
+    return {**_construction_jobs(cfg, quick, seed), **_law_jobs(cfg, quick, seed)}

@@ -38,7 +38,7 @@ def hf_base_model(
     representable in `dtype` (so the 16-bit models and the float64 one share them), with sharpened attention."""
     import transformers as tf
 
-    from symformer.experiments.hf import FAMILY_MODELS, QK_NORM_FAMILIES
+    from symformer.experiments.hf.families import FAMILY_MODELS, QK_NORM_FAMILIES
     from symformer.integrations._hf_common import attention_modules, qk_norms
 
     check_choice("family", family, tuple(FAMILY_MODELS))
