@@ -22,6 +22,7 @@ MAX_LINES = 300
 #: modules of experiments/ that another branch of issue 46 owns (the job driver); they keep the 600-line limit of
 #: tests/test_sizes.py until that branch splits them
 DRIVER_MODULES = {"jobs.py"}
+REGISTERED = ("espr", "extrapolation", "fact-recall", "facts", "favor", "hf", "plash", "precision", "teleport")
 
 
 def modules_over(limit: int, root: Path = EXPERIMENTS_DIR) -> list[str]:
@@ -43,7 +44,11 @@ def test_the_size_check_can_fail(tmp_path):
 
 
 def test_every_registered_experiment_is_a_package():
+    """The registry imports experiments/'s packages: a folder without __init__.py would register nothing."""
     registry = load_all()
+    assert sorted(registry.names()) == sorted(REGISTERED)
+    folders = [p for p in EXPERIMENTS_DIR.iterdir() if p.is_dir() and any(p.glob("*.py"))]
+    assert [p.name for p in folders if not (p / "__init__.py").is_file()] == []
     for name in registry.names():
         spec = registry.get(name)
         module = spec.fn.__module__  # symformer.experiments.<package>.report
