@@ -3,12 +3,12 @@
 Conventions (NOTES.md section 1):
 * every check runs in float64; statements that quantify over inputs are checked on `n_draws`
   (>= 10,000) random draws, batched;
-* "bounds we state as proven" (their proofs are in the docstrings of espr_audit_bounds.py) are tallied in
+* "bounds we state as proven" (their proofs are in the docstrings of audit_series.py and audit_bounds.py) are tallied in
   the metrics `bound_checks` / `bound_violations`; a paper statement that fails goes to `statements_failed`;
 * R_sp(r) = R_STR(r) P (T3.5) everywhere except where a check says it uses the conjugation
   R_sp(r) = P R_STR(r) P^T of T8'.7.
-The rows live in espr_audit_exact.py (Tiers 0-4) and espr_audit_bounds.py (Tiers 5-8'); the float64
-toolkit in espr_audit_tools.py."""
+The rows live in audit_exact.py and audit_tiers.py (Tiers 0-4), audit_series.py, audit_bounds.py and
+audit_tier8.py (Tiers 5-8'); the float64 toolkit in audit_tools.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Claims, metrics and figures of the OOD translation study (espr_ood.py): T8'.12, T8'.22 per trained model,
+"""Claims, metrics and figures of the OOD translation study (ood.py): T8'.12, T8'.22 per trained model,
 T8'.16/T8'.21 as a paired ESPR-minus-STRING risk difference per seed, IR_spec against the OOD gap."""
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ LM_FRACTIONS = [0.02, 0.05, 0.1, 0.2]
 
 def start_size(kind: str, n_facts: int) -> int:
     """Where a size search begins. Hidden-size kinds (GD, NTK): the F = 256 start scaled with F (their sizes grow
-    about like F), since the search halves as well as doubles (fact_recall_runs._smallest) and its answer does
+    about like F), since the search halves as well as doubles (search._smallest) and its answer does
     not depend on the start; it only skips the failing small sizes, each a 20,000-epoch GD build at F = 4096.
     Constructions: the code width m grows like log F, so their start stays."""
     base = START.get(kind, 8)

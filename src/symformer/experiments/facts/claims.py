@@ -6,7 +6,8 @@ from symformer.experiments.facts.plan import PAPER
 from symformer.results import Claim, ExperimentResult, verdict
 
 
-def claims_a(res: ExperimentResult, acc: dict) -> None:
+def claims_a(acc: dict) -> ExperimentResult:
+    res = ExperimentResult()
     res.metrics["construction_store_accuracy_min"] = min(acc.values())
     res.metrics["construction_store_accuracy"] = acc
     worst = min(acc, key=acc.get)
@@ -22,9 +23,11 @@ def claims_a(res: ExperimentResult, acc: dict) -> None:
             "Thm 4.3.1: any d, F under the construction's conditions",
         )
     )
+    return res
 
 
-def claims_ratios(res: ExperimentResult, rows: list[dict], gd_methods: list[str], setting: str) -> None:
+def claims_ratios(rows: list[dict], gd_methods: list[str], setting: str) -> ExperimentResult:
+    res = ExperimentResult()
     dref, Fref = 32, 256
     res.metrics["bits_per_param"] = {
         r["method"]: r["bits_per_param"] for r in rows if r["d"] == dref and r["F"] == Fref
@@ -89,9 +92,11 @@ def claims_ratios(res: ExperimentResult, rows: list[dict], gd_methods: list[str]
             "Fig. 5: kappa sweep, d up to 256",
         ),
     ]
+    return res
 
 
-def claims_scaling(res: ExperimentResult, rows: list[dict], setting: str) -> None:
+def claims_scaling(rows: list[dict], setting: str) -> ExperimentResult:
+    res = ExperimentResult()
     from symformer.stats import fit_exponent
 
     slopes = {}
@@ -132,6 +137,7 @@ def claims_scaling(res: ExperimentResult, rows: list[dict], setting: str) -> Non
             "Fig. 2c: d in {32, 64, 128}, F = alpha d^2 for various alpha (Sec. 4.4)",
         )
     )
+    return res
 
 
 def per_d_slopes(rows: list[dict], methods=("bin+jl", "gd-swiglu", "ntk")) -> dict[str, dict[int, float]]:

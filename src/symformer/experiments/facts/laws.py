@@ -1,4 +1,4 @@
-"""Experiment `facts`, parts (c)-(f): helpers and claim rows (each point is a job of facts_runs.py). The
+"""Experiment `facts`, parts (c)-(f): helpers and claim rows (each point is a job of runs.py). The
 rho-size law as fact-storing-mlps.txt states it (Sec. 4.1, 4.4, Fig. 2a: cost scales inversely with rho, raw
 and whitened points pooled), coherence separated from rho,
 the whitening gain per (d, kappa), the margin-optimal NTK gain across kappa (Fig. 5), and the decodability

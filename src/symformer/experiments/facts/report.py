@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from symformer.experiments.base import RunContext, experiment
+from symformer.experiments.base import RunContext, combined, experiment
 from symformer.experiments.facts import laws as facts_laws
 from symformer.experiments.facts.claims import claims_a, claims_ratios, claims_scaling
 from symformer.experiments.facts.plan import GD_METHODS, config, plan
@@ -41,15 +41,17 @@ def _run_points(ctx: RunContext, p: dict[str, list[tuple[Job, float]]], stats: d
 
 
 # ---------------------------------------------------------------- the report
-def _report_ab(res: ExperimentResult, ctx: RunContext, cfg: dict, got: dict[str, list]) -> None:
+def _report_ab(ctx: RunContext, cfg: dict, got: dict[str, list]) -> ExperimentResult:
+    """Parts (a) and (b): construction accuracies, size ratios, scaling and figure b."""
     acc = {f"{m}@d{d}": r["accuracy"] for d, pt in zip(cfg["dims_a"], got["a"]) for m, r in pt.items()}
     acc.update({f"{m}@d{cfg['d_two_hot']}": r["accuracy"] for m, r in got["a"][-1].items()})
+    res = ExperimentResult()
     res.notes.append(
         "(a) decoder width m = 2d for the JL methods (two-hot: 8d), m = d/4 for the GD decoders; naive "
         "has hidden |K|. NTK MLPs are not in (a): their conditions (untied keys and values) do not hold "
         "for tied embeddings; their size is searched in (b)."
     )
-    claims_a(res, acc)
+    res = combined(res, claims_a(acc))
     rows, grid = got["b"], cfg["grid"]
     res.config["scaling_rows"] = rows
     res.config.update({"grid": {str(k): v for k, v in grid.items()}, "seeds_per_point": cfg["seeds_per_point"]})
@@ -61,8 +63,7 @@ def _report_ab(res: ExperimentResult, ctx: RunContext, cfg: dict, got: dict[str,
         f"cosine decay to lr/100 (the paper states none); F = alpha d^2, alpha in "
         f"{sorted({f'1/{d * d // F}' for d, Fs in grid.items() for F in Fs})} (the paper's are not in its text)"
     )
-    claims_ratios(res, rows, GD_METHODS, setting)
-    claims_scaling(res, rows, setting)
+    return combined(res, claims_ratios(rows, GD_METHODS, setting), claims_scaling(rows, setting))
 
 
 def _report_laws(res: ExperimentResult, cfg: dict, got: dict[str, list], quick: bool) -> None:
@@ -114,7 +115,7 @@ def run(ctx: RunContext) -> ExperimentResult:
     n, hours = recorded_cost(ctx.out_dir / "runs", [j.key for part in p.values() for j, _ in part])
     res.metrics["facts_full_points"] = None if ctx.quick else n
     res.metrics["facts_full_core_hours"] = None if ctx.quick else hours
-    _report_ab(res, ctx, cfg, got)
+    res = combined(res, _report_ab(ctx, cfg, got))
     _report_laws(res, cfg, got, ctx.quick)
     res.config.update({"quick": ctx.quick, "seed": ctx.seed})
     res.notes.append(

@@ -166,7 +166,7 @@ def run(ctx: RunContext) -> ExperimentResult:
         }
     )
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models: intra-op threads only add synchronisation (as experiments/teleport.py)
+    torch.set_num_threads(1)  # tiny models: intra-op threads only add synchronisation (as experiments/teleport does)
     try:
         par, fav, tel = parity(ctx.seed), favor_convergence(ctx.seed), teleport_invariance(ctx.seed)
         tr = train_runs(ctx)
