@@ -77,6 +77,7 @@ def test_job_function_keeps_the_recorded_name_and_leaves_the_device_out_of_the_s
     assert Job("k", on_gpu, {}).signature() == Job("k", fn, {}).signature()
     assert Job("k", fn, {}).signature()["fn"] == "symformer.experiments.old_module.where"
     assert fn() == "cpu" and on_gpu() == "cuda" and on_gpu(device="meta") == "meta"
+    assert on_gpu == fn.on("cuda") and on_gpu != fn and Job("k", on_gpu) == Job("k", fn.on("cuda"))
     assert JobFunction(no_device, "a.b").on("cuda")(x=3) == 3  # a function without `device` gets none
     back = pickle.loads(pickle.dumps(on_gpu))  # workers receive it by pickle
     assert back.name == on_gpu.name and back() == "cuda"

@@ -177,6 +177,14 @@ class JobFunction:
             kwargs.setdefault("device", self.device)
         return self.fn(*args, **kwargs)
 
+    def __eq__(self, other: object) -> bool:  # Jobs compare by their fields: the same function on the same device
+        if not isinstance(other, JobFunction):
+            return NotImplemented
+        return (self.fn, self.name, self.device) == (other.fn, other.name, other.device)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.device))
+
     def __repr__(self) -> str:
         return f"JobFunction({self.name}, device={self.device!r})"
 
