@@ -7,14 +7,16 @@ import math
 import torch
 
 from symformer.benchmarks import attention as bench
-from symformer.experiments import favor as exp
+from symformer.experiments.favor import claims as favor_claims
+from symformer.experiments.favor import monte_carlo_check
+from symformer.experiments.favor.plan import ESTIMABLE_SE
 from symformer.stats import fit_exponent
 
 torch.set_num_threads(1)
 
 
 def test_grid_points_have_the_requested_norms_and_angles():
-    x, y, meta = exp.grid_points(6, [0.5, 1.5], [0.0, math.pi / 3, math.pi], seed=0)
+    x, y, meta = monte_carlo_check.grid_points(6, [0.5, 1.5], [0.0, math.pi / 3, math.pi], seed=0)
     for xi, yi, (nx, ny, ang) in zip(x, y, meta):
         assert abs(float(xi.norm()) - nx) < 1e-13 and abs(float(yi.norm()) - ny) < 1e-13
         assert abs(float(xi @ yi) - nx * ny * math.cos(ang)) < 1e-13
@@ -22,8 +24,8 @@ def test_grid_points_have_the_requested_norms_and_angles():
 
 def test_monte_carlo_small_grid_is_unbiased_and_matches_variance():
     """20k draws on 12 points; per point P(|z| > 4.5) ~ 7e-6; variance cells must be within 0.15."""
-    mc = exp.monte_carlo(4, 20_000, [1, 4], [0.3, 0.6], [0.0, math.pi / 2, math.pi], seed=1, chunk=8_000)
-    claims, metrics = exp._claims_mc(mc, 20_000)
+    mc = monte_carlo_check.monte_carlo(4, 20_000, [1, 4], [0.3, 0.6], [0.0, math.pi / 2, math.pi], seed=1, chunk=8_000)
+    claims, metrics = favor_claims.monte_carlo_claims(mc, 20_000)
     assert math.isfinite(metrics["unbiased_max_abs_z"]) and metrics["unbiased_max_abs_z"] < 4.5
     assert metrics["variance_estimable_cells"] > 10 and metrics["variance_max_rel_err"] < 0.15
     assert [c.verdict for c in claims[:2]] == ["holds", "holds"]
@@ -34,16 +36,16 @@ def test_z_score_detects_a_biased_estimator():
     x = torch.tensor([[0.5, 0.2, 0.0]], dtype=torch.float64)
     y = torch.tensor([[0.4, -0.1, 0.3]], dtype=torch.float64)
     w = torch.randn(50_000, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 1.2
-    z = exp.draw_z(w, x, y)[:, 0]
-    var = float(exp.single_draw_variance(x, y)[0])
+    z = monte_carlo_check.draw_z(w, x, y)[:, 0]
+    var = float(monte_carlo_check.single_draw_variance(x, y)[0])
     zscore = (float(z.mean()) - math.exp(float(x @ y.T))) / math.sqrt(var / len(z))
     assert zscore > 4.5
 
 
 def test_relative_se_grows_with_norms():
     x = torch.tensor([[0.1, 0.0], [1.5, 0.0]], dtype=torch.float64)
-    se = exp.relative_se_of_variance(x, x, 1, 100_000)
-    assert se[0] < exp.ESTIMABLE_SE < se[1]
+    se = monte_carlo_check.relative_se_of_variance(x, x, 1, 100_000)
+    assert se[0] < ESTIMABLE_SE < se[1]
 
 
 def test_fit_slope_recovers_a_power_law():

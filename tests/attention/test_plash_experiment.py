@@ -4,7 +4,7 @@ import math
 
 from symformer.benchmarks.attention_plash import matmul_throughput
 from symformer.experiments.base import load_all
-from symformer.experiments.plash import sketch_checks
+from symformer.experiments.plash.checks import sketch_checks
 
 
 def test_experiment_registered_with_data_file():
@@ -28,8 +28,9 @@ def test_matmul_throughput_positive():
 def test_recorded_forecast_jobs_run_longest_first(monkeypatch, tmp_path):
     """The 27 recorded runs go to the workers longest first (PLASH at horizon 168 before softmax at 24), so the
     last worker to finish is not left alone with a long job; the records and their keys do not change."""
-    from symformer.experiments import plash as P
     from symformer.experiments.base import RunContext
+    from symformer.experiments.plash import report as plash_report
+    from symformer.experiments.plash.plan import protocol
 
     seen = {}
 
@@ -37,9 +38,9 @@ def test_recorded_forecast_jobs_run_longest_first(monkeypatch, tmp_path):
         seen["order"] = [j.key for j in jobs]
         return {j.key: {"fake": True} for j in jobs}
 
-    monkeypatch.setattr(P, "run_jobs", fake_run_jobs)
-    proto = P.protocol(RunContext(out_dir=tmp_path, quick=False))
-    runs = P._forecast_runs(RunContext(out_dir=tmp_path, quick=False), proto, P.ExperimentResult())
+    monkeypatch.setattr(plash_report, "run_jobs", fake_run_jobs)
+    plan = protocol(RunContext(out_dir=tmp_path, quick=False))
+    runs, _ = plash_report.forecast_runs(RunContext(out_dir=tmp_path, quick=False), plan)
     order = seen["order"]
     assert len(order) == 27 and len(set(order)) == 27
     assert order[0].startswith("etth1_informer_plash") and "_h168_" in order[0]
@@ -52,7 +53,7 @@ def test_forecast_verdicts_carry_the_seed_error():
     the horizon average adds per-horizon standard errors in quadrature; the ratio's SE is the delta method's."""
     import random
 
-    from symformer.experiments.plash import band_verdict, horizon_average, relative_difference
+    from symformer.experiments.plash.claims import band_verdict, horizon_average, relative_difference
 
     avg = horizon_average({"h=24": {"mean": 0.4, "se": 0.03}, "h=48": {"mean": 0.6, "se": 0.04}})
     assert math.isclose(avg["mean"], 0.5) and math.isclose(avg["se"], 0.025)

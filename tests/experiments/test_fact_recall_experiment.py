@@ -5,8 +5,14 @@ import math
 
 import pytest
 
-from symformer.experiments import fact_recall as X
 from symformer.experiments.base import RunContext
+from symformer.experiments.fact_recall import claims as fact_recall_claims
+from symformer.experiments.fact_recall import lm_claims as fact_recall_lm_claims
+from symformer.experiments.fact_recall import lm_runs as fact_recall_lm_runs
+from symformer.experiments.fact_recall import plan as fact_recall_plan
+from symformer.experiments.fact_recall import report as fact_recall_report
+from symformer.experiments.fact_recall import runs as fact_recall_runs
+from symformer.experiments.fact_recall import search as fact_recall_search
 from symformer.results import ExperimentResult
 
 
@@ -31,45 +37,49 @@ def _lm(swap_score, base_score, ce_change=2.0, new_acc=1.0):
 
 def test_lm_claims_follow_the_numbers():
     res = ExperimentResult()
-    X._lm_claims(res, _lm(0.9, 0.4), quick=True)
+    res = fact_recall_lm_claims.lm_claims(_lm(0.9, 0.4), quick=True)
     assert res.metrics["edit_score_swap_vs_best_baseline"]["0.1"] == pytest.approx(2.25)
     assert res.metrics["edit_score"]["rome/0.1"] == 0.4
     assert {c.id: c.verdict for c in res.claims} == {"S5.4-swap": "holds", "Fig4": "holds"}
     res = ExperimentResult()
-    X._lm_claims(res, _lm(0.6, 0.5, ce_change=30.0), quick=False, top1=_lm(0.6, 0.5, ce_change=30.0))
+    res = fact_recall_lm_claims.lm_claims(
+        _lm(0.6, 0.5, ce_change=30.0), quick=False, top1=_lm(0.6, 0.5, ce_change=30.0)
+    )
     assert {c.id: c.verdict for c in res.claims} == {"S5.4-swap": "fails", "Fig4": "fails"}
     res = ExperimentResult()
-    X._lm_claims(res, _lm(0.6, 0.5, ce_change=30.0), quick=False)
+    res = fact_recall_lm_claims.lm_claims(_lm(0.6, 0.5, ce_change=30.0), quick=False)
     assert {c.id: c.verdict for c in res.claims} == {"S5.4-swap": "inconclusive", "Fig4": "fails"}
     res = ExperimentResult()  # baselines at 0.9: no editor can reach 1.5x (scores <= 1), the test has no power
-    X._lm_claims(res, _lm(1.0, 0.9), quick=False)
+    res = fact_recall_lm_claims.lm_claims(_lm(1.0, 0.9), quick=False)
     fig4 = {c.id: c for c in res.claims}["Fig4"]
     assert fig4.verdict == "inconclusive" and "out of reach" in fig4.measured
     res = ExperimentResult()  # the threshold reached even though baselines are high: holds
-    X._lm_claims(res, _lm(1.0, 0.6), quick=False)
+    res = fact_recall_lm_claims.lm_claims(_lm(1.0, 0.6), quick=False)
     assert {c.id: c.verdict for c in res.claims}["Fig4"] == "holds"
     res = ExperimentResult()  # the router is not in the paper: either reading meeting the claim is enough
-    X._lm_claims(res, _lm(0.6, 0.5, ce_change=30.0), quick=False, top1=_lm(0.6, 0.5, ce_change=2.0))
+    res = fact_recall_lm_claims.lm_claims(_lm(0.6, 0.5, ce_change=30.0), quick=False, top1=_lm(0.6, 0.5, ce_change=2.0))
     assert {c.id: c.verdict for c in res.claims}["S5.4-swap"] == "holds"
     assert res.metrics["lm_swap_by_router"]["top1"]["nonfact_ce_change_pct"] == 2.0
     res = ExperimentResult()  # a top-1 LM that does not use the new MLP (0.2) is outside the claim: inconclusive
-    X._lm_claims(res, _lm(0.6, 0.5, ce_change=30.0), quick=False, top1=_lm(0.6, 0.5, ce_change=2.0, new_acc=0.2))
+    res = fact_recall_lm_claims.lm_claims(
+        _lm(0.6, 0.5, ce_change=30.0), quick=False, top1=_lm(0.6, 0.5, ce_change=2.0, new_acc=0.2)
+    )
     assert {c.id: c.verdict for c in res.claims}["S5.4-swap"] == "inconclusive"
     swap = res.claims[0].measured
     assert "soft router: " in swap and "top1 router: new-fact accuracy 0.2000" in swap
     res = ExperimentResult()  # both use the new MLP and both miss the CE part: fails
-    X._lm_claims(res, _lm(0.6, 0.5, ce_change=30.0), quick=False, top1=_lm(0.6, 0.5, ce_change=6.0))
+    res = fact_recall_lm_claims.lm_claims(_lm(0.6, 0.5, ce_change=30.0), quick=False, top1=_lm(0.6, 0.5, ce_change=6.0))
     assert {c.id: c.verdict for c in res.claims}["S5.4-swap"] == "fails"
     res = ExperimentResult()  # a miss of the accuracy part alone refutes nothing: inconclusive
-    X._lm_claims(res, _lm(0.6, 0.5, new_acc=0.5), quick=False, top1=_lm(0.6, 0.5, new_acc=0.5))
+    res = fact_recall_lm_claims.lm_claims(_lm(0.6, 0.5, new_acc=0.5), quick=False, top1=_lm(0.6, 0.5, new_acc=0.5))
     assert {c.id: c.verdict for c in res.claims}["S5.4-swap"] == "inconclusive"
     lm = _lm(0.6, 0.5)
     lm["swap"]["train_fact_accuracy"] = 0.843
     res = ExperimentResult()
-    X._lm_claims(res, lm, quick=False)
+    res = fact_recall_lm_claims.lm_claims(lm, quick=False)
     assert "own-fact accuracy before the swap 0.8430; new-fact accuracy 1.0000" in res.claims[0].measured
     res = ExperimentResult()
-    X._lm_claims(res, _lm(0.9, 0.9, ce_change=30.0), quick=True)
+    res = fact_recall_lm_claims.lm_claims(_lm(0.9, 0.9, ce_change=30.0), quick=True)
     assert {c.id: c.verdict for c in res.claims} == {"S5.4-swap": "inconclusive", "Fig4": "inconclusive"}
     assert all(c.setting and c.paper_setting for c in res.claims)
 
@@ -77,7 +87,7 @@ def test_lm_claims_follow_the_numbers():
 def test_ssfr_claims_and_metric_names():
     out = {"a": {"kind": "gd-swiglu", "n_facts": 256, "best_fact_adaptive_accuracy": 0.995, "min_params": 100}}
     res = ExperimentResult()
-    X._ssfr_claims(res, out, quick=True)
+    res = fact_recall_claims.ssfr_claims(out, quick=True)
     assert res.metrics["ssfr_fact_adaptive_accuracy"] == {"gd-swiglu/F=256": 0.995}
     assert res.metrics["ssfr_min_params_99"] == {"gd-swiglu/F=256": 100}
     v = {c.id: c.verdict for c in res.claims}
@@ -97,7 +107,7 @@ def test_usability_claims_rank_correlation():
         for a in (0.0, 0.1, 0.5, 1.0)
     ]
     res = ExperimentResult()
-    X._usability_claims(res, pts)
+    res = fact_recall_claims.usability_claims(pts)
     assert res.metrics["usability_lipschitz_spearman"] == pytest.approx(-1.0)
     assert {c.id: c.verdict for c in res.claims} == {"S5.2": "holds", "S5.3": "holds"}
 
@@ -121,14 +131,14 @@ def test_usability_claims_without_power_or_protocol_are_inconclusive():
         ]
 
     res = ExperimentResult()
-    X._usability_claims(res, pts(lambda a: 1.0, lambda a: 1.0 - a / 2))
+    res = fact_recall_claims.usability_claims(pts(lambda a: 1.0, lambda a: 1.0 - a / 2))
     c = {c.id: c for c in res.claims}
     assert c["S5.2"].verdict == "inconclusive" and "no trade-off can show" in c["S5.2"].measured
     assert c["S5.3"].verdict == "holds"
     rising = pts(lambda a: 0.5 + a / 2, lambda a: 0.5 + a / 4)  # usability rises with alpha and Lipschitz
-    for trainings, want in ((1, "inconclusive"), (X.PAPER_TRAININGS_PER_POINT, "fails")):
+    for trainings, want in ((1, "inconclusive"), (fact_recall_claims.PAPER_TRAININGS_PER_POINT, "fails")):
         res = ExperimentResult()
-        X._usability_claims(res, rising, trainings=trainings)
+        res = fact_recall_claims.usability_claims(rising, trainings=trainings)
         assert {c.id: c.verdict for c in res.claims} == {"S5.2": want, "S5.3": want}
 
 
@@ -156,13 +166,15 @@ def test_quick_run_writes_results(tmp_path):
 
 def test_size_figure_plots_each_kinds_minimum_against_f(monkeypatch, tmp_path):
     seen = {}
-    monkeypatch.setattr(X, "size_vs_facts", lambda path, series, *a: seen.update(path=path, series=series))
+    monkeypatch.setattr(
+        fact_recall_report, "size_vs_facts", lambda path, series, *a: seen.update(path=path, series=series)
+    )
     ssfr = {
         "a": {"kind": "gd-relu", "n_facts": 256, "min_params": 100},
         "b": {"kind": "gd-relu", "n_facts": 512, "min_params": None},
         "c": {"kind": "ntk", "n_facts": 256, "min_params": 7},
     }
-    name = X._size_figure(RunContext(out_dir=tmp_path, quick=True, progress=False), ssfr)
+    name = fact_recall_report._size_figure(RunContext(out_dir=tmp_path, quick=True, progress=False), ssfr)
     assert seen["path"] == tmp_path / name
     assert seen["series"] == {"gd-relu": [(256, 100), (512, None)], "ntk": [(256, 7)]}
 
@@ -177,7 +189,6 @@ def test_size_vs_facts_skips_missing_sizes_and_writes_a_png(tmp_path):
 def test_constructed_search_fixes_m_then_grows_the_gadget_width(monkeypatch):
     """Constructions: m is the smallest storing code width, then h~ doubles from ceil(F/d) and is bisected;
     min_size is the hidden size m h~."""
-    from symformer.experiments import fact_recall_runs as R
 
     calls = []
 
@@ -185,13 +196,15 @@ def test_constructed_search_fixes_m_then_grows_the_gadget_width(monkeypatch):
         calls.append((size, h_tilde))
         return {"params": size * h_tilde, "fact_adaptive_accuracy": 1.0 if h_tilde >= 5 else 0.5}
 
-    monkeypatch.setattr(R, "code_width", lambda kind, F, d, seeds, start, max_size, bisect, quick, work_dir: 24)
-    monkeypatch.setattr(R, "ssfr_point", point)
-    r = R.ssfr_search("bin+jl", 256, 128, 1, False, 16, 256, bisect=True)
+    monkeypatch.setattr(
+        fact_recall_search, "code_width", lambda kind, F, d, seeds, start, max_size, bisect, quick, work_dir: 24
+    )
+    monkeypatch.setattr(fact_recall_search, "ssfr_point", point)
+    r = fact_recall_search.ssfr_search("bin+jl", 256, 128, 1, False, 16, 256, bisect=True)
     assert (r["m"], r["h_tilde"], r["min_size"], r["min_params"]) == (24, 5, 120, 120)
     assert [c[1] for c in calls] == [2, 4, 8, 6, 5] and all(c[0] == 24 for c in calls)
-    monkeypatch.setattr(R, "code_width", lambda *a: None)
-    r = R.ssfr_search("bin+jl", 256, 128, 1, False, 16, 256)
+    monkeypatch.setattr(fact_recall_search, "code_width", lambda *a: None)
+    r = fact_recall_search.ssfr_search("bin+jl", 256, 128, 1, False, 16, 256)
     assert r["min_size"] is None and r["best_fact_adaptive_accuracy"] == 0.0
 
 
@@ -200,14 +213,13 @@ def test_code_width_is_the_smallest_storing_m():
     import torch
 
     from symformer.data.ssfr import make_ssfr
-    from symformer.experiments import fact_recall_runs as R
     from symformer.facts.capacity import build_fact_mlp
 
     torch.set_num_threads(1)
-    m = R.code_width("bin+jl", 64, 32, 1, 4, 64, bisect=True)
+    m = fact_recall_search.code_width("bin+jl", 64, 32, 1, 4, 64, bisect=True)
     t = make_ssfr(64, 32, seed=0)
     K, V = t.mlp_embeddings()
-    f2 = R.random_fact_map(64, seed=10_000)
+    f2 = fact_recall_runs.random_fact_map(64, seed=10_000)
 
     def worst(width):
         return min(
@@ -215,7 +227,7 @@ def test_code_width_is_the_smallest_storing_m():
             build_fact_mlp(K, V, f2, "bin+jl", m=width, seed=1, strict=False).accuracy,
         )
 
-    assert worst(m) >= R.TARGET > worst(m - 1)
+    assert worst(m) >= fact_recall_runs.TARGET > worst(m - 1)
 
 
 def test_constructed_claim_reports_each_gadget_width():
@@ -237,7 +249,7 @@ def test_constructed_claim_reports_each_gadget_width():
         "a": {"kind": "bin+jl", "n_facts": 256, "best_fact_adaptive_accuracy": 0.997, "min_params": 80, "points": pts}
     }
     res = ExperimentResult()
-    X._ssfr_claims(res, out, quick=True)
+    res = fact_recall_claims.ssfr_claims(out, quick=True)
     row = next(c for c in res.claims if c.id == "S5.1-constructed")
     assert row.verdict == "holds" and "h~=2: Lipschitz 3e+04, accuracy 0.0040" in row.measured
     assert [p["h_tilde"] for p in res.metrics["ssfr_constructed_points"]] == [2, 8]
@@ -271,9 +283,9 @@ def test_lm_job_shares_the_first_batch_with_ssfr(monkeypatch, tmp_path):
                 }
         return out
 
-    monkeypatch.setattr(X, "run_jobs", fake_run_jobs)
-    opts = {k: v[0] for k, v in X.OPTIONS.items()}
-    X.run(RunContext(out_dir=tmp_path, quick=True, progress=False))
+    monkeypatch.setattr(fact_recall_report, "run_jobs", fake_run_jobs)
+    opts = {k: v[0] for k, v in fact_recall_plan.OPTIONS.items()}
+    fact_recall_report.run(RunContext(out_dir=tmp_path, quick=True, progress=False))
     assert calls[0][0] == "lm_F=128" and len(calls) == 1 and all(k.startswith("ssfr_") for k in calls[0][1:])
     # full mode: the GD-SwiGLU F=256 search beside the LM job, then the other searches (`_ssfr_order`) and the
     # usability points (h = 1.1 h* from that search) in one batch
@@ -284,8 +296,8 @@ def test_lm_job_shares_the_first_batch_with_ssfr(monkeypatch, tmp_path):
         kwargs.update({j.key: j.kwargs for j in jobs})
         return fake_run_jobs(jobs)
 
-    monkeypatch.setattr(X, "run_jobs", spy)
-    res = X.run(RunContext(out_dir=tmp_path, quick=False, progress=False))
+    monkeypatch.setattr(fact_recall_report, "run_jobs", spy)
+    res = fact_recall_report.run(RunContext(out_dir=tmp_path, quick=False, progress=False))
     assert calls[0] == ["lm_F=1024", "ssfr_gd-swiglu_F=256"] and len(calls) == 2
     ssfr = [k for k in calls[1] if k.startswith("ssfr_")]
     usab = [k for k in calls[1] if k.startswith("usab_")]
@@ -296,27 +308,31 @@ def test_lm_job_shares_the_first_batch_with_ssfr(monkeypatch, tmp_path):
     assert ssfr == [
         j.key
         for j in sorted(
-            X._ssfr_jobs(
+            fact_recall_plan.ssfr_jobs(
                 RunContext(
-                    out_dir=tmp_path, quick=False, progress=False, options={k: v[0] for k, v in X.OPTIONS.items()}
+                    out_dir=tmp_path,
+                    quick=False,
+                    progress=False,
+                    options={k: v[0] for k, v in fact_recall_plan.OPTIONS.items()},
                 )
             ),
-            key=X._ssfr_order,
+            key=fact_recall_report._ssfr_order,
         )
         if j.key != "ssfr_gd-swiglu_F=256"
     ]
     assert {kwargs[k]["h"] for k in usab} == {9}  # round(1.1 x 8)
     assert len(res.metrics["ssfr_fact_adaptive_accuracy"]) == 25 and "usability_lipschitz_spearman" in res.metrics
-    full = X._lm_job(RunContext(out_dir=tmp_path, quick=False, progress=False, options=opts))
+    full = fact_recall_plan.lm_job(RunContext(out_dir=tmp_path, quick=False, progress=False, options=opts))
     assert full.kwargs["fractions"] == [0.02, 0.05, 0.1, 0.2] and full.kwargs["lr"] == 2e-3
-    paper = X._lm_job(RunContext(out_dir=tmp_path, quick=False, progress=False, options={**opts, "paper_budget": True}))
+    paper = fact_recall_plan.lm_job(
+        RunContext(out_dir=tmp_path, quick=False, progress=False, options={**opts, "paper_budget": True})
+    )
     assert paper.kwargs["steps"] * 128 == 4_800_000 and paper.kwargs["lr"] == 2e-4
 
 
 def test_untrainable_point_builds_only_the_swapped_in_mlp(monkeypatch):
     """A size whose f' MLP stores < 99% is not trained, so the f MLP (a 20,000-epoch GD build at F = 4096) is not
     built; a trainable point builds both, f' from seed + 1 as before; code_width builds f' only when f stores."""
-    from symformer.experiments import fact_recall_runs as R
     from symformer.facts.mlp import FactMLP
 
     built = []
@@ -327,26 +343,27 @@ def test_untrainable_point_builds_only_the_swapped_in_mlp(monkeypatch):
         mlp.accuracy = 1.0 if h >= 8 else 0.5
         return mlp
 
-    monkeypatch.setattr(R, "build_fact_mlp", fake)
-    monkeypatch.setattr(R, "train_ssfr", lambda model, task, cfg, checkpoint=None: {"steps": 0})
-    rec = R.ssfr_point("gd-swiglu", 4, 32, 16, seed=3, quick=True)
+    monkeypatch.setattr(fact_recall_runs, "build_fact_mlp", fake)
+    monkeypatch.setattr(fact_recall_runs, "train_ssfr", lambda model, task, cfg, checkpoint=None: {"steps": 0})
+    rec = fact_recall_search.ssfr_point("gd-swiglu", 4, 32, 16, seed=3, quick=True)
     assert built == [4] and rec["trained"] is False and rec["capacity"] is None and rec["capacity_new"] == 0.5
     built.clear()
-    rec = R.ssfr_point("gd-swiglu", 8, 32, 16, seed=3, quick=True)
+    rec = fact_recall_search.ssfr_point("gd-swiglu", 8, 32, 16, seed=3, quick=True)
     assert built == [4, 3] and rec["trained"] is True and rec["capacity"] == 1.0
-    assert rec["params"] == R.count_params(FactMLP(16, 8, activation="silu", gated=True, bias=True, out_bias=True))
+    assert rec["params"] == fact_recall_runs.count_params(
+        FactMLP(16, 8, activation="silu", gated=True, bias=True, out_bias=True)
+    )
     built.clear()
-    assert R.code_width("gd-swiglu", 32, 16, seeds=2, start=4, max_size=4, bisect=False) is None
+    assert fact_recall_search.code_width("gd-swiglu", 32, 16, seeds=2, start=4, max_size=4, bisect=False) is None
     assert built == [0, 1]  # each seed's f MLP fails: no f' build
     built.clear()
-    assert R.code_width("gd-swiglu", 32, 16, seeds=2, start=8, max_size=8, bisect=False) == 8
+    assert fact_recall_search.code_width("gd-swiglu", 32, 16, seeds=2, start=8, max_size=8, bisect=False) == 8
     assert built == [0, 1]  # seed 0: f then f' (seed + 1)
 
 
 def test_a_killed_search_resumes_from_its_work_dir(monkeypatch, tmp_path):
     """ssfr_search with a work_dir remembers every finished point and code-width check: run again after a kill,
     it builds and trains only what it had not finished, and returns what an uninterrupted search returns."""
-    from symformer.experiments import fact_recall_runs as R
     from symformer.facts.mlp import FactMLP
 
     built, trained, kill = [], [], {"at": None}
@@ -366,20 +383,22 @@ def test_a_killed_search_resumes_from_its_work_dir(monkeypatch, tmp_path):
             raise Killed
         return {"steps": 1}
 
-    monkeypatch.setattr(R, "build_fact_mlp", fake)
-    monkeypatch.setattr(R, "train_ssfr", train)
-    monkeypatch.setattr(R, "fact_adaptive_accuracy", lambda model, task, mlp: 1.0 if mlp.h_tilde >= 5 else 0.5)
-    monkeypatch.setattr(R, "lipschitz_estimate", lambda *a, **k: 1.0)
+    monkeypatch.setattr(fact_recall_runs, "build_fact_mlp", fake)
+    monkeypatch.setattr(fact_recall_runs, "train_ssfr", train)
+    monkeypatch.setattr(
+        fact_recall_runs, "fact_adaptive_accuracy", lambda model, task, mlp: 1.0 if mlp.h_tilde >= 5 else 0.5
+    )
+    monkeypatch.setattr(fact_recall_runs, "lipschitz_estimate", lambda *a, **k: 1.0)
     monkeypatch.setattr(FactMLP, "h_tilde", property(lambda self: built[-1][2]), raising=False)
     args = ("bin+jl", 32, 16, 1, True, 8, 64)
-    plain = R.ssfr_search(*args)
+    plain = fact_recall_search.ssfr_search(*args)
     n_plain = len(built)
     built.clear(), trained.clear()
     kill["at"] = 3
     with pytest.raises(Killed):
-        R.ssfr_search(*args, work_dir=str(tmp_path))
+        fact_recall_search.ssfr_search(*args, work_dir=str(tmp_path))
     before = len(built)
-    again = R.ssfr_search(*args, work_dir=str(tmp_path))
+    again = fact_recall_search.ssfr_search(*args, work_dir=str(tmp_path))
 
     def same(r):  # every point's wall time differs between calls
         return {**r, "points": [{k: v for k, v in q.items() if k != "seconds"} for q in r["points"]]}
@@ -394,7 +413,6 @@ def test_a_killed_search_resumes_from_its_work_dir(monkeypatch, tmp_path):
 def test_size_search_answer_does_not_depend_on_the_start(start, probes):
     """Doubling while the size fails, halving while it passes, then bisection: the smallest passing size (5)
     from any start; a passing floor is returned as is, and nothing below the floor is tried."""
-    from symformer.experiments import fact_recall_runs as R
 
     seen = []
 
@@ -402,16 +420,15 @@ def test_size_search_answer_does_not_depend_on_the_start(start, probes):
         seen.append(n)
         return n >= 5
 
-    assert R._smallest(ok, start, 64, bisect=True) == 5 and seen == probes
+    assert fact_recall_search._smallest(ok, start, 64, bisect=True) == 5 and seen == probes
     seen.clear()
-    assert R._smallest(ok, 16, 64, bisect=True, floor=7) == 7 and seen == [16, 8, 7]
+    assert fact_recall_search._smallest(ok, 16, 64, bisect=True, floor=7) == 7 and seen == [16, 8, 7]
 
 
 def test_size_search_stops_within_its_resolution():
     """Large sizes bisect until the bracket is within 1/16 of its upper end: the threshold 300 from start 32
     (the F = 4096 GD start) gives 304 after 9 probes (bisecting to 1 would take 4 more). Any threshold t: the
     answer r has t <= r <= t + max(1, r // 16) - 1, so answers below 32 are exact."""
-    from symformer.experiments import fact_recall_runs as R
 
     seen = []
 
@@ -419,44 +436,52 @@ def test_size_search_stops_within_its_resolution():
         seen.append(n)
         return n >= 300
 
-    assert R.SIZE_RESOLUTION == 16
-    assert R._smallest(ok, 32, 1024, bisect=True) == 304 and seen == [32, 64, 128, 256, 512, 384, 320, 288, 304]
+    assert fact_recall_search.SIZE_RESOLUTION == 16
+    assert fact_recall_search._smallest(ok, 32, 1024, bisect=True) == 304 and seen == [
+        32,
+        64,
+        128,
+        256,
+        512,
+        384,
+        320,
+        288,
+        304,
+    ]
     for t in range(1, 700):
-        r = R._smallest(lambda n, t=t: n >= t, 2, 1024, bisect=True)
+        r = fact_recall_search._smallest(lambda n, t=t: n >= t, 2, 1024, bisect=True)
         assert t <= r <= t + max(1, r // 16) - 1
 
 
 def test_search_reports_the_largest_failing_size(monkeypatch):
-    from symformer.experiments import fact_recall_runs as R
 
     def point(kind, size, n_facts, d, seed, quick, paper_budget=False, h_tilde=None, work_dir=None):
         return {"params": size, "fact_adaptive_accuracy": 1.0 if size >= 300 else 0.5}
 
-    monkeypatch.setattr(R, "ssfr_point", point)
-    r = R.ssfr_search("gd-relu", 4096, 128, 1, False, 32, 1024, bisect=True)
+    monkeypatch.setattr(fact_recall_search, "ssfr_point", point)
+    r = fact_recall_search.ssfr_search("gd-relu", 4096, 128, 1, False, 32, 1024, bisect=True)
     assert (r["min_size"], r["max_failing_size"], r["min_params"]) == (304, 288, 304)
-    r = R.ssfr_search("gd-relu", 4096, 128, 1, False, 32, 256, bisect=True)
+    r = fact_recall_search.ssfr_search("gd-relu", 4096, 128, 1, False, 32, 256, bisect=True)
     assert (r["min_size"], r["max_failing_size"]) == (None, 256)
-    monkeypatch.setattr(R, "ssfr_point", lambda *a, **k: {"params": 1, "fact_adaptive_accuracy": 1.0})
-    r = R.ssfr_search("gd-relu", 4096, 128, 1, False, 4, 256, bisect=True)
+    monkeypatch.setattr(fact_recall_search, "ssfr_point", lambda *a, **k: {"params": 1, "fact_adaptive_accuracy": 1.0})
+    r = fact_recall_search.ssfr_search("gd-relu", 4096, 128, 1, False, 4, 256, bisect=True)
     assert (r["min_size"], r["max_failing_size"]) == (1, None)
 
 
 def test_hidden_size_searches_start_scaled_with_f():
-    from symformer.experiments.fact_recall import START, _start
+    from symformer.experiments.fact_recall.plan import START, start_size
 
-    assert _start("gd-swiglu", 256) == START["gd-swiglu"] and _start("gd-relu", 4096) == 16 * START["gd-relu"]
-    assert _start("bin+jl", 4096) == START["bin+jl"]
+    assert start_size("gd-swiglu", 256) == START["gd-swiglu"] and start_size("gd-relu", 4096) == 16 * START["gd-relu"]
+    assert start_size("bin+jl", 4096) == START["bin+jl"]
 
 
 def test_a_killed_lm_job_resumes_its_training_swap_and_finished_edits(monkeypatch, tmp_path):
     """lm_run with a work_dir, killed in its second editing fraction: run again, it trains nothing, repeats
     neither the swap check nor the first fraction, and returns what an uninterrupted run returns."""
-    from symformer.experiments import fact_recall_runs as R
 
-    monkeypatch.setattr(R, "LMConfig", _small_lm_config)  # small fact MLPs and batches: a few seconds
+    monkeypatch.setattr(fact_recall_lm_runs, "LMConfig", _small_lm_config)  # small fact MLPs and batches: a few seconds
     swaps, edits, kill = [], [], {"at": None}
-    real_swap, real_edit = R.swap_check, R.run_editors
+    real_swap, real_edit = fact_recall_lm_runs.swap_check, fact_recall_lm_runs.run_editors
 
     def swap(*a, **k):
         swaps.append(1)
@@ -481,19 +506,19 @@ def test_a_killed_lm_job_resumes_its_training_swap_and_finished_edits(monkeypatc
         finally:
             model.forward = forward
 
-    steps, real_train = [], R.train_lm
-    monkeypatch.setattr(R, "swap_check", swap)
-    monkeypatch.setattr(R, "run_editors", edit)
-    monkeypatch.setattr(R, "train_lm", train)
+    steps, real_train = [], fact_recall_lm_runs.train_lm
+    monkeypatch.setattr(fact_recall_lm_runs, "swap_check", swap)
+    monkeypatch.setattr(fact_recall_lm_runs, "run_editors", edit)
+    monkeypatch.setattr(fact_recall_lm_runs, "train_lm", train)
     args = dict(n_facts=20, d=16, mlp_hidden=32, steps=12, fractions=[0.1, 0.2], seed=0, quick=True)
-    plain = R.lm_run(**args)
+    plain = fact_recall_lm_runs.lm_run(**args)
     swaps.clear(), edits.clear(), steps.clear()
     kill["at"] = 2
     with pytest.raises(KeyboardInterrupt):
-        R.lm_run(**args, work_dir=str(tmp_path))
+        fact_recall_lm_runs.lm_run(**args, work_dir=str(tmp_path))
     assert len(list(tmp_path.glob("*.pt"))) == 1 and len(list(tmp_path.glob("*.json"))) == 2  # swap, edit 0.1
     kill["at"] = None
-    again = R.lm_run(**args, work_dir=str(tmp_path))
+    again = fact_recall_lm_runs.lm_run(**args, work_dir=str(tmp_path))
     assert (len(swaps), len(edits), len(steps)) == (1, 3, 12)  # the resumed call ran only the killed fraction
 
     def same(r):  # wall times differ between calls
@@ -515,27 +540,26 @@ def test_paper_usability_protocol_jobs_and_best_of(tmp_path, monkeypatch):
     """usability_trainings=paper: one job per (kappa, alpha, lr, training seed), App. A.2.4's 5 lrs x 4 seeds; the
     default keeps the recorded run's 32 job signatures (no lr / train_seed kwargs: their records stay reusable);
     the claims keep the best training per point; a bad value is refused before any training."""
-    from symformer.experiments import fact_recall_runs as R
     from symformer.facts.mlp import FactMLP
 
-    opts = {k: v[0] for k, v in X.OPTIONS.items()}
-    one = X._usability_jobs(RunContext(out_dir=tmp_path, quick=False, progress=False, options=opts), 5)
+    opts = {k: v[0] for k, v in fact_recall_plan.OPTIONS.items()}
+    one = fact_recall_plan.usability_jobs(RunContext(out_dir=tmp_path, quick=False, progress=False, options=opts), 5)
     assert len(one) == 32 and all(
         set(j.kwargs) == {"kappa", "alpha", "n_facts", "d", "h", "seed", "quick"} for j in one
     )
     assert one[0].kwargs == dict(kappa=1.1, alpha=0.0, n_facts=256, d=128, h=6, seed=0, quick=False)
     ctx = RunContext(out_dir=tmp_path, quick=False, progress=False, options={**opts, "usability_trainings": "paper"})
-    paper = X._usability_jobs(ctx, 5)
+    paper = fact_recall_plan.usability_jobs(ctx, 5)
     assert len(paper) == 640 and len({j.key for j in paper}) == 640
     assert {(j.kwargs["lr"], j.kwargs["train_seed"]) for j in paper} == {
-        (lr, s) for lr in X.PAPER_LRS for s in range(4)
+        (lr, s) for lr in fact_recall_plan.PAPER_LRS for s in range(4)
     }
     pts = [{"kappa": 1.1, "whiten": 0.0, "fact_adaptive_accuracy": a, "tag": t} for t, a in enumerate((0.5, None, 0.9))]
     pts.append({"kappa": 10.0, "whiten": 0.0, "fact_adaptive_accuracy": None, "tag": 3})
-    assert [p["tag"] for p in X.best_trainings(pts)] == [2, 3]
+    assert [p["tag"] for p in fact_recall_claims.best_trainings(pts)] == [2, 3]
     bad = RunContext(out_dir=tmp_path, quick=True, progress=False, options={**opts, "usability_trainings": "best"})
     with pytest.raises(ValueError, match="^fact-recall.usability_trainings: got 'best'"):
-        X.run(bad)
+        fact_recall_report.run(bad)
     # lr and train_seed reach the SSFR training only; the task and both MLPs stay those of `seed`
     seen = {}
 
@@ -549,21 +573,20 @@ def test_paper_usability_protocol_jobs_and_best_of(tmp_path, monkeypatch):
         seen["cfg"] = (cfg.lr, cfg.seed)
         return {"steps": 0}
 
-    monkeypatch.setattr(R, "build_fact_mlp", fake)
-    monkeypatch.setattr(R, "train_ssfr", train)
-    R.ssfr_point("gd-swiglu", 8, 32, 16, seed=3, quick=True, lr=2e-5, train_seed=7)
+    monkeypatch.setattr(fact_recall_runs, "build_fact_mlp", fake)
+    monkeypatch.setattr(fact_recall_runs, "train_ssfr", train)
+    fact_recall_search.ssfr_point("gd-swiglu", 8, 32, 16, seed=3, quick=True, lr=2e-5, train_seed=7)
     assert seen == {"builds": [4, 3], "cfg": (2e-5, 7)}
     seen.clear()
-    R.ssfr_point("gd-swiglu", 8, 32, 16, seed=3, quick=True)
+    fact_recall_search.ssfr_point("gd-swiglu", 8, 32, 16, seed=3, quick=True)
     assert seen == {"builds": [4, 3], "cfg": (2e-3, 3)}  # the quick config's lr and the point's seed
 
 
 def test_full_run_orders_ssfr_searches_constructions_first_and_the_longest_gd_last(tmp_path):
-    from symformer.experiments import fact_recall as X
 
-    opts = {k: v[0] for k, v in X.OPTIONS.items()}
-    jobs = X._ssfr_jobs(RunContext(out_dir=tmp_path, quick=False, progress=False, options=opts))
-    order = [(j.kwargs["kind"], j.kwargs["n_facts"]) for j in sorted(jobs, key=X._ssfr_order)]
+    opts = {k: v[0] for k, v in fact_recall_plan.OPTIONS.items()}
+    jobs = fact_recall_plan.ssfr_jobs(RunContext(out_dir=tmp_path, quick=False, progress=False, options=opts))
+    order = [(j.kwargs["kind"], j.kwargs["n_facts"]) for j in sorted(jobs, key=fact_recall_report._ssfr_order)]
     assert len(order) == 25 and order[:2] == [("bin+gd", 4096), ("bin+jl", 4096)]
     assert order[-2:] == [("gd-relu", 4096), ("gd-swiglu", 4096)]
     kinds = [k for k, _ in order]
@@ -574,7 +597,6 @@ def test_full_run_orders_ssfr_searches_constructions_first_and_the_longest_gd_la
 def test_scaling_row_names_kinds_whose_sizes_do_not_grow_with_f():
     """S5.1-scaling prints the minimum sizes by F and names a kind whose sizes fall as F grows (the slope then mixes
     in the search's own variation); the verdict rule is unchanged."""
-    from symformer.experiments import fact_recall as fr
     from symformer.results import ExperimentResult
 
     rows = [
@@ -591,7 +613,7 @@ def test_scaling_row_names_kinds_whose_sizes_do_not_grow_with_f():
         for i, (k, n, p) in enumerate(rows)
     }
     res = ExperimentResult()
-    fr._ssfr_claims(res, out, quick=False)
+    res = fact_recall_claims.ssfr_claims(out, quick=False)
     row = [c for c in res.claims if c.id == "S5.1-scaling"][0]
     assert "not increasing in F: bin+gd" in row.measured and "bin+jl" not in row.measured.split("not increasing")[1]
     assert "(2048, 44970)" in row.measured
@@ -601,7 +623,6 @@ def test_scaling_row_names_trainings_that_ended_above_uniform_loss():
     """A trained point whose final loss is above ln F (worse than a uniform guess among the values) is listed in
     ssfr_diverged_trainings and counted in the S5.1-scaling row; one at the search's largest failing size is named
     as deciding its bracket. Losses at or below ln F and untrained points are not listed; the verdict is unchanged."""
-    from symformer.experiments import fact_recall as fr
     from symformer.results import ExperimentResult
 
     def pt(h, loss=None):
@@ -628,7 +649,7 @@ def test_scaling_row_names_trainings_that_ended_above_uniform_loss():
         }
     }
     res = ExperimentResult()
-    fr._ssfr_claims(res, out, quick=False)
+    res = fact_recall_claims.ssfr_claims(out, quick=False)
     rows = res.metrics["ssfr_diverged_trainings"]
     assert [(q["hidden"], q["deciding"]) for q in rows] == [(40, False), (43, True)]
     row = [c for c in res.claims if c.id == "S5.1-scaling"][0]
@@ -636,7 +657,7 @@ def test_scaling_row_names_trainings_that_ended_above_uniform_loss():
     assert "deciding a bracket: gd-relu F=2048 h=43" in row.measured and row.verdict == "inconclusive"
     out["k"]["max_failing_size"] = 42
     res = ExperimentResult()
-    fr._ssfr_claims(res, out, quick=False)
+    res = fact_recall_claims.ssfr_claims(out, quick=False)
     assert "none deciding a bracket" in [c for c in res.claims if c.id == "S5.1-scaling"][0].measured
 
 
@@ -646,7 +667,6 @@ def test_scaling_row_names_trainings_that_ended_above_uniform_loss():
 def test_scaling_row_decides_only_under_the_paper_budget(paper_budget, want, want_linear):
     """Slopes measured with our shorter SSFR budget neither refute nor support the claim (training longer shrinks
     the sizes, unevenly across F); under the paper's budget a slope out of [0.75, 1.25] fails and one in it holds."""
-    from symformer.experiments import fact_recall as fr
     from symformer.results import ExperimentResult
 
     def row(params):
@@ -661,7 +681,7 @@ def test_scaling_row_decides_only_under_the_paper_budget(paper_budget, want, wan
             for i, (n, p) in enumerate(params)
         }
         res = ExperimentResult()
-        fr._ssfr_claims(res, out, quick=False)
+        res = fact_recall_claims.ssfr_claims(out, quick=False)
         return [c for c in res.claims if c.id == "S5.1-scaling"][0]
 
     steep = row([(1024, 10_000), (2048, 80_000), (4096, 640_000)])  # slope about 2.7

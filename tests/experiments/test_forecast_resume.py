@@ -1,9 +1,10 @@
 """A forecasting job killed part-way and resumed from its work_dir gives the uninterrupted run's result, bit for
-bit (Trainer's exact resume under plash_forecast.forecast), for each attention the recorded run trains."""
+bit (Trainer's exact resume under plash.forecast.forecast), for each attention the recorded run trains."""
 
 import pytest
 
-from symformer.experiments import plash_forecast as PF
+from symformer.experiments.plash import forecast as plash_forecast
+from symformer.experiments.plash.plan import QUICK_SIZE, method_kwargs
 from symformer.train.trainer import Trainer
 
 
@@ -12,13 +13,13 @@ class Killed(Exception):
 
 
 def _run(data_dir, method, work_dir=None):
-    return PF.forecast(
+    return plash_forecast.forecast(
         str(data_dir),
         method,
-        PF.method_kwargs(method, True),
+        method_kwargs(method, True),
         pred_len=24,
         seed=3,
-        size=PF.QUICK_SIZE,
+        size=QUICK_SIZE,
         epochs=2,
         patience=3,
         lr=1e-3,
@@ -31,7 +32,7 @@ def _run(data_dir, method, work_dir=None):
 @pytest.mark.parametrize("method", ["softmax", "favor", "plash"])
 def test_killed_and_resumed_forecast_equals_uninterrupted(data_dir, tmp_path, monkeypatch, method):
     plain = _run(data_dir, method)
-    monkeypatch.setattr(PF, "CHECKPOINT_STEPS", 3)  # 5 steps per epoch: checkpoints at steps 3, 5, 6, 9, 10
+    monkeypatch.setattr(plash_forecast, "CHECKPOINT_STEPS", 3)  # 5 steps per epoch: checkpoints at steps 3, 5, 6, 9, 10
     step = Trainer.train_step
     calls = {"n": 0}
 

@@ -7,8 +7,9 @@ import math
 import pytest
 
 from symformer.experiments.base import RunContext
-from symformer.experiments.plash_checks import sketch_checks, tau_star
-from symformer.experiments.plash_forecast import forecast_job, protocol
+from symformer.experiments.plash.checks import sketch_checks, tau_star
+from symformer.experiments.plash.forecast import forecast_job
+from symformer.experiments.plash.plan import protocol
 from symformer.stats import mean_se
 
 
@@ -35,17 +36,17 @@ def test_sketch_moments_anw_holds_and_prop_c4_fails_for_k3():
 
 def test_protocol_and_job_keys(tmp_path):
     quick = protocol(RunContext(out_dir=tmp_path, quick=True))
-    assert quick["horizons"] == (24,) and len(quick["seeds"]) == 1 and quick["patience"] == 3
+    assert quick.horizons == (24,) and len(quick.seeds) == 1 and quick.patience == 3
     full = protocol(RunContext(out_dir=tmp_path, quick=False))
-    assert full["horizons"] == (24, 48, 168) and len(full["seeds"]) == 3 and full["train_windows"] is None
+    assert full.horizons == (24, 48, 168) and len(full.seeds) == 3 and full.train_windows is None
     paper = protocol(RunContext(out_dir=tmp_path, quick=False, extra={"full": True}))
-    assert paper["size"]["d_model"] == 512 and paper["size"]["d_ff"] == 2048
+    assert paper.size["d_model"] == 512 and paper.size["d_ff"] == 2048
     ctx = RunContext(out_dir=tmp_path, quick=False)
     keys = {
         forecast_job(ctx, m, h, s, full).key
         for m in ("softmax", "favor", "plash")
-        for h in full["horizons"]
-        for s in full["seeds"]
+        for h in full.horizons
+        for s in full.seeds
     }
     assert len(keys) == 27
     assert forecast_job(ctx, "favor", 24, 0, full).kwargs["attention_kwargs"] == {"dropout": 0.0}

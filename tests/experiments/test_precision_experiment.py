@@ -8,7 +8,9 @@ import pytest
 import torch
 
 from symformer.experiments.base import RunContext
-from symformer.experiments.precision import _run, hf_native_rope_err_vs_bound, precision_claims
+from symformer.experiments.precision.claims import precision_claims
+from symformer.experiments.precision.hf_checks import hf_native_rope_err_vs_bound
+from symformer.experiments.precision.report import _run
 
 
 def _claims(rot=0.5, grad=0.5, hf=1.2, train=0.01, finite=True):

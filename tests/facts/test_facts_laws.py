@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from symformer.experiments.facts_laws import offset
+from symformer.experiments.facts.laws import offset
 from symformer.facts.decodability import decodability
 from symformer.facts.embeddings import coherence, make_fact_set, sentence_like_embeddings
 from symformer.results import Claim, claims_table
@@ -51,19 +51,19 @@ def test_sentence_like_embeddings_condition_number():
 
 def test_ntk_search_reports_the_cap_not_a_bare_none(monkeypatch):
     """Issue #11 item 4: where no h up to the cap stores every fact, the row says so and why."""
-    from symformer.experiments import facts_laws as laws
+    from symformer.experiments.facts import laws as facts_laws
 
-    monkeypatch.setattr(laws, "NTK_H_CAP", 4096)
+    monkeypatch.setattr(facts_laws, "NTK_H_CAP", 4096)
     fs = make_fact_set(64, 16, kappa=30.0, seed=13)
-    res = laws.ntk_search(fs, decodability(fs.values), "ntk", quick=True)
+    res = facts_laws.ntk_search(fs, decodability(fs.values), "ntk", quick=True)
     assert res["params"] is None and res["best_accuracy"] < 1.0 and res["params_at_cap"] > 0
     assert "no h <= 4096 stores every fact" in res["reason"]
-    ok = laws.ntk_search(make_fact_set(16, 16, seed=1), None, "ntk", quick=True)  # h = 1352 stores all
+    ok = facts_laws.ntk_search(make_fact_set(16, 16, seed=1), None, "ntk", quick=True)  # h = 1352 stores all
     assert ok["params"] and "reason" not in ok
 
 
 def test_ntk_gain_rows_exact_lower_bound_and_none():
-    from symformer.experiments.facts_laws import claims_ntk
+    from symformer.experiments.facts.laws import claims_ntk
 
     rows = [
         {"kappa": 1.0, "gain": 1.5, "gain_kind": "exact", "reason": None},

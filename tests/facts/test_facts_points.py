@@ -1,4 +1,4 @@
-"""The `facts` experiment as recorded, resumable jobs (experiments/facts_runs.py): every point of parts (a)-(f)
+"""The `facts` experiment as recorded, resumable jobs (experiments/facts/runs.py): every point of parts (a)-(f)
 is a job whose record a --resume call reuses, and whose result depends neither on the global random stream nor
 on the process that runs it."""
 
@@ -9,16 +9,17 @@ import json
 import pytest
 import torch
 
-from symformer.experiments import facts as E
-from symformer.experiments import facts_runs as R
 from symformer.experiments.base import RunContext
+from symformer.experiments.facts import plan as facts_plan
+from symformer.experiments.facts import report as facts_report
+from symformer.experiments.facts import runs as facts_runs
 from symformer.experiments.jobs import Job
 
 
 @pytest.mark.parametrize("quick", [True, False])
 def test_plan_has_one_valid_job_per_point(quick):
-    cfg = E.config(quick)
-    p = E.plan(cfg, quick, seed=0)
+    cfg = facts_plan.config(quick)
+    p = facts_plan.plan(cfg, quick, seed=0)
     keys = [j.key for part in p.values() for j, _ in part]
     assert len(keys) == len(set(keys))
     assert all(k and all(c.isalnum() or c in "._-=" for c in k) for k in keys)
@@ -28,7 +29,8 @@ def test_plan_has_one_valid_job_per_point(quick):
     assert len(p["a"]) == len(cfg["dims_a"]) + 1 and len(p["e"]) == len(cfg["ntk_kappas"])
     for part in p.values():
         for job, cost in part:
-            assert job.fn.__module__ == R.__name__ and getattr(R, job.fn.__name__) is job.fn  # workers import it
+            assert job.fn.name == f"symformer.experiments.facts_runs.{job.fn.fn.__name__}"  # the recorded name
+            assert getattr(facts_runs, job.fn.fn.__name__) is job.fn.fn  # workers import it
             assert json.loads(json.dumps(job.kwargs)) == job.kwargs and cost > 0  # the signature reads back
     if not quick:  # the full protocol: Fig. 2c's d = 128 column up to F = 4096, two seeds per point
         assert cfg["grid"][128] == [1024, 2048, 4096] and cfg["seeds_per_point"] == 2
@@ -36,10 +38,10 @@ def test_plan_has_one_valid_job_per_point(quick):
 
 def test_a_point_ignores_the_global_stream():
     torch.manual_seed(1)
-    a = R.scaling_point(16, 32, "bin+jl", 1, True, 0)
+    a = facts_runs.scaling_point(16, 32, "bin+jl", 1, True, 0)
     torch.manual_seed(2)
     torch.randn(100)
-    b = R.scaling_point(16, 32, "bin+jl", 1, True, 0)
+    b = facts_runs.scaling_point(16, 32, "bin+jl", 1, True, 0)
     assert {k: v for k, v in a.items() if k != "seconds"} == {k: v for k, v in b.items() if k != "seconds"}
     assert a["params"] and a["method"] == "bin+jl" and (a["d"], a["F"]) == (16, 32)
 
@@ -47,21 +49,21 @@ def test_a_point_ignores_the_global_stream():
 def _tiny_plan() -> dict:
     q = dict(quick=True, seed=0)
     return {
-        "b": [(Job("b_tiny", R.scaling_point, dict(d=16, F=32, method="bin+jl", n_seeds=1, **q)), 2.0)],
-        "d": [(Job("d_tiny", R.whiten_point, dict(d=8, kappa=100.0, **q)), 1.0)],
+        "b": [(Job("b_tiny", facts_runs.scaling_point, dict(d=16, F=32, method="bin+jl", n_seeds=1, **q)), 2.0)],
+        "d": [(Job("d_tiny", facts_runs.whiten_point, dict(d=8, kappa=100.0, **q)), 1.0)],
     }
 
 
 def test_points_are_recorded_and_reused_on_resume(tmp_path):
     ctx = RunContext(out_dir=tmp_path, quick=True, progress=False)
     stats: dict = {}
-    first = E._run_points(ctx, _tiny_plan(), stats)
+    first = facts_report._run_points(ctx, _tiny_plan(), stats)
     assert stats == {"reused": 0, "ran": 2} and sorted(p.name for p in (tmp_path / "runs").glob("*.json")) == [
         "b_tiny.json",
         "d_tiny.json",
     ]
     ctx.resume, stats = True, {}
-    again = E._run_points(ctx, _tiny_plan(), stats)
+    again = facts_report._run_points(ctx, _tiny_plan(), stats)
     assert stats == {"reused": 2, "ran": 0}
     assert again == json.loads(json.dumps(first))  # the reused records are the results, as JSON reads them back
     assert again["d"][0]["params_whitened"] and again["d"][0]["rho_raw"] > 0
@@ -70,8 +72,8 @@ def test_points_are_recorded_and_reused_on_resume(tmp_path):
 def test_points_agree_across_worker_processes(tmp_path):
     """--jobs 2 runs each point in a spawned process with one thread; run_jobs' in-process path uses one thread
     too, so a record does not depend on --jobs (a resumed run reproduces an uninterrupted one)."""
-    a = E._run_points(RunContext(out_dir=tmp_path / "one", progress=False), _tiny_plan(), {})
-    b = E._run_points(RunContext(out_dir=tmp_path / "two", progress=False, jobs=2), _tiny_plan(), {})
+    a = facts_report._run_points(RunContext(out_dir=tmp_path / "one", progress=False), _tiny_plan(), {})
+    b = facts_report._run_points(RunContext(out_dir=tmp_path / "two", progress=False, jobs=2), _tiny_plan(), {})
     strip = lambda r: {k: v for k, v in r.items() if k != "seconds"}  # noqa: E731
     assert strip(a["b"][0]) == strip(b["b"][0]) and a["d"] == b["d"]
 

@@ -7,9 +7,11 @@ import json
 import pytest
 import torch
 
-from symformer.experiments import facts as E
-from symformer.experiments import facts_laws as laws
-from symformer.experiments import facts_runs as R
+from symformer.experiments.facts import claims as facts_claims
+from symformer.experiments.facts import laws as facts_laws
+from symformer.experiments.facts import plan as facts_plan
+from symformer.experiments.facts import report as facts_report
+from symformer.experiments.facts import runs as facts_runs
 from symformer.facts import decoders
 from symformer.facts.capacity import BuildOptions, build_fact_mlp, method_capacity
 from symformer.facts.embeddings import make_fact_set
@@ -17,20 +19,20 @@ from symformer.facts.embeddings import make_fact_set
 
 def test_full_plan_whitens_at_beta_quarter_and_quick_keeps_4d():
     """App. A.1.1: F = beta d^2 with beta = 0.25 unless stated; the full (d) points follow it."""
-    full = E.plan(E.config(False), False, 0)["d"]
+    full = facts_plan.plan(facts_plan.config(False), False, 0)["d"]
     assert {(j.kwargs["d"], j.kwargs["F"]) for j, _ in full} == {(16, 64), (32, 256), (64, 1024), (128, 4096)}
-    quick = E.plan(E.config(True), True, 0)["d"]
+    quick = facts_plan.plan(facts_plan.config(True), True, 0)["d"]
     assert all(j.kwargs["F"] == 4 * j.kwargs["d"] for j, _ in quick)
-    assert laws.options(False).decoder_early_stop is False and laws.options(True).decoder_early_stop is True
+    assert facts_laws.options(False).decoder_early_stop is False and facts_laws.options(True).decoder_early_stop is True
     from symformer.experiments import load_all
 
     assert load_all().get("facts").protocol == "2"  # --resume refuses a protocol-1 runs folder
 
 
 def test_whiten_point_takes_F():
-    row = R.whiten_point(d=8, kappa=10.0, quick=True, seed=0, F=16)
+    row = facts_runs.whiten_point(d=8, kappa=10.0, quick=True, seed=0, F=16)
     assert row["F"] == 16 and row["params_whitened"]
-    assert R.whiten_point(d=8, kappa=10.0, quick=True, seed=0)["F"] == 32  # the default stays 4d
+    assert facts_runs.whiten_point(d=8, kappa=10.0, quick=True, seed=0)["F"] == 32  # the default stays 4d
 
 
 def test_decoder_early_stop_off_runs_every_step(monkeypatch):
@@ -79,12 +81,12 @@ def test_per_d_slopes_row():
     rows = [_b(d, F, "bin+jl", 10 * F) for d, Fs in ((32, (64, 256)), (64, (256, 1024))) for F in Fs]
     rows += [_b(32, F, "gd-swiglu", F**1.5) for F in (64, 256)] + [_b(64, 256, "ntk", 5)]
     m = {}
-    c = E._claim_per_d(m, rows, "ours: x")
+    c = facts_claims.claim_per_d(m, rows, "ours: x")
     assert m["scaling_exponent_per_d"]["bin+jl"] == {32: pytest.approx(1.0), 64: pytest.approx(1.0)}
     assert m["scaling_exponent_spread"] == {"bin+jl": pytest.approx(0.0)} and c.verdict == "holds"
     rows[3]["params"] = 10 * 1024 * 2  # d = 64: slope log(8) / log(4) = 1.5, spread 0.5 > 0.3
-    assert E._claim_per_d({}, rows, "ours: x").verdict == "fails"
-    assert E._claim_per_d({}, rows[:1], "ours: x").verdict == "inconclusive"
+    assert facts_claims.claim_per_d({}, rows, "ours: x").verdict == "fails"
+    assert facts_claims.claim_per_d({}, rows[:1], "ours: x").verdict == "inconclusive"
 
 
 def _c(fam, k, binjl, gd, lb=None):
@@ -109,11 +111,11 @@ def test_whitening_gain_in_fig2a_form_pools_the_c_points():
         _c("offset", 1.0, 100, 50),
     ]
     m = {}
-    (c,) = laws.claims_whiten_pooled(rows, m, 32, 256, 2)
+    (c,) = facts_laws.claims_whiten_pooled(rows, m, 32, 256, 2)
     assert m["whitening_gain_fig2a"] == {1.0: 1.0, 1e4: 20.0}  # kappa 100 has no whitened point
     assert m["whitening_gain_fig2a_lower_bounds"] == [1e4] and m["whitening_gain_fig2a_gd"][1e4] == 4.0
     assert c.verdict == "holds" and "(a lower bound)" in c.measured and "(= d^2/4)" in c.setting
-    assert laws.claims_whiten_pooled(rows[:2], {}, 32, 256, 2)[0].verdict == "fails"
+    assert facts_laws.claims_whiten_pooled(rows[:2], {}, 32, 256, 2)[0].verdict == "fails"
 
 
 def test_rho_size_reports_the_inverse_fit_beside_the_loglog():
@@ -122,7 +124,7 @@ def test_rho_size_reports_the_inverse_fit_beside_the_loglog():
         for f, k, r in (("raw", 1, 0.5), ("raw", 10, 0.2), ("whitened", 10, 0.4), ("raw", 100, 0.05))
     ]
     m = {}
-    cl = laws.claims_rho_size(rows, 32, 256, 2, m)
+    cl = facts_laws.claims_rho_size(rows, 32, 256, 2, m)
     assert m["rho_size_inv_r2_constructed"] == pytest.approx(1.0) and m["rho_size_inv_r2_gd"] < 0.99
     assert "1/rho" in cl[0].evidence and cl[1].statement.startswith("ours:")
 
@@ -131,4 +133,4 @@ def test_recorded_cost_counts_records_and_seconds(tmp_path):
     for k, s in (("a", 1800.0), ("b", 5400.0)):
         (tmp_path / f"{k}.json").write_text(json.dumps({"result": 1, "provenance": {"seconds": s}}))
     (tmp_path / "c.json").write_text("{torn")
-    assert E.recorded_cost(tmp_path, ["a", "b", "c", "missing"]) == (2, 2.0)
+    assert facts_report.recorded_cost(tmp_path, ["a", "b", "c", "missing"]) == (2, 2.0)

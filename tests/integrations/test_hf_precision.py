@@ -1,5 +1,5 @@
 """Patched Hugging Face models in bfloat16 / float16 are as accurate as the native ones (issue 40): 2048 tokens, sharp
-attention (experiments.precision_checks.hf_base_model scales what feeds the rotation), Llama, Qwen3, GPT-NeoX
+attention (experiments.precision.hf_checks.hf_base_model scales what feeds the rotation), Llama, Qwen3, GPT-NeoX
 (partial rotary) and DeepSeek-V2 (MLA); built as from_pretrained(dtype=...) builds them, loaded from a local save
 with dtype=, or cast with .to(); and a cached decode that hands the part exact int64 positions."""
 
@@ -10,7 +10,7 @@ import copy
 import pytest
 import torch
 
-from symformer.experiments.precision_checks import (
+from symformer.experiments.precision.hf_checks import (
     HF_PRECISION_FAMILIES,
     hf_base_model,
     hf_reference_logits,

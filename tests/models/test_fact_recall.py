@@ -146,7 +146,7 @@ def test_recall_model_trains_the_junk_rows_only():
 
 
 def test_minimal_gadget_width_makes_an_unusable_interpolant():
-    """Why the SSFR search grows the gadget width h~ (experiments.fact_recall_runs.ssfr_search): at h~ =
+    """Why the SSFR search grows the gadget width h~ (experiments.fact_recall.search.ssfr_search): at h~ =
     ceil(F/d) the system M vec(A) = o is square and the construction's Lipschitz constant (eq. 8) explodes,
     while both MLPs store every fact."""
     from symformer.facts.capacity import BuildOptions

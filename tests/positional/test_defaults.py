@@ -154,7 +154,10 @@ def test_batched_two_d_token_positions_say_how_to_pass_them():
 def test_experiments_with_recorded_runs_keep_the_interleaved_pairing():
     """results/ (espr, extrapolation, teleport) were recorded with STRING / ESPR in the interleaved pairing, their
     default then: the builders name it so the runs reproduce."""
-    from symformer.experiments import espr_ood, extrapolation, teleport, teleport_runs
+    from symformer.experiments import extrapolation
+    from symformer.experiments.espr import ood as espr_ood
+    from symformer.experiments.teleport import exactness as teleport_exactness
+    from symformer.experiments.teleport import runs as teleport_runs
     from symformer.models import ViTClassifier, attention_layers
     from symformer.models.lm import CausalLM
 
@@ -166,7 +169,9 @@ def test_experiments_with_recorded_runs_keep_the_interleaved_pairing():
         model = ViTClassifier(espr_ood.arm_config(arm, espr_ood.OODConfig()), 4, 10)
         assert all(a.rotary.pairing == "interleaved" for a in attention_layers(model)), arm
     for kind in ("string", "espr"):
-        assert all(a.rotary.pairing == "interleaved" for a in attention_layers(teleport._tiny_model(kind))), kind
+        assert all(a.rotary.pairing == "interleaved" for a in attention_layers(teleport_exactness._tiny_model(kind))), (
+            kind
+        )
     assert teleport_runs.recorded_pairing("string") == {"pairing": "interleaved"}
     assert teleport_runs.recorded_pairing("rope") == {}
     assert isinstance(lm, CausalLM)

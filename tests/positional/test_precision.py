@@ -1,13 +1,13 @@
 """Every positional part in bfloat16 and float16 against a float64 reference (issue 40): 8192 token positions and a
 2-D grid, forward and backward, built in 16 bits, cast with .to(), or run under autocast; the float32 master; bad
-input. Bound (experiments.precision_checks): max|out - float64 out| <= 2 eps(dtype) max|q|."""
+input. Bound (experiments.precision.rotation_checks): max|out - float64 out| <= 2 eps(dtype) max|q|."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from symformer.experiments.precision_checks import (
+from symformer.experiments.precision.rotation_checks import (
     ADDITIVE_PARTS,
     ROTATION_PARTS,
     ROUTES,

@@ -44,7 +44,8 @@ def _fake_log(n_better, ratios, bound=None):
 
 def _patch_runs(monkeypatch, calls: list):
     """Canned training runs, probes, LM runs and checks in place of the real ones (seconds, not hours)."""
-    import symformer.experiments.teleport as E
+    from symformer.experiments.teleport import report as teleport_report
+    from symformer.experiments.teleport import runs as teleport_runs
 
     def fake_arm(
         dataset, pe, arm, seed, quick, lr, epochs, alpha=0.65, steps=4, optimizer="sgd", max_ratio=None, epoch_at=1
@@ -70,10 +71,10 @@ def _patch_runs(monkeypatch, calls: list):
     def fake_probe(dataset, pe, quick, alpha, steps, epochs):  # ratio grows with alpha: 0.2 is the last <= 1.05
         return {"cum_ratio": 1.0 + alpha / 4, "step_ratios": [], "n_better": [12] * steps}
 
-    monkeypatch.setattr(E, "train_arm", fake_arm)
-    monkeypatch.setattr(E, "operating_point_probe", fake_probe)
+    monkeypatch.setattr(teleport_runs, "train_arm", fake_arm)
+    monkeypatch.setattr(teleport_runs, "operating_point_probe", fake_probe)
     monkeypatch.setattr(
-        E,
+        teleport_runs,
         "schedule_for",
         lambda ds, quick: {
             "n_train": 3200,
@@ -84,7 +85,7 @@ def _patch_runs(monkeypatch, calls: list):
         },
     )
     monkeypatch.setattr(
-        E,
+        teleport_runs,
         "lm_arm",
         lambda pe, teleport, quick, seed, data_file: {
             "points": [(10, 3.0), (20, 2.5)] if not teleport else [(10, 2.4), (20, 2.3)],
@@ -92,10 +93,12 @@ def _patch_runs(monkeypatch, calls: list):
         },
     )
     monkeypatch.setattr(
-        E, "invariance_checks", lambda trials: {"errs": {"rope": 1e-15}, "dims": {"rope": 8}, "diag": 0.1, "wrong": 0.2}
+        teleport_report,
+        "invariance_checks",
+        lambda trials: {"errs": {"rope": 1e-15}, "dims": {"rope": 8}, "diag": 0.1, "wrong": 0.2},
     )
-    monkeypatch.setattr(E, "closed_form_checks", lambda: 1e-15)
-    return E
+    monkeypatch.setattr(teleport_report, "closed_form_checks", lambda: 1e-15)
+    return teleport_report
 
 
 def test_pipeline_metrics_and_verdicts_with_fake_runs(tmp_path, monkeypatch):
@@ -103,8 +106,8 @@ def test_pipeline_metrics_and_verdicts_with_fake_runs(tmp_path, monkeypatch):
     from symformer.experiments.base import RunContext
 
     calls: list = []
-    E = _patch_runs(monkeypatch, calls)
-    res = E.run(RunContext(out_dir=tmp_path, quick=True))
+    teleport_report = _patch_runs(monkeypatch, calls)
+    res = teleport_report.run(RunContext(out_dir=tmp_path, quick=True))
     m = res.metrics
     for name in (
         "invariance_max_rel_err",
@@ -148,8 +151,8 @@ def test_full_plan_reports_on_fake_runs(tmp_path, monkeypatch):
     from symformer.experiments.base import RunContext
 
     calls: list = []
-    E = _patch_runs(monkeypatch, calls)
-    res = E.run(RunContext(out_dir=tmp_path, quick=False))
+    teleport_report = _patch_runs(monkeypatch, calls)
+    res = teleport_report.run(RunContext(out_dir=tmp_path, quick=False))
     assert len(calls) == len(set(calls))  # identical runs share one job
     assert {c[3] for c in calls} == {"mnist1d", "digits"} and {c[4] for c in calls} == {"learned", "rope", "string"}
     assert {c[8] for c in calls} == {1, 2} and {c[7] for c in calls} == {"sgd", "adamw"}
@@ -192,16 +195,14 @@ def test_full_plan_reports_on_fake_runs(tmp_path, monkeypatch):
     ],
 )
 def test_accuracy_claim_paired_two_standard_errors(deltas, expected):
-    from symformer.experiments.teleport_claims import accuracy_claim
-    from symformer.results import ExperimentResult
+    from symformer.experiments.teleport.claims import accuracy_claim
 
     base = [{"test_acc": 0.8 + 0.01 * i} for i in range(len(deltas))]
     tele = [{"test_acc": b["test_acc"] + d} for b, d in zip(base, deltas)]
-    res = ExperimentResult()
-    accuracy_claim(
-        res, {("mnist1d", "rope", "base", "sgd"): base, ("mnist1d", "rope", "tele", "sgd"): tele}, "rope", 97.8, 98.41
+    (claim,) = accuracy_claim(
+        {}, {("mnist1d", "rope", "base", "sgd"): base, ("mnist1d", "rope", "tele", "sgd"): tele}, "rope", 97.8, 98.41
     )
-    assert res.claims[0].id == "ACC-rope" and res.claims[0].verdict == expected
+    assert claim.id == "ACC-rope" and claim.verdict == expected
 
 
 def _speedup_metrics(per_seed: dict) -> dict:
@@ -237,22 +238,17 @@ def _speedup_metrics(per_seed: dict) -> dict:
 def test_zhao_and_adamw_rows_use_paired_two_standard_errors(zhao, tele, expected):
     """ZHAO / ADAMW compare two arms' speed-ups seed by seed (seeds where both reached their baseline),
     not their means: a 0.3-point gap between 20-point-noisy means is not a verdict either way."""
-    from symformer.experiments.teleport_claims import extra_claims
-    from symformer.results import ExperimentResult
+    from symformer.experiments.teleport.claims import extra_claims
 
-    res = ExperimentResult()
-    res.metrics = _speedup_metrics({"zhao": zhao, "tele": tele, "adamw": zhao})
-    extra_claims(res, {}, 4, quick=False)
-    v = {c.id: c.verdict for c in res.claims}
+    claims = extra_claims(_speedup_metrics({"zhao": zhao, "tele": tele, "adamw": zhao}), {}, 4, quick=False)
+    v = {c.id: c.verdict for c in claims}
     assert v["ZHAO"] == expected and v["ADAMW"] == expected  # adamw plays zhao's part: "gains smaller"
 
 
 def test_lm_row_names_a_run_that_never_reached_the_baseline():
-    from symformer.experiments.teleport_claims import extra_claims
-    from symformer.results import ExperimentResult
+    from symformer.experiments.teleport.claims import extra_claims
 
-    res = ExperimentResult()
-    res.metrics = {
+    metrics = {
         "speedup_pct_mean": {},
         "lm_speedup_pct": {"sinusoidal": None, "rope": 3.8},
         "lm_final_val_loss": {
@@ -262,15 +258,14 @@ def test_lm_row_names_a_run_that_never_reached_the_baseline():
             "rope/tele": 1.557,
         },
     }
-    extra_claims(res, {"x": {}}, 1, quick=False)
-    (c,) = res.claims
+    (c,) = extra_claims(metrics, {"x": {}}, 1, quick=False)
     assert c.id == "LM" and c.verdict == "inconclusive" and "nan" not in c.measured.lower()
     assert "never reached the baseline's final validation loss 1.6220; it ended at 1.6240" in c.measured
 
 
 def test_operating_point_rules():
     """App. G: |K| at 2-4% of an epoch with 4-16 consecutive steps; the largest alpha with ratio <= 1.05."""
-    from symformer.experiments.teleport_runs import batch_size_for, choose_alpha, consecutive_for
+    from symformer.experiments.teleport.runs import batch_size_for, choose_alpha, consecutive_for
 
     assert batch_size_for(16000) == 128 and batch_size_for(3200) == 32 and batch_size_for(1078) == 8
     for spe in (100, 125, 134, 200, 300, 400):

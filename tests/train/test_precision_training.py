@@ -1,13 +1,13 @@
 """16-bit training steps (issue 40 item 5): every positional x attention combination of symformer's own models takes a
 finite bfloat16 step, under autocast and after `.to(torch.bfloat16)`, whose loss is within 2% of the float32 step's
-on the same batch and init (experiments.precision_train)."""
+on the same batch and init (experiments.precision.train_checks)."""
 
 import math
 
 import pytest
 import torch
 
-from symformer.experiments.precision_train import ROUTES, TRAIN_COMBINATIONS, train_step_comparison
+from symformer.experiments.precision.train_checks import ROUTES, TRAIN_COMBINATIONS, train_step_comparison
 
 
 # Combinations that fail on this branch only because another part's 16-bit fix is pending (solve / LU / FFT have no
@@ -50,9 +50,9 @@ def test_comparison_is_pure_and_seeded():
 
 def test_comparison_detects_a_wrong_step(monkeypatch):
     """The bound can fail: a 16-bit step whose logits are perturbed by a few percent is reported as off."""
-    from symformer.experiments import precision_train as pt
+    from symformer.experiments.precision import train_checks
 
-    real = pt.step
+    real = train_checks.step
 
     def noisy(model, x, y, route):
         if route is None:
@@ -61,8 +61,8 @@ def test_comparison_detects_a_wrong_step(monkeypatch):
             model.head.weight.mul_(1.2)
         return real(model, x, y, route)
 
-    monkeypatch.setattr(pt, "step", noisy)
-    assert pt.train_step_comparison("rope", "softmax", "cast")["loss_rel_diff"] > 0.02
+    monkeypatch.setattr(train_checks, "step", noisy)
+    assert train_checks.train_step_comparison("rope", "softmax", "cast")["loss_rel_diff"] > 0.02
 
 
 @pytest.mark.parametrize("name,value", [("positional", "alibi"), ("attention", "linear"), ("route", "fp8")])

@@ -148,3 +148,59 @@ def experiment(
 
 def load_all() -> Registry[ExperimentSpec]:
     return EXPERIMENTS.load_all()
+
+
+class JobFunction:
+    """A job's function under the name its records carry. `Job.signature` names the function by module and
+    qualname, and --resume reuses a record only when the signature matches: `name` keeps the signature of the
+    recorded runs folders (results/<experiment>/runs) when the code moves to another module. `device` is where the
+    job builds its model and batches (RunContext.device); it is passed to `fn` as `device=` when `fn` takes it, and
+    is not part of the signature (each record's provenance names the device it ran on)."""
+
+    def __init__(self, fn: Callable[..., Any], name: str, device: str = "cpu"):
+        import inspect
+
+        self.fn, self.device = fn, device
+        self.__module__, _, self.__qualname__ = name.rpartition(".")
+        self.takes_device = "device" in inspect.signature(fn).parameters
+
+    @property
+    def name(self) -> str:
+        return f"{self.__module__}.{self.__qualname__}"
+
+    def on(self, device: str) -> "JobFunction":
+        """The same job function, run on `device`."""
+        return JobFunction(self.fn, self.name, device)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.takes_device:
+            kwargs.setdefault("device", self.device)
+        return self.fn(*args, **kwargs)
+
+    def __eq__(self, other: object) -> bool:  # Jobs compare by their fields: the same function on the same device
+        if not isinstance(other, JobFunction):
+            return NotImplemented
+        return (self.fn, self.name, self.device) == (other.fn, other.name, other.device)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.device))
+
+    def __repr__(self) -> str:
+        return f"JobFunction({self.name}, device={self.device!r})"
+
+
+def combined(*parts: ExperimentResult) -> ExperimentResult:
+    """One result from the parts of an experiment, each of which returns its own metrics, claims, config, figures
+    and notes (rather than filling shared dicts): metrics and config merged in order, the lists concatenated. A
+    metric or config key given by two parts is a ValueError (one part would silently overwrite the other)."""
+    out = ExperimentResult()
+    for part in parts:
+        for mine, theirs in ((out.metrics, part.metrics), (out.config, part.config)):
+            twice = sorted(set(mine) & set(theirs))
+            if twice:
+                raise ValueError(f"parts: got the key {twice[0]!r} from two parts, expected each key from one part")
+            mine.update(theirs)
+        out.claims += part.claims
+        out.figures += part.figures
+        out.notes += part.notes
+    return out
