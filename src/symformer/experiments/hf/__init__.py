@@ -1,6 +1,6 @@
-"""Experiment `hf`: symformer's parts inside Hugging Face models built from configs. families: the
-tiny model of every family (views of the family records); checks: parity, FAVOR+ and teleportation invariance; report: the training
-runs and the registered run."""
+"""Experiment `hf`: symformer's parts inside Hugging Face models built from configs. families: the tiny model of
+every family (views of the family records); checks: parity, FAVOR+ and teleportation invariance; report: the
+training runs and the registered run."""
 
 from __future__ import annotations
 
