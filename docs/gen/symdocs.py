@@ -168,25 +168,11 @@ def bench_section(suite: str, root: Path = ROOT) -> str:
 
 
 def family_table() -> str:
-    """The Hugging Face family table from the integration's per-family records
-    (`symformer.integrations.hf_families.family_table_markdown`) when they exist, else from
-    `symformer.integrations.hf.FAMILIES` and the layout tuples beside it."""
-    try:
-        from symformer.integrations.hf_families import family_table_markdown
-    except ImportError:
-        return _family_table_fallback()
+    """The Hugging Face family table, rendered from the integration's per-family records
+    (`symformer.integrations.hf_families.family_table_markdown`): never written by hand."""
+    from symformer.integrations.hf_families import family_table_markdown
+
     return family_table_markdown()
-
-
-def _family_table_fallback() -> str:
-    from symformer.integrations import _hf_common as common
-
-    rows = ["| family (`model_type`) | attention class | rotary pairs | layout |", "|---|---|---|---|"]
-    for fam, cls in common.FAMILIES.items():
-        pairs = "interleaved (2u, 2u + 1)" if fam in common.INTERLEAVED else "rotate-half (u, u + Dh/2)"
-        layout = "multi-head latent attention" if fam in common.MLA_FAMILIES else "Llama-like q/k/v/o"
-        rows.append(f"| `{fam}` | `{cls}` | {pairs} | {layout} |")
-    return "\n".join(rows)
 
 
 def render(name: str, arg: str | None, root: Path = ROOT) -> str:
