@@ -20,36 +20,41 @@ Where the jobs run is the engine's business (executors.py: the pool here, submit
 Ray; `reproduce --executor`); what is recorded, reused and raised is decided here, in the driver, the same for every
 engine. Each record's provenance names the worker's host, the engine and the device beside the commit.
 
-A runs folder belongs to one protocol. `recorded_plan` (entered by every registered experiment, base.py) names
-it: the experiment, its declared protocol version, --quick, --seed, --full and the options. The first run_jobs
-call into that folder writes it as runs/PLAN.json and stamps each record with its digest. Rule:
-- --resume into a folder whose PLAN.json differs refuses (ValueError, one line naming the folder and the
-  difference: the CLI prints it and exits 2), so a quick run is never resumed into a full one, nor one
-  protocol version into another;
-- --resume into a folder without PLAN.json (records written before it existed, e.g. results/fact-recall) is
-  compatible: the records are reused by their signatures as before, and PLAN.json is written;
-- without --resume the plan is (re)written, and a record stamped with another plan's digest is never reused,
-  so a fresh run that was killed in an old protocol's folder does not later mix the two."""
+The protocol of a runs folder (runs/PLAN.json, `recorded_plan`) is checked in plan_record.py; what the records say of
+where they ran (provenance, `records_where`, PROVENANCE.md) is made in records.py."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import platform
 import shutil
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from multiprocessing import active_children, get_context
 from pathlib import Path
 from typing import Any, Callable
 
 from symformer._validation import check_int, fail
-from symformer.experiments.executors import current_engine
-from symformer.results import atomic_write_text, git_sha
+from symformer.experiments.engine import current_engine
+from symformer.experiments.plan_record import (  # noqa: F401  (PlanMismatch, plan_digest, ...: importable from here)
+    PLAN_FILE,
+    PlanMismatch,
+    _check_plan,
+    plan_digest,
+    recorded_plan,
+)
+from symformer.experiments.records import (  # noqa: F401  (reuse_note, records_where, ...: importable from here)
+    GENERATED,
+    WHERE_KEYS,
+    provenance,
+    records_where,
+    reuse_note,
+    where_note,
+    write_provenance,
+)
+from symformer.results import atomic_write_text
 
 
 @dataclass(frozen=True)
@@ -61,62 +66,6 @@ class Job:
 
     def signature(self) -> dict:
         return {"fn": f"{self.fn.__module__}.{self.fn.__qualname__}", "kwargs": self.kwargs}
-
-
-PLAN_FILE = "PLAN.json"
-# (runs folder, plan, resume) of the experiment running in this context (recorded_plan), checked by run_jobs
-_PLAN: ContextVar[tuple[Path, dict, bool] | None] = ContextVar("symformer_plan", default=None)
-
-
-class PlanMismatch(ValueError):
-    """--resume into a runs folder that another protocol wrote."""
-
-
-def plan_digest(plan: dict) -> str:
-    return hashlib.sha256(json.dumps(plan, sort_keys=True).encode()).hexdigest()[:16]
-
-
-@contextmanager
-def recorded_plan(record_dir: Path, plan: dict, resume: bool):
-    """Inside: run_jobs calls into `record_dir` check and write its PLAN.json and stamp their records (the rule
-    is in the module docstring). The folder is touched only when a run_jobs call uses it."""
-    token = _PLAN.set((Path(record_dir), json.loads(json.dumps(plan, sort_keys=True)), resume))
-    try:
-        yield
-    finally:
-        _PLAN.reset(token)
-
-
-def _plan_difference(old: Any, new: dict) -> str:
-    if not isinstance(old, dict):
-        return f"{PLAN_FILE} is not a plan"
-    keys = sorted(set(old) | set(new))
-    return "; ".join(
-        f"{k}: {json.dumps(old.get(k))} there, {json.dumps(new.get(k))} here" for k in keys if old.get(k) != new.get(k)
-    )
-
-
-def _check_plan(record_dir: Path) -> str | None:
-    """The digest that this run's records carry (None outside recorded_plan or for another folder)."""
-    got = _PLAN.get()
-    if got is None or got[0].resolve() != record_dir.resolve():
-        return None
-    _, plan, resume = got
-    path = record_dir / PLAN_FILE
-    if resume and path.exists():
-        try:
-            old = json.loads(path.read_text())
-        except (OSError, ValueError):
-            old = None
-        if old != plan:
-            raise PlanMismatch(
-                f"--resume: {record_dir} holds the runs of another protocol "
-                f"({_plan_difference(old, plan)}); give another --out, or drop --resume to rerun "
-                "every point there"
-            )
-    if not path.exists() or path.read_text() != json.dumps(plan, sort_keys=True, indent=1):
-        atomic_write_text(path, json.dumps(plan, sort_keys=True, indent=1))
-    return plan_digest(plan)
 
 
 def _load(path: Path, job: Job, digest: str | None = None) -> Any:
@@ -203,19 +152,6 @@ def _has_checkpoints(work: Path) -> bool:
     return work.exists() and any(p.name != "signature.json" for p in work.iterdir())
 
 
-def _provenance(seconds: float, where: dict) -> dict:
-    """Where a record came from: a resumed run may span sessions, commits, engines and devices, so each record
-    says its own (outside the signature: it never decides reuse). `host` is the worker that ran the job, and
-    `driver_host` the machine that recorded it."""
-    return {
-        "git_sha": git_sha(),
-        **where,
-        "driver_host": platform.node(),
-        "seconds": seconds,
-        "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
-
-
 def _run_pool(todo: list[Job], work: dict, n_workers: int, done: Callable, failed: list, device: str) -> None:
     """The jobs in spawned worker processes (one thread each); `done` records each, `failed` collects errors."""
     before = set(active_children())
@@ -294,7 +230,7 @@ def run_jobs(
             rec = {
                 "signature": job.signature(),
                 "result": result,
-                "provenance": _provenance(seconds, where),
+                "provenance": provenance(seconds, where),
                 **({} if digest is None else {"plan": digest}),
             }
             atomic_write_text(record_dir / f"{job.key}.json", json.dumps(rec))
@@ -337,76 +273,3 @@ def _dispatch(todo: list[Job], work: dict, n_workers: int, done: Callable, faile
 
 class JobError(RuntimeError):
     """A job of run_jobs raised; the message names it, and the original exception is its __cause__."""
-
-
-def reuse_note(what: str, stats: dict) -> str:
-    """A report line saying how many of `what` runs this call made and how many it took from records."""
-    return (
-        f"{what} runs: {stats.get('ran', 0)} ran in this call, {stats.get('reused', 0)} reused from the records "
-        "under runs/ (--resume); the seconds reported count only this call"
-    )
-
-
-WHERE_KEYS = ("engine", "device", "host", "gpu", "driver_host", "git_sha")
-
-
-def records_where(record_dir: Path) -> dict[str, dict[str, int]]:
-    """{key: {value: number of records}} over the records under `record_dir`, for the provenance keys WHERE_KEYS;
-    a record written before provenance named one counts as "unrecorded" (gpu: only records that ran on one)."""
-    out: dict[str, dict[str, int]] = {k: {} for k in WHERE_KEYS}
-    for path in sorted(Path(record_dir).glob("*.json")) if Path(record_dir).is_dir() else []:
-        try:
-            prov = json.loads(path.read_text()).get("provenance") or {}
-        except (OSError, ValueError, AttributeError):
-            continue  # PLAN.json is a dict without provenance; a torn record is rerun by --resume anyway
-        if path.name == PLAN_FILE:
-            continue
-        for key, counts in out.items():
-            if key == "gpu" and "gpu" not in prov:
-                continue
-            val = str(prov.get(key, "unrecorded"))
-            counts[val] = counts.get(val, 0) + 1
-    return out
-
-
-def where_note(where: dict[str, dict[str, int]]) -> str | None:
-    """A report line naming the engines, devices and hosts of an experiment's records; it says so first when the
-    records mix devices (their timings, and float results beyond rounding, are then not of one device)."""
-    if not where["device"]:
-        return None
-    fmt = {k: ", ".join(f"{v} ({n})" for v, n in sorted(c.items())) for k, c in where.items()}
-    mixed = "records mix devices: " if len(where["device"]) > 1 else ""
-    return f"{mixed}runs/ records by device: {fmt['device']}; engine: {fmt['engine']}; host: {fmt['host']}"
-
-
-GENERATED = "<!-- written by symformer reproduce from runs/*.json; a hand-written PROVENANCE.md is never replaced -->"
-
-
-def write_provenance(exp_dir: Path, where: dict[str, dict[str, int]]) -> Path | None:
-    """OUT/<experiment>/PROVENANCE.md: the command, and the hosts, devices, engines and commits of its records (from
-    records_where). A PROVENANCE.md without the GENERATED line (a recorded run's, written by hand) is left alone."""
-    from symformer import results
-
-    path = Path(exp_dir) / "PROVENANCE.md"
-    if path.exists() and GENERATED not in path.read_text():
-        return None
-    n = sum(where["device"].values())
-    lines = [
-        GENERATED,
-        f"# Provenance of {Path(exp_dir).name}",
-        "",
-        f"- last command: `{results._COMMAND or 'run_jobs from Python'}` (driver host {platform.node()!r}, "
-        f"commit {git_sha()})",
-        f"- records: runs/*.json, {n} job record(s); each names its own host, device, engine and commit",
-    ]
-    labels = {"host": "worker host", "gpu": "GPU", "driver_host": "driver host", "git_sha": "commit"}
-    for key in WHERE_KEYS:
-        if where.get(key):
-            counts = ", ".join(f"{v} ({c})" for v, c in sorted(where[key].items()))
-            lines.append(f"- {labels.get(key, key)}: {counts}")
-    if len(where["device"]) > 1:
-        lines.append(
-            "- the records mix devices: their timings, and float results beyond rounding, are not of one device"
-        )
-    atomic_write_text(path, "\n".join(lines) + "\n")
-    return path
