@@ -24,11 +24,6 @@ from symformer.integrations.hf_families import (
 FAMILIES = FamilyMap(lambda r: r.attention)
 #: families whose attention output is multiplied by sigmoid(g) before the output projection (record.output_gate)
 GATED_OUTPUT = FamilyNames(lambda r: r.output_gate != "none", "families with an output gate")
-#: families whose parameter-free q/k RMSNorms come AFTER the rotation (NanoChat; Hunyuan's have weights)
-WEIGHTLESS_POST_NORM = FamilyNames(
-    lambda r: r.qk_norm == "after" and not r.qk_norm_weighted,
-    "families with parameter-free q/k norms after the rotation",
-)
 MIN_VERSION = (4, 48)  # the release that introduced AttentionInterface
 
 
