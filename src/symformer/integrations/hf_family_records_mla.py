@@ -28,6 +28,21 @@ _MLA = {
     **_MOE,
 }
 _DSA = {"q_lora_rank": 16, "index_topk": 64, "index_head_dim": 8, "index_n_heads": 2}
+#: Qwen3.5's tiny text model (dense and MoE): a Gated DeltaNet layer, then a full-attention layer whose multimodal
+#: table rotates half of each head
+_QWEN3_5 = {
+    "layer_types": ["linear_attention", "full_attention"],
+    "linear_key_head_dim": 8,
+    "linear_value_head_dim": 8,
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "rope_parameters": {
+        "rope_type": "default",
+        "rope_theta": 1e4,
+        "partial_rotary_factor": 0.5,
+        "mrope_section": [1, 1, 0],
+    },
+}
 RECORDS = (
     # MLA (_MLA). DeepSeek-V2 (and V2-Lite, Coder-V2): a full-rank q_proj, a complex rotary table on
     # interleaved pairs. DeepSeek-V3: a low-rank q (q_lora_rank 16), interleaved pairs, YaRN with
@@ -204,19 +219,7 @@ RECORDS = (
         "Qwen3_5Attention",
         "Qwen3_5TextConfig",
         "Qwen3_5ForCausalLM",
-        {
-            "layer_types": ["linear_attention", "full_attention"],
-            "linear_key_head_dim": 8,
-            "linear_value_head_dim": 8,
-            "linear_num_key_heads": 2,
-            "linear_num_value_heads": 4,
-            "rope_parameters": {
-                "rope_type": "default",
-                "rope_theta": 1e4,
-                "partial_rotary_factor": 0.5,
-                "mrope_section": [1, 1, 0],
-            },
-        },
+        _QWEN3_5,
         products="Qwen3.5's text model",
         table="mrope",
         qk_norm="before",
@@ -230,20 +233,10 @@ RECORDS = (
         "Qwen3_5MoeTextConfig",
         "Qwen3_5MoeForCausalLM",
         {
-            "layer_types": ["linear_attention", "full_attention"],
-            "linear_key_head_dim": 8,
-            "linear_value_head_dim": 8,
-            "linear_num_key_heads": 2,
-            "linear_num_value_heads": 4,
+            **_QWEN3_5,
             "num_experts": 4,
             "moe_intermediate_size": 32,
             "shared_expert_intermediate_size": 32,
-            "rope_parameters": {
-                "rope_type": "default",
-                "rope_theta": 1e4,
-                "partial_rotary_factor": 0.5,
-                "mrope_section": [1, 1, 0],
-            },
             **_MOE,
         },
         products="Qwen3.5-MoE's text model",
