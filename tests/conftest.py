@@ -34,6 +34,12 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def device(request) -> str:
+    """Runs a test on the CPU and, where CUDA is present, again on the GPU (its `cuda` item is skipped otherwise)."""
+    return request.param
+
+
 @pytest.fixture
 def data_dir() -> Path:
     d = Path(os.environ.get("SYMFORMER_DATA", SHARED_DATA))

@@ -62,10 +62,10 @@ def _decode(core, q, k, v, keep, prefill):
 @pytest.mark.parametrize("make", [_favor, _plash], ids=["favor", "plash"])
 @pytest.mark.parametrize("pad", [0, 7])
 @pytest.mark.parametrize("prefill", [1, 12])
-def test_state_decoding_equals_full_causal_forward(make, pad, prefill):
-    core = make()
-    q, k, v = _qkv()
-    keep = _left_padding(2, 29, pad) if pad else None
+def test_state_decoding_equals_full_causal_forward(make, pad, prefill, device):
+    core = make().to(device)
+    q, k, v = (t.to(device) for t in _qkv())
+    keep = _left_padding(2, 29, pad).to(device) if pad else None
     with torch.no_grad():
         full = core(q, k, v, attn_mask=keep, is_causal=True)
         y, st = _decode(core, q, k, v, keep, prefill)
@@ -128,11 +128,12 @@ def test_state_bad_input():
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("make", [_favor, _plash], ids=["favor", "plash"])
-def test_16bit_inputs_match_a_float64_reference(make, dtype):
+def test_16bit_inputs_match_a_float64_reference(make, dtype, device):
     """Thousands of positions: the features' sums (FAVOR+) and Stage I-II (PLASH) run in float32, so the output is
     the float64 result on the same (rounded) inputs within the dtype's rounding; the state decodes the same."""
     core = make(n_features=64, chunk_size=256) if make is _favor else make(causal_block=256, M=8)
-    q, k, v = (t.to(dtype) for t in _qkv(b=1, h=2, n=2048, seed=3, dtype=torch.float32))
+    core = core.to(device)
+    q, k, v = (t.to(device=device, dtype=dtype) for t in _qkv(b=1, h=2, n=2048, seed=3, dtype=torch.float32))
     half = copy.deepcopy(core).to(dtype)
     with torch.no_grad():  # the reference: float64 on the same rounded inputs and parameters
         ref = copy.deepcopy(half).double()(q.double(), k.double(), v.double(), is_causal=True)
@@ -150,11 +151,11 @@ def test_16bit_inputs_match_a_float64_reference(make, dtype):
 
 
 @pytest.mark.parametrize("make", [_favor, _plash], ids=["favor", "plash"])
-def test_autocast_runs_the_core_in_float32(make):
-    core = make().float()
-    q, k, v = _qkv(n=40, dtype=torch.float32)
+def test_autocast_runs_the_core_in_float32(make, device):
+    core = make().float().to(device)
+    q, k, v = (t.to(device) for t in _qkv(n=40, dtype=torch.float32))
     with torch.no_grad():
         plain = core(q, k, v, is_causal=True)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        with torch.autocast(device, dtype=torch.bfloat16):
             auto = core(q, k, v, is_causal=True)
     assert auto.dtype == torch.float32 and torch.equal(auto, plain)

@@ -84,14 +84,14 @@ def test_a_construction_needing_float32_stays_float32_in_a_bf16_host(facts):
 
 
 @pytest.mark.parametrize("method,kw", METHODS)
-def test_bf16_host_decodes_as_float64(facts, method, kw):
+def test_bf16_host_decodes_as_float64(facts, method, kw, device):
     mlp = _build(facts, method, kw)
-    host = _host().to(BF16)
+    host = _host().to(device=device, dtype=BF16)
     swap_fact_mlp(host, mlp)
     v = facts.values.double()
     with torch.no_grad():
         s64 = mlp(facts.keys.to(mlp.dtype)).double() @ v.T
-        out = host.fact(facts.keys.to(BF16))  # the host's activations are bfloat16
+        out = host.fact(facts.keys.to(device=device, dtype=BF16)).cpu()  # the host's activations are bfloat16
         assert out.dtype == BF16
         s16 = out.double() @ v.T
     err = float((s16 - s64).abs().max())

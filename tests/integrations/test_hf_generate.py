@@ -38,11 +38,11 @@ def _positions(mask):
 
 @pytest.mark.parametrize("family", ["llama", "qwen3"])
 @pytest.mark.parametrize("kind", ["favor", "plash"])
-def test_generate_and_state_decoding_equal_the_full_forward(family, kind):
-    model = _model(family, kind)
-    ids, mask = _batch()
+def test_generate_and_state_decoding_equal_the_full_forward(family, kind, device):
+    model = _model(family, kind).to(device)
+    ids, mask = (t.to(device) for t in _batch())
     seq = model.generate(ids, attention_mask=mask, max_new_tokens=NEW, do_sample=False, pad_token_id=0)
-    am = torch.cat([mask, torch.ones(2, NEW, dtype=torch.long)], 1)
+    am = torch.cat([mask, torch.ones(2, NEW, dtype=torch.long, device=device)], 1)
     pos = _positions(am)
     with torch.no_grad():
         full = model(seq, attention_mask=am, position_ids=pos).logits
@@ -119,16 +119,16 @@ def test_a_mask_the_cores_cannot_honour_is_refused():
 
 
 @pytest.mark.parametrize("kind", ["favor", "plash"])
-def test_16bit_model_and_patched_rotary_part_decode_like_the_full_forward(kind):
+def test_16bit_model_and_patched_rotary_part_decode_like_the_full_forward(kind, device):
     """A bfloat16 model runs its FAVOR+ / PLASH cores in float32 (attention.softmax.float32_compute) and decodes with
     the states like its full forward; a symformer rotary part (patch_positional) takes its positions from the
     cache's length when decoding, so float64 decoding stays exact."""
-    ids = torch.randint(0, 40, (2, 24), generator=torch.Generator().manual_seed(2))
+    ids = torch.randint(0, 40, (2, 24), generator=torch.Generator().manual_seed(2)).to(device)
     for dtype, positional in ((torch.bfloat16, None), (torch.float16, None), (torch.float64, "rope")):
         model = tiny("llama", dtype, kv_heads=2)
         if positional:
             hf.patch_positional(model, positional)
-        hf.configure(model, attention=kind, **OPTIONS[kind])
+        hf.configure(model, attention=kind, **OPTIONS[kind]).to(device)
         with torch.no_grad():
             full = model(ids).logits
             cache = state_cache(model)

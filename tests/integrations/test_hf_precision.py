@@ -47,7 +47,7 @@ def _pretrained(base, dtype, positional, folder):
 @pytest.mark.parametrize("route", ["config", "pretrained", "cast"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("family", HF_PRECISION_FAMILIES)
-def test_patched_as_accurate_as_native(family, dtype, route, tmp_path):
+def test_patched_as_accurate_as_native(family, dtype, route, device, tmp_path):
     from symformer.integrations import hf
 
     base, x, ref = _case(family, dtype)
@@ -55,6 +55,7 @@ def test_patched_as_accurate_as_native(family, dtype, route, tmp_path):
         native, patched = (_pretrained(base, dtype, p, tmp_path / str(p)) for p in (None, "rope"))
     else:
         native, patched = hf_route_model(base, dtype, route), hf_route_model(base, dtype, route, "rope")
+    native, patched = native.to(device), patched.to(device)
     assert next(patched.parameters()).dtype == dtype
     for part in hf.rotary_parts(patched):
         assert all(p.dtype == torch.float32 for p in (*part.parameters(), *part.buffers()) if p.is_floating_point())

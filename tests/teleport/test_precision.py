@@ -79,8 +79,9 @@ def _vit_run(seed):
     x, pos, _ = batch(seed, b=32)
 
     def run(m):
+        w = next(m.parameters())
         with torch.no_grad():
-            return m(x.to(next(m.parameters()).dtype), pos.float()).double()
+            return m(x.to(device=w.device, dtype=w.dtype), pos.float().to(w.device)).double()
 
     return run
 
@@ -90,15 +91,15 @@ def _group(m):
 
 
 @pytest.mark.parametrize("kind", _kinds())
-def test_bf16_action_rounds_each_weight_once(kind):
-    m16 = tiny_model(kind).to(torch.float32).to(BF16)
+def test_bf16_action_rounds_each_weight_once(kind, device):
+    m16 = tiny_model(kind).to(torch.float32).to(device=device, dtype=BF16)
     check_one_rounding(m16, _group(m16).random(torch.Generator().manual_seed(0)), _group)
 
 
 @pytest.mark.parametrize("kind", _kinds())
 @pytest.mark.parametrize("seed", [0, 1])
-def test_bf16_teleport_keeps_logits_within_rounding(kind, seed):
-    m32 = tiny_model(kind, seed=seed).to(torch.float32)
+def test_bf16_teleport_keeps_logits_within_rounding(kind, seed, device):
+    m32 = tiny_model(kind, seed=seed).to(device=device, dtype=torch.float32)
     element = _group(m32).random(torch.Generator().manual_seed(seed))
     assert logit_ratio(m32, element, _group, _vit_run(seed)) <= 2.0
 
@@ -138,13 +139,13 @@ def test_bf16_adam_state_transform_rounds_once():
     assert all(bool((opt.state[p]["exp_avg_sq"] >= 0).all()) for p in ps)
 
 
-def test_bf16_teleport_step_applies_without_invariance_skips():
+def test_bf16_teleport_step_applies_without_invariance_skips(device):
     """Alg. 1 on a bfloat16 model: the closed-form norms come from the bfloat16 gradient (in float64), the chosen
     element is applied and passes the runtime loss check."""
     from symformer.teleport import teleport_step
 
-    m16 = tiny_model("rope-half", mlp="relu").to(torch.float32).to(BF16)
-    x, pos, y = batch()
+    m16 = tiny_model("rope-half", mlp="relu").to(torch.float32).to(device=device, dtype=BF16)
+    x, pos, y = (t.to(device) for t in batch())
     G = _group(m16)
 
     def loss_fn():
@@ -164,7 +165,7 @@ HF_FAMILIES = ["llama", "qwen3", "gpt_neox", "mixtral"]  # plain GQA, q/k norms,
 
 
 @pytest.mark.parametrize("family", HF_FAMILIES)
-def test_hf_bf16_teleport(family):
+def test_hf_bf16_teleport(family, device):
     pytest.importorskip("transformers")
     from tests.integrations._hf_models import ids, tiny
 
@@ -172,8 +173,8 @@ def test_hf_bf16_teleport(family):
 
     register_hf_groups()  # symmetry_group (here _group) then builds the HF families' groups
 
-    m32 = tiny(family, torch.float32)
-    x = ids(batch=4, n=16)
+    m32 = tiny(family, torch.float32).to(device)
+    x = ids(batch=4, n=16).to(device)
 
     def run(m):
         with torch.no_grad():
@@ -186,7 +187,7 @@ def test_hf_bf16_teleport(family):
 
 
 @pytest.mark.parametrize("route", ["cast", "autocast"])
-def test_hf_plain_loop_teleports_in_bf16(route, recwarn):
+def test_hf_plain_loop_teleports_in_bf16(route, device, recwarn):
     """HFTeleport on a bfloat16 Llama (cast) and on a float32 one trained under autocast (compute_dtype): the
     scheduled teleports are applied and none is refused by the runtime invariance check."""
     pytest.importorskip("transformers")
@@ -194,11 +195,11 @@ def test_hf_plain_loop_teleports_in_bf16(route, recwarn):
 
     from symformer.integrations import hf
 
-    model = tiny("llama", BF16 if route == "cast" else torch.float32).train()
+    model = tiny("llama", BF16 if route == "cast" else torch.float32).to(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
     def loss_fn(m, x):
-        with torch.autocast("cpu", dtype=BF16, enabled=route == "autocast"):
+        with torch.autocast(device, dtype=BF16, enabled=route == "autocast"):
             return lm_loss(m, x)
 
     tele = hf.HFTeleport(
@@ -213,7 +214,7 @@ def test_hf_plain_loop_teleports_in_bf16(route, recwarn):
         state_policy="transform",
         compute_dtype=BF16 if route == "autocast" else None,
     )
-    data = torch.randint(0, 40, (4, 4, 13), generator=torch.Generator().manual_seed(0))
+    data = torch.randint(0, 40, (4, 4, 13), generator=torch.Generator().manual_seed(0)).to(device)
     for i in range(4):
         loss = loss_fn(model, data[i])
         loss.backward()

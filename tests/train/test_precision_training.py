@@ -73,16 +73,17 @@ def test_bad_arguments_name_themselves(name, value):
 
 
 # ---------------------------------------------------------------- the Trainer's precision option (`symformer train`)
-def _digits_run(precision, tmp_path=None, callbacks=None, positional="rope"):
+def _digits_run(precision, tmp_path=None, callbacks=None, positional="rope", device="cpu"):
     from symformer.data import load_digits_patches
+    from symformer.experiments.devices import split_on
     from symformer.models import TransformerConfig, ViTClassifier
     from symformer.train import Classification, TrainConfig, Trainer
 
-    s = load_digits_patches()
+    s = split_on(load_digits_patches(), device)
     torch.manual_seed(0)
     model = ViTClassifier(
         TransformerConfig(d_model=16, n_heads=2, n_layers=1, coord_dim=2, positional=positional, mlp="relu"), 4, 10
-    )
+    ).to(device)
     cfg = TrainConfig(epochs=2, batch_size=32, lr=3e-3, precision=precision, schedule="constant")
     t = Trainer(
         model,
@@ -97,12 +98,12 @@ def _digits_run(precision, tmp_path=None, callbacks=None, positional="rope"):
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16-autocast", "bf16"])
-def test_trainer_precision(precision, tmp_path):
+def test_trainer_precision(precision, device, tmp_path):
     seen = []
 
     class Probe(torch.nn.Module):  # records whether the forward ran under autocast
         def forward(self, x):
-            seen.append(torch.is_autocast_enabled("cpu"))
+            seen.append(torch.is_autocast_enabled(device))
             return x
 
     from symformer.train import Callback
@@ -111,7 +112,7 @@ def test_trainer_precision(precision, tmp_path):
         def on_train_start(self, trainer):
             trainer.raw_model.embed.register_forward_hook(lambda m, i, o: Probe()(o))
 
-    t, final = _digits_run(precision, tmp_path, [Watch()])
+    t, final = _digits_run(precision, tmp_path, [Watch()], device=device)
     assert math.isfinite(t.state.history[-1]["train_loss"]) and 0 <= final["val_accuracy"] <= 1
     assert t.state.history[-1]["train_loss"] < t.state.history[0]["train_loss"] * 1.05  # it trains
     want = torch.bfloat16 if precision == "bf16" else torch.float32

@@ -281,5 +281,6 @@ def generators_from_beta(beta: torch.Tensor, head_dim: int, pairing: str) -> tor
     idx = pair_indices(head_dim, pairing).to(beta.device)
     gen = beta.new_zeros(c, head_dim, head_dim)
     b = beta.T  # (C, m)
-    gen = gen.index_put((torch.arange(c)[:, None], idx[None, :, 1], idx[None, :, 0]), b)
-    return gen.index_put((torch.arange(c)[:, None], idx[None, :, 0], idx[None, :, 1]), -b)
+    rows = torch.arange(c, device=beta.device)[:, None]
+    gen = gen.index_put((rows, idx[None, :, 1], idx[None, :, 0]), b)
+    return gen.index_put((rows, idx[None, :, 0], idx[None, :, 1]), -b)

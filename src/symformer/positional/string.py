@@ -198,7 +198,8 @@ class CirculantSTRING(RotaryPositional):
     def generators(self) -> torch.Tensor:
         """Dense (C, Dh, Dh) circulant generators (analysis only)."""
         a = self.columns()
-        idx = (torch.arange(self.head_dim)[:, None] - torch.arange(self.head_dim)[None, :]) % self.head_dim
+        u = torch.arange(self.head_dim, device=a.device)
+        idx = (u[:, None] - u[None, :]) % self.head_dim
         return a[:, idx]
 
     def _rotate_fourier(self, x: torch.Tensor, th: torch.Tensor) -> torch.Tensor:

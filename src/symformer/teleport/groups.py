@@ -73,6 +73,10 @@ class GroupElement:
         return f"GroupElement({', '.join(f'{k}={len(v)}' for k, v in self.parts.items() if v)})"
 
 
+def _on(x, device):
+    return x.to(device) if torch.is_tensor(x) and device is not None and x.device != device else x
+
+
 # ---------------------------------------------------------------- the product
 class SymmetryGroup:
     """The product of a model's components (kept in the order their candidate norms are summed, Component.sum_rank).
@@ -176,7 +180,9 @@ class SymmetryGroup:
             if xs and len(xs) != len(comps):
                 fail(f"element.{kind}", f"{len(xs)} factors", f"{len(comps)} (one per {kind} component), or none")
             factor.update({id(c): x for c, x in zip(comps, xs or [None] * len(comps), strict=True)})
-        return [(c, factor[id(c)]) for c in self.components]
+        ps = self.parameters()  # elements are drawn on the CPU (the same draws on every device); act where theta is
+        dev = ps[0].device if ps else None
+        return [(c, _on(factor[id(c)], dev)) for c in self.components]
 
     def inverse(self, g: GroupElement) -> GroupElement:
         """g = perm o factors, so g^{-1} = perm^{-1} o (factors^{-1} re-indexed by perm): U'_i = U_{perm[i]}^{-1}."""

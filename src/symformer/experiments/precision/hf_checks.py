@@ -109,8 +109,8 @@ def logit_err(model, x: torch.Tensor, ref: torch.Tensor) -> float:
     """The root-mean-square logit error against the reference over the second half of the tokens (positions n/2 to n,
     where a rounded position shows first). RMS, not the max: the max over ~40k logits of two models that both round
     correctly differs by tens of percent from draw to draw, which a 1.5x goal cannot tell from a real error."""
-    with torch.no_grad():
-        d = model(x).logits.double() - ref
+    with torch.no_grad():  # the model may sit on a GPU; the float64 reference stays where it was computed
+        d = model(x.to(model.device)).logits.double().to(ref.device) - ref
     return float(d[:, d.shape[1] // 2 :].pow(2).mean().sqrt())
 
 
