@@ -236,3 +236,18 @@ def test_overflowing_finite_values_name_v():
     huge = torch.full_like(v, 3e38)  # finite, but A^T V sums past float32's range
     with pytest.raises(ValueError, match="^v: .*overflow"):
         m(q, k, huge)
+
+
+def test_built_under_a_16bit_default_dtype_draws_the_float32_prototypes():
+    """from_pretrained(dtype=) builds modules under a 16-bit default dtype: the prototypes are the float32 build's
+    rounded once (a draw made in bfloat16 is another draw), and the hashes are the same, so a seed names one model."""
+    a = PlashAttention(8, n_heads=2, M=4, D_k=8, seed=1)
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        b = PlashAttention(8, n_heads=2, M=4, D_k=8, seed=1)
+    finally:
+        torch.set_default_dtype(old)
+    assert b.prototypes.dtype == torch.bfloat16 and torch.equal(b.prototypes, a.prototypes.to(torch.bfloat16))
+    for name, x in a.named_buffers():
+        assert torch.equal(x, dict(b.named_buffers())[name]), name

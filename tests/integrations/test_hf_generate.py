@@ -12,7 +12,7 @@ pytest.importorskip("transformers")
 from tests.integrations._hf_models import tiny  # noqa: E402
 
 from symformer.integrations import hf  # noqa: E402
-from symformer.integrations.hf_cache import state_cache  # noqa: E402
+from symformer.integrations.hf_cache import cache_kwargs, state_cache  # noqa: E402
 
 OPTIONS = {  # favor: seed 0, the default these checks ran with before seed=None meant torch's global generator
     "favor": {"n_features": 16, "chunk_size": 4, "seed": 0},
@@ -47,10 +47,17 @@ def test_generate_and_state_decoding_equal_the_full_forward(family, kind, device
     with torch.no_grad():
         full = model(seq, attention_mask=am, position_ids=pos).logits
         cache = state_cache(model)
-        out = model(seq[:, :PROMPT], attention_mask=am[:, :PROMPT], position_ids=pos[:, :PROMPT], cache=cache)
+        out = model(
+            seq[:, :PROMPT], attention_mask=am[:, :PROMPT], position_ids=pos[:, :PROMPT], **cache_kwargs(model, cache)
+        )
         err = (out.logits - full[:, :PROMPT])[am[:, :PROMPT].bool()].abs().max()
         for t in range(PROMPT, PROMPT + NEW):
-            out = model(seq[:, t : t + 1], attention_mask=am[:, : t + 1], position_ids=pos[:, t : t + 1], cache=cache)
+            out = model(
+                seq[:, t : t + 1],
+                attention_mask=am[:, : t + 1],
+                position_ids=pos[:, t : t + 1],
+                **cache_kwargs(model, cache),
+            )
             err = max(err, (out.logits[:, 0] - full[:, t]).abs().max())
     assert err < 1e-10
     assert torch.equal(full[:, PROMPT - 1 : -1].argmax(-1), seq[:, PROMPT:])  # greedy = the full forward's argmax
@@ -82,7 +89,7 @@ def test_generate_builds_a_state_cache_and_beam_search_reorders_it(kind):
         num_beams=2,
         do_sample=False,
         pad_token_id=0,
-        cache=tf.DynamicCache(config=model.config),
+        **cache_kwargs(model, tf.DynamicCache(config=model.config)),
     )
     assert torch.equal(beams, kv)
     torch.manual_seed(0)
@@ -94,11 +101,11 @@ def test_cache_of_another_model_or_kind_is_refused():
     ids, mask = _batch()
     fav, other = _model("llama", "favor"), _model("llama", "favor", seed=1)
     with pytest.raises(ValueError, match="^cache: .*built for another model"):
-        other(ids, attention_mask=mask, cache=state_cache(fav))
+        other(ids, attention_mask=mask, **cache_kwargs(other, state_cache(fav)))
     cache = state_cache(fav)
     hf.configure(fav, attention="plash", **OPTIONS["plash"])
     with pytest.raises(ValueError, match="^cache: got \"a StateCache built for attention='favor'\""):
-        fav(ids, attention_mask=mask, cache=cache)
+        fav(ids, attention_mask=mask, **cache_kwargs(fav, cache))
     sdpa = tiny("llama", torch.float64, kv_heads=2)
     with pytest.raises(ValueError, match="^model: .*configured with"):
         state_cache(sdpa)
@@ -132,8 +139,8 @@ def test_16bit_model_and_patched_rotary_part_decode_like_the_full_forward(kind, 
         with torch.no_grad():
             full = model(ids).logits
             cache = state_cache(model)
-            rows = [model(ids[:, :20], cache=cache).logits] + [
-                model(ids[:, t : t + 1], cache=cache).logits for t in range(20, 24)
+            rows = [model(ids[:, :20], **cache_kwargs(model, cache)).logits] + [
+                model(ids[:, t : t + 1], **cache_kwargs(model, cache)).logits for t in range(20, 24)
             ]
         dec = torch.cat(rows, 1)
         assert dec.dtype == dtype

@@ -92,6 +92,7 @@ def test_cached_decode_keeps_positions_exact():
     the exact int64 positions (bfloat16 would hand it 2016 for 2017), and the decoded logits are as accurate as the
     native model's."""
     from symformer.integrations import hf
+    from symformer.integrations.hf_cache import cache_kwargs
 
     dtype, prefill = torch.bfloat16, N_TOKENS - 32
     base, x, ref = _case("llama", dtype)
@@ -104,7 +105,7 @@ def test_cached_decode_keeps_positions_exact():
             out = model(x[:, :prefill], use_cache=True)
             cache, steps = out.past_key_values, []
             for i in range(prefill, N_TOKENS):
-                out = model(x[:, i : i + 1], past_key_values=cache, use_cache=True)
+                out = model(x[:, i : i + 1], **cache_kwargs(model, cache), use_cache=True)
                 cache = out.past_key_values
                 steps.append(out.logits[:, -1].double())
         errs.append(float((torch.stack(steps, 1) - ref[:, prefill:]).pow(2).mean().sqrt()))

@@ -185,3 +185,15 @@ def test_bad_dtypes_additive(part):
         m(x.long(), p)
     with pytest.raises(ValueError, match=r"positions: got 'dtype torch\.bfloat16'.*int64 or float32"):
         m(x, p.to(torch.bfloat16))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("part", PARTS)
+def test_a_part_built_under_a_16bit_default_dtype_is_the_float32_build(part, dtype):
+    """from_pretrained(dtype=) builds parts under a 16-bit default dtype: their float32 masters must hold the float32
+    build's values for the same seed (random draws made in the default dtype would differ with torch's version)."""
+    from symformer.experiments.precision.rotation_checks import _built_in
+
+    a, b = _built_in(torch.float32, part, 1, 0, 64), _built_in(dtype, part, 1, 0, 64)
+    for (name, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items(), strict=True):
+        assert x.dtype == y.dtype and torch.equal(x, y), name

@@ -170,7 +170,11 @@ class PlashAttention(AttentionCore):
                 g = seeded_generator(global_seed())
             else:
                 g = purpose_generator("plash", seed)
-            prototypes = torch.randn(M, head_dim, generator=g) / math.sqrt(head_dim)
+            # drawn in float32 at least, then held in the default dtype (as nn.Linear's weights are): under a 16-bit
+            # default (from_pretrained with dtype=) they are the float32 build's prototypes rounded once
+            dt = torch.get_default_dtype()
+            draw = torch.float32 if dt in (torch.bfloat16, torch.float16) else dt
+            prototypes = (torch.randn(M, head_dim, generator=g, dtype=draw) / math.sqrt(head_dim)).to(dt)
             # Assumption C.2.3: independent (h_t, s_t) per (k, t); stored as buffers (state_dict reproduces).
             hashes = [
                 (bucket_hashes(k, d, dk, g, MERSENNE_31), sign_hashes(k, d, g)) for k, dk in zip(self.degrees, self.D_k)

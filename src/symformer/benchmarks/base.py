@@ -58,7 +58,7 @@ def load_all() -> Registry[SuiteSpec]:
     return SUITES.load_all()
 
 
-def _sync(device: str) -> None:
+def sync_device(device: str) -> None:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
 
@@ -66,17 +66,17 @@ def _sync(device: str) -> None:
 def one_call_seconds(fn: Callable[[], Any], device: str = "cpu") -> float:
     """Wall time of one call of fn, the device synchronised before and after (for back-to-back comparisons
     that torch.utils.benchmark's blocked timing cannot interleave)."""
-    _sync(device)
+    sync_device(device)
     t0 = time.perf_counter()
     fn()
-    _sync(device)
+    sync_device(device)
     return time.perf_counter() - t0
 
 
 def median_seconds(fn: Callable[[], Any], min_run_time: float = 0.3, device: str = "cpu") -> float:
     """Median wall time of `fn()` (torch.utils.benchmark handles warm-up and synchronisation)."""
     fn()  # warm-up (allocations, lazy init)
-    _sync(device)
+    sync_device(device)
     t = tbench.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
     return float(t.blocked_autorange(min_run_time=min_run_time).median)
 

@@ -23,7 +23,8 @@ import time
 import torch
 
 from symformer._rng import seed_torch, seeded_generator
-from symformer.benchmarks.base import BenchContext, BenchResult, suite
+from symformer.benchmarks.base import BenchContext, BenchResult, suite, sync_device
+from symformer.integrations.hf_cache import cache_kwargs
 
 VOCAB = 256
 SPEC = dict(
@@ -73,15 +74,21 @@ def _state_bytes(cache, method: str) -> int:
     return sum(layer.nbytes() for layer in cache.layers)
 
 
+def _device_type(cache) -> str:
+    return torch.device(getattr(cache.layers[0], "device", None) or "cpu").type
+
+
 def _block_amortised(cache, method: str) -> float:
     """PLASH: time of one prefix-summary recomputation in every layer (what a finished block costs) / causal_block."""
     if method != "plash":
         return 0.0
+    sync_device(_device_type(cache))
     t0 = time.perf_counter()
     for layer in cache.layers:
         st = layer.state
         if st is not None and st.pk is not None:
             layer.core.prefix_summaries(st.pk, st.pv)
+    sync_device(_device_type(cache))
     return (time.perf_counter() - t0) / PLASH["causal_block"]
 
 
@@ -90,7 +97,8 @@ def _synthetic_kv(model, cache, context: int, g: torch.Generator) -> None:
     depends on the cache's size only, and a quadratic SDPA prefill at 16k takes minutes on 2 cores."""
     for i in range(SPEC["num_hidden_layers"]):
         shape = (1, SPEC["num_key_value_heads"], context, SPEC["head_dim"])
-        cache.update(torch.randn(shape, generator=g), torch.randn(shape, generator=g), i)
+        dev = model.device
+        cache.update(torch.randn(shape, generator=g).to(dev), torch.randn(shape, generator=g).to(dev), i)
 
 
 @torch.no_grad()
@@ -98,11 +106,13 @@ def prefill(model, method: str, context: int, seed: int, timed: bool = True) -> 
     """A cache holding `context` random tokens (timed=False: SDPA's filled with random keys and values, prefill
     not timed), the next token to feed, and the row's measurements so far."""
     g = seeded_generator(seed)
-    ids = torch.randint(0, VOCAB, (1, context), generator=g)
+    ids = torch.randint(0, VOCAB, (1, context), generator=g).to(model.device)  # drawn on the CPU: same on any device
     cache = _cache(model, method)
     if timed:
+        sync_device(model.device.type)
         t0 = time.perf_counter()
-        nxt = model(ids, cache=cache, use_cache=True, logits_to_keep=1).logits[:, -1:].argmax(-1)
+        nxt = model(ids, **cache_kwargs(model, cache), use_cache=True, logits_to_keep=1).logits[:, -1:].argmax(-1)
+        sync_device(model.device.type)
         seconds = time.perf_counter() - t0
     else:
         _synthetic_kv(model, cache, context, g)
@@ -122,9 +132,12 @@ def prefill(model, method: str, context: int, seed: int, timed: bool = True) -> 
 @torch.no_grad()
 def decode_one(run: dict) -> None:
     """Decode one token with the run's cache; its wall time is appended to run["times"]."""
-    pos = torch.tensor([[run["position"]]])
+    model = run["model"]
+    pos = torch.tensor([[run["position"]]], device=model.device)
+    sync_device(model.device.type)
     t0 = time.perf_counter()
-    out = run["model"](run["next"], cache=run["cache"], use_cache=True, position_ids=pos)
+    out = model(run["next"], **cache_kwargs(model, run["cache"]), use_cache=True, position_ids=pos)
+    sync_device(model.device.type)
     run["times"].append(time.perf_counter() - t0)
     run["next"], run["position"] = out.logits[:, -1:].argmax(-1), run["position"] + 1
 

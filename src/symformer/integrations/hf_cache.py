@@ -19,6 +19,7 @@ Beam search and `num_return_sequences` reorder / repeat the states (`reorder_cac
 
 from __future__ import annotations
 
+import inspect
 import types
 import weakref
 
@@ -172,6 +173,13 @@ def state_cache(model):
     return cache
 
 
+def cache_kwargs(model, cache) -> dict:
+    """`cache` as the keyword `model.forward` takes it: `cache` from transformers 5.24, `past_key_values` before.
+    Passing the other name is not an error there: it lands in **kwargs and the model runs without its cache."""
+    params = inspect.signature(model.forward).parameters
+    return {"cache" if "cache" in params else "past_key_values": cache}
+
+
 def tagged_layer(key: torch.Tensor):
     """The StateLayer a key tensor came from (StateLayer.update), or None; the tag is removed."""
     layer = getattr(key, _TAG, None)
@@ -201,4 +209,4 @@ def install_generation_cache(model) -> None:
         model._prepare_cache_for_generation = types.MethodType(_prepare_cache_with_states, model)
 
 
-__all__ = ["state_cache", "install_generation_cache", "tagged_layer"]
+__all__ = ["state_cache", "install_generation_cache", "tagged_layer", "cache_kwargs"]

@@ -169,12 +169,23 @@ class QKSymmetry:
             fail("pairs", None, "the (m, 2) rotary pairs for kind 'h'")
         if self.kind == "commutant" and self.relative is None:
             fail("relative", None, "the (R, Dh, Dh) relative rotations for kind 'commutant'")
+        # The group's structure is small and lives on the CPU, where its elements are drawn (the same draws on every
+        # device); teleport.groups moves an element to the parameters' device when it acts.
+        for name in ("pairs", "orth", "relative"):
+            t = getattr(self, name)
+            if t is not None and t.device.type != "cpu":
+                object.__setattr__(self, name, t.detach().cpu())
 
 
 def default_positions(coord_dim: int, n: int = 12, seed: int | None = 0) -> torch.Tensor:
     """Generic positions for the commutant: random points in [-4, 4]^C (fixed seed)."""
     g = seeded_generator(seed)
     return 8 * torch.rand(n, coord_dim, generator=g, dtype=torch.float64) - 4
+
+
+def module_device(module: nn.Module) -> torch.device:
+    """The device of a module's first parameter or buffer (the CPU if it has none)."""
+    return next((p.device for p in list(module.parameters()) + list(module.buffers())), torch.device("cpu"))
 
 
 def module_dtype(module: nn.Module) -> torch.dtype:
@@ -321,7 +332,8 @@ class RotaryPositional(Float32Master):
         """All M(r_i)^T M(r_j) (N*N, Dh, Dh) in float64 for positions (N, C) (`logit_matrix`)."""
         pos = default_positions(self.coord_dim) if positions is None else positions
         with torch.no_grad():
-            return relative_products(self.logit_matrix(pos.to(module_dtype(self))).to(torch.float64))
+            pos = pos.to(device=module_device(self), dtype=module_dtype(self))
+            return relative_products(self.logit_matrix(pos).to(torch.float64))
 
     def symmetry_parameters(self) -> list[nn.Parameter]:
         """Trainable parameters the Q/K group depends on (it is the stabiliser of their current value, so

@@ -179,7 +179,10 @@ class CirculantSTRING(RotaryPositional):
         freqs = torch.zeros(coord_dim, nf, dtype=torch.float64)
         inner = torch.arange(1, (head_dim + 1) // 2)  # DC and (even Dh) Nyquist stay real: theta = 0
         mags = base ** (-(inner - 1).double() / max(len(inner), 1))
-        sign = torch.where(torch.rand(coord_dim, len(inner), generator=g) < 0.5, -1.0, 1.0).double()
+        # drawn in the master dtype: a part built under a 16-bit default dtype (from_pretrained with dtype=) gets the
+        # float32 build's signs for the same seed
+        sign = torch.where(torch.rand(coord_dim, len(inner), generator=g, dtype=master_dtype()) < 0.5, -1.0, 1.0)
+        sign = sign.double()
         freqs[:, inner] = mags * sign / math.sqrt(coord_dim)
         a = torch.fft.irfft(1j * freqs, n=head_dim)  # skew circulant first column with these angles
         self.c = nn.Parameter((a / 2).to(master_dtype()), requires_grad=learnable)  # a = c - c^T

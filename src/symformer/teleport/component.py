@@ -146,7 +146,7 @@ def expand(a: torch.Tensor, r: int) -> torch.Tensor:
 
 def query_perm(p: torch.Tensor | None, r: int) -> torch.Tensor | None:
     """A permutation of key heads as a permutation of query heads (each key head's r query heads move along)."""
-    return p if p is None or r == 1 else (p[:, None] * r + torch.arange(r)).flatten()
+    return p if p is None or r == 1 else (p[:, None] * r + torch.arange(r, device=p.device)).flatten()
 
 
 def permute_heads(t: torch.Tensor, perm: torch.Tensor | None) -> torch.Tensor:
