@@ -37,8 +37,8 @@ SCORE_ATOL = 0.1
 
 @pytest.fixture(scope="module")
 def tiny_budgets():
-    """The jobs at tiny budgets: GD MLPs trained 400 epochs, SSFR 80 steps of 64, the LM's MLPs 300 steps, and two
-    configurations per editor."""
+    """The jobs at tiny budgets: GD MLPs trained 400 epochs, SSFR 80 steps of 64, the LM's MLPs 300 steps, and the
+    last two configurations of each editor's quick grid (with which every editor edits: its score is above 0.5)."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(runs, "BuildOptions", lambda **kw: BuildOptions(**{**kw, "train_epochs": 400}))
         mp.setattr(
@@ -50,7 +50,7 @@ def tiny_budgets():
         )
         mp.setattr(lm_runs, "LMConfig", functools.partial(LMConfig, mlp_steps=300))
         grid = fact_editing.grid_configs
-        mp.setattr(fact_editing, "grid_configs", lambda method, quick: grid(method, quick)[:2])
+        mp.setattr(fact_editing, "grid_configs", lambda method, quick: grid(method, quick)[-2:])
         yield
 
 
@@ -101,7 +101,8 @@ def test_lm_job_on_a_device_matches_the_cpu_run(device, cpu_reference):
     want, got = cpu_reference["lm"], lm_kernel(device=device)
     if device == "cpu":
         assert got == want
-    assert want["swap"]["new_fact_accuracy"] > 0.5 and want["edits"]["0.1"]["methods"]["swap"]["score"] > 0.5
+    assert want["swap"]["new_fact_accuracy"] > 0.5  # a trained LM and editors that edit, so the comparison tells
+    assert min(m["score"] for m in want["edits"]["0.1"]["methods"].values()) > 0.5
     assert got["mlp_capacity"] == want["mlp_capacity"]  # the fact MLPs are trained on the CPU
     assert close(got["train"]["final_loss"], want["train"]["final_loss"], LOSS_RTOL)
     gs, ws = got["swap"], want["swap"]
