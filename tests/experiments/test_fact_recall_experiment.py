@@ -192,7 +192,7 @@ def test_constructed_search_fixes_m_then_grows_the_gadget_width(monkeypatch):
 
     calls = []
 
-    def point(kind, size, n_facts, d, seed, quick, paper_budget=False, h_tilde=None, work_dir=None):
+    def point(kind, size, n_facts, d, seed, quick, paper_budget=False, h_tilde=None, work_dir=None, device="cpu"):
         calls.append((size, h_tilde))
         return {"params": size * h_tilde, "fact_adaptive_accuracy": 1.0 if h_tilde >= 5 else 0.5}
 
@@ -455,7 +455,7 @@ def test_size_search_stops_within_its_resolution():
 
 def test_search_reports_the_largest_failing_size(monkeypatch):
 
-    def point(kind, size, n_facts, d, seed, quick, paper_budget=False, h_tilde=None, work_dir=None):
+    def point(kind, size, n_facts, d, seed, quick, paper_budget=False, h_tilde=None, work_dir=None, device="cpu"):
         return {"params": size, "fact_adaptive_accuracy": 1.0 if size >= 300 else 0.5}
 
     monkeypatch.setattr(fact_recall_search, "ssfr_point", point)

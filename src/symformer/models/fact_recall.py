@@ -226,14 +226,14 @@ class FactRecallTransformer(nn.Module):
         N = x.shape[1]
         h = self.attn_norm(x)
         q, k, v = self.q_proj(h), self.k_proj(h), self.v_proj(x if self.cfg.identity_vo else h)
-        pos = torch.arange(N, dtype=torch.float32, device=x.device).view(N, 1)
+        dev = x.device  # the model's device (RunContext.device): positions and masks are made there
+        pos = torch.arange(N, dtype=torch.float32, device=dev).view(N, 1)
         q, k = self.rope(q[:, None], k[:, None], pos)
-        allowed = torch.ones(N, N, dtype=torch.bool, device=x.device).tril()
+        allowed = torch.ones(N, N, dtype=torch.bool, device=dev).tril()
         if mask is not None:
             allowed = allowed[None] & mask[:, None, :]
-            allowed = (
-                allowed | torch.eye(N, dtype=torch.bool, device=x.device)[None]
-            )  # pads attend to themselves (no NaN rows)
+            # pads attend to themselves (no NaN rows)
+            allowed = allowed | torch.eye(N, dtype=torch.bool, device=dev)[None]
             allowed = allowed[:, None]
         if last_only:
             q, allowed = q[..., -1:, :], allowed[..., -1:, :]

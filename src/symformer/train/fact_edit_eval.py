@@ -33,7 +33,8 @@ class LastTokenCache:
         z, gate, lang, resid = [], [], [], []
         for s in range(0, len(books), batch):
             tok, mask, _ = task.sequences(books[s : s + batch], templates[s : s + batch])
-            tok, mask = tok[:, :-1], mask[:, :-1]  # the prompt: everything before the author
+            # the prompt: everything before the author, drawn on the CPU and run where the model is
+            tok, mask = tok[:, :-1].to(model.emb.device), mask[:, :-1].to(model.emb.device)
             x = F.embedding(tok, model.embedding_table())
             h = model.attend(x, mask, last_only=True)
             if model.cfg.residual:
@@ -44,7 +45,7 @@ class LastTokenCache:
                 gate.append(g[..., :1])
                 lang.append(g[..., 1:] * model.lang(hn))
             resid.append(h)
-        self.z = torch.cat(z) if z else torch.zeros(0, 1, model.cfg.d_model)
+        self.z = torch.cat(z) if z else torch.zeros(0, 1, model.cfg.d_model, device=model.emb.device)
         self.gate = torch.cat(gate) if gate else None
         self.lang = torch.cat(lang) if lang else None
         self.h = torch.cat(resid) if resid else self.z
@@ -61,5 +62,6 @@ class LastTokenCache:
     def accuracy(self, mlp: torch.nn.Module, facts: torch.Tensor) -> float:
         if len(self.books) == 0:
             return 0.0
-        want = self.task.author_token(facts[self.books])
-        return float((self.predictions(mlp) == want).double().mean())
+        pred = self.predictions(mlp)
+        want = self.task.author_token(facts[self.books]).to(pred.device)
+        return float((pred == want).double().mean())

@@ -19,6 +19,7 @@ from symformer.data.books import TEMPLATES, BooksTask
 from symformer.facts import editors
 from symformer.models.fact_recall import FactRecallTransformer
 from symformer.train.fact_edit_eval import LastTokenCache
+from symformer.train.fact_recall import model_device, module_on
 
 METHODS = ("swap", "rome", "memit", "alphaedit")
 # App. A.3.4 grids
@@ -79,7 +80,7 @@ def make_split(
 
 def prompts(task: BooksTask, books: torch.Tensor, template: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     tok, mask, _ = task.sequences(books, torch.full_like(books, template))
-    return tok[:, :-1], mask[:, :-1]
+    return tok[:, :-1], mask[:, :-1]  # on the CPU, where the task draws them
 
 
 @torch.no_grad()
@@ -97,7 +98,7 @@ def key_moment(model: FactRecallTransformer, task: BooksTask, books: torch.Tenso
     sequences (the 'mom2' statistic; ROME/MEMIT take it over Wikipedia text)."""
     b = books.repeat_interleave(len(TEMPLATES))
     t = torch.arange(len(TEMPLATES)).repeat(len(books))
-    tok, mask, _ = task.sequences(b, t)
+    tok, mask, _ = (x.to(model_device(model)) for x in task.sequences(b, t))
     x = F.embedding(tok, model.embedding_table())
     z = model.mlp_norm(model.attend(x, mask, last_only=False))[mask]
     k = model.fact.mlp.hidden(z.to(model.fact.mlp.dtype)).double()
@@ -143,9 +144,9 @@ def target_trajectory(
         fail("steps", steps, "a non-empty list of train_steps >= 1")
     _, out = mlp_io(model, tok, mask)
     base = out.norm(dim=1).float()
-    delta = torch.zeros(out.shape, requires_grad=True)
+    delta = torch.zeros(out.shape, device=out.device, requires_grad=True)
     opt = torch.optim.Adam([delta], lr=lr)
-    active = torch.ones(len(out), dtype=torch.bool)
+    active = torch.ones(len(out), dtype=torch.bool, device=out.device)
     snaps: dict[int, torch.Tensor] = {}
     for it in range(max(steps)):
         if it + 1 in steps:  # train_steps = it + 1 ends here, before this iteration's update
@@ -176,12 +177,15 @@ def apply_editor(
 ):
     """A copy of `mlp` whose down-projection W carries the method's update (values: full outputs v*). `pre`, a
     dict kept across calls with the same keys and C, holds what does not depend on the values (C^-1 k for
-    ROME, the null-space projector per tolerance for AlphaEdit)."""
+    ROME, the null-space projector per tolerance for AlphaEdit). The float64 closed forms run on the CPU whatever
+    the MLP's device (LAPACK: the gelsd driver facts.editors uses exists only there, and the eigenvalue threshold
+    of AlphaEdit's null space sees the CPU's eigenvalues); the copy stays on the MLP's device."""
     check_choice("method", method, ("rome", "memit", "alphaedit"))
     pre = {} if pre is None else pre
     new = copy.deepcopy(mlp)
-    W = new.down.weight.detach().double()
-    b = new.down.bias.detach().double() if new.down.bias is not None else 0.0
+    keys, values, C = keys.cpu(), values.cpu(), C.cpu()
+    W = new.down.weight.detach().double().cpu()
+    b = new.down.bias.detach().double().cpu() if new.down.bias is not None else 0.0
     V = (values - b).T
     if method == "rome":  # sequential rank-one edits, each on the current W (targets from the original model)
         if "rome_u" not in pre:
@@ -256,13 +260,15 @@ def run_editors(
     """Every method's best configuration over its grid (by score) with its efficacy/paraphrase/specificity.
     `new_mlp` is the MLP trained on the full edited fact set (MLP swapping); `configs` overrides the grids."""
     out: dict = {}
+    dev = model_device(model)
+    new_mlp = module_on(new_mlp, dev)  # trained on the CPU, scored on the model's device
     caches = edit_caches(model, task, split)
     if "swap" in methods:
         out["swap"] = {"config": {}, **edit_scores(model, task, split, new_mlp, caches), "n_configs": 1}
-    tok, mask = prompts(task, split.altered, 0)
-    targets = task.author_token(split.new_facts[split.altered])
+    tok, mask = (x.to(dev) for x in prompts(task, split.altered, 0))
+    targets = task.author_token(split.new_facts[split.altered]).to(dev)
     keys, _ = mlp_io(model, tok, mask)
-    C = key_moment(model, task, split.preserved)
+    keys, C = keys.cpu(), key_moment(model, task, split.preserved).cpu()  # for the closed forms (apply_editor)
     grids = {m: (configs or {}).get(m) or grid_configs(m, quick) for m in methods if m != "swap"}
     # one target optimisation per (lr, clip, wd, early stop) serves every train_steps (prefixes of one run)
     runs: dict[tuple, set[int]] = {}

@@ -18,6 +18,7 @@ from symformer.data.books import TEMPLATES, BooksTask
 from symformer.facts.mse import train_mse_mlp
 from symformer.models.fact_recall import FactRecallConfig, FactRecallTransformer, swap_fact_mlp
 from symformer.train.checkpoint import CheckpointError, load_loop_state, restore_loop_state
+from symformer.train.fact_recall import check_device, model_device, module_on
 
 
 @dataclass
@@ -50,7 +51,11 @@ def mlp_for(task: BooksTask, E: torch.Tensor, cfg: LMConfig, seed: int | None = 
     return train_mse_mlp(K, V, task.facts, cfg.mlp_hidden, steps=cfg.mlp_steps, seed=seed)
 
 
-def build_lm(task: BooksTask, cfg: LMConfig) -> tuple[FactRecallTransformer, torch.Tensor]:
+def build_lm(task: BooksTask, cfg: LMConfig, device: str = "cpu") -> tuple[FactRecallTransformer, torch.Tensor]:
+    """The App. A.3.2 LM with its fact expert, on `device`, and the embeddings E it was built from (on the CPU,
+    where the fact MLPs for other facts are trained from them). Drawn and trained on the CPU, then moved, so every
+    device starts from the same model."""
+    check_device(device)
     E = lm_embeddings(task, cfg.d_model, cfg.seed)
     seed_torch(cfg.seed)
     mcfg = FactRecallConfig(
@@ -66,7 +71,7 @@ def build_lm(task: BooksTask, cfg: LMConfig) -> tuple[FactRecallTransformer, tor
     words[: task.n_words] = True
     model = FactRecallTransformer(mcfg, E, trainable_tokens=words)
     swap_fact_mlp(model, mlp_for(task, E, cfg, cfg.seed))
-    return model, E
+    return model.to(device), E
 
 
 def _targets(tok: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -91,6 +96,7 @@ def train_lm(
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr, weight_decay=0.0)
     g = seeded_generator(cfg.seed)
     start, loss, seconds = _resume_lm(checkpoint, model, opt, g, cfg.steps)
+    dev = model_device(model)
     t0 = time.perf_counter()
 
     def save(step: int) -> None:
@@ -111,7 +117,7 @@ def train_lm(
         if step > start and step % checkpoint_every == 0:
             save(step)
         idx = torch.randint(len(books), (cfg.batch_size,), generator=g)
-        tok, mask, _ = task.sequences(books[idx], temps[idx])
+        tok, mask, _ = (t.to(dev) for t in task.sequences(books[idx], temps[idx]))  # drawn on the CPU
         tgt, valid = _targets(tok, mask)
         logits = model(tok[:, :-1], mask[:, :-1])
         out = F.cross_entropy(logits[valid], tgt[valid])
@@ -155,12 +161,12 @@ def lm_eval(
         books, templates = task.all_sequences()
     hits, sums = 0, {"all": [0.0, 0], "before_key": [0.0, 0], "from_key": [0.0, 0]}
     gate_sum = 0.0
-    lo_fact = task.n_words
+    lo_fact, dev = task.n_words, model_device(model)
     for s in range(0, len(books), batch):
-        tok, mask, pos = task.sequences(books[s : s + batch], templates[s : s + batch])
+        tok, mask, pos = (t.to(dev) for t in task.sequences(books[s : s + batch], templates[s : s + batch]))
         tgt, valid = _targets(tok, mask)
         logits = model(tok[:, :-1], mask[:, :-1])
-        pred = logits[torch.arange(len(tok)), pos].argmax(-1)
+        pred = logits[torch.arange(len(tok), device=dev), pos].argmax(-1)
         hits += int((pred == tok[:, -1]).sum())
         nonfact = valid & (tgt < lo_fact)
         ce = F.cross_entropy(logits.transpose(1, 2), tgt, reduction="none")
@@ -189,8 +195,8 @@ def swap_check(
     seed = resolve_seed(seed)  # one integer for the new facts and the new MLP
     g = seeded_generator(10_000 + seed)
     new_task = task.with_facts(torch.randperm(len(task.books), generator=g))
-    new_mlp = mlp_for(new_task, E, cfg, seed)
-    old = model.fact.swap(new_mlp)
+    new_mlp = mlp_for(new_task, E, cfg, seed)  # trained on the CPU, run on the model's device
+    old = model.fact.swap(module_on(new_mlp, model_device(model)))
     try:
         after = lm_eval(model, new_task)
     finally:

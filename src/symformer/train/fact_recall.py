@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 from dataclasses import dataclass
 
@@ -29,16 +30,46 @@ class SSFRTrainConfig:
     eval_every: int = 250
 
 
+def check_device(device) -> str:
+    """`device`: 'cpu', or 'cuda' ('cuda:N') where torch finds a CUDA device (RunContext.device); a ValueError
+    naming the argument otherwise (a job checks it before its first MLP build, which can take an hour)."""
+    try:
+        kind = torch.device(device).type if isinstance(device, str) else None
+    except RuntimeError:
+        kind = None
+    if kind not in ("cpu", "cuda"):
+        fail("device", device, "'cpu' or 'cuda' (or 'cuda:N')")
+    if kind == "cuda" and not torch.cuda.is_available():
+        fail("device", device, "'cpu' here: torch finds no CUDA device on this machine")
+    return device
+
+
+def model_device(model: FactRecallTransformer) -> torch.device:
+    """Where `model` runs: the SSFR and LM batches are drawn on the CPU (seeded generators) and moved there."""
+    return model.emb.device
+
+
+def module_on(module: nn.Module, device: torch.device | str) -> nn.Module:
+    """`module` itself where it is on `device` already (the CPU path is unchanged), else a copy moved there: a fact
+    MLP built on the CPU is swapped into a model on another device without moving the caller's MLP."""
+    p = next(module.parameters(), None)
+    if p is None or p.device == torch.device(device):
+        return module
+    return copy.deepcopy(module).to(device)
+
+
 def build_recall_model(
-    task: SSFRTask, mlp: nn.Module, seed: int | None = 0, train_junk: bool = True, **switches
+    task: SSFRTask, mlp: nn.Module, seed: int | None = 0, train_junk: bool = True, device: str = "cpu", **switches
 ) -> FactRecallTransformer:
-    """The Sec. 5.1 transformer on the task's embeddings with `mlp` in its slot. App. A.2.2 freezes the key
-    and value embeddings; the junk rows are trained (`train_junk`, as the text leaves only those frozen)."""
+    """The Sec. 5.1 transformer on the task's embeddings with `mlp` in its slot, on `device`. App. A.2.2 freezes
+    the key and value embeddings; the junk rows are trained (`train_junk`, as the text leaves only those frozen).
+    The weights are drawn on the CPU and then moved, so every device starts from the same model."""
+    check_device(device)
     seed_torch(seed)
     cfg = FactRecallConfig(vocab_size=task.vocab_size, d_model=task.d, **switches)
     junk = torch.arange(task.vocab_size) >= task.n_keys + task.n_values
-    model = FactRecallTransformer(cfg, task.embeddings, trainable_tokens=junk if train_junk else None)
-    swap_fact_mlp(model, mlp)
+    model = FactRecallTransformer(cfg, task.embeddings, trainable_tokens=junk if train_junk else None).to(device)
+    swap_fact_mlp(model, module_on(mlp, device))
     return model
 
 
@@ -54,9 +85,9 @@ def ssfr_accuracy(model: FactRecallTransformer, task: SSFRTask, batch: int = 204
     batches capped by the fact MLP's width (`capped_batch`)."""
     batch = capped_batch(model.fact.mlp, batch)
     keys, pairs = task.all_pairs()
-    hits = 0
+    hits, dev = 0, model_device(model)
     for s in range(0, len(keys), batch):
-        tok, mask, tgt = task.batch(keys[s : s + batch], pairs[s : s + batch])
+        tok, mask, tgt = (t.to(dev) for t in task.batch(keys[s : s + batch], pairs[s : s + batch]))
         hits += int((value_logits(model, task, tok, mask).argmax(-1) == tgt).sum())
     return hits / len(keys)
 
@@ -73,14 +104,14 @@ def train_ssfr(
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     g = seeded_generator(cfg.seed)
-    acc, done, loss = float("nan"), 0, float("nan")
+    acc, done, loss, dev = float("nan"), 0, float("nan"), model_device(model)
     st = load_loop_state(checkpoint, "an SSFR training checkpoint", ("step", "acc", "loss"))  # weights_only
     if st is not None:
         restore_loop_state(st, model, opt, g)
         done, acc, loss = int(st["step"]), float(st["acc"]), float(st["loss"])
     step = done
     for step in range(done + 1, cfg.steps + 1):
-        tok, mask, tgt = task.sample(cfg.batch_size, g)
+        tok, mask, tgt = (t.to(dev) for t in task.sample(cfg.batch_size, g))  # drawn on the CPU, as recorded
         out = F.cross_entropy(value_logits(model, task, tok, mask), tgt)
         opt.zero_grad()
         out.backward()
@@ -106,8 +137,9 @@ def train_ssfr(
 
 
 def fact_adaptive_accuracy(model: FactRecallTransformer, task_new: SSFRTask, mlp_new: nn.Module) -> float:
-    """Sec. 5.1: swap in an MLP storing f' and measure accuracy on SSFR[f'] (the model is not changed)."""
-    old = model.fact.swap(mlp_new)
+    """Sec. 5.1: swap in an MLP storing f' and measure accuracy on SSFR[f'] (the model is not changed); the MLP
+    runs on the model's device (a copy where it was built elsewhere)."""
+    old = model.fact.swap(module_on(mlp_new, model_device(model)))
     try:
         return ssfr_accuracy(model, task_new)
     finally:
@@ -118,15 +150,17 @@ def lipschitz_estimate(
     mlp: nn.Module, keys: torch.Tensor, values: torch.Tensor, n: int = 100, seed: int | None = 0
 ) -> float:
     """Eq. (8): max over n random keys k_i of sigma_1(J(k_i)), J = d V^T MLP(norm(x)) / dx at x = k_i, with the
-    frozen pre-MLP norm (projection to the sphere, App. A.2.5: 100 samples)."""
+    frozen pre-MLP norm (projection to the sphere, App. A.2.5: 100 samples), on the MLP's device (the recall
+    experiment's MLPs are built, and so measured, on the CPU)."""
     from symformer.models.fact_recall import SphereNorm
 
     norm = SphereNorm()
-    V = values.to(mlp.dtype)
+    dev = next(mlp.parameters()).device
+    V = values.to(device=dev, dtype=mlp.dtype)
     g = seeded_generator(seed)
     idx = torch.randperm(keys.shape[0], generator=g)[:n]
 
-    X = keys[idx].to(mlp.dtype).clone().requires_grad_(True)
+    X = keys[idx].to(device=dev, dtype=mlp.dtype).clone().requires_grad_(True)
     with torch.enable_grad():
         out = mlp(norm(X))  # (n, d); key i only moves row i
         # row j of every key's Jacobian d MLP(norm(x))/dx at once: d backward passes over the batch
@@ -138,7 +172,7 @@ def lipschitz_estimate(
 
 def _decode(model: FactRecallTransformer, task: SSFRTask, mlp: nn.Module, u: torch.Tensor, batch: int) -> torch.Tensor:
     """Value predictions of `mlp` on MLP inputs u (N, d), read out as the model does (tied values, argmax)."""
-    old = model.fact.swap(mlp)
+    old = model.fact.swap(module_on(mlp, u.device))
     try:
         step = capped_batch(mlp, batch)
         return torch.cat(
@@ -185,19 +219,20 @@ def swap_diagnostics(
             "the four changes of Sec. 5.1 (the MLP reads norm(sum_j a_j x_j))",
         )
     keys, pairs = task_new.all_pairs()
-    u, a_key = [], []
+    u, a_key, dev = [], [], model_device(model)
     for s in range(0, len(keys), batch):
-        tok, mask, _ = task_new.batch(keys[s : s + batch], pairs[s : s + batch])
+        tok, mask, _ = (t.to(dev) for t in task_new.batch(keys[s : s + batch], pairs[s : s + batch]))
         a_key.append((model.attention_weights(tok, mask) * ((tok < task_new.n_keys) & mask)).sum(-1))
         u.append(model.mlp_norm(model.attend(F.embedding(tok, model.embedding_table()), mask, True)[:, -1]))
     u, a_key = torch.cat(u), torch.cat(a_key)
-    k = task_new.mlp_embeddings()[0][keys].to(u.dtype)
+    k = task_new.mlp_embeddings()[0][keys].to(device=dev, dtype=u.dtype)
     c = (u * k).sum(-1, keepdim=True)
-    perm = torch.randperm(len(u), generator=seeded_generator(seed))
+    perm = torch.randperm(len(u), generator=seeded_generator(seed)).to(dev)
     shuffled = c * k + (u - c * k)[perm]
     shuffled = shuffled / shuffled.norm(dim=-1, keepdim=True)
     out = {"key_attention": float(a_key.mean()), "key_cosine": float(c.mean())}
     for name, mlp, facts in (("own", model.fact.mlp, task.facts), ("new", mlp_new, task_new.facts)):
         for tag, inp in (("inputs", u), ("shuffled", shuffled)):
-            out[f"{name}_on_{tag}"] = float((_decode(model, task, mlp, inp, batch) == facts[keys]).float().mean())
+            hit = _decode(model, task, mlp, inp, batch) == facts[keys].to(dev)
+            out[f"{name}_on_{tag}"] = float(hit.float().mean())
     return out

@@ -10,6 +10,7 @@ from symformer.experiments.base import JobFunction
 from symformer.experiments.fact_recall.runs import _ckpt, _memo
 from symformer.train.fact_editing import make_split, run_editors
 from symformer.train.fact_lm import LMConfig, build_lm, mlp_for, swap_check, train_lm
+from symformer.train.fact_recall import check_device
 
 
 def lm_run(
@@ -23,18 +24,22 @@ def lm_run(
     lr: float = 2e-3,
     work_dir: str | None = None,
     router_top1: bool = False,
+    device: str = "cpu",
 ) -> dict:
     """App. A.3: train the MoE LM, the swap check, then editing at each altered fraction (preserved = 4 x
     altered, App. A.3.4). With `work_dir` the training checkpoints there and the swap check and each fraction's
     editing are remembered, so a killed job resumes where it stopped (seconds are summed over the parts).
-    `router_top1`: top-1 (Switch) routing instead of the soft mixture (A.3.2 names neither)."""
+    `router_top1`: top-1 (Switch) routing instead of the soft mixture (A.3.2 names neither). `device`
+    (RunContext.device): where the LM trains, is evaluated and edited; its fact MLPs are trained on the CPU and the
+    editors' float64 closed forms run there (train.fact_editing.apply_editor); not in the remembered parts' keys."""
+    check_device(device)
     args = dict(n_facts=n_facts, d=d, mlp_hidden=mlp_hidden, steps=steps, seed=seed, quick=quick, lr=lr)
     if router_top1:  # only when set: the soft-router job keeps its remembered parts' keys
         args["router_top1"] = True
     task = make_books(n_facts, seed=seed)
     cfg = LMConfig(d_model=d, mlp_hidden=mlp_hidden, steps=steps, seed=seed, lr=lr, router_top1=router_top1)
     t0 = time.perf_counter()
-    model, E = build_lm(task, cfg)  # seeded: the same model every call, into which a checkpoint loads
+    model, E = build_lm(task, cfg, device)  # seeded: the same model every call, into which a checkpoint loads
     built = time.perf_counter() - t0
     tr = train_lm(model, task, cfg, checkpoint=_ckpt(work_dir, args, "lm"))
     out = {

@@ -18,6 +18,7 @@ from symformer.results import atomic_write_text
 from symformer.train.fact_recall import (
     SSFRTrainConfig,
     build_recall_model,
+    check_device,
     fact_adaptive_accuracy,
     lipschitz_estimate,
     train_ssfr,
@@ -113,13 +114,17 @@ def ssfr_point(
     work_dir: str | None = None,
     lr: float | None = None,
     train_seed: int | None = None,
+    device: str = "cpu",
 ) -> dict:
     """Train the Sec. 5.1 transformer with an MLP storing f, swap in one storing f', measure SSFR[f'] accuracy.
     `size` is the method's knob (m for constructions, h otherwise); `h_tilde` the gadget width per code; `lr`
     replaces the training config's learning rate and `train_seed` the transformer's init and batch seed (App.
     A.2.4's grid: the task and the MLPs stay those of `seed`).
     With `work_dir` the point is remembered there once done, and its GD builds and SSFR training checkpoint
-    there while it runs (a killed job resumes mid-point)."""
+    there while it runs (a killed job resumes mid-point). `device` (RunContext.device): where the transformer is
+    trained and the swap measured; the MLPs are built and their Lipschitz estimate taken on the CPU, so every device
+    uses the same MLPs. It is not part of the remembered point's key, as it is not of a record's signature."""
+    check_device(device)
     args = dict(
         kind=kind,
         size=size,
@@ -137,7 +142,7 @@ def ssfr_point(
         if value is not None:  # only when given: the remembered points of runs without them keep their keys
             args[name] = value
     ck = {w: _ckpt(work_dir, args, w) for w in ("f", "f2", "ssfr")}
-    rec = _memo(work_dir, args, lambda: _point(**args, ck=ck))
+    rec = _memo(work_dir, args, lambda: _point(**args, ck=ck, device=device))
     for path in ck.values():  # remembered: its checkpoints are no longer needed
         if path is not None:
             Path(path).unlink(missing_ok=True)
@@ -159,6 +164,7 @@ def _point(
     ck: dict,
     lr: float | None = None,
     train_seed: int | None = None,
+    device: str = "cpu",
 ) -> dict:
     t0 = time.perf_counter()
     # seconds: this call's; a point resumed from a checkpoint (`resumed`) counts only its last part
@@ -192,7 +198,7 @@ def _point(
     if lipschitz or KNOB[kind] == "m":
         rec["lipschitz"] = lipschitz_estimate(mlp, task.key_embeddings, task.value_embeddings, seed=seed)
     ts = seed if train_seed is None else train_seed
-    model = build_recall_model(task, mlp, seed=ts)
+    model = build_recall_model(task, mlp, seed=ts, device=device)
     cfg = ssfr_train_config(quick, ts, paper_budget)
     if lr is not None:
         cfg.lr = lr

@@ -10,6 +10,7 @@ from symformer.experiments.base import JobFunction
 from symformer.experiments.fact_recall.runs import TARGET, _memo, build_point_mlp, ssfr_point
 from symformer.facts.capacity import KNOB
 from symformer.facts.embeddings import random_fact_map
+from symformer.train.fact_recall import check_device
 
 #: bisection stops once the bracket (largest failing size, smallest passing size] is within 1/16 of its upper end
 #: (at least 1): the answer is within 6.25% of the threshold, invisible on Fig. 3's log axes. App. A.2.3 does not
@@ -92,13 +93,16 @@ def ssfr_search(
     bisect: bool = True,
     paper_budget: bool = False,
     work_dir: str | None = None,
+    device: str = "cpu",
 ) -> dict:
     """Smallest MLP hidden size whose max-over-seeds fact-adaptive accuracy is >= 99% (App. A.2.3).
     GD / NTK MLPs: the knob is h. Constructions (h = m h~): m is fixed at the smallest code width that
     stores the facts (`code_width`), then the gadget width h~ is searched from its minimum ceil(F/d)
     (Alg. 3: d h~ >= |K|) upward. Reading: the paper searches "the hidden size h" without saying how h
     splits into m codes x h~ units; at the minimum h~ the gadget system is square and its interpolant has
-    a Lipschitz constant (eq. 8) in the thousands, which no transformer can use (Sec. 5.3)."""
+    a Lipschitz constant (eq. 8) in the thousands, which no transformer can use (Sec. 5.3).
+    `device`: where each point's transformer trains (ssfr_point); the code-width builds run on the CPU."""
+    check_device(device)
     seen: dict[int, list[dict]] = {}
     constructed = KNOB[kind] == "m"
     m = code_width(kind, n_facts, d, seeds, start, max_size, bisect, quick, work_dir) if constructed else None
@@ -107,7 +111,18 @@ def ssfr_search(
         if size not in seen:
             knob, ht = (m, size) if constructed else (size, None)
             seen[size] = [
-                ssfr_point(kind, knob, n_facts, d, s, quick, paper_budget=paper_budget, h_tilde=ht, work_dir=work_dir)
+                ssfr_point(
+                    kind,
+                    knob,
+                    n_facts,
+                    d,
+                    s,
+                    quick,
+                    paper_budget=paper_budget,
+                    h_tilde=ht,
+                    work_dir=work_dir,
+                    device=device,
+                )
                 for s in range(seeds)
             ]
         return _ok(seen[size])
@@ -151,10 +166,12 @@ def usability_point(
     work_dir: str | None = None,
     lr: float | None = None,
     train_seed: int | None = None,
+    device: str = "cpu",
 ) -> dict:
     """Sec. 5.2-5.3: a GD SwiGLU MLP (cross-entropy) at width h on embeddings whitened with strength alpha;
     capacity, fact-adaptive accuracy, usability = accuracy / capacity, and the Lipschitz estimate (eq. 8).
-    `lr`, `train_seed`: the SSFR training's learning rate and seed (None: the run's default, `seed`)."""
+    `lr`, `train_seed`: the SSFR training's learning rate and seed (None: the run's default, `seed`); `device`: where
+    the transformer trains (ssfr_point)."""
     rec = ssfr_point(
         "gd-swiglu",
         h,
@@ -168,6 +185,7 @@ def usability_point(
         work_dir=work_dir,
         lr=lr,
         train_seed=train_seed,
+        device=device,
     )
     cap = rec["capacity_new"]
     faa = rec["fact_adaptive_accuracy"] or 0.0
