@@ -1,7 +1,7 @@
-"""Where an experiment's training and inference run (RunContext.device, issue 46 item 3). Data draws stay on the
-CPU generators they were recorded with and the tensors are moved afterwards, so a CPU run draws and computes
-exactly what it did before; the float64 exactness checks never call these (they stay on the CPU, where they are
-exact)."""
+"""Where an experiment's training and inference run (RunContext.device). Data draws stay on the CPU generators
+they were recorded with and the tensors are moved afterwards, so every device draws the same data and a CPU run
+computes exactly what its records hold; the float64 exactness checks never call these (they stay on the CPU, where
+they are exact)."""
 
 from __future__ import annotations
 

@@ -2,9 +2,10 @@
 and the imports once per slot instead of once per job.
 
 submitit starts a fresh Python process for every job it runs (a Slurm job, or a subprocess of its LocalExecutor),
-which on `reproduce teleport --quick` cost more than the jobs. So the submitit engine submits one submitit job per
-slot (`--jobs` of them), each running `slot_worker`, and hands the jobs over through a folder on the file system the
-driver and the workers share (the one Slurm clusters already share for submitit's own pickles):
+which for short jobs (those of `reproduce teleport --quick`) costs more than the jobs themselves. So the submitit
+engine submits one submitit job per slot (`--jobs` of them), each running `slot_worker`, and hands the jobs over
+through a folder on the file system the driver and the workers share (the one Slurm clusters already share for
+submitit's own pickles):
 
     queue/todo/<name>         a queued job (cloudpickle of (Job, work_dir)); written atomically by the driver
     queue/claimed/<slot>/     the job a slot is running: it claims one with os.rename out of todo/, which is atomic,

@@ -13,13 +13,11 @@ import torch
 
 from symformer._validation import check_int, fail
 
-#: rows per block (a 128 x 4096 float32 block of logits is 2 MB; blocks of 16 rows were 25% slower). A whole GD
-#: epoch at F = 4096, d = 128, h = 64 on one thread: 0.20 s against 0.32 s with autograd's loss (`symformer bench
-#: facts`: gd_epoch_fused_vs_autograd 0.64); the two 4096 x 128 x 4096 GEMMs alone take ~0.18 s.
+#: rows per block: a 128 x 4096 float32 block of logits is 2 MB, large enough that the per-block Python work is
+#: small beside the block's GEMMs (the `facts` bench suite times a GD epoch against autograd's loss:
+#: gd_epoch_fused_vs_autograd on docs/performance.md)
 BLOCK_ROWS = 128
-#: below this many logits the per-block Python work costs more than it saves, so autograd's path is taken (one
-#: thread, d = 64, forward + backward: F = 256 0.90 ms fused / 0.68 ms autograd, F = 512 2.48 / 2.54,
-#: F = 1024 9.5 / 10.4, F = 2048 30 / 42)
+#: below this many logits the per-block Python work costs more than the fused blocks save, so autograd's path is taken
 FUSED_MIN_LOGITS = 512 * 512
 
 

@@ -1,9 +1,9 @@
 """Hugging Face transformers integration (optional extra `hf`): symformer's attention cores, rotary parts and
 teleportation on the registered model families, one `FamilyRecord` each (`hf_families`; `family_table_markdown()`
-renders their table; the README has the notes: Llama, Mistral, Qwen, Gemma, OLMo, Phi, GPT-NeoX / Pythia, Granite,
-SmolLM3, EXAONE 4, StableLM, StarCoder2, GLM, Hunyuan, the multi-head latent attention of DeepSeek-V2 / V3, Mistral
-Small 4, MiniCPM3 and LongCat-Flash with the sparse attention of DeepSeek-V3.2 and GLM-5 (`hf_mla`), and their MoE
-variants).
+renders their table; docs/huggingface.md has the notes: Llama, Mistral, Qwen, Gemma, OLMo, Phi, GPT-NeoX /
+Pythia, Granite, SmolLM3, EXAONE 4, StableLM, StarCoder2, GLM, Hunyuan, the multi-head latent attention of DeepSeek-V2
+/ V3, Mistral Small 4, MiniCPM3 and LongCat-Flash with the sparse attention of DeepSeek-V3.2 and GLM-5 (`hf_mla`), and
+their MoE variants).
 Fused q/k/v projections, partial rotary embeddings, interleaved pairs and NoPE layers are followed; where q/k norms
 sit before the rotation (per head in Qwen3, Gemma 3, EXAONE 4, Apertus; over all heads in OLMo 2 / 3 and OLMoE) the
 Q/K symmetry acts on the norm weights, and where they sit after it (Hunyuan) on those weights alone. Models are

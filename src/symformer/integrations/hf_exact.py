@@ -8,8 +8,8 @@ float64 error. Cohere's LayerNorms do the same, and the interleaved families Coh
 rotate q and k in float32 inside their apply_rotary_pos_emb (their records' rotary_dtype), DeepSeek-V2 its complex
 pairs with a complex64 table (table "complex"); Ministral 3 scales its
 queries by a factor computed in float32, and the eager attention of every family but GPT-OSS takes its softmax
-in float32 (Gemma 2 and VaultGemma run eager by default: their attention probabilities were float32 numbers, and a
-padded float64 batch turned to NaN there, float64's mask minimum being -inf in float32).
+in float32 (Gemma 2 and VaultGemma run eager by default, so their attention probabilities are float32 numbers, and a
+padded float64 batch turns to NaN there, float64's mask minimum being -inf in float32).
 `exact_float64(model)` evaluates the same formulas in the input dtype. In float32 the norms and the rotation are
 HF's to the bit; the rotary table is computed in float64 and rounded, so it moves float32 logits by rounding.
 Left in float32, as the MoE routers are: DSA's indexer (DeepSeek-V3.2, GLM-5), whose scores only choose each

@@ -3,7 +3,7 @@
 `patch_positional(model, "string")` gives every attention layer its own symformer part (`self_attn.rotary`,
 a `RotaryPositional`: forward(q, k, positions) -> (q, k), property `scale`) and makes the layer apply it to
 its queries and keys instead of the model's cos/sin table. The model's rotary table stays in place (other
-code may read it) but is no longer applied. The part's parameters are submodules of the model, so they
+code may read it) but is not applied. The part's parameters are submodules of the model, so they
 train and go through `state_dict`, `save_pretrained` and `from_pretrained`:
 
 * the patch is recorded in `config.symformer_positional` (saved in config.json);

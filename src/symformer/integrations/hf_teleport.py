@@ -42,7 +42,7 @@ and one element of the rotary's group on the rope blocks, shared by every head b
 block (a site with one key head and no values); the latent rows of kv_a_proj_with_mqa are left alone, and no head
 permutation (the two sites share each head).
 
-`HFTeleport` is the former name of `teleport.PlainLoopTeleport` (teleportation in a plain training loop).
+`HFTeleport` is `teleport.PlainLoopTeleport` (teleportation in a plain training loop) with these groups registered.
 """
 
 from __future__ import annotations
@@ -301,8 +301,8 @@ def register_hf_groups() -> None:
 
 class HFTeleport(PlainLoopTeleport):
     """teleport.PlainLoopTeleport (teleportation in a plain training loop) with the Hugging Face families' groups
-    registered (register_hf_groups): for HF models, symformer models and declared attention layers alike. Its old
-    schedule option `step=S` means start_step=S (the first teleport step, not a period) and warns."""
+    registered (register_hf_groups): for HF models, symformer models and declared attention layers alike. Its
+    deprecated schedule option `step=S` means start_step=S (the first teleport step, not a period) and warns."""
 
     def __init__(self, *args, **kwargs):
         register_hf_groups()

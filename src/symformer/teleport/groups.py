@@ -261,7 +261,7 @@ def symmetry_group(
 ) -> SymmetryGroup:
     """Inspect a model and return its symmetry group.
 
-    positions: (N, C) positions used to compute the ESPR commutant (default: random generic points).
+    positions: (N, C) positions at which the ESPR commutant is computed (default: random generic points).
     ffn: include positive rescaling of ReLU FeedForward hidden units (GELU/SwiGLU have none).
     attention: declarations of the model's own attention layers (teleport.declare.AttentionLayer); with them the
     registered builders (register_group_builder) are not consulted (symformer's MultiHeadAttention layers are still

@@ -4,7 +4,8 @@ Every editor (ROME, MEMIT, AlphaEdit) and MLP swapping changes only the fact MLP
 frozen-norm output of attention), the router's gates and the language expert's output at the position that
 predicts the author do not depend on it. `LastTokenCache` runs the model once over the scored prompts and keeps
 those; scoring an MLP is then its forward pass plus the read-out, the same operations `FactRecallTransformer`
-applies at that position (the grid's ~240 configurations per split no longer re-run attention each)."""
+applies at that position, so the configurations of an editing grid share one pass of the model over each set of
+scored prompts."""
 
 from __future__ import annotations
 

@@ -89,7 +89,7 @@ def train_lm(
     """Next-token cross-entropy on every position of S_LM[f], AdamW (App. A.2.2 optimiser). With `checkpoint`
     (a file path) the model, optimiser and batch-sampler states are saved there atomically every
     `checkpoint_every` steps and at the end; a later call on the same freshly built model continues from it
-    exactly (the recorded 4000-step LM is ~25 min on one core)."""
+    exactly, so a killed long run (a recorded LM trains for thousands of steps) resumes instead of restarting."""
     check_int("steps", cfg.steps, 1)
     check_int("checkpoint_every", checkpoint_every, 1)
     books, temps = task.all_sequences()

@@ -97,7 +97,7 @@ def train_ssfr(
 ) -> dict:
     """AdamW on next-value cross-entropy at the last position; the fact MLP and embeddings stay frozen.
     With `checkpoint` (a file path) the state is saved there atomically at every evaluation and a later call
-    continues from it exactly (a 3000-step run at F = 4096 takes most of an hour on one core)."""
+    continues from it exactly, so a killed long run (thousands of steps at F = 4096) resumes instead of restarting."""
     check_int("steps", cfg.steps, 1)
     check_int("batch_size", cfg.batch_size, 1)
     check_float("lr", cfg.lr, 0.0, low_open=True)

@@ -27,7 +27,7 @@ from symformer.train.trainer import TrainConfig
 TASKS = ("digits", "mnist1d", "shakespeare", "etth1")
 
 PRESETS: dict[str, dict[str, Any]] = {
-    # ~15 s on 2 cores; reaches >= 0.90 test accuracy (tests/cli/test_cli.py checks it).
+    # a smoke-test size that reaches >= 0.90 test accuracy (tests/cli/test_cli.py checks it)
     "digits-vit": {
         "task": "digits",
         "data": {"patch": 2},

@@ -26,7 +26,7 @@ PAPER_SETTING = "a boxed statement of the derivation (proved or asserted there; 
 
 @torch.no_grad()
 def _module_checks(a: Audit) -> None:
-    """Relative property and orthogonality of the library's modules in float64 (issue targets <= 1e-12)."""
+    """Relative property and orthogonality of the library's modules in float64 (target <= 1e-12, EXACT_TOL)."""
     from symformer.positional import ESPR, STRING, RoPE
 
     g = a.g
@@ -38,7 +38,7 @@ def _module_checks(a: Audit) -> None:
         for name, mod in (
             ("RoPE half 2-D", RoPE(16, 2, pairing="half")),
             ("RoPE interleaved 1-D", RoPE(16, 1, pairing="interleaved")),
-            # the pairing of the recorded runs (STRING/ESPR's default before issue 42)
+            # the recorded runs' pairing (the parts default to "half")
             ("STRING", STRING(16, 2, init_scale=0.3, seed=1, pairing="interleaved")),
         ):
             p = pos[:, : mod.coord_dim]

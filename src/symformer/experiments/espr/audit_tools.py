@@ -15,7 +15,7 @@ from symformer.positional.diagnostics import operator_norm as opn
 from symformer.positional.diagnostics import sample_l1_ball
 
 PAPER = "espr-positional-rotations"
-EXACT_TOL = 1e-12  # the exactness target (float64)
+EXACT_TOL = 1e-12  # exactness target in float64 (near machine precision)
 SLACK = 1e-12  # rounding slack allowed on proven inequalities
 
 

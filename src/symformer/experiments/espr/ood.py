@@ -82,7 +82,8 @@ def check_arm(arm: str) -> str:
 def arm_config(arm: str, cfg: OODConfig, seed: int = 0):
     """TransformerConfig of one arm; ESPR levels differ in penalty weights on eps_comm / eta_mix (T6'.0). `seed`:
     the training seed, which also seeds free ESPR's random non-commuting init (with the parts' default seed 0 every
-    training seed started from the same generators, and the standard error over seeds left that variation out)."""
+    training seed would start from the same generators, and the standard error over seeds would leave that
+    variation out)."""
     from symformer.models import TransformerConfig
 
     check_arm(arm)
@@ -91,7 +92,7 @@ def arm_config(arm: str, cfg: OODConfig, seed: int = 0):
         return TransformerConfig(positional="learned", max_len=CANVAS // PATCH, **base)
     if arm == "rope":
         return TransformerConfig(positional=arm, **base)
-    if arm == "string":  # the pairing of the recorded runs (STRING/ESPR's default before issue 42)
+    if arm == "string":  # the recorded runs' pairing (the parts default to "half")
         return TransformerConfig(positional=arm, positional_kwargs={"pairing": "interleaved"}, **base)
     level = arm[len("espr_") :]
     if level == "free":  # non-commuting from the start, no pull back to STRING
@@ -233,7 +234,7 @@ def ood_job(arm: str, seed: int, lr: float, cfg: dict, device: str = "cpu") -> d
     return ev
 
 
-# the name the recorded runs carry (results/espr/runs): the function lived in experiments/espr_ood.py
+# the name the recorded runs carry (results/espr/runs); --resume matches records by it, whatever module holds ood_job
 OOD_JOB = JobFunction(ood_job, "symformer.experiments.espr_ood.ood_job")
 
 

@@ -17,8 +17,7 @@ from symformer.results import ExperimentResult
 
 def ood_config(quick: bool, seed: int) -> OODConfig:
     """Quick: 1 seed, 300 steps, one learning rate, every second offset. Full: 8 seeds per arm (issue 19 asks
-    for >= 5), 600 steps, the learning rate chosen from 3 by validation loss, every offset (81): 50 runs of
-    about 40 s each on one contended core (see README)."""
+    for >= 5), 600 steps, the learning rate chosen from 3 by validation loss, every offset (81): 50 runs."""
     if quick:
         return OODConfig(seeds=(seed,), steps=300, lrs=(3e-3,), offset_stride=2, arms=ARMS, ir_n_r=16, ir_ascent=3)
     return OODConfig(seeds=tuple(range(seed, seed + 8)), steps=600, lrs=(1e-3, 3e-3, 1e-2), arms=ARMS)

@@ -63,7 +63,7 @@ def check_length(name: str, v) -> int:
 
 
 def config_for(quick: bool) -> ExtrapolationConfig:
-    """Quick (<= 2 minutes): rope and string, 1 seed, a small model and budget, 16k validation characters.
+    """Quick (a smoke run): rope and string, 1 seed, a small model and budget, 16k validation characters.
     Full: every part, 3 seeds, the same budget for each."""
     if quick:
         return ExtrapolationConfig(

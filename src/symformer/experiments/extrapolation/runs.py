@@ -69,7 +69,7 @@ def build_lm(part: str, cfg: ExtrapolationConfig, vocab_size: int):
 
     kw = {"d_act": cfg.d_model // cfg.n_heads - 4} if part == "espr" else {}  # 4 null coordinates for mixing
     if part in ("string", "espr"):
-        kw["pairing"] = "interleaved"  # the pairing of the recorded runs (STRING/ESPR's default before issue 42)
+        kw["pairing"] = "interleaved"  # the recorded runs' pairing (the parts default to "half")
     tc = TransformerConfig(
         d_model=cfg.d_model,
         n_heads=cfg.n_heads,
@@ -130,5 +130,6 @@ def lm_job(part: str, seed: int, cfg: dict, data_dir: str | None = None, device:
     }
 
 
-# the name the recorded runs carry (results/extrapolation/runs): the function lived in experiments/extrapolation.py
+# the name the recorded runs carry (results/extrapolation/runs); --resume matches records by it, whatever module
+# holds lm_job
 LM_JOB = JobFunction(lm_job, "symformer.experiments.extrapolation.lm_job")

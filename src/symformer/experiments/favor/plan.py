@@ -6,8 +6,8 @@ import math
 from dataclasses import dataclass
 
 PAPER = "ESPR derivation, Tier 7"
-Z_MAX = 4.5  # issue: max |z| <= 4.5 over the grid
-VAR_TOL = 0.15  # issue: variance relative error <= 0.15
+Z_MAX = 4.5  # goal: max |z| <= 4.5 over the grid
+VAR_TOL = 0.15  # goal: variance relative error <= 0.15
 ESTIMABLE_SE = 0.03  # a point is estimable when the predicted relative s.e. of its sample variance is <= 3%
 ROUNDING = 1e-12  # relative floating-point floor of the Monte Carlo mean (float64 sums of 1e5-1e6 terms)
 INPUT_STD = 0.4  # q, k entries of the error-vs-m inputs: |q^|^2 = INPUT_STD^2 sqrt(Dh) = 1.28 for Dh = 64

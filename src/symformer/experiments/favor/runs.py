@@ -27,7 +27,7 @@ def rotated_inputs(kind: str, n: int, dh: int, seed: int):
     from symformer.positional import ESPR
 
     # seed + 1: ESPR's init noise from seed's own generator would be 0.05 q itself
-    # the pairing of the recorded runs (STRING/ESPR's default before issue 42)
+    # the recorded runs' pairing (the parts default to "half")
     espr = ESPR(dh, 1, d_act=dh // 2, commuting_init=False, seed=seed + 1, pairing="interleaved").double()
     with torch.no_grad():
         rq, rk = espr(q, k, pos)

@@ -80,8 +80,8 @@ def trivial_bound(m: int, q, k, v, seed: int) -> torch.Tensor:
 def cert_simulation(quick: bool, seed: int) -> dict:
     """CertRate(M, tau_g, eps_out) over a log grid tau_g in [631, 1e5] and the paper's eps_out window [520, 853],
     the crossing tau_g*(M) of the eps-averaged CertRate through 0.5, and soundness over every certified cell."""
-    # quick: M in {16, 64}, 20 draws, 6 x 5 grid (~1/3 of the time budget of quick `plash`); full: the paper's
-    # four M, 200 draws and 15 x 15 grid, over the wider tau_g range
+    # quick: M in {16, 64}, 20 draws, 6 x 5 grid (a fraction of quick `plash`); full: the paper's four M, 200
+    # draws and 15 x 15 grid, over the wider tau_g range
     draws, n_tau, n_eps = (20, 6, 5) if quick else (200, 15, 15)
     ms = (16, 64) if quick else (16, 32, 48, 64)
     taus = torch.logspace(math.log10(631.0), 5.0, n_tau, dtype=torch.float64).tolist()

@@ -16,7 +16,8 @@ from symformer.experiments.devices import tensor_data_on
 from symformer.experiments.jobs import Job
 from symformer.experiments.plash.plan import ForecastPlan, method_kwargs
 
-#: steps between checkpoints of a job with a work_dir (about 2 minutes of a PLASH horizon-168 run on one core)
+#: steps between checkpoints of a job with a work_dir: often enough that a killed PLASH horizon-168 job loses little
+#: of its work, rarely enough that saving costs little beside training
 CHECKPOINT_STEPS = 20
 _SPLITS: dict = {}
 
@@ -142,5 +143,6 @@ def forecast(
     }
 
 
-# the name the recorded runs carry (results/plash/runs): the function lived in experiments/plash_forecast.py
+# the name the recorded runs carry (results/plash/runs); --resume matches records by it, whatever module holds
+# forecast
 FORECAST = JobFunction(forecast, "symformer.experiments.plash_forecast.forecast")

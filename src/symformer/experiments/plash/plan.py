@@ -27,7 +27,7 @@ PAPER_ETTH1 = {
 HORIZONS = (24, 48, 168, 336, 720)
 RECORDED_HORIZONS = (24, 48, 168)
 METHODS = ("softmax", "favor", "plash")
-#: quick size: small enough that three 24-step Informers train and test in ~2 minutes on one busy core
+#: quick size: small enough that quick `plash` (three 24-step Informers, trained and tested) is a smoke run on one core
 QUICK_SIZE = {"d_model": 32, "n_heads": 2, "e_layers": 2, "d_layers": 1, "d_ff": 64}
 #: per-method attention options; FAVOR+ has no attention matrix, so its attention dropout is 0 (explicit)
 METHOD_KWARGS = {"softmax": {}, "favor": {"dropout": 0.0}, "plash": {"M": 64, "D_k": 128}}
@@ -54,7 +54,7 @@ class ForecastPlan:
     val_windows: int | None = None
 
     def as_dict(self) -> dict:
-        """The protocol as results.json's config has always shown it."""
+        """The protocol as results.json's config shows it (the keys of the recorded reports)."""
         return {
             "size": dict(self.size),
             "horizons": self.horizons,

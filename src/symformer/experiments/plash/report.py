@@ -30,8 +30,9 @@ def _progress(ctx: RunContext, what: str, t0: float) -> None:
         print(f"[plash] {what} done {time.perf_counter() - t0:.0f}s", flush=True)
 
 
-# cost of a run per token of a window, relative to softmax (bench attention: a PLASH forecaster step is ~5.6x a
-# softmax one, FAVOR+ ~1.5x); only the order of the jobs depends on it, never a result
+# cost of a run per token of a window, relative to softmax: about the attention suite's forecaster-step ratios
+# (`*_forecast_step_vs_softmax_h24`, results/bench/attention); only the order of the jobs depends on it,
+# never a result
 _STEP_COST = {"softmax": 1.0, "favor": 1.5, "plash": 5.6}
 
 

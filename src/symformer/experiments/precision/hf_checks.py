@@ -1,4 +1,4 @@
-"""Precision checks of patched Hugging Face models in bfloat16 / float16 against the float64 model (issue 40),
+"""Precision checks of patched Hugging Face models in bfloat16 / float16 against the float64 model,
 and the anchor: HF Llama's own RoPE cast to 16 bits. Tiny models built from configs; pure functions."""
 
 from __future__ import annotations

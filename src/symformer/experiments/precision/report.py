@@ -1,4 +1,4 @@
-"""Experiment `precision`: every part in bfloat16 and float16 against a float64 reference (issue 40).
+"""Experiment `precision`: every part in bfloat16 and float16 against a float64 reference.
 
 Not a paper's claim but the library's: a symformer part is exact to its dtype however the model was made 16-bit
 (built in 16 bits, cast with `.to()`, or run under autocast), patched Hugging Face models are as accurate as the

@@ -1,4 +1,4 @@
-"""Precision checks of the positional parts and of patched Hugging Face models in bfloat16 / float16 (issue 40).
+"""Precision checks of the positional parts and of patched Hugging Face models in bfloat16 / float16.
 
 The bound: a 16-bit result is as good as it can be when max|rotated q - float64 rotation of the same q| stays
 within 2 eps(dtype) max|q|, eps(bfloat16) = 2^-7, eps(float16) = 2^-10 (one rounding of the exact result costs
@@ -49,7 +49,7 @@ def build_part(part: str, coord_dim: int = 1, head_dim: int = HEAD_DIM, seed: in
     if part == "rope_mixed":
         return pos.RoPE(head_dim, coord_dim, pairing="half", mode="mixed", learnable=True)
     if part == "string":
-        # the pairing of the recorded runs (STRING/ESPR's default before issue 42)
+        # the recorded runs' pairing (the parts default to "half")
         return pos.STRING(head_dim, coord_dim, init_scale=0.1, seed=seed, pairing="interleaved")
     if part == "circulant_string":
         return pos.CirculantSTRING(head_dim, coord_dim, seed=seed)

@@ -1,4 +1,4 @@
-"""One 16-bit training step against the float32 step (issue 40 item 5), for the `precision` experiment and the tests.
+"""One 16-bit training step against the float32 step, for the `precision` experiment and the tests.
 
 A tiny causal LM (d_model 32, 2 heads, 1 layer, vocabulary 64, 64 tokens) of every positional x attention
 combination takes one forward + backward on one batch from one init, in float32 and in bfloat16 by one of two

@@ -128,7 +128,7 @@ def speed_and_accuracy_claims(m: dict, runs: dict, n_seeds: int, quick: bool) ->
         claims += accuracy_claim(m, runs, pe, b_acc, t_acc, GUARDED, f"GUARD-ACC-{pe}", quick)
         claims += accuracy_claim(m, runs, pe, b_acc, t_acc, TELE_PAPER_LR, f"ACC-{pe}-lr0.015", quick)
         claims += accuracy_claim(m, runs, pe, b_acc, t_acc, GUARDED_PAPER_LR, f"GUARD-ACC-{pe}-lr0.015", quick)
-    # the same claim where the paper ran nothing: STRING (ours) and the second data set (issue 12's digits)
+    # the same claim where the paper ran nothing: STRING (ours) and the second data set (digits)
     for ds, pe in (("mnist1d", "string"), ("digits", "learned"), ("digits", "rope"), ("digits", "string")):
         b_acc, t_acc = PAPER_ACC.get(pe, (None, None))
         claims += accuracy_claim(m, runs, pe, b_acc, t_acc, TELE, f"ACC-{pe}-{ds}", quick, ds)

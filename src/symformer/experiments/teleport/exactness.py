@@ -33,7 +33,7 @@ def _tiny_model(kind: str, seed: int = 0):
         if kind == "espr":  # non-commuting generators and a post-rotation (beyond STRING)
             a.rotary = ESPR(
                 head_dim=8, coord_dim=2, commuting_init=False, init_scale=0.3, seed=part_seed, pairing="interleaved"
-            ).to(torch.float64)  # (the default before issue 42)
+            ).to(torch.float64)  # the recorded runs' pairing
             with torch.no_grad():
                 a.rotary.skew_param.normal_(0, 0.3, generator=gen)
     return model

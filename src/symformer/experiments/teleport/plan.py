@@ -1,5 +1,6 @@
 """The plan of experiment `teleport`: which data sets, PEs, seeds, learning rates and extra arms one run trains
-(a typed plan: its fields are the keys results.json's config has always shown), and the arms' own records."""
+(a typed plan: its fields are the keys of results.json's config, as the recorded reports show them), and the arms'
+own records."""
 
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ class TeleportPlan:
     def for_run(cls, quick: bool) -> "TeleportPlan":
         if quick:
             # lr fixed for quick mode (a development sweep on the RoPE baseline); the full run selects it per arm
-            # on validation. The guard demonstration runs the old default alpha 0.65 with and without the guard.
+            # on validation. The guard demonstration runs the Teleporter's default alpha 0.65 with and without the
+            # guard.
             return cls(
                 datasets=["mnist1d"],
                 seeds=[0],
@@ -105,7 +107,7 @@ GUARDED_EPOCH2 = Arm("guarded_e2", guarded=True)
 TELE_PAPER_LR = Arm(f"tele_lr{PAPER_LR}", paper_lr=True)
 GUARDED_PAPER_LR = Arm(f"guarded_lr{PAPER_LR}", guarded=True, paper_lr=True)
 ZHAO = Arm("zhao", method="zhao")
-GUARD_DEMO = Arm("guard_a0.65", guarded=True)  # the old default alpha 0.65 with the guard ...
+GUARD_DEMO = Arm("guard_a0.65", guarded=True)  # the Teleporter's default alpha 0.65 with the guard ...
 UNGUARDED_DEMO = Arm("tele_a0.65")  # ... and without it
 
 

@@ -58,8 +58,8 @@ def schedule_for(dataset: str, quick: bool) -> dict:
 
 
 def recorded_pairing(pe: str) -> dict:
-    """STRING in the interleaved pairing, its default when the recorded runs were made (issue 42 made "half" the
-    default of every rotary part), so the runs reproduce."""
+    """STRING in the interleaved pairing, the recorded runs' (every rotary part defaults to "half"), so the runs
+    reproduce."""
     return {"pairing": "interleaved"} if pe == "string" else {}
 
 

@@ -27,7 +27,8 @@ from symformer.experiments.teleport.plan import (
 )
 from symformer.experiments.teleport.runs import ALPHA_GRID, PAPER_LR, RATIO_BOUND, choose_alpha
 
-# the names the recorded runs carry (results/teleport/runs): the functions lived in experiments/teleport_runs.py
+# the names the recorded runs carry (results/teleport/runs); --resume matches records by them, whatever module
+# holds the functions
 TRAIN_ARM = "symformer.experiments.teleport_runs.train_arm"
 OPERATING_POINT_PROBE = "symformer.experiments.teleport_runs.operating_point_probe"
 LM_ARM = "symformer.experiments.teleport_runs.lm_arm"
@@ -188,7 +189,7 @@ def cell_arms(plan: TeleportPlan, ds: str, pe: str, k: int, alpha: float, lr: di
     if ds == "mnist1d" and pe == "rope":
         for a in plan.ablation:  # alpha at fixed |K|, unguarded (Table 2 style)
             spec[ablation_arm(a)] = runs(ablation_arm(a), lr["tele"], plan.ablation_seeds, alpha=a, steps=k)
-        # the guard at work: the old default alpha 0.65 with and without it
+        # the guard at work: the Teleporter's default alpha 0.65 with and without it
         spec[GUARD_DEMO] = runs(GUARD_DEMO, lr["tele"], plan.demo_seeds, alpha=0.65, steps=k, max_ratio=RATIO_BOUND)
         spec[UNGUARDED_DEMO] = runs(UNGUARDED_DEMO, lr["tele"], plan.demo_seeds, alpha=0.65, steps=k)
     return spec
