@@ -54,11 +54,18 @@ class ExperimentResult:
 
 
 def git_sha() -> str:
+    """HEAD's commit, with "+dirty" when tracked files differ from it: a record made by uncommitted code must not
+    name a commit as if that commit had produced it."""
+    here = Path(__file__).resolve().parent
     try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, cwd=Path(__file__).resolve().parent
-        )
-        return out.stdout.strip() or "unknown"
+
+        def git(*args: str) -> str:
+            return subprocess.run(["git", *args], capture_output=True, text=True, timeout=5, cwd=here).stdout.strip()
+
+        sha = git("rev-parse", "HEAD")
+        if not sha:
+            return "unknown"
+        return sha + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
     except Exception:
         return "unknown"
 
