@@ -33,6 +33,10 @@ def tiny(family: str = "llama", dtype=torch.float32, seed: int = 0, kv_heads: in
 
     record = family_record(family)
     conf, cls, extra = record.config_class, record.model_class, record.tiny_config()
+    if not hasattr(tf, conf):  # the family is newer than the installed transformers (the package supports >= 4.48)
+        import pytest
+
+        pytest.skip(f"transformers {tf.__version__} has no {conf} (family {family!r})")
     args = dict(
         vocab_size=40,
         hidden_size=32,
