@@ -153,3 +153,44 @@ def test_headline_numbers_come_from_the_recorded_run():
         text = (run / "results.json").read_text() + (run / "report.md").read_text()
         for number in re.findall(r"\d+(?:\.\d+)?", headline):
             assert number in text, f"HEADLINES[{name!r}]: {number} is not in results/{name}/"
+
+
+#: what a clone of the repository lacks: the reading notes (NOTES.md) and the other files of ../shared. Cite the
+#: paper's statement id (the claims index) or state our own choice instead. The data directory's fallback
+#: ../shared/data is behaviour (symformer.data.paths), so the pages that document it may name it.
+OUTSIDE = re.compile(r"\bNOTES\b|(?:\.\./|/work/)shared\b(?!/data\b)")
+
+
+def outside_citations(text: str, name: str) -> list[str]:
+    """'name:line: text' for each line of `text` that points at a file outside the repository."""
+    return [f"{name}:{i}: {line.strip()}" for i, line in enumerate(text.splitlines(), 1) if OUTSIDE.search(line)]
+
+
+def test_repository_cites_nothing_outside_it():
+    files = [ROOT / "README.md", ROOT / "CONTRIBUTING.md"]
+    files += sorted((ROOT / "src" / "symformer").rglob("*.py")) + sorted(
+        p for p in (ROOT / "docs").rglob("*") if p.is_file()
+    )
+    assert len(files) > 120  # the scan reads the package and the pages, not an empty folder
+    hits = [h for f in files for h in outside_citations(f.read_text(encoding="utf-8"), str(f.relative_to(ROOT)))]
+    assert not hits, "citations of files outside the repository:\n" + "\n".join(hits)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "x = 1  # the default of NOTES 4",
+        '    """rho_i = 1/|w| (NOTES.md §3)."""',
+        "psi = nn.Linear(a, b)  # (NOTES default)",
+        "Start with `../shared/design.md` and the paper notes.",
+        "`L<n>` is the line of `/work/shared/papers/fact-storing-mlps.txt`",
+    ],
+)
+def test_outside_scan_catches_a_planted_citation(line):
+    assert outside_citations(f"clean: T2.9, Prop. C.4, our notes\n{line}\n", "planted.py") == [
+        f"planted.py:2: {line.strip()}"
+    ]
+
+
+def test_outside_scan_allows_the_data_fallback():
+    assert outside_citations("else ./data or `../shared/data` if present; the shared notes", "paths.py") == []

@@ -1,4 +1,4 @@
-"""The results format of design.md: OUT/<name>/results.json, report.md and figures.
+"""The results format of docs/design.md (Conventions): OUT/<name>/results.json, report.md and figures.
 
 A verdict is always computed from the numbers of the run (see `verdict`), never written as a constant.
 """
@@ -29,7 +29,7 @@ class Claim:
     measured: str
     verdict: str
     evidence: str = ""
-    setting: str = ""  # ours: model size, data set, seeds ... (design.md results format)
+    setting: str = ""  # ours: model size, data set, seeds ... (docs/design.md results format)
     paper_setting: str = ""  # the paper's, for the same claim
 
     def __post_init__(self) -> None:

@@ -16,7 +16,7 @@ from symformer.experiments.espr.audit import run_audit
 from symformer.experiments.espr.audit_exact import bch_required_constants
 from symformer.experiments.espr.audit_series import eta_mix
 
-# Statements the audit must find false (NOTES.md section 1 and our own findings); every other decided
+# Statements the audit must find false (our findings: the audit finds a counterexample to each); every other decided
 # statement must hold. With fixed seeds the audit is deterministic.
 EXPECTED_FAILS = {
     "T0.13",

@@ -166,7 +166,7 @@ def test_diagonal_blocks_of_gl_and_a_permuted_string():
 
 @pytest.mark.parametrize("kind", ["none", "rope-half", "string", "espr", "partial-string"])
 def test_grad_action_matches_autograd(kind):
-    """grad L(g theta) is the linear image of grad L(theta) (NOTES 4)."""
+    """grad L(g theta) is the linear image of grad L(theta) (the loss is invariant and the action linear)."""
     m = tiny_model(kind)
     x, pos, y = batch()
     G = symmetry_group(m)

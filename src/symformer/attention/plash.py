@@ -154,7 +154,8 @@ class PlashAttention(AttentionCore):
         self.chunk_size = check_int("chunk_size", chunk_size, 1)
         self.causal_block = check_int("causal_block", causal_block, 1)
         self.dropout = check_float("dropout", dropout, 0.0, 1.0, high_open=True)
-        # NOTES.md defaults: d = d_model of the host layer; 1 post-LN mixer layer, 4 heads, d_ff = 4d, ReLU.
+        # our defaults (eq. (11) leaves the mixer's size open): d = d_model of the host layer; 1 layer, 4 heads,
+        # d_ff = 4d, ReLU
         d = width if width is not None else (d_model if d_model is not None else head_dim * n_heads)
         self.width = check_int("width", d, 1)
         check_int("mixer_layers", mixer_layers, 1)
@@ -180,7 +181,7 @@ class PlashAttention(AttentionCore):
                 (bucket_hashes(k, d, dk, g, MERSENNE_31), sign_hashes(k, d, g)) for k, dk in zip(self.degrees, self.D_k)
             ]
         self.prototypes = nn.Parameter(prototypes.to(home))
-        self.psi = nn.Linear(2 * head_dim, d)  # pre-map psi: R^{d_k + d_v} -> R^d (NOTES default)
+        self.psi = nn.Linear(2 * head_dim, d)  # psi of eq. (6), R^{d_k + d_v} -> R^d: linear is our default
         self.beta = nn.Parameter(torch.ones(len(self.degrees)))  # learned beta_k, init 1
         for i, (h, sgn) in enumerate(hashes):
             self.register_buffer(f"hash_{i}", h.to(home))

@@ -1,4 +1,4 @@
-"""Fact-storing MLPs (fact-storing-mlps.txt; NOTES.md §3): fact sets and embeddings, decodability rho,
+"""Fact-storing MLPs (fact-storing-mlps.txt): fact sets and embeddings, decodability rho,
 closed-form encoders/decoders, baselines, the capacity search, and fact-MLP files (save_fact_mlp / load_fact_mlp)."""
 
 from symformer.facts.capacity import (

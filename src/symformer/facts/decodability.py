@@ -3,8 +3,9 @@
 Per anchor i, with unit rows x_ij = (v_i - v_j)/|v_i - v_j| (j != i):
     rho_i = max_{|u| = 1} min_j <x_ij, u>,   rho = min_i rho_i.
 When rho_i > 0 this is the hard-margin SVM through the origin  min |w| s.t. X_i w >= 1, with
-u_i* = w/|w| and rho_i = 1/|w| (NOTES.md §3, reading); equivalently rho_i is the distance from 0 to
-conv{x_ij}. It is infeasible exactly when v_i is not a vertex of conv(V); such a value can never be decoded.
+u_i* = w/|w| and rho_i = 1/|w| (our reformulation; the paper solves eq. (4) by ADMM, App. A.1.3); equivalently
+rho_i is the distance from 0 to conv{x_ij}. It is infeasible exactly when v_i is not a vertex of conv(V); such a
+value can never be decoded.
 
 Solver (all anchors of a chunk at once), a cutting-plane method on a working set of K constraints:
   1. on the working set, Newton on the squared-hinge penalty |w|^2/2 + C/2 sum_j max(0, 1 - <x_ij, w>)^2

@@ -193,8 +193,8 @@ def fold_whitening(mlp, key_transform: torch.Tensor | None, value_transform: tor
 
     Embedding rows transform as E T, i.e. columns as k~ = T_k^T k. Scores <g~(T_k^T k), T_v^T v_j> =
     <T_v g~(T_k^T k), v_j>, so the input maps fold as `weight @ T_k^T` and the output as `T_v @ down`
-    (= W_alpha B for symmetric ZCA, Thm B.7.1 with T_v^T = W_alpha^{-1} in its inverse convention). The appendix's
-    `W_alpha^{-1} B` does not preserve the scores (NOTES.md §3);
+    (= W_alpha B for symmetric ZCA, Thm B.7.1 with T_v^T = W_alpha^{-1} in its inverse convention). The
+    `W_alpha^{-1}` that App. A.1.3 folds into the last linear block does not preserve the scores;
     tests/facts check both numerically. Modifies `mlp` in place and returns it.
     """
     with torch.no_grad():

@@ -141,7 +141,8 @@ def central_difference_encoder(
 ) -> FactMLP:
     """Alg. 8 (non-gated): a silu' -gated gadget of h~ units, then
     enc(x) = sum_t [silu(z_t + eps a_t) - silu(z_t - eps a_t)] / (2 eps), i.e. E = [1/(2eps), -1/(2eps)]
-    (the printed eps^{-1/2} is a typo, NOTES.md §3). eps is halved until the code error is <= tol."""
+    (the printed eps^{-1/2} is a typo: a central difference divides by 2 eps). eps is halved until the code error
+    is <= tol."""
     n, d = keys.shape
     m = codes.shape[1]
     h_tilde = h_tilde or gadget_hidden(n, d, bias)

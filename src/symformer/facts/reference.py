@@ -1,7 +1,7 @@
 """Independent references for the decodability solver (tests, the `facts` experiment and the benchmark).
 
 - `rho_reference_cvxpy`: rho_i from the QP min |w|^2 s.t. X_i w >= 1 solved by cvxpy (CLARABEL, tight
-  tolerances): rho_i = 1/|w| (NOTES.md §3).
+  tolerances): rho_i = 1/|w| (our SVM form of eq. (4); the paper solves eq. (4) by ADMM, App. A.1.3).
 - `hull_vertex_lp`: whether v_i is a vertex of conv(V), by the LP of scipy.optimize.linprog: v_i is NOT a
   vertex iff v_i = sum_j l_j v_j with l >= 0, sum l = 1 over the other values (feasible LP).
 Both need the optional `cvxpy` / `scipy` packages (the `dev` extra) and are imported lazily.

@@ -1,6 +1,6 @@
 """Informer (Zhou et al., AAAI 2021) as its reference implementation (zhouhaoyi/Informer2020) builds it,
 with the attention core pluggable: PLASH's forecasting protocol swaps only the attention inside Informer
-(plash-attention.txt, "Task and benchmark protocol"; NOTES.md section 5).
+(plash-attention.txt, Sec. 4, "Task and benchmark protocol" and "Backbone and replacement rule").
 
 What is kept from the reference (models/model.py, encoder.py, decoder.py, embed.py, attn.py):
 - DataEmbedding: circular Conv1d token embedding (kernel 3, Kaiming-normal init), sinusoidal positions, a

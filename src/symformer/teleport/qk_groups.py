@@ -89,7 +89,8 @@ class HGroup(QKGroup):
         return b
 
     def near_identity(self, shape, alpha, gen, dtype=torch.float64):
-        """NOTES 4: one scale a_u ~ U[1 - alpha, 1 + alpha] per rotary pair, b_u = 0."""
+        """Sec. 4's diagonal U[1 - alpha, 1 + alpha] sample, kept inside eq. (9)'s H(d_h) (our reading: the paper states
+        it for GL(n)): one scale a_u per rotary pair, b_u = 0."""
         a = 1 + alpha * (2 * torch.rand(*shape, self.pairs.shape[0], generator=gen, dtype=dtype) - 1)
         c = torch.zeros(*shape, 2 * self.pairs.shape[0], dtype=dtype)
         c[..., 0::2] = a - 1

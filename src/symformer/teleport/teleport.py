@@ -5,14 +5,15 @@ gradient-ascent baseline. The schedule, the ratio guard and the log are the Tele
 At a scheduled step, with the gradient of the current batch present: draw M elements near the identity
 (radius alpha), compute ||grad L(g_i theta)|| for each, and if more than M/2 beat ||grad L(theta)|| (eq. (15)-(16),
 the majority rule) apply the best one, theta <- g* theta, before the ordinary optimizer step. Since the loss is
-invariant and the action linear, grad L(g theta) is a fixed linear image of grad L(theta) (NOTES 4), so all
-M norms and the new gradient come from the one backward pass the trainer already did.
+invariant and the action linear, grad L(g theta) is a fixed linear image of grad L(theta) (our derivation; Alg. 1
+evaluates each candidate's gradient), so all M norms and the new gradient come from the one backward pass the
+trainer already did.
 
 The Teleporter adds the ratio guard of App. G (the cumulative ||grad after|| / ||grad before|| over a run of
 consecutive teleport steps stays <= 1.05 on small data sets) on top of the majority rule: with U[1-alpha,
 1+alpha] diagonal samples nearly every candidate raises the norm (E[u^-2] > 1), so the majority rule alone
-almost never refuses a step (NOTES 4). The guard bounds the sampling methods ("sample", "brute"); the Zhao
-et al. ascent is recorded but not bounded.
+almost never refuses a step (our analysis, not the paper's). The guard bounds the sampling methods ("sample",
+"brute"); the Zhao et al. ascent is recorded but not bounded.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The `espr` audit: a numerical check of the ESPR derivation (T0.4 ... T8'.23).
 
-Conventions (NOTES.md section 1):
+Conventions (ours):
 * every check runs in float64; statements that quantify over inputs are checked on `n_draws`
   (>= 10,000) random draws, batched;
 * "bounds we state as proven" (their proofs are in the docstrings of audit_series.py and audit_bounds.py) are tallied in

@@ -32,7 +32,7 @@ from symformer.experiments.espr.audit_tools import (
 def _mix_rows(a: Audit, d: int = 5, m: int = 2) -> None:
     """T5.8, T5.9, T6'.7, T6'.8, T6'.9 and the logit statements T5.10, T6.2, T6'.10, T6'.11."""
     g, n = a.g, a.n
-    # the structured counterexample of NOTES.md: P = U diag(Q, I) U^T, Q a rotation of the active block
+    # the structured counterexample to T6'.8: P = U diag(Q, I) U^T, Q a rotation of the active block
     theta = math.pi / 2
     U3 = eye64(3)
     P3 = rot_blocks(torch.tensor([theta], dtype=torch.float64), 3)

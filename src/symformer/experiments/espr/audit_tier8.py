@@ -133,7 +133,7 @@ def tier8(a: Audit, d: int = 6, m: int = 2, c: int = 2) -> dict[str, float]:
         f"{float(ir_e[chr(84) + '8' + chr(39) + '.7'].mean()):.3g})",
         float(diff.max()) <= 1e-9,
         f"{n} ESPR draws as in T8'.13 (d_null = {d - 2 * m}): the two definitions of R_sp give different IR_spec "
-        f"(NOTES.md); "
+        "in general; "
         "they agree when S has no null-null block (then D P D = P^T with D = diag(I, -I)) and on STRING members "
         "(T8'.23). Checks in this audit say which they use.",
     )

@@ -1,4 +1,4 @@
-"""Experiment `facts`: fact-storing MLPs (fact-storing-mlps.txt; NOTES.md §3).
+"""Experiment `facts`: fact-storing MLPs (fact-storing-mlps.txt).
 
 (a) every construction stores 100% of the facts where its conditions hold (d in {32, 64}, F = d^2/4);
 (b) scaling: parameters needed against F per method (Fig. 2c style);

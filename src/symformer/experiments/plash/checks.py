@@ -1,5 +1,5 @@
 """Sketch moments (Prop. C.4 and the Avron-Nguyen-Woodruff bound) and the certification simulation of
-Fig. 2/4 (Sec. H.5) for the `plash` experiment (plash-attention.txt; NOTES.md sections 2 and 5)."""
+Fig. 2/4 (Sec. H.5) for the `plash` experiment (plash-attention.txt)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """ETTh1 forecasting for the `plash` experiment: Informer with only its attention swapped (plash-attention.txt,
-"Task and benchmark protocol"), trained with Informer's recipe (NOTES.md section 5): per-horizon lengths,
-Adam lr 1e-4 halved every epoch after the first two (lradj type1), batch 32, up to 6 epochs, early stopping
-with patience 3 on validation MSE and the best weights restored for the test."""
+"Task and benchmark protocol"), trained with Informer's recipe (Sec. 4 defers to it; the details are
+Informer's reference implementation's): per-horizon lengths, Adam lr 1e-4 halved every epoch after the first two
+(lradj type1), batch 32, up to 6 epochs, early stopping with patience 3 on validation MSE and the best weights
+restored for the test."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Experiment `plash`: sketch moments (Prop. C.4, ANW bound), the certification simulation of Fig. 2/4 over
 the tau_g range where certificates trigger, and ETTh1 forecasting inside an Informer-faithful backbone
-(plash-attention.txt; NOTES.md sections 2 and 5). Parts: plan, checks and checks_report (sketches,
+(plash-attention.txt, Sec. 4). Parts: plan, checks and checks_report (sketches,
 certificates), forecast, claims."""
 
 from __future__ import annotations

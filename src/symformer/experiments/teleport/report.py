@@ -1,5 +1,5 @@
 """Experiment `teleport`: symmetry groups of attention for every positional encoding, and teleportation at the
-paper's operating point (transformer-teleportation.txt; NOTES 4).
+paper's operating point (transformer-teleportation.txt, Sec. 4 and App. G).
 
 (a) invariance in float64 under random group elements for every PE kind, and the negative checks;
 (b) closed-form candidate gradient norms against brute force;

@@ -225,7 +225,7 @@ def epochs_to_reach(curve: list[float], target: float, higher: bool = True) -> i
 
 def speedup_pct(base: list[float], tele: list[float], higher: bool = True) -> float:
     """100 (T_base - T_tele) / T_base with T = evaluations needed to reach the baseline's final value
-    (NOTES 4 reading); NaN when the teleported run never reaches it (the paper's N/A)."""
+    (our reading of Table 1's speed-up); NaN when the teleported run never reaches it (the paper's N/A)."""
     tb = epochs_to_reach(base, base[-1], higher)
     tt = epochs_to_reach(tele, base[-1], higher)
     return float("nan") if tt is None else 100.0 * (tb - tt) / tb
