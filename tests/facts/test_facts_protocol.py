@@ -80,13 +80,13 @@ def _b(d, F, m, params):
 def test_per_d_slopes_row():
     rows = [_b(d, F, "bin+jl", 10 * F) for d, Fs in ((32, (64, 256)), (64, (256, 1024))) for F in Fs]
     rows += [_b(32, F, "gd-swiglu", F**1.5) for F in (64, 256)] + [_b(64, 256, "ntk", 5)]
-    m = {}
-    c = facts_claims.claim_per_d(m, rows, "ours: x")
+    part = facts_claims.claim_per_d(rows, "ours: x")
+    m, (c,) = part.metrics, part.claims
     assert m["scaling_exponent_per_d"]["bin+jl"] == {32: pytest.approx(1.0), 64: pytest.approx(1.0)}
     assert m["scaling_exponent_spread"] == {"bin+jl": pytest.approx(0.0)} and c.verdict == "holds"
     rows[3]["params"] = 10 * 1024 * 2  # d = 64: slope log(8) / log(4) = 1.5, spread 0.5 > 0.3
-    assert facts_claims.claim_per_d({}, rows, "ours: x").verdict == "fails"
-    assert facts_claims.claim_per_d({}, rows[:1], "ours: x").verdict == "inconclusive"
+    assert facts_claims.claim_per_d(rows, "ours: x").claims[0].verdict == "fails"
+    assert facts_claims.claim_per_d(rows[:1], "ours: x").claims[0].verdict == "inconclusive"
 
 
 def _c(fam, k, binjl, gd, lb=None):
@@ -110,12 +110,12 @@ def test_whitening_gain_in_fig2a_form_pools_the_c_points():
         _c("raw", 100.0, 300, 60),
         _c("offset", 1.0, 100, 50),
     ]
-    m = {}
-    (c,) = facts_laws.claims_whiten_pooled(rows, m, 32, 256, 2)
+    part = facts_laws.claims_whiten_pooled(rows, 32, 256, 2)
+    m, (c,) = part.metrics, part.claims
     assert m["whitening_gain_fig2a"] == {1.0: 1.0, 1e4: 20.0}  # kappa 100 has no whitened point
     assert m["whitening_gain_fig2a_lower_bounds"] == [1e4] and m["whitening_gain_fig2a_gd"][1e4] == 4.0
     assert c.verdict == "holds" and "(a lower bound)" in c.measured and "(= d^2/4)" in c.setting
-    assert facts_laws.claims_whiten_pooled(rows[:2], {}, 32, 256, 2)[0].verdict == "fails"
+    assert facts_laws.claims_whiten_pooled(rows[:2], 32, 256, 2).claims[0].verdict == "fails"
 
 
 def test_rho_size_reports_the_inverse_fit_beside_the_loglog():
@@ -123,8 +123,8 @@ def test_rho_size_reports_the_inverse_fit_beside_the_loglog():
         {"family": f, "kappa": k, "rho": r, "coherence": 0.5, "bin+jl": 7 / r, "gd-swiglu": 3 / r**2}
         for f, k, r in (("raw", 1, 0.5), ("raw", 10, 0.2), ("whitened", 10, 0.4), ("raw", 100, 0.05))
     ]
-    m = {}
-    cl = facts_laws.claims_rho_size(rows, 32, 256, 2, m)
+    part = facts_laws.claims_rho_size(rows, 32, 256, 2)
+    m, cl = part.metrics, part.claims
     assert m["rho_size_inv_r2_constructed"] == pytest.approx(1.0) and m["rho_size_inv_r2_gd"] < 0.99
     assert "1/rho" in cl[0].evidence and cl[1].statement.startswith("ours:")
 

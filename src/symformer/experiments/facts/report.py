@@ -66,27 +66,45 @@ def _report_ab(ctx: RunContext, cfg: dict, got: dict[str, list]) -> ExperimentRe
     return combined(res, claims_ratios(rows, GD_METHODS, setting), claims_scaling(rows, setting))
 
 
-def _report_laws(res: ExperimentResult, cfg: dict, got: dict[str, list], quick: bool) -> None:
+# ---------------------------------------------------------------- (f) the solver against its references
+def solver_summary(points: list[dict], dims: list[int], kappas: list[float], F: int, n_anchors: int) -> dict | None:
+    """The solver check over every (d, kappa) point: the largest error and the vertex-decision counts."""
+    if any("skipped" in p for p in points):
+        return None
+    return {
+        "max_abs_err": max(p["max_abs_err"] for p in points),
+        "false_non_vertices": sum(p["false_non_vertices"] for p in points),
+        "false_vertices": sum(p["false_vertices"] for p in points),
+        "anchors": sum(p["anchors"] for p in points),
+        "max_gap": max(p["max_gap"] for p in points),
+        "setting": f"d in {dims}, kappa in {kappas}, F={F}, {n_anchors} anchors per set",
+    }
+
+
+def _report_laws(cfg: dict, got: dict[str, list], quick: bool) -> ExperimentResult:
+    """Parts (c)-(f): the rho-size law, coherence, whitening, the NTK gain across kappa and the solver check."""
     law, sv = cfg["laws"], cfg["solver"]
     d, F, n_seeds, kappas = law["d"], law["F"], law["seeds"], law["kappas"]
-    res.config["rho_size_rows"] = got["c"]
-    res.claims += facts_laws.claims_rho_size(got["c"], d, F, n_seeds, res.metrics)
-    res.claims += facts_laws.claims_coherence(
-        got["c"],
-        res.metrics,
-        f"ours: d={d}, F={F}, kappa in {kappas} (raw + whitened) + offset family, {n_seeds} seed(s)",
+    chk = solver_summary(got["f"], sv["dims"], sv["kappas"], sv["F"], sv["anchors"])
+    rows = {"rho_size_rows": got["c"], "whitening_rows": got["d"], "ntk_kappa_rows": got["e"]}
+    solver = ExperimentResult(
+        metrics={
+            "rho_solver_max_abs_err": None if chk is None else chk["max_abs_err"],
+            "rho_solver_false_non_vertices": None if chk is None else chk["false_non_vertices"],
+        },
+        config={**rows, "rho_solver_check": chk},
+        notes=["cvxpy / scipy not installed (the `dev` extra): the solver check is skipped."] if chk is None else [],
     )
-    res.config["whitening_rows"] = got["d"]
-    res.claims += facts_laws.claims_whiten(got["d"], res.metrics, quick)
-    res.claims += facts_laws.claims_whiten_pooled(got["c"], res.metrics, d, F, n_seeds)
-    res.config["ntk_kappa_rows"] = got["e"]
-    res.claims += facts_laws.claims_ntk(got["e"], res.metrics, d, F)
-    chk = facts_laws.solver_summary(got["f"], sv["dims"], sv["kappas"], sv["F"], sv["anchors"])
-    res.metrics["rho_solver_max_abs_err"] = None if chk is None else chk["max_abs_err"]
-    res.metrics["rho_solver_false_non_vertices"] = None if chk is None else chk["false_non_vertices"]
-    res.config["rho_solver_check"] = chk
-    if chk is None:
-        res.notes.append("cvxpy / scipy not installed (the `dev` extra): the solver check is skipped.")
+    return combined(
+        facts_laws.claims_rho_size(got["c"], d, F, n_seeds),
+        facts_laws.claims_coherence(
+            got["c"], f"ours: d={d}, F={F}, kappa in {kappas} (raw + whitened) + offset family, {n_seeds} seed(s)"
+        ),
+        facts_laws.claims_whiten(got["d"], quick),
+        facts_laws.claims_whiten_pooled(got["c"], d, F, n_seeds),
+        facts_laws.claims_ntk(got["e"], d, F),
+        solver,
+    )
 
 
 def recorded_cost(runs, keys: list[str]) -> tuple[int, float]:
@@ -109,14 +127,12 @@ def recorded_cost(runs, keys: list[str]) -> tuple[int, float]:
 @experiment("facts", "fact-storing MLPs: constructions, decodability rho, capacity and scaling", protocol="2")
 def run(ctx: RunContext) -> ExperimentResult:
     t0 = time.perf_counter()
-    res, cfg, stats = ExperimentResult(), config(ctx.quick), {}
+    cfg, stats = config(ctx.quick), {}
     p = plan(cfg, ctx.quick, ctx.seed)
     got = _run_points(ctx, p, stats)
     n, hours = recorded_cost(ctx.out_dir / "runs", [j.key for part in p.values() for j, _ in part])
-    res.metrics["facts_full_points"] = None if ctx.quick else n
-    res.metrics["facts_full_core_hours"] = None if ctx.quick else hours
-    res = combined(res, _report_ab(ctx, cfg, got))
-    _report_laws(res, cfg, got, ctx.quick)
+    cost = {"facts_full_points": None if ctx.quick else n, "facts_full_core_hours": None if ctx.quick else hours}
+    res = combined(ExperimentResult(metrics=cost), _report_ab(ctx, cfg, got), _report_laws(cfg, got, ctx.quick))
     res.config.update({"quick": ctx.quick, "seed": ctx.seed})
     res.notes.append(
         "Regressor change (issue #11): the rho-size rows now fit log(params) against log(rho) at fixed F, the "
