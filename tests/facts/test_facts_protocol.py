@@ -134,3 +134,16 @@ def test_recorded_cost_counts_records_and_seconds(tmp_path):
         (tmp_path / f"{k}.json").write_text(json.dumps({"result": 1, "provenance": {"seconds": s}}))
     (tmp_path / "c.json").write_text("{torn")
     assert facts_report.recorded_cost(tmp_path, ["a", "b", "c", "missing"]) == (2, 2.0)
+
+
+def test_method_table_matches_the_method_names():
+    """The typed fields of the facts methods say what their names say (the decoder after '+', 'gd' for a trained
+    part), and every name is one build_fact_mlp knows, so the plan and the points never read a name's parts."""
+    from symformer.experiments.facts.methods import METHODS
+    from symformer.facts.capacity import METHODS as BUILDABLE
+
+    for name, m in METHODS.items():
+        assert m.name == name and name in BUILDABLE
+        assert m.decoder == (name.split("+")[1] if "+" in name else None)
+        assert m.trained == ("gd" in name)
+    assert {m.name for m in facts_runs.CONSTRUCTIONS} <= set(METHODS) and set(facts_plan.GD_METHODS) <= set(METHODS)

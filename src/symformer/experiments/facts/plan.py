@@ -4,6 +4,7 @@ cost (the order the jobs run in)."""
 from __future__ import annotations
 
 from symformer.experiments.facts import runs as facts_runs
+from symformer.experiments.facts.methods import METHODS
 from symformer.experiments.jobs import Job
 
 PAPER = {"gd_vs_binjl": 20.0, "gdgd_vs_gd": 4.0, "ntk_lo": 5.0, "ntk_hi": 150.0}
@@ -58,7 +59,7 @@ def _job(key: str, point, kwargs: dict, checkpoints: bool = False) -> Job:
 
 
 def _gd_cost(method: str) -> float:
-    return 20.0 if "gd" in method else 1.0
+    return 20.0 if METHODS[method].trained else 1.0
 
 
 def _construction_jobs(cfg: dict, quick: bool, seed: int) -> dict[str, list[tuple[Job, float]]]:
@@ -74,7 +75,7 @@ def _construction_jobs(cfg: dict, quick: bool, seed: int) -> dict[str, list[tupl
                 _key("b", f"d={d}", f"F={F}", m),
                 facts_runs.scaling_point,
                 dict(d=d, F=F, method=m, n_seeds=cfg["seeds_per_point"], **qs),
-                checkpoints="gd" in m,
+                checkpoints=METHODS[m].trained,
             ),
             F * d * _gd_cost(m),
         )
