@@ -19,9 +19,9 @@ from symformer.facts.embeddings import make_fact_set
 
 def test_full_plan_whitens_at_beta_quarter_and_quick_keeps_4d():
     """App. A.1.1: F = beta d^2 with beta = 0.25 unless stated; the full (d) points follow it."""
-    full = facts_plan.plan(facts_plan.config(False), False, 0)["d"]
+    full = facts_plan.jobs(facts_plan.FactsPlan.for_run(False), False, 0)["d"]
     assert {(j.kwargs["d"], j.kwargs["F"]) for j, _ in full} == {(16, 64), (32, 256), (64, 1024), (128, 4096)}
-    quick = facts_plan.plan(facts_plan.config(True), True, 0)["d"]
+    quick = facts_plan.jobs(facts_plan.FactsPlan.for_run(True), True, 0)["d"]
     assert all(j.kwargs["F"] == 4 * j.kwargs["d"] for j, _ in quick)
     assert facts_laws.options(False).decoder_early_stop is False and facts_laws.options(True).decoder_early_stop is True
     from symformer.experiments import load_all
