@@ -201,3 +201,17 @@ def test_facts_runs_folder_keeps_its_plan_digest(quick, digest):
         "full": False,
     }
     assert plan_digest(plan) == digest
+
+
+def test_hf_plan_keeps_the_recorded_training_sizes():
+    """hf records no runs folder: its typed plan must give the sizes that results.json's config recorded."""
+    from dataclasses import asdict
+
+    from symformer.experiments.hf.plan import HfPlan
+
+    quick, full = HfPlan.for_run(True), HfPlan.for_run(False)
+    spec = {"hidden_size": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "intermediate_size": 160}
+    assert asdict(quick.spec) == {**spec, "max_len": 256, "rope_theta": 10000.0}
+    assert (quick.block, quick.max_chars, quick.steps, quick.batch_size, quick.eval_batches) == (64, 300_000, 60, 8, 4)
+    assert (full.block, full.max_chars, full.steps, full.batch_size, full.eval_batches) == (128, None, 600, 16, 32)
+    assert (quick.eval_every, full.eval_every) == (20, 200)
