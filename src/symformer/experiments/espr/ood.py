@@ -86,7 +86,7 @@ def arm_config(arm: Arm, cfg: OODConfig, seed: int = 0):
         return TransformerConfig(positional="learned", max_len=CANVAS // PATCH, **base)
     if arm.positional == "rope":
         return TransformerConfig(positional="rope", **base)
-    if arm.positional == "string":  # the pairing of the recorded runs (STRING/ESPR's default before issue 42)
+    if arm.positional == "string":  # the recorded runs' pairing (the parts default to "half")
         return TransformerConfig(positional="string", positional_kwargs={"pairing": "interleaved"}, **base)
     if arm.penalty is None:  # non-commuting from the start, no pull back to STRING
         kw = dict(commuting_init=False, eps_comm_penalty=0.0, eta_mix_penalty=0.0, seed=seed)
@@ -230,7 +230,7 @@ def ood_job(arm: str, seed: int, lr: float, cfg: dict, *, spec: Arm, device: str
 
 
 # the name the recorded runs carry (results/espr/runs): the function lived in experiments/espr_ood.py
-OOD_JOB = "symformer.experiments.espr_ood.ood_job"
+OOD_JOB = JobFunction(ood_job, "symformer.experiments.espr_ood.ood_job")
 
 
 def _key(arm: Arm, seed: int, lr: float, cfg: OODConfig) -> str:
@@ -240,7 +240,7 @@ def _key(arm: Arm, seed: int, lr: float, cfg: OODConfig) -> str:
 def arm_job(arm: Arm, seed: int, lr: float, cfg: OODConfig, device: str = "cpu") -> Job:
     """The recorded run of `arm`: its arguments name the arm (the signature of the recorded runs), and its function
     carries the typed arm to the worker, so no worker reads an arm back from its name."""
-    fn = JobFunction(functools.partial(ood_job, spec=arm), OOD_JOB, device)
+    fn = JobFunction(functools.partial(OOD_JOB.fn, spec=arm), OOD_JOB.name, device)
     return Job(_key(arm, seed, lr, cfg), fn, dict(arm=arm.name, seed=seed, lr=lr, cfg=json_config(cfg)))
 
 
