@@ -137,13 +137,17 @@ def test_recorded_cost_counts_records_and_seconds(tmp_path):
 
 
 def test_method_table_matches_the_method_names():
-    """The typed fields of the facts methods say what their names say (the decoder after '+', 'gd' for a trained
-    part), and every name is one build_fact_mlp knows, so the plan and the points never read a name's parts."""
+    """The typed fields of the fact-MLP methods say what their names say (encoder + decoder, 'gd' for a trained
+    part), and the table holds every method build_fact_mlp knows, so no plan, point or claim reads a name's parts."""
     from symformer.experiments.facts.methods import METHODS
     from symformer.facts.capacity import METHODS as BUILDABLE
 
+    assert set(METHODS) == set(BUILDABLE)
     for name, m in METHODS.items():
-        assert m.name == name and name in BUILDABLE
-        assert m.decoder == (name.split("+")[1] if "+" in name else None)
+        coded = "+" in name
+        assert m.name == name and (m.encoder, m.decoder) == (tuple(name.split("+")) if coded else (None, None))
         assert m.trained == ("gd" in name)
+        assert m.trained_mlp == name.startswith("gd-") and m.constructed == (coded and not name.startswith("gd+"))
+    recall_kinds = ("bin+jl", "bin+gd", "gd-swiglu", "gd-relu", "ntk")  # fact-recall's: constructed = Bin+*
+    assert [k for k in recall_kinds if METHODS[k].constructed] == ["bin+jl", "bin+gd"]
     assert {m.name for m in facts_runs.CONSTRUCTIONS} <= set(METHODS) and set(facts_plan.GD_METHODS) <= set(METHODS)
