@@ -61,7 +61,7 @@ class OODConfig:
         check_int("ir_ascent", self.ir_ascent, 0)
         for arm in self.arms:
             if not isinstance(arm, Arm):
-                fail("arms", arm, "Arm values (ood.Arm)", TypeError)
+                fail("arms", arm, "Arm values (espr.arms.Arm)", TypeError)
         names = [a.name for a in self.arms]
         if len(set(names)) < len(names):
             fail("arms", names, "arms of distinct names (each names its records)")

@@ -166,9 +166,8 @@ def lm_job(ctx: RunContext) -> Job:
         quick=ctx.quick,
         lr=lm.lr,
     )
-    return Job(
-        f"lm_F={lm.n_facts}", LM_RUN.on(ctx.device), kw, checkpoints=True
-    )  # training, swap check, each fraction resume
+    # checkpoints: the training, the swap check and each fraction resume
+    return Job(f"lm_F={lm.n_facts}", LM_RUN.on(ctx.device), kw, checkpoints=True)
 
 
 def top1_job(lm_job: Job) -> Job:
