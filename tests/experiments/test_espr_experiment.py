@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from symformer.experiments.base import RunContext, load_all
+from symformer.experiments.espr import arms as espr_arms
 from symformer.experiments.espr import audit_tools, ood_report
 from symformer.experiments.espr import ood as espr_ood
 from symformer.experiments.espr import report as espr_report
@@ -180,7 +181,8 @@ def test_ood_metrics_paired_difference_and_offset_groups():
     s = [_mk(0.1, 1.0, 2.0, 1e-7), _mk(0.1, 1.2, 2.2, 1e-7), _mk(0.1, 1.1, 2.6, 1e-7)]
     e = [_mk(0.1, 0.5, 2.0, 0.5), _mk(0.1, 0.9, 2.4, 0.7), _mk(0.1, 0.7, 2.6, 0.9)]
     runs = {"string": s, "espr_pen1": e}
-    m = ood_report.ood_metrics({"runs": runs, "offsets": OFFS, "selected_lr": {"string": 1e-3, "espr_pen1": 1e-3}})
+    ood = {"runs": runs, "offsets": OFFS, "selected_lr": {"string": 1e-3, "espr_pen1": 1e-3}}
+    m = ood_report.ood_metrics(ood, espr_ood.ARMS)
     # per seed: aligned diffs -0.5, -0.3, -0.4; non-aligned 0, +0.2, 0; OOD risk = mean of the two shifted offsets
     diffs = [(-0.5 + 0.0) / 2, (-0.3 + 0.2) / 2, (-0.4 + 0.0) / 2]
     mean = sum(diffs) / 3
@@ -225,7 +227,7 @@ def test_report_radius_text_comes_from_the_grid():
 def test_run_ood_tiny_with_records_and_resume(tmp_path):
     torch.set_num_threads(1)
     cfg = espr_ood.OODConfig(
-        seeds=(0, 1), steps=2, lrs=(1e-3, 1e-2), offset_stride=4, arms=("espr_free",), ir_n_r=4, ir_ascent=1
+        seeds=(0, 1), steps=2, lrs=(1e-3, 1e-2), offset_stride=4, arms=(espr_arms.ESPR_FREE,), ir_n_r=4, ir_ascent=1
     )
     stats: dict = {}
     ood = espr_ood.run_ood(cfg, tmp_path / "runs", stats=stats)
@@ -240,7 +242,7 @@ def test_run_ood_tiny_with_records_and_resume(tmp_path):
     stats2: dict = {}
     again = espr_ood.run_ood(cfg, tmp_path / "runs", resume=True, stats=stats2)
     assert stats2 == {"ran": 0, "reused": 3} and again["runs"] == json.loads(json.dumps(ood["runs"]))
-    ood_report.plot_ood(ood_report.ood_metrics(ood)["ood_accuracy"], ood["offsets"], tmp_path / "f.png")
+    ood_report.plot_ood(ood_report.ood_metrics(ood, cfg.arms)["ood_accuracy"], ood["offsets"], tmp_path / "f.png")
     ood_report.plot_ir_gap(ood["runs"], tmp_path / "g.png")
     assert (tmp_path / "f.png").stat().st_size > 1000 and (tmp_path / "g.png").stat().st_size > 1000
 
@@ -250,11 +252,13 @@ def test_rope_model_is_exactly_relative():
     from symformer.models import ViTClassifier
 
     cfg = espr_ood.OODConfig(ir_n_r=4, ir_ascent=1)
-    model = ViTClassifier(espr_ood.arm_config("rope", cfg), token_dim=16, n_classes=10)
+    model = ViTClassifier(espr_ood.arm_config(espr_arms.ROPE, cfg), token_dim=16, n_classes=10)
     assert espr_ood.model_ir(model, espr_ood.offsets(4), cfg)["ir_spec"] < espr_ood.IR_ZERO
     assert (
         espr_ood.model_ir(
-            ViTClassifier(espr_ood.arm_config("learned", cfg), token_dim=16, n_classes=10), espr_ood.offsets(4), cfg
+            ViTClassifier(espr_ood.arm_config(espr_arms.LEARNED, cfg), token_dim=16, n_classes=10),
+            espr_ood.offsets(4),
+            cfg,
         )
         is None
     )
@@ -272,7 +276,7 @@ def test_vit_features_feed_the_head():
     from symformer.models import ViTClassifier
 
     torch.manual_seed(0)
-    model = ViTClassifier(espr_ood.arm_config("string", espr_ood.OODConfig()), token_dim=16, n_classes=10)
+    model = ViTClassifier(espr_ood.arm_config(espr_arms.STRING, espr_ood.OODConfig()), token_dim=16, n_classes=10)
     tok, pos = torch.randn(3, 16, 16), torch.tensor([[i // 4, i % 4] for i in range(16)], dtype=torch.float32)
     z = model.features(tok, pos)
     assert z.shape == (3, 32) and torch.allclose(model(tok, pos), model.head(z))
@@ -281,8 +285,7 @@ def test_vit_features_feed_the_head():
 @pytest.mark.parametrize(
     "kw, name",
     [
-        (dict(arms=("foo",)), "arm"),
-        (dict(arms=("espr_penx",)), "arm"),
+        (dict(arms=(espr_arms.ESPR_FREE, espr_arms.Arm("espr"))), "arms"),
         (dict(arms=()), "arms"),
         (dict(steps=0), "steps"),
         (dict(lrs=(0.0,)), "lrs"),
@@ -297,6 +300,31 @@ def test_vit_features_feed_the_head():
 def test_ood_config_bad_input(kw, name):
     with pytest.raises(ValueError, match=name):
         espr_ood.OODConfig(**kw)
+
+
+def test_arm_names_come_from_fields_and_bad_arms_are_refused():
+    """The names the recorded runs carry (results/espr/runs) are built from the typed fields, never read back."""
+    assert [a.name for a in espr_ood.ARMS] == ["learned", "rope", "string", "espr_pen1", "espr_free"]
+    assert espr_arms.Arm("espr", 0.5).name == "espr_pen0.5" and espr_arms.ESPR_PEN1.penalty == 1.0
+    assert [a.is_espr for a in espr_ood.ARMS] == [False, False, False, True, True]
+    for kw, name in ((dict(positional="foo"), "positional"), (dict(positional="rope", penalty=1.0), "penalty")):
+        with pytest.raises(ValueError, match=name):
+            espr_arms.Arm(**kw)
+    with pytest.raises(ValueError, match="penalty"):
+        espr_arms.Arm("espr", -1.0)
+    with pytest.raises(TypeError, match="arms"):
+        espr_ood.OODConfig(arms=("rope",))
+
+
+def test_arm_job_keeps_the_recorded_signature():
+    """The job's arguments name the arm as the recorded runs do; the typed arm rides with its function."""
+    cfg = espr_report.ood_config(True, 0)
+    job = espr_ood.arm_job(espr_arms.ESPR_PEN1, 0, 3e-3, cfg)
+    assert job.key == "ood_espr_pen1_lr0.003_s0_t300_o2"
+    assert job.signature()["fn"] == "symformer.experiments.espr_ood.ood_job"
+    assert job.kwargs["arm"] == "espr_pen1" and job.kwargs["cfg"]["arms"] == [a.name for a in espr_ood.ARMS]
+    with pytest.raises(ValueError, match="arm"):
+        espr_ood.ood_job("rope", 0, 3e-3, job.kwargs["cfg"], spec=espr_arms.ESPR_PEN1)
 
 
 def test_ood_config_bad_types():
@@ -359,7 +387,8 @@ def test_free_espr_init_follows_the_training_seed():
         model = ViTClassifier(espr_ood.arm_config(arm, espr_ood.OODConfig(), seed), token_dim=16, n_classes=10)
         return model.encoder.blocks[0].attn.rotary.gen_param.detach().clone()
 
-    assert not torch.equal(gens("espr_free", 0), gens("espr_free", 1))
-    assert torch.equal(gens("espr_free", 1), gens("espr_free", 1))
-    assert not torch.equal(gens("espr_pen1", 0), gens("espr_pen1", 1))
-    assert torch.equal(gens("espr_pen1", 1), gens("espr_pen1", 1))
+    free, pen1 = espr_arms.ESPR_FREE, espr_arms.ESPR_PEN1
+    assert not torch.equal(gens(free, 0), gens(free, 1))
+    assert torch.equal(gens(free, 1), gens(free, 1))
+    assert not torch.equal(gens(pen1, 0), gens(pen1, 1))
+    assert torch.equal(gens(pen1, 1), gens(pen1, 1))

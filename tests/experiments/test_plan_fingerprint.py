@@ -1,11 +1,13 @@
 """jobs.recorded_plan: a runs folder names its protocol (runs/PLAN.json); --resume refuses another one."""
 
 import json
+from pathlib import Path
 
 import pytest
 
 from symformer import cli
 from symformer.experiments import base as ebase
+from symformer.experiments import load_all
 from symformer.experiments.jobs import Job, PlanMismatch, plan_digest, recorded_plan, run_jobs
 from symformer.experiments.teleport import speedup_pct
 from symformer.results import ExperimentResult
@@ -118,3 +120,98 @@ def test_ctrl_c_stops_worker_processes_at_once(tmp_path):
         run_jobs(jobs, tmp_path, n_workers=2)
     assert time.perf_counter() - t0 < 45 and not active_children()
     assert not list(tmp_path.glob("j*.json"))
+
+
+# ---------------------------------------------------------------- the recorded experiments' jobs, pinned
+# A recorded run (results/<experiment>/runs, a long facts run in progress) resumes only where the runs folder's plan
+# digest and each job's key and signature are those it was recorded with: a refactor of a plan (typed plans, typed
+# arms and methods) must leave them as they are. The digests were taken before the typed plans (commit acb513d).
+def _jobs_digest(rows) -> str:
+    import hashlib
+
+    return hashlib.sha256(json.dumps(rows, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _job_row(job, *extra):
+    return [job.key, job.signature(), job.checkpoints, *extra]
+
+
+def _facts_jobs(quick):
+    from symformer.experiments.facts import plan as facts_plan
+
+    parts = facts_plan.jobs(facts_plan.FactsPlan.for_run(quick), quick, 0)
+    return {part: [_job_row(j, cost) for j, cost in jcs] for part, jcs in parts.items()}
+
+
+def _espr_jobs(quick, monkeypatch):
+    from symformer.experiments.espr import ood as espr_ood
+    from symformer.experiments.espr import report as espr_report
+
+    got = []
+
+    def record(jobs, *args, **kw):  # the plan's jobs, without running them
+        got.extend(jobs)
+        return {j.key: {"val_loss": 1.0 + i} for i, j in enumerate(jobs)}
+
+    monkeypatch.setattr(espr_ood, "run_jobs", record)
+    espr_ood.run_ood(espr_report.ood_config(quick, 0))
+    return [_job_row(j) for j in got]
+
+
+def _fact_recall_jobs(quick):
+    from symformer.experiments.fact_recall import plan as fact_recall_plan
+
+    ctx = ebase.RunContext(Path("unused"), quick=quick, seed=0)
+    ctx.options = {k: default for k, (default, _) in fact_recall_plan.OPTIONS.items()}
+    lm = fact_recall_plan.lm_job(ctx)
+    jobs = [
+        lm,
+        fact_recall_plan.top1_job(lm),
+        *fact_recall_plan.ssfr_jobs(ctx),
+        *fact_recall_plan.usability_jobs(ctx, 64),
+    ]
+    ctx.options["usability_trainings"] = "paper"
+    return [_job_row(j) for j in [*jobs, *fact_recall_plan.usability_jobs(ctx, 64)]]
+
+
+@pytest.mark.parametrize(
+    "quick, facts, espr, fact_recall",
+    [
+        (True, "c65e1d705fc3ec4c", "503bd3ef142fa110", "718d74967e071e13"),
+        (False, "96a81bf054ef1bad", "3a47d55d170d132e", "f34615480f5c1700"),
+    ],
+)
+def test_recorded_jobs_keep_their_keys_and_signatures(quick, facts, espr, fact_recall, monkeypatch):
+    assert _jobs_digest(_facts_jobs(quick)) == facts
+    assert _jobs_digest(_espr_jobs(quick, monkeypatch)) == espr
+    assert _jobs_digest(_fact_recall_jobs(quick)) == fact_recall
+
+
+@pytest.mark.parametrize("quick, digest", [(True, "0fdd31b14ba572da"), (False, "9497b73d55c9c36d")])
+def test_facts_runs_folder_keeps_its_plan_digest(quick, digest):
+    """The digest that every facts record is stamped with (runs/PLAN.json: experiment, protocol, quick, seed,
+    options, --full); the quick one is the stamp of the records of a quick run made before the typed plans."""
+    spec = load_all().get("facts")
+    plan = {
+        "experiment": "facts",
+        "protocol": spec.protocol,
+        "quick": quick,
+        "seed": 0,
+        "options": spec.resolve_options({}),
+        "full": False,
+    }
+    assert plan_digest(plan) == digest
+
+
+def test_hf_plan_keeps_the_recorded_training_sizes():
+    """hf records no runs folder: its typed plan must give the sizes that results.json's config recorded."""
+    from dataclasses import asdict
+
+    from symformer.experiments.hf.plan import HfPlan
+
+    quick, full = HfPlan.for_run(True), HfPlan.for_run(False)
+    spec = {"hidden_size": 64, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2, "intermediate_size": 160}
+    assert asdict(quick.spec) == {**spec, "max_len": 256, "rope_theta": 10000.0}
+    assert (quick.block, quick.max_chars, quick.steps, quick.batch_size, quick.eval_batches) == (64, 300_000, 60, 8, 4)
+    assert (full.block, full.max_chars, full.steps, full.batch_size, full.eval_batches) == (128, None, 600, 16, 32)
+    assert (quick.eval_every, full.eval_every) == (20, 200)

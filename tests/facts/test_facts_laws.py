@@ -70,10 +70,10 @@ def test_ntk_gain_rows_exact_lower_bound_and_none():
         {"kappa": 10.0, "gain": 2.5, "gain_kind": "lower bound", "reason": "ntk: no h <= 8 stores every fact"},
         {"kappa": 30.0, "gain": None, "gain_kind": "none", "reason": "ntk: ...; ntk-mo: ..."},
     ]
-    metrics = {}
-    (claim,) = claims_ntk(rows, metrics, 16, 64)
+    part = claims_ntk(rows, 16, 64)
+    metrics, (claim,) = part.metrics, part.claims
     assert metrics["ntk_mo_gain_max"] == 2.5 and metrics["ntk_mo_gain_kind"][10.0] == "lower bound"
     assert set(metrics["ntk_mo_breakdown"]) == {10.0, 30.0}
     assert claim.verdict == "holds" and "(a lower bound)" in claim.measured and "(= d^2/4)" in claim.setting
-    metrics = {}
-    assert claims_ntk(rows[2:], metrics, 16, 64)[0].verdict == "inconclusive" and metrics["ntk_mo_gain_max"] is None
+    part = claims_ntk(rows[2:], 16, 64)
+    assert part.claims[0].verdict == "inconclusive" and part.metrics["ntk_mo_gain_max"] is None

@@ -18,22 +18,22 @@ from symformer.experiments.jobs import Job
 
 @pytest.mark.parametrize("quick", [True, False])
 def test_plan_has_one_valid_job_per_point(quick):
-    cfg = facts_plan.config(quick)
-    p = facts_plan.plan(cfg, quick, seed=0)
+    cfg = facts_plan.FactsPlan.for_run(quick)
+    p = facts_plan.jobs(cfg, quick, seed=0)
     keys = [j.key for part in p.values() for j, _ in part]
     assert len(keys) == len(set(keys))
     assert all(k and all(c.isalnum() or c in "._-=" for c in k) for k in keys)
-    n_b = sum(len(Fs) * len(cfg["by_d"][d]) for d, Fs in cfg["grid"].items())
-    law = cfg["laws"]
-    assert len(p["b"]) == n_b and len(p["c"]) == 2 * len(law["kappas"]) + len(law["offsets"])
-    assert len(p["a"]) == len(cfg["dims_a"]) + 1 and len(p["e"]) == len(cfg["ntk_kappas"])
+    n_b = sum(len(Fs) * len(cfg.by_d[d]) for d, Fs in cfg.grid.items())
+    law = cfg.laws
+    assert len(p["b"]) == n_b and len(p["c"]) == 2 * len(law.kappas) + len(law.offsets)
+    assert len(p["a"]) == len(cfg.dims_a) + 1 and len(p["e"]) == len(cfg.ntk_kappas)
     for part in p.values():
         for job, cost in part:
             assert job.fn.name == f"symformer.experiments.facts_runs.{job.fn.fn.__name__}"  # the recorded name
             assert getattr(facts_runs, job.fn.fn.__name__) is job.fn.fn  # workers import it
             assert json.loads(json.dumps(job.kwargs)) == job.kwargs and cost > 0  # the signature reads back
     if not quick:  # the full protocol: Fig. 2c's d = 128 column up to F = 4096, two seeds per point
-        assert cfg["grid"][128] == [1024, 2048, 4096] and cfg["seeds_per_point"] == 2
+        assert cfg.grid[128] == [1024, 2048, 4096] and cfg.seeds_per_point == 2
 
 
 def test_a_point_ignores_the_global_stream():

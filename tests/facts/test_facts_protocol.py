@@ -19,9 +19,9 @@ from symformer.facts.embeddings import make_fact_set
 
 def test_full_plan_whitens_at_beta_quarter_and_quick_keeps_4d():
     """App. A.1.1: F = beta d^2 with beta = 0.25 unless stated; the full (d) points follow it."""
-    full = facts_plan.plan(facts_plan.config(False), False, 0)["d"]
+    full = facts_plan.jobs(facts_plan.FactsPlan.for_run(False), False, 0)["d"]
     assert {(j.kwargs["d"], j.kwargs["F"]) for j, _ in full} == {(16, 64), (32, 256), (64, 1024), (128, 4096)}
-    quick = facts_plan.plan(facts_plan.config(True), True, 0)["d"]
+    quick = facts_plan.jobs(facts_plan.FactsPlan.for_run(True), True, 0)["d"]
     assert all(j.kwargs["F"] == 4 * j.kwargs["d"] for j, _ in quick)
     assert facts_laws.options(False).decoder_early_stop is False and facts_laws.options(True).decoder_early_stop is True
     from symformer.experiments import load_all
@@ -80,13 +80,13 @@ def _b(d, F, m, params):
 def test_per_d_slopes_row():
     rows = [_b(d, F, "bin+jl", 10 * F) for d, Fs in ((32, (64, 256)), (64, (256, 1024))) for F in Fs]
     rows += [_b(32, F, "gd-swiglu", F**1.5) for F in (64, 256)] + [_b(64, 256, "ntk", 5)]
-    m = {}
-    c = facts_claims.claim_per_d(m, rows, "ours: x")
+    part = facts_claims.claim_per_d(rows, "ours: x")
+    m, (c,) = part.metrics, part.claims
     assert m["scaling_exponent_per_d"]["bin+jl"] == {32: pytest.approx(1.0), 64: pytest.approx(1.0)}
     assert m["scaling_exponent_spread"] == {"bin+jl": pytest.approx(0.0)} and c.verdict == "holds"
     rows[3]["params"] = 10 * 1024 * 2  # d = 64: slope log(8) / log(4) = 1.5, spread 0.5 > 0.3
-    assert facts_claims.claim_per_d({}, rows, "ours: x").verdict == "fails"
-    assert facts_claims.claim_per_d({}, rows[:1], "ours: x").verdict == "inconclusive"
+    assert facts_claims.claim_per_d(rows, "ours: x").claims[0].verdict == "fails"
+    assert facts_claims.claim_per_d(rows[:1], "ours: x").claims[0].verdict == "inconclusive"
 
 
 def _c(fam, k, binjl, gd, lb=None):
@@ -110,12 +110,12 @@ def test_whitening_gain_in_fig2a_form_pools_the_c_points():
         _c("raw", 100.0, 300, 60),
         _c("offset", 1.0, 100, 50),
     ]
-    m = {}
-    (c,) = facts_laws.claims_whiten_pooled(rows, m, 32, 256, 2)
+    part = facts_laws.claims_whiten_pooled(rows, 32, 256, 2)
+    m, (c,) = part.metrics, part.claims
     assert m["whitening_gain_fig2a"] == {1.0: 1.0, 1e4: 20.0}  # kappa 100 has no whitened point
     assert m["whitening_gain_fig2a_lower_bounds"] == [1e4] and m["whitening_gain_fig2a_gd"][1e4] == 4.0
     assert c.verdict == "holds" and "(a lower bound)" in c.measured and "(= d^2/4)" in c.setting
-    assert facts_laws.claims_whiten_pooled(rows[:2], {}, 32, 256, 2)[0].verdict == "fails"
+    assert facts_laws.claims_whiten_pooled(rows[:2], 32, 256, 2).claims[0].verdict == "fails"
 
 
 def test_rho_size_reports_the_inverse_fit_beside_the_loglog():
@@ -123,8 +123,8 @@ def test_rho_size_reports_the_inverse_fit_beside_the_loglog():
         {"family": f, "kappa": k, "rho": r, "coherence": 0.5, "bin+jl": 7 / r, "gd-swiglu": 3 / r**2}
         for f, k, r in (("raw", 1, 0.5), ("raw", 10, 0.2), ("whitened", 10, 0.4), ("raw", 100, 0.05))
     ]
-    m = {}
-    cl = facts_laws.claims_rho_size(rows, 32, 256, 2, m)
+    part = facts_laws.claims_rho_size(rows, 32, 256, 2)
+    m, cl = part.metrics, part.claims
     assert m["rho_size_inv_r2_constructed"] == pytest.approx(1.0) and m["rho_size_inv_r2_gd"] < 0.99
     assert "1/rho" in cl[0].evidence and cl[1].statement.startswith("ours:")
 
@@ -134,3 +134,20 @@ def test_recorded_cost_counts_records_and_seconds(tmp_path):
         (tmp_path / f"{k}.json").write_text(json.dumps({"result": 1, "provenance": {"seconds": s}}))
     (tmp_path / "c.json").write_text("{torn")
     assert facts_report.recorded_cost(tmp_path, ["a", "b", "c", "missing"]) == (2, 2.0)
+
+
+def test_method_table_matches_the_method_names():
+    """The typed fields of the fact-MLP methods say what their names say (encoder + decoder, 'gd' for a trained
+    part), and the table holds every method build_fact_mlp knows, so no plan, point or claim reads a name's parts."""
+    from symformer.experiments.facts.methods import METHODS
+    from symformer.facts.capacity import METHODS as BUILDABLE
+
+    assert set(METHODS) == set(BUILDABLE)
+    for name, m in METHODS.items():
+        coded = "+" in name
+        assert m.name == name and (m.encoder, m.decoder) == (tuple(name.split("+")) if coded else (None, None))
+        assert m.trained == ("gd" in name)
+        assert m.trained_mlp == name.startswith("gd-") and m.constructed == (coded and not name.startswith("gd+"))
+    recall_kinds = ("bin+jl", "bin+gd", "gd-swiglu", "gd-relu", "ntk")  # fact-recall's: constructed = Bin+*
+    assert [k for k in recall_kinds if METHODS[k].constructed] == ["bin+jl", "bin+gd"]
+    assert {m.name for m in facts_runs.CONSTRUCTIONS} <= set(METHODS) and set(facts_plan.GD_METHODS) <= set(METHODS)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -18,10 +18,10 @@ from symformer._rng import seed_torch
 from symformer._validation import check_float, check_int, fail
 from symformer.experiments.base import JobFunction
 from symformer.experiments.devices import tensor_data_on
+from symformer.experiments.espr.arms import ARMS, Arm
 from symformer.experiments.jobs import Job, run_jobs
 
 CANVAS, DIGIT, PATCH = 16, 8, 4
-ARMS = ("learned", "rope", "string", "espr_pen1", "espr_free")
 # IR_spec below this is rounding: RoPE/STRING are exactly relative (T8'.23), but their float32 parameters give
 # IR_spec ~1e-7 (STRING's learned orthogonal factor is orthogonal to float32 precision); ranked as 0
 IR_ZERO = 1e-5
@@ -38,7 +38,7 @@ class OODConfig:
     n_layers: int = 2
     d_act: int = 12  # ESPR active dimension (head_dim 16): 4 null coordinates for eta_mix
     offset_stride: int = 1  # test offsets (dy, dx) in 0..CANVAS-DIGIT with this stride (pixels)
-    arms: tuple[str, ...] = ARMS
+    arms: tuple[Arm, ...] = ARMS
     ir_n_r: int = 64
     ir_ascent: int = 10
 
@@ -60,46 +60,39 @@ class OODConfig:
         check_int("ir_n_r", self.ir_n_r, 1)
         check_int("ir_ascent", self.ir_ascent, 0)
         for arm in self.arms:
-            check_arm(arm)
+            if not isinstance(arm, Arm):
+                fail("arms", arm, "Arm values (espr.arms.Arm)", TypeError)
+        names = [a.name for a in self.arms]
+        if len(set(names)) < len(names):
+            fail("arms", names, "arms of distinct names (each names its records)")
 
     @classmethod
-    def from_dict(cls, d: dict) -> "OODConfig":
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+    def from_dict(cls, d: dict, arms: tuple[Arm, ...]) -> "OODConfig":
+        """The config a job's JSON arguments carry (json_config), with `arms`, the typed arms the job came with, in
+        place of the arm names recorded there."""
+        if [a.name for a in arms if a.name not in d["arms"]]:
+            fail("arms", [a.name for a in arms], f"arms among the recorded {d['arms']}")
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items() if k != "arms"}, arms=arms)
 
 
-def check_arm(arm: str) -> str:
-    ok = arm in ("learned", "rope", "string", "espr_free")
-    if isinstance(arm, str) and arm.startswith("espr_pen"):
-        try:
-            ok = float(arm[len("espr_pen") :]) >= 0
-        except ValueError:
-            ok = False
-    if not ok:
-        fail("arm", arm, "one of learned, rope, string, espr_free, espr_pen<weight >= 0>")
-    return arm
-
-
-def arm_config(arm: str, cfg: OODConfig, seed: int = 0):
+def arm_config(arm: Arm, cfg: OODConfig, seed: int = 0):
     """TransformerConfig of one arm; ESPR levels differ in penalty weights on eps_comm / eta_mix (T6'.0). `seed`:
     the training seed, which also seeds free ESPR's random non-commuting init (with the parts' default seed 0 every
     training seed would start from the same generators, and the standard error over seeds would leave that
     variation out)."""
     from symformer.models import TransformerConfig
 
-    check_arm(arm)
     base = dict(d_model=cfg.d_model, n_heads=cfg.n_heads, n_layers=cfg.n_layers, d_ff=2 * cfg.d_model, coord_dim=2)
-    if arm == "learned":
+    if arm.positional == "learned":
         return TransformerConfig(positional="learned", max_len=CANVAS // PATCH, **base)
-    if arm == "rope":
-        return TransformerConfig(positional=arm, **base)
-    if arm == "string":  # the recorded runs' pairing (the parts default to "half")
-        return TransformerConfig(positional=arm, positional_kwargs={"pairing": "interleaved"}, **base)
-    level = arm[len("espr_") :]
-    if level == "free":  # non-commuting from the start, no pull back to STRING
+    if arm.positional == "rope":
+        return TransformerConfig(positional="rope", **base)
+    if arm.positional == "string":  # the recorded runs' pairing (the parts default to "half")
+        return TransformerConfig(positional="string", positional_kwargs={"pairing": "interleaved"}, **base)
+    if arm.penalty is None:  # non-commuting from the start, no pull back to STRING
         kw = dict(commuting_init=False, eps_comm_penalty=0.0, eta_mix_penalty=0.0, seed=seed)
     else:
-        w = float(level[len("pen") :])
-        kw = dict(commuting_init=True, eps_comm_penalty=w, eta_mix_penalty=w)
+        kw = dict(commuting_init=True, eps_comm_penalty=arm.penalty, eta_mix_penalty=arm.penalty)
     return TransformerConfig(
         positional="espr", positional_kwargs=dict(d_act=cfg.d_act, pairing="interleaved", **kw), **base
     )
@@ -144,7 +137,7 @@ def _split(part: str, dy: int = 0, dx: int = 0):
     return TensorData(tok, y[idx[part]], pos)
 
 
-def train_model(arm: str, seed: int, lr: float, cfg: OODConfig, device: str = "cpu"):
+def train_model(arm: Arm, seed: int, lr: float, cfg: OODConfig, device: str = "cpu"):
     """(model, {val_loss, val_accuracy}) after training at offset (0, 0) through train.Trainer on `device`: AdamW,
     10% linear warmup then cosine, no weight decay, no clipping, `steps` steps of batch `batch`."""
     from symformer.models import ViTClassifier
@@ -219,11 +212,14 @@ def model_ir(model, offs, cfg: OODConfig) -> dict | None:
     return out
 
 
-def ood_job(arm: str, seed: int, lr: float, cfg: dict, device: str = "cpu") -> dict:
+def ood_job(arm: str, seed: int, lr: float, cfg: dict, *, spec: Arm, device: str = "cpu") -> dict:
     """One recorded run (a Job): train and test at every offset on `device`, then IR_spec and the Lipschitz
-    constant in float64 on the CPU; JSON in and out."""
-    c = OODConfig.from_dict(cfg)
-    model, info = train_model(arm, seed, lr, c, device)
+    constant in float64 on the CPU; JSON in and out. `arm` is the arm's name as the record carries it, `spec` the
+    arm itself (the job's function carries it, outside the record's signature: `arm_job`)."""
+    if spec.name != arm:
+        fail("arm", arm, f"the name of spec ({spec.name!r})")
+    c = OODConfig.from_dict(cfg, (spec,))
+    model, info = train_model(spec, seed, lr, c, device)
     offs = offsets(c.offset_stride)
     ev = evaluate_offsets(model, offs, device)
     model = model.cpu()  # the float64 diagnostics below are exact on the CPU
@@ -238,8 +234,15 @@ def ood_job(arm: str, seed: int, lr: float, cfg: dict, device: str = "cpu") -> d
 OOD_JOB = JobFunction(ood_job, "symformer.experiments.espr_ood.ood_job")
 
 
-def _key(arm: str, seed: int, lr: float, cfg: OODConfig) -> str:
-    return f"ood_{arm}_lr{lr:g}_s{seed}_t{cfg.steps}_o{cfg.offset_stride}"
+def _key(arm: Arm, seed: int, lr: float, cfg: OODConfig) -> str:
+    return f"ood_{arm.name}_lr{lr:g}_s{seed}_t{cfg.steps}_o{cfg.offset_stride}"
+
+
+def arm_job(arm: Arm, seed: int, lr: float, cfg: OODConfig, device: str = "cpu") -> Job:
+    """The recorded run of `arm`: its arguments name the arm (the signature of the recorded runs), and its function
+    carries the typed arm to the worker, so no worker reads an arm back from its name."""
+    fn = JobFunction(functools.partial(OOD_JOB.fn, spec=arm), OOD_JOB.name, device)
+    return Job(_key(arm, seed, lr, cfg), fn, dict(arm=arm.name, seed=seed, lr=lr, cfg=json_config(cfg)))
 
 
 def run_ood(
@@ -253,28 +256,19 @@ def run_ood(
     """Every arm: the learning-rate grid with the first seed, then the other seeds at the lr with the lowest
     validation loss. Returns {"runs": {arm: [record per seed]}, "offsets": [...], "selected_lr": {arm: lr},
     "selection": {arm: {lr: val_loss}}}."""
-    cd = json_config(cfg)
     s0 = cfg.seeds[0]
-    grid = [
-        Job(_key(a, s0, lr, cfg), OOD_JOB.on(device), dict(arm=a, seed=s0, lr=lr, cfg=cd))
-        for a in cfg.arms
-        for lr in cfg.lrs
-    ]
-    first = run_jobs(grid, record_dir, n_workers, resume, stats)
-    selection = {a: {str(lr): first[_key(a, s0, lr, cfg)]["val_loss"] for lr in cfg.lrs} for a in cfg.arms}
-    chosen = {a: min(cfg.lrs, key=lambda lr, a=a: _finite(selection[a][str(lr)])) for a in cfg.arms}
-    rest = [
-        Job(_key(a, s, chosen[a], cfg), OOD_JOB.on(device), dict(arm=a, seed=s, lr=chosen[a], cfg=cd))
-        for a in cfg.arms
-        for s in cfg.seeds[1:]
-    ]
+    first = run_jobs(
+        [arm_job(a, s0, lr, cfg, device) for a in cfg.arms for lr in cfg.lrs], record_dir, n_workers, resume, stats
+    )
+    selection = {a.name: {str(lr): first[_key(a, s0, lr, cfg)]["val_loss"] for lr in cfg.lrs} for a in cfg.arms}
+    chosen = {a: min(cfg.lrs, key=lambda lr, a=a: _finite(selection[a.name][str(lr)])) for a in cfg.arms}
+    rest = [arm_job(a, s, chosen[a], cfg, device) for a in cfg.arms for s in cfg.seeds[1:]]
     got = dict(first)
     got.update(run_jobs(rest, record_dir, n_workers, resume, stats))
-    runs = {a: [got[_key(a, s, chosen[a], cfg)] for s in cfg.seeds] for a in cfg.arms}
     return {
-        "runs": runs,
+        "runs": {a.name: [got[_key(a, s, chosen[a], cfg)] for s in cfg.seeds] for a in cfg.arms},
         "offsets": [list(o) for o in offsets(cfg.offset_stride)],
-        "selected_lr": chosen,
+        "selected_lr": {a.name: lr for a, lr in chosen.items()},
         "selection": selection,
     }
 
@@ -284,4 +278,7 @@ def _finite(v: float) -> float:
 
 
 def json_config(cfg: OODConfig) -> dict:
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(cfg).items()}
+    """The config as JSON, each arm by its name (the jobs' arguments and results.json's config)."""
+    d = {f.name: getattr(cfg, f.name) for f in fields(cfg)}
+    d["arms"] = [a.name for a in cfg.arms]
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}

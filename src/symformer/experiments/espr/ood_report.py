@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from symformer.experiments.espr.arms import STRING, Arm
 from symformer.experiments.espr.ood import CANVAS, IR_ZERO, PATCH, OODConfig, ir_radius, is_aligned
 from symformer.experiments.plots import pyplot
 from symformer.results import Claim, verdict
@@ -52,8 +53,15 @@ def gap(run: dict) -> float:
 
 def paired_difference(runs: dict, arm: str, group: str = "ood") -> dict:
     """ESPR arm minus STRING, OOD risk paired by seed: {"per_seed", "mean", "se", "n"}."""
-    diffs = [ood_risk(a, group) - ood_risk(b, group) for a, b in zip(runs[arm], runs["string"])]
+    diffs = [ood_risk(a, group) - ood_risk(b, group) for a, b in zip(runs[arm], runs[STRING.name])]
     return {"per_seed": diffs, "mean": mean(diffs), "se": se(diffs), "n": len(diffs)}
+
+
+def espr_against_string(runs: dict, arms: tuple[Arm, ...]) -> list[str]:
+    """The names of the ESPR arms in `runs` that T8'.16/T8'.21 compares with STRING (none without a STRING run)."""
+    if STRING.name not in runs:
+        return []
+    return [a.name for a in arms if a.is_espr and a.name in runs]
 
 
 def decide(m: float, s: float) -> bool | None:
@@ -185,7 +193,7 @@ def _dominance_claim(runs: dict, espr_arms: list[str], st: str) -> Claim:
         PAPER,
         "; ".join(parts),
         verdict(ok),
-        f"{len(runs['string'])} seed(s), paired by seed (same init and batch order); OOD risk = "
+        f"{len(runs[STRING.name])} seed(s), paired by seed (same init and batch order); OOD risk = "
         "mean test cross-entropy over every offset but the training one; decision at 2 standard errors of the "
         "paired difference per ESPR arm; inconclusive within 2 SE, with one seed, or when ESPR arms disagree",
         st,
@@ -210,19 +218,20 @@ def ood_claims(ood: dict, cfg: OODConfig) -> tuple[list[Claim], dict]:
         "which the link z' = U' z of T8'.10 ignores"
     )
     claims = _bound_claims(runs, summary, ev, st)
-    espr_arms = [a for a in runs if a.startswith("espr")]
-    if "string" in runs and espr_arms:
+    espr_arms = espr_against_string(runs, cfg.arms)
+    if espr_arms:
         claims.append(_dominance_claim(runs, espr_arms, st))
     return claims, summary
 
 
-def ood_metrics(ood: dict) -> dict:
-    """The fixed metric names of issue 19 plus the accuracy table and the selected learning rates."""
+def ood_metrics(ood: dict, arms: tuple[Arm, ...]) -> dict:
+    """The fixed metric names of issue 19 plus the accuracy table and the selected learning rates; `arms`: the
+    study's arms (OODConfig.arms), whose runs `ood["runs"]` holds by name."""
     runs = ood["runs"]
     acc = {arm: {k: mean([r["acc"][k] for r in rs]) for k in rs[0]["acc"]} for arm, rs in runs.items()}
     m = {"ood_accuracy": acc, "ood_seeds": min(len(rs) for rs in runs.values()), "ood_selected_lr": ood["selected_lr"]}
-    espr_arms = [a for a in runs if a.startswith("espr")]
-    if "string" in runs and espr_arms:
+    espr_arms = espr_against_string(runs, arms)
+    if espr_arms:
         diffs = {a: paired_difference(runs, a) for a in espr_arms}
         m["ood_risk_espr_minus_string_mean"] = {a: d["mean"] for a, d in diffs.items()}
         m["ood_risk_espr_minus_string_se"] = {a: d["se"] for a, d in diffs.items()}

@@ -5,11 +5,10 @@ ood_report.py)."""
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
 
 from symformer.experiments.base import RunContext, experiment
 from symformer.experiments.espr.audit import run_audit
-from symformer.experiments.espr.ood import ARMS, OODConfig, run_ood
+from symformer.experiments.espr.ood import ARMS, OODConfig, json_config, run_ood
 from symformer.experiments.espr.ood_report import ood_claims, ood_metrics, plot_ir_gap, plot_ood
 from symformer.experiments.jobs import one_thread, reuse_note
 from symformer.results import ExperimentResult
@@ -45,10 +44,10 @@ def _run(ctx: RunContext) -> ExperimentResult:
     ood = run_ood(cfg, ctx.out_dir / "runs", ctx.jobs, ctx.resume, stats, ctx.device)
     ood_rows, summary = ood_claims(ood, cfg)
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
-    plot_ood(ood_metrics(ood)["ood_accuracy"], ood["offsets"], ctx.out_dir / "ood_accuracy.png")
+    plot_ood(ood_metrics(ood, cfg.arms)["ood_accuracy"], ood["offsets"], ctx.out_dir / "ood_accuracy.png")
     plot_ir_gap(ood["runs"], ctx.out_dir / "ir_spec_vs_gap.png")
     metrics = dict(audit["metrics"])
-    metrics.update(ood_metrics(ood))
+    metrics.update(ood_metrics(ood, cfg.arms))
     notes = [
         f"wall time {time.time() - t0:.0f}s (OOD study {time.time() - t1:.0f}s) with 1 intra-op thread per process.",
         reuse_note("OOD", stats),
@@ -68,7 +67,7 @@ def _run(ctx: RunContext) -> ExperimentResult:
         claims=claims + ood_rows,
         config={
             "n_draws": n_draws,
-            "ood": asdict(cfg),
+            "ood": json_config(cfg),
             "audit_details": audit["details"],
             "ood_summary": summary,
             "ood_selection": ood["selection"],

@@ -3,6 +3,8 @@ usability points and the LMs), each keyed by the fields it runs with."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from symformer._validation import check_choice
 from symformer.experiments.base import RunContext
 from symformer.experiments.fact_recall.lm_runs import LM_RUN
@@ -44,10 +46,54 @@ def start_size(kind: str, n_facts: int) -> int:
     return base if KNOB[kind] == "m" else base * max(1, n_facts // 256)
 
 
+@dataclass(frozen=True)
+class LMPlan:
+    """App. A.3's book -> author LM: its size, budget and the edit splits it is trained with."""
+
+    n_facts: int
+    d: int
+    mlp_hidden: int
+    steps: int
+    fractions: list[float]
+    lr: float
+
+
+@dataclass(frozen=True)
+class FactRecallPlan:
+    """What one run trains, from --quick and the experiment's options (OPTIONS)."""
+
+    kinds: list[str]  # SSFR MLP kinds
+    ssfr_facts: list[int]  # F of the SSFR searches
+    ssfr_seeds: int  # seeds per SSFR size
+    paper_budget: bool  # SSFR and LM transformers trained the paper's way (full mode only)
+    paper_usability: bool  # usability points: the paper's best of 5 lrs x 4 seeds instead of one training
+    lm: LMPlan
+
+    @classmethod
+    def from_context(cls, ctx: RunContext) -> "FactRecallPlan":
+        quick, opts = ctx.quick, ctx.options
+        paper = bool(opts["paper_budget"]) and not quick
+        lm = LMPlan(
+            n_facts=128 if quick else opts["lm_facts"],
+            d=64 if quick else 128,
+            mlp_hidden=256 if quick else 1024,
+            # App. A.3.2 -> A.2.2: AdamW lr 2e-4 for 4.8M sequences (batch 128: 37,500 steps) under paper_budget
+            steps=300 if quick else (4_800_000 // 128 if paper else 4000),
+            fractions=[0.1] if quick else LM_FRACTIONS,
+            lr=2e-4 if paper else 2e-3,
+        )
+        return cls(
+            kinds=opts["kinds"] if quick else ["bin+jl", "bin+gd", "gd-swiglu", "gd-relu", "ntk"],
+            ssfr_facts=[256] if quick else opts["full_facts"],
+            ssfr_seeds=1 if quick else opts["seeds"],
+            paper_budget=paper,
+            paper_usability=paper_usability(ctx),
+            lm=lm,
+        )
+
+
 def ssfr_jobs(ctx: RunContext) -> list[Job]:
-    kinds = ctx.options["kinds"] if ctx.quick else ["bin+jl", "bin+gd", "gd-swiglu", "gd-relu", "ntk"]
-    Fs = [256] if ctx.quick else ctx.options["full_facts"]
-    seeds = 1 if ctx.quick else ctx.options["seeds"]
+    plan = FactRecallPlan.from_context(ctx)
     return [
         Job(
             f"ssfr_{k.replace('+', '-')}_F={F}",
@@ -56,17 +102,17 @@ def ssfr_jobs(ctx: RunContext) -> list[Job]:
                 kind=k,
                 n_facts=F,
                 d=128,
-                seeds=seeds,
+                seeds=plan.ssfr_seeds,
                 quick=ctx.quick,
                 start=start_size(k, F),
                 max_size=START.get(k, 8) * 2 ** (4 if ctx.quick else 9),
                 bisect=not ctx.quick,
-                paper_budget=bool(ctx.options["paper_budget"]) and not ctx.quick,
+                paper_budget=plan.paper_budget,
             ),
             checkpoints=True,  # an F = 4096 search outlasts a session: points and trainings resume mid-job
         )
-        for k in kinds
-        for F in Fs
+        for k in plan.kinds
+        for F in plan.ssfr_facts
     ]
 
 
@@ -82,7 +128,7 @@ def usability_jobs(ctx: RunContext, h_star: int) -> list[Job]:
     (App. A.2.4's 5 lrs x 4 seeds: 20x the cost), the task and MLPs those of ctx.seed."""
     h = max(1, round(1.1 * h_star))  # App. A.2.4: m = 1.1 h*
     base = dict(n_facts=256, d=128, h=h, seed=ctx.seed, quick=False)
-    if not paper_usability(ctx):
+    if not FactRecallPlan.from_context(ctx).paper_usability:
         return [
             Job(
                 f"usab_k={k:g}_a={a:g}",
@@ -109,20 +155,19 @@ def usability_jobs(ctx: RunContext, h_star: int) -> list[Job]:
 
 def lm_job(ctx: RunContext) -> Job:
     """App. A.3 LM, swap check and editing. Quick: 128 books, d = 64, 300 steps, the 10% split only."""
-    F = 128 if ctx.quick else ctx.options["lm_facts"]
-    paper = bool(ctx.options["paper_budget"]) and not ctx.quick
+    lm = FactRecallPlan.from_context(ctx).lm
     kw = dict(
-        n_facts=F,
-        d=64 if ctx.quick else 128,
-        mlp_hidden=256 if ctx.quick else 1024,
-        # App. A.3.2 -> A.2.2: AdamW lr 2e-4 for 4.8M sequences (batch 128: 37,500 steps) under paper_budget
-        steps=300 if ctx.quick else (4_800_000 // 128 if paper else 4000),
-        fractions=[0.1] if ctx.quick else LM_FRACTIONS,
+        n_facts=lm.n_facts,
+        d=lm.d,
+        mlp_hidden=lm.mlp_hidden,
+        steps=lm.steps,
+        fractions=lm.fractions,
         seed=ctx.seed,
         quick=ctx.quick,
-        lr=2e-4 if paper else 2e-3,
+        lr=lm.lr,
     )
-    return Job(f"lm_F={F}", LM_RUN.on(ctx.device), kw, checkpoints=True)  # training, swap check, each fraction resume
+    # checkpoints: the training, the swap check and each fraction resume
+    return Job(f"lm_F={lm.n_facts}", LM_RUN.on(ctx.device), kw, checkpoints=True)
 
 
 def top1_job(lm_job: Job) -> Job:

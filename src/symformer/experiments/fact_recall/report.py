@@ -22,6 +22,7 @@ from symformer.experiments.fact_recall.claims import (
 )
 from symformer.experiments.fact_recall.lm_claims import lm_claims
 from symformer.experiments.fact_recall.plan import OPTIONS
+from symformer.experiments.facts.methods import METHODS
 from symformer.experiments.jobs import Job, reuse_note, run_jobs
 from symformer.experiments.plots import size_vs_facts
 from symformer.results import ExperimentResult
@@ -37,7 +38,7 @@ def _ssfr_order(job: Job) -> tuple:
     so the two longest jobs (GD-SwiGLU and GD-ReLU at F = 4096, whose failing sizes are 20,000-epoch builds)
     run last, side by side, and no worker idles through a long final job. The order changes no result."""
     kind, F = job.kwargs["kind"], job.kwargs["n_facts"]
-    if kind.startswith("gd-"):
+    if METHODS[kind].trained_mlp:
         return (2, F, kind)
     return (1 if kind == "ntk" else 0, -F, kind)
 

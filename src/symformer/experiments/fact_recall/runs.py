@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from symformer.data.ssfr import make_ssfr
+from symformer.experiments.facts.methods import METHODS
 from symformer.facts.capacity import KNOB, BuildOptions, build_fact_mlp
 from symformer.facts.decodability import decodability
 from symformer.facts.embeddings import random_fact_map
@@ -82,7 +83,7 @@ def build_point_mlp(
         train_epochs=3000 if quick else 20000, whiten=whiten, encoder_hidden=h_tilde, train_checkpoint=checkpoint
     )
     kw = {KNOB[kind]: size}
-    info = _value_geometry(V) if kind.endswith("+jl") and whiten == 0 else None
+    info = _value_geometry(V) if METHODS[kind].decoder == "jl" and whiten == 0 else None
     return build_fact_mlp(K, V, facts, kind, seed=seed, strict=False, options=opts, info=info, **kw)
 
 

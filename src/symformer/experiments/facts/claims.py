@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from symformer.experiments.base import combined
 from symformer.experiments.facts.plan import PAPER
 from symformer.results import Claim, ExperimentResult, verdict
 
@@ -119,7 +120,7 @@ def claims_scaling(rows: list[dict], setting: str) -> ExperimentResult:
     )
     res.metrics["scaling_exponent_common"] = both
     ok = abs(both["bin+jl"] - both["gd-swiglu"]) <= 0.3 if both else None
-    res.claims.append(claim_per_d(res.metrics, rows, setting))
+    res = combined(res, claim_per_d(rows, setting))
     res.claims.append(
         Claim(
             "b/Fig2c",
@@ -153,16 +154,16 @@ def per_d_slopes(rows: list[dict], methods=("bin+jl", "gd-swiglu", "ntk")) -> di
     return out
 
 
-def claim_per_d(metrics: dict, rows: list[dict], setting: str) -> Claim:
+def claim_per_d(rows: list[dict], setting: str) -> ExperimentResult:
     """Fig. 2c as Sec. 4.4 states it: "like GD MLPs, our construction exhibits the same scaling regardless of
     the choice of d" (NTK diverges at large alpha). One slope of params against F per d and method; the claim
     holds if Bin+JL's slopes at >= 2 d lie within 0.3 of each other (the spread is reported for every method)."""
     per = per_d_slopes(rows)
     spread = {m: max(v.values()) - min(v.values()) for m, v in per.items() if len(v) >= 2}
-    metrics["scaling_exponent_per_d"], metrics["scaling_exponent_spread"] = per, spread
+    metrics = {"scaling_exponent_per_d": per, "scaling_exponent_spread": spread}
     s = spread.get("bin+jl")
     fmt = lambda v: ", ".join(f"d={d}: {x:.3f}" for d, x in v.items())  # noqa: E731
-    return Claim(
+    claim = Claim(
         "b/Fig2c-per-d",
         "constructed MLPs show the same scaling in F at every d, like GD MLPs (paper's form)",
         "same slope at every d",
@@ -173,6 +174,7 @@ def claim_per_d(metrics: dict, rows: list[dict], setting: str) -> Claim:
         setting,
         "Fig. 2c: d in {32, 64, 128}, F = alpha d^2 for various alpha (Sec. 4.4)",
     )
+    return ExperimentResult(metrics=metrics, claims=[claim])
 
 
 # ---------------------------------------------------------------- the plan: every point a recorded job

@@ -18,7 +18,7 @@ import torch
 from symformer._rng import seeded_generator
 from symformer.facts.capacity import BuildOptions, method_capacity
 from symformer.facts.embeddings import FactSet, whitening_matrix
-from symformer.results import Claim
+from symformer.results import Claim, ExperimentResult
 from symformer.stats import loglog, r2
 
 # gd-swiglu starts at hi = 8: a GD evaluation costs ~ h, and the search doubles hi where 8 does not store
@@ -52,8 +52,9 @@ def offset(fs: FactSet, t: float, seed: int) -> FactSet:
     return FactSet(fs.keys.double() + t * c, fs.values.double() + t * c, fs.facts)
 
 
-def claims_rho_size(rows: list[dict], d: int, F: int, n_seeds: int, metrics: dict) -> list[Claim]:
+def claims_rho_size(rows: list[dict], d: int, F: int, n_seeds: int) -> ExperimentResult:
     """Metrics and claim rows for (c): the log-log slope (the paper's claim), the B.6.1 bound, coherence."""
+    metrics: dict = {}
     setting = (
         f"ours: d={d}, F={F}, kappa in {sorted({r['kappa'] for r in rows})} (the paper's grid is not in its "
         f"text), raw + whitened (W_1 of the second moment, App. A.1.3) pooled, {n_seeds} seed(s) per point"
@@ -103,11 +104,12 @@ def claims_rho_size(rows: list[dict], d: int, F: int, n_seeds: int, metrics: dic
                     "Construction B.6.1 (bound, any d, F); Sec. 4.4",
                 )
             )
-    return claims
+    return ExperimentResult(metrics=metrics, claims=claims)
 
 
-def claims_coherence(rows: list[dict], metrics: dict, setting: str) -> list[Claim]:
+def claims_coherence(rows: list[dict], setting: str) -> ExperimentResult:
     """Coherence against rho as predictors of size on the same points, the offset family included."""
+    metrics: dict = {}
     claims, ev = [], []
     pts = [r for r in rows if r["family"] != "offset"]
     for method, key in (("bin+jl", "constructed"), ("gd-swiglu", "gd")):
@@ -134,7 +136,7 @@ def claims_coherence(rows: list[dict], metrics: dict, setting: str) -> list[Clai
             "Fig. 6: kappa sweep, d up to 256",
         )
     )
-    return claims
+    return ExperimentResult(metrics=metrics, claims=claims)
 
 
 def _f(x: float | None) -> str:
@@ -150,7 +152,7 @@ def _verdict_bool(ok: bool | None) -> str:
 
 
 # ---------------------------------------------------------------- (d) whitening gain per (d, kappa)
-def claims_whiten(rows: list[dict], metrics: dict, quick: bool) -> list[Claim]:
+def claims_whiten(rows: list[dict], quick: bool) -> ExperimentResult:
     gain, bound = {}, {}
     for r in rows:
         if r["params_whitened"] and r["params_raw_lower_bound"]:
@@ -158,7 +160,7 @@ def claims_whiten(rows: list[dict], metrics: dict, quick: bool) -> list[Claim]:
             (gain if r["params_raw"] else bound)[f"d={r['d']},kappa={r['kappa']:g}"] = round(g, 3)
     vals = list(gain.values()) + list(bound.values())
     gmax = max(vals) if vals else None
-    metrics["whitening_gain_max"], metrics["whitening_gain"], metrics["whitening_gain_lower_bounds"] = gmax, gain, bound
+    metrics = {"whitening_gain_max": gmax, "whitening_gain": gain, "whitening_gain_lower_bounds": bound}
     dims, kap = sorted({r["d"] for r in rows}), sorted({r["kappa"] for r in rows})
     rule = (
         "4d"
@@ -167,7 +169,7 @@ def claims_whiten(rows: list[dict], metrics: dict, quick: bool) -> list[Claim]:
         if all(4 * r["F"] == r["d"] ** 2 for r in rows)
         else str(sorted({(r["d"], r["F"]) for r in rows}))
     )
-    return [
+    claims = [
         Claim(
             "d/Fig2a",
             "embedding whitening cuts the constructed cost by up to 32x",
@@ -184,9 +186,10 @@ def claims_whiten(rows: list[dict], metrics: dict, quick: bool) -> list[Claim]:
             "Fig. 2a: d up to 256, F up to 16k, kappa up to ~1e4",
         )
     ]
+    return ExperimentResult(metrics=metrics, claims=claims)
 
 
-def claims_whiten_pooled(rows: list[dict], metrics: dict, d: int, F: int, n_seeds: int) -> list[Claim]:
+def claims_whiten_pooled(rows: list[dict], d: int, F: int, n_seeds: int) -> ExperimentResult:
     """The whitening gain as Fig. 2a shows it: at its fixed F, raw against whitened Bin+JL cost of the same
     fact sets, per kappa of (c)'s sweep (the points the rho law pools). A raw search that stores nothing up to
     its cap gives a lower bound. The GD gain on the same points is a metric only (the claim is constructed)."""
@@ -205,10 +208,14 @@ def claims_whiten_pooled(rows: list[dict], metrics: dict, d: int, F: int, n_seed
                     bound.add(k)
     g = out["bin+jl"]
     gmax = max(g.values()) if g else None
-    metrics["whitening_gain_fig2a"], metrics["whitening_gain_fig2a_max"] = g, gmax
-    metrics["whitening_gain_fig2a_gd"], metrics["whitening_gain_fig2a_lower_bounds"] = out["gd-swiglu"], sorted(bound)
+    metrics = {
+        "whitening_gain_fig2a": g,
+        "whitening_gain_fig2a_max": gmax,
+        "whitening_gain_fig2a_gd": out["gd-swiglu"],
+        "whitening_gain_fig2a_lower_bounds": sorted(bound),
+    }
     lb = gmax is not None and any(g[k] == gmax for k in bound)
-    return [
+    claims = [
         Claim(
             "d/Fig2a-pooled",
             "embedding whitening cuts the constructed cost by up to 32x (at Fig. 2a's fixed F, paper's form)",
@@ -224,6 +231,7 @@ def claims_whiten_pooled(rows: list[dict], metrics: dict, d: int, F: int, n_seed
             "Fig. 2a: fixed F, raw + whitened points, kappa up to ~1e4",
         )
     ]
+    return ExperimentResult(metrics=metrics, claims=claims)
 
 
 # ---------------------------------------------------------------- (e) margin-optimal NTK across kappa
@@ -253,20 +261,23 @@ def ntk_search(fs: FactSet, info, method: str, quick: bool) -> dict:
     return out
 
 
-def claims_ntk(rows: list[dict], metrics: dict, d: int, F: int) -> list[Claim]:
+def claims_ntk(rows: list[dict], d: int, F: int) -> ExperimentResult:
     gains = {r["kappa"]: r["gain"] for r in rows}
     got = [(r["gain"], r["gain_kind"]) for r in rows if r["gain"]]
     gmax, kind = max(got) if got else (None, "none")
-    metrics["ntk_mo_gain"], metrics["ntk_mo_gain_max"] = gains, gmax
-    metrics["ntk_mo_gain_kind"] = {r["kappa"]: r["gain_kind"] for r in rows}
-    metrics["ntk_mo_breakdown"] = {r["kappa"]: r["reason"] for r in rows if r["reason"]}
+    metrics = {
+        "ntk_mo_gain": gains,
+        "ntk_mo_gain_max": gmax,
+        "ntk_mo_gain_kind": {r["kappa"]: r["gain_kind"] for r in rows},
+        "ntk_mo_breakdown": {r["kappa"]: r["reason"] for r in rows if r["reason"]},
+    }
     per = "; ".join(
         f"kappa={r['kappa']:g}: "
         + (f"{r['gain']:.3g}x" + (" (lower bound)" if r["gain_kind"] == "lower bound" else "") if r["gain"] else "none")
         for r in rows
     )
     broke = "; ".join(f"kappa={r['kappa']:g}: {r['reason']}" for r in rows if r["reason"])
-    return [
+    claims = [
         Claim(
             "A.1.4/Fig5-kappa",
             "margin-optimal targets U* improve NTK MLPs 2-4x (across a kappa sweep)",
@@ -283,18 +294,4 @@ def claims_ntk(rows: list[dict], metrics: dict, d: int, F: int) -> list[Claim]:
             "Fig. 5: kappa sweep, d up to 256, F = d^2/4 by default (App. A.1.1)",
         )
     ]
-
-
-# ---------------------------------------------------------------- (f) the solver against its references
-def solver_summary(points: list[dict], dims: list[int], kappas: list[float], F: int, n_anchors: int) -> dict | None:
-    """The solver check over every (d, kappa) point: the largest error and the vertex-decision counts."""
-    if any("skipped" in p for p in points):
-        return None
-    return {
-        "max_abs_err": max(p["max_abs_err"] for p in points),
-        "false_non_vertices": sum(p["false_non_vertices"] for p in points),
-        "false_vertices": sum(p["false_vertices"] for p in points),
-        "anchors": sum(p["anchors"] for p in points),
-        "max_gap": max(p["max_gap"] for p in points),
-        "setting": f"d in {dims}, kappa in {kappas}, F={F}, {n_anchors} anchors per set",
-    }
+    return ExperimentResult(metrics=metrics, claims=claims)

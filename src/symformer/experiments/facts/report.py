@@ -16,7 +16,7 @@ import time
 from symformer.experiments.base import RunContext, combined, experiment
 from symformer.experiments.facts import laws as facts_laws
 from symformer.experiments.facts.claims import claims_a, claims_ratios, claims_scaling
-from symformer.experiments.facts.plan import GD_METHODS, config, plan
+from symformer.experiments.facts.plan import GD_METHODS, FactsPlan, jobs
 from symformer.experiments.jobs import Job, reuse_note, run_jobs
 from symformer.experiments.plots import size_vs_facts
 from symformer.results import ExperimentResult
@@ -41,10 +41,10 @@ def _run_points(ctx: RunContext, p: dict[str, list[tuple[Job, float]]], stats: d
 
 
 # ---------------------------------------------------------------- the report
-def _report_ab(ctx: RunContext, cfg: dict, got: dict[str, list]) -> ExperimentResult:
+def _report_ab(ctx: RunContext, plan: FactsPlan, got: dict[str, list]) -> ExperimentResult:
     """Parts (a) and (b): construction accuracies, size ratios, scaling and figure b."""
-    acc = {f"{m}@d{d}": r["accuracy"] for d, pt in zip(cfg["dims_a"], got["a"]) for m, r in pt.items()}
-    acc.update({f"{m}@d{cfg['d_two_hot']}": r["accuracy"] for m, r in got["a"][-1].items()})
+    acc = {f"{m}@d{d}": r["accuracy"] for d, pt in zip(plan.dims_a, got["a"]) for m, r in pt.items()}
+    acc.update({f"{m}@d{plan.d_two_hot}": r["accuracy"] for m, r in got["a"][-1].items()})
     res = ExperimentResult()
     res.notes.append(
         "(a) decoder width m = 2d for the JL methods (two-hot: 8d), m = d/4 for the GD decoders; naive "
@@ -52,13 +52,13 @@ def _report_ab(ctx: RunContext, cfg: dict, got: dict[str, list]) -> ExperimentRe
         "for tied embeddings; their size is searched in (b)."
     )
     res = combined(res, claims_a(acc))
-    rows, grid = got["b"], cfg["grid"]
+    rows, grid = got["b"], plan.grid
     res.config["scaling_rows"] = rows
-    res.config.update({"grid": {str(k): v for k, v in grid.items()}, "seeds_per_point": cfg["seeds_per_point"]})
+    res.config.update({"grid": {str(k): v for k, v in grid.items()}, "seeds_per_point": plan.seeds_per_point})
     res.figures.append(_figure_b(ctx, rows))
     setting = (
-        f"ours: (d, F) grid {grid}, {cfg['seeds_per_point']} seed(s), tied sphere embeddings; methods per d "
-        f"{ {d: len(ms) for d, ms in cfg['by_d'].items()} } of {GD_METHODS} (no GD+JL); GD decoders "
+        f"ours: (d, F) grid {grid}, {plan.seeds_per_point} seed(s), tied sphere embeddings; methods per d "
+        f"{ {d: len(ms) for d, ms in plan.by_d.items()} } of {GD_METHODS} (no GD+JL); GD decoders "
         f"{'300 steps, stopped once every value decodes' if ctx.quick else '1000 steps'}; GD encoders with a "
         f"cosine decay to lr/100 (the paper states none); F = alpha d^2, alpha in "
         f"{sorted({f'1/{d * d // F}' for d, Fs in grid.items() for F in Fs})} (the paper's are not in its text)"
@@ -66,27 +66,45 @@ def _report_ab(ctx: RunContext, cfg: dict, got: dict[str, list]) -> ExperimentRe
     return combined(res, claims_ratios(rows, GD_METHODS, setting), claims_scaling(rows, setting))
 
 
-def _report_laws(res: ExperimentResult, cfg: dict, got: dict[str, list], quick: bool) -> None:
-    law, sv = cfg["laws"], cfg["solver"]
-    d, F, n_seeds, kappas = law["d"], law["F"], law["seeds"], law["kappas"]
-    res.config["rho_size_rows"] = got["c"]
-    res.claims += facts_laws.claims_rho_size(got["c"], d, F, n_seeds, res.metrics)
-    res.claims += facts_laws.claims_coherence(
-        got["c"],
-        res.metrics,
-        f"ours: d={d}, F={F}, kappa in {kappas} (raw + whitened) + offset family, {n_seeds} seed(s)",
+# ---------------------------------------------------------------- (f) the solver against its references
+def solver_summary(points: list[dict], dims: list[int], kappas: list[float], F: int, n_anchors: int) -> dict | None:
+    """The solver check over every (d, kappa) point: the largest error and the vertex-decision counts."""
+    if any("skipped" in p for p in points):
+        return None
+    return {
+        "max_abs_err": max(p["max_abs_err"] for p in points),
+        "false_non_vertices": sum(p["false_non_vertices"] for p in points),
+        "false_vertices": sum(p["false_vertices"] for p in points),
+        "anchors": sum(p["anchors"] for p in points),
+        "max_gap": max(p["max_gap"] for p in points),
+        "setting": f"d in {dims}, kappa in {kappas}, F={F}, {n_anchors} anchors per set",
+    }
+
+
+def _report_laws(plan: FactsPlan, got: dict[str, list], quick: bool) -> ExperimentResult:
+    """Parts (c)-(f): the rho-size law, coherence, whitening, the NTK gain across kappa and the solver check."""
+    law, sv = plan.laws, plan.solver
+    d, F, n_seeds, kappas = law.d, law.F, law.seeds, law.kappas
+    chk = solver_summary(got["f"], sv.dims, sv.kappas, sv.F, sv.anchors)
+    rows = {"rho_size_rows": got["c"], "whitening_rows": got["d"], "ntk_kappa_rows": got["e"]}
+    solver = ExperimentResult(
+        metrics={
+            "rho_solver_max_abs_err": None if chk is None else chk["max_abs_err"],
+            "rho_solver_false_non_vertices": None if chk is None else chk["false_non_vertices"],
+        },
+        config={**rows, "rho_solver_check": chk},
+        notes=["cvxpy / scipy not installed (the `dev` extra): the solver check is skipped."] if chk is None else [],
     )
-    res.config["whitening_rows"] = got["d"]
-    res.claims += facts_laws.claims_whiten(got["d"], res.metrics, quick)
-    res.claims += facts_laws.claims_whiten_pooled(got["c"], res.metrics, d, F, n_seeds)
-    res.config["ntk_kappa_rows"] = got["e"]
-    res.claims += facts_laws.claims_ntk(got["e"], res.metrics, d, F)
-    chk = facts_laws.solver_summary(got["f"], sv["dims"], sv["kappas"], sv["F"], sv["anchors"])
-    res.metrics["rho_solver_max_abs_err"] = None if chk is None else chk["max_abs_err"]
-    res.metrics["rho_solver_false_non_vertices"] = None if chk is None else chk["false_non_vertices"]
-    res.config["rho_solver_check"] = chk
-    if chk is None:
-        res.notes.append("cvxpy / scipy not installed (the `dev` extra): the solver check is skipped.")
+    return combined(
+        facts_laws.claims_rho_size(got["c"], d, F, n_seeds),
+        facts_laws.claims_coherence(
+            got["c"], f"ours: d={d}, F={F}, kappa in {kappas} (raw + whitened) + offset family, {n_seeds} seed(s)"
+        ),
+        facts_laws.claims_whiten(got["d"], quick),
+        facts_laws.claims_whiten_pooled(got["c"], d, F, n_seeds),
+        facts_laws.claims_ntk(got["e"], d, F),
+        solver,
+    )
 
 
 def recorded_cost(runs, keys: list[str]) -> tuple[int, float]:
@@ -109,14 +127,12 @@ def recorded_cost(runs, keys: list[str]) -> tuple[int, float]:
 @experiment("facts", "fact-storing MLPs: constructions, decodability rho, capacity and scaling", protocol="2")
 def run(ctx: RunContext) -> ExperimentResult:
     t0 = time.perf_counter()
-    res, cfg, stats = ExperimentResult(), config(ctx.quick), {}
-    p = plan(cfg, ctx.quick, ctx.seed)
+    plan, stats = FactsPlan.for_run(ctx.quick), {}
+    p = jobs(plan, ctx.quick, ctx.seed)
     got = _run_points(ctx, p, stats)
     n, hours = recorded_cost(ctx.out_dir / "runs", [j.key for part in p.values() for j, _ in part])
-    res.metrics["facts_full_points"] = None if ctx.quick else n
-    res.metrics["facts_full_core_hours"] = None if ctx.quick else hours
-    res = combined(res, _report_ab(ctx, cfg, got))
-    _report_laws(res, cfg, got, ctx.quick)
+    cost = {"facts_full_points": None if ctx.quick else n, "facts_full_core_hours": None if ctx.quick else hours}
+    res = combined(ExperimentResult(metrics=cost), _report_ab(ctx, plan, got), _report_laws(plan, got, ctx.quick))
     res.config.update({"quick": ctx.quick, "seed": ctx.seed})
     res.notes.append(
         "Regressor change (issue #11): the rho-size rows now fit log(params) against log(rho) at fixed F, the "

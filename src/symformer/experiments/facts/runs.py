@@ -17,6 +17,7 @@ import torch
 from symformer._rng import seed_torch
 from symformer.experiments.base import JobFunction
 from symformer.experiments.facts import laws as facts_laws
+from symformer.experiments.facts.methods import METHODS
 from symformer.facts.capacity import build_fact_mlp, method_capacity
 from symformer.facts.decodability import decodability
 from symformer.facts.embeddings import coherence, make_fact_set, random_fact_map, sample_embeddings
@@ -33,7 +34,9 @@ BRACKET = {
     "gd-relu": (2, 64),
 }
 # (a): every construction at a generous decoder width: (a) checks that they store, (b) finds the minimum
-CONSTRUCTIONS = ("bin+jl", "bin-bias+jl", "bin+jl-sign", "cd+jl", "lagrangian+jl", "bin+gd", "gd+gd", "naive")
+CONSTRUCTIONS = tuple(
+    METHODS[m] for m in ("bin+jl", "bin-bias+jl", "bin+jl-sign", "cd+jl", "lagrangian+jl", "bin+gd", "gd+gd", "naive")
+)
 
 
 def _timed(fn, *args, **kw):
@@ -51,19 +54,19 @@ def construction_point(d: int, quick: bool, seed: int) -> dict:
     info = decodability(fs.values)
     out = {}
     for method in CONSTRUCTIONS:
-        kw = {} if method == "naive" else {"m": d // 4 if method.endswith("+gd") else 2 * d}
+        kw = {} if method.decoder is None else {"m": d // 4 if method.decoder == "gd" else 2 * d}
         mlp, sec = _timed(
             build_fact_mlp,
             fs.keys,
             fs.values,
             fs.facts,
-            method,
+            method.name,
             strict=False,
             info=info,
             options=facts_laws.options(quick),
             **kw,
         )
-        out[method] = {"accuracy": mlp.accuracy, "params": mlp.n_params(), "seconds": sec}
+        out[method.name] = {"accuracy": mlp.accuracy, "params": mlp.n_params(), "seconds": sec}
     return out
 
 

@@ -25,35 +25,30 @@ from symformer.experiments.hf.checks import (
     parity,
     teleport_invariance,
 )
+from symformer.experiments.hf.plan import HfPlan
 from symformer.experiments.plots import pyplot
 from symformer.results import Claim, ExperimentResult
 
 
-def train_runs(ctx: RunContext) -> dict:
+def train_runs(ctx: RunContext, plan: HfPlan) -> dict:
     from symformer.data import load_char_text
-    from symformer.integrations.hf_lm import TinyLlama, n_parameters, tiny_llama, train_lm
+    from symformer.integrations.hf_lm import n_parameters, tiny_llama, train_lm
 
-    quick = ctx.quick
-    block = 64 if quick else 128
     split = load_char_text(
-        block=block, data_dir=ctx.data_file("tinyshakespeare.txt").parent, max_chars=300_000 if quick else None
+        block=plan.block, data_dir=ctx.data_file("tinyshakespeare.txt").parent, max_chars=plan.max_chars
     )
-    spec = (
-        TinyLlama(hidden_size=64, n_layers=2, n_heads=4, n_kv_heads=2, intermediate_size=160) if quick else TinyLlama()
-    )
-    steps = 60 if quick else 600
     out = {}
     for pos in POSITIONALS:
-        model = tiny_llama(split.meta["vocab_size"], spec, pos, seed=ctx.seed, **TRAIN_POSITIONALS[pos])
+        model = tiny_llama(split.meta["vocab_size"], plan.spec, pos, seed=ctx.seed, **TRAIN_POSITIONALS[pos])
         curve = train_lm(
             model,
             split,
-            steps,
-            batch_size=8 if quick else 16,
+            plan.steps,
+            batch_size=plan.batch_size,
             lr=3e-3,
-            eval_every=max(steps // 3, 1),
+            eval_every=plan.eval_every,
             seed=ctx.seed,
-            eval_batches=4 if quick else 32,
+            eval_batches=plan.eval_batches,
         )
         out[pos] = {
             "val_loss": curve.val_loss,
@@ -63,7 +58,7 @@ def train_runs(ctx: RunContext) -> dict:
         }
         if ctx.progress:
             print(f"[hf] {pos}: val loss {curve.val_loss[-1]:.3f} ({curve.seconds:.0f}s)", flush=True)
-    return {"runs": out, "block": block, "steps": steps, "spec": dataclasses.asdict(spec)}
+    return {"runs": out, "block": plan.block, "steps": plan.steps, "spec": dataclasses.asdict(plan.spec)}
 
 
 def _figure(ctx: RunContext, runs: dict) -> str | None:
@@ -159,6 +154,7 @@ def run(ctx: RunContext) -> ExperimentResult:
 
     tf = require_transformers()
     t0 = time.perf_counter()
+    plan = HfPlan.for_run(ctx.quick)
     res = ExperimentResult(
         config={
             "transformers": tf.__version__,
@@ -169,7 +165,7 @@ def run(ctx: RunContext) -> ExperimentResult:
     torch.set_num_threads(1)  # tiny models: intra-op threads only add synchronisation (as experiments/teleport does)
     try:
         par, fav, tel = parity(ctx.seed), favor_convergence(ctx.seed), teleport_invariance(ctx.seed)
-        tr = train_runs(ctx)
+        tr = train_runs(ctx, plan)
     finally:
         torch.set_num_threads(threads)
     res.metrics.update(
@@ -197,7 +193,7 @@ def run(ctx: RunContext) -> ExperimentResult:
     if fig:
         res.figures.append(fig)
     res.notes.append(
-        f"training: {tr['steps']} steps, block {tr['block']}, batch {8 if ctx.quick else 16}, AdamW 3e-3, "
+        f"training: {tr['steps']} steps, block {tr['block']}, batch {plan.batch_size}, AdamW 3e-3, "
         f"spec {tr['spec']}, "
         f"{tr['runs']['rope']['params']} parameters; one seed, so val-loss differences between "
         "positional parts are not significance-tested; timings under a shared 2-core CPU"
