@@ -5,7 +5,9 @@ never name one)."""
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
+import warnings
 
 import torch
 from torch import nn
@@ -25,6 +27,9 @@ FAMILIES = FamilyMap(lambda r: r.attention)
 #: families whose attention output is multiplied by sigmoid(g) before the output projection (record.output_gate)
 GATED_OUTPUT = FamilyNames(lambda r: r.output_gate != "none", "families with an output gate")
 MIN_VERSION = (4, 48)  # the release that introduced AttentionInterface
+#: the oldest release the test suite passes on; older ones (>= MIN_VERSION) get one warning naming what fails there
+TESTED_VERSION = (5, 24)
+_WARNED: list[str] = []
 
 
 def require_transformers():
@@ -41,6 +46,16 @@ def require_transformers():
         raise ImportError(
             f"symformer.integrations.hf needs transformers >= 4.48 (AttentionInterface), found "
             f"{tf.__version__}: install the extra with `pip install -U 'symformer[hf]'`"
+        )
+    if (major, minor) < TESTED_VERSION and tf.__version__ not in _WARNED:
+        _WARNED.append(tf.__version__)
+        warnings.warn(
+            f"symformer.integrations.hf is tested with transformers >= 5.24, found {tf.__version__}: on 5.17 the "
+            "standard-attention families run, patch and decode with symformer's states, but decoding MLA models "
+            "(DeepSeek-V2/V3 and their kin) with their latent cache does not match the full forward; upgrade with "
+            "`pip install -U 'symformer[hf]'`",
+            RuntimeWarning,
+            stacklevel=2,
         )
     return tf
 
@@ -308,3 +323,10 @@ def llama4_query_scale(config, positions: torch.Tensor, dtype: torch.dtype | Non
     pos = positions[..., 0].to(cd)  # (N,) shared or (B, N)
     scale = position_query_scale(pos, beta, params["original_max_position_embeddings"])
     return scale.view(-1 if pos.ndim == 2 else 1, 1, pos.shape[-1], 1).to(dtype or cd)
+
+
+def cache_kwargs(module, cache) -> dict:
+    """`cache` as the keyword `module.forward` takes it: `cache` from transformers 5.24, `past_key_values` before.
+    Passing the other name is not an error there: it lands in **kwargs and the module runs without its cache."""
+    params = inspect.signature(module.forward).parameters
+    return {"cache" if "cache" in params else "past_key_values": cache}

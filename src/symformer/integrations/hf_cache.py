@@ -19,14 +19,19 @@ Beam search and `num_return_sequences` reorder / repeat the states (`reorder_cac
 
 from __future__ import annotations
 
-import inspect
 import types
 import weakref
 
 import torch
 
 from symformer._validation import fail
-from symformer.integrations._hf_common import attention_modules, is_mla, require_transformers, text_config
+from symformer.integrations._hf_common import (
+    attention_modules,
+    cache_kwargs,
+    is_mla,
+    require_transformers,
+    text_config,
+)
 
 _TAG = "_symformer_state_layer"
 
@@ -171,13 +176,6 @@ def state_cache(model):
     cache = _cache_base()(layers=[cls(by_index[i], kind) if i in by_index else others[i] for i in range(n)])
     cache.symformer_kind = kind
     return cache
-
-
-def cache_kwargs(model, cache) -> dict:
-    """`cache` as the keyword `model.forward` takes it: `cache` from transformers 5.24, `past_key_values` before.
-    Passing the other name is not an error there: it lands in **kwargs and the model runs without its cache."""
-    params = inspect.signature(model.forward).parameters
-    return {"cache" if "cache" in params else "past_key_values": cache}
 
 
 def tagged_layer(key: torch.Tensor):

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 
 from symformer._validation import fail
-from symformer.integrations._hf_common import call_attention, llama4_query_scale, token_positions
+from symformer.integrations._hf_common import cache_kwargs, call_attention, llama4_query_scale, token_positions
 
 
 def _mla_project(self, hidden_states: torch.Tensor):
@@ -70,7 +70,12 @@ def _dsa_selection(
     mask and the indices."""
     if self.indexer is not None:
         topk = self.indexer(
-            hidden_states, q_resid, position_embeddings, attention_mask[:, 0], position_ids, cache=cache
+            hidden_states,
+            q_resid,
+            position_embeddings,
+            attention_mask[:, 0],
+            position_ids,
+            **cache_kwargs(self.indexer, cache),
         )
     elif prev_topk is None:
         fail("prev_topk_indices", None, "the top-k indices of a previous full indexer layer (a GLM-5 'shared' layer)")
