@@ -51,9 +51,10 @@ def require_transformers():
         _WARNED.append(tf.__version__)
         warnings.warn(
             f"symformer.integrations.hf is tested with transformers >= 5.24, found {tf.__version__}: on 5.17 the "
-            "standard-attention families run, patch and decode with symformer's states, but decoding MLA models "
-            "(DeepSeek-V2/V3 and their kin) with their latent cache does not match the full forward; upgrade with "
-            "`pip install -U 'symformer[hf]'`",
+            "standard-attention families run, patch and decode with symformer's states, but decoding the 8 MLA "
+            "families (DeepSeek-V2/V3/V3.2 and kin) with their latent cache does not match the full forward, and "
+            "LongCat-Flash reads its layer count from another config key; upgrade with `pip install -U "
+            "'symformer[hf]'`",
             RuntimeWarning,
             stacklevel=2,
         )
