@@ -165,3 +165,47 @@ def edit(
         )
     save_fact_model(out, net, ck["task_kind"], ck["task_args"], new_facts, ck["mlp_build"])
     typer.echo(json.dumps({**report, "out": str(out)}))
+
+
+@app.command("solver-check")
+def solver_check(
+    out: Path = typer.Option(Path("results"), "--out", help="writes OUT/facts/solver_check/ and solver_check.json"),
+    quick: bool = typer.Option(False, "--quick", help="the sets of `reproduce facts --quick` (default: full)"),
+    jobs: int = typer.Option(1, "--jobs", help="worker processes (one thread each)"),
+    resume: bool = typer.Option(False, "--resume", help="reuse the sets recorded under OUT/facts/solver_check"),
+    seed: int = typer.Option(0, "--seed", help="the plan's seed (reproduce --seed)"),
+    anchors: Optional[int] = typer.Option(None, "--anchors", help="random anchors per set (full 32, quick 8)"),
+    lowest: Optional[int] = typer.Option(None, "--lowest", help="anchors of smallest rho_i per set (full 8, quick 4)"),
+):
+    """Check rho_i against cvxpy and the hull LP on every fact set `reproduce facts` computes rho on (issue 45);
+    prints the summary (OUT/facts/solver_check.json). Needs cvxpy and scipy (the `dev` extra)."""
+    import importlib.util
+    import sys
+
+    from symformer._io import check_writable_dir
+    from symformer._validation import check_int
+
+    missing = [m for m in ("cvxpy", "scipy") if importlib.util.find_spec(m) is None]
+    if missing:
+        fail("solver-check", f"no {' or '.join(missing)} installed", "cvxpy and scipy (pip install 'symformer[dev]')")
+    check_int("--jobs", jobs, 1)
+    for name, v in (("--anchors", anchors), ("--lowest", lowest)):
+        if v is not None:
+            check_int(name, v, 0)
+    from symformer.experiments.facts.solver_audit import ANCHORS, audit
+
+    n_random, n_lowest = ANCHORS[quick]
+    pair = (n_random if anchors is None else anchors, n_lowest if lowest is None else lowest)
+    if pair == (0, 0):
+        fail("--anchors", "0 random and 0 lowest anchors", "at least one anchor per set")
+    check_writable_dir(out)
+    summary = audit(
+        out,
+        quick,
+        seed,
+        jobs,
+        resume,
+        pair,
+        log=lambda msg: print(f"[solver-check] {msg}", file=sys.stderr, flush=True),
+    )
+    typer.echo(json.dumps({k: v for k, v in summary.items() if k != "per_set"}))

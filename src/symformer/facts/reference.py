@@ -77,15 +77,16 @@ def _lp_vertex(linprog, c, A_eq, b_eq, i: int) -> bool:
     raise RuntimeError(f"hull LP undecided for anchor {i} (last status {res.status}: {res.message})")
 
 
-def solver_check(values: torch.Tensor, rho_i: torch.Tensor, anchors: list[int]) -> dict:
+def solver_check(values: torch.Tensor, rho_i: torch.Tensor, anchors: list[int], detail: bool = False) -> dict:
     """Our rho_i against both references on the given anchors: max |rho_i - cvxpy| over the vertices,
-    false non-vertices (LP: vertex, ours: rho_i <= 0) and false vertices (LP: not a vertex, ours: rho_i > 0)."""
+    false non-vertices (LP: vertex, ours: rho_i <= 0) and false vertices (LP: not a vertex, ours: rho_i > 0).
+    detail: also each anchor's values (ours, cvxpy's, the LP's decision), to find a disagreement again."""
     ref = rho_reference_cvxpy(values, anchors)
     lp = hull_vertex_lp(values, anchors)
     ours = rho_i[anchors].double()
     both = lp & (ref > 0)  # NaN (every QP solver failed) compares False: left out, counted below
     err = float((ours[both] - ref[both]).abs().max()) if bool(both.any()) else 0.0
-    return {
+    out = {
         "max_abs_err": err,
         "false_non_vertices": int((lp & (ours <= 0)).sum()),
         "false_vertices": int((~lp & (ours > 0)).sum()),
@@ -93,3 +94,6 @@ def solver_check(values: torch.Tensor, rho_i: torch.Tensor, anchors: list[int]) 
         "cvxpy_lp_disagree": int((lp != (ref > 0)).sum()),
         "cvxpy_failed": int(ref.isnan().sum()),
     }
+    if detail:
+        out["per_anchor"] = {"anchor": list(anchors), "ours": ours.tolist(), "cvxpy": ref.tolist(), "lp": lp.tolist()}
+    return out
