@@ -11,7 +11,7 @@ import torch
 from symformer.cli import main
 from symformer.experiments.facts import laws as facts_laws
 from symformer.experiments.facts import solver_audit
-from symformer.experiments.facts.plan import config, plan
+from symformer.experiments.facts.plan import FactsPlan, jobs
 from symformer.facts.embeddings import make_fact_set
 
 
@@ -22,7 +22,7 @@ def quick_sets():
 
 def test_sets_cover_every_part_of_the_quick_plan(quick_sets):
     used = {u.split("#")[0] for s in quick_sets for u in s["used_by"]}
-    p = plan(config(True), True, 0)
+    p = jobs(FactsPlan.for_run(True), True, 0)
     assert {j.key for j, _ in p["f"]} <= used  # every solver point of part (f)
     for part in "abcde":
         assert any(j.key in used for j, _ in p[part]), part
@@ -93,6 +93,6 @@ def test_cli_bad_input_is_one_line(tmp_path, monkeypatch, capsys):
 def test_sets_of_the_full_plan():
     sets = solver_audit.fact_sets(quick=False, seed=0)
     used = {u.split("#")[0] for s in sets for u in s["used_by"]}
-    p = plan(config(False), False, 0)
+    p = jobs(FactsPlan.for_run(False), False, 0)
     assert used == {j.key for part in p.values() for j, _ in part}  # every point computes rho on a set
     assert max(s["n"] * s["d"] for s in sets) == 4096 * 128 and len(sets) == 98

@@ -63,13 +63,19 @@ def hull_vertex_lp(values: torch.Tensor, anchors: list[int] | None = None) -> to
     return torch.tensor(out)
 
 
+#: seconds each HiGHS algorithm may take on one anchor's hull LP: its dual simplex, the last fallback, once ran for
+#: over half an hour on a d = 128, F = 4096 whitened set; past the limit the next algorithm is tried, then undecided
+LP_TIME_LIMIT = 120.0
+
+
 def _lp_vertex(linprog, c, A_eq, b_eq, i: int) -> bool:
     """Status 2 (infeasible): a vertex; status 0 with a verified combination: not one. HiGHS' default
     sometimes ends with an unknown model status on these LPs; then its other algorithms are tried."""
     import numpy as np
 
     for method in ("highs", "highs-ipm", "highs-ds"):
-        res = linprog(c, A_eq=A_eq, b_eq=b_eq, bounds=(0, None), method=method)
+        opts = {"time_limit": LP_TIME_LIMIT}
+        res = linprog(c, A_eq=A_eq, b_eq=b_eq, bounds=(0, None), method=method, options=opts)
         if res.status == 2:
             return True
         if res.status == 0 and float(np.abs(A_eq @ res.x - b_eq).max()) <= 1e-9:

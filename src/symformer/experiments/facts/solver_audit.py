@@ -2,7 +2,7 @@
 (issue 45: "rho_solver_false_non_vertices 0, and the solver's agreement with cvxpy kept at <= 1e-6, on every fact
 set of the run"). Part (f) checks 12 sets of its own; parts (a)-(e) compute rho on other sets without a check.
 
-`fact_sets` derives the sets from the plan itself: it calls every point function of `plan.plan` with the expensive
+`fact_sets` derives the sets from the plan itself: it calls every point function of `plan.jobs` with the expensive
 parts stubbed out and notes each matrix passed to `decodability`, named by the calls that made it (make_fact_set,
 sample_embeddings, laws.whitened, laws.offset, with their arguments). A change of the plan or of a point's seeds
 therefore changes the audited sets with it. Sets with the same values (sha256 of the float64 matrix) are audited
@@ -28,7 +28,7 @@ from symformer._rng import generator
 from symformer._validation import check_int
 from symformer.experiments.facts import laws as facts_laws
 from symformer.experiments.facts import runs as facts_runs
-from symformer.experiments.facts.plan import config, plan
+from symformer.experiments.facts.plan import FactsPlan, jobs
 from symformer.experiments.jobs import Job, one_thread, recorded_plan, run_jobs
 from symformer.facts import embeddings
 from symformer.facts.decodability import Decodability, decodability
@@ -135,8 +135,8 @@ def set_key(recipe: dict) -> str:
 def fact_sets(quick: bool, seed: int = 0) -> list[dict]:
     """Every distinct set the facts plan computes rho on: [{key, recipe, digest, n, d, used_by}], in plan order."""
     out: dict[str, dict] = {}
-    for jobs in plan(config(quick), quick, seed).values():
-        for job, _ in jobs:
+    for part_jobs in jobs(FactsPlan.for_run(quick), quick, seed).values():
+        for job, _ in part_jobs:
             for i, (recipe, V) in enumerate(trace(job)):
                 dg = _digest(V)
                 entry = out.setdefault(dg, {"key": set_key(recipe), "recipe": recipe, "digest": dg})
