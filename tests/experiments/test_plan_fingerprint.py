@@ -111,13 +111,20 @@ def _interrupt_parent(wait: float) -> None:
 
 def test_ctrl_c_stops_worker_processes_at_once(tmp_path):
     """Ctrl-C must stop `reproduce --jobs N`, not leave the workers running the queued jobs for hours."""
+    import signal
     import time
     from multiprocessing import active_children
 
     jobs = [Job(f"j{i}", _interrupt_parent, {"wait": 60.0}) for i in range(4)]
+    # Python's own Ctrl-C handler, as the CLI runs under: an earlier test in this worker process (a Ray or submitit
+    # engine) may have left another SIGINT handler installed
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
     t0 = time.perf_counter()
-    with pytest.raises(KeyboardInterrupt):
-        run_jobs(jobs, tmp_path, n_workers=2)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_jobs(jobs, tmp_path, n_workers=2)
+    finally:
+        signal.signal(signal.SIGINT, old)
     assert time.perf_counter() - t0 < 45 and not active_children()
     assert not list(tmp_path.glob("j*.json"))
 

@@ -18,8 +18,8 @@ import inspect
 import sys
 import time
 from contextlib import ExitStack
+from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from unittest import mock
 
 import torch
@@ -53,6 +53,26 @@ def _digest(V: torch.Tensor) -> str:
     return hashlib.sha256(str(tuple(V.shape)).encode() + V.numpy().tobytes()).hexdigest()[:16]
 
 
+@dataclass
+class _TracedSearch:
+    """What a stubbed capacity search returns while the plan is traced: no size found."""
+
+    size: None = None
+    params: None = None
+    bits_per_param: None = None
+    info_bits: None = None
+    evaluations: dict = field(default_factory=dict)
+
+
+class _TracedMLP:
+    """What a stubbed MLP build returns while the plan is traced."""
+
+    accuracy = 0.0
+
+    def n_params(self) -> int:
+        return 0
+
+
 def _stubs(seen: dict, got: list) -> dict:
     """Stand-ins for the point's expensive calls; `decodability` notes its input (by the recipe `seen` holds)."""
 
@@ -63,11 +83,11 @@ def _stubs(seen: dict, got: list) -> dict:
         n, d = V.shape
         return Decodability(1.0, torch.ones(n, dtype=torch.float64), torch.zeros(n, d, dtype=V.dtype), [])
 
-    search = SimpleNamespace(size=None, params=None, bits_per_param=None, info_bits=None, evaluations={})
+    search = _TracedSearch()
     return {
         (facts_runs, "decodability"): rho,
         (facts_runs, "method_capacity"): lambda *a, **kw: search,
-        (facts_runs, "build_fact_mlp"): lambda *a, **kw: SimpleNamespace(accuracy=0.0, n_params=lambda: 0),
+        (facts_runs, "build_fact_mlp"): lambda *a, **kw: _TracedMLP(),
         (facts_runs, "coherence"): lambda *a, **kw: 0.0,
         (facts_laws, "ntk_search"): lambda *a, **kw: {"params": None, "params_at_cap": None, "reason": "traced"},
         (sys.modules["symformer.facts.reference"], "solver_check"): lambda *a, **kw: {},
