@@ -40,7 +40,13 @@ from symformer._validation import (
     fail,
 )
 from symformer.attention.favor_state import FavorState, check_features, favor_step
-from symformer.attention.softmax import AttentionCore, float32_compute, key_padding_mask, needs_float32
+from symformer.attention.softmax import (
+    AttentionCore,
+    draw_dtype,
+    float32_compute,
+    key_padding_mask,
+    needs_float32,
+)
 
 __all__ = [
     "FavorAttention",
@@ -420,8 +426,7 @@ class FavorAttention(AttentionCore):
         # the draw runs on the CPU (its generator's device) whatever device the constructor is called under, then
         # moves there: from_pretrained builds models on the meta device, where no value can be drawn or read
         home = torch.empty(()).device
-        dtype = torch.get_default_dtype()
-        dtype = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype  # the float32 master (_apply)
+        dtype = draw_dtype()  # the float32 master under a 16-bit default (_apply keeps it)
         self.register_buffer("seed", torch.tensor(seed, dtype=torch.long, device=home))
         self.register_buffer("draws", torch.zeros((), dtype=torch.long, device=home))
         self.register_buffer("features", self._draw(0, seed).to(device=home, dtype=dtype))

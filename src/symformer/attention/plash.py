@@ -48,7 +48,13 @@ from symformer.attention.sketch import (
     sign_hashes,
     tensor_sketch_dense,
 )
-from symformer.attention.softmax import AttentionCore, float32_compute, key_padding_mask, needs_float32
+from symformer.attention.softmax import (
+    AttentionCore,
+    draw_dtype,
+    float32_compute,
+    key_padding_mask,
+    needs_float32,
+)
 
 
 def _degrees(degrees) -> tuple[int, ...]:
@@ -173,9 +179,8 @@ class PlashAttention(AttentionCore):
                 g = purpose_generator("plash", seed)
             # drawn in float32 at least, then held in the default dtype (as nn.Linear's weights are): under a 16-bit
             # default (from_pretrained with dtype=) they are the float32 build's prototypes rounded once
-            dt = torch.get_default_dtype()
-            draw = torch.float32 if dt in (torch.bfloat16, torch.float16) else dt
-            prototypes = (torch.randn(M, head_dim, generator=g, dtype=draw) / math.sqrt(head_dim)).to(dt)
+            prototypes = torch.randn(M, head_dim, generator=g, dtype=draw_dtype()) / math.sqrt(head_dim)
+            prototypes = prototypes.to(torch.get_default_dtype())
             # Assumption C.2.3: independent (h_t, s_t) per (k, t); stored as buffers (state_dict reproduces).
             hashes = [
                 (bucket_hashes(k, d, dk, g, MERSENNE_31), sign_hashes(k, d, g)) for k, dk in zip(self.degrees, self.D_k)

@@ -34,6 +34,13 @@ class AttentionCore(nn.Module):
 _HALF = (torch.float16, torch.bfloat16)
 
 
+def draw_dtype() -> torch.dtype:
+    """The dtype a core draws its random parameters in: torch's default, or float32 while that is a 16-bit type (a
+    model built under from_pretrained(dtype=bf16) draws what the float32 build draws for the same seed)."""
+    dt = torch.get_default_dtype()
+    return torch.float32 if dt in _HALF else dt
+
+
 def needs_float32(*xs: torch.Tensor) -> bool:
     """Whether a core that accumulates exponentials (FAVOR+, PLASH) must recompute in float32: a 16-bit input, or
     autocast on the inputs' device (it would run the matmuls in 16 bits)."""

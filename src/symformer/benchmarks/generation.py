@@ -74,21 +74,17 @@ def _state_bytes(cache, method: str) -> int:
     return sum(layer.nbytes() for layer in cache.layers)
 
 
-def _device_type(cache) -> str:
-    return torch.device(getattr(cache.layers[0], "device", None) or "cpu").type
-
-
-def _block_amortised(cache, method: str) -> float:
+def _block_amortised(cache, method: str, device: str) -> float:
     """PLASH: time of one prefix-summary recomputation in every layer (what a finished block costs) / causal_block."""
     if method != "plash":
         return 0.0
-    sync_device(_device_type(cache))
+    sync_device(device)
     t0 = time.perf_counter()
     for layer in cache.layers:
         st = layer.state
         if st is not None and st.pk is not None:
             layer.core.prefix_summaries(st.pk, st.pv)
-    sync_device(_device_type(cache))
+    sync_device(device)
     return (time.perf_counter() - t0) / PLASH["causal_block"]
 
 
@@ -144,7 +140,7 @@ def decode_one(run: dict) -> None:
 
 def summary(run: dict) -> dict:
     """decode_s: the median step after two warm-up steps, plus PLASH's amortised per-block recomputation."""
-    amortised = _block_amortised(run["cache"], run["method"])
+    amortised = _block_amortised(run["cache"], run["method"], run["model"].device.type)
     return {
         "prefill_s": run["prefill_s"],
         "decode_s": statistics.median(run["times"][2:]) + amortised,

@@ -74,8 +74,7 @@ def _lp_vertex(linprog, c, A_eq, b_eq, i: int) -> bool:
     import numpy as np
 
     for method in ("highs", "highs-ipm", "highs-ds"):
-        opts = {"time_limit": LP_TIME_LIMIT}
-        res = linprog(c, A_eq=A_eq, b_eq=b_eq, bounds=(0, None), method=method, options=opts)
+        res = linprog(c, A_eq=A_eq, b_eq=b_eq, bounds=(0, None), method=method, options={"time_limit": LP_TIME_LIMIT})
         if res.status == 2:
             return True
         if res.status == 0 and float(np.abs(A_eq @ res.x - b_eq).max()) <= 1e-9:
