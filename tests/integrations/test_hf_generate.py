@@ -186,3 +186,20 @@ def test_hybrid_and_mla_models_generate_like_their_full_forward(family):
     assert torch.equal(full[:, 11:-1].argmax(-1), res.sequences[:, 12:])
     kinds = {type(layer).__name__ for layer in (getattr(res, "past_key_values", None) or res.cache).layers}
     assert ("StateLayer" in kinds) == (family == "lfm2") and (len(kinds) > 1) == (family == "lfm2")
+
+
+def test_cache_kwargs_names_the_keyword_the_forward_takes():
+    """transformers 5.24 renamed past_key_values to cache; the other name would land in **kwargs unread."""
+    model, cache = _model("llama", "favor"), object()
+    import inspect
+
+    want = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    assert cache_kwargs(model, cache) == {want: cache}
+
+    class Old(torch.nn.Module):
+        def forward(self, x, past_key_values=None, **kwargs):
+            return x
+
+    assert cache_kwargs(Old(), cache) == {"past_key_values": cache}
+    with pytest.raises(TypeError, match=r"^module: got 'str', expected a Hugging Face model"):
+        cache_kwargs("llama", cache)

@@ -329,5 +329,7 @@ def llama4_query_scale(config, positions: torch.Tensor, dtype: torch.dtype | Non
 def cache_kwargs(module, cache) -> dict:
     """`cache` as the keyword `module.forward` takes it: `cache` from transformers 5.24, `past_key_values` before.
     Passing the other name is not an error there: it lands in **kwargs and the module runs without its cache."""
+    if not callable(getattr(module, "forward", None)):
+        fail("module", type(module).__name__, "a Hugging Face model or module (one with a forward)", TypeError)
     params = inspect.signature(module.forward).parameters
     return {"cache" if "cache" in params else "past_key_values": cache}
