@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from symformer._rng import seed_torch, seeded_generator
-from symformer.experiments.teleport.plan import PE_KINDS
+from symformer.experiments.teleport.plan import PE_KINDS, PE_SETTINGS
 
 
 def _tiny_model(kind: str, seed: int = 0):
@@ -16,11 +16,16 @@ def _tiny_model(kind: str, seed: int = 0):
     from symformer.positional import ESPR, STRING
 
     seed_torch(seed)
-    base, kw = kind, {}
-    if kind.startswith("rope-"):
-        base, kw = "rope", {"pairing": kind.split("-")[1]}
+    base, kw = PE_SETTINGS[kind]
     cfg = TransformerConfig(
-        d_model=16, n_heads=2, n_layers=2, positional=base, positional_kwargs=kw, coord_dim=2, mlp="relu", max_len=8
+        d_model=16,
+        n_heads=2,
+        n_layers=2,
+        positional=base,
+        positional_kwargs=dict(kw),
+        coord_dim=2,
+        mlp="relu",
+        max_len=8,
     )
     model = ViTClassifier(cfg, 4, 3).to(torch.float64)
     gen = seeded_generator(seed + 3)

@@ -8,7 +8,19 @@ from dataclasses import dataclass, fields
 
 from symformer.experiments.teleport.runs import ALPHA_GRID, PAPER_LR
 
-PE_KINDS = ["none", "sinusoidal", "learned", "rope-interleaved", "rope-half", "string", "circulant_string", "espr"]
+# Part (a)'s positional settings: a label for the report, the registered part and its keyword arguments (RoPE is
+# checked under both pairings, since its group's 2x2 blocks sit on different coordinates in each).
+PE_SETTINGS: dict[str, tuple[str, dict]] = {
+    "none": ("none", {}),
+    "sinusoidal": ("sinusoidal", {}),
+    "learned": ("learned", {}),
+    "rope-interleaved": ("rope", {"pairing": "interleaved"}),
+    "rope-half": ("rope", {"pairing": "half"}),
+    "string": ("string", {}),
+    "circulant_string": ("circulant_string", {}),
+    "espr": ("espr", {}),
+}
+PE_KINDS = list(PE_SETTINGS)
 DATASETS = ("mnist1d", "digits")
 
 
