@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 SHARED_DATA := $(abspath ../shared/data)
 export SYMFORMER_DATA ?= $(if $(wildcard $(SHARED_DATA)),$(SHARED_DATA),)
 
-.PHONY: venv reproduce test test-slow bench lint docs clean
+.PHONY: venv reproduce test test-slow test-oldest bench lint docs clean
 
 $(BIN)/symformer: pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -26,6 +26,16 @@ test: venv
 test-slow: venv
 	$(BIN)/python -m pytest -q -m slow --runslow tests
 
+# the fast suite on the oldest torch symformer supports (2.3.1, with the numpy < 2 it was built against), in
+# .venv-oldest. PyPI has only its CUDA build (about 5 GB with its libraries). transformers is installed without
+# the hf extra, which needs torch >= 2.6: transformers 5 disables older PyTorch, and the HF tests skip saying so.
+OLD := .venv-oldest/bin
+test-oldest:
+	test -x $(OLD)/python || $(PY) -m venv .venv-oldest
+	$(OLD)/pip install -q "torch==2.3.1" "numpy<2"
+	$(OLD)/pip install -q -e ".[dev,bench]" "transformers>=5.24" "torch==2.3.1" "numpy<2"
+	$(OLD)/python -m pytest -q -n 2 tests
+
 bench: venv
 	$(BIN)/symformer bench --quick --out out/bench
 
@@ -38,4 +48,4 @@ docs: venv
 	@$(BIN)/python docs/gen/build.py
 
 clean:
-	rm -rf $(VENV) out .pytest_cache
+	rm -rf $(VENV) .venv-oldest out .pytest_cache

@@ -4,7 +4,7 @@ Every `import` in src/symformer, module level or inside a function (a lazy impor
 read with ast; an import of a higher layer fails, and so does one between the sibling top layers
 experiments and benchmarks. Layers, from the bottom:
 
-  0  _validation, registry, results, stats, _io, _rng, report   (plumbing)
+  0  _validation, registry, results, stats, _io, _rng, _torch_compat, report   (plumbing)
   1  data, positional, attention, facts                    (parts)
   2  models
   3  train
@@ -32,6 +32,7 @@ LAYERS = {
     "stats": 0,
     "_io": 0,
     "_rng": 0,
+    "_torch_compat": 0,
     "report": 0,
     "data": 1,
     "positional": 1,

@@ -147,7 +147,9 @@ def test_a_given_seed_fixes_every_layer_whatever_the_global_generator():
 
 
 def test_no_two_layers_of_a_patched_hf_model_share_a_draw():
-    pytest.importorskip("transformers")
+    from tests.integrations._hf_models import transformers_or_skip
+
+    transformers_or_skip()
     from tests.integrations._hf_models import tiny
 
     from symformer.integrations import hf

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-import pytest
 import torch
 
 from symformer.experiments.base import RunContext
@@ -53,5 +52,7 @@ def test_small_run_reports_every_metric(tmp_path):
 
 def test_the_anchor_is_measured_not_assumed():
     """HF's own RoPE cast with .to(bfloat16) rounds inv_freq (transformers issue 29496): far above the bound."""
-    pytest.importorskip("transformers")
+    from tests.integrations._hf_models import transformers_or_skip
+
+    transformers_or_skip()
     assert hf_native_rope_err_vs_bound(torch.bfloat16, n=4096) > 10

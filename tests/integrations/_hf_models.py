@@ -25,6 +25,21 @@ def replaced_record(family: str, **changes):
         register_family(old, replace=True)
 
 
+def transformers_or_skip():
+    """transformers, or a skip (of the module where called at import) when symformer.integrations.hf cannot run
+    here: transformers missing, or unable to use this torch (transformers 5 disables PyTorch < 2.6)."""
+    import pytest
+
+    from symformer.integrations._hf_common import hf_unavailable
+
+    problem = hf_unavailable()
+    if problem is not None:
+        pytest.skip(problem, allow_module_level=True)
+    import transformers
+
+    return transformers
+
+
 def tiny(family: str = "llama", dtype=torch.float32, seed: int = 0, kv_heads: int = 2, init: float = 0.2, **kw):
     """d_model 32, 4 query heads of Dh 8 reading `kv_heads` key heads (GQA when < 4), 2 layers, vocab 40, with the
     family's own settings from its record's tiny config (MoE experts, Gemma 2's cap and window, ...).

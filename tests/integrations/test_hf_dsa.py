@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tests.integrations._hf_models import transformers_or_skip  # noqa: E402
 
-pytest.importorskip("transformers")
+transformers_or_skip()
 
 from tests.integrations._hf_models import check_gradient_action, float64_reference, ids, logits, tiny  # noqa: E402
 

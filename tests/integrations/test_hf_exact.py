@@ -8,8 +8,9 @@ import sys
 
 import pytest
 import torch
+from tests.integrations._hf_models import transformers_or_skip  # noqa: E402
 
-pytest.importorskip("transformers")
+transformers_or_skip()
 
 from tests.integrations._hf_models import FAMILIES, float64_reference, ids, tiny  # noqa: E402
 from tests.integrations._hf_models import logits as _logits  # noqa: E402

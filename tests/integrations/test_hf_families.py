@@ -9,8 +9,9 @@ import dataclasses
 
 import pytest
 import torch
+from tests.integrations._hf_models import transformers_or_skip  # noqa: E402
 
-pytest.importorskip("transformers")
+transformers_or_skip()
 
 from tests.integrations._hf_models import (  # noqa: E402
     FAMILIES,

@@ -6,8 +6,9 @@ import copy
 
 import pytest
 import torch
+from tests.integrations._hf_models import transformers_or_skip  # noqa: E402
 
-pytest.importorskip("transformers")
+transformers_or_skip()
 
 from tests.integrations._hf_models import tiny  # noqa: E402
 

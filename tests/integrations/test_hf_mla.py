@@ -9,8 +9,9 @@ import math
 
 import pytest
 import torch
+from tests.integrations._hf_models import transformers_or_skip  # noqa: E402
 
-pytest.importorskip("transformers")
+transformers_or_skip()
 
 from tests.integrations._hf_models import float64_reference, ids, logits, teleport_in_plain_loop, tiny  # noqa: E402
 

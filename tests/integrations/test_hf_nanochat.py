@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tests.integrations._hf_models import transformers_or_skip  # noqa: E402
 
-pytest.importorskip("transformers")
+transformers_or_skip()
 
 from tests.integrations._hf_models import (  # noqa: E402
     check_gradient_action,

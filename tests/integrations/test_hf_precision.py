@@ -9,6 +9,7 @@ import copy
 
 import pytest
 import torch
+from tests.integrations._hf_models import transformers_or_skip  # noqa: E402
 
 from symformer.experiments.precision.hf_checks import (
     HF_PRECISION_FAMILIES,
@@ -19,7 +20,7 @@ from symformer.experiments.precision.hf_checks import (
     logit_err,
 )
 
-pytest.importorskip("transformers")
+transformers_or_skip()
 N_TOKENS = 2048
 DTYPES = (torch.bfloat16, torch.float16)
 _CASES: dict = {}

@@ -7,8 +7,9 @@ import copy
 
 import pytest
 import torch
+from tests.integrations._hf_models import transformers_or_skip  # noqa: E402
 
-pytest.importorskip("transformers")
+transformers_or_skip()
 
 from tests.integrations._hf_models import ids, logits, tiny  # noqa: E402
 

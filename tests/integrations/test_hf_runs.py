@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tests.integrations._hf_models import transformers_or_skip  # noqa: E402
 
-pytest.importorskip("transformers")
+transformers_or_skip()
 
 
 def test_hf_experiment_is_registered():

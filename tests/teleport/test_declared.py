@@ -339,7 +339,9 @@ def test_declaring_an_hf_layer_gives_the_hf_familys_sites(family, layout):
     """An HF model's layers declared by hand (fused qkv_proj in Phi-3's block layout; Llama's q/k/v/o, GQA, the native
     RoPE as symformer RoPE in the half pairing) give the sites integrations.hf builds: the same group kinds and head
     counts, and one element acting identically (bit for bit) through either group; the loss is kept."""
-    pytest.importorskip("transformers")
+    from tests.integrations._hf_models import transformers_or_skip
+
+    transformers_or_skip()
     from tests.integrations._hf_models import float64_reference, lm_loss, tiny
     from tests.integrations._hf_models import ids as hf_ids
 

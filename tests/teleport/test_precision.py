@@ -166,7 +166,9 @@ HF_FAMILIES = ["llama", "qwen3", "gpt_neox", "mixtral"]  # plain GQA, q/k norms,
 
 @pytest.mark.parametrize("family", HF_FAMILIES)
 def test_hf_bf16_teleport(family, device):
-    pytest.importorskip("transformers")
+    from tests.integrations._hf_models import transformers_or_skip
+
+    transformers_or_skip()
     from tests.integrations._hf_models import ids, tiny
 
     from symformer.integrations.hf_teleport import register_hf_groups
@@ -190,7 +192,9 @@ def test_hf_bf16_teleport(family, device):
 def test_hf_plain_loop_teleports_in_bf16(route, device, recwarn):
     """HFTeleport on a bfloat16 Llama (cast) and on a float32 one trained under autocast (compute_dtype): the
     scheduled teleports are applied and none is refused by the runtime invariance check."""
-    pytest.importorskip("transformers")
+    from tests.integrations._hf_models import transformers_or_skip
+
+    transformers_or_skip()
     from tests.integrations._hf_models import lm_loss, tiny
 
     from symformer.integrations import hf

@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from symformer._torch_compat import autocast_enabled
 from symformer.experiments.precision.train_checks import ROUTES, TRAIN_COMBINATIONS, train_step_comparison
 
 
@@ -103,7 +104,7 @@ def test_trainer_precision(precision, device, tmp_path):
 
     class Probe(torch.nn.Module):  # records whether the forward ran under autocast
         def forward(self, x):
-            seen.append(torch.is_autocast_enabled(device))
+            seen.append(autocast_enabled(device))
             return x
 
     from symformer.train import Callback

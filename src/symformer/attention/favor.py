@@ -31,6 +31,7 @@ import torch.nn.functional as F
 
 from symformer._rng import check_seed, resolve_seed
 from symformer._rng import generator as purpose_generator
+from symformer._torch_compat import autocast_dtype
 from symformer._validation import (
     all_finite,
     check_attention_inputs,
@@ -172,10 +173,7 @@ def _half_precision(t: torch.Tensor) -> bool:
     largest at 1. (bfloat16 has float32's exponent range.)"""
     if t.dtype == torch.float16:
         return True
-    try:
-        return torch.is_autocast_enabled(t.device.type) and torch.get_autocast_dtype(t.device.type) == torch.float16
-    except (TypeError, AttributeError):  # torch < 2.4: CUDA autocast only, float16 by default
-        return torch.is_autocast_enabled()
+    return autocast_dtype(t.device.type) == torch.float16
 
 
 def _softmax_query_features(proj: torch.Tensor) -> torch.Tensor:

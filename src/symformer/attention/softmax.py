@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from symformer._torch_compat import autocast_enabled
 from symformer._validation import check_attention_inputs, check_tensor, fail
 
 
@@ -48,10 +49,7 @@ def needs_float32(*xs: torch.Tensor) -> bool:
         return False  # the core's own validation names the argument
     if any(x.dtype in _HALF for x in xs):
         return True
-    try:
-        return torch.is_autocast_enabled(xs[0].device.type)
-    except TypeError:  # torch < 2.4
-        return torch.is_autocast_enabled()
+    return autocast_enabled(xs[0].device.type)
 
 
 def key_padding_mask(attn_mask: torch.Tensor | None, k: torch.Tensor, core: str) -> torch.Tensor | None:

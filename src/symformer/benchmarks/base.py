@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-import torch.utils.benchmark as tbench
 
 from symformer.registry import Registry, description_of
 
@@ -77,6 +76,11 @@ def median_seconds(fn: Callable[[], Any], min_run_time: float = 0.3, device: str
     """Median wall time of `fn()` (torch.utils.benchmark handles warm-up and synchronisation)."""
     fn()  # warm-up (allocations, lazy init)
     sync_device(device)
+    # imported here, not at module level: it imports torch.utils.cpp_extension, which prints a line on stderr
+    # ("No CUDA runtime is found") where a CUDA build of torch finds nvcc but no driver; `symformer bench` with bad
+    # input must print only its own one-line error
+    import torch.utils.benchmark as tbench
+
     t = tbench.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
     return float(t.blocked_autorange(min_run_time=min_run_time).median)
 

@@ -117,7 +117,8 @@ def torch_load(path: str | Path, what: str) -> Any:
 def _torch_reason(e: BaseException) -> str:
     """One short clause from torch's multi-paragraph load errors."""
     text = str(e)
-    m = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
+    # torch >= 2.4 says "Unsupported global: GLOBAL io.open", torch 2.3 "Unsupported class io.open"
+    m = re.search(r"Unsupported (?:global: GLOBAL|class) ([\w.]+)", text)
     if m:
         return f"loading it would import and call {m.group(1)}; symformer never runs code from a file"
     m = re.search(r"WeightsUnpickler error:\s*([^\n]+)", text)

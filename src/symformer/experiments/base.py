@@ -36,6 +36,12 @@ class ExperimentSpec:
         for mod, extra in self.requires.items():
             if importlib.util.find_spec(mod) is None:
                 return f"needs {mod} (pip install 'symformer[{extra}]')"
+            if mod == "transformers":  # installed is not enough: transformers 5 disables PyTorch < 2.6
+                from symformer.integrations._hf_common import hf_unavailable
+
+                problem = hf_unavailable()
+                if problem is not None:
+                    return f"needs transformers with models ({problem})"
         return None
 
     def resolve_options(self, overrides: dict[str, Any]) -> dict[str, Any]:

@@ -32,21 +32,37 @@ TESTED_VERSION = (5, 24)
 _WARNED: list[str] = []
 
 
-def require_transformers():
-    """Import transformers, or raise ImportError naming the extra that installs it."""
+def hf_unavailable() -> str | None:
+    """None where symformer.integrations.hf can run, else why not (one line): transformers missing, older than
+    4.48, or unable to use the installed torch (transformers 5 disables PyTorch < 2.6 and then has no models)."""
     try:
         tf = importlib.import_module("transformers")
-    except ImportError as exc:
-        raise ImportError(
+    except ImportError:
+        return (
             "symformer.integrations.hf needs Hugging Face transformers (>= 4.48): "
             "install the extra with `pip install 'symformer[hf]'`"
-        ) from exc
+        )
     major, minor = (int(x) for x in tf.__version__.split(".")[:2])
     if (major, minor) < MIN_VERSION:
-        raise ImportError(
+        return (
             f"symformer.integrations.hf needs transformers >= 4.48 (AttentionInterface), found "
             f"{tf.__version__}: install the extra with `pip install -U 'symformer[hf]'`"
         )
+    if not tf.utils.is_torch_available():
+        return (
+            f"transformers {tf.__version__} cannot use torch {torch.__version__} (transformers 5 needs PyTorch >= "
+            "2.6), so symformer.integrations.hf has no models to patch: upgrade torch with `pip install -U torch`"
+        )
+    return None
+
+
+def require_transformers():
+    """Import transformers, or raise ImportError saying why it cannot serve (`hf_unavailable`)."""
+    problem = hf_unavailable()
+    if problem is not None:
+        raise ImportError(problem)
+    tf = importlib.import_module("transformers")
+    major, minor = (int(x) for x in tf.__version__.split(".")[:2])
     if (major, minor) < TESTED_VERSION and tf.__version__ not in _WARNED:
         _WARNED.append(tf.__version__)
         warnings.warn(

@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from symformer._rng import seeded_generator
+from symformer._torch_compat import autocast_enabled
 from symformer._validation import check_choice, check_tensor, fail
 
 QK_SYMMETRY_KINDS = ("gl", "h", "commutant")
@@ -212,7 +213,7 @@ def _autocast_off(method):
     @functools.wraps(method)
     def run(self, x, *args, **kwargs):
         dev = x.device.type if isinstance(x, torch.Tensor) else "cpu"
-        if torch.amp.is_autocast_available(dev) and torch.is_autocast_enabled(dev):
+        if autocast_enabled(dev):
             with torch.autocast(dev, enabled=False):
                 return method(self, x, *args, **kwargs)
         return method(self, x, *args, **kwargs)

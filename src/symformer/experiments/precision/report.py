@@ -82,6 +82,7 @@ def train_metrics(combinations, seeds) -> tuple[dict[str, float], dict[str, bool
 @experiment(
     "precision",
     "Mixed precision: rotary parts, patched HF models and training steps in bfloat16 / float16 against float64",
+    requires={"transformers": "hf"},  # its anchor is HF's own 16-bit rotary embedding
 )
 def run(ctx: RunContext) -> ExperimentResult:
     with one_thread():
