@@ -41,7 +41,7 @@ class ExperimentSpec:
 
                 problem = hf_unavailable()
                 if problem is not None:
-                    return f"needs transformers with models ({problem})"
+                    return problem
         return None
 
     def resolve_options(self, overrides: dict[str, Any]) -> dict[str, Any]:
