@@ -182,3 +182,19 @@ def test_experiment_needing_a_missing_extra_is_skipped_or_named(capsys, tmp_path
     code, _, err = run(capsys, "reproduce", "needs", "--out", tmp_path / "one")
     assert code == 2 and err.count("\n") == 1 and "experiment needs: needs no_such_module_xyz" in err
     assert ran == ["plain"]
+
+
+def test_config_toml_reads_as_its_json(tmp_path):
+    """`--config x.toml` (tomllib from Python 3.11, tomli before) gives the dict the same config as JSON gives;
+    bad TOML is a ValueError naming --config."""
+    from symformer.train.presets import load_config
+
+    spec = {"task": "digits", "model": {"d_model": 16, "n_heads": 2}, "train": {"epochs": 1, "lr": 0.001}}
+    (tmp_path / "c.json").write_text(json.dumps(spec))
+    (tmp_path / "c.toml").write_text(
+        'task = "digits"\n[model]\nd_model = 16\nn_heads = 2\n[train]\nepochs = 1\nlr = 0.001\n'
+    )
+    assert load_config(tmp_path / "c.toml") == load_config(tmp_path / "c.json") == spec
+    (tmp_path / "bad.toml").write_text("task = \n")
+    with pytest.raises(ValueError, match="--config.*valid TOML"):
+        load_config(tmp_path / "bad.toml")

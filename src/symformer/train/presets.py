@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -106,7 +107,10 @@ def load_config(path: str | Path) -> dict[str, Any]:
         fail("--config", str(path), "an existing JSON or TOML file")
     text = read_text(path, "a JSON or TOML config")
     if path.suffix == ".toml":
-        import tomllib
+        if sys.version_info >= (3, 11):
+            import tomllib
+        else:  # the same parser, released as tomli before it joined the standard library
+            import tomli as tomllib
 
         try:
             return tomllib.loads(text)
