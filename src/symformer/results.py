@@ -5,6 +5,7 @@ A verdict is always computed from the numbers of the run (see `verdict`), never 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -53,9 +54,12 @@ class ExperimentResult:
     notes: list[str] = field(default_factory=list)
 
 
+@functools.cache
 def git_sha() -> str:
     """HEAD's commit, with "+dirty" when tracked files differ from it: a record made by uncommitted code must not
-    name a commit as if that commit had produced it."""
+    name a commit as if that commit had produced it. Read once per process (run_jobs reads it before the first
+    job): a process runs the code it imported, so a commit made in the checkout while a long run records must not
+    be named by the run's later records."""
     here = Path(__file__).resolve().parent
     try:
 

@@ -176,3 +176,35 @@ def test_log_hears_reuse_and_each_finished_job(tmp_path):
     assert lines[0] == "0 of 1 jobs reused from records, running 1 (0 resume from checkpoints) on 1 worker(s)"
     assert lines[1].startswith("job a done in ") and lines[1].endswith("(1 of 1)")
     assert lines[2].startswith("1 of 2 jobs reused") and lines[3].startswith("job b done") and len(lines) == 4
+
+
+def test_records_name_the_commit_the_process_started_at(monkeypatch, tmp_path):
+    """git_sha is read once per process, by run_jobs before the first job: a commit made in the checkout while a
+    long run records (the code that runs is what the process imported) does not rename the later records; a tree
+    that differs from HEAD is marked +dirty."""
+    import subprocess
+    from types import SimpleNamespace
+
+    from symformer import results
+
+    state = {"head": "a" * 40, "status": ""}
+    calls = []
+
+    def fake_run(args, **kw):
+        calls.append(args)
+        out = state["head"] if "rev-parse" in args else state["status"]
+        return SimpleNamespace(stdout=out + "\n")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    results.git_sha.cache_clear()
+    try:
+        state["status"] = " M src/x.py"
+        jobs = _jobs()
+        run_jobs(jobs[:1], tmp_path, resume=True)
+        state["head"], state["status"] = "b" * 40, ""  # a commit while the run goes on
+        run_jobs(jobs, tmp_path, resume=True)
+        shas = {k: json.loads((tmp_path / f"{k}.json").read_text())["provenance"]["git_sha"] for k in ("a", "b")}
+        assert shas == {"a": "a" * 40 + "+dirty", "b": "a" * 40 + "+dirty"}
+        assert len([c for c in calls if c[0] == "git"]) == 2  # HEAD and status, once
+    finally:
+        results.git_sha.cache_clear()

@@ -54,7 +54,7 @@ from symformer.experiments.records import (  # noqa: F401  (reuse_note, records_
     where_note,
     write_provenance,
 )
-from symformer.results import atomic_write_text
+from symformer.results import atomic_write_text, git_sha
 
 
 @dataclass(frozen=True)
@@ -198,6 +198,7 @@ def run_jobs(
     out: dict[str, Any] = {}
     digest = None
     if record_dir is not None:
+        git_sha()  # the commit of the code this process imported, before a job runs for hours (results.git_sha)
         record_dir.mkdir(parents=True, exist_ok=True)
         digest = _check_plan(record_dir)
         for j in jobs:
