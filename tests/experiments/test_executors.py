@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -149,6 +150,10 @@ from symformer.experiments.jobs import Job, run_jobs
 
 
 def nap(i: int, secs: float) -> int:
+    import os
+
+    if os.environ.get("NAP_PIDS"):  # the test looks for the worker after the driver is killed
+        (Path(os.environ["NAP_PIDS"]) / str(os.getpid())).touch()
     time.sleep(secs)
     return i
 
@@ -163,6 +168,15 @@ if __name__ == "__main__":
 """
 
 
+def _alive(pid: int) -> bool:
+    """Running (a zombie whose parent has not reaped it yet has exited)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
 @pytest.mark.parametrize("engine", ["local", "submitit"])
 def test_killed_driver_resumes_without_rerunning_recorded_jobs(engine, tmp_path, monkeypatch):
     """The driver is SIGKILLed with jobs in flight; --resume reuses the two records and reruns the rest (it does
@@ -173,6 +187,9 @@ def test_killed_driver_resumes_without_rerunning_recorded_jobs(engine, tmp_path,
     runs = tmp_path / "runs"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
     env["SYMFORMER_SLOT_STALE_S"] = "20"  # orphaned slots stop soon after the test even without the STOP
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    env["NAP_PIDS"] = str(pids)
     proc = subprocess.Popen([sys.executable, str(tmp_path / "tinydriver.py"), str(runs), engine], env=env)
     deadline = time.time() + 120
     while len(list(runs.glob("n*.json"))) < 2 and time.time() < deadline and proc.poll() is None:
@@ -181,6 +198,13 @@ def test_killed_driver_resumes_without_rerunning_recorded_jobs(engine, tmp_path,
     proc.wait()
     recorded = {p.name: p.read_text() for p in runs.glob("n*.json")}
     assert sorted(recorded) == ["n0.json", "n1.json"]
+    if engine == "local":  # its pool's workers exit with it, mid-job (before, they lived on, idle, for good)
+        workers = {int(p.name) for p in pids.iterdir()}
+        assert len(workers) == 3
+        deadline = time.time() + 8  # well before the 10 s naps would end
+        while time.time() < deadline and any(_alive(w) for w in workers):
+            time.sleep(0.1)
+        assert not [w for w in workers if _alive(w)]
     if engine == "submitit":  # a restarted driver's engine STOPs the old queue: its slots take no further job
         from symformer.experiments.executors import SubmititEngine
 

@@ -26,8 +26,10 @@ where they ran (provenance, `records_where`, PROVENANCE.md) is made in records.p
 from __future__ import annotations
 
 import json
+import os
 import platform
 import shutil
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
@@ -81,10 +83,22 @@ def _load(path: Path, job: Job, digest: str | None = None) -> Any:
     return rec["result"] if same else None
 
 
-def _init_worker() -> None:
+def _init_worker(driver: int | None = None) -> None:
+    """One thread per worker; a local pool's worker (`driver`: the driver's pid) also exits with its driver."""
     import torch
 
     torch.set_num_threads(1)
+    if driver is not None:
+        threading.Thread(target=_exit_with_driver, args=(driver,), daemon=True, name="exit-with-driver").start()
+
+
+def _exit_with_driver(driver: int) -> None:
+    """Exit within a second of the driver's death. A SIGKILLed driver (kill -9, the OOM killer) cannot stop its
+    workers: each would finish its job unrecorded, writing the checkpoints a resumed driver's worker writes too,
+    then wait on the task queue forever. The job's checkpoints stay; --resume continues from them."""
+    while os.getppid() == driver:
+        time.sleep(1.0)
+    os._exit(1)
 
 
 @contextmanager
@@ -155,7 +169,9 @@ def _has_checkpoints(work: Path) -> bool:
 def _run_pool(todo: list[Job], work: dict, n_workers: int, done: Callable, failed: list, device: str) -> None:
     """The jobs in spawned worker processes (one thread each); `done` records each, `failed` collects errors."""
     before = set(active_children())
-    pool = ProcessPoolExecutor(min(n_workers, len(todo)), mp_context=get_context("spawn"), initializer=_init_worker)
+    pool = ProcessPoolExecutor(
+        min(n_workers, len(todo)), mp_context=get_context("spawn"), initializer=_init_worker, initargs=(os.getpid(),)
+    )
     try:
         futures = {pool.submit(_call, j, work[j.key], "local", device): j for j in todo}
         for f in as_completed(futures):
