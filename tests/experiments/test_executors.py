@@ -192,7 +192,12 @@ def test_killed_driver_resumes_without_rerunning_recorded_jobs(engine, tmp_path,
     env["NAP_PIDS"] = str(pids)
     proc = subprocess.Popen([sys.executable, str(tmp_path / "tinydriver.py"), str(runs), engine], env=env)
     deadline = time.time() + 120
-    while len(list(runs.glob("n*.json"))) < 2 and time.time() < deadline and proc.poll() is None:
+    want_workers = 3 if engine == "local" else 0  # every worker has started a job (spawning one takes a while)
+    while (
+        (len(list(runs.glob("n*.json"))) < 2 or len(list(pids.iterdir())) < want_workers)
+        and time.time() < deadline
+        and proc.poll() is None
+    ):
         time.sleep(0.1)
     proc.send_signal(signal.SIGKILL)  # the driver dies outright, with three jobs in flight (sleeping 10 s)
     proc.wait()
