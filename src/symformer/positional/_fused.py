@@ -61,11 +61,13 @@ def _tensor_key(t: torch.Tensor) -> tuple:
 
 def _dynamic_leading(t: torch.Tensor) -> torch.Tensor:
     """An alias of t (the caller's tensor keeps no dynamo marks) with every dim of size > 1 except the head
-    dim marked dynamic."""
+    dim marked dynamic. maybe_mark_dynamic, not mark_dynamic: x's sequence dim equals the tables' first dim,
+    and a dim that mark_dynamic declares free but the graph ties to another is a ConstraintViolationError on
+    torch 2.6 (later releases accept it), which would turn the fused path off."""
     t = t.detach()
     for d, n in enumerate(t.shape[:-1]):
         if n > 1:
-            torch._dynamo.mark_dynamic(t, d)
+            torch._dynamo.maybe_mark_dynamic(t, d)
     return t
 
 
