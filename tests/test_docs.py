@@ -33,11 +33,11 @@ def _examples(page: Path) -> list[str]:
 
 @pytest.mark.parametrize("page", [p for p in PAGES if _examples(p)], ids=lambda p: str(p.relative_to(ROOT)))
 def test_page_examples_run(page, tmp_path, monkeypatch):
-    from symformer.integrations._hf_common import hf_unavailable
-
     blocks = _examples(page)
-    if any("transformers" in code for code in blocks) and hf_unavailable():
-        pytest.skip(f"{page.name} runs a Hugging Face model: {hf_unavailable()}")
+    if any("transformers" in code for code in blocks):  # a Hugging Face model: skipped where HF cannot run
+        from tests.integrations._hf_models import transformers_or_skip
+
+        transformers_or_skip()
     monkeypatch.chdir(tmp_path)  # examples that save files write here
     torch.manual_seed(0)
     namespace: dict = {"__name__": "__docs_example__"}
