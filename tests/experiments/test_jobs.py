@@ -1,10 +1,13 @@
 """experiments/jobs.py: records are atomic JSON, reused only with resume and a matching signature."""
 
 import json
+import time
+from pathlib import Path
 
 import pytest
 
-from symformer.experiments.jobs import Job, run_jobs
+from symformer.experiments import records
+from symformer.experiments.jobs import SPENT_FILE, Job, run_jobs
 from symformer.experiments.teleport import speedup_pct
 
 
@@ -23,8 +26,10 @@ def test_serial_results_and_records(tmp_path):
     assert not list(tmp_path.glob("*.tmp"))
     prov = rec["provenance"]  # a run spanning sessions says, per record, which commit and machine made it
     assert (
-        set(prov) == {"git_sha", "host", "machine", "seconds", "finished_at", "engine", "device", "driver_host"}
+        set(prov)
+        == {"git_sha", "host", "machine", "seconds", "cpu_seconds", "finished_at", "engine", "device", "driver_host"}
         and prov["seconds"] >= 0
+        and prov["cpu_seconds"] >= 0
     )
     assert prov["engine"] == "local" and prov["device"] == "cpu"
 
@@ -146,6 +151,42 @@ def test_without_resume_a_checkpointing_job_starts_afresh(tmp_path):
     (work / "count").write_text("5")  # a stale checkpoint of an earlier run
     assert run_jobs(job, tmp_path)["c"]["count"] == 1
     assert run_jobs(job, None)["c"] == {"count": 0, "had_work_dir": False}  # no records: no checkpoints either
+
+
+def nap_then_count(target: int, nap: float, work_dir: str | None = None) -> int:
+    """resumable_count after a nap: each call spends at least `nap` seconds of wall time."""
+    time.sleep(nap)
+    return resumable_count(target, work_dir)["count"]
+
+
+def test_a_resumed_job_records_what_every_call_spent(tmp_path):
+    """A job resumed from its checkpoints is recorded by its last call; its record also sums every call's
+    seconds (facts_full_core_hours counts them), and says this call's CPU seconds."""
+    job = [Job("c", nap_then_count, {"target": 3, "nap": 0.2}, checkpoints=True)]
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="killed"):
+            run_jobs(job, tmp_path, resume=True)
+    assert json.loads((tmp_path / ".partial" / "c" / SPENT_FILE).read_text())["parts"] == 2
+    assert run_jobs(job, tmp_path, resume=True)["c"] == 3
+    prov = json.loads((tmp_path / "c.json").read_text())["provenance"]
+    assert prov["parts"] == 3
+    assert 0.2 <= prov["seconds"] < 0.4 <= 0.6 <= prov["seconds_all_parts"]
+    assert 0 <= prov["cpu_seconds"] <= prov["cpu_seconds_all_parts"] < prov["seconds_all_parts"]  # naps cost no CPU
+    plain = [Job("p", nap_then_count, {"target": 0, "nap": 0.0})]  # no work_dir: this call only
+    run_jobs(plain, tmp_path)
+    assert "parts" not in json.loads((tmp_path / "p.json").read_text())["provenance"]
+
+
+def read_ledger_mid_run(nap: float, work_dir: str) -> dict:
+    time.sleep(nap)
+    return json.loads((Path(work_dir) / SPENT_FILE).read_text())
+
+
+def test_the_cost_ledger_is_written_while_the_job_runs(tmp_path, monkeypatch):
+    """A SIGKILLed call cannot write at its end: the ledger is rewritten every SPENT_PERIOD seconds meanwhile."""
+    monkeypatch.setattr(records, "SPENT_PERIOD", 0.05)
+    got = run_jobs([Job("r", read_ledger_mid_run, {"nap": 0.4}, checkpoints=True)], tmp_path)["r"]
+    assert got["parts"] == 1 and 0.1 <= got["seconds_all_parts"] <= 0.4
 
 
 def sometimes_fails(x: int) -> int:

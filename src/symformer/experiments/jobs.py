@@ -11,7 +11,9 @@ runs, so per-run wall-time ratios (teleport overhead) stay meaningful.
 A job that runs for hours (a PLASH horizon-168 Informer) sets `checkpoints=True`: it is then called with a
 `work_dir` of its own, OUT/<experiment>/runs/.partial/<key>/, where it checkpoints as it goes and from which a
 --resume call continues it; so a killed run loses minutes, not the job. The folder is removed once the record is
-written, and a call without --resume starts the job afresh. `work_dir` is not part of the signature.
+written, and a call without --resume starts the job afresh. `work_dir` is not part of the signature. The folder
+also keeps what the earlier calls spent (records.spent), so the record of a job resumed over several sessions
+sums all of them.
 
 A job that raises does not cost the others: every other job still runs and is recorded, then `JobError` names
 the failed job (its exception is the `__cause__`), and a --resume call after the fix runs only what failed.
@@ -49,10 +51,12 @@ from symformer.experiments.plan_record import (  # noqa: F401  (PlanMismatch, pl
 )
 from symformer.experiments.records import (  # noqa: F401  (reuse_note, records_where, ...: importable from here)
     GENERATED,
+    SPENT_FILE,
     WHERE_KEYS,
     provenance,
     records_where,
     reuse_note,
+    spent,
     where_note,
     write_provenance,
 )
@@ -116,7 +120,8 @@ def one_thread():
 
 
 def _call(job: Job, work: Path | None = None, engine: str = "local", device: str = "cpu") -> tuple[Any, float, dict]:
-    """(result, seconds, where it ran): the host is the worker's, which on a cluster is not the driver's."""
+    """(result, seconds, where it ran and what it cost): the host is the worker's, which on a cluster is not the
+    driver's; the cost is records.spent's."""
     where = {"host": platform.node(), "machine": platform.machine(), "engine": engine, "device": device}
     if device == "cuda":  # the GPU it ran on; a worker without one refuses the job instead of running it elsewhere
         import torch
@@ -124,9 +129,10 @@ def _call(job: Job, work: Path | None = None, engine: str = "local", device: str
         if not torch.cuda.is_available():
             raise RuntimeError(f"--device cuda: worker host {platform.node()!r} has no CUDA device")
         where["gpu"] = torch.cuda.get_device_name()
-    t0 = time.perf_counter()
-    result = job.fn(**job.kwargs, **({} if work is None else {"work_dir": str(work)}))
-    return result, time.perf_counter() - t0, where
+    with spent(work) as cost:
+        result = job.fn(**job.kwargs, **({} if work is None else {"work_dir": str(work)}))
+    seconds = cost.pop("seconds")
+    return result, seconds, {**where, **cost}
 
 
 def _remote_call(job: Job, work: Path | None, engine: str, device: str) -> tuple[str, Any]:
@@ -162,8 +168,8 @@ def _work_dir(job: Job, record_dir: Path | None, resume: bool) -> Path | None:
 
 
 def _has_checkpoints(work: Path) -> bool:
-    """Whether a job's folder holds anything besides its signature (what it left when it was stopped)."""
-    return work.exists() and any(p.name != "signature.json" for p in work.iterdir())
+    """Whether a job's folder holds anything besides its signature and cost ledger (what it left when stopped)."""
+    return work.exists() and any(p.name not in ("signature.json", SPENT_FILE) for p in work.iterdir())
 
 
 def _run_pool(todo: list[Job], work: dict, n_workers: int, done: Callable, failed: list, device: str) -> None:
@@ -243,7 +249,8 @@ def run_jobs(
         out[job.key] = result
         if record_dir is not None:
             # json.dumps, not results.write_json: NaN must read back as NaN, not as the string "nan"
-            # (provenance.seconds: this call's wall time; a job resumed from its checkpoint counts the last part)
+            # (provenance.seconds: this call's wall time; a job resumed from its checkpoints also gets the sums over
+            # every call that worked on it, seconds_all_parts and cpu_seconds_all_parts: records.spent)
             rec = {
                 "signature": job.signature(),
                 "result": result,

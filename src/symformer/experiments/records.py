@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import platform
+import threading
+import time
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -15,7 +18,8 @@ from symformer.results import atomic_write_text, git_sha
 def provenance(seconds: float, where: dict) -> dict:
     """Where a record came from: a resumed run may span sessions, commits, engines and devices, so each record
     says its own (outside the signature: it never decides reuse). `host` is the worker that ran the job, and
-    `driver_host` the machine that recorded it."""
+    `driver_host` the machine that recorded it. `where` also carries what the job cost (`spent`): this call's CPU
+    seconds and, for a checkpointed job, the sums over all its calls."""
     return {
         "git_sha": git_sha(),
         **where,
@@ -23,6 +27,77 @@ def provenance(seconds: float, where: dict) -> dict:
         "seconds": seconds,
         "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
+
+
+SPENT_FILE = "spent.json"  # in a checkpointed job's work_dir: what the calls before this one spent on it
+SPENT_PERIOD = 30.0  # seconds between rewrites of SPENT_FILE while the job runs
+
+
+@contextmanager
+def spent(work: Path | None):
+    """Yields a dict that holds, after the block, this call's wall and CPU seconds and, for a job with a work_dir,
+    the sums over every call that worked on it ("parts"). A job resumed from its checkpoints is recorded by its last
+    call, which alone would undercount it (facts_full_core_hours). The earlier calls' sums live in
+    work_dir/SPENT_FILE: a thread rewrites it every SPENT_PERIOD seconds and once at the end, also when the job
+    raises, so a killed call loses at most one period. CPU seconds are the process's: a worker runs one job at a
+    time."""
+    prior = _read_spent(work)
+    t0, c0 = time.perf_counter(), time.process_time()
+    cost: dict = {}
+
+    def now() -> dict:
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        return {
+            "seconds": wall,
+            "cpu_seconds": cpu,
+            **(
+                {}
+                if work is None
+                else {
+                    "parts": prior["parts"] + 1,
+                    "seconds_all_parts": prior["seconds_all_parts"] + wall,
+                    "cpu_seconds_all_parts": prior["cpu_seconds_all_parts"] + cpu,
+                }
+            ),
+        }
+
+    stop = threading.Event()
+    beat = None
+    if work is not None:
+        beat = threading.Thread(target=_beat, args=(work, now, stop), daemon=True, name="spent-ledger")
+        beat.start()
+    try:
+        yield cost
+    finally:
+        stop.set()
+        if beat is not None:
+            beat.join()
+        cost.update(now())
+        if work is not None:
+            _write_spent(work, cost)
+
+
+def _beat(work: Path, now, stop: threading.Event) -> None:
+    while not stop.wait(SPENT_PERIOD):
+        _write_spent(work, now())
+
+
+def _read_spent(work: Path | None) -> dict:
+    """The sums of the calls before this one (zeros for a fresh folder, an unreadable ledger, or no work_dir)."""
+    zero = {"parts": 0, "seconds_all_parts": 0.0, "cpu_seconds_all_parts": 0.0}
+    if work is None:
+        return zero
+    try:
+        got = json.loads((Path(work) / SPENT_FILE).read_text())
+        return {k: type(v)(got[k]) for k, v in zero.items()}
+    except (OSError, ValueError, KeyError, TypeError):
+        return zero
+
+
+def _write_spent(work: Path, cost: dict) -> None:
+    if Path(work).is_dir():  # gone once the record is written
+        keys = ("parts", "seconds_all_parts", "cpu_seconds_all_parts")
+        atomic_write_text(Path(work) / SPENT_FILE, json.dumps({k: cost[k] for k in keys}))
 
 
 def reuse_note(what: str, stats: dict) -> str:

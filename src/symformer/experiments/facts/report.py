@@ -108,8 +108,9 @@ def _report_laws(plan: FactsPlan, got: dict[str, list], quick: bool) -> Experime
 
 
 def recorded_cost(runs, keys: list[str]) -> tuple[int, float]:
-    """(records of `keys` under runs/, sum of their provenance seconds / 3600): every point of the plan runs on
-    one core, so the sum is the plan's core-hours (a point resumed from its checkpoints counts its last part)."""
+    """(records of `keys` under runs/, sum of their wall seconds / 3600): every point of the plan runs on one
+    core, so the sum is the plan's core-hours. A point resumed from its checkpoints counts every call that worked
+    on it (provenance.seconds_all_parts); a record written before that sum existed counts its last call only."""
     import json
 
     n, secs = 0, 0.0
@@ -118,7 +119,8 @@ def recorded_cost(runs, keys: list[str]) -> tuple[int, float]:
             rec = json.loads((runs / f"{k}.json").read_text())
         except (OSError, ValueError):
             continue
-        n, secs = n + 1, secs + float(rec.get("provenance", {}).get("seconds", 0.0))
+        prov = rec.get("provenance", {})
+        n, secs = n + 1, secs + float(prov.get("seconds_all_parts", prov.get("seconds", 0.0)))
     return n, secs / 3600
 
 
