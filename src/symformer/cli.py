@@ -72,7 +72,12 @@ def reproduce(
     seed: int = typer.Option(0, "--seed"),
     list_: bool = typer.Option(False, "--list", help="list the registered experiments and exit"),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="folder with data files (else $SYMFORMER_DATA)"),
-    jobs: int = typer.Option(1, "--jobs", help="worker processes for experiments made of independent runs (teleport)"),
+    jobs: int = typer.Option(
+        1,
+        "--jobs",
+        help="worker processes, one thread each, for the experiments made of independent recorded runs (the "
+        "others run in this process)",
+    ),
     resume: bool = typer.Option(
         False, "--resume", help="reuse the runs an interrupted call recorded under OUT/<name>/runs"
     ),
