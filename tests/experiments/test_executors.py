@@ -168,6 +168,41 @@ if __name__ == "__main__":
 """
 
 
+def pid_after_nap(secs: float) -> int:
+    time.sleep(secs)
+    return os.getpid()
+
+
+def exit_abruptly(code: int) -> None:
+    os._exit(code)  # a worker that dies mid-job (a segfault, the OOM killer)
+
+
+def test_the_local_engine_keeps_its_pool_across_run_jobs_calls():
+    """An experiment calls run_jobs several times (teleport: 4), and each call used to spawn its workers and import
+    torch in them again. Under the local engine (`reproduce` runs under it) they are spawned once; its close ends
+    them."""
+    engine = Engine()
+    with using_engine(engine):
+        first = run_jobs([Job(f"a{i}", pid_after_nap, {"secs": 0.5}) for i in range(4)], None, n_workers=2)
+        kept = engine.kept
+        second = run_jobs([Job(f"b{i}", pid_after_nap, {"secs": 0.5}) for i in range(4)], None, n_workers=2)
+        assert engine.kept is kept and len(set(first.values())) == 2 and set(second.values()) <= set(first.values())
+        workers = kept.workers()
+        assert {p.pid for p in workers} == set(first.values())
+    assert engine.kept is None and not [p for p in workers if p.is_alive()]
+
+
+def test_a_broken_kept_pool_is_replaced():
+    """A worker that dies breaks its pool for every later job: the engine drops it and the next call starts anew."""
+    engine = Engine()
+    with using_engine(engine):
+        with pytest.raises(JobError, match="BrokenProcessPool"):
+            run_jobs([Job("x", exit_abruptly, {"code": 3}), Job("y", pid_after_nap, {"secs": 1.0})], None, n_workers=2)
+        assert engine.kept is None
+        got = run_jobs([Job(f"c{i}", pid_after_nap, {"secs": 0.1}) for i in range(2)], None, n_workers=2)
+        assert len(got) == 2 and engine.kept is not None
+
+
 def _alive(pid: int) -> bool:
     """Running (a zombie whose parent has not reaped it yet has exited)."""
     try:

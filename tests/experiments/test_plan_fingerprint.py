@@ -109,23 +109,29 @@ def _interrupt_parent(wait: float) -> None:
     time.sleep(wait)
 
 
-def test_ctrl_c_stops_worker_processes_at_once(tmp_path):
-    """Ctrl-C must stop `reproduce --jobs N`, not leave the workers running the queued jobs for hours."""
+@pytest.mark.parametrize("kept", [False, True])
+def test_ctrl_c_stops_worker_processes_at_once(tmp_path, kept):
+    """Ctrl-C must stop `reproduce --jobs N`, not leave the workers running the queued jobs for hours; also the
+    pool that the local engine keeps between run_jobs calls (`reproduce` runs under it), which it then drops."""
     import signal
     import time
+    from contextlib import nullcontext
     from multiprocessing import active_children
 
+    from symformer.experiments.engine import Engine, using_engine
+
     jobs = [Job(f"j{i}", _interrupt_parent, {"wait": 60.0}) for i in range(4)]
+    engine = Engine()
     # Python's own Ctrl-C handler, as the CLI runs under: an earlier test in this worker process (a Ray or submitit
     # engine) may have left another SIGINT handler installed
     old = signal.signal(signal.SIGINT, signal.default_int_handler)
     t0 = time.perf_counter()
     try:
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(KeyboardInterrupt), using_engine(engine) if kept else nullcontext():
             run_jobs(jobs, tmp_path, n_workers=2)
     finally:
         signal.signal(signal.SIGINT, old)
-    assert time.perf_counter() - t0 < 45 and not active_children()
+    assert time.perf_counter() - t0 < 45 and not active_children() and engine.kept is None
     assert not list(tmp_path.glob("j*.json"))
 
 

@@ -9,13 +9,18 @@ from typing import Callable
 
 
 class Engine:
-    """The local process pool (run_jobs' own code path): `run` is never called on it."""
+    """The local process pool (run_jobs' own code path): `run` is never called on it. It keeps run_jobs' pool
+    (`kept`, made in jobs.py) from one run_jobs call to the next, so an experiment that calls run_jobs several
+    times, or a `reproduce` of several experiments, spawns its workers and imports torch in them once; `close`
+    shuts it down."""
 
     name = "local"
     startup_seconds = 0.0
+    kept = None
 
     def __init__(self, device: str = "cpu"):
         self.device = device
+        self.kept = None  # jobs._KeptPool, or None before the first pool (and after a broken or interrupted one)
 
     def describe(self) -> str:
         return self.name
@@ -26,7 +31,9 @@ class Engine:
         raise NotImplementedError
 
     def close(self) -> None:
-        pass
+        if self.kept is not None:
+            self.kept.shutdown()
+            self.kept = None
 
 
 class _Throttled(Engine):

@@ -34,6 +34,7 @@ import shutil
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing import active_children, get_context
@@ -41,7 +42,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from symformer._validation import check_int, fail
-from symformer.experiments.engine import current_engine
+from symformer.experiments.engine import Engine, current_engine
 from symformer.experiments.plan_record import (  # noqa: F401  (PlanMismatch, plan_digest, ...: importable from here)
     PLAN_FILE,
     PlanMismatch,
@@ -172,14 +173,55 @@ def _has_checkpoints(work: Path) -> bool:
     return work.exists() and any(p.name not in ("signature.json", SPENT_FILE) for p in work.iterdir())
 
 
-def _run_pool(todo: list[Job], work: dict, n_workers: int, done: Callable, failed: list, device: str) -> None:
-    """The jobs in spawned worker processes (one thread each); `done` records each, `failed` collects errors."""
+@dataclass
+class _KeptPool:
+    """A local pool of `size` spawned workers; `workers` are the driver's children it started (for Ctrl-C)."""
+
+    pool: ProcessPoolExecutor
+    size: int
+    before: set
+
+    def workers(self) -> set:
+        return set(active_children()) - self.before
+
+    def shutdown(self) -> None:
+        self.pool.shutdown()
+
+    def terminate(self) -> None:
+        """Stop now: queued jobs are cancelled and the workers terminated, mid-job (their checkpoints stay)."""
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        stop = self.workers()
+        for proc in stop:
+            proc.terminate()
+        for proc in stop:
+            proc.join(10)
+
+
+def _pool(n: int, engine: Engine | None) -> _KeptPool:
+    """A pool of at least n workers: the local engine's kept one where it is large enough, else a new one (which
+    the engine then keeps in place of the smaller)."""
+    kept = None if engine is None else engine.kept
+    if kept is not None and kept.size >= n:
+        return kept
+    if kept is not None:
+        kept.shutdown()
     before = set(active_children())
-    pool = ProcessPoolExecutor(
-        min(n_workers, len(todo)), mp_context=get_context("spawn"), initializer=_init_worker, initargs=(os.getpid(),)
-    )
+    ctx = get_context("spawn")
+    pool = ProcessPoolExecutor(n, mp_context=ctx, initializer=_init_worker, initargs=(os.getpid(),))
+    kept = _KeptPool(pool, n, before)
+    if engine is not None:
+        engine.kept = kept
+    return kept
+
+
+def _run_pool(
+    todo: list[Job], work: dict, n_workers: int, done: Callable, failed: list, device: str, engine: Engine | None
+) -> None:
+    """The jobs in spawned worker processes (one thread each); `done` records each, `failed` collects errors. With
+    the local `engine` the pool outlives this call (Engine.kept), and is dropped once broken or interrupted."""
+    kept = _pool(min(n_workers, len(todo)), engine)
     try:
-        futures = {pool.submit(_call, j, work[j.key], "local", device): j for j in todo}
+        futures = {kept.pool.submit(_call, j, work[j.key], "local", device): j for j in todo}
         for f in as_completed(futures):
             try:
                 done(futures[f], f.result())
@@ -189,14 +231,19 @@ def _run_pool(todo: list[Job], work: dict, n_workers: int, done: Callable, faile
         # Ctrl-C (or a kill) stops the run now: a worker hands a KeyboardInterrupt back as its job's result and
         # takes the next job, and the pool's exit would wait for every queued job. What is recorded stays, and
         # the jobs in flight resume from their checkpoints (--resume).
-        pool.shutdown(wait=False, cancel_futures=True)
-        stop = set(active_children()) - before
-        for proc in stop:
-            proc.terminate()
-        for proc in stop:
-            proc.join(10)
+        kept.terminate()
+        _drop(kept, engine)
         raise
-    pool.shutdown()
+    if engine is None:
+        kept.shutdown()
+    elif any(isinstance(e, BrokenProcessPool) for _, e in failed):  # a worker died (segfault, OOM): start anew
+        kept.shutdown()
+        _drop(kept, engine)
+
+
+def _drop(kept: _KeptPool, engine: Engine | None) -> None:
+    if engine is not None and engine.kept is kept:
+        engine.kept = None
 
 
 def run_jobs(
@@ -265,7 +312,7 @@ def run_jobs(
 
     failed: list[tuple[str, BaseException]] = []
     if todo:  # everything reused (a resumed batch that had finished): no pool of zero workers
-        _dispatch(todo, work, n_workers, done, failed, engine if remote else None, device, record_dir)
+        _dispatch(todo, work, n_workers, done, failed, engine, device, record_dir)
     if failed:
         # one failing job does not throw away the others: every job that finished is recorded (a --resume call
         # after the fix reruns only the failed ones), then the first failure is raised, naming its job
@@ -278,8 +325,10 @@ def run_jobs(
 
 
 def _dispatch(todo: list[Job], work: dict, n_workers: int, done: Callable, failed: list, engine, device, record_dir):
-    """Run `todo` on `engine` (None: here, or in the local pool); `done` records each job, `failed` collects."""
-    if engine is not None:  # paths made absolute: an engine's worker need not start in the driver's folder
+    """Run `todo` on `engine` (None or the local Engine: here, or in the local pool); `done` records each job,
+    `failed` collects."""
+    if engine is not None and engine.name != "local":
+        # paths made absolute: an engine's worker need not start in the driver's folder
         absolute = {k: None if w is None else w.resolve() for k, w in work.items()}
         engine.run(todo, absolute, _remote_call, lambda j, got: done(j, _unwrap(got)), failed, n_workers, record_dir)
     elif n_workers == 1 or len(todo) == 1:
@@ -292,7 +341,7 @@ def _dispatch(todo: list[Job], work: dict, n_workers: int, done: Callable, faile
                 except Exception as e:  # noqa: BLE001  (re-raised by run_jobs, after the other jobs are recorded)
                     failed.append((j.key, e))
     else:
-        _run_pool(todo, work, n_workers, done, failed, device)
+        _run_pool(todo, work, n_workers, done, failed, device, engine)
 
 
 class JobError(RuntimeError):
