@@ -1,34 +1,46 @@
-"""Run selected points of the facts FULL plan at whatever commit is on PYTHONPATH; dump signatures + results.
-Usage: python run_points.py OUT.json KEY [KEY ...]   (one thread, like run_jobs' workers)"""
-import json, sys, time
-import torch
-torch.set_num_threads(1)
+"""Run named points of the facts FULL plan with the code on PYTHONPATH, one thread, each with a fresh work_dir;
+write the plan's 114 job signatures and the points' results to OUT.json (compare two commits' files).
 
-def full_jobs():
-    try:  # typed plan (main after 744f24e)
-        from symformer.experiments.facts.plan import FactsPlan, jobs
-        p = jobs(FactsPlan.for_run(False), False, 0)
-    except ImportError:  # 0ec6f96
-        from symformer.experiments import facts
-        p = facts.plan(facts.config(False), False, 0)
-    return [j for part in p.values() for j, _ in part]
+    PYTHONPATH=<checkout>/src python run_points.py OUT.json KEY [KEY ...]
+"""
 
-out_path, keys = sys.argv[1], sys.argv[2:]
-allj = full_jobs()
-sigs = {j.key: json.loads(json.dumps(j.signature())) | {"checkpoints": bool(j.checkpoints)} for j in allj}
-res = {"signatures": sigs, "results": {}, "seconds": {}}
-byk = {j.key: j for j in allj}
+import json
+import sys
 import tempfile
-for k in keys:
-    j = byk[k]
-    kw = dict(j.kwargs)
-    t = time.process_time()
-    if j.checkpoints:
-        with tempfile.TemporaryDirectory() as wd:
-            r = j.fn(**kw, work_dir=wd)
-    else:
-        r = j.fn(**kw)
-    res["results"][k] = json.loads(json.dumps(r))
-    res["seconds"][k] = time.process_time() - t
-    print(k, round(res["seconds"][k], 1), flush=True)
-    open(out_path, "w").write(json.dumps(res, indent=1))
+import time
+
+import torch
+
+
+def full_jobs() -> list:
+    try:  # the typed plan (main from 744f24e on)
+        from symformer.experiments.facts.plan import FactsPlan, jobs
+
+        parts = jobs(FactsPlan.for_run(False), False, 0)
+    except ImportError:  # the pinned 0ec6f96
+        from symformer.experiments import facts
+
+        parts = facts.plan(facts.config(False), False, 0)
+    return [j for part in parts.values() for j, _ in part]
+
+
+def main(out_path: str, keys: list[str]) -> None:
+    torch.set_num_threads(1)  # as run_jobs' workers
+    all_jobs = {j.key: j for j in full_jobs()}
+    sigs = {k: {**json.loads(json.dumps(j.signature())), "checkpoints": j.checkpoints} for k, j in all_jobs.items()}
+    res = {"signatures": sigs, "results": {}, "seconds": {}}
+    for k in keys:
+        job, t = all_jobs[k], time.process_time()
+        if job.checkpoints:
+            with tempfile.TemporaryDirectory() as wd:
+                got = job.fn(**job.kwargs, work_dir=wd)
+        else:
+            got = job.fn(**job.kwargs)
+        res["results"][k], res["seconds"][k] = json.loads(json.dumps(got)), time.process_time() - t
+        print(k, round(res["seconds"][k], 1), flush=True)
+        with open(out_path, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2:])
