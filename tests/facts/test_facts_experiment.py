@@ -35,6 +35,6 @@ def test_quick_experiment_reports_every_metric(tmp_path):
     assert set(METRICS) <= set(res.metrics)
     assert res.metrics["construction_store_accuracy_min"] == 1.0
     assert all(c.verdict in ("holds", "fails", "inconclusive") for c in res.claims)
-    assert (tmp_path / "scaling.png").is_file()
+    assert all((tmp_path / f).is_file() for f in ("scaling.png", "rho_size.png", "ntk_kappa.png"))
     assert all(c.setting and c.paper_setting for c in res.claims)
     assert res.metrics["rho_solver_false_non_vertices"] == 0 and res.metrics["rho_solver_max_abs_err"] <= 1e-6

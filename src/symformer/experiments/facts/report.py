@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 
 from symformer.experiments.base import RunContext, combined, experiment
+from symformer.experiments.facts import figures as facts_figures
 from symformer.experiments.facts import laws as facts_laws
 from symformer.experiments.facts.claims import claims_a, claims_ratios, claims_scaling
 from symformer.experiments.facts.plan import GD_METHODS, FactsPlan, jobs
@@ -81,9 +82,9 @@ def solver_summary(points: list[dict], dims: list[int], kappas: list[float], F: 
     }
 
 
-def _report_laws(plan: FactsPlan, got: dict[str, list], quick: bool) -> ExperimentResult:
+def _report_laws(ctx: RunContext, plan: FactsPlan, got: dict[str, list]) -> ExperimentResult:
     """Parts (c)-(f): the rho-size law, coherence, whitening, the NTK gain across kappa and the solver check."""
-    law, sv = plan.laws, plan.solver
+    law, sv, quick = plan.laws, plan.solver, ctx.quick
     d, F, n_seeds, kappas = law.d, law.F, law.seeds, law.kappas
     chk = solver_summary(got["f"], sv.dims, sv.kappas, sv.F, sv.anchors)
     rows = {"rho_size_rows": got["c"], "whitening_rows": got["d"], "ntk_kappa_rows": got["e"]}
@@ -94,6 +95,10 @@ def _report_laws(plan: FactsPlan, got: dict[str, list], quick: bool) -> Experime
         },
         config={**rows, "rho_solver_check": chk},
         notes=["cvxpy / scipy not installed (the `dev` extra): the solver check is skipped."] if chk is None else [],
+        figures=[
+            facts_figures.rho_size(ctx.out_dir, got["c"], d, F),
+            facts_figures.ntk_kappa(ctx.out_dir, got["e"], d, F),
+        ],
     )
     return combined(
         facts_laws.claims_rho_size(got["c"], d, F, n_seeds),
@@ -134,7 +139,7 @@ def run(ctx: RunContext) -> ExperimentResult:
     got = _run_points(ctx, p, stats)
     n, hours = recorded_cost(ctx.out_dir / "runs", [j.key for part in p.values() for j, _ in part])
     cost = {"facts_full_points": None if ctx.quick else n, "facts_full_core_hours": None if ctx.quick else hours}
-    res = combined(ExperimentResult(metrics=cost), _report_ab(ctx, plan, got), _report_laws(plan, got, ctx.quick))
+    res = combined(ExperimentResult(metrics=cost), _report_ab(ctx, plan, got), _report_laws(ctx, plan, got))
     res.config.update({"quick": ctx.quick, "seed": ctx.seed})
     res.notes.append(
         "Regressor change (issue #11): the rho-size rows now fit log(params) against log(rho) at fixed F, the "
