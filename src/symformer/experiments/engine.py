@@ -10,7 +10,7 @@ from typing import Callable
 
 class Engine:
     """The local process pool (run_jobs' own code path): `run` is never called on it. It keeps run_jobs' pool
-    (`kept`, made in jobs.py) from one run_jobs call to the next, so an experiment that calls run_jobs several
+    (`kept`, made in local_pool.py) from one run_jobs call to the next, so an experiment that calls run_jobs several
     times, or a `reproduce` of several experiments, spawns its workers and imports torch in them once; `close`
     shuts it down."""
 
@@ -20,7 +20,7 @@ class Engine:
 
     def __init__(self, device: str = "cpu"):
         self.device = device
-        self.kept = None  # jobs._KeptPool, or None before the first pool (and after a broken or interrupted one)
+        self.kept = None  # local_pool._KeptPool, or None before the first pool (and after a broken or interrupted one)
 
     def describe(self) -> str:
         return self.name

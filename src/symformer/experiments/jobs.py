@@ -18,9 +18,9 @@ sums all of them.
 A job that raises does not cost the others: every other job still runs and is recorded, then `JobError` names
 the failed job (its exception is the `__cause__`), and a --resume call after the fix runs only what failed.
 
-Where the jobs run is the engine's business (executors.py: the pool here, submitit's long-lived slots (slots.py),
-Ray; `reproduce --executor`); what is recorded, reused and raised is decided here, in the driver, the same for every
-engine. Each record's provenance names the worker's host, the engine and the device beside the commit.
+Where the jobs run is the engine's business (executors.py: the pool of local_pool.py, submitit's long-lived slots
+(slots.py), Ray; `reproduce --executor`); what is recorded, reused and raised is decided here, in the driver, the same
+for every engine. Each record's provenance names the worker's host, the engine and the device beside the commit.
 
 The protocol of a runs folder (runs/PLAN.json, `recorded_plan`) is checked in plan_record.py; what the records say of
 where they ran (provenance, `records_where`, PROVENANCE.md) is made in records.py."""
@@ -28,21 +28,15 @@ where they ran (provenance, `records_where`, PROVENANCE.md) is made in records.p
 from __future__ import annotations
 
 import json
-import os
 import platform
 import shutil
-import threading
-import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from multiprocessing import active_children, get_context
 from pathlib import Path
 from typing import Any, Callable
 
 from symformer._validation import check_int, fail
-from symformer.experiments.engine import Engine, current_engine
+from symformer.experiments.engine import current_engine
+from symformer.experiments.local_pool import _init_worker, one_thread, run_pool  # noqa: F401  (one_thread: from here)
 from symformer.experiments.plan_record import (  # noqa: F401  (PlanMismatch, plan_digest, ...: importable from here)
     PLAN_FILE,
     PlanMismatch,
@@ -86,38 +80,6 @@ def _load(path: Path, job: Job, digest: str | None = None) -> Any:
         return None
     same = rec.get("signature") == json.loads(json.dumps(job.signature()))
     return rec["result"] if same else None
-
-
-def _init_worker(driver: int | None = None) -> None:
-    """One thread per worker; a local pool's worker (`driver`: the driver's pid) also exits with its driver."""
-    import torch
-
-    torch.set_num_threads(1)
-    if driver is not None:
-        threading.Thread(target=_exit_with_driver, args=(driver,), daemon=True, name="exit-with-driver").start()
-
-
-def _exit_with_driver(driver: int) -> None:
-    """Exit within a second of the driver's death. A SIGKILLed driver (kill -9, the OOM killer) cannot stop its
-    workers: each would finish its job unrecorded, writing the checkpoints a resumed driver's worker writes too,
-    then wait on the task queue forever. The job's checkpoints stay; --resume continues from them."""
-    while os.getppid() == driver:
-        time.sleep(1.0)
-    os._exit(1)
-
-
-@contextmanager
-def one_thread():
-    """One intra-op thread inside, the caller's setting restored after: small models run as fast on one thread
-    and do not oversubscribe the cores (run_jobs' workers use one each, so a job's numbers never depend on it)."""
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _call(job: Job, work: Path | None = None, engine: str = "local", device: str = "cpu") -> tuple[Any, float, dict]:
@@ -171,79 +133,6 @@ def _work_dir(job: Job, record_dir: Path | None, resume: bool) -> Path | None:
 def _has_checkpoints(work: Path) -> bool:
     """Whether a job's folder holds anything besides its signature and cost ledger (what it left when stopped)."""
     return work.exists() and any(p.name not in ("signature.json", SPENT_FILE) for p in work.iterdir())
-
-
-@dataclass
-class _KeptPool:
-    """A local pool of `size` spawned workers; `workers` are the driver's children it started (for Ctrl-C)."""
-
-    pool: ProcessPoolExecutor
-    size: int
-    before: set
-
-    def workers(self) -> set:
-        return set(active_children()) - self.before
-
-    def shutdown(self) -> None:
-        self.pool.shutdown()
-
-    def terminate(self) -> None:
-        """Stop now: queued jobs are cancelled and the workers terminated, mid-job (their checkpoints stay)."""
-        self.pool.shutdown(wait=False, cancel_futures=True)
-        stop = self.workers()
-        for proc in stop:
-            proc.terminate()
-        for proc in stop:
-            proc.join(10)
-
-
-def _pool(n: int, engine: Engine | None) -> _KeptPool:
-    """A pool of at least n workers: the local engine's kept one where it is large enough, else a new one (which
-    the engine then keeps in place of the smaller)."""
-    kept = None if engine is None else engine.kept
-    if kept is not None and kept.size >= n:
-        return kept
-    if kept is not None:
-        kept.shutdown()
-    before = set(active_children())
-    ctx = get_context("spawn")
-    pool = ProcessPoolExecutor(n, mp_context=ctx, initializer=_init_worker, initargs=(os.getpid(),))
-    kept = _KeptPool(pool, n, before)
-    if engine is not None:
-        engine.kept = kept
-    return kept
-
-
-def _run_pool(
-    todo: list[Job], work: dict, n_workers: int, done: Callable, failed: list, device: str, engine: Engine | None
-) -> None:
-    """The jobs in spawned worker processes (one thread each); `done` records each, `failed` collects errors. With
-    the local `engine` the pool outlives this call (Engine.kept), and is dropped once broken or interrupted."""
-    kept = _pool(min(n_workers, len(todo)), engine)
-    try:
-        futures = {kept.pool.submit(_call, j, work[j.key], "local", device): j for j in todo}
-        for f in as_completed(futures):
-            try:
-                done(futures[f], f.result())
-            except Exception as e:  # noqa: BLE001  (re-raised by run_jobs after the other jobs are recorded)
-                failed.append((futures[f].key, e))
-    except BaseException:
-        # Ctrl-C (or a kill) stops the run now: a worker hands a KeyboardInterrupt back as its job's result and
-        # takes the next job, and the pool's exit would wait for every queued job. What is recorded stays, and
-        # the jobs in flight resume from their checkpoints (--resume).
-        kept.terminate()
-        _drop(kept, engine)
-        raise
-    if engine is None:
-        kept.shutdown()
-    elif any(isinstance(e, BrokenProcessPool) for _, e in failed):  # a worker died (segfault, OOM): start anew
-        kept.shutdown()
-        _drop(kept, engine)
-
-
-def _drop(kept: _KeptPool, engine: Engine | None) -> None:
-    if engine is not None and engine.kept is kept:
-        engine.kept = None
 
 
 def run_jobs(
@@ -341,7 +230,7 @@ def _dispatch(todo: list[Job], work: dict, n_workers: int, done: Callable, faile
                 except Exception as e:  # noqa: BLE001  (re-raised by run_jobs, after the other jobs are recorded)
                     failed.append((j.key, e))
     else:
-        _run_pool(todo, work, n_workers, done, failed, device, engine)
+        run_pool(todo, work, n_workers, _call, done, failed, device, engine)
 
 
 class JobError(RuntimeError):
