@@ -37,16 +37,8 @@ def rho_size(out_dir: Path, rows: list[dict], d: int, F: int) -> str:
             a, b = _loglog_line(fit)
             xs = sorted(x for x, _ in fit)
             ax.plot(xs, [math.exp(a) * x**b for x in xs], "-", color=colour, lw=1, label=f"{label} fit: rho^{b:.2f}")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("decodability rho (min over seeds)")
-    ax.set_ylabel("parameters to store every fact")
-    ax.set_title(f"size against rho at fixed F (Fig. 2a form): d={d}, F={F}")
-    ax.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(out_dir / RHO_SIZE, dpi=120)
-    plt.close(fig)
-    return RHO_SIZE
+    title = f"size against rho at fixed F (Fig. 2a form): d={d}, F={F}"
+    return _save(fig, ax, out_dir / RHO_SIZE, "decodability rho (min over seeds)", title, 6)
 
 
 def ntk_kappa(out_dir: Path, rows: list[dict], d: int, F: int) -> str:
@@ -62,16 +54,22 @@ def ntk_kappa(out_dir: Path, rows: list[dict], d: int, F: int) -> str:
         cap = [(k, p) for k, p in cap if p]
         if cap:
             ax.plot(*zip(*sorted(cap)), "o", mfc="none", color=colour, label=f"{label}: none stores (at cap)")
+    title = f"NTK MLPs across kappa (Fig. 5 form): d={d}, F={F}"
+    return _save(fig, ax, out_dir / NTK_KAPPA, "condition number kappa", title, 7)
+
+
+def _save(fig, ax, path: Path, xlabel: str, title: str, legend_size: int) -> str:
+    """Both figures: log-log axes, parameters on y; written to `path`, whose name is returned for the report."""
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("condition number kappa")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("parameters to store every fact")
-    ax.set_title(f"NTK MLPs across kappa (Fig. 5 form): d={d}, F={F}")
-    ax.legend(fontsize=7)
+    ax.set_title(title)
+    ax.legend(fontsize=legend_size)
     fig.tight_layout()
-    fig.savefig(out_dir / NTK_KAPPA, dpi=120)
-    plt.close(fig)
-    return NTK_KAPPA
+    fig.savefig(path, dpi=120)
+    pyplot().close(fig)
+    return path.name
 
 
 def _loglog_line(pts: list[tuple[float, float]]) -> tuple[float, float]:
