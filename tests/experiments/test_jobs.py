@@ -170,7 +170,7 @@ def test_a_resumed_job_records_what_every_call_spent(tmp_path):
     assert run_jobs(job, tmp_path, resume=True)["c"] == 3
     prov = json.loads((tmp_path / "c.json").read_text())["provenance"]
     assert prov["parts"] == 3
-    assert 0.2 <= prov["seconds"] < 0.4 <= 0.6 <= prov["seconds_all_parts"]
+    assert prov["seconds"] >= 0.2 and prov["seconds_all_parts"] >= prov["seconds"] + 0.4  # two earlier naps
     assert 0 <= prov["cpu_seconds"] <= prov["cpu_seconds_all_parts"] < prov["seconds_all_parts"]  # naps cost no CPU
     plain = [Job("p", nap_then_count, {"target": 0, "nap": 0.0})]  # no work_dir: this call only
     run_jobs(plain, tmp_path)
@@ -185,8 +185,10 @@ def read_ledger_mid_run(nap: float, work_dir: str) -> dict:
 def test_the_cost_ledger_is_written_while_the_job_runs(tmp_path, monkeypatch):
     """A SIGKILLed call cannot write at its end: the ledger is rewritten every SPENT_PERIOD seconds meanwhile."""
     monkeypatch.setattr(records, "SPENT_PERIOD", 0.05)
-    got = run_jobs([Job("r", read_ledger_mid_run, {"nap": 0.4}, checkpoints=True)], tmp_path)["r"]
-    assert got["parts"] == 1 and 0.1 <= got["seconds_all_parts"] <= 0.4
+    t0 = time.perf_counter()
+    got = run_jobs([Job("r", read_ledger_mid_run, {"nap": 1.0}, checkpoints=True)], tmp_path)["r"]
+    # written during the nap (a ledger written only at the end would not exist yet), and never ahead of the clock
+    assert got["parts"] == 1 and 0.1 <= got["seconds_all_parts"] <= time.perf_counter() - t0
 
 
 def sometimes_fails(x: int) -> int:
