@@ -185,10 +185,11 @@ def test_the_local_engine_keeps_its_pool_across_run_jobs_calls():
     with using_engine(engine):
         first = run_jobs([Job(f"a{i}", pid_after_nap, {"secs": 0.5}) for i in range(4)], None, n_workers=2)
         kept = engine.kept
-        second = run_jobs([Job(f"b{i}", pid_after_nap, {"secs": 0.5}) for i in range(4)], None, n_workers=2)
-        assert engine.kept is kept and len(set(first.values())) == 2 and set(second.values()) <= set(first.values())
         workers = kept.workers()
-        assert {p.pid for p in workers} == set(first.values())
+        second = run_jobs([Job(f"b{i}", pid_after_nap, {"secs": 0.5}) for i in range(4)], None, n_workers=2)
+        # the second call's jobs ran in the first call's workers (a worker may have taken no job while it started)
+        pids = {p.pid for p in workers}
+        assert engine.kept is kept and len(pids) <= 2 and set(first.values()) | set(second.values()) <= pids
     assert engine.kept is None and not [p for p in workers if p.is_alive()]
 
 
