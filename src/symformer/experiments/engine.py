@@ -16,7 +16,6 @@ class Engine:
 
     name = "local"
     startup_seconds = 0.0
-    kept = None
 
     def __init__(self, device: str = "cpu"):
         self.device = device
