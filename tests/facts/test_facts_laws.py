@@ -77,3 +77,41 @@ def test_ntk_gain_rows_exact_lower_bound_and_none():
     assert claim.verdict == "holds" and "(a lower bound)" in claim.measured and "(= d^2/4)" in claim.setting
     part = claims_ntk(rows[2:], 16, 64)
     assert part.claims[0].verdict == "inconclusive" and part.metrics["ntk_mo_gain_max"] is None
+
+
+def test_whitening_rows_list_points_without_a_bound():
+    """A raw point whose every Bin+JL build raised (lower bound 0) is listed as "no bound", not dropped (#45)."""
+    from symformer.experiments.facts.laws import claims_whiten, claims_whiten_pooled
+
+    def d_row(d, kappa, raw, lower, white):
+        return {
+            "d": d,
+            "F": d * d // 4,
+            "kappa": kappa,
+            "params_raw": raw,
+            "params_raw_lower_bound": lower,
+            "params_whitened": white,
+        }
+
+    rows = [d_row(32, 1.0, 200, 200, 100), d_row(32, 1e3, None, 1800, 100), d_row(64, 1e4, None, 0, 100)]
+    part = claims_whiten(rows, quick=False)
+    m, (claim,) = part.metrics, part.claims
+    assert m["whitening_gain"] == {"d=32,kappa=1": 2.0} and m["whitening_gain_lower_bounds"] == {
+        "d=32,kappa=1000": 18.0
+    }
+    assert m["whitening_gain_no_bound"] == ["d=64,kappa=10000"] and "['d=64,kappa=10000']" in claim.evidence
+    assert claim.verdict == "holds" and "(a lower bound)" in claim.measured
+    assert claims_whiten(rows[2:], quick=False).claims[0].verdict == "inconclusive"
+
+    def c_row(family, kappa, binjl, lower):
+        return {"family": family, "kappa": kappa, "bin+jl": binjl, "bin+jl_lower_bound": lower, "gd-swiglu": 10}
+
+    pooled = [
+        c_row("raw", 1.0, 300, 300),
+        c_row("whitened", 1.0, 100, 100),
+        c_row("raw", 1e4, None, 0),
+        c_row("whitened", 1e4, 100, 100),
+    ]
+    part = claims_whiten_pooled(pooled, d=32, F=256, n_seeds=2)
+    assert part.metrics["whitening_gain_fig2a"] == {1.0: 3.0} and part.metrics["whitening_gain_fig2a_no_bound"] == [1e4]
+    assert part.claims[0].verdict == "fails" and "kappa in [10000.0]" in part.claims[0].evidence

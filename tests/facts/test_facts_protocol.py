@@ -133,11 +133,11 @@ def test_recorded_cost_counts_records_and_seconds(tmp_path):
     for k, s in (("a", 1800.0), ("b", 5400.0)):
         (tmp_path / f"{k}.json").write_text(json.dumps({"result": 1, "provenance": {"seconds": s}}))
     (tmp_path / "c.json").write_text("{torn")
-    assert facts_report.recorded_cost(tmp_path, ["a", "b", "c", "missing"]) == (2, 2.0)
+    assert facts_report.recorded_cost(tmp_path, ["a", "b", "c", "missing"]) == (2, 2.0, 2)
     # a point resumed over several calls counts them all, not its last call's 1800 s
     prov = {"seconds": 1800.0, "parts": 3, "seconds_all_parts": 9000.0}
     (tmp_path / "d.json").write_text(json.dumps({"result": 1, "provenance": prov}))
-    assert facts_report.recorded_cost(tmp_path, ["a", "d"]) == (2, 3.0)
+    assert facts_report.recorded_cost(tmp_path, ["a", "d"]) == (2, 3.0, 1)  # a counts its last call only
 
 
 def test_method_table_matches_the_method_names():

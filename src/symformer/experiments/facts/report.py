@@ -112,21 +112,23 @@ def _report_laws(ctx: RunContext, plan: FactsPlan, got: dict[str, list]) -> Expe
     )
 
 
-def recorded_cost(runs, keys: list[str]) -> tuple[int, float]:
-    """(records of `keys` under runs/, sum of their wall seconds / 3600): every point of the plan runs on one
-    core, so the sum is the plan's core-hours. A point resumed from its checkpoints counts every call that worked
-    on it (provenance.seconds_all_parts); a record written before that sum existed counts its last call only."""
+def recorded_cost(runs, keys: list[str]) -> tuple[int, float, int]:
+    """(records of `keys` under runs/, sum of their wall seconds / 3600, records without seconds_all_parts):
+    every point of the plan runs on one core, so the sum is the plan's core-hours. A point resumed from its
+    checkpoints counts every call that worked on it (provenance.seconds_all_parts); a record written before that
+    sum existed counts its last call only, so with such records the sum is a lower bound (the report says so)."""
     import json
 
-    n, secs = 0, 0.0
+    n, secs, last_only = 0, 0.0, 0
     for k in keys:
         try:
             rec = json.loads((runs / f"{k}.json").read_text())
         except (OSError, ValueError):
             continue
         prov = rec.get("provenance", {})
+        last_only += "seconds_all_parts" not in prov
         n, secs = n + 1, secs + float(prov.get("seconds_all_parts", prov.get("seconds", 0.0)))
-    return n, secs / 3600
+    return n, secs / 3600, last_only
 
 
 # protocol 2: (d) at F = d^2/4 and GD decoders for all 1000 steps in the full plan (issue 45); --resume refuses
@@ -137,9 +139,15 @@ def run(ctx: RunContext) -> ExperimentResult:
     plan, stats = FactsPlan.for_run(ctx.quick), {}
     p = jobs(plan, ctx.quick, ctx.seed)
     got = _run_points(ctx, p, stats)
-    n, hours = recorded_cost(ctx.out_dir / "runs", [j.key for part in p.values() for j, _ in part])
+    n, hours, last_only = recorded_cost(ctx.out_dir / "runs", [j.key for part in p.values() for j, _ in part])
     cost = {"facts_full_points": None if ctx.quick else n, "facts_full_core_hours": None if ctx.quick else hours}
     res = combined(ExperimentResult(metrics=cost), _report_ab(ctx, plan, got), _report_laws(ctx, plan, got))
+    if last_only and not ctx.quick:
+        res.notes.append(
+            f"facts_full_core_hours is a lower bound: {last_only} of {n} records predate "
+            "provenance.seconds_all_parts and count only the last call that worked on them (a point resumed "
+            "across sessions loses its earlier calls); PROVENANCE.md gives the logged worker CPU"
+        )
     res.config.update({"quick": ctx.quick, "seed": ctx.seed})
     res.notes.append(
         "Regressor change (issue #11): the rho-size rows now fit log(params) against log(rho) at fixed F, the "
