@@ -186,6 +186,23 @@ def test_size_vs_facts_skips_missing_sizes_and_writes_a_png(tmp_path):
     assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_size_vs_facts_gives_every_series_its_own_colour_and_style(tmp_path, monkeypatch):
+    """facts' Fig. 2c form draws 18 series: colour by method, marker and line style by d, so none look alike."""
+    from symformer.experiments import plots
+
+    plt = plots.pyplot()
+    kept = []
+    monkeypatch.setattr(plt, "close", kept.append)
+    series = {
+        f"{m} d={d}": [(64, 10), (128, 20)] for m in ("bin+jl", "gd-swiglu", "ntk", "gd+gd") for d in (32, 64, 128)
+    }
+    plots.size_vs_facts(tmp_path / "f.png", series, "p", "t")
+    lines = [ln for ln in kept[0].axes[0].get_lines() if ln.get_label() in series]
+    looks = {(str(ln.get_color()), ln.get_marker(), ln.get_linestyle()) for ln in lines}
+    assert len(lines) == len(series) == len(looks)
+    plt.close(kept[0])
+
+
 def test_constructed_search_fixes_m_then_grows_the_gadget_width(monkeypatch):
     """Constructions: m is the smallest storing code width, then h~ doubles from ceil(F/d) and is bisected;
     min_size is the hidden size m h~."""

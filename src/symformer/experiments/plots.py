@@ -20,15 +20,30 @@ def pyplot():
     return plt
 
 
+_STYLES = (("o", "-"), ("s", "--"), ("^", ":"), ("D", "-."))
+
+
 def size_vs_facts(path: Path, series: dict[str, list[tuple[int, int | None]]], ylabel: str, title: str) -> None:
     """Write the figure to `path`; `series` maps a label to its (F, parameters) points (a None size, where no
     size was found, is left out)."""
     plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    fig, ax = plt.subplots(figsize=(8.5, 4.5))
+    # one colour per method (a label's first word), one marker and line style per the rest ("d=64"): the
+    # default cycle of 10 colours would repeat across the 18 series of the fact-storing paper's Fig. 2c form
+    methods = list(dict.fromkeys(label.split(" ")[0] for label in series))
+    rests = list(dict.fromkeys(label.partition(" ")[2] for label in series))
     for label, pts in series.items():
         pts = sorted(p for p in pts if p[1])
+        k = rests.index(label.partition(" ")[2]) % len(_STYLES)
         if pts:
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=label)
+            ax.plot(
+                [p[0] for p in pts],
+                [p[1] for p in pts],
+                color=plt.get_cmap("tab10")(methods.index(label.split(" ")[0]) % 10),
+                marker=_STYLES[k][0],
+                linestyle=_STYLES[k][1],
+                label=label,
+            )
     Fs = sorted({F for pts in series.values() for F, _ in pts})
     if Fs:
         ax.plot(Fs, [F * math.log2(F) for F in Fs], "k--", label="F log2 F (info bound, 1 bit/param)")
@@ -36,7 +51,7 @@ def size_vs_facts(path: Path, series: dict[str, list[tuple[int, int | None]]], y
     ax.set_yscale("log")
     ax.set_xlabel("facts F")
     ax.set_ylabel(ylabel)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # outside: the series fill the axes
     ax.set_title(title)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
