@@ -81,7 +81,7 @@ def test_ntk_gain_rows_exact_lower_bound_and_none():
 
 def test_whitening_rows_list_points_without_a_bound():
     """A raw point whose every Bin+JL build raised (lower bound 0) is listed as "no bound", not dropped (#45)."""
-    from symformer.experiments.facts.laws import claims_whiten, claims_whiten_pooled
+    from symformer.experiments.facts.whitening import claims_whiten, claims_whiten_pooled
 
     def d_row(d, kappa, raw, lower, white):
         return {

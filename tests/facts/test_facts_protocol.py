@@ -12,6 +12,7 @@ from symformer.experiments.facts import laws as facts_laws
 from symformer.experiments.facts import plan as facts_plan
 from symformer.experiments.facts import report as facts_report
 from symformer.experiments.facts import runs as facts_runs
+from symformer.experiments.facts import whitening as facts_whitening
 from symformer.facts import decoders
 from symformer.facts.capacity import BuildOptions, build_fact_mlp, method_capacity
 from symformer.facts.embeddings import make_fact_set
@@ -110,12 +111,12 @@ def test_whitening_gain_in_fig2a_form_pools_the_c_points():
         _c("raw", 100.0, 300, 60),
         _c("offset", 1.0, 100, 50),
     ]
-    part = facts_laws.claims_whiten_pooled(rows, 32, 256, 2)
+    part = facts_whitening.claims_whiten_pooled(rows, 32, 256, 2)
     m, (c,) = part.metrics, part.claims
     assert m["whitening_gain_fig2a"] == {1.0: 1.0, 1e4: 20.0}  # kappa 100 has no whitened point
     assert m["whitening_gain_fig2a_lower_bounds"] == [1e4] and m["whitening_gain_fig2a_gd"][1e4] == 4.0
     assert c.verdict == "holds" and "(a lower bound)" in c.measured and "(= d^2/4)" in c.setting
-    assert facts_laws.claims_whiten_pooled(rows[:2], 32, 256, 2).claims[0].verdict == "fails"
+    assert facts_whitening.claims_whiten_pooled(rows[:2], 32, 256, 2).claims[0].verdict == "fails"
 
 
 def test_rho_size_reports_the_inverse_fit_beside_the_loglog():

@@ -16,6 +16,7 @@ import time
 from symformer.experiments.base import RunContext, combined, experiment
 from symformer.experiments.facts import figures as facts_figures
 from symformer.experiments.facts import laws as facts_laws
+from symformer.experiments.facts import whitening as facts_whitening
 from symformer.experiments.facts.claims import claims_a, claims_ratios, claims_scaling
 from symformer.experiments.facts.plan import GD_METHODS, FactsPlan, jobs
 from symformer.experiments.jobs import Job, reuse_note, run_jobs
@@ -105,8 +106,8 @@ def _report_laws(ctx: RunContext, plan: FactsPlan, got: dict[str, list]) -> Expe
         facts_laws.claims_coherence(
             got["c"], f"ours: d={d}, F={F}, kappa in {kappas} (raw + whitened) + offset family, {n_seeds} seed(s)"
         ),
-        facts_laws.claims_whiten(got["d"], quick),
-        facts_laws.claims_whiten_pooled(got["c"], d, F, n_seeds),
+        facts_whitening.claims_whiten(got["d"], quick),
+        facts_whitening.claims_whiten_pooled(got["c"], d, F, n_seeds),
         facts_laws.claims_ntk(got["e"], d, F),
         solver,
     )
