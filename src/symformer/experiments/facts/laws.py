@@ -18,7 +18,7 @@ import torch
 from symformer._rng import seeded_generator
 from symformer.facts.capacity import BuildOptions, method_capacity
 from symformer.facts.embeddings import FactSet, whitening_matrix
-from symformer.results import Claim, ExperimentResult
+from symformer.results import Claim, ExperimentResult, verdict
 from symformer.stats import loglog, r2
 
 # gd-swiglu starts at hi = 8: a GD evaluation costs ~ h, and the search doubles hi where 8 does not store
@@ -77,7 +77,7 @@ def claims_rho_size(rows: list[dict], d: int, F: int, n_seeds: int) -> Experimen
                 f"{key} MLP size scales inversely with rho at fixed F (log-log fit)",
                 "R^2 > 0.97, size ~ rho^-b",
                 "n/a" if r2_ll is None else f"R^2 = {r2_ll:.3f}, exponent b = {-slope:.2f}",
-                _verdict(r2_ll, 0.97),
+                verdict(None if r2_ll is None else r2_ll > 0.97),
                 f"{len(ok)} points (log params against log rho); holds if R^2 > 0.97; the same "
                 f"points fitted linearly on 1/rho (the other reading of Sec. 3.1's 'inversely'): R^2 = {_f(inv)}",
                 setting,
@@ -95,7 +95,7 @@ def claims_rho_size(rows: list[dict], d: int, F: int, n_seeds: int) -> Experimen
                     "n/a"
                     if bound is None
                     else f"linear fit on rho^-2 F log F: R^2 = {bound:.3f}; exponent b = {-slope:.2f}",
-                    _verdict_bool(None if slope is None else -slope <= 2.0),
+                    verdict(None if slope is None else -slope <= 2.0),
                     "holds if the log-log exponent b <= 2; the R^2 of the linear fit (the old regressor) is shown for "
                     "reference only. Sec. 4.4 says the cost scales 'at a rate "
                     "matching the prediction from Construction "
@@ -128,7 +128,7 @@ def claims_coherence(rows: list[dict], setting: str) -> ExperimentResult:
             "coherence predicts size worse than rho",
             "R^2 0.10 (GD) / 0.44 (constructed) vs 0.97",
             "; ".join(f"{k}: R^2 coherence {_f(c)} vs rho {_f(p)}" for k, c, p, _ in ev),
-            _verdict_bool(ok),
+            verdict(ok),
             "log-log fits on the same points: the kappa sweep (raw + whitened) plus a coherence-only family "
             "(a common offset t*c added to every key and value: rho unchanged, coherence up); points per fit "
             f"{[n for *_, n in ev]}; holds if coherence's R^2 is below rho's for both",
@@ -141,14 +141,6 @@ def claims_coherence(rows: list[dict], setting: str) -> ExperimentResult:
 
 def _f(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3f}"
-
-
-def _verdict(x: float | None, thr: float) -> str:
-    return "inconclusive" if x is None else ("holds" if x > thr else "fails")
-
-
-def _verdict_bool(ok: bool | None) -> str:
-    return "inconclusive" if ok is None else ("holds" if ok else "fails")
 
 
 # ---------------------------------------------------------------- (e) margin-optimal NTK across kappa
@@ -200,7 +192,7 @@ def claims_ntk(rows: list[dict], d: int, F: int) -> ExperimentResult:
             "margin-optimal targets U* improve NTK MLPs 2-4x (across a kappa sweep)",
             "2-4x",
             "n/a" if gmax is None else f"max {gmax:.3g}x{' (a lower bound)' if kind == 'lower bound' else ''}; {per}",
-            _verdict_bool(None if gmax is None else gmax >= 2.0),
+            verdict(None if gmax is None else gmax >= 2.0),
             "gain = NTK(V) / NTK(U*) parameters at the smallest hidden size storing every fact (h searched by "
             f"doubling up to {NTK_H_CAP}); holds if the max >= 2. Where no h <= {NTK_H_CAP} stores every fact the "
             "construction has broken down (its accuracy no longer grows with h; Fig. 5 sees the same beyond a "

@@ -1,11 +1,9 @@
 """Experiment `facts`, part (d): the whitening gain, raw against whitened Bin+JL cost, per (d, kappa) and in Fig. 2a's
-pooled form on (c)'s fact sets (fact-storing-mlps.txt, Fig. 2a). Split from laws.py, whose verdict
-helpers it shares."""
+pooled form on (c)'s fact sets (fact-storing-mlps.txt, Fig. 2a). Split from laws.py."""
 
 from __future__ import annotations
 
-from symformer.experiments.facts.laws import _verdict_bool
-from symformer.results import Claim, ExperimentResult
+from symformer.results import Claim, ExperimentResult, verdict
 
 
 # ---------------------------------------------------------------- (d) whitening gain per (d, kappa)
@@ -44,7 +42,7 @@ def claims_whiten(rows: list[dict], quick: bool) -> ExperimentResult:
             "n/a"
             if gmax is None
             else f"max {gmax:.3g}x{' (a lower bound)' if bound and gmax == max(bound.values()) else ''}",
-            _verdict_bool(None if gmax is None else gmax >= 16.0),
+            verdict(None if gmax is None else gmax >= 16.0),
             f"gain = raw / whitened Bin+JL parameters per (d, kappa): {gain}; lower bounds (raw fails at every "
             f"m <= 4096): {bound}; no bound (every raw build was an unsolvable gadget system): "
             f"{unsolved or 'none'}; holds if the max reaches >= 16x",
@@ -93,7 +91,7 @@ def claims_whiten_pooled(rows: list[dict], d: int, F: int, n_seeds: int) -> Expe
             "embedding whitening cuts the constructed cost by up to 32x (at Fig. 2a's fixed F, paper's form)",
             "up to 32x",
             "n/a" if gmax is None else f"max {gmax:.3g}x{' (a lower bound)' if lb else ''}",
-            _verdict_bool(None if gmax is None else gmax >= 16.0),
+            verdict(None if gmax is None else gmax >= 16.0),
             f"gain = raw / whitened Bin+JL parameters on the same fact sets, per kappa: {g} (lower bounds where raw "
             f"stores nothing up to its cap: kappa in {sorted(bound)}; no bound, every raw build an unsolvable "
             f"gadget system: kappa in {sorted(unsolved)}); GD on "
