@@ -4,7 +4,7 @@ Every `import` in src/symformer, module level or inside a function (a lazy impor
 read with ast; an import of a higher layer fails, and so does one between the sibling top layers
 experiments and benchmarks. Layers, from the bottom:
 
-  0  _validation, registry, results, stats, _io, _rng, _torch_compat, report   (plumbing)
+  0  _validation, registry, results, stats, _io, _rng, _torch_compat, report, profiling  (plumbing)
   1  data, positional, attention, facts                    (parts)
   2  models
   3  train
@@ -34,6 +34,7 @@ LAYERS = {
     "_rng": 0,
     "_torch_compat": 0,
     "report": 0,
+    "profiling": 0,
     "data": 1,
     "positional": 1,
     "attention": 1,

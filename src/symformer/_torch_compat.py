@@ -31,3 +31,15 @@ def autocast_dtype(device_type: str) -> torch.dtype | None:
 def autocast_enabled(device_type: str) -> bool:
     """Whether `torch.autocast` is on for `device_type`."""
     return autocast_dtype(device_type) is not None
+
+
+def is_compiling() -> bool:
+    """Whether torch.compile (dynamo) is tracing the caller: `torch.compiler.is_compiling` (2.3 has it; older
+    releases only the private `torch._dynamo.is_compiling`)."""
+    compiler = getattr(torch, "compiler", None)
+    fn = getattr(compiler, "is_compiling", None)
+    if fn is None:  # pragma: no cover - torch < 2.3
+        import torch._dynamo
+
+        fn = torch._dynamo.is_compiling
+    return bool(fn())

@@ -2,10 +2,69 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
-from typing import Any, Iterable
+import os
+from typing import Any, Iterable, Iterator
 
 import torch
+
+from symformer._torch_compat import is_compiling
+
+# ---------------------------------------------------------------- when checks may read tensor values
+# Shape, dtype and device checks read only metadata and always run. Checks that read VALUES (finiteness, index
+# ranges, the structure of a mask, value-keyed caches) copy a result to the host: on an accelerator that is a
+# host sync, which stalls the CPU until the device catches up and breaks CUDA-graph capture and
+# torch.compile(fullgraph=True). So they run where they are free: on CPU tensors, in eager mode ("auto"). The
+# switch `set_value_checks` / `value_checks` / SYMFORMER_VALUE_CHECKS turns them on everywhere ("always", a
+# debugging mode: syncs on a GPU, graph breaks under compile) or off everywhere ("never", what a GPU gets by
+# default, so a CPU run under "never" makes exactly the host reads a GPU run makes).
+VALUE_CHECK_MODES = ("auto", "always", "never")
+
+
+def _mode_from_env() -> str:
+    mode = os.environ.get("SYMFORMER_VALUE_CHECKS", "auto").strip().lower() or "auto"
+    if mode not in VALUE_CHECK_MODES:
+        raise ValueError(f"SYMFORMER_VALUE_CHECKS: got {mode!r}, expected one of {', '.join(VALUE_CHECK_MODES)}")
+    return mode
+
+
+_VALUE_CHECKS = [_mode_from_env()]
+
+
+def set_value_checks(mode: str) -> str:
+    """Set when symformer's checks may read tensor values: "auto" (CPU tensors in eager mode; the default),
+    "always" (every device, a host sync each on an accelerator; a graph break each under torch.compile) or
+    "never". Returns the previous mode. Process-wide, like torch.cuda.set_sync_debug_mode."""
+    if mode not in VALUE_CHECK_MODES:
+        fail("mode", mode, f"one of {', '.join(VALUE_CHECK_MODES)}")
+    previous, _VALUE_CHECKS[0] = _VALUE_CHECKS[0], mode
+    return previous
+
+
+def get_value_checks() -> str:
+    return _VALUE_CHECKS[0]
+
+
+@contextlib.contextmanager
+def value_checks(mode: str) -> Iterator[None]:
+    """`with symformer.value_checks("always"): ...` runs the value checks on every device inside the block."""
+    previous = set_value_checks(mode)
+    try:
+        yield
+    finally:
+        _VALUE_CHECKS[0] = previous
+
+
+def reads_values(x: torch.Tensor) -> bool:
+    """Whether a check may read the values of `x` now (module comment above): never for a meta tensor (it has
+    none) nor while torch.compile traces (a read would break the graph) unless the mode is "always"."""
+    mode = _VALUE_CHECKS[0]
+    if x.device.type == "meta" or mode == "never":
+        return False
+    if mode == "always":
+        return True
+    return x.device.type == "cpu" and not is_compiling()
 
 
 def fail(name: str, given: Any, expected: str, exc: type[Exception] = ValueError) -> None:
@@ -24,7 +83,7 @@ def check_tensor(
             fail(name, f"shape {tuple(x.shape)}", f"a tensor with {' or '.join(map(str, allowed))} dimensions")
     if floating and not x.is_floating_point():
         fail(name, f"dtype {x.dtype}", "a floating-point tensor", TypeError)
-    if finite and x.is_floating_point() and x.numel() and not all_finite(x):
+    if finite and x.is_floating_point() and x.numel() and reads_values(x) and not all_finite(x):
         fail(name, "a tensor with NaN or inf entries", "finite values")
     return x
 
