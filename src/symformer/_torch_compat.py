@@ -36,10 +36,7 @@ def autocast_enabled(device_type: str) -> bool:
 def is_compiling() -> bool:
     """Whether torch.compile (dynamo) is tracing the caller: `torch.compiler.is_compiling` (2.3 has it; older
     releases only the private `torch._dynamo.is_compiling`)."""
-    compiler = getattr(torch, "compiler", None)
-    fn = getattr(compiler, "is_compiling", None)
+    fn = getattr(getattr(torch, "compiler", None), "is_compiling", None)
     if fn is None:  # pragma: no cover - torch < 2.3
-        import torch._dynamo
-
-        fn = torch._dynamo.is_compiling
+        from torch._dynamo import is_compiling as fn
     return bool(fn())
