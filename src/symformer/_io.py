@@ -5,10 +5,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 
 def save_atomic(obj: Any, path: str | os.PathLike) -> None:
@@ -50,6 +51,24 @@ def check_writable_dir(out: str | os.PathLike, option: str = "--out") -> Path:
             f"{option}: cannot write to {str(out)!r} ({e.strerror or e}); expected a writable folder"
         ) from None
     return out
+
+
+@contextlib.contextmanager
+def output_dir(out: str | os.PathLike, option: str = "--out") -> Iterator[Path]:
+    """`check_writable_dir(out)` for the body of a command; if the body fails, the folders this call created are
+    removed again while they are still empty, so a failed run leaves nothing on disk that was not there."""
+    out = Path(out)
+    created = [p for p in (out, *out.parents) if not p.exists()]  # deepest first
+    path = check_writable_dir(out, option)
+    try:
+        yield path
+    except BaseException:
+        for folder in created:
+            try:
+                folder.rmdir()
+            except OSError:  # not empty (the run wrote something), or gone: keep the rest
+                break
+        raise
 
 
 def check_writable_file(path: str | os.PathLike, option: str = "--out") -> Path:

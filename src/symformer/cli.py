@@ -12,7 +12,7 @@ from typing import List, Optional
 
 import typer
 
-from symformer._io import check_writable_dir
+from symformer._io import output_dir
 from symformer._rng import seeded_generator
 
 try:  # typer >= 0.20 vendors click as typer._click; older typer depends on click
@@ -122,17 +122,26 @@ def reproduce(
     if jobs < 1:
         raise CLIError(f"--jobs: got {jobs}, expected an integer >= 1")
     options = experiment_options(reg, chosen, set_ or [])
-    check_writable_dir(out, "--out")  # before any work: an unwritable --out costs one line, not a lost run
     from symformer.experiments.executors import make_engine, using_engine
 
-    engine = make_engine(
-        executor, out / ".submitit", jobs, device, slurm_partition, slurm_time, gpus_per_job, cpus_per_job, ray_address
-    )
-    if executor != "local":
-        typer.echo(f"[engine] {engine.describe()} started in {engine.startup_seconds:.2f} s", err=True)
-    _threads()
-    with using_engine(engine):
-        _reproduce(reg, chosen, names, out, quick, seed, data_dir, jobs, resume, options, full, device)
+    # before any work: an unwritable --out costs one line, not a lost run; a failed call leaves no empty folder
+    with output_dir(out, "--out"):
+        engine = make_engine(
+            executor,
+            out / ".submitit",
+            jobs,
+            device,
+            slurm_partition,
+            slurm_time,
+            gpus_per_job,
+            cpus_per_job,
+            ray_address,
+        )
+        if executor != "local":
+            typer.echo(f"[engine] {engine.describe()} started in {engine.startup_seconds:.2f} s", err=True)
+        _threads()
+        with using_engine(engine):
+            _reproduce(reg, chosen, names, out, quick, seed, data_dir, jobs, resume, options, full, device)
 
 
 def _reproduce(reg, chosen, names, out, quick, seed, data_dir, jobs, resume, options, full, device="cpu") -> None:
@@ -243,14 +252,14 @@ def bench(
     _check_names("benchmark suite", chosen, reg.names())
     if device not in ("cpu", "cuda"):
         raise CLIError(f"--device: got {device!r}, expected cpu or cuda")
-    check_writable_dir(out, "--out")
-    _threads()
-    for name in chosen:
-        typer.echo(f"[{name}] timing ...", err=True)
-        t0 = time.perf_counter()
-        res = reg.get(name).fn(BenchContext(out_dir=out / name, quick=quick, device=device))
-        write_bench(out / name, name, quick, res, device, time.perf_counter() - t0)
-        typer.echo(f"[{name}] -> {out / name / 'results.json'}")
+    with output_dir(out, "--out"):
+        _threads()
+        for name in chosen:
+            typer.echo(f"[{name}] timing ...", err=True)
+            t0 = time.perf_counter()
+            res = reg.get(name).fn(BenchContext(out_dir=out / name, quick=quick, device=device))
+            write_bench(out / name, name, quick, res, device, time.perf_counter() - t0)
+            typer.echo(f"[{name}] -> {out / name / 'results.json'}")
 
 
 def parse_kv(text: str, option: str) -> dict:
@@ -285,12 +294,7 @@ def train(
     list_presets: bool = typer.Option(False, "--list-presets"),
 ):
     """Train a model from a preset or config file; write OUT/results.json and OUT/metrics.jsonl."""
-    import dataclasses
-
-    from symformer.registry import CALLBACKS
-    from symformer.results import environment, write_json
-    from symformer.train import CheckpointError, Trainer
-    from symformer.train.presets import PRESETS, build, load_config, resolve, result_metrics
+    from symformer.train.presets import PRESETS, load_config, resolve
 
     if list_presets:
         for n in PRESETS:
@@ -302,7 +306,18 @@ def train(
     if seed is not None:  # recorded in OUT/config.json, so --config OUT/config.json repeats this run
         spec["train"] = {**spec.get("train", {}), "seed": seed}
     tele_kw = parse_kv(teleport, "--teleport") if teleport else None  # bad options: one line before any work
-    check_writable_dir(out, "--out")
+    with output_dir(out, "--out"):  # a failed run leaves no --out folder it created behind
+        _train(spec, preset, out, resume, tele_kw, seed, checkpoint_every, data_dir)
+
+
+def _train(spec, preset, out, resume, tele_kw, seed, checkpoint_every, data_dir) -> None:
+    import dataclasses
+
+    from symformer.registry import CALLBACKS
+    from symformer.results import environment, write_json
+    from symformer.train import CheckpointError, Trainer
+    from symformer.train.presets import build, result_metrics
+
     _threads()
     from symformer.train import distributed
 
@@ -310,16 +325,18 @@ def train(
     model, task, split, tcfg = build(spec, data_dir=data_dir, seed=seed)
     tcfg = dataclasses.replace(tcfg, checkpoint_every=checkpoint_every, progress=True)
     callbacks = []
-    if teleport:
+    if tele_kw is not None:
         import symformer.teleport  # noqa: F401  (registers the callback)
 
         callbacks.append(CALLBACKS.build("teleport", model=model, **tele_kw))
     trainer = Trainer(model, task, split.train, split.val, tcfg, test=split.test, callbacks=callbacks, out_dir=out)
     if resume and not trainer.ckpt_path.exists():
         raise CLIError(f"--resume: no checkpoint at {trainer.ckpt_path}; run once without --resume first")
-    if distributed.is_main():
-        write_json(out / "config.json", spec)  # the resolved config: --config OUT/config.json repeats the run
     try:
+        if resume:  # the checkpoint loads (or is refused) before anything in --out is rewritten
+            trainer.resume()
+        if distributed.is_main():
+            write_json(out / "config.json", spec)  # the resolved config: --config OUT/config.json repeats the run
         final = trainer.fit(resume=resume)
     except CheckpointError as e:
         raise CLIError(f"--resume: {e}") from None

@@ -155,6 +155,7 @@ class Trainer:
         # seed None: the run's seed is drawn here, once, from torch's global generator (so torch.manual_seed governs
         # it); the batch order and the checkpoint then hold that integer, and resume() adopts the checkpoint's
         self._seed_given = cfg.seed is not None
+        self._resumed = False
         self.cfg, self.task = (cfg if self._seed_given else replace(cfg, seed=global_seed())), task
         self.train_data, self.val_data, self.test_data = train, val, test
         self.callbacks = list(callbacks or [])
@@ -233,6 +234,7 @@ class Trainer:
                 f"{path} is not a usable symformer checkpoint ({type(e).__name__}: {first})"
             ) from None
         self._rewrite_log()
+        self._resumed = True  # fit(resume=True) after an explicit resume() does not load the checkpoint again
         return True
 
     # ---------------------------------------------------------------- logging
@@ -296,7 +298,7 @@ class Trainer:
     def fit(self, resume: bool = False) -> dict[str, Any]:
         """Train, then evaluate on val and test. `resume`: continue from out_dir's checkpoint when there is one;
         without one the run starts afresh, exactly as fit() would (seeded, old metrics.jsonl removed)."""
-        if not (resume and self.resume()):
+        if not (resume and (self._resumed or self.resume())):
             seed_everything(self.cfg.seed)
             if self.out_dir is not None and D.is_main() and (self.out_dir / "metrics.jsonl").exists():
                 (self.out_dir / "metrics.jsonl").unlink()
