@@ -39,6 +39,7 @@ from symformer._validation import (
     check_int,
     check_tensor,
     fail,
+    reads_values,
 )
 from symformer.attention.favor_state import FavorState, check_features, favor_step
 from symformer.attention.softmax import (
@@ -428,6 +429,9 @@ class FavorAttention(AttentionCore):
         self.register_buffer("seed", torch.tensor(seed, dtype=torch.long, device=home))
         self.register_buffer("draws", torch.zeros((), dtype=torch.long, device=home))
         self.register_buffer("features", self._draw(0, seed).to(device=home, dtype=dtype))
+        # how often the features changed (redraw, reseed, set_features, load, move): a decoding state bound to an
+        # older epoch raises (favor_state.check_features); a Python int, so compiled steps guard on it for free
+        self._features_epoch = 0
 
     def _draw(self, index: int, seed: int | None = None) -> torch.Tensor:
         """Draw `index` of the feature sequence of `seed` (default the module's): a stream of its own per draw, so
@@ -442,6 +446,7 @@ class FavorAttention(AttentionCore):
         """Draw fresh features (deterministic given seed and the number of earlier draws)."""
         self.draws += 1
         self.features.copy_(self._draw(int(self.draws)))
+        self._features_epoch += 1
 
     @torch.no_grad()
     def reseed(self, seed: int) -> None:
@@ -452,6 +457,7 @@ class FavorAttention(AttentionCore):
         self.seed.fill_(seed)
         self.draws.zero_()
         self.features.copy_(self._draw(0))
+        self._features_epoch += 1
 
     @torch.no_grad()
     def set_features(self, w: torch.Tensor) -> None:
@@ -460,6 +466,7 @@ class FavorAttention(AttentionCore):
         if tuple(w.shape) != tuple(self.features.shape):
             fail("w", f"shape {tuple(w.shape)}", f"shape {tuple(self.features.shape)} (n_features, head_dim)")
         self.features.copy_(w)
+        self._features_epoch += 1
 
     def _key_keep(self, attn_mask: torch.Tensor | None, k: torch.Tensor) -> torch.Tensor | None:
         """(B|1, H|1, Nk, 1) float keep-mask from a boolean key-padding mask, else ValueError."""
@@ -492,12 +499,12 @@ class FavorAttention(AttentionCore):
                 f"shape {tuple(q.shape)} with {k.shape[-2]} keys",
                 f"head dim {self.head_dim} and one query per new key",
             )
-        check_features(state, self.features)
+        check_features(state, self.features, self._features_epoch)
         scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else check_float("scale", scale, 0.0, low_open=True)
         keep = self._key_keep(attn_mask, k)
         with torch.autocast(q.device.type, enabled=False):
             y = favor_step(q, k, v, self.features, scale, None if keep is None else keep > 0, state, self.chunk_size)
-        if not all_finite(y):
+        if reads_values(y) and not all_finite(y):  # a host read: CPU in eager mode, or value_checks("always")
             _check_finite_inputs(q, k, v)
         return y
 
@@ -508,6 +515,8 @@ class FavorAttention(AttentionCore):
         out = super()._apply(fn, recurse)
         if self.features.dtype in (torch.float16, torch.bfloat16):
             self.features = master.to(device=self.features.device, dtype=torch.float32)
+        if self.features is not master:  # moved or cast: a live decoding state holds the old buffer
+            self._features_epoch += 1
         return out
 
     def forward(self, q, k, v, attn_mask=None, is_causal=False, scale=None, state: FavorState | None = None):
@@ -539,9 +548,15 @@ class FavorAttention(AttentionCore):
                 y = favor_causal(qf, kf, v, self.chunk_size, self.denominator_eps, keep is not None)
             else:
                 y = favor_noncausal(qf, kf, v, self.denominator_eps)
-        if not all_finite(y):  # cheap test on the output; name the culprit only when it fails
+        # a cheap test on the output where reading it is free (_validation.reads_values); the culprit is named only
+        # when it fails
+        if reads_values(y) and not all_finite(y):
             _check_finite_inputs(q, k, v)
         return y
+
+    def _load_from_state_dict(self, *args, **kwargs):
+        super()._load_from_state_dict(*args, **kwargs)
+        self._features_epoch += 1  # the features were copied in place: live decoding states are stale
 
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, n_features={self.n_features}, orthogonal={self.orthogonal}"
