@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-import time
 
 import torch
 
 from symformer._rng import seed_torch, seeded_generator
 from symformer.benchmarks._attention_common import contribution
-from symformer.benchmarks.base import BenchContext
+from symformer.benchmarks.base import BenchContext, one_call_seconds
 
 PRESET = "etth1-informer"
 # FAVOR+ has no attention matrix to drop
@@ -64,6 +63,10 @@ def _trainer(method: str, seed: int, cfg_changes: dict | None = None, eval_windo
     return Trainer(model, task, split.train, val, tcfg, test=test)
 
 
+def _device(trainer) -> torch.device:
+    return next(trainer.model.parameters()).device
+
+
 def _step_times(ctx: BenchContext, reps: int) -> dict[str, float]:
     trainers = {m: _trainer(m, ctx.seed) for m in METHODS}
     idx = torch.arange(trainers["softmax"].cfg.batch_size)
@@ -72,9 +75,7 @@ def _step_times(ctx: BenchContext, reps: int) -> dict[str, float]:
         tr.train_step(idx)  # warm-up
     for _ in range(reps):
         for m, tr in trainers.items():
-            t0 = time.perf_counter()
-            tr.train_step(idx)
-            times[m].append(time.perf_counter() - t0)
+            times[m].append(one_call_seconds(lambda tr=tr: tr.train_step(idx), _device(tr)))
     return {m: statistics.median(ts) for m, ts in times.items()}
 
 
@@ -96,9 +97,7 @@ def _step_flops(ctx: BenchContext) -> dict[str, float]:
 def _run_time(method: str, ctx: BenchContext) -> float:
     changes = {"epochs": 1, "max_steps": RUN_STEPS_QUICK} if ctx.quick else None
     tr = _trainer(method, ctx.seed, changes, EVAL_WINDOWS_QUICK if ctx.quick else None)
-    t0 = time.perf_counter()
-    tr.fit()
-    return time.perf_counter() - t0
+    return one_call_seconds(tr.fit, _device(tr))
 
 
 def _plash_stage_shares(ctx: BenchContext, reps: int) -> list[dict]:
@@ -129,9 +128,7 @@ def _plash_stage_shares(ctx: BenchContext, reps: int) -> list[dict]:
         fn().backward()
         ts = []
         for _ in range(reps):
-            t0 = time.perf_counter()
-            fn().backward()
-            ts.append(time.perf_counter() - t0)
+            ts.append(one_call_seconds(lambda fn=fn: fn().backward(), q.device))
         sec = statistics.median(ts)
         total += sec
         rows.append(

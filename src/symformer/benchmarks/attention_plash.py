@@ -8,15 +8,13 @@ and FAVOR+ (when registered) are timed here in the same process at the N values 
 
 from __future__ import annotations
 
-import time
-
 import torch
 import torch.nn.functional as F
 
 from symformer._rng import seed_torch
 from symformer.attention.plash import PlashAttention
 from symformer.benchmarks._attention_common import contribution, qkv, time_core
-from symformer.benchmarks.base import BenchContext, median_seconds, peak_memory_bytes
+from symformer.benchmarks.base import BenchContext, median_seconds, one_call_seconds, peak_memory_bytes
 from symformer.registry import ATTENTION
 from symformer.stats import fit_exponent
 
@@ -35,15 +33,12 @@ def _sdpa(q, k, v):
 
 
 def _one_shot(fn, n: int, device: str) -> float:
-    """Mean of 2 calls after one warm-up: for quadratic baselines that take seconds per call."""
+    """Mean of 2 calls after one warm-up, the device synchronised around each: for quadratic baselines that take
+    seconds per call."""
     q, k, v = qkv(n, D_MODEL, HEADS, device=device)
     with torch.no_grad():
         fn(q, k, v)
-        ts = []
-        for _ in range(2):
-            t = time.perf_counter()
-            fn(q, k, v)
-            ts.append(time.perf_counter() - t)
+        ts = [one_call_seconds(lambda: fn(q, k, v), device) for _ in range(2)]
     return sum(ts) / len(ts)
 
 

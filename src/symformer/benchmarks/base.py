@@ -57,23 +57,49 @@ def load_all() -> Registry[SuiteSpec]:
     return SUITES.load_all()
 
 
-def sync_device(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
+# --------------------------------------------------------------------------- timing
+# Every timer in the suites goes through `timed_call` / `one_call_seconds` / `median_seconds`: on an accelerator
+# the host only queues kernels, so a clock read before the device has finished measures the launch, not the work
+# (attention_plash once timed SDPA at 8192 tokens as 20 us that way). Each clock read is preceded by
+# `sync_device`. `_clock` is the one clock (tests replace it to check the order of syncs and reads).
+_clock = time.perf_counter
 
 
-def one_call_seconds(fn: Callable[[], Any], device: str = "cpu") -> float:
+def sync_device(device: str | torch.device) -> None:
+    """Wait for every kernel queued on `device` ("cuda", "cuda:1", "mps", "xpu", ...); nothing on the CPU."""
+    kind = torch.device(device).type
+    if kind == "cpu" or kind == "meta":
+        return
+    if kind == "cuda":
+        torch.cuda.synchronize(device)
+        return
+    backend = getattr(torch, kind, None)  # torch.mps / torch.xpu: synchronize() without a device argument
+    if backend is not None and callable(getattr(backend, "synchronize", None)):
+        backend.synchronize()
+
+
+def synced_clock(device: str | torch.device) -> float:
+    """The clock, read after the device has finished its queued work."""
+    sync_device(device)
+    return _clock()
+
+
+def timed_call(fn: Callable[[], Any], device: str | torch.device = "cpu") -> tuple[float, Any]:
+    """(wall seconds of one call of fn, its result), the device synchronised before and after."""
+    t0 = synced_clock(device)
+    out = fn()
+    return synced_clock(device) - t0, out
+
+
+def one_call_seconds(fn: Callable[[], Any], device: str | torch.device = "cpu") -> float:
     """Wall time of one call of fn, the device synchronised before and after (for back-to-back comparisons
     that torch.utils.benchmark's blocked timing cannot interleave)."""
-    sync_device(device)
-    t0 = time.perf_counter()
-    fn()
-    sync_device(device)
-    return time.perf_counter() - t0
+    return timed_call(fn, device)[0]
 
 
-def median_seconds(fn: Callable[[], Any], min_run_time: float = 0.3, device: str = "cpu") -> float:
-    """Median wall time of `fn()` (torch.utils.benchmark handles warm-up and synchronisation)."""
+def median_seconds(fn: Callable[[], Any], min_run_time: float = 0.3, device: str | torch.device = "cpu") -> float:
+    """Median wall time of `fn()` (torch.utils.benchmark's blocked_autorange, its timer `synced_clock(device)`:
+    every clock read waits for the device, on any accelerator and any torch release)."""
     fn()  # warm-up (allocations, lazy init)
     sync_device(device)
     # imported here, not at module level: it imports torch.utils.cpp_extension, which prints a line on stderr
@@ -81,7 +107,9 @@ def median_seconds(fn: Callable[[], Any], min_run_time: float = 0.3, device: str
     # input must print only its own one-line error
     import torch.utils.benchmark as tbench
 
-    t = tbench.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
+    t = tbench.Timer(
+        stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads(), timer=lambda: synced_clock(device)
+    )
     return float(t.blocked_autorange(min_run_time=min_run_time).median)
 
 

@@ -17,10 +17,9 @@ import re
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from symformer.benchmarks.base import BenchContext, BenchResult, suite
+from symformer.benchmarks.base import BenchContext, BenchResult, suite, timed_call
 
 ENGINES = {"local": None, "ray": "ray", "submitit": "submitit"}  # engine: module its extra installs
 
@@ -42,9 +41,7 @@ def _run_once(engine: str, out: Path, experiment: str) -> dict:
         "--out",
         str(out),
     ]
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
+    wall, proc = timed_call(lambda: subprocess.run(cmd, env=env, capture_output=True, text=True))  # a subprocess
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[1:])} exited {proc.returncode}: {proc.stderr.strip()[-400:]}")
     found = re.search(r"\[engine\] .* started in ([0-9.]+) s", proc.stderr)

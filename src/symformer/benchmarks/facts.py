@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import time
-
 import torch
 
 from symformer._rng import seed_torch, seeded_generator
-from symformer.benchmarks.base import BenchContext, BenchResult, maxrss_bytes, median_seconds, suite
+from symformer.benchmarks.base import BenchContext, BenchResult, maxrss_bytes, median_seconds, suite, timed_call
 from symformer.facts.capacity import build_fact_mlp
 from symformer.facts.decodability import decodability, rho_reference_cvxpy
 from symformer.facts.embeddings import make_fact_set, sentence_like_embeddings
 
 
 def _once(fn) -> tuple[float, object]:
-    t = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - t, out
+    return timed_call(fn)  # the facts solvers run on the CPU
 
 
 def _binjl_row(d: int, F: int, m: int, seed: int) -> tuple[dict, object]:

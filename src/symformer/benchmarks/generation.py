@@ -18,12 +18,11 @@ favor/plash_state_bytes_vs_kv_16k <= 0.05; sdpa_decode_16k_vs_1k for reference."
 from __future__ import annotations
 
 import statistics
-import time
 
 import torch
 
 from symformer._rng import seed_torch, seeded_generator
-from symformer.benchmarks.base import BenchContext, BenchResult, suite, sync_device
+from symformer.benchmarks.base import BenchContext, BenchResult, one_call_seconds, suite, timed_call
 from symformer.integrations.hf_cache import cache_kwargs
 
 VOCAB = 256
@@ -78,14 +77,14 @@ def _block_amortised(cache, method: str, device: str) -> float:
     """PLASH: time of one prefix-summary recomputation in every layer (what a finished block costs) / causal_block."""
     if method != "plash":
         return 0.0
-    sync_device(device)
-    t0 = time.perf_counter()
-    for layer in cache.layers:
-        st = layer.state
-        if st is not None and st.pk is not None:
-            layer.core.prefix_summaries(st.pk, st.pv)
-    sync_device(device)
-    return (time.perf_counter() - t0) / PLASH["causal_block"]
+
+    def recompute():
+        for layer in cache.layers:
+            st = layer.state
+            if st is not None and st.pk is not None:
+                layer.core.prefix_summaries(st.pk, st.pv)
+
+    return one_call_seconds(recompute, device) / PLASH["causal_block"]
 
 
 def _synthetic_kv(model, cache, context: int, g: torch.Generator) -> None:
@@ -105,11 +104,10 @@ def prefill(model, method: str, context: int, seed: int, timed: bool = True) -> 
     ids = torch.randint(0, VOCAB, (1, context), generator=g).to(model.device)  # drawn on the CPU: same on any device
     cache = _cache(model, method)
     if timed:
-        sync_device(model.device.type)
-        t0 = time.perf_counter()
-        nxt = model(ids, **cache_kwargs(model, cache), use_cache=True, logits_to_keep=1).logits[:, -1:].argmax(-1)
-        sync_device(model.device.type)
-        seconds = time.perf_counter() - t0
+        seconds, out = timed_call(
+            lambda: model(ids, **cache_kwargs(model, cache), use_cache=True, logits_to_keep=1), model.device
+        )
+        nxt = out.logits[:, -1:].argmax(-1)
     else:
         _synthetic_kv(model, cache, context, g)
         nxt, seconds = ids[:, -1:], None
@@ -130,11 +128,10 @@ def decode_one(run: dict) -> None:
     """Decode one token with the run's cache; its wall time is appended to run["times"]."""
     model = run["model"]
     pos = torch.tensor([[run["position"]]], device=model.device)
-    sync_device(model.device.type)
-    t0 = time.perf_counter()
-    out = model(run["next"], **cache_kwargs(model, run["cache"]), use_cache=True, position_ids=pos)
-    sync_device(model.device.type)
-    run["times"].append(time.perf_counter() - t0)
+    seconds, out = timed_call(
+        lambda: model(run["next"], **cache_kwargs(model, run["cache"]), use_cache=True, position_ids=pos), model.device
+    )
+    run["times"].append(seconds)
     run["next"], run["position"] = out.logits[:, -1:].argmax(-1), run["position"] + 1
 
 
