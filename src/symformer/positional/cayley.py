@@ -50,11 +50,13 @@ def cayley(s: torch.Tensor, check: bool = True) -> torch.Tensor:
     """P = (I - S)(I + S)^{-1} for skew S of shape (..., n, n)  (T3.1; in SO(n) by T3.2).
 
     I + S is invertible because sigma(S) lies on the imaginary axis (T3.1), and (I - S) commutes with
-    (I + S)^{-1}, so P = (I + S)^{-1}(I - S) = solve(I + S, I - S)."""
+    (I + S)^{-1}, so P = (I + S)^{-1}(I - S) = solve(I + S, I - S). solve_ex without its error check: I + S is
+    never singular for skew S (T3.1), and torch.linalg.solve's check reads the LU info on the host (a sync on an
+    accelerator, per call in training)."""
     if check:
         check_skew("S", s)
     eye = torch.eye(s.shape[-1], dtype=s.dtype, device=s.device)
-    return torch.linalg.solve(eye + s, eye - s)
+    return torch.linalg.solve_ex(eye + s, eye - s, check_errors=False)[0]
 
 
 def inverse_cayley(q: torch.Tensor) -> torch.Tensor:

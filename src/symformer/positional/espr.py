@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from symformer._rng import check_seed, init_generator
-from symformer._validation import check_choice, check_float, check_int, fail
+from symformer._validation import check_choice, check_float, check_int, fail, reads_values
 from symformer.positional._cache import ValueCache
 from symformer.positional.base import LOW_PRECISION, RotaryPositional, check_positions, compute_dtype, master_dtype
 from symformer.positional.cayley import cayley, check_skew, skew
@@ -235,17 +235,39 @@ class ESPR(RotaryPositional):
 
     def _token_maps(self, positions: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """Per token, (Pi_act exp(A(r)) P Pi_act)^T on the active block: (..., N, d_act, d_act), a
-        transposed view (bmm takes it as is). exp(A(r)) P costs one matrix_exp and one
-        (d_act x Dh)(Dh x d_act) product per DISTINCT position; cached when no gradient is needed."""
+        transposed view (bmm takes it as is); cached when no gradient is needed (_cache.ValueCache). Where values
+        are free to read (CPU, eager: _validation.reads_values) one exponential per DISTINCT position; elsewhere
+        (an accelerator, torch.compile) nothing reads a value: 1-D positions without gradient take the spectral
+        closed form (`_spectral_maps`), everything else one exponential per token with static squarings."""
         params = tuple(p for p in (self.gen_param, self.skew_param) if p is not None)
         needs_graph = torch.is_grad_enabled() and (any(p.requires_grad for p in params) or positions.requires_grad)
         dt = compute_dtype(dtype, self.gen_param.dtype)  # the maps in float32 (float64) whatever q's dtype
-        positions = positions if positions.is_floating_point() else positions.to(dt)  # int64: exact below 2^24
         cache = self.__dict__.setdefault("_maps_cache", ValueCache(2))
         if not needs_graph:
             hit = cache.lookup(("maps", dt), (positions, *params))
             if hit is not None:
                 return hit
+        key = positions
+        positions = positions if positions.is_floating_point() else positions.to(dt)  # int64: exact below 2^24
+        if reads_values(positions):
+            maps = self._distinct_maps(positions, dt)
+        elif not needs_graph and self.coord_dim == 1 and self.exp_method == "auto":
+            maps = self._spectral_maps(positions, dt)
+        else:
+            reps = positions.reshape(-1, self.coord_dim)
+            maps = self._maps_of(self.exp_generator(reps, dt), dt).reshape(*positions.shape[:-1], *(self.d_act,) * 2)
+        return maps if needs_graph else cache.store(("maps", dt), (key, *params), maps)
+
+    def _maps_of(self, exps: torch.Tensor, dt: torch.dtype) -> torch.Tensor:
+        """(Pi_act exp(A) P Pi_act)^T (U, d_act, d_act) from exponentials (U, Dh, Dh) (T4.3), a transposed view."""
+        d = self.d_act
+        rows = exps[:, :d, :]  # Pi_act exp(A(r)), (U, d, Dh)
+        m = rows @ self.post_rotation().to(dt)[:, :d] if self.use_post_rotation else rows[..., :d]  # T4.3
+        return m.transpose(-1, -2)
+
+    def _distinct_maps(self, positions: torch.Tensor, dt: torch.dtype) -> torch.Tensor:
+        """_token_maps where values are read: exp(A(r)) P costs one matrix_exp and one (d_act x Dh)(Dh x d_act)
+        product per DISTINCT position (a grid or a token range repeats across the batch)."""
         inv = None  # None: the distinct positions are the tokens themselves, in order (no gather)
         if positions.requires_grad:  # learned positions: each token needs its own d/dr, so no sharing
             reps = positions.reshape(-1, self.coord_dim)
@@ -254,12 +276,38 @@ class ESPR(RotaryPositional):
             if reps.shape[0] == inv.numel():  # all distinct (a grid): exps in token order, no (U, d, d) gather
                 reps = positions.reshape(-1, self.coord_dim)
                 inv = None
+        maps = self._maps_of(self._exp_distinct(reps, dt), dt)
         d = self.d_act
-        rows = self._exp_distinct(reps, dt)[:, :d, :]  # Pi_act exp(A(r)), (U, d, Dh)
-        m = rows @ self.post_rotation().to(dt)[:, :d] if self.use_post_rotation else rows[..., :d]  # T4.3
-        maps = m.transpose(-1, -2)  # a transposed view: bmm reads it as such, no copy
-        maps = maps.reshape(*positions.shape[:-1], d, d) if inv is None else maps[inv]
-        return maps if needs_graph else cache.store(("maps", dt), (positions, *params), maps)
+        return maps.reshape(*positions.shape[:-1], d, d) if inv is None else maps[inv]
+
+    def _spectrum(self, dt: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(lam (Dh,), B^T (d_act, Dh), V_act^T (Dh, d_act)) with i L = V diag(lam) V^H (L skew, so i L is
+        Hermitian: eigh, T0.11), hence exp(n L) = V diag(e^{-i n lam}) V^H for every real n, and
+        Pi_act exp(n L) P Pi_act = V_act diag(e^{-i n lam}) B with B = (V^H P)[:, :d_act]. Computed in float64
+        whatever dt (once per parameter change: cached by identity), then rounded to dt."""
+        params = tuple(p for p in (self.gen_param, self.skew_param) if p is not None)
+        cache = self.__dict__.setdefault("_spectrum_cache", ValueCache(2))
+        hit = cache.lookup(("spectrum", dt), params)
+        if hit is not None:
+            return hit
+        with torch.no_grad():
+            gen = self.generators()[0].double()
+            lam, v = torch.linalg.eigh(1j * gen)
+            p = self.post_rotation().double()
+            b = v.mH @ p[:, : self.d_act].to(v.dtype)
+            cdt = torch.complex128 if dt == torch.float64 else torch.complex64
+            out = (lam.to(dt), b.mT.to(cdt).contiguous(), v[: self.d_act].mT.to(cdt).contiguous())
+        return cache.store(("spectrum", dt), params, out)
+
+    def _spectral_maps(self, positions: torch.Tensor, dt: torch.dtype) -> torch.Tensor:
+        """_token_maps for 1-D positions without gradient, no value read and no per-position exponential: with the
+        eigenpairs of i L (`_spectrum`), the map of position n is Re(B^T diag(e^{-i n lam}) V_act^T), a phase per
+        eigenvalue and one (d_act x Dh)(Dh x d_act) product (exact identity, T0.11: exp(n L) for every real n).
+        A decoding step costs a handful of launches where an exponential costs ~60."""
+        lam, bt, vt = self._spectrum(dt)
+        th = positions * lam.neg()  # (..., N, Dh): the phases -n lam (positions (..., N, 1))
+        z = torch.polar(torch.ones_like(th), th)
+        return torch.view_as_real((bt * z.unsqueeze(-2)) @ vt)[..., 0]
 
     def _rotate_active(self, x: torch.Tensor, maps: torch.Tensor) -> torch.Tensor:
         """q~ = Pi_act exp(A(r)) P Pi_act q for x (B, H, N, Dh) (T4.3); maps from _token_maps. The products run in

@@ -25,7 +25,7 @@ import math
 
 import torch
 
-from symformer._validation import fail
+from symformer._validation import fail, reads_values
 from symformer.positional.cayley import check_skew, check_square
 
 # Pade [13/13] coefficients b_0..b_13 and the 1-norm bound theta_13 for unit roundoff 2^-53 (Higham 2005)
@@ -58,6 +58,10 @@ THETA_7_SINGLE = 3.925724783138660
 # solve (~12 products' time on CPU for 64 x 64); the smaller theta costs ~1.4 more squarings.
 THETA_12_TAYLOR_SINGLE = 1.4616615072090335
 SUPPORTED = (torch.float32, torch.float64)
+# where values cannot be read (an accelerator, torch.compile: _validation.reads_values) the squarings are a fixed
+# count, each masked per matrix (_square_static): jax.scipy.linalg.expm's default max_squarings. Pade-13 at
+# theta_13 then covers ||a||_1 <= 5.37 * 2^16 ~ 3.5e5, Taylor-12 in float32 ||a||_1 <= 1.46 * 2^16 ~ 9.6e4
+MAX_SQUARINGS = 16
 
 
 def _coef(b: tuple, k: int, f: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -76,6 +80,12 @@ def _lincomb(terms: list, const: torch.Tensor | None = None) -> torch.Tensor:
     return out
 
 
+def _solve(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a^{-1} b without the error check of torch.linalg.solve, which reads the LU info on the host (a sync on an
+    accelerator): V - U of the Pade pair is nonsingular for ||a|| <= theta (Higham 2005, Sec. 2)."""
+    return torch.linalg.solve_ex(a, b, check_errors=False)[0]
+
+
 def _pade13(a: torch.Tensor, a2: torch.Tensor, a4: torch.Tensor, a6: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
     """r_13(f a) from the powers a, a^2, a^4, a^6 of a batch (U, n, n) and per-matrix powers of two f (the
     refined scaling): f^k sits in the coefficients, U = a (a^6 (c13 a^6 + c11 a^4 + c9 a^2) + c7 a^6 + ...)
@@ -92,7 +102,7 @@ def _pade13(a: torch.Tensor, a2: torch.Tensor, a4: torch.Tensor, a6: torch.Tenso
         a6,
         _lincomb([(_coef(b, 12, f, dt), a6), (_coef(b, 10, f, dt), a4), (_coef(b, 8, f, dt), a2)]),
     )
-    return torch.linalg.solve(v - u, v + u)
+    return _solve(v - u, v + u)
 
 
 def _pade7(a: torch.Tensor, a2: torch.Tensor, a4: torch.Tensor, a6: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
@@ -100,7 +110,7 @@ def _pade7(a: torch.Tensor, a2: torch.Tensor, a4: torch.Tensor, a6: torch.Tensor
     b, dt = _B7, a.dtype
     u = a @ _lincomb([(_coef(b, 7, f, dt), a6), (_coef(b, 5, f, dt), a4), (_coef(b, 3, f, dt), a2)], _coef(b, 1, f, dt))
     v = _lincomb([(_coef(b, 6, f, dt), a6), (_coef(b, 4, f, dt), a4), (_coef(b, 2, f, dt), a2)], _coef(b, 0, f, dt))
-    return torch.linalg.solve(v - u, v + u)
+    return _solve(v - u, v + u)
 
 
 def _taylor12(x: torch.Tensor, x2: torch.Tensor, x3: torch.Tensor, x4: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
@@ -209,6 +219,8 @@ def _square(r: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
     index_copy put the batch back in order. Per matrix the products are those of squaring it alone; the
     backward of the slices and the cat is free and index_copy's is one gather, where a torch.where per step
     (square all, keep the finished) cost a product per finished matrix, a pass forward and three backward."""
+    if not reads_values(s):  # an accelerator or torch.compile: no host read of s (module docstring)
+        return _square_static(r, s)
     s_max = int(s.max()) if s.numel() else 0
     if s_max == 0:
         return r
@@ -229,6 +241,17 @@ def _square(r: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(out).index_copy(0, order, out)
 
 
+def _square_static(r: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """r_i^(2^s_i) with MAX_SQUARINGS squaring steps whatever s, each kept where s_i is not reached yet: a fixed
+    graph that reads no value (no host sync, CUDA-graph capturable, one compiled graph), at the price of squaring
+    every matrix MAX_SQUARINGS times. A matrix that needs more squarings (||a||_1 > theta 2^MAX_SQUARINGS) comes
+    out NaN, never silently inaccurate (as jax.scipy.linalg.expm's max_squarings)."""
+    s3 = s[:, None, None]
+    for t in range(MAX_SQUARINGS):
+        r = torch.where(s3 > t, r @ r, r)
+    return torch.where(s3 > MAX_SQUARINGS, torch.nan, r)
+
+
 def _degree(dtype: torch.dtype) -> int:
     """The approximant expm_skew uses: Taylor-12 in float32 (no solve), Pade-13 in float64."""
     return 12 if dtype == torch.float32 else 13
@@ -247,4 +270,4 @@ def squarings_needed(a: torch.Tensor) -> int:
     return int(_POWERS[_degree(a.dtype)](a.detach().reshape(-1, n, n))[0].max())
 
 
-__all__ = ["expm_skew", "THETA_13", "THETA_7_SINGLE", "THETA_12_TAYLOR_SINGLE", "squarings_needed"]
+__all__ = ["expm_skew", "MAX_SQUARINGS", "THETA_13", "THETA_7_SINGLE", "THETA_12_TAYLOR_SINGLE", "squarings_needed"]

@@ -29,6 +29,21 @@ from symformer.positional.cayley import cayley, skew
 from symformer.positional.rope import RoPE, apply_tables, pair_indices
 
 
+def _rows_view(x: torch.Tensor) -> bool:
+    """Whether x (..., d) views as (rows, d) without a copy: its leading dims of size > 1 nest (a decoding query
+    (B, H, 1, Dh) transposed from (B, 1, H, Dh) does; torch.matmul's own test also counts the size-1 dims)."""
+    dims = [i for i in range(x.ndim - 1) if x.shape[i] > 1]
+    return all(x.stride(i) == x.stride(j) * x.shape[j] for i, j in zip(dims, dims[1:]))
+
+
+def rows_times(x: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """x (..., d) @ p (d, e) as one mm on the rows where they view as a matrix (3 ops, where matmul's broadcast
+    path takes 6 for a transposed decoding query: a launch-bound decoding step counts them), else matmul."""
+    if x.ndim > 2 and _rows_view(x):
+        return x.reshape(-1, x.shape[-1]).mm(p).view(*x.shape[:-1], p.shape[-1])
+    return x @ p
+
+
 class STRING(RotaryPositional):
     """Cayley-STRING on (B, H, N, Dh) queries/keys for C-dimensional positions.
 
@@ -62,11 +77,25 @@ class STRING(RotaryPositional):
         if float(init_scale) != 0.0:  # init_scale 0: P = I exactly, and no draw from any generator
             a = torch.randn(head_dim, head_dim, generator=init_generator(seed), dtype=torch.float64) * float(init_scale)
         self.skew_param = nn.Parameter(a.to(master_dtype()), requires_grad=learnable)
-        self.register_buffer("folded", torch.zeros((), dtype=torch.bool))
+        self.register_buffer("folded", torch.zeros((), dtype=torch.bool))  # saved with the weights it was folded in
+        self._folded = False  # its host copy: the forward reads this one (bool(buffer) is a host sync on a GPU)
 
     @property
     def beta(self) -> torch.Tensor:
         return self.rope.beta
+
+    @property
+    def is_folded(self) -> bool:
+        """Whether P^T is merged into W_Q / W_K (`fold_into`): the host copy of the `folded` buffer, set by fold_into
+        and by load_state_dict, so no forward reads the buffer (a host sync on an accelerator)."""
+        flag = self.__dict__.get("_folded")
+        return bool(self.folded) if flag is None else flag  # None: a module pickled before the host copy existed
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        given = state_dict.get(prefix + "folded")
+        if isinstance(given, torch.Tensor):  # read once at load time, not per forward
+            self._folded = bool(given)
 
     def skew_matrix(self) -> torch.Tensor:
         """S = A - A^T, the Cayley parameter of P."""
@@ -95,10 +124,10 @@ class STRING(RotaryPositional):
         return p @ self.rope.matrix(positions) @ p.T
 
     def _to_rope_basis(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if bool(self.folded):
+        if self.is_folded:
             return q, k  # P^T already merged into W_Q / W_K by fold_into
         p = self._orthogonal_cached(q.dtype)  # one Cayley solve per call (or per change of S), shared by q and k
-        return q @ p, k @ p  # row form of P^T x
+        return rows_times(q, p), rows_times(k, p)  # row form of P^T x
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, key_positions: torch.Tensor | None = None
@@ -115,21 +144,21 @@ class STRING(RotaryPositional):
         """R_rope(r) P^T x for x (..., N, Dh), without validation: what forward applies to q and to k (the
         partial-rotary wrapper calls it)."""
         cd = compute_dtype(x.dtype, self.skew_param.dtype)
-        xc = x.to(cd) if bool(self.folded) else x.to(cd) @ self._orthogonal_cached(cd)
+        xc = x.to(cd) if self.is_folded else rows_times(x.to(cd), self._orthogonal_cached(cd))
         return apply_tables(xc, self.rope.tables(positions, x.dtype), self.pairing).to(x.dtype)
 
     def qk_symmetry(self, positions: torch.Tensor | None = None) -> QKSymmetry:
         """P H(d_h) P^T (R = P R_rope P^T; not in the teleportation paper); H(d_h) once P^T is folded
         into W_Q / W_K, since the logits then see R_rope only."""
         pairs = pair_indices(self.head_dim, self.pairing)
-        if bool(self.folded):
+        if self.is_folded:
             return QKSymmetry("h", pairs=pairs)
         with torch.no_grad():
             return QKSymmetry("h", pairs=pairs, orth=self.orthogonal().detach().to(torch.float64))
 
     @property
     def can_fold(self) -> bool:
-        return not bool(self.folded)
+        return not self.is_folded
 
     @torch.no_grad()
     def fold_into(self, q_linear: nn.Linear, k_linear: nn.Linear) -> None:
@@ -141,7 +170,7 @@ class STRING(RotaryPositional):
                 fail(name, type(lin).__name__, "an nn.Linear", TypeError)
             if lin.out_features % self.head_dim:
                 fail(name, f"{lin.out_features} output features", f"a multiple of head_dim={self.head_dim}")
-        if bool(self.folded):
+        if self.is_folded:
             fail("self", "a STRING module already folded", "an unfolded module (fold_into merges P^T once)")
         pt = self.orthogonal().T
         for lin in (q_linear, k_linear):  # the product in float32 or better, written back once (16-bit weights)
@@ -152,11 +181,10 @@ class STRING(RotaryPositional):
                 b = lin.bias.unflatten(0, (-1, self.head_dim))
                 lin.bias.copy_((b.to(cd) @ pt.T.to(cd)).flatten())
         self.folded.fill_(True)
+        self._folded = True
 
     def extra_repr(self) -> str:
-        return (
-            f"head_dim={self.head_dim}, coord_dim={self.coord_dim}, pairing={self.pairing}, folded={bool(self.folded)}"
-        )
+        return f"head_dim={self.head_dim}, coord_dim={self.coord_dim}, pairing={self.pairing}, folded={self.is_folded}"
 
 
 class CirculantSTRING(RotaryPositional):
