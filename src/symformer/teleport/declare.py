@@ -10,11 +10,13 @@ states what its forward computes, which symformer cannot read from the module:
   * grouped-query attention: query head h reads key/value head h // (n_heads / kv_heads) (repeat_interleave);
   * exact softmax of (R_i q)^T (R_j k) with `rotary` the symformer RotaryPositional applied to q and k (or none),
     nothing else (no q/k norm, clamp or gate) between the projections and the product, and the heads' outputs
-    concatenated in head order before o.
+    concatenated in head order before o. A layer whose module holds a symformer core that only approximates softmax
+    (FAVOR+, PLASH: `AttentionCore.exact_softmax` False) is refused up front with a ValueError naming
+    `attention[i]`, as symformer's own layers running them are: their outputs change under the group.
 Each declaration becomes the same AttentionSite (on row blocks of a fused projection: FusedRows) that an HF family
 with that layout produces (integrations.hf_teleport builds those from the helpers here), so the group, its actions
 and the teleporters are the ones every other model uses. A wrong declaration is caught at run time: a teleport that
-moves the batch loss is undone with a warning (teleport._apply_checked).
+moves the batch loss is undone, with one warning per teleport step (teleport.teleport_step).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import torch
 from torch import nn
 
 from symformer._validation import check_choice, check_int, fail
+from symformer.attention.softmax import AttentionCore
 from symformer.positional.base import RotaryPositional
 from symformer.teleport.component import AttentionSite
 from symformer.teleport.qk_groups import qk_group_for
@@ -119,16 +122,38 @@ def _projections(model, decl: AttentionLayer, where: str, modules: dict, names: 
     return {k: _resolve(model, modules, names, f"{where}.{k}", lin) for k, lin in given.items()}
 
 
-def _layer_name(decl: AttentionLayer, proj: dict[str, tuple]) -> str:
-    if decl.name is not None:
-        return str(decl.name)
+def _common_prefix(proj: dict[str, tuple]) -> str:
+    """The dotted name of the module holding all the projections ("" for the model itself)."""
     parts = [n.split(".")[:-1] for _, n in proj.values()]
     common = []
     for seg in zip(*parts):
         if len(set(seg)) > 1:
             break
         common.append(seg[0])
-    return ".".join(common) or proj["o"][1]
+    return ".".join(common)
+
+
+def _layer_name(decl: AttentionLayer, proj: dict[str, tuple]) -> str:
+    if decl.name is not None:
+        return str(decl.name)
+    return _common_prefix(proj) or proj["o"][1]
+
+
+def _check_exact_core(modules: dict, proj: dict[str, tuple], where: str) -> None:
+    """ValueError naming `where` when the module holding the projections runs a symformer attention core that is not
+    an exact softmax (FAVOR+, PLASH): their outputs change under the Q/K group (GL(d_h) or the rotary commutant) and
+    PLASH's also under the V/O group, so the loss would move. symformer's own layers are refused the same way
+    (groups.symmetry_group)."""
+    prefix = _common_prefix(proj)
+    for sub, mod in modules[prefix].named_modules(prefix=prefix):
+        if isinstance(mod, AttentionCore) and not mod.exact_softmax:
+            fail(
+                where,
+                f"a layer running {type(mod).__name__} ({sub})",
+                "a declared layer computing an exact softmax (F.scaled_dot_product_attention, symformer's softmax or "
+                "naive cores): approximate kernels (FAVOR+, PLASH) are not invariant under the attention group, so "
+                "teleporting them would change the loss",
+            )
 
 
 def _shapes(name: str, decl: AttentionLayer, proj: dict[str, tuple]) -> tuple[int, int, int]:
@@ -202,6 +227,7 @@ def declared_sites(
             fail(f"attention[{i}]", type(decl).__name__, "an AttentionLayer declaration", TypeError)
         proj = _projections(model, decl, f"attention[{i}]", modules, names)
         name = _layer_name(decl, proj)
+        _check_exact_core(modules, proj, f"attention[{i}]")
         for k, (lin, lname) in proj.items():
             if id(lin) in seen:
                 fail(

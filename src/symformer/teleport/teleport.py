@@ -170,6 +170,7 @@ def teleport_step(
     norms = brute_force_norms(model, group, cands, loss_fn) if brute_force else closed_form_norms(model, group, cands)
     better = int((norms > ref).sum())
     out = TeleportOutcome(False, ref, float(norms.max()), better, max_norm=float(norms.max()))
+    moved: list[float] = []  # the losses of the candidates the invariance check undid
     if better > samples / 2:  # eq. (16): majority rule, on all M candidates as in the paper
         if loss_before is None:
             with torch.no_grad():
@@ -181,35 +182,47 @@ def teleport_step(
                 out.skipped_guard += 1
                 continue
             g = group.pick(cands, i)
-            if _apply_checked(model, group, g, loss_fn, loss_before, loss_dtype):
+            after = _apply_checked(model, group, g, loss_fn, loss_before, loss_dtype)
+            if after is None:
                 update_optimizer_state(optimizer, group, g, state_policy)
                 out.applied, out.best_norm = True, float(norms[i])
                 break
             out.skipped_invariance += 1
+            moved.append(after)
+    if moved:  # one warning per step, not one per candidate
+        warnings.warn(
+            f"teleport: skipped {len(moved)} element(s) that changed the batch loss from {loss_before:.6g} to "
+            f"{', '.join(f'{a:.6g}' for a in moved[:3])}{', ...' if len(moved) > 3 else ''} (tolerance "
+            f"{_tolerance(group, loss_dtype):.1e} relative){'' if out.applied else '; nothing teleported'}: the "
+            "group is not a symmetry of this loss (a declared layer that is not exact softmax attention, a q/k norm "
+            "or gate between the projections, a wrong layout or rotary?)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     out.seconds = time.perf_counter() - t0
     return out
 
 
-def _apply_checked(model, group, g, loss_fn, before: float, loss_dtype: torch.dtype | None = None) -> bool:
+def _tolerance(group, loss_dtype: torch.dtype | None) -> float:
+    """The runtime invariance check's relative tolerance: that of the lower of the parameters' dtype and loss_dtype."""
+    dt = group.parameters()[0].dtype
+    return max(loss_tolerance(dt), loss_tolerance(loss_dtype or dt))
+
+
+def _apply_checked(model, group, g, loss_fn, before: float, loss_dtype: torch.dtype | None = None) -> float | None:
     """Apply g, transform .grad, and verify the batch loss did not move (to the tolerance of the lower of the
-    parameters' dtype and `loss_dtype`); undo and warn otherwise."""
+    parameters' dtype and `loss_dtype`): None when applied, else undo and return the loss g gave (the caller
+    warns once per step)."""
     saved = [p.detach().clone() for p in group.parameters()]
     group.apply(model, g)
     with torch.no_grad():
         after = float(loss_fn())
-    dt = group.parameters()[0].dtype
-    tol = max(loss_tolerance(dt), loss_tolerance(loss_dtype or dt))
+    tol = _tolerance(group, loss_dtype)
     if not math.isfinite(after) or abs(after - before) > tol * max(1.0, abs(before)):
         with torch.no_grad():
             for p, s in zip(group.parameters(), saved, strict=True):
                 p.copy_(s)
-        warnings.warn(
-            f"teleport: skipped an element that changed the batch loss from {before:.6g} to {after:.6g} "
-            f"(tolerance {tol:.1e} relative)",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-        return False
+        return after
     dep = [p for p in group.dependent_parameters() if p.grad is not None]
     if dep:  # gradients of the group-defining parameters are not a linear image: recompute them exactly
         new_dep = torch.autograd.grad(loss_fn(), dep, allow_unused=True)
@@ -221,7 +234,7 @@ def _apply_checked(model, group, g, loss_fn, before: float, loss_dtype: torch.dt
         for p in group.parameters():
             if id(p) in new:
                 p.grad.copy_(new[id(p)])
-    return True
+    return None
 
 
 # ---------------------------------------------------------------- Zhao et al. baseline
@@ -261,9 +274,17 @@ def zhao_teleport(
     with torch.no_grad():
         g = element().detach()
         before = float(loss_fn())
-    ok = _apply_checked(model, group, g, loss_fn, before, loss_dtype)
+    after = _apply_checked(model, group, g, loss_fn, before, loss_dtype)
+    ok = after is None
     if ok:
         update_optimizer_state(optimizer, group, g, state_policy)
+    else:
+        warnings.warn(
+            f"teleport: skipped an element that changed the batch loss from {before:.6g} to {after:.6g} "
+            f"(tolerance {_tolerance(group, loss_dtype):.1e} relative)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     new_norm = math.sqrt(grad_sq_norm(model, group))
     return TeleportOutcome(ok, ref, new_norm, int(new_norm > ref), int(not ok), time.perf_counter() - t0)
 
