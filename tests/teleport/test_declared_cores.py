@@ -112,3 +112,19 @@ def test_a_group_that_moves_the_loss_warns_once_per_step():
     assert len(skipped) == 1 and f"skipped {rec['skipped']} element(s)" in str(skipped[0].message)
     assert "nothing teleported" in str(skipped[0].message)
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+
+
+def test_teleportation_page_says_which_declared_layers_are_exact():
+    """Item 11: docs/systems/teleportation.md has the table of declared layers, and the refusal it quotes is the one
+    symmetry_group raises."""
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "systems" / "teleportation.md").read_text()
+    assert "Which declared layers are exact" in page
+    for core in ("FavorAttention", "PlashAttention", "SoftmaxAttention", "F.scaled_dot_product_attention"):
+        assert core in page, core
+    quoted = page.split("ValueError: ", 1)[1].split("(...)", 1)[0]  # "attention[i]: got 'a layer running ..."
+    model, layers = build("favor")
+    with pytest.raises(ValueError) as err:
+        symmetry_group(model, attention=layers)
+    assert str(err.value).startswith(quoted.replace("[i]", "[0]")), (quoted, str(err.value))
