@@ -2,15 +2,26 @@
 
 The causal variant cuts the sequence into blocks of `causal_block` tokens, aligned to the first position the core
 is given; a query in block b reads, in one softmax, the Stage II-III keys and values (K_g, V_g) of the Stage I sums
-of blocks 0..b-1 and the raw keys of its own block up to itself. The state of one layer is therefore
-- K~, V~: the sums A^T K, A^T V over the finished blocks (n, M, d), and how many kept keys they hold;
-- K_g, V_g: Stages II-III of those sums (n, M, d), recomputed once per finished block: O(M^2 d + M d^2);
-- the raw keys and values of the current block (at most causal_block of them) with their key-padding flags.
-A new token costs O((causal_block + M) d) (its softmax over M summaries and at most causal_block keys), and the
-memory is O((M + causal_block) d) per folded row (batch x head), whatever the context.
+of blocks 0..b-1 and the raw keys of its own block up to itself. The state of one layer (folded rows n = B H) is
+- pkv (n, M, 2 d): the running Stage I sums A^T [K | V] (eqs. 3-5) over every consumed key, and `count` (n, 1) the
+  kept keys among them;
+- kv (n, c + M, 2 d): rows 0..c-1 the raw [k | v] of the current block (c = causal_block), rows c.. [K_g | V_g]
+  (eqs. 6-12) of the sums over the FINISHED blocks, and `bias` (n, c + M) the additive logit mask of those rows (0:
+  a new query reads the row, -inf: it does not); `length` (a (1,) int64 tensor) the number of tokens consumed.
+A new token costs O((causal_block + M) d) for its softmax plus one Stage II-III pass on the M summaries,
+O(M^2 d + M d^2) (below), and the memory is O((M + causal_block) d) per folded row, whatever the context.
+
+Static shapes, no host branch (docs/design.md, "Conventions"; issue 57). Every tensor keeps its shape from the
+first step on, and a one-token step reads no value on the host: its slot in the block is `length % c`, a tensor, so
+dynamo neither breaks the graph nor recompiles per token and a CUDA graph captured on a step replays on the same
+buffers (the step updates them in place unless autograd needs the old values). The block rollover (Alg. 1 run on
+the sums of the finished blocks: fold the full block into the summaries, recompute K_g, V_g) is therefore computed
+at EVERY step from the running sums and selected with torch.where when the counter says the block just filled; the
+selected value is exactly the one the rollover computes, so decoding still equals the full causal forward. The
+price is the Stage II-III pass per token instead of once per causal_block tokens; constant per token.
 
 Key padding (ours; the paper's block has no masked form): a padded key's routing row A_j is zeroed, so it adds
-nothing to K~, V~, and it is masked in the in-block softmax; a prefix without any kept key offers no summary; a
+nothing to the sums, and it is masked in the in-block softmax; a prefix without any kept key offers no summary; a
 query that sees no kept key at all gets the output 0. PlashAttention.causal applies the same definition, so a
 left-padded batch decodes exactly as its full causal forward with the same mask.
 """
@@ -21,24 +32,25 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
+
+from symformer.attention.sketch import count_sketch_matrices
 
 
 @dataclass
 class PlashState:
-    """The decoding state of one PLASH layer (module doc); tensors are folded (B H, ...) rows, heads = H."""
+    """The decoding state of one PLASH layer (module doc); tensors are folded (B H, ...) rows, heads = H. `sketch`
+    caches the CountSketch matrices of the core's fixed hashes (Construction C.3) in the state's dtype."""
 
-    pk: torch.Tensor | None = None
-    pv: torch.Tensor | None = None
+    pkv: torch.Tensor | None = None
     count: torch.Tensor | None = None
-    k_g: torch.Tensor | None = None
-    v_g: torch.Tensor | None = None
-    blk_k: torch.Tensor | None = None
-    blk_v: torch.Tensor | None = None
-    blk_keep: torch.Tensor | None = None
-    length: int = 0
+    kv: torch.Tensor | None = None
+    bias: torch.Tensor | None = None
+    length: torch.Tensor | None = None
     heads: int = 1
+    sketch: tuple | None = None
 
-    _FIELDS = ("pk", "pv", "count", "k_g", "v_g", "blk_k", "blk_v", "blk_keep")
+    _FIELDS = ("pkv", "count", "kv", "bias")
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (getattr(self, f) for f in self._FIELDS) if t is not None)
@@ -57,21 +69,102 @@ class PlashState:
         self._map(lambda t: t.repeat_interleave(repeats, 0))
 
 
-def _append(old: torch.Tensor | None, new: torch.Tensor) -> torch.Tensor:
-    return new if old is None else torch.cat((old, new), dim=1)
+def _allocate(core, state: PlashState, n: int, x: torch.Tensor) -> None:
+    """The empty state at its final shapes: no summary, an empty block, length 0."""
+    dh, m, c = x.shape[-1], core.M, core.causal_block
+    state.pkv = x.new_zeros(n, m, 2 * dh)
+    state.count = torch.zeros(n, 1, dtype=torch.long, device=x.device)
+    state.kv = x.new_zeros(n, c + m, 2 * dh)
+    state.bias = x.new_full((n, c + m), float("-inf"))
+    state.length = torch.zeros(1, dtype=torch.long, device=x.device)  # (1,): its remainder indexes the block slot
+    hashes = [(getattr(core, f"hash_{i}"), getattr(core, f"sign_{i}"), dk) for i, dk in enumerate(core.D_k)]
+    state.sketch = tuple(tuple(count_sketch_matrices(h, sg, dk, x.dtype).unbind(0)) for h, sg, dk in hashes)
 
 
-def _finish_block(core, state: PlashState) -> None:
-    """Fold the full current block into K~, V~ and recompute K_g, V_g (once per causal_block tokens)."""
-    a = core.routing(state.blk_k, state.blk_keep)  # (n, M, c)
-    dk, dv = a @ state.blk_k, a @ state.blk_v
-    kept = state.blk_keep.sum(-1)
-    if state.pk is None:
-        state.pk, state.pv, state.count = dk, dv, kept
+def summary_kv(core, pkv: torch.Tensor, sketch: tuple) -> torch.Tensor:
+    """[K_g | V_g] (n, M, 2 d) of Stage I sums pkv = [K~ | V~] (n, M, 2 d): PlashAttention.prefix_summaries (eqs.
+    6-12) on 2-D GEMMs over the n M items, with the CountSketch matrices precomputed and the degrees' W_out blocks
+    applied as one GEMM: the same arithmetic in about half the kernel launches."""
+    n, m, _ = pkv.shape
+    g = core.psi(pkv.flatten(0, 1))  # eq. 6 on [K~ || V~]
+    g = g / (g.norm(dim=-1, keepdim=True).clamp_min(core.eps_g) * core.tau_g)  # eq. 7
+    feats = []
+    for mats, dk, beta in zip(sketch, core.D_k, core.beta.unbind(0)):  # eqs. 8, 42: TS_k = IFFT(prod_t FFT(C_t g))
+        if len(mats) == 1:
+            z = g @ mats[0]
+        else:
+            spec = None
+            for cm in mats:
+                f = torch.fft.rfft(g @ cm, n=dk, dim=-1)
+                spec = f if spec is None else spec * f
+            z = torch.fft.irfft(spec, n=dk, dim=-1)
+        feats.append(z * beta)
+    y_enh = core.w_out(feats[0] if len(feats) == 1 else torch.cat(feats, dim=-1))  # eqs. 9-10
+    z = core.mixer(y_enh.view(n, m, -1)).flatten(0, 1)  # eq. 11
+    w_kv = torch.cat((core.w_k.weight, core.w_v.weight))  # eq. 12: K_g = Z W_K, V_g = Z W_V in one GEMM
+    return F.linear(z, w_kv).view(n, m, -1)
+
+
+def _prefill(core, q, k, v, keep, state: PlashState, scale: float | None) -> torch.Tensor:
+    """L new tokens into an EMPTY state: the outputs are core.causal's; the state then holds the sums of all L keys,
+    [K_g | V_g] of the L // c finished blocks and the raw keys of the last, unfinished one (host-known sizes)."""
+    length, c = q.shape[1], core.causal_block
+    out = core.causal(q, k, v, scale, keep)
+    kvc = torch.cat((k, v), dim=-1)
+    a = core.routing(k, keep)  # (n, M, L), padded keys' columns 0
+    done = (length // c) * c
+    committed = a[..., :done] @ kvc[:, :done]
+    state.pkv = committed + a[..., done:] @ kvc[:, done:]
+    kept = torch.ones_like(kvc[..., 0], dtype=torch.bool) if keep is None else keep
+    state.count = kept.sum(-1, keepdim=True)
+    if done:
+        state.kv[:, c:] = summary_kv(core, committed, state.sketch)
+        state.bias[:, c:].masked_fill_(kept[:, :done].any(-1, keepdim=True), 0.0)
+    state.kv[:, : length - done] = kvc[:, done:]
+    state.bias[:, : length - done].masked_fill_(kept[:, done:], 0.0)
+    state.length.fill_(length)
+    return out
+
+
+def _routing_column(core, k: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
+    """A^T of one key per row (eq. 3), k (n, 1, d) -> (n, M, 1), as core.routing on a 2-D GEMM; a padded key: 0."""
+    n, _, dh = k.shape
+    a = torch.softmax(torch.mm(k.view(n, dh), core.prototypes.to(k.dtype).t() / core.tau), dim=-1)
+    return (a if keep is None else a * keep).unsqueeze(-1)
+
+
+def _token(core, q, k, v, keep, state: PlashState, scale: float | None) -> torch.Tensor:
+    """One new token (n, 1, d): write it into its block slot, attend over [block; K_g] (eq. 12 plus the exact
+    in-block part), add it to the running sums, and roll the block over when it fills (module doc) -- all with
+    tensor indices, masks and torch.where, no host read; in place unless autograd needs the old values."""
+    dh, c = q.shape[-1], core.causal_block
+    s = 1.0 / math.sqrt(dh) if scale is None else scale
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, state.kv, state.pkv))
+    kv, bias = (state.kv.clone(), state.bias.clone()) if grad else (state.kv, state.bias)
+    pos = state.length % c  # (1,): the token's row in the block
+    kvn = torch.cat((k, v), dim=-1)  # (n, 1, 2 d)
+    kv.index_copy_(1, pos, kvn)
+    if keep is None:
+        bias.index_fill_(1, pos, 0.0)
     else:
-        state.pk, state.pv, state.count = state.pk + dk, state.pv + dv, state.count + kept
-    state.k_g, state.v_g = core.prefix_summaries(state.pk, state.pv)
-    state.blk_k = state.blk_v = state.blk_keep = None
+        bias.index_copy_(1, pos, torch.zeros_like(keep, dtype=bias.dtype).masked_fill_(~keep, float("-inf")))
+    # one softmax over the block and the summaries; the mask enters as the GEMM's additive input
+    w = torch.softmax(torch.baddbmm(bias.unsqueeze(1), q, kv[..., :dh].transpose(-1, -2), alpha=s), dim=-1)
+    out = torch.bmm(core._drop(w if keep is None else w.nan_to_num(0.0)), kv[..., dh:])  # no kept key yet: 0
+    a = _routing_column(core, k, keep)
+    pkv = state.pkv.addcmul(a, kvn) if grad else state.pkv.addcmul_(a, kvn)
+    kept = 1 if keep is None else keep
+    count = state.count + kept if grad else state.count.add_(kept)
+    full = pos == c - 1  # this token finished the block: the running sums become the prefix (rollover)
+    if grad:
+        kv, bias = kv.clone(), bias.clone()
+    summ = kv[:, c:]
+    summ.copy_(torch.where(full, summary_kv(core, pkv, state.sketch), summ))
+    bias[:, c:].masked_fill_((count > 0) & full, 0.0)  # a prefix with a kept key offers its summaries
+    bias[:, :c].masked_fill_(full, float("-inf"))  # the next block starts empty; stale rows stay unread
+    state.kv, state.bias, state.pkv, state.count = kv, bias, pkv, count
+    state.length.add_(1)
+    return out
 
 
 def plash_step(
@@ -85,33 +178,18 @@ def plash_step(
 ) -> torch.Tensor:
     """Outputs of L new folded queries q (n, L, d) continuing the sequence in `state` (which then holds the new
     keys); keep: (n, L) boolean key padding or None. Equal to the last L rows of core.causal over the whole
-    sequence with the same mask."""
+    sequence with the same mask. Branches on shapes and on whether the state is empty, never on values: an empty
+    state takes L > 1 tokens as a prefill (core.causal, once); otherwise the tokens step one at a time (their
+    block positions are a device counter)."""
     n, length, _ = q.shape
-    c = core.causal_block
-    s = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    keep = torch.ones(n, length, dtype=torch.bool, device=q.device) if keep is None else keep
-    outs, i = [], 0
-    while i < length:
-        pos = state.length % c
-        take = min(c - pos, length - i)
-        qi = q[:, i : i + take]
-        state.blk_k, state.blk_v = _append(state.blk_k, k[:, i : i + take]), _append(state.blk_v, v[:, i : i + take])
-        state.blk_keep = _append(state.blk_keep, keep[:, i : i + take])
-        # query t of this piece sits at block position pos + t: it sees the block's keys 0..pos + t
-        visible = torch.ones(take, pos + take, dtype=torch.bool, device=q.device).tril(pos)
-        ll = (qi @ state.blk_k.transpose(-1, -2)) * s
-        ll = ll.masked_fill(~(visible & state.blk_keep[:, None, :]), float("-inf"))
-        if state.k_g is None:  # block 0: no summary yet
-            w = core._drop(torch.softmax(ll, dim=-1).nan_to_num(0.0))
-            out = w @ state.blk_v
-        else:
-            lg = (qi @ state.k_g.transpose(-1, -2)) * s
-            lg = lg.masked_fill((state.count == 0)[:, None, None], float("-inf"))
-            w = core._drop(torch.softmax(torch.cat((lg, ll), dim=-1), dim=-1).nan_to_num(0.0))
-            out = w[..., : core.M] @ state.v_g + w[..., core.M :] @ state.blk_v
-        outs.append(out)
-        state.length += take
-        i += take
-        if state.length % c == 0:
-            _finish_block(core, state)
-    return outs[0] if len(outs) == 1 else torch.cat(outs, dim=1)
+    if state.kv is None:
+        _allocate(core, state, n, q)
+        if length > 1:
+            return _prefill(core, q, k, v, keep, state, scale)
+    if length == 1:
+        return _token(core, q, k, v, keep, state, scale)
+    outs = []
+    for i in range(length):
+        ki = None if keep is None else keep[:, i : i + 1]
+        outs.append(_token(core, q[:, i : i + 1], k[:, i : i + 1], v[:, i : i + 1], ki, state, scale))
+    return torch.cat(outs, dim=1)
