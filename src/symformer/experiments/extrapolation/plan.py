@@ -62,11 +62,12 @@ def check_length(name: str, v) -> int:
     return v
 
 
-def config_for(quick: bool) -> ExtrapolationConfig:
+def config_for(quick: bool, seed: int = 0) -> ExtrapolationConfig:
     """Quick (a smoke run): rope and string, 1 seed, a small model and budget, 16k validation characters.
-    Full: every part, 3 seeds, the same budget for each."""
+    Full: every part, 3 seeds, the same budget for each. The seeds start at `seed` (the run's --seed)."""
+    check_int("seed", seed, 0)
     if quick:
         return ExtrapolationConfig(
-            parts=("rope", "string"), seeds=(0,), steps=600, batch=16, d_model=32, n_heads=2, eval_chars=16384
+            parts=("rope", "string"), seeds=(seed,), steps=600, batch=16, d_model=32, n_heads=2, eval_chars=16384
         )
-    return ExtrapolationConfig()
+    return ExtrapolationConfig(seeds=tuple(seed + s for s in ExtrapolationConfig.seeds))

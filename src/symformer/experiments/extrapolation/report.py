@@ -8,7 +8,7 @@ from dataclasses import asdict
 
 from symformer.experiments.base import RunContext, experiment
 from symformer.experiments.extrapolation.claims import claims, summarize
-from symformer.experiments.extrapolation.plan import DATA, ExtrapolationConfig, config_for
+from symformer.experiments.extrapolation.plan import DATA, config_for
 from symformer.experiments.extrapolation.runs import LM_JOB
 from symformer.experiments.jobs import Job, one_thread, reuse_note, run_jobs
 from symformer.experiments.plots import pyplot
@@ -47,8 +47,7 @@ def run(ctx: RunContext) -> ExperimentResult:
 
 def _run(ctx: RunContext) -> ExperimentResult:
     t0 = time.time()
-    cfg = config_for(ctx.quick)
-    cfg = ExtrapolationConfig.from_dict({**asdict(cfg), "seeds": [ctx.seed + s for s in cfg.seeds]})
+    cfg = config_for(ctx.quick, ctx.seed)
     data_dir = str(ctx.data_file(DATA).parent)
     cd = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(cfg).items()}
     jobs = [

@@ -4,8 +4,9 @@ own records."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
+from symformer._validation import check_int
 from symformer.experiments.teleport.runs import ALPHA_GRID, PAPER_LR
 
 # Part (a)'s positional settings: a label for the report, the registered part and its keyword arguments (RoPE is
@@ -42,9 +43,18 @@ class TeleportPlan:
     extras_on: list[str]  # data sets with the Zhao et al. and AdamW arms
     zhao_pes: list[str]
     adamw: bool
+    seed: int = 0  # the run's --seed: every list of training seeds starts there
 
     @classmethod
-    def for_run(cls, quick: bool) -> "TeleportPlan":
+    def for_run(cls, quick: bool, seed: int = 0) -> "TeleportPlan":
+        """The quick or full plan; the training seeds are seed, seed + 1, ... (seed 0: the recorded runs' seeds)."""
+        check_int("seed", seed, 0)
+        plan = cls._unseeded(quick)
+        shift = {f: [seed + s for s in getattr(plan, f)] for f in ("seeds", "lr_seeds", "ablation_seeds", "demo_seeds")}
+        return replace(plan, seed=seed, **shift)
+
+    @classmethod
+    def _unseeded(cls, quick: bool) -> "TeleportPlan":
         if quick:
             # lr fixed for quick mode (a development sweep on the RoPE baseline); the full run selects it per arm
             # on validation. The guard demonstration runs the Teleporter's default alpha 0.65 with and without the
@@ -87,7 +97,7 @@ class TeleportPlan:
         )
 
     def as_config(self) -> dict[str, str]:
-        return {f.name: str(getattr(self, f.name)) for f in fields(self)}
+        return {f.name: str(getattr(self, f.name)) for f in fields(self) if f.name != "seed"}  # config has "seed"
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from symformer.results import ExperimentResult
 def run(ctx: RunContext) -> ExperimentResult:
     t0 = time.perf_counter()
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
-    plan = TeleportPlan.for_run(ctx.quick)
+    plan = TeleportPlan.for_run(ctx.quick, ctx.seed)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny models: intra-op threading only adds synchronisation; restored below
     try:
