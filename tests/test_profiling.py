@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from symformer.profiling import OpCounter, compiled_graphs, count_ops, graph_breaks, recompiles
+from symformer.profiling import OpCounter, compile_counts, compiled_graphs, count_ops, graph_breaks, recompiles
 
 
 @pytest.mark.parametrize(
@@ -82,3 +82,16 @@ def test_recompiles_counts_graphs_compiled_after_the_first_call():
     assert compiled_graphs() - before == 3
     with pytest.raises(ValueError, match="calls"):
         recompiles(lambda: None, 0)
+
+
+def test_compile_counts_breaks_of_the_first_call_as_explain_counts_them():
+    torch._dynamo.reset()
+    step = torch.compile(_reads_a_value, backend="eager")
+    x = torch.ones(4)
+    counts = compile_counts(lambda: step(x), 3)
+    assert counts.graph_breaks == len(graph_breaks(_reads_a_value, x)) >= 1
+    assert counts.recompiles == 0 and len(counts.break_reasons) >= 1
+    torch._dynamo.reset()
+    step = torch.compile(_branch_free, backend="eager")
+    counts = compile_counts(lambda: step(x), 2)
+    assert (counts.first_call_graphs, counts.graph_breaks, counts.break_reasons) == (1, 0, [])

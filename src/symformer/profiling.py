@@ -16,6 +16,7 @@ counts the syncs the code would make on a GPU, provided it takes the GPU's branc
 
 from __future__ import annotations
 
+import dataclasses
 import traceback
 from collections import Counter
 from typing import Any, Callable
@@ -121,19 +122,43 @@ def compiled_graphs() -> int:
     return int(counters["stats"]["unique_graphs"])
 
 
-def recompiles(step: Callable[[], Any], calls: int) -> int:
-    """Graphs compiled by calls 2..`calls` of `step()` (a torch.compile'd decoding step, say): what its first call
-    compiled (one graph, or one per piece around each graph break) is the compile; anything compiled later, when a
+@dataclasses.dataclass
+class CompileCounts:
+    """What `torch.compile` did over the calls of a compiled step (`compile_counts`)."""
+
+    first_call_graphs: int  # graphs the first call compiled: 1, or one per piece around each graph break
+    recompiles: int  # graphs compiled by the later calls
+    break_reasons: list[str]  # dynamo's graph-break messages during the first call
+
+    @property
+    def graph_breaks(self) -> int:
+        """Graph breaks of the first call: its graphs less one, as torch._dynamo.explain counts them."""
+        return max(self.first_call_graphs - 1, 0)
+
+
+def compile_counts(step: Callable[[], Any], calls: int) -> CompileCounts:
+    """Call `step()` (a torch.compile'd decoding step, say) `calls` times. What its first call compiles (one
+    graph, or one per piece around each graph break) is the compile; anything compiled by a later call, when a
     guard fails (a new shape, a shape first seen static then marked dynamic, a changed Python value), is a
-    recompile. Dynamo stops recompiling a frame after `torch._dynamo.config.recompile_limit` (8) and runs it
-    eagerly, so a count near that limit means "recompiles every step"."""
-    if calls < 1:
+    recompile. One compiled run gives both, where `graph_breaks` (explain) would trace the step again. Dynamo
+    stops recompiling a frame after `torch._dynamo.config.recompile_limit` (8) and runs it eagerly, so a count
+    near that limit means "recompiles every step"."""
+    from torch._dynamo.utils import counters
+
+    if isinstance(calls, bool) or not isinstance(calls, int) or calls < 1:
         raise ValueError(f"calls: got {calls!r}, expected an integer >= 1")
+    before, reasons_before = compiled_graphs(), Counter(counters["graph_break"])
     step()
     first = compiled_graphs()
+    reasons = Counter(counters["graph_break"]) - reasons_before
     for _ in range(calls - 1):
         step()
-    return compiled_graphs() - first
+    return CompileCounts(first - before, compiled_graphs() - first, [str(r).split("\n")[0] for r in reasons.elements()])
+
+
+def recompiles(step: Callable[[], Any], calls: int) -> int:
+    """Graphs compiled by calls 2..`calls` of `step()` beyond those of its first call (`compile_counts`)."""
+    return compile_counts(step, calls).recompiles
 
 
 def reset_compile_counters() -> None:
@@ -146,7 +171,9 @@ def reset_compile_counters() -> None:
 __all__ = [
     "SHAPE_SYNC_OPS",
     "SYNC_OPS",
+    "CompileCounts",
     "OpCounter",
+    "compile_counts",
     "compiled_graphs",
     "count_ops",
     "graph_breaks",
