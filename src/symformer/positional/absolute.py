@@ -11,7 +11,7 @@ import math
 import torch
 from torch import nn
 
-from symformer._validation import check_int, fail
+from symformer._validation import check_int, fail, reads_values
 from symformer.positional.base import (
     AdditivePositional,
     check_input_dtype,
@@ -53,6 +53,13 @@ class SinusoidalPE(AdditivePositional):
         return (x.to(cd) + self.encoding(positions.to(cd))).to(x.dtype)
 
 
+def _bad_indices(idx: torch.Tensor, positions: torch.Tensor, max_len: int) -> bool:
+    """Whether a position is not an integer in [0, max_len): read on the host, so only where that is free
+    (_validation.reads_values); elsewhere an index out of range is the device's own error."""
+    out_of_range = bool((idx < 0).any()) or bool((idx >= max_len).any())
+    return out_of_range or not torch.equal(idx.to(positions.dtype), positions)
+
+
 class LearnedPE(AdditivePositional):
     """Sum of one learned table per axis, indexed by the (integer) coordinate: standard learned PE for
     C = 1, axial learned PE on grids."""
@@ -67,8 +74,7 @@ class LearnedPE(AdditivePositional):
         check_input_dtype("x", x)
         check_positions(positions, self.coord_dim, x.shape[-2], batch=x.shape[0] if x.ndim == 3 else None)
         idx = positions.round().long() if positions.is_floating_point() else positions.long()
-        out_of_range = bool((idx < 0).any()) or bool((idx >= self.max_len).any())
-        if out_of_range or not torch.equal(idx.to(positions.dtype), positions):
+        if reads_values(positions) and _bad_indices(idx, positions, self.max_len):  # the CPU's check (a host read)
             fail(
                 "positions",
                 "non-integer or out-of-range coordinates",

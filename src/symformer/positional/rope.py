@@ -24,6 +24,7 @@ from torch import nn
 
 from symformer._rng import check_seed
 from symformer._rng import generator as purpose_generator
+from symformer._torch_compat import is_compiling
 from symformer._validation import check_choice, check_float, check_int, fail
 from symformer.positional._cache import ValueCache
 from symformer.positional._fused import fused_applies, fused_half, rotate_half_pairs
@@ -67,7 +68,8 @@ def rotate_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pairing:
 
 def _complex_view(x: torch.Tensor) -> torch.Tensor:
     """x (..., Dh) as complex (..., Dh/2): interleaved pairs (2u, 2u+1) are (real, imag)."""
-    if x.stride(-1) != 1 or x.storage_offset() % 2 or any(st % 2 for st in x.stride()[:-1]):
+    if is_compiling() or x.stride(-1) != 1 or x.storage_offset() % 2 or any(st % 2 for st in x.stride()[:-1]):
+        # (dynamo cannot trace storage_offset; inductor drops the copy where x is already laid out so)
         x = x.contiguous()
     return torch.view_as_complex(x.unflatten(-1, (x.shape[-1] // 2, 2)))
 
