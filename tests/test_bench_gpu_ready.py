@@ -105,6 +105,26 @@ def test_gpu_ratios_from_rows():
     assert r["sync_debug_error_decode_ok"] == 0.0
 
 
+def test_gpu_rows_run_with_a_stubbed_device(stub_dynamo, monkeypatch):
+    """The GPU-only rows' code on the CPU: sync-debug mode and CUDA-graph steps stubbed, compile = identity."""
+    modes = []
+    monkeypatch.setattr(gpu_ready.torch.cuda, "get_sync_debug_mode", lambda: 0)
+    monkeypatch.setattr(gpu_ready.torch.cuda, "set_sync_debug_mode", modes.append)
+    monkeypatch.setattr(gpu_ready.torch.compiler, "cudagraph_mark_step_begin", lambda: None)
+    plan = gpu_ready.GpuReadyPlan.tiny()
+    rows = [{"part": "native", "core": "sdpa"}, {"part": "rope", "core": "sdpa"}]
+    for row in rows:
+        gpu_ready.time_row(row, plan, "cpu", 0)
+        assert not row.get("errors"), row
+        assert row["decode_eager_s"] > 0 and row["decode_compiled_s"] > 0 and row["sync_debug_error_ok"] == 1
+    assert modes == ["error", 0, "error", 0]  # set for one step, then restored
+    contexts = gpu_ready.context_rows(plan, "cpu", 0)
+    assert [(r["core"], r["context"]) for r in contexts] == [(c, 32) for c in gpu_ready.CORES]
+    ratios = gpu_ready.gpu_ratios(rows, contexts)
+    assert {"decode_compiled_vs_native[rope]", "favor_decode_vs_sdpa_32", "sync_debug_error_decode_ok"} <= set(ratios)
+    assert all(isinstance(v, float) and math.isfinite(v) for v in ratios.values()), ratios
+
+
 @pytest.mark.slow
 def test_tiny_suite_with_dynamo(tmp_path):
     res = gpu_ready.measure(_ctx(tmp_path), gpu_ready.GpuReadyPlan.tiny())

@@ -127,9 +127,11 @@ def build_model(part: str, core: str, layers: int, device: str, seed: int, max_l
 
 class Decoding:
     """A model's cache after a prefill of `prefill` random tokens, and the next token; `step(fn)` decodes one
-    token with `fn` (the model, or a compiled model). Positions stay on the device: no host value per step."""
+    token with `fn` (the model, or a compiled model). Positions stay on the device: no host value per step.
+    SDPA's cache is transformers' DynamicCache, or with `static_len` its StaticCache of that many positions (HF's
+    recipe for mode="reduce-overhead": a CUDA graph needs fixed shapes)."""
 
-    def __init__(self, model, core: str, prefill: int, seed: int):
+    def __init__(self, model, core: str, prefill: int, seed: int, static_len: int | None = None):
         import transformers as tf
 
         from symformer.integrations.hf_cache import cache_kwargs, state_cache
@@ -137,7 +139,12 @@ class Decoding:
         self.model = model
         dev = next(model.parameters()).device
         ids = torch.randint(0, SPEC["vocab_size"], (1, prefill), generator=seeded_generator(seed)).to(dev)
-        self.cache = tf.DynamicCache(config=model.config) if core == "sdpa" else state_cache(model)
+        if core != "sdpa":
+            self.cache = state_cache(model)
+        elif static_len is not None:
+            self.cache = tf.StaticCache(config=model.config, max_cache_len=static_len)
+        else:
+            self.cache = tf.DynamicCache(config=model.config)
         self.kwargs = {**cache_kwargs(model, self.cache), "use_cache": True}
         with torch.no_grad():
             out = model(ids, **self.kwargs, logits_to_keep=1)
@@ -244,10 +251,10 @@ def count_row(part: str, core: str, plan: GpuReadyPlan, device: str, seed: int) 
 # --------------------------------------------------------------------------- GPU only: timing and sync debug
 
 
-def _per_token(step: Callable[[], Any], tokens: int, device: str) -> float:
-    """Mean synchronised wall time of `tokens` decoding steps after two warm-up steps."""
-    step()
-    step()
+def _per_token(step: Callable[[], Any], tokens: int, device: str, warmup: int = 2) -> float:
+    """Mean synchronised wall time of `tokens` decoding steps after `warmup` steps."""
+    for _ in range(warmup):
+        step()
     return sum(one_call_seconds(step, device) for _ in range(tokens)) / tokens
 
 
@@ -263,25 +270,28 @@ def _sync_debug_ok(dec: Decoding) -> dict:
 
 
 def time_row(row: dict, plan: GpuReadyPlan, device: str, seed: int) -> None:
-    """GPU: a row's eager and compiled (reduce-overhead) per-token decode time, and its sync-debug check."""
+    """GPU: a row's eager and compiled (mode="reduce-overhead", SDPA on a StaticCache) per-token decode time, and
+    whether a decoding step passes the sync-debug check."""
     part, core = row["part"], row["core"]
     model = build_model(part, core, plan.layers, device, seed)
-    dec = Decoding(model, core, plan.prefill, seed)
+    dec = _warm(Decoding(model, core, plan.prefill, seed))
     _attempt(row, ("sync_debug_error_ok",), lambda: _sync_debug_ok(dec))
     if row["sync_debug_error_ok"] is None:
         row["sync_debug_error_ok"] = 0
     _attempt(row, ("decode_eager_s",), lambda: {"decode_eager_s": _per_token(dec.step, plan.timed_tokens, device)})
+    warmup = 5  # compile, recompile with dynamic sizes, CUDA-graph warm-up and recording
+    static = Decoding(model, core, plan.prefill, seed, static_len=plan.prefill + warmup + plan.timed_tokens + 1)
     torch._dynamo.reset()
     compiled = torch.compile(model, mode="reduce-overhead")
 
     def compiled_step():
         torch.compiler.cudagraph_mark_step_begin()
-        dec.step(compiled)
+        static.step(compiled)
 
     _attempt(
         row,
         ("decode_compiled_s",),
-        lambda: {"decode_compiled_s": _per_token(compiled_step, plan.timed_tokens, device)},
+        lambda: {"decode_compiled_s": _per_token(compiled_step, plan.timed_tokens, device, warmup)},
     )
     torch._dynamo.reset()
 
