@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from symformer._rng import layer_kwargs
-from symformer._validation import check_int, fail
+from symformer._validation import check_int, fail, reads_values
 from symformer.registry import ATTENTION, MLP, POSITIONAL
 
 
@@ -87,6 +87,45 @@ class KVCache:
         return sum(t.numel() * t.element_size() for t in (self.k, self.v) if t is not None)
 
 
+class StaticKVCache:
+    """A KV cache preallocated for `max_len` tokens, (B, H, max_len, Dh) each, with its length a 0-d int64 tensor
+    updated in place: every decoding step sees the same shapes and buffers, so a compiled step does not recompile
+    as the context grows and a CUDA graph can capture it (KVCache's torch.cat makes a new, longer tensor each
+    token). The slots past the length are masked out of the attention, so the output equals KVCache's."""
+
+    def __init__(self, max_len: int):
+        self.max_len = check_int("max_len", max_len, 1)
+        self.k = self.v = None
+        self.length = torch.zeros((), dtype=torch.long)
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Write the new keys and values after those held; returns the buffers and the boolean (Nq, max_len) mask
+        of the keys each new token may read (causal over everything written so far)."""
+        n = k.shape[-2]
+        if self.k is None:  # allocated on first use: batch, heads, dtype and device follow the keys
+            b, h, _, d = k.shape
+            self.k = k.new_zeros(b, h, self.max_len, d)
+            self.v = v.new_zeros(b, h, self.max_len, v.shape[-1])
+            self.length = self.length.to(k.device)
+        # the overflow check reads the length: on the CPU in eager mode (free), never on the sync-free path, where
+        # an index past the buffer is index_copy_'s own error (a device assert on a GPU)
+        if reads_values(self.length) and int(self.length) + n > self.max_len:
+            fail(
+                "state",
+                f"a StaticKVCache of {self.max_len} tokens holding {int(self.length)}, {n} more",
+                "init_states(max_len=) at least the prompt plus the new tokens",
+            )
+        new = self.length + torch.arange(n, device=k.device)
+        self.k.index_copy_(2, new, k)
+        self.v.index_copy_(2, new, v)
+        self.length.add_(n)  # in place: the buffer a captured graph reads
+        mask = torch.arange(self.max_len, device=k.device) <= new[:, None]
+        return self.k, self.v, mask
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.k, self.v) if t is not None)
+
+
 class MultiHeadAttention(nn.Module):
     """Projections q/k/v/o (nn.Linear, heads contiguous in the output features), an optional rotary
     positional part acting on q/k, and an attention core chosen by name."""
@@ -139,18 +178,22 @@ class MultiHeadAttention(nn.Module):
         b, n, _ = x.shape
         return x.view(b, n, self.n_heads, self.head_dim).transpose(1, 2)
 
-    def init_state(self):
+    def init_state(self, max_len: int | None = None):
         """An empty causal decoding state for `forward(..., state=)`: the core's own (FAVOR+, PLASH: constant
-        size) or, for exact softmax cores, a KVCache; ValueError for a core with neither."""
+        size) or, for exact softmax cores, a KVCache (max_len given: a StaticKVCache of that many tokens, for a
+        compiled or graph-captured step); ValueError for a core with neither."""
         if hasattr(self.core, "init_state"):
             return self.core.init_state()
         if getattr(self.core, "exact_softmax", False):
-            return KVCache()
+            return KVCache() if max_len is None else StaticKVCache(max_len)
         fail("attention", type(self.core).__name__, "a core with a decoding state (softmax, naive, favor, plash)")
         raise AssertionError
 
     def _attend_with_state(self, q, k, v, state, scale) -> torch.Tensor:
         """Causal attention of the new tokens q, k, v continuing the sequence `state` holds (which then holds them)."""
+        if isinstance(state, StaticKVCache):
+            k, v, mask = state.append(k, v)
+            return self.core(q, k, v, attn_mask=mask, scale=scale)
         if not isinstance(state, KVCache):
             return self.core(q, k, v, is_causal=True, scale=scale, state=state)
         k, v = state.append(k, v)

@@ -33,15 +33,26 @@ class CausalLM(nn.Module):
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
     # ---------------------------------------------------------------- decoding
-    def init_states(self) -> list:
-        """One empty decoding state per layer: a KV cache for softmax, the recurrent state of FAVOR+ / PLASH."""
-        return [blk.attn.init_state() for blk in self.encoder.blocks]
+    def init_states(self, max_len: int | None = None) -> list:
+        """One empty decoding state per layer: a KV cache for softmax, the recurrent state of FAVOR+ / PLASH.
+        max_len: softmax layers get a StaticKVCache of that many tokens (fixed shapes: a compiled step does not
+        recompile as the context grows, and a CUDA graph can capture it); the other states are fixed-size anyway."""
+        if max_len is not None:
+            check_int("max_len", max_len, 1)
+        return [blk.attn.init_state(max_len) for blk in self.encoder.blocks]
 
-    def step(self, idx: torch.Tensor, states: list, start: int) -> torch.Tensor:
+    def step(self, idx: torch.Tensor, states: list, start: int | torch.Tensor) -> torch.Tensor:
         """Logits (B, L, V) of tokens idx (B, L) at positions start..start+L-1 that follow the `start` tokens the
-        states hold (which then hold these too): equal to the rows of forward() over the whole sequence."""
+        states hold (which then hold these too): equal to the rows of forward() over the whole sequence.
+        start: an int, or a 0-d integer tensor, so that a compiled step sees the same graph at every position."""
         check_tensor("idx", idx, 2, floating=False)
-        pos = torch.arange(start, start + idx.shape[1], device=idx.device)[:, None]  # int64: exact in every dtype
+        if isinstance(start, torch.Tensor):
+            if start.ndim or start.is_floating_point() or start.is_complex() or start.dtype == torch.bool:
+                fail("start", f"a tensor of shape {tuple(start.shape)} and dtype {start.dtype}", "a 0-d integer tensor")
+        else:
+            check_int("start", start, 0)
+        # start + arange, not arange(start, ...): a tensor start stays on the device (no .item())
+        pos = (start + torch.arange(idx.shape[1], device=idx.device))[:, None]  # int64: exact in every dtype
         x, enc = self.tok(idx), self.encoder
         if enc.additive is not None:
             x = enc.additive(x, pos)
