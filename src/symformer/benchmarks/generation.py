@@ -6,9 +6,10 @@ with random keys and values rather than prefilled quadratically), batch 1, in on
 Per context and method: the prompt is prefilled in one forward (timed once: `prefill_s`); then every (method,
 context) decodes `tokens` + 2 single tokens, round-robin in a shuffled order, one step each per round
 (`decode_s`: the median of its step times after the first two), so a burst of load on a shared machine, or the
-memory traffic of SDPA's long caches, hits every row alike. PLASH recomputes
-its prefix summaries once per finished block of `causal_block` tokens; that cost (timed on the live states) divided by
-causal_block is added to its per-token time (`block_amortised_s`), so the figure is the true average.
+memory traffic of SDPA's long caches, hits every row alike. PLASH's static-shape state computes its block rollover
+(the prefix summaries of the finished blocks) at every step, so its per-token time includes it; for a state that
+recomputes them once per finished block of `causal_block` tokens instead, that cost (timed on the live states)
+divided by causal_block is added to its per-token time (`block_amortised_s`), so the figure is the true average.
 `state_bytes`: the bytes the cache holds after the prefill (keys and values for SDPA; [S, z] and the stabiliser for
 FAVOR+; summaries, their Stage II-III keys and values and the current block for PLASH).
 
@@ -74,8 +75,10 @@ def _state_bytes(cache, method: str) -> int:
 
 
 def _block_amortised(cache, method: str, device: str) -> float:
-    """PLASH: time of one prefix-summary recomputation in every layer (what a finished block costs) / causal_block."""
-    if method != "plash":
+    """PLASH: time of one prefix-summary recomputation in every layer (what a finished block costs) / causal_block.
+    0 for a state that computes its block rollover at every step (attention/plash_state.py: static shapes, no host
+    branch), whose per-step time already holds it."""
+    if method != "plash" or not any(hasattr(layer.state, "pk") for layer in cache.layers):
         return 0.0
 
     def recompute():
