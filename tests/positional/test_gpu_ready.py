@@ -233,3 +233,42 @@ def test_expm_static_squarings_equal_host_squarings():
     with symformer.value_checks("never"):
         beyond = expm_skew(torch.tensor([[0.0, 1.0], [-1.0, 0.0]], dtype=torch.float64) * 6 * 2.0**MAX_SQUARINGS)
     assert beyond.isnan().all()  # past the fixed squaring count: NaN, never a silently wrong rotation
+
+
+@pytest.mark.parametrize("positional", ["rope", "string", "espr"])
+def test_patched_llama_decoding_step_launches(positional):
+    """Issue 57 item 4: a patched rotary part adds at most 20% aten ops (about one launch each) to a decoding step
+    of a 4-layer Llama, with no host sync in the step nor in a training step."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.cache_utils import DynamicCache
+
+    from symformer.integrations import hf
+
+    def decode_step(pos):
+        torch.manual_seed(0)
+        cfg = transformers.LlamaConfig(
+            hidden_size=128,
+            intermediate_size=256,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=256,
+        )
+        m = transformers.LlamaForCausalLM(cfg).eval()
+        m = hf.patch_positional(m, pos) if pos else m
+        ids = torch.randint(0, 256, (1, 32))
+        with torch.no_grad(), symformer.value_checks("never"):
+            cache = DynamicCache(config=m.config)
+            m(ids, past_key_values=cache, use_cache=True)
+            with OpCounter() as c:
+                for t in range(2):
+                    m(ids[:, t : t + 1], past_key_values=cache, use_cache=True)
+        m.train()
+        with symformer.value_checks("never"), OpCounter() as t:
+            m(ids[:, :8], labels=ids[:, :8]).loss.backward()
+        return c, t
+
+    native, _ = decode_step(None)
+    patched, train = decode_step(positional)
+    assert _syncs(patched) == 0 and _syncs(train) == 0
+    assert patched.ops <= 1.2 * native.ops, (patched.ops, native.ops)

@@ -12,9 +12,14 @@ Training may move it away; `penalty()` pulls it back towards STRING.
 
 Efficiency: the exponential (expm.expm_skew: scaling-and-squaring Pade whose backward is ~2x its forward,
 where torch.linalg.matrix_exp's is ~7x) runs once per DISTINCT position of the call (a grid or a token
-range repeats across the batch), shared by queries and keys, and is cached across calls (value-keyed,
-_cache.ValueCache) when no gradient is needed; P is multiplied in per distinct position, so the rotation is one
-small batched matmul per token (O(N d_act^2) per head).
+range repeats across the batch), shared by queries and keys, and is cached across calls (_cache.ValueCache) when
+no gradient is needed; P is multiplied in per distinct position, so the rotation is one small batched matmul per
+token (O(N d_act^2) per head). Finding the distinct positions reads values, so it runs only where that is free
+(_validation.reads_values: CPU, eager). Elsewhere (an accelerator, torch.compile) nothing reads a value: 1-D
+positions without gradient (decoding) use the spectral closed form exp(nL) = V diag(e^{-i n lam}) V^H of the
+Hermitian i L (T0.11), a phase per eigenvalue and one small product per token, with the eigenpairs cached per
+parameter change; the rest take one exponential per token with a fixed, masked squaring count
+(expm.MAX_SQUARINGS).
 
 Precision (base.Float32Master): the generators and the Cayley parameter are float32 masters; the exponentials, P
 and the rotation run in float32 (float64 for float64 inputs) and a 16-bit q is rounded once.

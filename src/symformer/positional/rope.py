@@ -13,7 +13,7 @@ Precision (base.Float32Master): beta is a float32 master; angles, tables and the
 (float64 for float64 inputs) from positions that are never rounded to 16 bits, and a 16-bit q is rotated in
 float32 and rounded once.
 `RoPE.tables` caches them per position set (same idea as rotary-embedding-torch's cached freqs; see
-benchmarks/positional.py).
+benchmarks/positional.py), without a host sync where values cannot be read (_cache: keyed by identity there).
 STRING (string.py) reuses this class for its RoPE part: one implementation.
 """
 
