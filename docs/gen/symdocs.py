@@ -3,8 +3,12 @@
 claims index (every paper statement id cited in src/ and results/).
 
 The docs pages hold `<!-- gen:NAME ARG -->` markers that `pages.py` (the mkdocs-gen-files script) replaces with
-`render(NAME, ARG)`; the README's verdict table is kept equal to `readme_verdicts()` by
-`python docs/gen/symdocs.py readme` and checked by tests/test_docs.py. Nothing here is part of the library."""
+`render(NAME, ARG)` in the built site. A marker closed by `<!-- /gen -->` holds its content in the repository too
+(`<!-- gen:family-count -->44<!-- /gen -->`, or a table between the two on lines of its own), so the page reads the
+same on GitHub: `python docs/gen/symdocs.py pages` rewrites those contents from the code and results/, and
+tests/test_docs_generated.py checks they are current. The README's verdict table is kept equal to
+`readme_verdicts()` by `python docs/gen/symdocs.py readme` and checked by tests/test_docs.py. Nothing here is part of
+the library."""
 
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 VERDICTS = ("holds", "fails", "inconclusive")
 MARKER = re.compile(r"<!-- gen:(?P<name>[a-z-]+)(?: (?P<arg>[^ ]+))? -->")
+BLOCK = re.compile(r"<!-- gen:(?P<name>[a-z-]+)(?: (?P<arg>[^ ]+))? -->(?P<body>.*?)<!-- /gen -->", re.S)
 README_START, README_END = "<!-- verdicts:start -->", "<!-- verdicts:end -->"
 
 #: the headline finding of each experiment's recorded run, in one line (the counts beside it are generated)
@@ -198,11 +203,52 @@ def render(name: str, arg: str | None, root: Path = ROOT) -> str:
 
 
 def expand(text: str, root: Path = ROOT) -> str:
+    """The page as the site shows it: every marker (and a block's committed content) replaced by its rendering."""
+    text = BLOCK.sub(lambda m: render(m.group("name"), m.group("arg"), root), text)
     return MARKER.sub(lambda m: render(m.group("name"), m.group("arg"), root), text)
 
 
+def _block(m: re.Match, root: Path) -> str:
+    """A block with fresh content: inline for a one-line rendering, else on lines of its own (blank lines around a
+    table, which Markdown needs)."""
+    body = render(m.group("name"), m.group("arg"), root).strip("\n")
+    opening = m.group(0)[: m.start("body") - m.start()]
+    return f"{opening}{body}<!-- /gen -->" if "\n" not in body else f"{opening}\n\n{body}\n\n<!-- /gen -->"
+
+
+def refresh(text: str, root: Path = ROOT) -> str:
+    """The page with every committed block's content regenerated (markers kept)."""
+    return BLOCK.sub(lambda m: _block(m, root), text)
+
+
+def pages_with_blocks(root: Path = ROOT) -> list[Path]:
+    return [
+        p for p in sorted((root / "docs").rglob("*.md")) if "gen" not in p.parent.parts and BLOCK.search(p.read_text())
+    ]
+
+
+def update_pages(root: Path = ROOT) -> list[Path]:
+    """Rewrite the committed blocks of the docs pages; the pages that changed."""
+    changed = []
+    for path in pages_with_blocks(root):
+        text = path.read_text(encoding="utf-8")
+        new = refresh(text, root)
+        if new != text:
+            path.write_text(new, encoding="utf-8")
+            changed.append(path)
+    return changed
+
+
+USAGE = """usage: python docs/gen/symdocs.py readme|pages
+  readme  rewrites README.md's verdict table from results/
+  pages   rewrites the generated blocks committed in docs/ (<!-- gen:NAME -->...<!-- /gen -->)"""
+
 if __name__ == "__main__":
-    if sys.argv[1:] != ["readme"]:
-        sys.exit("usage: python docs/gen/symdocs.py readme   (rewrites README.md's verdict table from results/)")
+    if sys.argv[1:] not in (["readme"], ["pages"]):
+        sys.exit(USAGE)
     sys.path.insert(0, str(ROOT / "src"))
-    print("README.md verdict table " + ("updated" if update_readme() else "already current"))
+    if sys.argv[1] == "readme":
+        print("README.md verdict table " + ("updated" if update_readme() else "already current"))
+    else:
+        changed = update_pages()
+        print(f"docs pages: {len(changed)} updated" + "".join(f"\n  {p.relative_to(ROOT)}" for p in changed))

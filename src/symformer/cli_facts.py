@@ -30,27 +30,34 @@ def load_matrix(path: Path, name: str) -> torch.Tensor:
     return x.double()
 
 
-def _json_pairs(path: Path) -> list[tuple[int, int]]:
+JSON_FACTS = "[[key, value], ...] or a list of integers [f(0), f(1), ...]"
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _json_facts(path: Path, n_keys: int) -> torch.Tensor:
+    """The fact map of a JSON file: integer [key, value] pairs, or a 1-D list of integers (facts[i] = f(i))."""
     from symformer.data.files import read_text
+    from symformer.facts.embeddings import fact_pairs_to_map
 
     try:
-        pairs = json.loads(read_text(path, "a JSON list of [key, value] pairs"))
+        data = json.loads(read_text(path, f"a JSON file: {JSON_FACTS}"))
     except json.JSONDecodeError as e:
-        fail("--facts", f"{path} ({e.msg} at line {e.lineno})", "valid JSON: [[key, value], ...]")
-    ok = isinstance(pairs, list) and all(
-        isinstance(p, list) and len(p) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in p)
-        for p in pairs
-    )
+        fail("--facts", f"{path} ({e.msg} at line {e.lineno})", f"valid JSON: {JSON_FACTS}")
+    if isinstance(data, list) and data and all(_is_int(x) for x in data):
+        return torch.tensor(data, dtype=torch.long)
+    ok = isinstance(data, list) and all(isinstance(p, list) and len(p) == 2 and all(map(_is_int, p)) for p in data)
     if not ok:
-        fail("--facts", f"{path}: a JSON value that is not a list of integer [key, value] pairs", "[[key, value], ...]")
-    return [(k, v) for k, v in pairs]
+        fail("--facts", f"{path}: a JSON value that is neither", JSON_FACTS)
+    return fact_pairs_to_map([(k, v) for k, v in data], n_keys)
 
 
 def load_facts(path: Optional[Path], n_keys: int, n_values: int) -> torch.Tensor:
-    """Facts as a 1-D integer array (.pt/.npy: facts[i] = f(i)) or a JSON list of [key, value] pairs;
+    """Facts as a 1-D integer array (.pt/.npy, or a JSON list: facts[i] = f(i)) or a JSON list of [key, value] pairs;
     default: the identity map (requires |K| = |V|)."""
     from symformer.data.files import load_array
-    from symformer.facts.embeddings import fact_pairs_to_map
 
     if path is None:
         if n_keys != n_values:
@@ -59,9 +66,7 @@ def load_facts(path: Optional[Path], n_keys: int, n_values: int) -> torch.Tensor
     path = Path(path)
     if not path.is_file():
         fail("--facts", str(path), "an existing .json, .pt or .npy file")
-    if path.suffix == ".json":
-        return fact_pairs_to_map(_json_pairs(path), n_keys)
-    f = load_array(path, "--facts")
+    f = _json_facts(path, n_keys) if path.suffix == ".json" else load_array(path, "--facts")
     if f.ndim != 1 or f.is_floating_point():
         fail("--facts", f"{path}: a {f.dtype} tensor of shape {tuple(f.shape)}", "a 1-D integer array")
     return f.long()
@@ -78,7 +83,11 @@ def _check_out_file(out: Path) -> None:
 def build(
     keys: Path = typer.Option(..., "--keys", help="key embeddings |K| x d (.pt or .npy)"),
     values: Path = typer.Option(..., "--values", help="value embeddings |V| x d (.pt or .npy)"),
-    facts: Optional[Path] = typer.Option(None, "--facts", help="f: 1-D int array or JSON [[k, v], ...]"),
+    facts: Optional[Path] = typer.Option(
+        None,
+        "--facts",
+        help=r"f as a 1-D int array (.pt, .npy, or a JSON list \[f(0), f(1), ...]) or JSON \[\[k, v], ...]",
+    ),
     method: str = typer.Option("bin+jl", "--method", help="e.g. bin+jl, bin+gd, gd+gd, naive, ntk"),
     m: Optional[int] = typer.Option(None, "--m", help="decoder width (default: smallest that stores, searched)"),
     h: Optional[int] = typer.Option(None, "--h", help="hidden size for ntk / gd-* methods"),
@@ -125,7 +134,7 @@ def rho(
 @app.command()
 def edit(
     model: Path = typer.Option(..., "--model", help="a fact-recall checkpoint (train.fact_checkpoint)"),
-    facts: Path = typer.Option(..., "--facts", help="JSON [[key, value], ...] by name or index"),
+    facts: Path = typer.Option(..., "--facts", help=r"JSON \[\[key, value], ...] by name or index"),
     out: Path = typer.Option(..., "--out", help="where to write the edited checkpoint"),
     min_accuracy: float = typer.Option(0.99, "--min-accuracy", help="recall needed on the edited facts"),
     seed: int = typer.Option(0, "--seed"),
@@ -177,7 +186,7 @@ def solver_check(
     anchors: Optional[int] = typer.Option(None, "--anchors", help="random anchors per set (full 32, quick 8)"),
     lowest: Optional[int] = typer.Option(None, "--lowest", help="anchors of smallest rho_i per set (full 8, quick 4)"),
 ):
-    """Check rho_i against cvxpy and the hull LP on every fact set `reproduce facts` computes rho on (issue 45);
+    """Check rho_i against cvxpy and the hull LP on every fact set `reproduce facts` computes rho on;
     prints the summary (OUT/facts/solver_check.json). Needs cvxpy and scipy (the `dev` extra)."""
     import importlib.util
     import sys
