@@ -41,10 +41,10 @@ def _part(kind: str) -> property:
 
 
 class GroupElement:
-    """One factor per component of a group, by kind: parts[kind][i] acts through group.part(kind)[i]. A kind the
+    """One factor per component of a group, by kind: `parts[kind][i]` acts through `group.part(kind)[i]`. A kind the
     element lacks (an empty list) or a None factor is the identity there. Candidates (SymmetryGroup.sample) carry a
     leading sample dimension on every factor. The action is first the per-head factors and scalings, then the head
-    permutations (new head i = transformed old head perm[i])."""
+    permutations (new head i = transformed old head `perm[i]`)."""
 
     def __init__(self, qk=(), vo=(), perm=(), ffn=(), norm=(), experts=(), **parts):
         self.parts: dict[str, list] = {
