@@ -88,6 +88,16 @@ def test_a_failing_measurement_is_recorded(tmp_path, stub_dynamo, monkeypatch):
     assert res.ratios["host_syncs_decode_max"] == 0
 
 
+def test_a_model_that_cannot_be_built_is_a_row_error(tmp_path, monkeypatch):
+    def no_model(*args, **kwargs):
+        raise ValueError("part: got 'x', expected one of rope, string")
+
+    monkeypatch.setattr(gpu_ready, "build_model", no_model)
+    res = gpu_ready.measure(_ctx(tmp_path), gpu_ready.GpuReadyPlan.tiny())
+    assert all(r["errors"] == {"model": "ValueError: part: got 'x', expected one of rope, string"} for r in res.rows)
+    assert res.ratios["host_syncs_decode_max"] == res.ratios["ops_decode_vs_native_core_max"] == math.inf
+
+
 def test_gpu_ratios_from_rows():
     rows = [
         {"part": "native", "core": "sdpa", "decode_compiled_s": 2.0, "sync_debug_error_ok": 1},

@@ -163,14 +163,17 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0][:200] if text else ''}"
 
 
-def _attempt(row: dict, keys: tuple[str, ...], fn: Callable[[], dict]) -> dict:
-    """row.update(fn()); when fn raises, its `keys` are None and the error is in row["errors"] (the suite goes on)."""
+def _attempt(row: dict, keys: tuple[str, ...], fn: Callable[[], Any], what: str | None = None) -> Any:
+    """fn()'s result, and row.update(it) when it is a dict; when fn raises, the row's `keys` are None and the
+    error is in row["errors"][what or keys[0]] (the suite goes on; a ratio over a None reads inf)."""
     try:
         got = fn()
     except Exception as e:  # noqa: BLE001 - a row that fails is a result, recorded
-        got = dict.fromkeys(keys)
-        row.setdefault("errors", {})[keys[0]] = _one_line(e)
-    row.update(got)
+        row.update(dict.fromkeys(keys))
+        row.setdefault("errors", {})[what or keys[0]] = _one_line(e)
+        return None
+    if isinstance(got, dict):
+        row.update(got)
     return got
 
 
@@ -222,13 +225,13 @@ def count_row(part: str, core: str, plan: GpuReadyPlan, device: str, seed: int) 
     cpu = device == "cpu"
     model = build_model(part, core, plan.layers, device, seed)
     compiled = plan.compile_rows is None or (part, core) in plan.compile_rows
-    dec = _attempt(row, ("prefill",), lambda: {"prefill": _warm(Decoding(model, core, plan.prefill, seed))})
-    dec = row.pop("prefill", None)
+    compile_keys = ("graph_breaks_decode", "recompiles_decode") if compiled else ()
+    count_keys = ("host_syncs_decode", "aten_ops_decode")
+    dec = _attempt(row, count_keys + compile_keys, lambda: _warm(Decoding(model, core, plan.prefill, seed)), "prefill")
     if dec is not None:
-        _attempt(row, ("host_syncs_decode", "aten_ops_decode"), lambda: _counts(dec.step, "decode", cpu))
+        _attempt(row, count_keys, lambda: _counts(dec.step, "decode", cpu))
         if compiled:
-            keys = ("graph_breaks_decode", "recompiles_decode")
-            _attempt(row, keys, lambda: _compiled_decode(model, core, plan, seed, details))
+            _attempt(row, compile_keys, lambda: _compiled_decode(model, core, plan, seed, details))
     model.train()
     ids = torch.randint(0, SPEC["vocab_size"], (plan.train_batch, plan.train_tokens), generator=seeded_generator(seed))
     ids = ids.to(device)
@@ -239,8 +242,7 @@ def count_row(part: str, core: str, plan: GpuReadyPlan, device: str, seed: int) 
     def train_forward():
         return model(input_ids=ids, labels=ids).loss
 
-    _attempt(row, ("train_warmup",), lambda: {"train_warmup": train_step()})
-    row.pop("train_warmup", None)
+    _attempt(row, ("host_syncs_train", "aten_ops_train"), train_step, "train warm-up")
     _attempt(row, ("host_syncs_train", "aten_ops_train"), lambda: _counts(train_step, "train", cpu))
     if compiled:
         _attempt(row, ("graph_breaks_train",), lambda: _breaks(train_forward, "train", details))
@@ -326,11 +328,12 @@ def _worst(rows: list[dict], key: str) -> float | None:
 
 def _ops_over(rows: list[dict], base: tuple[str, str], pick: Callable[[dict], bool]) -> float | None:
     """max over the picked rows of their decode ops / the `base` row's (inf when a count failed)."""
-    ref = next((r.get("aten_ops_decode") for r in rows if (r["part"], r["core"]) == base), None)
+    base_rows = [r for r in rows if (r["part"], r["core"]) == base]
     picked = [r.get("aten_ops_decode") for r in rows if pick(r)]
-    if not ref or not picked:
+    if not base_rows or not picked:
         return None
-    return math.inf if any(v is None for v in picked) else max(v / ref for v in picked)
+    ref = base_rows[0].get("aten_ops_decode")
+    return math.inf if ref is None or any(v is None for v in picked) else max(v / ref for v in picked)
 
 
 def count_ratios(rows: list[dict]) -> dict[str, float | None]:
@@ -389,10 +392,17 @@ NOTES = (
 )
 
 
+COUNT_KEYS = tuple(f"{m}_{w}" for w in ("decode", "train") for m in ("host_syncs", "aten_ops", "graph_breaks")) + (
+    "recompiles_decode",
+)
+
+
 def _rows_for(plan: GpuReadyPlan, ctx: BenchContext) -> tuple[list[dict], dict]:
     rows, details = [], {}
     for part, core in plan.rows:
-        row, detail = count_row(part, core, plan, ctx.device, ctx.seed)
+        row: dict[str, Any] = {"part": part, "core": core}
+        got = _attempt(row, COUNT_KEYS, lambda p=part, c=core: count_row(p, c, plan, ctx.device, ctx.seed), "model")
+        row, detail = got if got is not None else (row, {})
         rows.append(row)
         details[f"{part}+{core}"] = detail
         if ctx.progress:
@@ -417,7 +427,8 @@ def measure(ctx: BenchContext, plan: GpuReadyPlan | None = None) -> BenchResult:
     if ctx.device.startswith("cuda"):
         timed = [r for r in rows if r["core"] == "sdpa" or r["part"] == "native"]
         for row in timed:
-            time_row(row, plan, ctx.device, ctx.seed)
+            keys = ("sync_debug_error_ok", "decode_eager_s", "decode_compiled_s")
+            _attempt(row, keys, lambda r=row: time_row(r, plan, ctx.device, ctx.seed), "gpu timing")
         contexts = context_rows(plan, ctx.device, ctx.seed)
         rows += contexts
         ratios.update(gpu_ratios(timed, contexts))
