@@ -95,3 +95,16 @@ def test_compile_counts_breaks_of_the_first_call_as_explain_counts_them():
     step = torch.compile(_branch_free, backend="eager")
     counts = compile_counts(lambda: step(x), 2)
     assert (counts.first_call_graphs, counts.graph_breaks, counts.break_reasons) == (1, 0, [])
+
+
+def test_counting_keeps_fused_fast_paths():
+    """The counter must not change what it counts: an active TorchFunctionMode turns off the fused fast path of
+    nn.TransformerEncoderLayer (PLASH's mixer), which would count ~44 ops for a layer that launches one."""
+    layer = torch.nn.TransformerEncoderLayer(16, 2, 32, batch_first=True).eval()
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad(), OpCounter() as c:
+        layer(x)
+    assert dict(c.by_op) == {"_transformer_encoder_layer_fwd": 1}
+    with OpCounter() as c:  # and .tolist() is still seen, and the method restored after the block
+        torch.ones(2).tolist()
+    assert c.syncs == 1 and "tolist" not in torch.Tensor.__dict__

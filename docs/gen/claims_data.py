@@ -88,6 +88,8 @@ ENTRIES = {
         "TensorSketch estimates <x,y>^k without bias, with a variance bound (fails for k ≥ 2).",
     ),
     (_P, "Sec. 3.1"): ("Sec. 3.1", "Certifying the randomised Stage II feature map."),
+    (_P, "eq. (7)"): ("Sec. 3", "Stage II's stabilised normalisation of the summaries, Norm(G) / tau_g."),
+    (_P, "eq. (9)"): ("Sec. 3", "The total sketch width D_tot, the sum of the per-degree widths D_k."),
     (_P, "Sec. 3.3"): ("Sec. 3.3", "How often the certificate holds on random inputs, for K = {1}."),
     (_P, "Sec. 4"): ("Sec. 4", "Forecasting, K = {1, 2}: Informer with only its attention replaced, its recipe kept."),
     (_P, "Sec. H.5"): ("App. H.5", "The simulation protocol behind the certification-rate figures."),
@@ -220,6 +222,7 @@ ENTRIES = {
     # other works
     ("performer", "Sec. 4"): ("Sec. 4", "Performer's experiments (protein and ImageNet64 models)."),
     ("performer", "Thm 2"): ("Sec. 3", "Orthogonal random features do not increase the estimator's variance."),
+    ("higham", "Sec. 2"): ("Sec. 2", "The Padé pair V - U is nonsingular below the degree's norm bound theta."),
     ("higham", "Sec. 3"): ("Sec. 3", "Choosing the scaling s and the Padé degree from norm estimates."),
     ("higham", "Thm 4.2"): ("Sec. 4", "A sharper truncation bound through norms of matrix powers."),
     ("anw", "Lemma 2"): ("Lemma 2", "TensorSketch variance ≤ (2 + 3^k)|x|^2k |y|^2k / D."),

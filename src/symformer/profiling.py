@@ -22,7 +22,6 @@ from collections import Counter
 from typing import Any, Callable
 
 import torch
-from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 SYNC_OPS = ("_local_scalar_dense", "is_nonzero", "equal")
@@ -31,23 +30,39 @@ SYNC_OPS = ("_local_scalar_dense", "is_nonzero", "equal")
 SHAPE_SYNC_OPS = ("nonzero", "masked_select", "_unique", "_unique2", "unique_dim", "unique_consecutive")
 
 
-class _ToListReads(TorchFunctionMode):
-    """`Tensor.tolist()` reads values without dispatching an aten op on the CPU (a copy on a GPU): seen here."""
+class _ToListReads:
+    """`Tensor.tolist()` reads values without dispatching an aten op on the CPU (a copy on a GPU): seen by wrapping
+    the method for the block. Not a TorchFunctionMode: an active one turns off fused fast paths (nn.MultiheadAttention,
+    nn.TransformerEncoderLayer), so the counted code would take other branches than the uncounted one."""
 
     def __init__(self, counter: "OpCounter"):
-        super().__init__()
         self.counter = counter
+        self._saved = None
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        if getattr(func, "__name__", "") == "tolist":
-            self.counter._sync("tolist")
-        return func(*args, **(kwargs or {}))
+    def __enter__(self):
+        original = torch.Tensor.tolist
+        self._saved = torch.Tensor.__dict__.get("tolist")
+        counter = self.counter
+
+        def tolist(t, *args, **kwargs):
+            counter._sync("tolist")
+            return original(t, *args, **kwargs)
+
+        torch.Tensor.tolist = tolist
+        return self
+
+    def __exit__(self, *exc):
+        if self._saved is None:
+            del torch.Tensor.tolist
+        else:
+            torch.Tensor.tolist = self._saved
+        return False
 
 
 class OpCounter(TorchDispatchMode):
     """Counts every aten op dispatched inside the block (`ops`, and `by_op` per op name), the host syncs
     (`syncs`: the SYNC_OPS, i.e. `.item()`, `int/float/bool(t)`, `if t:`, `torch.equal`, plus `.tolist()`, which
-    dispatches nothing on the CPU and is caught by a TorchFunctionMode) and the ops whose output size depends on
+    dispatches nothing on the CPU and is caught by wrapping the method) and the ops whose output size depends on
     the values (`shape_syncs`: nonzero, boolean-mask indexing, masked_select, unique; a sync on a GPU too).
     `plain_ops` is `ops` less the sync ops. With `stacks=True` it keeps the Python stack of each sync
     (`sync_stacks`) to find its source."""
