@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from symformer._rng import layer_kwargs
-from symformer._validation import check_choice, fail
+from symformer._validation import check_choice, fail, reads_values
 from symformer.integrations._hf_common import attention_modules, head_dim, out_proj, require_transformers, text_config
 from symformer.integrations.hf_cache import install_generation_cache, tagged_layer
 from symformer.integrations.hf_reload import restoring_class
@@ -38,12 +38,19 @@ IMPLEMENTATIONS = {"favor": "symformer_favor", "plash": "symformer_plash"}
 
 
 # ---------------------------------------------------------------- masks
+# Classifying a mask (causal? key padding? something the cores cannot honour?) reads its values: a host sync on an
+# accelerator and a graph break under torch.compile. So the classification runs where value checks run
+# (_validation.reads_values: CPU tensors in eager mode by default). Elsewhere the structure is taken from what the
+# model declares, without reading the mask: causal iff the attention module is causal (and there is more than one
+# query), and the key-padding keep mask is the union of the mask's rows, passed to the core even when it keeps every
+# key (testing that would read it). For the masks the CPU path accepts this is the same structure, so the outputs are
+# equal; a mask the CPU path refuses (sliding window, packed sequences) is not detected there.
 def _boolean_mask(mask: torch.Tensor, nq: int, nk: int) -> torch.Tensor:
     """An HF attention mask as a boolean keep-mask (B, H or 1, Nq, Nk): an additive float mask (eager style) keeps
     its 0 entries and drops its huge negative ones; any other bias is a ValueError, since the cores only drop keys."""
     if mask.dtype != torch.bool:
         floor = torch.finfo(mask.dtype).min / 2 if mask.is_floating_point() else -1
-        if not bool(((mask == 0) | (mask <= floor)).all()):
+        if reads_values(mask) and not bool(((mask == 0) | (mask <= floor)).all()):
             fail("attention_mask", "an additive bias mask", "a boolean or 0/-inf mask (symformer cores drop keys only)")
         mask = mask == 0
     if mask.ndim != 4 or mask.shape[-2:] != (nq, nk):
@@ -51,11 +58,20 @@ def _boolean_mask(mask: torch.Tensor, nq: int, nk: int) -> torch.Tensor:
     return mask
 
 
+def _not_causal_nor_padding(what: str = "") -> None:
+    fail(
+        "attention_mask",
+        f"a mask that is neither causal nor key padding (sliding window, packed sequences, {what}...)",
+        "causal and/or key-padding masks: the random-feature and summary cores cannot honour per-query masks",
+    )
+
+
 def mask_structure(mask: torch.Tensor | None, nq: int, nk: int, causal_default: bool):
     """(is_causal, keep) with keep a (B, 1, 1, Nk) boolean key mask or None, read off an HF attention mask.
 
     A mask equal to keep broadcast over queries is key padding; one equal to tril & keep (Nq == Nk) is causal
-    with key padding; anything else (sliding window, packed sequences, per-query masks) is a ValueError."""
+    with key padding; anything else (sliding window, packed sequences, per-query masks) is a ValueError. Without
+    value reads (masks section above): (causal_default and Nq > 1, keep)."""
     if mask is None:  # sdpa_mask skips a pure causal mask (or a mask with nothing to hide)
         if causal_default and nq > 1 and nq != nk:
             fail(
@@ -65,40 +81,37 @@ def mask_structure(mask: torch.Tensor | None, nq: int, nk: int, causal_default: 
             )
         return causal_default and nq > 1, None
     mask = _boolean_mask(mask, nq, nk)
-    if mask.shape[1] != 1 and not bool((mask == mask[:, :1]).all()):
-        fail("attention_mask", "a per-head mask", "one mask for all heads")
     m = mask[:, :1]
     keep = m.any(dim=-2, keepdim=True)  # (B, 1, 1, Nk): keys some query may read
+    if not reads_values(mask):
+        return causal_default and nq > 1, keep
+    if mask.shape[1] != 1 and not bool((mask == m).all()):
+        fail("attention_mask", "a per-head mask", "one mask for all heads")
     if bool((m == keep).all()):
         return False, None if bool(keep.all()) else keep
     tril = torch.ones(nq, nk, dtype=torch.bool, device=m.device).tril()
     if nq == nk and bool((m == (tril & keep)).all()):
         return True, None if bool(keep.all()) else keep
-    fail(
-        "attention_mask",
-        "a mask that is neither causal nor key padding (sliding window, packed sequences, ...)",
-        "causal and/or key-padding masks: the random-feature and summary cores cannot honour per-query masks",
-    )
+    _not_causal_nor_padding()
     raise AssertionError
 
 
 def split_state_mask(mask: torch.Tensor | None, nq: int, nk: int):
     """(keep_past, keep_new): boolean (B, 1, 1, Nk - Nq) and (B, 1, 1, Nq) key-padding masks (None when nothing is
     padded) of the last Nq queries of a causal sequence of Nk tokens, read off an HF mask that must equal
-    causal-with-offset & key padding; anything else (sliding window, packed sequences) is a ValueError."""
+    causal-with-offset & key padding; anything else (sliding window, packed sequences) is a ValueError. Without
+    value reads (masks section above) both masks are returned, never None."""
     if mask is None:
         return None, None
     mask = _boolean_mask(mask, nq, nk)
     m = mask[:, :1]
     keep = m.any(dim=-2, keepdim=True)
+    past, new = keep[..., : nk - nq], keep[..., nk - nq :]
+    if not reads_values(mask):
+        return past, new
     tril = torch.ones(nq, nk, dtype=torch.bool, device=m.device).tril(nk - nq)
     if not bool((m == (tril & keep)).all()) or not bool((mask == m).all()):
-        fail(
-            "attention_mask",
-            "a mask that is neither causal nor key padding (sliding window, packed sequences, per-head masks, ...)",
-            "causal and/or key-padding masks: the random-feature and summary cores cannot honour per-query masks",
-        )
-    past, new = keep[..., : nk - nq], keep[..., nk - nq :]
+        _not_causal_nor_padding("per-head masks, ")
     return (None if bool(past.all()) else past), (None if bool(new.all()) else new)
 
 
@@ -295,11 +308,23 @@ def register() -> None:
     tf.AttentionInterface.register(IMPLEMENTATIONS["favor"], favor_attention)
     tf.AttentionInterface.register(IMPLEMENTATIONS["plash"], plash_attention)
     try:
-        from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+        from transformers.masking_utils import AttentionMaskInterface
     except ImportError:  # 4.48-4.52 build masks from _attn_implementation without a registry
         return
     for name in IMPLEMENTATIONS.values():
-        AttentionMaskInterface.register(name, sdpa_mask)
+        AttentionMaskInterface.register(name, _sdpa_mask)
+
+
+def _sdpa_mask(*args, **kwargs):
+    """transformers' sdpa_mask, except that where value checks may not run (_validation.reads_values: on an
+    accelerator by default) it builds the mask even when it would hide nothing: deciding to skip it reads the padding
+    mask (`fast_all`, a host sync). A mask that hides nothing gives the cores' outputs without one (masks section)."""
+    from transformers.masking_utils import sdpa_mask
+
+    padding = kwargs.get("attention_mask")
+    if isinstance(padding, torch.Tensor) and not reads_values(padding):
+        kwargs["allow_is_causal_skip"] = False
+    return sdpa_mask(*args, **kwargs)
 
 
 def configure(model: nn.Module, attention: str = "favor", **options) -> nn.Module:

@@ -9,9 +9,10 @@ in place of its default DynamicCache (a cache the user passes is used as given).
 How the state reaches the core: the layer's attention forward calls `cache.update(k, v, layer_idx, ...)` and then
 the attention function with the keys it returned. `StateLayer.update` returns the new keys and values unchanged,
 tagged with the layer (a Python attribute on the key tensor), and the attention function (hf_attention) runs the
-core on the new tokens with that state. An update whose keys never reached a symformer core (another attention
-implementation, a forward that rebuilds the keys) is detected at the layer's next update and raises, never a
-silent wrong answer.
+core on the new tokens with that state. torch.compile traces the tag as a side effect (setattr and getattr on a
+tensor stay in the graph; delattr would break it, so a read tag is set to None, not removed). An update whose keys
+never reached a symformer core (another attention implementation, a forward that rebuilds the keys) is detected at
+the layer's next update and raises, never a silent wrong answer.
 
 Beam search and `num_return_sequences` reorder / repeat the states (`reorder_cache`, `batch_select_indices`,
 `batch_repeat_interleave`). Cropping (assisted decoding) is refused: a recurrent state cannot forget tokens.
@@ -48,7 +49,10 @@ class _StateLayerMethods:
     """One attention layer's decoding state (module doc); mixed into transformers' CacheLayerMixin by
     _state_layer_class, so that this module imports without transformers."""
 
-    is_compileable = False
+    # both states have fixed shapes (FAVOR+'s [S, z] and c; PLASH's preallocated summaries and block buffer), and a
+    # decoding step neither syncs nor breaks the graph (hf_attention): so, as with transformers' StaticCache,
+    # generate() may compile the decoding forward (by default on CUDA; elsewhere with a CompileConfig that allows it)
+    is_compileable = True
     is_croppable = False
     is_sliding = False
     supports_early_init = False
@@ -179,10 +183,11 @@ def state_cache(model):
 
 
 def tagged_layer(key: torch.Tensor):
-    """The StateLayer a key tensor came from (StateLayer.update), or None; the tag is removed."""
+    """The StateLayer a key tensor came from (StateLayer.update), or None; the tag is cleared (set to None: delattr
+    on a tensor breaks a torch.compile graph, setattr does not)."""
     layer = getattr(key, _TAG, None)
     if layer is not None:
-        delattr(key, _TAG)
+        setattr(key, _TAG, None)
     return layer
 
 
