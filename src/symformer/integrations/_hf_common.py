@@ -12,7 +12,7 @@ import warnings
 import torch
 from torch import nn
 
-from symformer._validation import fail
+from symformer._validation import fail, reads_values
 from symformer.integrations.hf_families import (
     FamilyMap,
     FamilyNames,
@@ -308,7 +308,8 @@ def token_positions(position_ids, cache_position, cache, q) -> torch.Tensor:
     their three streams agree (text); an image grid's are refused."""
     n = q.shape[-2]
     if position_ids is not None and position_ids.ndim == 3:
-        if not bool((position_ids == position_ids[:1]).all()):
+        # a check that reads the positions: where value checks run (_validation.reads_values), never a host sync
+        if reads_values(position_ids) and not bool((position_ids == position_ids[:1]).all()):
             fail(
                 "position_ids",
                 "multimodal rotary positions (three streams that differ: an image or video grid)",
@@ -320,7 +321,8 @@ def token_positions(position_ids, cache_position, cache, q) -> torch.Tensor:
             position_ids = cache_position[None]
         else:
             start = cache.get_seq_length() if cache is not None else 0
-            position_ids = torch.arange(start, start + n, device=q.device)[None]
+            # start + arange: a StaticCache's length is a tensor, which arange(start, ...) would read (a host sync)
+            position_ids = (start + torch.arange(n, device=q.device))[None]
     if position_ids.shape[0] == 1:  # positions shared by the batch: (N, 1), the parts' shared-table path
         position_ids = position_ids[0]
     if not position_ids.is_floating_point():
