@@ -147,3 +147,14 @@ def test_inductor_decoding_and_training_equal_eager_in_float64(attention, never)
     lm.train()
     loss = torch.compile(lm.loss, fullgraph=True)(ids, ids)
     assert (loss - lm.loss(ids, ids)).abs() < 1e-12
+
+
+@pytest.mark.parametrize("attention", list(CORES))
+def test_generate_with_a_compiled_step_picks_the_eager_tokens(attention, never):
+    lm, ids = _lm(attention), _ids(n=6)
+    torch._dynamo.reset()
+    assert torch.equal(lm.generate(ids, 9, top_k=1, compile="eager"), lm.generate(ids, 9, top_k=1))
+    a = lm.generate(ids, 5, temperature=0.7, generator=torch.Generator().manual_seed(3), compile="eager")
+    assert torch.equal(a, lm.generate(ids, 5, temperature=0.7, generator=torch.Generator().manual_seed(3)))
+    with pytest.raises(ValueError, match="^compile: got 'no-such-backend', expected one of "):
+        lm.generate(ids, 2, compile="no-such-backend")

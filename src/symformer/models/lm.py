@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from symformer._validation import check_float, check_int, check_tensor, fail
+from symformer._validation import check_choice, check_float, check_int, check_tensor, fail
 from symformer.models.transformer import Encoder, TransformerConfig
 
 
@@ -68,10 +68,14 @@ class CausalLM(nn.Module):
         temperature: float = 1.0,
         top_k: int | None = None,
         generator: torch.Generator | None = None,
+        compile: bool | str = False,
     ) -> torch.Tensor:
         """ids (B, N) followed by max_new_tokens sampled tokens, (B, N + max_new_tokens). Each token is drawn from
         softmax(logits / temperature) over the top_k most likely (top_k=1: greedy). The prompt fills the layers'
-        decoding states in one pass; every new token then costs one step (constant for FAVOR+ and PLASH)."""
+        decoding states in one pass; every new token then costs one step (constant for FAVOR+ and PLASH).
+        compile: True (inductor) or a torch.compile backend name: the steps after the prompt run compiled as one
+        graph (fullgraph) over static states (init_states(max_len=)) and a position counter on the device, so every
+        step reuses one compiled graph (the prompt pass runs eager: its length varies between calls)."""
         check_tensor("ids", ids, 2, floating=False)
         if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
             fail("ids", f"dtype {ids.dtype}", "integer token ids (torch.long)", TypeError)
@@ -89,13 +93,26 @@ class CausalLM(nn.Module):
                 else ("max_new_tokens", f"{max_new_tokens} after a prompt of {ids.shape[1]} tokens")
             )
             fail(name, given, f"a prompt plus new tokens within the learned positional table of {table} positions")
-        states = self.init_states()
+        n = ids.shape[1]
+        step, states = self.step, self.init_states()
+        if compile:
+            backend = (
+                "inductor"
+                if compile is True
+                else check_choice("compile", compile, torch._dynamo.list_backends(exclude_tags=()))
+            )
+            step, states = (
+                torch.compile(self.step, backend=backend, fullgraph=True),
+                self.init_states(n + max_new_tokens),
+            )
         out, logits = [ids], self.step(ids, states, 0)[:, -1]
+        start = torch.full((), n, dtype=torch.long, device=ids.device) if compile else n
         for t in range(max_new_tokens):
             nxt = sample(logits, temperature, top_k, generator)
             out.append(nxt)
             if t + 1 < max_new_tokens:
-                logits = self.step(nxt, states, ids.shape[1] + t)[:, -1]
+                logits = step(nxt, states, start)[:, -1]
+                start = start + 1  # a new tensor: the step may keep a reference to the one it was given
         return torch.cat(out, dim=1)
 
 
