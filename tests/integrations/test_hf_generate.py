@@ -171,7 +171,8 @@ def test_generation_bench_rows_on_a_small_model(monkeypatch):
     rows = {m: g.measure(g._model(m, 0, 128), m, 40, 2, 0, timed=m != "sdpa") for m in g.METHODS}
     assert rows["sdpa"]["state_bytes"] == 2 * 2 * 4 * 40 * 8 * 4  # keys and values, 2 layers, float32
     assert rows["favor"]["state_bytes"] == 2 * 4 * (16 * 9 + 1) * 4  # [S, z] (m x (Dv + 1)) and c, per head
-    assert rows["plash"]["block_amortised_s"] > 0 and rows["sdpa"]["prefill_s"] is None
+    # PLASH's static-shape state rolls its block over inside every step (fe16ed5): nothing left to amortise
+    assert rows["plash"]["block_amortised_s"] == 0 and rows["sdpa"]["prefill_s"] is None
     assert all(r["decode_s"] > 0 for r in rows.values())
 
 
