@@ -129,3 +129,27 @@ def test_compiled_training_step_is_one_graph_with_eager_gradients():
     m(ids, attention_mask=mask, labels=ids).loss.backward()
     ref = [p.grad for p in m.parameters() if p.grad is not None]
     assert cc.frame_count == 1 and all((a - b).abs().max() < 1e-12 for a, b in zip(got, ref, strict=True))
+
+
+def test_masks_the_cores_cannot_honour_fail_loudly_without_value_reads():
+    """Off the value-reading path (a GPU by default) the mask's structure is asserted on the device
+    (torch._assert_async, no host sync): a sliding window, a per-head mask or a bias fails the step, never a silent
+    wrong answer. On the CPU the device assert raises at once, with the same text as the CPU path's ValueError."""
+    from symformer.integrations.hf_attention import mask_structure, split_state_mask
+    from symformer.profiling import OpCounter
+
+    tril = torch.ones(3, 3, dtype=torch.bool).tril()
+    window = tril & ~torch.ones(3, 3, dtype=torch.bool).tril(-2)  # sliding window of 2
+    with symformer.value_checks("never"):
+        with pytest.raises(RuntimeError, match="^attention_mask: got a mask that is neither causal nor key padding"):
+            mask_structure(window[None, None], 3, 3, True)
+        with pytest.raises(RuntimeError, match="^attention_mask: got an additive bias mask"):
+            mask_structure(torch.full((1, 1, 3, 3), 0.5), 3, 3, True)
+        with pytest.raises(RuntimeError, match="neither causal nor key padding"):  # two new rows on a state
+            split_state_mask(
+                torch.ones(4, 4, dtype=torch.bool).tril()[None, None, 1:, :] & ~torch.eye(4)[1:].bool(), 3, 4
+            )
+        keep = torch.tensor([[False, True, True]])
+        with OpCounter() as c:  # a valid causal + padding mask passes without a host read
+            causal, k = mask_structure((tril & keep[:, None, :])[:, None], 3, 3, True)
+        assert causal and c.syncs == 0 and k.tolist() == [[[[False, True, True]]]]

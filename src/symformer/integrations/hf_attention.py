@@ -44,13 +44,34 @@ IMPLEMENTATIONS = {"favor": "symformer_favor", "plash": "symformer_plash"}
 # model declares, without reading the mask: causal iff the attention module is causal (and there is more than one
 # query), and the key-padding keep mask is the union of the mask's rows, passed to the core even when it keeps every
 # key (testing that would read it). For the masks the CPU path accepts this is the same structure, so the outputs are
-# equal; a mask the CPU path refuses (sliding window, packed sequences) is not detected there.
+# equal. A mask the CPU path refuses (sliding window, packed sequences, a bias) is still caught there, by a
+# device-side assert (torch._assert_async: no sync, traced by torch.compile) that fails the step loudly; a single
+# decoded query needs none, since every (B, 1, 1, Nk) mask is key padding.
+_STRUCTURE = (
+    "attention_mask: got a mask that is neither causal nor key padding (sliding window, packed sequences, "
+    "per-head masks, ...), expected causal and/or key-padding masks: the random-feature and summary cores cannot "
+    "honour per-query masks"
+)
+
+
+def _assert_on_device(ok: torch.Tensor, message: str = _STRUCTURE) -> None:
+    """Raise `message` where the check runs (a RuntimeError on the CPU; a device-side assert on a GPU, reported at
+    the next sync) without reading `ok` to the host."""
+    torch._assert_async(ok.all(), message)
+
+
+_BIAS = "attention_mask: got an additive bias mask, expected a boolean or 0/-inf mask (symformer cores drop keys only)"
+
+
 def _boolean_mask(mask: torch.Tensor, nq: int, nk: int) -> torch.Tensor:
     """An HF attention mask as a boolean keep-mask (B, H or 1, Nq, Nk): an additive float mask (eager style) keeps
     its 0 entries and drops its huge negative ones; any other bias is a ValueError, since the cores only drop keys."""
     if mask.dtype != torch.bool:
         floor = torch.finfo(mask.dtype).min / 2 if mask.is_floating_point() else -1
-        if reads_values(mask) and not bool(((mask == 0) | (mask <= floor)).all()):
+        drops_keys_only = (mask == 0) | (mask <= floor)
+        if not reads_values(mask):
+            _assert_on_device(drops_keys_only, _BIAS)
+        elif not bool(drops_keys_only.all()):
             fail("attention_mask", "an additive bias mask", "a boolean or 0/-inf mask (symformer cores drop keys only)")
         mask = mask == 0
     if mask.ndim != 4 or mask.shape[-2:] != (nq, nk):
@@ -84,7 +105,11 @@ def mask_structure(mask: torch.Tensor | None, nq: int, nk: int, causal_default: 
     m = mask[:, :1]
     keep = m.any(dim=-2, keepdim=True)  # (B, 1, 1, Nk): keys some query may read
     if not reads_values(mask):
-        return causal_default and nq > 1, keep
+        causal = causal_default and nq > 1
+        if nq > 1 or mask.shape[1] != 1:
+            expected = torch.ones(nq, nk, dtype=torch.bool, device=m.device).tril() & keep if causal else keep
+            _assert_on_device((mask == expected).all())
+        return causal, keep
     if mask.shape[1] != 1 and not bool((mask == m).all()):
         fail("attention_mask", "a per-head mask", "one mask for all heads")
     if bool((m == keep).all()):
@@ -108,6 +133,9 @@ def split_state_mask(mask: torch.Tensor | None, nq: int, nk: int):
     keep = m.any(dim=-2, keepdim=True)
     past, new = keep[..., : nk - nq], keep[..., nk - nq :]
     if not reads_values(mask):
+        if nq > 1 or mask.shape[1] != 1:
+            expected = torch.ones(nq, nk, dtype=torch.bool, device=m.device).tril(nk - nq) & keep
+            _assert_on_device((mask == expected).all())
         return past, new
     tril = torch.ones(nq, nk, dtype=torch.bool, device=m.device).tril(nk - nq)
     if not bool((m == (tril & keep)).all()) or not bool((mask == m).all()):
