@@ -185,3 +185,29 @@ def test_value_checks_still_read_values_on_the_cpu(name):
                     core(q, k, v, is_causal=True, state=st)
     with symformer.value_checks("never"), torch.no_grad():
         assert core(q, k, v).isnan().any()
+
+
+def test_eager_plash_decoding_runs_the_stage_ii_iii_pass_once_per_block(monkeypatch):
+    """In eager mode the host counts the tokens it feeds (no device read), so the block rollover's Stage II-III pass
+    runs once per finished block, not at every token as in the compiled graph; both equal the full forward. Fails if
+    the eager step takes the every-token torch.where path."""
+    from symformer.attention import plash_state
+
+    calls = []
+    real = plash_state.summary_kv
+    monkeypatch.setattr(plash_state, "summary_kv", lambda *a: calls.append(1) or real(*a))
+    n = 19
+    core, (q, k, v) = _make("plash"), _qkv(n=n)
+    with torch.no_grad():
+        full = core(q, k, v, is_causal=True)
+        st = _prefilled(core, q, k, v, torch.ones(1, 1, 1, n, dtype=torch.bool))
+        calls.clear()
+        ys = [core(_token(q, i), _token(k, i), _token(v, i), is_causal=True, state=st) for i in range(PREFILL, n)]
+    assert len(calls) == 2  # the blocks finished by tokens 10 and 15 (causal_block 5)
+    assert (torch.cat(ys, -2) - full[..., PREFILL:, :]).abs().max() < 1e-12
+    with torch.no_grad():
+        core(_token(q, 0), _token(k, 0), _token(v, 0), is_causal=True, state=st)  # token 19 ends block 15..19
+    assert len(calls) == 3
+    with symformer.value_checks("never"), OpCounter() as c, torch.no_grad():  # token 20 opens a block: no pass
+        core(_token(q, 1), _token(k, 1), _token(v, 1), is_causal=True, state=st)
+    assert c.syncs == 0 and len(calls) == 3

@@ -18,7 +18,8 @@ buffers (the step updates them in place unless autograd needs the old values). T
 the sums of the finished blocks: fold the full block into the summaries, recompute K_g, V_g) is therefore computed
 at EVERY step from the running sums and selected with torch.where when the counter says the block just filled; the
 selected value is exactly the one the rollover computes, so decoding still equals the full causal forward. The
-price is the Stage II-III pass per token instead of once per causal_block tokens; constant per token.
+price is the Stage II-III pass per token instead of once per causal_block tokens; constant per token. In eager
+mode the host counts the tokens it feeds (`host_length`, no device read), so there the pass runs once per block.
 
 Key padding (ours; the paper's block has no masked form): a padded key's routing row A_j is zeroed, so it adds
 nothing to the sums, and it is masked in the in-block softmax; a prefix without any kept key offers no summary; a
@@ -34,6 +35,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from symformer._torch_compat import is_compiling
 from symformer.attention.sketch import count_sketch_matrices
 
 
@@ -49,6 +51,7 @@ class PlashState:
     length: torch.Tensor | None = None
     heads: int = 1
     sketch: tuple | None = None
+    host_length: int | None = None  # `length` as the host counted it in eager steps; None once a compiled step ran
 
     _FIELDS = ("pkv", "count", "kv", "bias")
 
@@ -77,6 +80,7 @@ def _allocate(core, state: PlashState, n: int, x: torch.Tensor) -> None:
     state.kv = x.new_zeros(n, c + m, 2 * dh)
     state.bias = x.new_full((n, c + m), float("-inf"))
     state.length = torch.zeros(1, dtype=torch.long, device=x.device)  # (1,): its remainder indexes the block slot
+    state.host_length = 0
     hashes = [(getattr(core, f"hash_{i}"), getattr(core, f"sign_{i}"), dk) for i, dk in enumerate(core.D_k)]
     state.sketch = tuple(tuple(count_sketch_matrices(h, sg, dk, x.dtype).unbind(0)) for h, sg, dk in hashes)
 
@@ -123,6 +127,7 @@ def _prefill(core, q, k, v, keep, state: PlashState, scale: float | None) -> tor
     state.kv[:, : length - done] = kvc[:, done:]
     state.bias[:, : length - done].masked_fill_(kept[:, done:], 0.0)
     state.length.fill_(length)
+    state.host_length = length
     return out
 
 
@@ -155,16 +160,34 @@ def _token(core, q, k, v, keep, state: PlashState, scale: float | None) -> torch
     pkv = state.pkv.addcmul(a, kvn) if grad else state.pkv.addcmul_(a, kvn)
     kept = 1 if keep is None else keep
     count = state.count + kept if grad else state.count.add_(kept)
-    full = pos == c - 1  # this token finished the block: the running sums become the prefix (rollover)
     if grad:
         kv, bias = kv.clone(), bias.clone()
+    _rollover(core, state, kv, bias, pkv, count, pos)
+    state.kv, state.bias, state.pkv, state.count = kv, bias, pkv, count
+    state.length.add_(1)
+    return out
+
+
+def _rollover(core, state: PlashState, kv, bias, pkv, count, pos) -> None:
+    """When this token finished the block, the running sums become the prefix: [K_g | V_g] of them, their rows
+    unmasked where a kept key exists, and the block emptied. In eager mode the host knows the token count without
+    reading the device (`host_length`), so the Stage II-III pass runs once per block; under torch.compile (and
+    after it) the pass runs every step and torch.where selects it (module doc), so the graph has no branch."""
+    c = core.causal_block
+    host = None if is_compiling() else state.host_length
+    if host is not None:
+        state.host_length = host + 1
+        if host % c == c - 1:
+            kv[:, c:] = summary_kv(core, pkv, state.sketch)
+            bias[:, c:].masked_fill_(count > 0, 0.0)
+            bias[:, :c].fill_(float("-inf"))
+        return
+    state.host_length = None
+    full = pos == c - 1
     summ = kv[:, c:]
     summ.copy_(torch.where(full, summary_kv(core, pkv, state.sketch), summ))
     bias[:, c:].masked_fill_((count > 0) & full, 0.0)  # a prefix with a kept key offers its summaries
     bias[:, :c].masked_fill_(full, float("-inf"))  # the next block starts empty; stale rows stay unread
-    state.kv, state.bias, state.pkv, state.count = kv, bias, pkv, count
-    state.length.add_(1)
-    return out
 
 
 def plash_step(
