@@ -155,7 +155,6 @@ def test_decoding_step_compiles_with_aot_eager(name):
             assert (y - y0).abs().max() < 1e-12
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", STATEFUL)
 def test_inductor_decoding_step_equals_eager_float64(name):
     core, (q, k, v) = _make(name), _qkv()

@@ -118,7 +118,6 @@ def test_compiled_training_step_is_one_graph_with_eager_gradients(never):
     assert all((got[n] - p.grad).abs().max() < 1e-12 for n, p in lm.named_parameters() if p.grad is not None)
 
 
-@pytest.mark.slow
 def test_256_compiled_decoding_steps_compile_once(never):
     lm, ids = _lm("softmax"), _ids(b=1, n=4)
     cc = CompileCounter()
@@ -132,7 +131,6 @@ def test_256_compiled_decoding_steps_compile_once(never):
     assert cc.frame_count == 1
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("attention", list(CORES))
 def test_inductor_decoding_and_training_equal_eager_in_float64(attention, never):
     lm, ids = _lm(attention, "string"), _ids(b=1, n=8)

@@ -106,7 +106,6 @@ def test_no_recompile_per_length():
     assert compiled_graphs() - before <= 2  # the first length, then one graph with a dynamic length
 
 
-@pytest.mark.slow  # an inductor compile per dtype: about a minute on two cores
 @pytest.mark.parametrize("name", ["rope_half", "espr_free"])
 def test_inductor_equals_eager(name):
     part = PARTS[name]().double()
