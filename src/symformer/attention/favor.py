@@ -473,6 +473,8 @@ class FavorAttention(AttentionCore):
         keep = key_padding_mask(attn_mask, k, "random features")
         return None if keep is None else keep.to(k.dtype)
 
+    state_type = FavorState  # the decoding state init_state() returns (models.layers checks a given state's kind)
+
     def init_state(self) -> FavorState:
         """An empty causal decoding state (favor_state module doc); fill it with `step` (prefill and decoding)."""
         if self.kernel_eps or self.denominator_eps:

@@ -76,14 +76,43 @@ def check_features(state: FavorState, features: torch.Tensor, epoch: int) -> Non
     if state.features_id is None:
         state.features_id, state.features_version, state.features_epoch = id(features), version, epoch
         return
-    moved = state.features_id != id(features) or state.features_epoch != epoch
     edited = version is not None and state.features_version is not None and state.features_version != version
-    if moved or edited:
+    if state.features_epoch != epoch or edited:
         fail(
             "state",
             "a FAVOR+ decoding state built with features that have since been redrawn, reseeded, loaded or moved",
             "a new state (FavorAttention.init_state) after any change of the features: its sums "
             "phi(K)^T V are in the old features",
+        )
+    if state.features_id != id(features):
+        fail(
+            "state",
+            "a FAVOR+ decoding state built by another layer or model (other feature directions)",
+            "the state this layer's FavorAttention.init_state() returned: its sums phi(K)^T V are in that layer's "
+            "features",
+        )
+
+
+def check_state_use(state: FavorState, q: torch.Tensor, v: torch.Tensor, m: int, acc: torch.dtype) -> None:
+    """A filled state must match the new tokens: batch, heads, features, value dim, dtype and device (metadata
+    only: no host read). A state of batch 1 would otherwise broadcast silently over a larger batch."""
+    if state.kvs is None:
+        return
+    b, h = q.shape[:2]
+    want = (b, h, m, v.shape[-1] + 1)
+    if tuple(state.kvs.shape) != want:
+        fail(
+            "state",
+            f"a FAVOR+ state of batch {state.kvs.shape[0]}, {state.kvs.shape[1]} heads, {state.kvs.shape[2]} "
+            f"features and value dim {state.kvs.shape[3] - 1}",
+            f"batch {b}, {h} heads, {m} features and value dim {v.shape[-1]} (the new tokens' q {tuple(q.shape)}, "
+            f"v {tuple(v.shape)}); select() / repeat_interleave() it to change the batch",
+        )
+    if state.kvs.dtype != acc or state.kvs.device != q.device:
+        fail(
+            "state",
+            f"a FAVOR+ state in {state.kvs.dtype} on {state.kvs.device}",
+            f"{acc} on {q.device} (the accumulation dtype and device of q: {q.dtype} on {q.device})",
         )
 
 
@@ -156,6 +185,7 @@ def favor_step(
     plus O(L chunk m) for the in-chunk triangle: per decoded token (L = 1) independent of the context."""
     acc = accumulation_dtype(q.dtype)
     ws_t, wx_t = _projections(state, w, scale, acc)
+    check_state_use(state, q, v, ws_t.shape[-1], acc)
     _allocate(state, q, v, ws_t.shape[-1], acc)
     qf = torch.softmax(torch.matmul(q.to(acc), ws_t), dim=-1)  # phi(q^_i) up to a per-query constant (cancels)
     vv = torch.nn.functional.pad(v.to(acc), (0, 1), value=1.0)  # [v, 1]: numerator and denominator in one GEMM

@@ -41,7 +41,7 @@ from symformer._validation import (
     fail,
     reads_values,
 )
-from symformer.attention.plash_state import PlashState, plash_step
+from symformer.attention.plash_state import PlashState, check_state_use, plash_step
 from symformer.attention.sketch import (
     MERSENNE_31,
     bucket_hashes,
@@ -309,7 +309,7 @@ class PlashAttention(AttentionCore):
                 fail("is_causal", is_causal, "True with a decoding state")
             if not isinstance(state, PlashState):
                 fail("state", type(state).__name__, "a PlashState from PlashAttention.init_state()", TypeError)
-            state.heads = h
+            check_state_use(self, state, q)
             return plash_step(self, fold(q), fold(k), fold(v), keep, state, scale).reshape(b, h, nq, -1)
         if is_causal:
             return self.causal(fold(q), fold(k), fold(v), scale, keep).reshape(b, h, nq, -1)
@@ -322,6 +322,8 @@ class PlashAttention(AttentionCore):
         y_enh = self.embed(self.sketch_features(self.normalized_features(kt, vt)))
         out = self.readout(fold(q), y_enh, scale)[0]
         return out.reshape(b, h, nq, -1)
+
+    state_type = PlashState  # the decoding state init_state() returns (models.layers checks a given state's kind)
 
     def init_state(self) -> PlashState:
         """An empty causal decoding state (plash_state module doc)."""

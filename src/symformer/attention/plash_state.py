@@ -36,6 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from symformer._torch_compat import is_compiling
+from symformer._validation import fail
 from symformer.attention.sketch import count_sketch_matrices
 
 
@@ -52,6 +53,7 @@ class PlashState:
     heads: int = 1
     sketch: tuple | None = None
     host_length: int | None = None  # `length` as the host counted it in eager steps; None once a compiled step ran
+    core_id: int | None = None  # id() of the PlashAttention that filled it: its prototypes and hashes made the sums
 
     _FIELDS = ("pkv", "count", "kv", "bias")
 
@@ -70,6 +72,35 @@ class PlashState:
 
     def repeat_interleave(self, repeats: int) -> None:
         self._map(lambda t: t.repeat_interleave(repeats, 0))
+
+
+def check_state_use(core, state: PlashState, q: torch.Tensor) -> None:
+    """A PlashState must continue with the core that filled it and with new tokens q (B, H, L, d) of its batch,
+    heads, head dim, dtype and device (metadata only: no host read); binds an empty state to core and heads."""
+    if state.kv is None:
+        state.core_id, state.heads = id(core), q.shape[1]
+        return
+    if state.core_id != id(core):
+        fail(
+            "state",
+            "a PLASH decoding state filled by another layer or model (other prototypes and hashes)",
+            "the state this layer's PlashAttention.init_state() returned",
+        )
+    b, h, _, dh = q.shape
+    rows = state.kv.shape[0]
+    if state.heads != h or rows != b * h or state.kv.shape[-1] != 2 * dh:
+        fail(
+            "state",
+            f"a PLASH state of batch {rows // state.heads}, {state.heads} heads and head dim {state.kv.shape[-1] // 2}",
+            f"batch {b}, {h} heads and head dim {dh} (the new tokens' q {tuple(q.shape)}); select() / "
+            "repeat_interleave() it to change the batch",
+        )
+    if state.kv.dtype != q.dtype or state.kv.device != q.device:
+        fail(
+            "state",
+            f"a PLASH state in {state.kv.dtype} on {state.kv.device}",
+            f"{q.dtype} on {q.device} (the dtype and device the core computes in for q)",
+        )
 
 
 def _allocate(core, state: PlashState, n: int, x: torch.Tensor) -> None:

@@ -72,13 +72,34 @@ MLP.register("relu")(relu_ffn)
 MLP.register("swiglu")(SwiGLU)
 
 
+def check_cache_use(cache, k: torch.Tensor, v: torch.Tensor) -> None:
+    """A filled KV cache must match the new keys and values: batch, heads, head dims, dtype, device (metadata)."""
+    if cache.k is None:
+        return
+    held = (cache.k.shape[0], cache.k.shape[1], cache.k.shape[-1], cache.v.shape[-1])
+    new = (k.shape[0], k.shape[1], k.shape[-1], v.shape[-1])
+    if held != new or cache.k.dtype != k.dtype or cache.k.device != k.device:
+        fail(
+            "state",
+            f"a {type(cache).__name__} of batch {held[0]}, {held[1]} heads, key/value dims {held[2]}/{held[3]}, "
+            f"{cache.k.dtype} on {cache.k.device}",
+            f"batch {new[0]}, {new[1]} heads, key/value dims {new[2]}/{new[3]}, {k.dtype} on {k.device} (the new "
+            "tokens' keys and values)",
+        )
+
+
 class KVCache:
     """The keys and values a softmax layer has seen, (B, H, N, Dh) each: its decoding state."""
 
     def __init__(self):
         self.k = self.v = None
 
+    @property
+    def length(self) -> int:
+        return 0 if self.k is None else self.k.shape[-2]
+
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        check_cache_use(self, k, v)
         self.k = k if self.k is None else torch.cat((self.k, k), dim=-2)
         self.v = v if self.v is None else torch.cat((self.v, v), dim=-2)
         return self.k, self.v
@@ -102,6 +123,7 @@ class StaticKVCache:
         """Write the new keys and values after those held; returns the buffers and the boolean (Nq, max_len) mask
         of the keys each new token may read (causal over everything written so far)."""
         n = k.shape[-2]
+        check_cache_use(self, k, v)
         if self.k is None:  # allocated on first use: batch, heads, dtype and device follow the keys
             b, h, _, d = k.shape
             self.k = k.new_zeros(b, h, self.max_len, d)
@@ -191,6 +213,13 @@ class MultiHeadAttention(nn.Module):
 
     def _attend_with_state(self, q, k, v, state, scale) -> torch.Tensor:
         """Causal attention of the new tokens q, k, v continuing the sequence `state` holds (which then holds them)."""
+        want = getattr(self.core, "state_type", None) or (KVCache, StaticKVCache)
+        if not isinstance(state, want):
+            fail(
+                "state",
+                f"a {type(state).__name__}",
+                f"the state this layer's init_state() returns for its {type(self.core).__name__} core",
+            )
         if isinstance(state, StaticKVCache):
             k, v, mask = state.append(k, v)
             return self.core(q, k, v, attn_mask=mask, scale=scale)

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from symformer._validation import check_choice, check_float, check_int, check_tensor, fail
+from symformer._validation import check_choice, check_float, check_int, check_tensor, fail, reads_values
 from symformer.models.transformer import Encoder, TransformerConfig
 
 
@@ -53,6 +53,7 @@ class CausalLM(nn.Module):
             check_int("start", start, 0)
         # start + arange, not arange(start, ...): a tensor start stays on the device (no .item())
         pos = (start + torch.arange(idx.shape[1], device=idx.device))[:, None]  # int64: exact in every dtype
+        _check_states(states, start, len(self.encoder.blocks))
         x, enc = self.tok(idx), self.encoder
         if enc.additive is not None:
             x = enc.additive(x, pos)
@@ -114,6 +115,31 @@ class CausalLM(nn.Module):
                 logits = step(nxt, states, start)[:, -1]
                 start = start + 1  # a new tensor: the step may keep a reference to the one it was given
         return torch.cat(out, dim=1)
+
+
+def _held(state) -> int | torch.Tensor:
+    """How many tokens a layer's decoding state holds: an int where the shapes say it (a KVCache, an empty
+    state), else its tensor counter (FAVOR+, PLASH, StaticKVCache)."""
+    length = getattr(state, "length", None)
+    return 0 if length is None else length
+
+
+def _check_states(states, start, n_layers: int) -> None:
+    """One state per layer, each holding exactly `start` tokens. The count is compared where it costs no host
+    read: ints always; a tensor counter or a tensor start only where reads_values allows (CPU in eager mode)."""
+    if not isinstance(states, (list, tuple)):
+        fail("states", type(states).__name__, "a list of decoding states from init_states()", TypeError)
+    if len(states) != n_layers:
+        fail("states", f"{len(states)} states", f"{n_layers}, one per layer (init_states())")
+    for i, st in enumerate(states):
+        held = _held(st)
+        tensors = [t for t in (held, start) if isinstance(t, torch.Tensor)]
+        if not all(reads_values(t) for t in tensors):
+            continue
+        held_n = int(held.reshape(-1)[0]) if isinstance(held, torch.Tensor) else held
+        start_n = int(start) if isinstance(start, torch.Tensor) else start
+        if held_n != start_n:
+            fail("start", start_n, f"{held_n}, the number of tokens the states hold (layer {i}'s state)")
 
 
 def sample(
