@@ -108,6 +108,9 @@ def ids(batch: int = 2, n: int = 16, vocab: int = 40, seed: int = 1) -> torch.Te
 
 
 def logits(model, x, **kw):
+    """The full forward's logits: no cache (a model configured with FAVOR+ / PLASH would otherwise fill a state
+    cache, hf_cache.install_forward_cache, whose prefill rounds differently in float32)."""
+    kw.setdefault("use_cache", False)
     with torch.no_grad():
         return model(x, **kw).logits
 

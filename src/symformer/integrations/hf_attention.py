@@ -31,7 +31,7 @@ from torch import nn
 from symformer._rng import layer_kwargs
 from symformer._validation import check_choice, fail, reads_values
 from symformer.integrations._hf_common import attention_modules, head_dim, out_proj, require_transformers, text_config
-from symformer.integrations.hf_cache import install_generation_cache, tagged_layer
+from symformer.integrations.hf_cache import install_forward_cache, install_generation_cache, tagged_layer
 from symformer.integrations.hf_reload import restoring_class
 
 IMPLEMENTATIONS = {"favor": "symformer_favor", "plash": "symformer_plash"}
@@ -372,6 +372,7 @@ def configure(model: nn.Module, attention: str = "favor", **options) -> nn.Modul
     model.config.symformer_attention = record
     model.__class__ = restoring_class(type(model))  # from_pretrained rebuilds the cores before loading (hf_reload)
     install_generation_cache(model)  # generate() keeps decoding states (hf_cache), not keys and values
+    install_forward_cache(model)  # and so does a forward with use_cache and no cache
     name = IMPLEMENTATIONS[attention]
     tc = text_config(model)
     if tc is not model.config:  # multimodal: the language model only (its vision tower keeps its own attention)

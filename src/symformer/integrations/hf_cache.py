@@ -20,6 +20,8 @@ Beam search and `num_return_sequences` reorder / repeat the states (`reorder_cac
 
 from __future__ import annotations
 
+import functools
+import inspect
 import types
 import weakref
 
@@ -212,4 +214,54 @@ def install_generation_cache(model) -> None:
         model._prepare_cache_for_generation = types.MethodType(_prepare_cache_with_states, model)
 
 
-__all__ = ["state_cache", "install_generation_cache", "tagged_layer", "cache_kwargs"]
+def _forward_cache_hook(model, name: str, at: int, use_at: int | None, module, args, kwargs):
+    """A forward pre-hook: where `module.forward` would create its default DynamicCache (use_cache on, no cache
+    given), hand it a state_cache of `model` instead. use_cache left unset follows the config, as transformers
+    does, except in training mode (a training forward decodes nothing; transformers' cache then stays as it was).
+    Shapes and Python state only, so a compiled forward traces it without a break."""
+    for key in ("cache", "past_key_values"):
+        if kwargs.get(key) is not None:
+            return None
+    if len(args) > at and args[at] is not None:
+        return None
+    use = kwargs.get("use_cache")
+    if use is None and use_at is not None and len(args) > use_at:
+        use = args[use_at]
+    if use is None:
+        use = bool(getattr(module.config, "use_cache", False)) and not module.training
+    if not use:
+        return None
+    kwargs.pop("past_key_values", None)  # None given under the old name: the cache goes under the forward's name
+    kwargs.pop("cache", None)
+    kwargs[name] = state_cache(model)
+    return args, kwargs
+
+
+def install_forward_cache(model) -> None:
+    """Make every forward that would create a DynamicCache for `model` (the model's and its decoder's: the modules
+    whose forward takes input_ids, use_cache and a cache) build a state_cache instead, so a plain
+    `model(ids, use_cache=True)` keeps constant-size states as generate() does. Idempotent; a cache the user passes
+    is used as given; an MLA family keeps its latent cache (state_cache refuses it)."""
+    if any(is_mla(m) for m in attention_modules(model)):
+        return
+    for module in model.modules():
+        forward = getattr(module, "forward", None)
+        if forward is None or any(_is_cache_hook(h) for h in module._forward_pre_hooks.values()):
+            continue
+        try:
+            params = list(inspect.signature(forward).parameters)
+        except (TypeError, ValueError):
+            continue
+        name = "cache" if "cache" in params else "past_key_values"
+        if "input_ids" not in params or "use_cache" not in params or name not in params:
+            continue
+        use_at = params.index("use_cache")
+        hook = functools.partial(_forward_cache_hook, model, name, params.index(name), use_at)
+        module.register_forward_pre_hook(hook, with_kwargs=True)
+
+
+def _is_cache_hook(hook) -> bool:
+    return isinstance(hook, functools.partial) and hook.func is _forward_cache_hook
+
+
+__all__ = ["state_cache", "install_generation_cache", "install_forward_cache", "tagged_layer", "cache_kwargs"]
