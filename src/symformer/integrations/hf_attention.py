@@ -25,6 +25,8 @@ the cached keys are recomputed exactly from a fresh state.
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 from torch import nn
 
@@ -35,6 +37,7 @@ from symformer.integrations.hf_cache import install_forward_cache, install_gener
 from symformer.integrations.hf_reload import restoring_class
 
 IMPLEMENTATIONS = {"favor": "symformer_favor", "plash": "symformer_plash"}
+_LAZY_RECORDS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # configs whose record _core made
 
 
 # ---------------------------------------------------------------- masks
@@ -215,6 +218,17 @@ def _make_core(kind: str, module: nn.Module, options: dict, layer: int | None = 
 def _core(module: nn.Module, kind: str) -> nn.Module:
     core = getattr(module, "symformer_core", None)
     if core is None:
+        cfg = module.config
+        loaded = getattr(cfg, "_name_or_path", "") and _LAZY_RECORDS.get(id(cfg)) is not cfg
+        if getattr(cfg, "symformer_attention", None) and loaded:  # a record read from config.json, not made here
+            fail(
+                "model",
+                f"a model loaded from {module.config._name_or_path!r} without its symformer {kind} cores (a plain "
+                "from_pretrained: the cores' weights were dropped as unexpected keys)",
+                "symformer.integrations.hf.from_pretrained(ModelClass or AutoModelForCausalLM, folder), which "
+                "restores them",
+                RuntimeError,
+            )
         if kind == "plash":
             fail(
                 "model",
@@ -226,6 +240,7 @@ def _core(module: nn.Module, kind: str) -> nn.Module:
         options = _options(module)
         module.symformer_core = core = _make_core(kind, module, options)
         if options.get("attention") != kind:  # recorded as configure records it: hf.from_pretrained rebuilds them
+            _LAZY_RECORDS[id(module.config)] = module.config
             module.config.symformer_attention = {
                 "attention": kind,
                 **{k: v for k, v in options.items() if k != "attention"},

@@ -8,11 +8,21 @@ then attention cores, before the weights load. So `type(model).from_pretrained(f
 cores in place, and transformers' loader fills their parameters and buffers (FAVOR+ features, PLASH hashes and
 weights, the parts' generators) from the checkpoint like any other weight: nothing is drawn again.
 
-A plain `LlamaForCausalLM.from_pretrained(folder)` never calls this constructor: transformers builds the class it
-is given, and config.json cannot name a class outside transformers without `trust_remote_code`.
+`hf.from_pretrained(AutoModelForCausalLM, folder)` resolves the Auto class to the concrete class the folder's
+config names (LlamaForCausalLM, ...) and restores onto that.
+
+A plain `LlamaForCausalLM.from_pretrained(folder)` (or `AutoModelForCausalLM.from_pretrained`) never calls this
+constructor: transformers builds the class it is given, and config.json cannot name a class outside transformers
+without `trust_remote_code`. So such a load fails loudly instead of returning a plain model: a model with cores
+saves `attn_implementation` ("symformer_favor" | "symformer_plash") in its config.json, which transformers refuses
+as unknown when symformer has not registered it, and which, when registered, reaches the attention function, where
+a layer of a model loaded from a folder without its cores raises (hf_attention._core) naming hf.from_pretrained.
 """
 
 from __future__ import annotations
+
+import json
+import os
 
 from torch import nn
 
@@ -72,6 +82,28 @@ def _restoring_init(self, config, *args, **kwargs):
             _restore(self, record, spec)
 
 
+def _saving(self, save_directory, *args, **kwargs):
+    """save_pretrained, then config.json given `attn_implementation`: the symformer one this model runs (module
+    doc: a plain from_pretrained of the folder then fails loudly instead of dropping the cores)."""
+    out = type(self).__mro__[1].save_pretrained(self, save_directory, *args, **kwargs)
+    spec = getattr(self.config, "symformer_attention", None)
+    path = os.path.join(os.fspath(save_directory), "config.json")
+    if spec and os.path.isfile(path):
+        from symformer.integrations._hf_common import text_config
+        from symformer.integrations.hf_attention import IMPLEMENTATIONS
+
+        with open(path, encoding="utf-8") as f:
+            saved = json.load(f)
+        tc = text_config(self)
+        key = next((k for k in getattr(self.config, "sub_configs", {}) if getattr(self.config, k, None) is tc), None)
+        target = saved if tc is self.config or key is None or key not in saved else saved[key]
+        target["attn_implementation"] = IMPLEMENTATIONS[spec.get("attention", "favor")]
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(saved, f, indent=2, sort_keys=True)
+            f.write("\n")
+    return out
+
+
 def restoring_class(cls: type) -> type:
     """The subclass of an HF model class whose constructor re-applies the symformer records of its config (the
     class itself when it is one already)."""
@@ -79,7 +111,9 @@ def restoring_class(cls: type) -> type:
         return cls
     if cls not in _MODEL_CLASSES:
         _MODEL_CLASSES[cls] = type(
-            "Symformer" + cls.__name__, (cls,), {"__init__": _restoring_init, "__module__": __name__}
+            "Symformer" + cls.__name__,
+            (cls,),
+            {"__init__": _restoring_init, "save_pretrained": _saving, "__module__": __name__},
         )
     return _MODEL_CLASSES[cls]
 
@@ -90,7 +124,30 @@ def from_pretrained(model_class: type, path, **kwargs) -> nn.Module:
     downloaded unless `path` is a hub id). `dtype=torch.bfloat16` rounds the model's weights as `.to` would; the
     float32 masters (positional parts, FAVOR+ features) stay float32. `attn_implementation`: see `_requested`."""
     require_transformers()
-    return restoring_class(model_class).from_pretrained(path, **kwargs)
+    return restoring_class(_concrete_class(model_class, path, kwargs)).from_pretrained(path, **kwargs)
+
+
+_CONFIG_KWARGS = ("revision", "cache_dir", "local_files_only", "token", "subfolder", "trust_remote_code")
+
+
+def _concrete_class(model_class: type, path, kwargs: dict) -> type:
+    """An Auto class (AutoModelForCausalLM, ...) resolved to the model class the folder's config maps it to, so
+    that the restoring constructor runs; any other class as given."""
+    mapping = getattr(model_class, "_model_mapping", None)
+    if mapping is None:
+        return model_class
+    tf = require_transformers()
+    config = kwargs.get("config")
+    if not isinstance(config, tf.PretrainedConfig):
+        config = tf.AutoConfig.from_pretrained(
+            path if config is None else config, **{k: kwargs[k] for k in _CONFIG_KWARGS if k in kwargs}
+        )
+    try:
+        from transformers.models.auto.auto_factory import _get_model_class
+
+        return _get_model_class(config, mapping)
+    except ImportError:  # older releases: the mapping alone
+        return mapping[type(config)]
 
 
 __all__ = ["RECORDS", "from_pretrained", "restoring_class"]
