@@ -100,7 +100,7 @@ def test_compiled_decoding_step_of_every_part_and_core(family, positional, kind)
     assert _compiled_decoding(kind, family, positional, steps=8) <= 2
 
 
-@pytest.mark.parametrize("kind", ["favor", "plash"])
+@pytest.mark.parametrize("kind", ["favor", pytest.param("plash", marks=pytest.mark.slow)])  # plash: ~12 s more
 def test_generate_compiles_its_decoding_forward_and_picks_eager_tokens(kind):
     """A compileable cache makes generate() compile the decoding forward (transformers' auto-compile; on the CPU
     only with a CompileConfig that allows every device); greedy tokens equal eager's, across PLASH blocks."""
