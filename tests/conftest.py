@@ -16,6 +16,9 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     torch.set_num_threads(1)
+    # inductor's parity tests compile C++ in a pool of one process per core, which starves the other xdist worker:
+    # one compile thread keeps each worker on its core
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     if not os.environ.get("SYMFORMER_DATA") and SHARED_DATA.is_dir():
         os.environ["SYMFORMER_DATA"] = str(SHARED_DATA)
 

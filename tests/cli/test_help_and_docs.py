@@ -71,7 +71,9 @@ def test_every_option_is_in_its_commands_row():
         assert not missing, (path, missing)
 
 
-@pytest.mark.parametrize("extra", [["--help"], ["reproduce", "--list"], ["train", "--list-presets"]])
+@pytest.mark.parametrize(
+    "extra", [["--help"], ["reproduce", "--list"], ["train", "--list-presets"], ["bench", "--list"]]
+)
 def test_no_help_cites_an_issue_number(extra):
     texts = [_help([*path, "--help"]) for path in _commands()] if extra == ["--help"] else [_help(extra)]
     for text in texts:
