@@ -22,7 +22,8 @@ import statistics
 
 import torch
 
-from symformer._rng import seed_torch, seeded_generator
+from symformer._rng import seeded_generator
+from symformer.benchmarks._hf_llama import config_llama
 from symformer.benchmarks.base import BenchContext, BenchResult, one_call_seconds, suite, timed_call
 from symformer.integrations.hf_cache import cache_kwargs
 
@@ -41,20 +42,9 @@ METHODS = ("sdpa", "favor", "plash")
 
 
 def _model(method: str, seed: int, max_len: int):
-    import transformers as tf
-
     from symformer.integrations import hf
 
-    seed_torch(seed)
-    cfg = tf.LlamaConfig(
-        vocab_size=VOCAB,
-        max_position_embeddings=max_len,
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=None,
-        **SPEC,
-    )
-    model = tf.LlamaForCausalLM._from_config(cfg, attn_implementation="sdpa").eval()
+    model = config_llama(seed, max_len, vocab_size=VOCAB, **SPEC).eval()
     if method != "sdpa":
         hf.configure(model, attention=method, **(FAVOR if method == "favor" else PLASH))
     return model

@@ -39,8 +39,9 @@ from typing import Any, Callable
 
 import torch
 
-from symformer._rng import seed_torch, seeded_generator
+from symformer._rng import seeded_generator
 from symformer._validation import value_checks
+from symformer.benchmarks._hf_llama import config_llama
 from symformer.benchmarks.base import BenchContext, BenchResult, one_call_seconds, suite
 from symformer.profiling import OpCounter, compile_counts, graph_breaks
 
@@ -104,20 +105,9 @@ class GpuReadyPlan:
 
 def build_model(part: str, core: str, layers: int, device: str, seed: int, max_len: int = 2048):
     """The suite's Llama with `part` in every attention layer (native: HF's RoPE) and `core` (sdpa: HF's)."""
-    import transformers as tf
-
     from symformer.integrations import hf
 
-    seed_torch(seed)
-    cfg = tf.LlamaConfig(
-        num_hidden_layers=layers,
-        max_position_embeddings=max_len,
-        bos_token_id=None,
-        eos_token_id=None,
-        pad_token_id=None,
-        **SPEC,
-    )
-    model = tf.LlamaForCausalLM._from_config(cfg, attn_implementation="sdpa")
+    model = config_llama(seed, max_len, num_hidden_layers=layers, **SPEC)
     if part != "native":
         model = hf.patch_positional(model, part)
     if core != "sdpa":
