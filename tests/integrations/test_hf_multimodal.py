@@ -111,3 +111,20 @@ def test_patched_multimodal_model_saves_and_reloads(tmp_path):
     again = hf.from_pretrained(Gemma3ForConditionalGeneration, tmp_path, dtype=torch.float64).eval()
     assert len(hf.rotary_parts(again)) == 2
     assert (logits(again, x) - logits(model, x)).abs().max().item() <= 1e-12
+    plain = Gemma3ForConditionalGeneration.from_pretrained(tmp_path, dtype=torch.float64).eval()  # issue 58 item 1
+    with pytest.raises(RuntimeError, match="without its symformer positional part"):
+        logits(plain, x)
+
+
+@pytest.mark.parametrize("kind", ["gemma3", "llava"])
+def test_a_plain_load_of_a_multimodal_folder_with_cores_fails_loudly(kind, tmp_path):
+    """The saved implementation names the language model's sub-config at the top level too (a load otherwise sets the
+    top-level one on every sub-config, and the plain model would run sdpa without the cores: issue 58 item 1)."""
+    x = ids(n=12, vocab=290)
+    model = hf.configure(_model(kind), "favor", n_features=16, seed=0)
+    model.save_pretrained(tmp_path)
+    cls = type(model).__mro__[1]
+    again = hf.from_pretrained(cls, tmp_path, dtype=torch.float64).eval()
+    assert (logits(again, x) - logits(model, x)).abs().max().item() <= 1e-12
+    with pytest.raises(RuntimeError, match="without its symformer favor cores"):
+        logits(cls.from_pretrained(tmp_path, dtype=torch.float64).eval(), x)

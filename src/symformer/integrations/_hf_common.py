@@ -288,13 +288,17 @@ def attention_interface(name: str, eager):
     return eager if name == "eager" else ALL_ATTENTION_FUNCTIONS[name]  # 4.48-4.5x
 
 
+def family_eager(attn: nn.Module):
+    """The eager attention a patched layer runs: exact_float64's `_symformer_eager`, else its family's own."""
+    module = sys.modules[type(attn).__mro__[1].__module__]  # the HF class's module (the patched class subclasses it)
+    return getattr(attn, "_symformer_eager", None) or module.eager_attention_forward
+
+
 def call_attention(attn: nn.Module, q, k, v, attention_mask, scaling: float, position_ids, kwargs: dict):
     """The patched forwards' attention call, as HF's forwards make it: the function of config._attn_implementation
     (the family's own eager one for "eager", or exact_float64's `_symformer_eager`), attention dropout only in
     training, and position_ids passed on (flash attention reads packed sequences off them)."""
-    module = sys.modules[type(attn).__mro__[1].__module__]  # the HF class's module (the patched class subclasses it)
-    eager = getattr(attn, "_symformer_eager", None) or module.eager_attention_forward
-    interface = attention_interface(attn.config._attn_implementation, eager)
+    interface = attention_interface(attn.config._attn_implementation, family_eager(attn))
     if position_ids is not None:
         kwargs.setdefault("position_ids", position_ids)
     dropout = 0.0 if not attn.training else attn.attention_dropout

@@ -34,7 +34,7 @@ from symformer._rng import layer_kwargs
 from symformer._validation import check_choice, fail, reads_values
 from symformer.integrations._hf_common import attention_modules, head_dim, out_proj, require_transformers, text_config
 from symformer.integrations.hf_cache import install_forward_cache, install_generation_cache, tagged_layer
-from symformer.integrations.hf_reload import restoring_class
+from symformer.integrations.hf_reload import SUB_CONFIG_MARK, register_positional, restoring_class
 
 IMPLEMENTATIONS = {"favor": "symformer_favor", "plash": "symformer_plash"}
 _LAZY_RECORDS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # configs whose record _core made
@@ -219,11 +219,15 @@ def _core(module: nn.Module, kind: str) -> nn.Module:
     core = getattr(module, "symformer_core", None)
     if core is None:
         cfg = module.config
-        loaded = getattr(cfg, "_name_or_path", "") and _LAZY_RECORDS.get(id(cfg)) is not cfg
-        if getattr(cfg, "symformer_attention", None) and loaded:  # a record read from config.json, not made here
+        # a record read from config.json (the model's, or the text config's of a multimodal folder, whose sub-config
+        # has no path: hf_reload._saving marks it), not made here by a lazily built core
+        record = getattr(cfg, "symformer_attention", None)
+        loaded = getattr(cfg, "_name_or_path", "") or (record or {}).get(SUB_CONFIG_MARK)
+        if record and loaded and _LAZY_RECORDS.get(id(cfg)) is not cfg:
             fail(
                 "model",
-                f"a model loaded from {module.config._name_or_path!r} without its symformer {kind} cores (a plain "
+                f"a model loaded from {getattr(cfg, '_name_or_path', '') or 'a folder'!r} without its symformer {kind} "
+                "cores (a plain "
                 "from_pretrained: the cores' weights were dropped as unexpected keys)",
                 "symformer.integrations.hf.from_pretrained(ModelClass or AutoModelForCausalLM, folder), which "
                 "restores them",
@@ -348,6 +352,7 @@ def register() -> None:
     """Add "symformer_favor" and "symformer_plash" to transformers' AttentionInterface (and their mask
     builder to AttentionMaskInterface). Idempotent. ImportError naming the extra `hf` without transformers."""
     tf = require_transformers()
+    register_positional()
     tf.AttentionInterface.register(IMPLEMENTATIONS["favor"], favor_attention)
     tf.AttentionInterface.register(IMPLEMENTATIONS["plash"], plash_attention)
     try:

@@ -63,7 +63,7 @@ from symformer.integrations._hf_common import (
     token_positions,
 )
 from symformer.integrations.hf_mla import mla_attention_forward
-from symformer.integrations.hf_reload import restoring_class
+from symformer.integrations.hf_reload import register_positional, restoring_class
 
 POSITIONALS = ("rope", "string", "circulant_string", "espr")
 _ATTN_CLASSES: dict[type, type] = {}
@@ -366,6 +366,7 @@ def patch_positional(model: nn.Module, positional: str = "rope", **options) -> n
         attn.__class__ = _patched_attention_class(type(attn), is_mla(attn))
     config.symformer_positional = {"positional": positional, **options}
     model.__class__ = restoring_class(type(model))
+    register_positional()  # the name its save records (hf_reload.SAVED_POSITIONAL)
     return model
 
 

@@ -17,6 +17,9 @@ without `trust_remote_code`. So such a load fails loudly instead of returning a 
 saves `attn_implementation` ("symformer_favor" | "symformer_plash") in its config.json, which transformers refuses
 as unknown when symformer has not registered it, and which, when registered, reaches the attention function, where
 a layer of a model loaded from a folder without its cores raises (hf_attention._core) naming hf.from_pretrained.
+A model with a positional patch and no cores saves transformers' own implementation under a symformer name
+(`SAVED_POSITIONAL`: "symformer_sdpa", "symformer_eager") to the same end: the restoring constructor runs it as
+transformers' one, and a plain load either is refused as unknown or reaches `_unrestored`, which raises.
 """
 
 from __future__ import annotations
@@ -27,12 +30,51 @@ import os
 from torch import nn
 
 from symformer._validation import fail
-from symformer.integrations._hf_common import require_transformers
+from symformer.integrations._hf_common import attention_interface, family_eager, require_transformers, text_config
+from symformer.positional.base import RotaryPositional
 
 #: config attribute -> how it is re-applied, in this order (the positional patch changes the attention classes;
 #: the cores are attributes of the attention modules and survive that change either way)
 RECORDS = ("symformer_positional", "symformer_attention")
 _MODEL_CLASSES: dict[type, type] = {}
+#: marks the copy of a record saved in a multimodal folder's text config (read by a plain load only; restoring reads
+#: the top-level record)
+SUB_CONFIG_MARK = "saved_for_the_language_model"
+#: the attn_implementation saved by a model with a positional patch and no cores, per transformers implementation it
+#: ran ("sdpa" for one not listed here: flash / flex kernels are chosen again at load by attn_implementation=)
+SAVED_POSITIONAL = {"sdpa": "symformer_sdpa", "eager": "symformer_eager"}
+
+
+def _unrestored(base: str):
+    def attention(module, *args, **kwargs):
+        """A layer that should carry a symformer rotary part: run `base` where it does (set by hand on a patched
+        model), raise where it does not (a plain from_pretrained of a positional folder)."""
+        if not isinstance(getattr(module, "rotary", None), RotaryPositional):
+            fail(
+                "model",
+                f"a model loaded from {module.config._name_or_path!r} without its symformer positional part (a plain "
+                "from_pretrained: the part's parameters were dropped as unexpected keys, and the layers would rotate "
+                "with the model's own RoPE)",
+                "symformer.integrations.hf.from_pretrained(ModelClass or AutoModelForCausalLM, folder), which "
+                "restores it",
+                RuntimeError,
+            )
+        return attention_interface(base, family_eager(module))(module, *args, **kwargs)
+
+    return attention
+
+
+def register_positional() -> None:
+    """Add SAVED_POSITIONAL's names to transformers' AttentionInterface and AttentionMaskInterface (idempotent)."""
+    tf = require_transformers()
+    for base, name in SAVED_POSITIONAL.items():
+        tf.AttentionInterface.register(name, _unrestored(base))
+    try:
+        from transformers.masking_utils import AttentionMaskInterface
+    except ImportError:  # 4.48-4.52 build masks from _attn_implementation without a registry
+        return
+    for base, name in SAVED_POSITIONAL.items():
+        AttentionMaskInterface.register(name, AttentionMaskInterface._global_mapping[base])
 
 
 def _restore(model: nn.Module, record: str, spec: dict) -> None:
@@ -53,6 +95,7 @@ def _requested(config) -> None:
     is dropped, so the model runs, and saves, as a plain model (the cores' weights are then unexpected keys)."""
     spec = getattr(config, "symformer_attention", None)
     if not spec:
+        _requested_positional(config)
         return
     from symformer.integrations.hf_attention import IMPLEMENTATIONS, register
 
@@ -71,6 +114,19 @@ def _requested(config) -> None:
     config.symformer_attention = None
 
 
+def _requested_positional(config) -> None:
+    """A folder saved with a positional patch and no cores names SAVED_POSITIONAL's implementation (in its config or
+    its text config): the restored model runs transformers' own, which its save names again."""
+    if not getattr(config, "symformer_positional", None):
+        return
+    register_positional()
+    bases = {name: base for base, name in SAVED_POSITIONAL.items()}
+    for c in (config, *(getattr(config, k, None) for k in getattr(config, "sub_configs", {}))):
+        asked = getattr(c, "_attn_implementation_internal", None)
+        if isinstance(asked, str) and asked in bases:
+            c._attn_implementation_internal = bases[asked]
+
+
 def _restoring_init(self, config, *args, **kwargs):
     _requested(config)
     type(self).__mro__[1].__init__(self, config, *args, **kwargs)
@@ -86,22 +142,37 @@ def _saving(self, save_directory, *args, **kwargs):
     """save_pretrained, then config.json given `attn_implementation`: the symformer one this model runs (module
     doc: a plain from_pretrained of the folder then fails loudly instead of dropping the cores)."""
     out = type(self).__mro__[1].save_pretrained(self, save_directory, *args, **kwargs)
-    spec = getattr(self.config, "symformer_attention", None)
+    name = _saved_implementation(self)
     path = os.path.join(os.fspath(save_directory), "config.json")
-    if spec and os.path.isfile(path):
-        from symformer.integrations._hf_common import text_config
-        from symformer.integrations.hf_attention import IMPLEMENTATIONS
-
+    if name and os.path.isfile(path):
         with open(path, encoding="utf-8") as f:
             saved = json.load(f)
         tc = text_config(self)
         key = next((k for k in getattr(self.config, "sub_configs", {}) if getattr(self.config, k, None) is tc), None)
         target = saved if tc is self.config or key is None or key not in saved else saved[key]
-        target["attn_implementation"] = IMPLEMENTATIONS[spec.get("attention", "favor")]
+        target["attn_implementation"] = name
+        if target is not saved:  # a load sets the top-level implementation on every sub-config unless it names theirs
+            saved["attn_implementation"] = {key: name}
+            for record in RECORDS:  # what the language model's layers find on their sub-config in a plain load
+                if getattr(self.config, record, None):
+                    target[record] = {**getattr(self.config, record), SUB_CONFIG_MARK: True}
         with open(path, "w", encoding="utf-8") as f:
             json.dump(saved, f, indent=2, sort_keys=True)
             f.write("\n")
     return out
+
+
+def _saved_implementation(model: nn.Module) -> str | None:
+    """The attn_implementation a save names: the symformer core's, else SAVED_POSITIONAL's for a positional patch."""
+    spec = getattr(model.config, "symformer_attention", None)
+    if spec:
+        from symformer.integrations.hf_attention import IMPLEMENTATIONS
+
+        return IMPLEMENTATIONS[spec.get("attention", "favor")]
+    if not getattr(model.config, "symformer_positional", None):
+        return None
+    base = getattr(text_config(model), "_attn_implementation", None)
+    return SAVED_POSITIONAL.get(base, SAVED_POSITIONAL["sdpa"])
 
 
 def restoring_class(cls: type) -> type:
@@ -150,4 +221,4 @@ def _concrete_class(model_class: type, path, kwargs: dict) -> type:
         return mapping[type(config)]
 
 
-__all__ = ["RECORDS", "from_pretrained", "restoring_class"]
+__all__ = ["RECORDS", "SAVED_POSITIONAL", "from_pretrained", "register_positional", "restoring_class"]

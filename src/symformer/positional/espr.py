@@ -36,7 +36,14 @@ from torch import nn
 from symformer._rng import check_seed, init_generator
 from symformer._validation import check_choice, check_float, check_int, fail, reads_values
 from symformer.positional._cache import ValueCache
-from symformer.positional.base import LOW_PRECISION, RotaryPositional, check_positions, compute_dtype, master_dtype
+from symformer.positional.base import (
+    LOW_PRECISION,
+    RotaryPositional,
+    check_positions,
+    compute_dtype,
+    master_dtype,
+    table_dtype,
+)
 from symformer.positional.cayley import cayley, check_skew, skew
 from symformer.positional.expm import SUPPORTED, expm_skew
 from symformer.positional.rope import PAIRINGS, generators_from_beta, rope_frequencies
@@ -145,6 +152,17 @@ class ESPR(RotaryPositional):
         """Skew generators L (C, Dh, Dh) (T1.1 without the commuting hypothesis)."""
         return skew(self.gen_param)
 
+    def _generators_in(self, dt: torch.dtype) -> torch.Tensor:
+        """L computed in dt from the master parameters (float64 tables must not start from float32-rounded L: an
+        error of 2^-24 in L is n 2^-24 in exp(n L))."""
+        return skew(self.gen_param.to(dt))
+
+    def _post_rotation_in(self, dt: torch.dtype) -> torch.Tensor:
+        """P computed in dt (float32 or better) from the master parameters, as `_generators_in`."""
+        if self.skew_param is None:
+            return torch.eye(self.head_dim, dtype=dt, device=self.gen_param.device)
+        return cayley(skew(self.skew_param.to(dt)), check=False)
+
     def skew_matrix(self) -> torch.Tensor:
         """The Cayley parameter S of P (zeros without post-rotation)."""
         if self.skew_param is None:
@@ -191,7 +209,7 @@ class ESPR(RotaryPositional):
         """R_STR(r) = exp(A(r)) (..., Dh, Dh) for positions (..., C) (T1.6), one matrix_exp per row, in float32 or
         better (`dtype`, at least the generators' precision)."""
         dt = compute_dtype(self.gen_param.dtype, dtype or self.gen_param.dtype)
-        a = torch.einsum("...c,cij->...ij", positions.to(dt), self.generators().to(dt))
+        a = torch.einsum("...c,cij->...ij", positions.to(dt), self._generators_in(dt))
         return self._expm(a)
 
     def _expm(self, a: torch.Tensor) -> torch.Tensor:
@@ -212,7 +230,7 @@ class ESPR(RotaryPositional):
         hi = int(n.abs().max())
         if not torch.equal(n, r) or hi + 1 > 4 * r.numel() + 64:
             return self.exp_generator(reps, dtype)
-        table = _power_table(self._expm(self.generators()[0].to(dtype)), hi + 1)
+        table = _power_table(self._expm(self._generators_in(dtype)[0]), hi + 1)
         idx = n.long()
         if idx.numel() == hi + 1 and torch.equal(idx, torch.arange(hi + 1, device=idx.device)):
             return table  # token positions 0..N-1 in order (the usual case): no gather, no sign select
@@ -253,21 +271,24 @@ class ESPR(RotaryPositional):
             if hit is not None:
                 return hit
         key = positions
-        positions = positions if positions.is_floating_point() else positions.to(dt)  # int64: exact below 2^24
+        # cached maps: exponentials in float64 where the device has it, rounded once (table_dtype; with a gradient to
+        # learn, a float64 exponential and its backward per token would cost what float32 training saves)
+        td = dt if needs_graph else table_dtype(dt, self.gen_param.device)
+        positions = positions if positions.is_floating_point() else positions.to(td)  # int64: exact below 2^24
         if reads_values(positions):
-            maps = self._distinct_maps(positions, dt)
+            maps = self._distinct_maps(positions, td)
         elif not needs_graph and self.coord_dim == 1 and self.exp_method == "auto":
-            maps = self._spectral_maps(positions, dt)
+            maps = self._spectral_maps(positions, td)
         else:
             reps = positions.reshape(-1, self.coord_dim)
-            maps = self._maps_of(self.exp_generator(reps, dt), dt).reshape(*positions.shape[:-1], *(self.d_act,) * 2)
-        return maps if needs_graph else cache.store(("maps", dt), (key, *params), maps)
+            maps = self._maps_of(self.exp_generator(reps, td), td).reshape(*positions.shape[:-1], *(self.d_act,) * 2)
+        return maps if needs_graph else cache.store(("maps", dt), (key, *params), maps.to(dt))
 
     def _maps_of(self, exps: torch.Tensor, dt: torch.dtype) -> torch.Tensor:
         """(Pi_act exp(A) P Pi_act)^T (U, d_act, d_act) from exponentials (U, Dh, Dh) (T4.3), a transposed view."""
         d = self.d_act
         rows = exps[:, :d, :]  # Pi_act exp(A(r)), (U, d, Dh)
-        m = rows @ self.post_rotation().to(dt)[:, :d] if self.use_post_rotation else rows[..., :d]  # T4.3
+        m = rows @ self._post_rotation_in(dt)[:, :d] if self.use_post_rotation else rows[..., :d]  # T4.3
         return m.transpose(-1, -2)
 
     def _distinct_maps(self, positions: torch.Tensor, dt: torch.dtype) -> torch.Tensor:
@@ -296,9 +317,9 @@ class ESPR(RotaryPositional):
         if hit is not None:
             return hit
         with torch.no_grad():
-            gen = self.generators()[0].double()
+            gen = self._generators_in(torch.float64)[0]
             lam, v = torch.linalg.eigh(1j * gen)
-            p = self.post_rotation().double()
+            p = self._post_rotation_in(torch.float64)
             b = v.mH @ p[:, : self.d_act].to(v.dtype)
             cdt = torch.complex128 if dt == torch.float64 else torch.complex64
             out = (lam.to(dt), b.mT.to(cdt).contiguous(), v[: self.d_act].mT.to(cdt).contiguous())

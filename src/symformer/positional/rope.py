@@ -28,7 +28,7 @@ from symformer._torch_compat import is_compiling
 from symformer._validation import check_choice, check_float, check_int, fail
 from symformer.positional._cache import ValueCache
 from symformer.positional._fused import fused_applies, fused_half, rotate_half_pairs
-from symformer.positional.base import QKSymmetry, RotaryPositional, compute_dtype, master_dtype
+from symformer.positional.base import QKSymmetry, RotaryPositional, compute_dtype, master_dtype, table_dtype
 
 PAIRINGS = ("interleaved", "half")
 
@@ -226,22 +226,24 @@ class RoPE(RotaryPositional):
             else torch.complex64
         )
 
-        def build():
-            th = self._theta(positions, torch.float64 if cdt == torch.complex128 else torch.float32)
-            return torch.polar(torch.ones_like(th), th)
+        def build():  # the angles and their cos / sin in float64 where the device has it, rounded once (table_dtype)
+            th = self._theta(positions, table_dtype(torch.float32, self.beta.device))
+            return torch.polar(torch.ones_like(th), th).to(cdt)
 
         return self._cached(("rot", cdt, positions.device), positions, build)
 
     def tables(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple:
         """What `apply_tables` needs to rotate a `dtype` tensor in this pairing, cached per position set, in
-        float32 (float64 for float64 inputs or a float64 beta): the complex table for interleaved pairing,
-        contiguous [cos, cos] and [-sin, sin] for half (reading the strided .real/.imag of a complex table in the hot
-        path is what made half slow). A 16-bit tensor is rotated in float32 and rounded once (apply_tables)."""
+        float32 (float64 for float64 inputs or a float64 beta) from float64 angles (`table_dtype`): the complex table
+        for interleaved pairing, contiguous [cos, cos] and [-sin, sin] for half (reading the strided .real/.imag of a
+        complex table in the hot path is what made half slow). A 16-bit tensor is rotated in float32 and rounded once
+        (apply_tables)."""
         cd = compute_dtype(dtype, self.beta.dtype)
         if self.pairing == "interleaved":
             return ("complex", self.rotation(positions, cd))
+        td = table_dtype(cd, self.beta.device)  # angles, cos and sin in float64, rounded once to cd
         return self._cached(
-            ("cos", cd, positions.device), positions, lambda: half_tables(self._theta(positions, cd), cd)
+            ("cos", cd, positions.device), positions, lambda: half_tables(self._theta(positions, td), cd)
         )
 
     def forward(

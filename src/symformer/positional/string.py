@@ -24,7 +24,14 @@ from torch import nn
 from symformer._rng import init_generator
 from symformer._validation import check_int, fail
 from symformer.positional._cache import ValueCache
-from symformer.positional.base import LOW_PRECISION, QKSymmetry, RotaryPositional, compute_dtype, master_dtype
+from symformer.positional.base import (
+    LOW_PRECISION,
+    QKSymmetry,
+    RotaryPositional,
+    compute_dtype,
+    master_dtype,
+    table_dtype,
+)
 from symformer.positional.cayley import cayley, skew
 from symformer.positional.rope import RoPE, apply_tables, pair_indices
 
@@ -233,14 +240,16 @@ class CirculantSTRING(RotaryPositional):
         idx = (u[:, None] - u[None, :]) % self.head_dim
         return a[:, idx]
 
-    def _rotate_fourier(self, x: torch.Tensor, th: torch.Tensor) -> torch.Tensor:
-        """IFFT(e^{i theta} FFT(x)) in th's dtype (float32 / float64), rounded once to x's dtype."""
-        rot = torch.polar(torch.ones_like(th), th)
-        return torch.fft.irfft(torch.fft.rfft(x.to(th.dtype), dim=-1) * rot, n=self.head_dim, dim=-1).to(x.dtype)
+    def _rotate_fourier(self, x: torch.Tensor, th: torch.Tensor, cd: torch.dtype) -> torch.Tensor:
+        """IFFT(e^{i theta} FFT(x)) in cd (float32 / float64), rounded once to x's dtype; the phases e^{i theta}
+        in th's dtype (float64 angles for float32 work: `table_dtype`), rounded once to cd."""
+        rot = torch.polar(torch.ones_like(th), th).to(torch.complex128 if cd == torch.float64 else torch.complex64)
+        return torch.fft.irfft(torch.fft.rfft(x.to(cd), dim=-1) * rot, n=self.head_dim, dim=-1).to(x.dtype)
 
     def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        th = self.angles(positions, compute_dtype(x.dtype))
-        return self._rotate_fourier(x, th.unsqueeze(1) if th.ndim == 3 and x.ndim == 4 else th)
+        cd = compute_dtype(x.dtype, self.c.dtype)
+        th = self.angles(positions, table_dtype(cd, self.c.device))
+        return self._rotate_fourier(x, th.unsqueeze(1) if th.ndim == 3 and x.ndim == 4 else th, cd)
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, key_positions: torch.Tensor | None = None
@@ -252,7 +261,8 @@ class CirculantSTRING(RotaryPositional):
         """R(r) (..., N, Dh, Dh): rotate the basis vectors (rows of I give R^T)."""
         th = self.angles(positions)[..., None, :]
         eye = torch.eye(self.head_dim, dtype=th.dtype, device=th.device)
-        return self._rotate_fourier(eye.expand(*th.shape[:-2], self.head_dim, self.head_dim), th).transpose(-1, -2)
+        eye = eye.expand(*th.shape[:-2], self.head_dim, self.head_dim)
+        return self._rotate_fourier(eye, th, th.dtype).transpose(-1, -2)
 
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, coord_dim={self.coord_dim}"
