@@ -46,6 +46,14 @@ class Registry(Generic[T]):
     def names(self) -> list[str]:
         return sorted(self._items)
 
+    def registered(self) -> list[str]:
+        """The names in registration order (what a host that derives names from the registry lists)."""
+        return list(self._items)
+
+    def unregister(self, name: str) -> None:
+        """Remove `name` (a toy entry registered inside a test); KeyError if absent."""
+        del self._items[name]
+
     def __contains__(self, name: object) -> bool:
         return name in self._items
 

@@ -23,4 +23,16 @@ from symformer.attention.favor import FavorAttention  # noqa: E402
 
 ATTENTION.register("favor")(FavorAttention)
 
-__all__ = ["FavorAttention", "AttentionCore", "SoftmaxAttention", "NaiveAttention", "naive_attention", "PlashAttention"]
+from symformer.attention.decoding import DecodingCore, DecodingState, decoding_cores  # noqa: E402
+
+__all__ = [
+    "DecodingCore",
+    "DecodingState",
+    "decoding_cores",
+    "FavorAttention",
+    "AttentionCore",
+    "SoftmaxAttention",
+    "NaiveAttention",
+    "naive_attention",
+    "PlashAttention",
+]

@@ -41,9 +41,9 @@ from symformer._validation import (
     fail,
     reads_values,
 )
+from symformer.attention.decoding import DecodingCore
 from symformer.attention.favor_state import FavorState, check_features, favor_step
 from symformer.attention.softmax import (
-    AttentionCore,
     draw_dtype,
     float32_compute,
     key_padding_mask,
@@ -357,7 +357,7 @@ def _check_finite_inputs(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> N
     fail("q, k", "finite inputs whose random-feature estimate overflows", "inputs of moderate magnitude")
 
 
-class FavorAttention(AttentionCore):
+class FavorAttention(DecodingCore):
     """FAVOR+ attention core with the SDPA call shape: `forward(q, k, v, attn_mask=None, is_causal=False,
     scale=None, state=None)`, q and k (B, H, Nq|Nk, head_dim), v (B, H, Nk, Dv) -> (B, H, Nq, Dv); every head
     uses the same features.

@@ -41,6 +41,7 @@ from symformer._validation import (
     fail,
     reads_values,
 )
+from symformer.attention.decoding import DecodingCore
 from symformer.attention.plash_state import PlashState, check_state_use, plash_step
 from symformer.attention.sketch import (
     MERSENNE_31,
@@ -50,7 +51,6 @@ from symformer.attention.sketch import (
     tensor_sketch_dense,
 )
 from symformer.attention.softmax import (
-    AttentionCore,
     draw_dtype,
     float32_compute,
     key_padding_mask,
@@ -98,7 +98,7 @@ def _softmax(logits: torch.Tensor, masked: bool) -> torch.Tensor:
     return w.nan_to_num(0.0) if masked else w
 
 
-class PlashAttention(AttentionCore):
+class PlashAttention(DecodingCore):
     """PLASH attention core with the SDPA call shape: `forward(q, k, v, attn_mask=None, is_causal=False,
     scale=None, state=None)`, q and k (B, H, Nq|Nk, head_dim), v (B, H, Nk, head_dim) -> (B, H, Nq, head_dim).
     The heads are folded into the batch: one set of weights serves every head.

@@ -27,7 +27,21 @@ POSITIONAL.register("circulant_string")(CirculantSTRING)
 POSITIONAL.register("espr")(ESPR)
 POSITIONAL.register("partial")(partial_rotary)
 
+
+def rotary_parts() -> dict[str, type]:
+    """name -> class of every registered rotary part (POSITIONAL entries subclassing RotaryPositional), in
+    registration order: what every host that runs "all rotary parts" reads (the HF patch, the precision checks, the
+    benchmarks), so a new part registered here runs there with no other edit."""
+    out = {}
+    for name in POSITIONAL.registered():
+        obj = POSITIONAL.get(name)
+        if isinstance(obj, type) and issubclass(obj, RotaryPositional):
+            out[name] = obj
+    return out
+
+
 __all__ = [
+    "rotary_parts",
     "AdditivePositional",
     "RotaryPositional",
     "NoPositional",

@@ -302,6 +302,19 @@ class RotaryPositional(Float32Master):
     head_dim: int
     #: the generators commute by construction (RoPE, STRING, circulant STRING): logits are exactly relative
     commuting = True
+    #: the pair layouts the part rotates in ("half": HF's rotate-half, "interleaved": GLM's, rope-vit's); () for a part
+    #: without coordinate pairs (circulant STRING acts in the Fourier basis)
+    pairings: tuple[str, ...] = ()
+    #: the part may rotate the first coordinates of a head only (PartialRotary, MLA's rope blocks); False where its
+    #: logit scale is stated for a whole projected head (ESPR's 1/sqrt(d_act), T4.4)
+    partial_head = True
+
+    @classmethod
+    def from_frequencies(cls, inv_freq: torch.Tensor, pairing: str = "half", **options) -> RotaryPositional:
+        """A 1-D part on 2 len(inv_freq) coordinates that starts as the RoPE with these frequencies (a model's own
+        `inv_freq`, HF's rotary table) in pair layout `pairing` (one of `pairings`); `options` go to the constructor.
+        What the Hugging Face patch builds a part with; NotImplementedError where a part cannot start from RoPE."""
+        raise NotImplementedError(f"{cls.__name__}.from_frequencies")
 
     @property
     def scale(self) -> float | None:
