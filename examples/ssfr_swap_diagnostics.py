@@ -17,10 +17,10 @@ from pathlib import Path
 
 import torch
 
-from symformer.data.ssfr import make_ssfr
-from symformer.experiments.fact_recall_runs import build_point_mlp, ssfr_train_config
+from symformer.experiments.fact_recall.runs import build_point_mlp, ssfr_train_config
 from symformer.facts import random_fact_map
-from symformer.train.fact_recall import build_recall_model, swap_diagnostics, train_ssfr
+from symformer.facts.lm.recall import build_recall_model, swap_diagnostics, train_ssfr
+from symformer.facts.lm.ssfr import make_ssfr
 
 
 def main() -> None:

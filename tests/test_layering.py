@@ -8,6 +8,8 @@ experiments and benchmarks. Layers, from the bottom:
   1  data, positional, attention, facts                    (parts)
   2  models
   3  train
+  3.5 facts.lm    (the transformer side of the fact-storing MLP paper: recall tasks, the fact-recall model, its
+                   training and editing; builds on models and train, while facts itself stays layer 1)
   4  teleport
   5  integrations   (HF models: builds on models, positional, attention and teleport; imported by the `hf`
                      experiment and the positional_hf benchmark)
@@ -41,6 +43,7 @@ LAYERS = {
     "facts": 1,
     "models": 2,
     "train": 3,
+    "facts.lm": 3.5,
     "teleport": 4,
     "integrations": 5,
     "experiments": 6,
@@ -52,9 +55,12 @@ SIBLINGS = {frozenset({"experiments", "benchmarks"})}
 
 
 def unit_of(module: str) -> str | None:
-    """'symformer.train.trainer' -> 'train'; None for the package root."""
+    """'symformer.train.trainer' -> 'train', 'symformer.facts.lm.model' -> 'facts.lm' (the most specific unit in
+    LAYERS: a subpackage may have its own layer); None for the package root."""
     parts = module.split(".")
-    return parts[1] if parts[0] == "symformer" and len(parts) > 1 else None
+    if parts[0] != "symformer" or len(parts) < 2:
+        return None
+    return next((".".join(parts[1:n]) for n in range(len(parts), 2, -1) if ".".join(parts[1:n]) in LAYERS), parts[1])
 
 
 def module_name(path: Path, src: Path) -> str:
@@ -80,6 +86,12 @@ def imported_modules(path: Path, src: Path) -> list[tuple[int, str]]:
                 out += [(node.lineno, f"symformer.{a.name}") for a in node.names]
             else:
                 out.append((node.lineno, base))
+                # `from symformer.facts import lm`: a name that is a unit of its own is that unit
+                out += [
+                    (node.lineno, f"{base}.{a.name}")
+                    for a in node.names
+                    if unit_of(f"{base}.{a.name}") != unit_of(base)
+                ]
     return [(ln, m) for ln, m in out if m == "symformer" or m.startswith("symformer.")]
 
 
@@ -129,6 +141,23 @@ def test_the_walk_sees_lazy_and_relative_imports(tmp_path):
     assert "positional/x.py:2 imports symformer.models (layer 2 models) from layer 1 positional" in bad[1]
 
 
+def test_a_subpackage_with_its_own_layer(tmp_path):
+    """facts.lm sits above train while facts is a part (layer 1): facts may not import facts.lm, by either
+    spelling, and facts.lm may import train and facts."""
+    pkg = tmp_path / "symformer"
+    (pkg / "facts" / "lm").mkdir(parents=True)
+    (pkg / "train").mkdir()
+    for d in ("facts", "facts/lm", "train"):
+        (pkg / d / "__init__.py").write_text("")
+    (pkg / "facts" / "x.py").write_text("from symformer.facts.lm.model import M\nfrom symformer.facts import lm\n")
+    (pkg / "facts" / "lm" / "model.py").write_text("from symformer.train import Trainer\nfrom ..x import y\n")
+    bad = violations(pkg)
+    assert len(bad) == 2
+    assert "facts/x.py:1 imports symformer.facts.lm.model (layer 3.5 facts.lm) from layer 1 facts" in bad[0]
+    assert "facts/x.py:2 imports symformer.facts.lm (layer 3.5 facts.lm) from layer 1 facts" in bad[1]
+
+
 @pytest.mark.parametrize("unit", sorted(LAYERS))
 def test_every_layer_exists(unit):
-    assert (SRC / unit).is_dir() or (SRC / f"{unit}.py").is_file() or unit == "stats"
+    path = SRC / unit.replace(".", "/")
+    assert path.is_dir() or path.with_suffix(".py").is_file() or unit == "stats"

@@ -14,9 +14,9 @@ from symformer._rng import check_seed, derived_seed, layer_kwargs, seeded_genera
 from symformer.attention.favor import FavorAttention
 from symformer.attention.plash import PlashAttention
 from symformer.attention.sketch import CountSketch, TensorSketch
-from symformer.data.books import make_books
-from symformer.data.ssfr import make_ssfr
 from symformer.facts.embeddings import make_fact_set, sample_embeddings
+from symformer.facts.lm.books import make_books
+from symformer.facts.lm.ssfr import make_ssfr
 from symformer.models import CausalLM, TransformerConfig
 from symformer.models.forecaster import Forecaster
 from symformer.models.informer import Informer, InformerConfig

@@ -1,6 +1,6 @@
 """Random streams for the random parts of a construction, kept apart from the data's.
 
-The synthetic data sets draw their embeddings from `torch.Generator().manual_seed(seed)` (data.ssfr.make_ssfr,
+The synthetic data sets draw their embeddings from `torch.Generator().manual_seed(seed)` (facts.lm.ssfr.make_ssfr,
 facts.embeddings.make_fact_set), and a builder that seeded its own generator with the same integer and drew the same
 shape first got the very same numbers: ntk_mlp(seed=0) on make_ssfr(seed=0) had the keys as its first random
 features (its MLP for f stored 3-70% of the facts at sizes where seed 1 stores 99.9%), and the gadget encoder's G

@@ -1,17 +1,26 @@
 """`symformer facts build | rho | edit`: stored-fact MLPs for users with their own embeddings (.pt or .npy), and
-MLP swapping on a fact-recall checkpoint. The command-line layer (it reaches down to train for `edit`)."""
+MLP swapping on a fact-recall checkpoint. The command-line layer (it reaches down to facts.lm for `edit`)."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 from pathlib import Path
 from typing import Optional
 
 import torch
 import typer
 
-from symformer._io import save_atomic
-from symformer._validation import fail
+from symformer._io import check_writable_dir, check_writable_file, save_atomic
+from symformer._validation import check_int, fail
+from symformer.data.files import load_array, read_text
+from symformer.experiments.facts.solver_audit import ANCHORS, audit
+from symformer.facts.capacity import KNOB, METHODS, BuildOptions, build_fact_mlp
+from symformer.facts.decodability import decodability
+from symformer.facts.embeddings import fact_pairs_to_map
+from symformer.facts.lm.checkpoint import edit_by_swap, load_fact_model, parse_edits, save_fact_model
+from symformer.facts.saved import save_fact_mlp
 
 app = typer.Typer(
     add_completion=False,
@@ -22,8 +31,6 @@ app = typer.Typer(
 
 def load_matrix(path: Path, name: str) -> torch.Tensor:
     """A 2-D float matrix from .pt (a tensor, loaded with weights_only=True) or .npy (allow_pickle=False)."""
-    from symformer.data.files import load_array
-
     x = load_array(path, name)
     if x.ndim != 2 or not x.is_floating_point():
         fail(name, f"{path}: a {x.dtype} tensor of shape {tuple(x.shape)}", "a 2-D floating-point matrix")
@@ -39,9 +46,6 @@ def _is_int(x) -> bool:
 
 def _json_facts(path: Path, n_keys: int) -> torch.Tensor:
     """The fact map of a JSON file: integer [key, value] pairs, or a 1-D list of integers (facts[i] = f(i))."""
-    from symformer.data.files import read_text
-    from symformer.facts.embeddings import fact_pairs_to_map
-
     try:
         data = json.loads(read_text(path, f"a JSON file: {JSON_FACTS}"))
     except json.JSONDecodeError as e:
@@ -57,8 +61,6 @@ def _json_facts(path: Path, n_keys: int) -> torch.Tensor:
 def load_facts(path: Optional[Path], n_keys: int, n_values: int) -> torch.Tensor:
     """Facts as a 1-D integer array (.pt/.npy, or a JSON list: facts[i] = f(i)) or a JSON list of [key, value] pairs;
     default: the identity map (requires |K| = |V|)."""
-    from symformer.data.files import load_array
-
     if path is None:
         if n_keys != n_values:
             fail("--facts", None, f"a fact file when |K| ({n_keys}) != |V| ({n_values})")
@@ -74,8 +76,6 @@ def load_facts(path: Optional[Path], n_keys: int, n_values: int) -> torch.Tensor
 
 def _check_out_file(out: Path) -> None:
     """Before any work: OUT must be a file we can create (its folder writable, not a folder itself)."""
-    from symformer._io import check_writable_file
-
     check_writable_file(out, "--out")
 
 
@@ -97,9 +97,6 @@ def build(
 ):
     """Build an MLP that stores every fact and save it (state_dict + config) to OUT; load it with
     symformer.facts.load_fact_mlp. Without --m a construction gets the smallest width that stores every fact."""
-    from symformer.facts.capacity import KNOB, METHODS, BuildOptions, build_fact_mlp
-    from symformer.facts.saved import save_fact_mlp
-
     if method not in METHODS:
         fail("--method", method, f"one of {', '.join(METHODS)}")
     _check_out_file(out)
@@ -118,8 +115,6 @@ def rho(
     out: Optional[Path] = typer.Option(None, "--out", help="save rho_i and U* here (.pt)"),
 ):
     """Decodability rho(V) (eq. 3); lists the values that are not vertices (never decodable)."""
-    from symformer.facts.decodability import decodability
-
     if out is not None:
         _check_out_file(out)
     V = load_matrix(values, "--values")
@@ -133,7 +128,7 @@ def rho(
 
 @app.command()
 def edit(
-    model: Path = typer.Option(..., "--model", help="a fact-recall checkpoint (train.fact_checkpoint)"),
+    model: Path = typer.Option(..., "--model", help="a fact-recall checkpoint (facts.lm.checkpoint)"),
     facts: Path = typer.Option(..., "--facts", help=r"JSON \[\[key, value], ...] by name or index"),
     out: Path = typer.Option(..., "--out", help="where to write the edited checkpoint"),
     min_accuracy: float = typer.Option(0.99, "--min-accuracy", help="recall needed on the edited facts"),
@@ -141,14 +136,6 @@ def edit(
 ):
     """Edit facts by MLP swapping (Sec. 5.4): build an MLP storing the edited fact set, swap it in, verify
     that the model recalls the edited facts, and only then write OUT (exit 2 with the accuracy otherwise)."""
-    from symformer.data.files import read_text
-    from symformer.train.fact_checkpoint import (
-        edit_by_swap,
-        load_fact_model,
-        parse_edits,
-        save_fact_model,
-    )
-
     _check_out_file(out)
     if not model.is_file():
         fail("--model", str(model), "an existing checkpoint file")
@@ -188,12 +175,6 @@ def solver_check(
 ):
     """Check rho_i against cvxpy and the hull LP on every fact set `reproduce facts` computes rho on;
     prints the summary (OUT/facts/solver_check.json). Needs cvxpy and scipy (the `dev` extra)."""
-    import importlib.util
-    import sys
-
-    from symformer._io import check_writable_dir
-    from symformer._validation import check_int
-
     missing = [m for m in ("cvxpy", "scipy") if importlib.util.find_spec(m) is None]
     if missing:
         fail("solver-check", f"no {' or '.join(missing)} installed", "cvxpy and scipy (pip install 'symformer[dev]')")
@@ -201,8 +182,6 @@ def solver_check(
     for name, v in (("--anchors", anchors), ("--lowest", lowest)):
         if v is not None:
             check_int(name, v, 0)
-    from symformer.experiments.facts.solver_audit import ANCHORS, audit
-
     n_random, n_lowest = ANCHORS[quick]
     pair = (n_random if anchors is None else anchors, n_lowest if lowest is None else lowest)
     if pair == (0, 0):

@@ -115,10 +115,10 @@ def _other_model(t):
 
 def _fact_edit(t, edits, model=None):
     """`facts edit` on an untrained SSFR model whose checkpoint asks for a 1-wide MLP (it cannot store 32 facts)."""
-    from symformer.data.ssfr import make_ssfr
     from symformer.facts import build_fact_mlp
-    from symformer.train.fact_checkpoint import save_fact_model
-    from symformer.train.fact_recall import build_recall_model
+    from symformer.facts.lm.checkpoint import save_fact_model
+    from symformer.facts.lm.recall import build_recall_model
+    from symformer.facts.lm.ssfr import make_ssfr
 
     args = dict(n_facts=32, d=32, seed=0)
     task = make_ssfr(**args)

@@ -46,8 +46,9 @@ def _no_work(monkeypatch):
     monkeypatch.setattr(cli, "_threads", boom)
     import importlib
 
-    monkeypatch.setattr(importlib.import_module("symformer.facts.decodability"), "decodability", boom)
-    monkeypatch.setattr(importlib.import_module("symformer.facts.capacity"), "build_fact_mlp", boom)
+    cli_facts = importlib.import_module("symformer.cli_facts")  # the names `facts rho` / `facts build` call
+    monkeypatch.setattr(cli_facts, "decodability", boom)
+    monkeypatch.setattr(cli_facts, "build_fact_mlp", boom)
 
 
 @pytest.mark.parametrize("cmd", ["train", "reproduce", "bench", "facts build", "facts rho"])

@@ -229,8 +229,8 @@ def test_code_width_is_the_smallest_storing_m():
     """Both MLPs (f and f') store >= 99% at the returned m; at m - 1 one of them does not."""
     import torch
 
-    from symformer.data.ssfr import make_ssfr
     from symformer.facts.capacity import build_fact_mlp
+    from symformer.facts.lm.ssfr import make_ssfr
 
     torch.set_num_threads(1)
     m = fact_recall_search.code_width("bin+jl", 64, 32, 1, 4, 64, bisect=True)
@@ -548,7 +548,7 @@ def test_a_killed_lm_job_resumes_its_training_swap_and_finished_edits(monkeypatc
 
 
 def _small_lm_config(**kw):
-    from symformer.train.fact_lm import LMConfig
+    from symformer.facts.lm.books_lm import LMConfig
 
     return LMConfig(mlp_steps=60, batch_size=16, **kw)
 

@@ -1,5 +1,5 @@
 """Fact MLPs in 16-bit hosts (issue 40 item 4): a construction stays in its float64 / float32 dtype and a bfloat16
-host runs a copy cast once (models.fact_recall.FactSlot), and that copy decodes the facts as the float64 construction
+host runs a copy cast once (facts.slot.FactSlot), and that copy decodes the facts as the float64 construction
 does.
 
 Tolerance for decoding: with s the scores <out(k), v_j> and e = max |s_bf16 - s_float64| over the values, the
@@ -16,9 +16,9 @@ import copy
 import pytest
 import torch
 
-from symformer.facts import build_fact_mlp, make_fact_set
+from symformer.facts import build_fact_mlp, make_fact_set, swap_fact_mlp
 from symformer.facts.capacity import BuildOptions
-from symformer.models import FactRecallConfig, FactRecallTransformer, swap_fact_mlp
+from symformer.facts.lm import FactRecallConfig, FactRecallTransformer
 
 BF16 = torch.bfloat16
 METHODS = [

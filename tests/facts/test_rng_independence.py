@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from symformer._rng import derived_seed, generator
-from symformer.data.ssfr import make_ssfr
 from symformer.facts.baselines import ntk_mlp
 from symformer.facts.decoders import jl_decoder
 from symformer.facts.embeddings import make_fact_set
 from symformer.facts.encoders import solve_gadgets
+from symformer.facts.lm.ssfr import make_ssfr
 from symformer.facts.mlp import fact_accuracy
 
 

@@ -27,8 +27,7 @@ def test_vit_2d(positional, attention, mlp):
     )
     m = ViTClassifier(cfg, token_dim=4, n_classes=3)
     if mlp == "fact":  # an empty fact slot refuses to run: fill it with a (frozen) fact MLP of the model width
-        from symformer.facts import FactMLP
-        from symformer.models import swap_fact_mlp
+        from symformer.facts import FactMLP, swap_fact_mlp
 
         swap_fact_mlp(m, FactMLP(16, 8, dtype=torch.float32))
     pos = torch.stack(torch.meshgrid(torch.arange(3.0), torch.arange(3.0), indexing="ij"), -1).reshape(9, 2)

@@ -1,5 +1,7 @@
 """Fact-storing MLPs (fact-storing-mlps.txt): fact sets and embeddings, decodability rho,
-closed-form encoders/decoders, baselines, the capacity search, and fact-MLP files (save_fact_mlp / load_fact_mlp)."""
+closed-form encoders/decoders, baselines, the capacity search, fact-MLP files (save_fact_mlp / load_fact_mlp), and
+the fact MLP slot (the MLP part "fact", swap_fact_mlp). The transformer side (recall tasks, the fact-recall
+transformer, its training and editing) is `symformer.facts.lm`, which this package never imports."""
 
 from symformer.facts.capacity import (
     BASELINES,
@@ -26,6 +28,7 @@ from symformer.facts.embeddings import (
 )
 from symformer.facts.mlp import FactMLP, count_params, fact_accuracy, fact_margin
 from symformer.facts.saved import SavedFactMLP, load_fact_mlp, save_fact_mlp
+from symformer.facts.slot import FactSlot, swap_fact_mlp
 
 __all__ = [
     "BASELINES",
@@ -36,6 +39,7 @@ __all__ = [
     "Decoder",
     "FactMLP",
     "FactSet",
+    "FactSlot",
     "FactStorageError",
     "SavedFactMLP",
     "build_fact_mlp",
@@ -56,6 +60,7 @@ __all__ = [
     "sample_embeddings",
     "save_fact_mlp",
     "set_condition_number",
+    "swap_fact_mlp",
     "validate_fact_set",
     "whitening_matrix",
 ]

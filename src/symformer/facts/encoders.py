@@ -171,7 +171,7 @@ def central_difference_encoder(
     mlp.eps = e
     # the code is a difference of two silu values 2 eps apart divided by 2 eps: 16-bit rounding (2^-8 relative) of each
     # term exceeds the difference once eps |a| < 2^-8 |silu(z)|, which the tolerance search above always passes
-    # (eps ~ 1e-5), so a 16-bit host runs this construction in float32 (models.fact_recall.FactSlot)
+    # (eps ~ 1e-5), so a 16-bit host runs this construction in float32 (facts.slot.FactSlot)
     mlp.min_dtype = torch.float32
     return mlp
 

@@ -2,12 +2,6 @@
 
 from __future__ import annotations
 
-from symformer.models.fact_recall import (
-    FactRecallConfig,
-    FactRecallTransformer,
-    FactSlot,
-    swap_fact_mlp,
-)
 from symformer.models.forecaster import Forecaster
 from symformer.models.informer import Informer, InformerConfig
 from symformer.models.layers import Block, FeedForward, MultiHeadAttention, RMSNorm, SwiGLU
@@ -37,8 +31,4 @@ __all__ = [
     "attention_layers",
     "fold_rotary",
     "penalties",
-    "FactRecallConfig",
-    "FactRecallTransformer",
-    "FactSlot",
-    "swap_fact_mlp",
 ]

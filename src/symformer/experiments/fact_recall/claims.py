@@ -88,7 +88,7 @@ def ssfr_claims(out: dict, quick: bool) -> ExperimentResult:
 
 def diverged_trainings(out: dict) -> list[dict]:
     """Trained SSFR points whose final training loss is above ln F, the cross-entropy of a uniform guess among
-    the F values (the loss is decoded among the values: train.fact_recall.value_logits). There the training did
+    the F values (the loss is decoded among the values: facts.lm.recall.value_logits). There the training did
     not fit, so the point's failure may say more about the training than about the MLP's usability. Seen in the
     recorded run: the square gadget systems at h~ = ceil(F/d) (Lipschitz in the thousands, Sec. 5.3), GD-SwiGLU at
     h = 2 and one GD-ReLU training at F = 2048, h = 40 (docs/fact_recall_protocol.md, "A training collapse").

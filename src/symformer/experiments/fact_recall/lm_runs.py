@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import time
 
-from symformer.data.books import make_books
 from symformer.experiments.base import JobFunction
 from symformer.experiments.fact_recall.runs import _ckpt, _memo
-from symformer.train.fact_editing import make_split, run_editors
-from symformer.train.fact_lm import LMConfig, build_lm, mlp_for, swap_check, train_lm
-from symformer.train.fact_recall import check_device
+from symformer.facts.lm.books import make_books
+from symformer.facts.lm.books_lm import LMConfig, build_lm, mlp_for, swap_check, train_lm
+from symformer.facts.lm.editing import make_split, run_editors
+from symformer.facts.lm.recall import check_device
 
 
 def lm_run(
@@ -31,7 +31,7 @@ def lm_run(
     editing are remembered, so a killed job resumes where it stopped (seconds are summed over the parts).
     `router_top1`: top-1 (Switch) routing instead of the soft mixture (A.3.2 names neither). `device`
     (RunContext.device): where the LM trains, is evaluated and edited; its fact MLPs are trained on the CPU and the
-    editors' float64 closed forms run there (train.fact_editing.apply_editor); not in the remembered parts' keys."""
+    editors' float64 closed forms run there (facts.lm.editing.apply_editor); not in the remembered parts' keys."""
     check_device(device)
     args = dict(n_facts=n_facts, d=d, mlp_hidden=mlp_hidden, steps=steps, seed=seed, quick=quick, lr=lr)
     if router_top1:  # only when set: the soft-router job keeps its remembered parts' keys

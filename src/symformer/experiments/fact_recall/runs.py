@@ -9,14 +9,11 @@ import json
 import time
 from pathlib import Path
 
-from symformer.data.ssfr import make_ssfr
 from symformer.experiments.facts.methods import METHODS
 from symformer.facts.capacity import KNOB, BuildOptions, build_fact_mlp
 from symformer.facts.decodability import decodability
 from symformer.facts.embeddings import random_fact_map
-from symformer.facts.mlp import count_params
-from symformer.results import atomic_write_text
-from symformer.train.fact_recall import (
+from symformer.facts.lm.recall import (
     SSFRTrainConfig,
     build_recall_model,
     check_device,
@@ -24,6 +21,9 @@ from symformer.train.fact_recall import (
     lipschitz_estimate,
     train_ssfr,
 )
+from symformer.facts.lm.ssfr import make_ssfr
+from symformer.facts.mlp import count_params
+from symformer.results import atomic_write_text
 
 TARGET = 0.99  # Sec. 5.1: >= 99% fact-adaptive accuracy
 

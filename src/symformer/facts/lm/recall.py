@@ -13,9 +13,10 @@ from torch import nn
 from symformer._io import save_atomic
 from symformer._rng import seed_torch, seeded_generator
 from symformer._validation import check_float, check_int, fail
-from symformer.data.ssfr import SSFRTask
+from symformer.facts.lm.model import FactRecallConfig, FactRecallTransformer, SphereNorm
+from symformer.facts.lm.ssfr import SSFRTask
 from symformer.facts.mlp import capped_batch
-from symformer.models.fact_recall import FactRecallConfig, FactRecallTransformer, check_fact_mlp, swap_fact_mlp
+from symformer.facts.slot import check_fact_mlp, swap_fact_mlp
 from symformer.train.checkpoint import load_loop_state, restore_loop_state
 
 
@@ -152,8 +153,6 @@ def lipschitz_estimate(
     """Eq. (8): max over n random keys k_i of sigma_1(J(k_i)), J = d V^T MLP(norm(x)) / dx at x = k_i, with the
     frozen pre-MLP norm (projection to the sphere, App. A.2.5: 100 samples), on the MLP's device (the recall
     experiment's MLPs are built, and so measured, on the CPU)."""
-    from symformer.models.fact_recall import SphereNorm
-
     norm = SphereNorm()
     dev = next(mlp.parameters()).device
     V = values.to(device=dev, dtype=mlp.dtype)

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from symformer.cli import main
-from symformer.data.ssfr import make_ssfr
 from symformer.facts import build_fact_mlp
-from symformer.train.fact_checkpoint import load_fact_model, parse_edits, save_fact_model
-from symformer.train.fact_recall import SSFRTrainConfig, build_recall_model, train_ssfr
+from symformer.facts.lm.checkpoint import load_fact_model, parse_edits, save_fact_model
+from symformer.facts.lm.recall import SSFRTrainConfig, build_recall_model, train_ssfr
+from symformer.facts.lm.ssfr import make_ssfr
 
 ARGS = dict(n_facts=32, d=32, seed=0)
 BUILD = {"method": "gd-swiglu", "size": 32}

@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-from symformer.data.books import TEMPLATES, generate_names, make_books
-from symformer.train.fact_editing import (
+from symformer.facts.lm.books import TEMPLATES, generate_names, make_books
+from symformer.facts.lm.books_lm import LMConfig, build_lm, lm_eval, mlp_for, swap_check, train_lm
+from symformer.facts.lm.editing import (
     apply_editor,
     edit_caches,
     edit_scores,
@@ -17,7 +18,6 @@ from symformer.train.fact_editing import (
     target_trajectory,
     target_values,
 )
-from symformer.train.fact_lm import LMConfig, build_lm, lm_eval, mlp_for, swap_check, train_lm
 
 
 def test_names_are_deterministic_and_distinct():
@@ -120,7 +120,8 @@ def test_moe_experts_share_the_frozen_norm_input_and_top1_routes_one_expert():
     """App. A.3.2 reading: the MoE sits where the MLP was, behind the frozen pre-MLP norm, so with moe_norm the
     mixer is invariant to the scale of its input (all three parts see x/|x|); without it, it is not. Top-1
     routing leaves exactly one expert's output at each position."""
-    from symformer.models.fact_recall import FactRecallConfig, FactRecallTransformer, swap_fact_mlp
+    from symformer.facts.lm.model import FactRecallConfig, FactRecallTransformer
+    from symformer.facts.slot import swap_fact_mlp
 
     t = make_books(8, seed=0)
     E = torch.randn(t.vocab_size, 16, generator=torch.Generator().manual_seed(0))

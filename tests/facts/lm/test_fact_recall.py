@@ -3,22 +3,18 @@
 import pytest
 import torch
 
-from symformer.data.ssfr import make_ssfr
-from symformer.facts import FactMLP, build_fact_mlp
-from symformer.models import (
-    FactRecallConfig,
-    FactRecallTransformer,
-    TransformerConfig,
-    swap_fact_mlp,
-)
-from symformer.models.transformer import Encoder
-from symformer.train.fact_recall import (
+from symformer.facts import FactMLP, build_fact_mlp, swap_fact_mlp
+from symformer.facts.lm import FactRecallConfig, FactRecallTransformer
+from symformer.facts.lm.recall import (
     SSFRTrainConfig,
     build_recall_model,
     fact_adaptive_accuracy,
     ssfr_accuracy,
     train_ssfr,
 )
+from symformer.facts.lm.ssfr import make_ssfr
+from symformer.models import TransformerConfig
+from symformer.models.transformer import Encoder
 
 
 def test_ssfr_sequences_follow_app_a21():
@@ -113,7 +109,7 @@ def test_transformer_uses_a_swapped_gd_mlp():
 
 def test_lipschitz_estimate_matches_the_closed_form():
     """Eq. (8) on an MLP that is linear on the keys (ReLU of positive inputs): J = V W (I - x x^T/|x|^2) / |x|."""
-    from symformer.train.fact_recall import lipschitz_estimate
+    from symformer.facts.lm.recall import lipschitz_estimate
 
     g = torch.Generator().manual_seed(0)
     mlp = FactMLP(4, 4, activation="relu", gated=False)
@@ -151,7 +147,7 @@ def test_minimal_gadget_width_makes_an_unusable_interpolant():
     while both MLPs store every fact."""
     from symformer.facts.capacity import BuildOptions
     from symformer.facts.decodability import decodability
-    from symformer.train.fact_recall import lipschitz_estimate
+    from symformer.facts.lm.recall import lipschitz_estimate
 
     torch.set_num_threads(1)
     t = make_ssfr(64, 32, seed=0)
@@ -179,8 +175,8 @@ def test_encoder_hidden_below_the_gadget_minimum_is_refused(bad, err):
 
 
 def test_train_ssfr_killed_and_resumed_from_its_checkpoint_is_exact(tmp_path, monkeypatch):
-    import symformer.train.fact_recall as TR
-    from symformer.train.fact_recall import SSFRTrainConfig, build_recall_model, train_ssfr
+    import symformer.facts.lm.recall as TR
+    from symformer.facts.lm.recall import SSFRTrainConfig, build_recall_model, train_ssfr
 
     class Killed(Exception):
         pass
@@ -250,7 +246,7 @@ def test_swap_diagnostics_agree_with_the_accuracies_and_uniform_attention():
     """new_on_inputs is the fact-adaptive accuracy and own_on_inputs the model's own recall (same inputs, same
     read-out); with Q = 0 the attention is uniform over the allowed positions, so key_attention is the mean of
     1 / (valid length), an independent count."""
-    from symformer.train.fact_recall import swap_diagnostics
+    from symformer.facts.lm.recall import swap_diagnostics
 
     t, K, V, model = _small_model()
     f2 = torch.randperm(16, generator=torch.Generator().manual_seed(3))

@@ -14,6 +14,7 @@ import torch
 
 from symformer._rng import seeded_generator
 from symformer._validation import check_float, check_int, fail
+from symformer.facts.embeddings import random_fact_map, set_condition_number
 
 # App. A.2.1: "prefix and suffixes have a length between 8 and 16", |J| = 16, 16 junk tokens
 SSFR_DEFAULTS = {"n_junk": 16, "n_pairs": 16, "min_len": 8, "max_len": 16}
@@ -115,8 +116,6 @@ def make_ssfr(
     """An SSFR task with F = n_facts keys and values, a random bijection f (App. A.2.2 step 2) and standard
     normal embeddings; kappa > 1 ill-conditions the key and the value blocks (kappa(K_t) = kappa(V_t),
     App. A.2.4) by the log-affine singular value rescaling of App. A.1.1."""
-    from symformer.facts.embeddings import random_fact_map, set_condition_number
-
     check_int("n_facts", n_facts, 2)
     check_int("d", d, 2)
     check_float("kappa", kappa, 1.0)

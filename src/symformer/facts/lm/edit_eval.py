@@ -12,14 +12,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from symformer.data.books import BooksTask
-from symformer.models.fact_recall import FactRecallTransformer
+from symformer.facts.lm.books import BooksTask
+from symformer.facts.lm.model import FactRecallTransformer
 
 
 class LastTokenCache:
     """Last-position pieces of `model` on prompts `(books, templates)` of `task`; `accuracy(mlp, facts)` is the
     fraction of prompts whose argmax over the whole vocabulary is the author `facts` gives the book (as
-    `train.fact_lm.lm_eval`'s fact accuracy) with `mlp` in the fact slot."""
+    `facts.lm.books_lm.lm_eval`'s fact accuracy) with `mlp` in the fact slot."""
 
     @torch.no_grad()
     def __init__(

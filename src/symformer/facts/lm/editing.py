@@ -15,11 +15,11 @@ import torch.nn.functional as F
 
 from symformer._rng import resolve_seed, seeded_generator
 from symformer._validation import check_choice, check_float, fail
-from symformer.data.books import TEMPLATES, BooksTask
 from symformer.facts import editors
-from symformer.models.fact_recall import FactRecallTransformer
-from symformer.train.fact_edit_eval import LastTokenCache
-from symformer.train.fact_recall import model_device, module_on
+from symformer.facts.lm.books import TEMPLATES, BooksTask
+from symformer.facts.lm.edit_eval import LastTokenCache
+from symformer.facts.lm.model import FactRecallTransformer
+from symformer.facts.lm.recall import model_device, module_on
 
 METHODS = ("swap", "rome", "memit", "alphaedit")
 # App. A.3.4 grids

@@ -12,10 +12,16 @@ import torch
 
 from symformer._io import save_atomic
 from symformer._validation import fail
-from symformer.data.books import make_books
-from symformer.data.ssfr import make_ssfr
+from symformer.data.files import torch_load
+from symformer.facts.capacity import KNOB, BuildOptions, build_fact_mlp
+from symformer.facts.lm.books import TEMPLATES, make_books
+from symformer.facts.lm.books_lm import lm_eval
+from symformer.facts.lm.model import FactRecallConfig, FactRecallTransformer
+from symformer.facts.lm.recall import value_logits
+from symformer.facts.lm.ssfr import make_ssfr
 from symformer.facts.mlp import FactMLP, FactorisedDown
-from symformer.models.fact_recall import FactRecallConfig, FactRecallTransformer, swap_fact_mlp
+from symformer.facts.mse import train_mse_mlp
+from symformer.facts.slot import swap_fact_mlp
 
 MARKER = "symformer-fact-model"
 
@@ -69,11 +75,9 @@ def save_fact_model(
 
 def load_fact_model(path: str | Path):
     """(model, task, checkpoint dict) from a checkpoint written by `save_fact_model`."""
-    from symformer.data.files import torch_load
-
     ck = torch_load(path, "a symformer fact-model checkpoint")
     if not isinstance(ck, dict) or ck.get(MARKER) != 1:
-        fail("--model", str(path), "a checkpoint written by symformer.train.fact_checkpoint.save_fact_model")
+        fail("--model", str(path), "a checkpoint written by symformer.facts.lm.checkpoint.save_fact_model")
     task = make_task(ck["task_kind"], ck["task_args"]).with_facts(ck["facts"])
     model = FactRecallTransformer(FactRecallConfig(**ck["model_config"]), ck["embeddings"], ck["trainable_rows"])
     spec = dict(ck["mlp_spec"])
@@ -141,9 +145,6 @@ def build_mlp_for(
     model: FactRecallTransformer, task, facts: torch.Tensor, build: dict, seed: int | None = 0
 ) -> FactMLP:
     """An MLP storing `facts` on the model's (tied) embeddings, built as the checkpoint says."""
-    from symformer.facts.capacity import KNOB, BuildOptions, build_fact_mlp
-    from symformer.facts.mse import train_mse_mlp
-
     K, V = _mlp_embeddings(model, task)
     if build["method"] == "gd-mse":
         return train_mse_mlp(K.float(), V.float(), facts, build["h"], steps=build.get("steps", 3000), seed=seed)
@@ -159,13 +160,8 @@ def recall_accuracy(model: FactRecallTransformer, task, keys: torch.Tensor) -> f
     if len(keys) == 0:
         return 1.0
     if hasattr(task, "books"):
-        from symformer.data.books import TEMPLATES
-        from symformer.train.fact_lm import lm_eval
-
         nt = len(TEMPLATES)
         return lm_eval(model, task, keys.repeat_interleave(nt), torch.arange(nt).repeat(len(keys)))["fact_accuracy"]
-    from symformer.train.fact_recall import value_logits
-
     nj = len(task.prefixes)
     k, p = keys.repeat_interleave(nj), torch.arange(nj).repeat(len(keys))
     tok, mask, tgt = task.batch(k, p)
