@@ -17,9 +17,9 @@ import torch
 from symformer.experiments.base import RunContext
 from symformer.experiments.fact_recall import lm_runs, plan, runs, search
 from symformer.facts.capacity import BuildOptions
+from symformer.facts.lm import editing as fact_editing
 from symformer.facts.lm.books_lm import LMConfig, build_lm
 from symformer.facts.lm.recall import SSFRTrainConfig, build_recall_model, check_device
-from symformer.train import fact_editing
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
 
