@@ -487,7 +487,11 @@ class FavorAttention(DecodingCore):
     @torch.no_grad()
     def reseed(self, seed: int) -> None:
         """Restart the feature sequence from `seed` (per-layer draws: train/callbacks.FeatureRedraw gives every
-        layer its own seed, as performer-pytorch draws one projection per layer)."""
+        layer its own seed, as performer-pytorch draws one projection per layer).
+
+        Args:
+            seed (int): the start of the feature sequence.
+        """
         if check_seed(seed) is None:
             fail("seed", seed, "an integer (the start of the feature sequence)", TypeError)
         self.seed.fill_(seed)
@@ -497,7 +501,11 @@ class FavorAttention(DecodingCore):
 
     @torch.no_grad()
     def set_features(self, w: torch.Tensor) -> None:
-        """Use a given (n_features, head_dim) projection, e.g. performer-pytorch's `projection_matrix`."""
+        """Use a given (n_features, head_dim) projection, e.g. performer-pytorch's `projection_matrix`.
+
+        Args:
+            w (n_features, head_dim): the feature directions, rows marginally N(0, I) for an unbiased estimate.
+        """
         check_tensor("w", w, 2)
         if tuple(w.shape) != tuple(self.features.shape):
             fail("w", f"shape {tuple(w.shape)}", f"shape {tuple(self.features.shape)} (n_features, head_dim)")

@@ -436,7 +436,16 @@ class PlashAttention(DecodingCore):
         return F.dropout(w, self.dropout) if self.training and self.dropout > 0 else w
 
     def flops(self, n_q: int, n_k: int, batch_heads: int = 1) -> int:
-        """Multiply-add count x 2 of one forward (matmuls only; FFTs and softmax excluded)."""
+        """Multiply-add count x 2 of one forward (matmuls only; FFTs and softmax excluded).
+
+        Args:
+            n_q (int): queries per head.
+            n_k (int): keys per head.
+            batch_heads (int): B H.
+
+        Returns:
+            flops (int): 2 x the multiply-adds of the non-causal forward, linear in n_q and n_k.
+        """
         dh, m, d = self.head_dim, self.M, self.width
         stage1 = 2 * n_k * m * dh * 3  # K P^T, A^T K, A^T V
         stage3 = 2 * n_q * m * dh * 2 + 2 * m * d * dh * 2  # Q K_g^T, A V_g, W_K, W_V

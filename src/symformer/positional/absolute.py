@@ -61,6 +61,14 @@ class SinusoidalPE(AdditivePositional):
         self.d_model, self.per, self.base = d_model, per, base
 
     def encoding(self, positions: torch.Tensor) -> torch.Tensor:
+        """The sinusoids of every coordinate, concatenated: [sin, cos] of coordinate 0, then of coordinate 1, ...
+
+        Args:
+            positions (..., N, C): float positions.
+
+        Returns:
+            pe (..., N, D): the encoding, in positions' dtype.
+        """
         return torch.cat(
             [sinusoidal_table(positions[..., c], self.per, self.base) for c in range(self.coord_dim)], dim=-1
         )

@@ -214,7 +214,11 @@ class ESPR(RotaryPositional):
 
     @torch.no_grad()
     def set_generators(self, generators: torch.Tensor) -> None:
-        """Load skew generators (C, Dh, Dh) (ValueError if not skew or of the wrong shape)."""
+        """Load skew generators (C, Dh, Dh) (ValueError if not skew or of the wrong shape).
+
+        Args:
+            generators (C, Dh, Dh): skew-symmetric; `generators()` returns them afterwards.
+        """
         check_skew("generators", generators)
         if tuple(generators.shape) != (self.coord_dim, self.head_dim, self.head_dim):
             fail(
@@ -226,7 +230,11 @@ class ESPR(RotaryPositional):
 
     @torch.no_grad()
     def set_skew(self, s: torch.Tensor) -> None:
-        """Load the Cayley parameter S (Dh, Dh) of the post-rotation."""
+        """Load the Cayley parameter S (Dh, Dh) of the post-rotation.
+
+        Args:
+            s (Dh, Dh): skew-symmetric; P = cayley(S) afterwards (needs post_rotation=True).
+        """
         check_skew("S", s)
         if self.skew_param is None:
             fail("S", "a post-rotation parameter", "post_rotation=True at construction")
@@ -237,7 +245,15 @@ class ESPR(RotaryPositional):
     # ----- rotations -------------------------------------------------------------------------
     def exp_generator(self, positions: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
         """R_STR(r) = exp(A(r)) (..., Dh, Dh) for positions (..., C) (T1.6), one matrix_exp per row, in float32 or
-        better (`dtype`, at least the generators' precision)."""
+        better (`dtype`, at least the generators' precision).
+
+        Args:
+            positions (..., C): positions, one exponential per row.
+            dtype (torch.dtype | None): the compute dtype wanted (at least the generators').
+
+        Returns:
+            E (..., Dh, Dh): exp(sum_k r_k L_k).
+        """
         dt = compute_dtype(self.gen_param.dtype, dtype or self.gen_param.dtype)
         # (..., C), (C, Dh, Dh) -> (..., Dh, Dh)
         a = torch.einsum("...c,cij->...ij", positions.to(dt), self._generators_in(dt))
@@ -281,7 +297,14 @@ class ESPR(RotaryPositional):
         return self.exp_generator(positions) @ self.post_rotation()
 
     def active_matrix(self, positions: torch.Tensor) -> torch.Tensor:
-        """Pi_act R_sp(r) Pi_act restricted to the active block (..., N, d_act, d_act) (T4.3)."""
+        """Pi_act R_sp(r) Pi_act restricted to the active block (..., N, d_act, d_act) (T4.3).
+
+        Args:
+            positions (N, C): positions ((..., N, C) batched).
+
+        Returns:
+            M (..., N, d_act, d_act): the top-left block of `matrix(positions)`.
+        """
         d = self.d_act
         return self.matrix(positions)[..., :d, :d]
 

@@ -272,7 +272,15 @@ class RoPE(RotaryPositional):
 
     def angles(self, positions: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
         """theta (..., N, Dh/2) = positions @ beta^T in float32 or better (`dtype`: at least beta's precision;
-        default compute_dtype(beta)); integer positions are converted exactly (below 2^24 in float32)."""
+        default compute_dtype(beta)); integer positions are converted exactly (below 2^24 in float32).
+
+        Args:
+            positions (..., N, C): positions, integer or float.
+            dtype (torch.dtype | None): the compute dtype wanted.
+
+        Returns:
+            theta (..., N, Dh/2): the angle of every pair at every position.
+        """
         dt = compute_dtype(self.beta.dtype, dtype or self.beta.dtype)
         return positions.to(dt) @ self.beta.to(dt).T  # (..., N, C) @ (C, Dh/2) -> (..., N, Dh/2)
 

@@ -134,14 +134,43 @@ class Component:
 
     # ---- elements; shape: leading dims (() for one element, (n,) for n candidates)
     def identity(self, shape: tuple[int, ...], dtype) -> torch.Tensor | None:
+        """The identity factor.
+
+        Args:
+            shape (tuple[int, ...]): leading dims (() for one element, (n,) for n candidates).
+            dtype (torch.dtype): the factor's dtype.
+
+        Returns:
+            x (Tensor | None): the factor (*shape, ...), or None where the kind has none.
+        """
         return None
 
     def random(self, shape: tuple[int, ...], gen: torch.Generator, dtype, scale: float) -> torch.Tensor | None:
-        """A generic element (invariance checks)."""
+        """A generic element (invariance checks).
+
+        Args:
+            shape (tuple[int, ...]): leading dims.
+            gen (torch.Generator): the draw.
+            dtype (torch.dtype): the factor's dtype.
+            scale (float): spread around the identity.
+
+        Returns:
+            x (Tensor | None): the factor (*shape, ...).
+        """
         return self.identity(shape, dtype)
 
     def near_identity(self, shape: tuple[int, ...], alpha: float, gen: torch.Generator, dtype) -> torch.Tensor | None:
-        """A candidate of Alg. 1 (Sec. 4, eq. (14)): within radius alpha of the identity."""
+        """A candidate of Alg. 1 (Sec. 4, eq. (14)): within radius alpha of the identity.
+
+        Args:
+            shape (tuple[int, ...]): leading dims ((n,) for n candidates).
+            alpha (float): the radius, in (0, 1).
+            gen (torch.Generator): the draw.
+            dtype (torch.dtype): the factor's dtype.
+
+        Returns:
+            x (Tensor | None): the factors (*shape, ...).
+        """
         return self.identity(shape, dtype)
 
     def inverse(self, x: torch.Tensor) -> torch.Tensor:
@@ -165,13 +194,34 @@ class Component:
         """Before any action: entries the others read (FusedRows: the row blocks' current values or gradients)."""
 
     def weights(self, x, src: dict[int, torch.Tensor], out: dict[int, torch.Tensor]) -> None:
-        """theta <- x theta on this kind's tensors (differentiable in x)."""
+        """theta <- x theta on this kind's tensors (differentiable in x).
+
+        Args:
+            x (Tensor | None): this component's factor (None: the identity).
+            src (dict[int, Tensor]): id(tensor) -> its current value.
+            out (dict[int, Tensor]): id(tensor) -> its new value, written here in float32 at least.
+        """
 
     def grads(self, x, src: dict[int, torch.Tensor], out: dict[int, torch.Tensor]) -> None:
-        """The gradient at x theta from the gradient at theta (loss invariant, action linear: G -> A^{-T} G)."""
+        """The gradient at x theta from the gradient at theta (loss invariant, action linear: G -> A^{-T} G).
+
+        Args:
+            x (Tensor | None): this component's factor (None: the identity).
+            src (dict[int, Tensor]): id(tensor) -> its gradient-like tensor (entries may be missing).
+            out (dict[int, Tensor]): id(tensor) -> the tensor at x theta, written here.
+        """
 
     def add_sq_norms(self, total, x, grads: dict[int, torch.Tensor]):
-        """total + this kind's share of ||grad at x_i theta||^2 for each candidate i (leading dim of x), in float64."""
+        """total + this kind's share of ||grad at x_i theta||^2 for each candidate i (leading dim of x), in float64.
+
+        Args:
+            total (Tensor | float): the sum so far, (M,) or 0.0.
+            x (Tensor | None): the candidates' factors, leading dim M.
+            grads (dict[int, Tensor]): id(tensor) -> its gradient.
+
+        Returns:
+            total (Tensor | float): total plus this kind's share, (M,).
+        """
         return total
 
 
