@@ -17,6 +17,7 @@ import io
 import pkgutil
 import re
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
@@ -36,12 +37,14 @@ def modules() -> list:
     return out
 
 
+def find(mod) -> list[doctest.DocTest]:
+    """The docstrings of `mod` with examples, one DocTest each (doctest's finder: the module, its classes, functions,
+    methods and properties; an object imported from another module is reported under that one)."""
+    return [t for t in doctest.DocTestFinder(exclude_empty=True).find(mod, mod.__name__) if t.examples]
+
+
 def collect() -> list[doctest.DocTest]:
-    """The docstrings with examples, one DocTest each (doctest's finder: module, classes, functions, methods,
-    properties, each reported under the module that defines it)."""
-    finder = doctest.DocTestFinder(exclude_empty=True)
-    tests = [t for mod in modules() for t in finder.find(mod, mod.__name__) if t.examples]
-    return sorted(tests, key=lambda t: t.name)
+    return sorted((t for mod in modules() for t in find(mod)), key=lambda t: t.name)
 
 
 def run(test: doctest.DocTest) -> tuple[int, int, str]:
@@ -93,6 +96,27 @@ def _planted(docstring: str) -> doctest.DocTest:
 def test_a_wrong_example_fails(docstring, expected):
     failed, attempted, report = run(_planted(docstring))
     assert failed == 1 and attempted >= 1 and expected in report
+
+
+def test_a_wrong_example_in_a_module_fails():
+    """A planted module goes through the same finder and runner as the packages' modules."""
+    mod = types.ModuleType("planted_module")
+    source = textwrap.dedent(
+        '''
+        class Part:
+            def rotate(self):
+                """
+                >>> Part().rotate()
+                2
+                """
+                return 3
+        '''
+    )
+    exec(compile(source, "planted_module.py", "exec"), mod.__dict__)
+    (test,) = find(mod)
+    failed, attempted, report = run(test)
+    assert test.name == "planted_module.Part.rotate" and (failed, attempted) == (1, 1)
+    assert "Expected:\n    2\nGot:\n    3" in report
 
 
 def test_a_right_example_passes():
