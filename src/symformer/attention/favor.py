@@ -72,12 +72,12 @@ def haar_orthogonal(d: int, generator: torch.Generator, n: int | None = None) ->
     check_int("d", d, 1)
     qm, r = torch.linalg.qr(_gaussian((d, d) if n is None else (check_int("n", n, 1), d, d), generator))
     signs = torch.where(torch.diagonal(r, dim1=-2, dim2=-1) >= 0, 1.0, -1.0).to(qm.dtype)
-    return qm * signs.unsqueeze(-2)
+    return qm * signs.unsqueeze(-2)  # signs (..., d) -> (..., 1, d): one per column
 
 
 def _haar_block(d: int, generator: torch.Generator) -> torch.Tensor:
     """A Haar-random orthogonal d x d matrix with orthonormal rows."""
-    return haar_orthogonal(d, generator).T
+    return haar_orthogonal(d, generator).T  # (d, d): orthonormal columns -> rows
 
 
 def draw_features(
@@ -103,6 +103,7 @@ def draw_features(
 def positive_features(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """phi_w(x) = exp(w.x - |x|^2/2) / sqrt(m) for x (..., d), w (m, d): the unstabilised map of T7.1
     (reference for tests; the attention uses the stabilised form below)."""
+    # (..., d) @ (d, m) -> (..., m)
     return torch.exp(x @ w.T - 0.5 * x.pow(2).sum(-1, keepdim=True)) / math.sqrt(w.shape[0])
 
 
@@ -112,7 +113,7 @@ def _project(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     N x d x m products; copying x (d << m) costs less. matmul folds a contiguous x into one mm and returns
     a tensor autograd does not track as a view: the callers' in-place sub_/exp_ on an explicit .view() of
     the mm output made autograd record CopySlices, which copies and zero-fills feature-sized gradients."""
-    return torch.matmul(x.contiguous(), w.T)
+    return torch.matmul(x.contiguous(), w.T)  # (..., N, d) @ (d, m) -> (..., N, m)
 
 
 def _half_sq_norm(x: torch.Tensor, scale: float) -> torch.Tensor:
@@ -191,14 +192,15 @@ def _softmax_key_features(k: torch.Tensor, ws: torch.Tensor, scale: float, featu
     key, so the factor cancels (module doc); a per-key constant would not, hence never a softmax over m alone."""
     ones = ws.new_ones(ws.shape[0], 1)
     kx, wx = torch.cat((k, _half_sq_norm(k, scale)), dim=-1), torch.cat((ws, -ones), dim=-1)
+    # (..., m, N), else (..., N, m)
     logf = torch.matmul(wx, kx.transpose(-1, -2)) if feature_major else _project(kx, wx)
-    f = torch.softmax(logf.flatten(-2), dim=-1).view_as(logf)
-    return f.transpose(-1, -2) if feature_major else f
+    f = torch.softmax(logf.flatten(-2), dim=-1).view_as(logf)  # over the N m entries of (..., N m)
+    return f.transpose(-1, -2) if feature_major else f  # (..., m, N) -> (..., N, m) view
 
 
 def _with_ones(v: torch.Tensor) -> torch.Tensor:
     """[v, 1]: one matmul then gives numerator and denominator together."""
-    return torch.cat((v, v.new_ones(1).expand(*v.shape[:-1], 1)), dim=-1)
+    return torch.cat((v, v.new_ones(1).expand(*v.shape[:-1], 1)), dim=-1)  # (..., N, Dv) -> (..., N, Dv + 1)
 
 
 def _needs_grad(*ts: torch.Tensor) -> bool:
@@ -244,7 +246,7 @@ def favor_noncausal_streamed(
     Keys: the per-(batch, head) stabiliser c is a running maximum; when it grows, the accumulated
     phi(K)^T V and phi(K)^T 1 are multiplied by exp(c_old - c_new), so every key ends up scaled by the same
     exp(-c_final), which cancels in the normalised attention (module doc): exact, not an approximation."""
-    ws = (w * math.sqrt(scale)).T
+    ws = (w * math.sqrt(scale)).T  # (m, Dh) -> (Dh, m)
     grad = _needs_grad(q, k, v)
     if grad and block_rows is None:
         # Under autograd every block's features are saved for the backward anyway, so blocks save no memory and
@@ -263,6 +265,7 @@ def favor_noncausal_streamed(
         f = logf.sub_(c_new).exp_()
         if keep is not None:
             f = f * keep[..., s : s + rows, :]
+        # (B, H, m, Dv), (B, H, 1, m)
         kvb, sb = f.transpose(-1, -2) @ v[..., s : s + rows, :], f.sum(dim=-2, keepdim=True)
         if c is None:
             kv, ksum = kvb, sb
@@ -270,6 +273,7 @@ def favor_noncausal_streamed(
             r = torch.exp(c - c_new)
             kv, ksum = kv * r + kvb, ksum * r + sb
         c = c_new
+    # (B, H, 1, m) -> (B, H, m, 1)
     ksum = ksum.transpose(-1, -2) + denominator_eps if denominator_eps else ksum.transpose(-1, -2)
     kvs = torch.cat((kv, ksum), dim=-1)  # [phi(K)^T V, phi(K)^T 1]: one GEMM per query block gives both
     # without autograd each block's quotient goes straight into the output (no concatenation pass over it)
@@ -333,16 +337,17 @@ def favor_causal(
     pad = (-n) % c
     vv = _with_ones(v)
     if c == n and not denominator_eps:  # one chunk: no earlier chunk, so no prefix sums phi(K)^T [V, 1] to form
-        return _quotient((qf @ kf.transpose(-1, -2)).tril() @ vv, padded)
+        return _quotient((qf @ kf.transpose(-1, -2)).tril() @ vv, padded)  # (B, H, N, N) @ (B, H, N, Dv + 1)
     if pad:  # zero key features on padding rows contribute nothing; padded query rows are dropped
         qf, kf, vv = (F.pad(t, (0, 0, 0, pad)) for t in (qf, kf, vv))
     nc = (n + pad) // c
-    qc, kc, vc = (t.reshape(b, h, nc, c, t.shape[-1]) for t in (qf, kf, vv))
+    qc, kc, vc = (t.reshape(b, h, nc, c, t.shape[-1]) for t in (qf, kf, vv))  # (B, H, nc C, .) -> (B, H, nc, C, .)
     kv = kc.transpose(-1, -2) @ vc  # (B, H, nc, m, Dv + 1) per-chunk sums
     prev = torch.cumsum(kv, dim=2) - kv  # exclusive prefix over chunks
     if denominator_eps:
         prev = prev + F.pad(torch.full_like(prev[..., :1], denominator_eps), (prev.shape[-1] - 1, 0))
     local = (qc @ kc.transpose(-1, -2)).tril()  # (B, H, nc, C, C) keys j <= i inside the chunk
+    # (B, H, nc, C, Dv + 1) -> (B, H, N, Dv + 1)
     return _quotient((qc @ prev + local @ vc).reshape(b, h, nc * c, -1)[:, :, :n], padded)
 
 
@@ -386,6 +391,37 @@ class FavorAttention(DecodingCore):
       makes the next step raise).
     * precision: 16-bit inputs (or autocast) are computed in float32 and returned in their dtype; the features
       are a float32 master, kept by `.to(torch.bfloat16)` / `.half()` and by a 16-bit default dtype.
+
+    Args:
+        head_dim (int): size of q and k.
+        n_features (int): m, the random features.
+        orthogonal (bool): block-orthogonal features (ORF).
+        chunk_size (int): chunk length of the causal prefix sums.
+        kernel_eps (float): performer-pytorch's term added to every feature (0: none).
+        denominator_eps (float): performer-pytorch's term added to the causal key sum (0: none).
+        seed (int | None): the seed of the feature draws.
+        block_rows (int | None): rows per block of the streamed non-causal form.
+        dropout (float): must be 0.0.
+
+    Examples:
+        >>> import torch
+        >>> from symformer.attention import FavorAttention, NaiveAttention
+        >>> _ = torch.manual_seed(0)
+        >>> core = FavorAttention(head_dim=8, n_features=64, seed=0)
+        >>> q, k, v = (0.3 * torch.randn(1, 2, 10, 8) for _ in range(3))  # (B, H, N, Dh)
+        >>> out = core(q, k, v, is_causal=True)
+        >>> out.shape
+        torch.Size([1, 2, 10, 8])
+        >>> torch.allclose(out[..., 0, :], v[..., 0, :], atol=1e-6)  # the first query reads the first key only
+        True
+        >>> st = core.init_state()  # decoding token by token equals the full causal forward
+        >>> steps = [core(q[..., i : i + 1, :], k[..., i : i + 1, :], v[..., i : i + 1, :], is_causal=True, state=st)
+        ...          for i in range(10)]
+        >>> torch.allclose(torch.cat(steps, dim=-2), out, atol=1e-5)
+        True
+        >>> big = FavorAttention(head_dim=8, n_features=1024, seed=0)  # more features: closer to softmax attention
+        >>> float((big(q, k, v) - NaiveAttention()(q, k, v)).abs().max()) < 0.02
+        True
     """
 
     supports_causal = True
@@ -451,7 +487,11 @@ class FavorAttention(DecodingCore):
     @torch.no_grad()
     def reseed(self, seed: int) -> None:
         """Restart the feature sequence from `seed` (per-layer draws: train/callbacks.FeatureRedraw gives every
-        layer its own seed, as performer-pytorch draws one projection per layer)."""
+        layer its own seed, as performer-pytorch draws one projection per layer).
+
+        Args:
+            seed (int): the start of the feature sequence.
+        """
         if check_seed(seed) is None:
             fail("seed", seed, "an integer (the start of the feature sequence)", TypeError)
         self.seed.fill_(seed)
@@ -461,7 +501,11 @@ class FavorAttention(DecodingCore):
 
     @torch.no_grad()
     def set_features(self, w: torch.Tensor) -> None:
-        """Use a given (n_features, head_dim) projection, e.g. performer-pytorch's `projection_matrix`."""
+        """Use a given (n_features, head_dim) projection, e.g. performer-pytorch's `projection_matrix`.
+
+        Args:
+            w (n_features, head_dim): the feature directions, rows marginally N(0, I) for an unbiased estimate.
+        """
         check_tensor("w", w, 2)
         if tuple(w.shape) != tuple(self.features.shape):
             fail("w", f"shape {tuple(w.shape)}", f"shape {tuple(self.features.shape)} (n_features, head_dim)")
@@ -522,7 +566,21 @@ class FavorAttention(DecodingCore):
         return out
 
     def forward(self, q, k, v, attn_mask=None, is_causal=False, scale=None, state: FavorState | None = None):
-        """SDPA's call; with `state` (causal only) the queries continue the sequence the state holds (`step`)."""
+        """SDPA's call; with `state` (causal only) the queries continue the sequence the state holds (`step`).
+
+        Args:
+            q (B, H, Nq, Dh): queries, Dh = head_dim; 16-bit inputs are computed in float32.
+            k (B, H, Nk, Dh): keys, q's dtype.
+            v (B, H, Nk, Dv): values, q's dtype.
+            attn_mask (B, H, 1, Nk): a boolean key-padding mask (True = keep), broadcastable; any other mask is a
+                ValueError.
+            is_causal (bool): prefix sums over the keys (Nq = Nk).
+            scale (float | None): the logit scale (None: 1/sqrt(Dh)).
+            state (FavorState | None): a decoding state from `init_state()` (is_causal=True), updated in place.
+
+        Returns:
+            out (B, H, Nq, Dv): the FAVOR+ estimate of softmax attention, in q's dtype.
+        """
         if state is not None:
             if not is_causal:
                 fail("is_causal", is_causal, "True with a decoding state")

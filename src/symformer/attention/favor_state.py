@@ -122,7 +122,7 @@ def _projections(state: FavorState, w: torch.Tensor, scale: float, acc: torch.dt
     if state.proj is None or state.proj[0] != (scale, acc, w.device):
         ws = w.to(acc) * math.sqrt(scale)
         wx = torch.cat((ws, -ws.new_ones(ws.shape[0], 1)), dim=-1)
-        state.proj = ((scale, acc, w.device), ws.T.contiguous(), wx.T.contiguous())
+        state.proj = ((scale, acc, w.device), ws.T.contiguous(), wx.T.contiguous())  # (Dh, m), (Dh + 1, m)
     return state.proj[1], state.proj[2]
 
 
@@ -166,7 +166,7 @@ def _chunk_step(qb, logf, vb, state: FavorState) -> torch.Tensor:
     f = torch.exp(logf - shift)  # padded keys: exp(-inf) = 0
     old = state.kvs * torch.exp(state.c - shift)
     o = torch.matmul(qb, f.transpose(-1, -2)).tril() @ vb + qb @ old  # keys of this chunk up to each query
-    state.kvs, state.c = old + f.transpose(-1, -2) @ vb, c_new
+    state.kvs, state.c = old + f.transpose(-1, -2) @ vb, c_new  # (B, H, m, L) @ (B, H, L, Dv + 1)
     return o
 
 

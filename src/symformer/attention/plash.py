@@ -125,6 +125,42 @@ class PlashAttention(DecodingCore):
 
     head_dim: the head size of q, k and v. n_heads, d_model: of the host layer; they set the width
     d = d_model (else head_dim * n_heads) unless `width` is given. M: the number of prototypes (summaries).
+
+    Args:
+        head_dim (int): the head size of q, k and v.
+        n_heads (int): heads of the host layer (width head_dim * n_heads unless d_model or width is given).
+        d_model (int | None): model width of the host layer (the width d unless `width` is given).
+        M (int): the number of prototypes (summaries).
+        degrees (Sequence[int]): the TensorSketch degrees k, distinct.
+        D_k (int | Sequence[int]): the sketch budget of each degree (one for all, or one per degree).
+        tau (float): temperature of the prototype softmax.
+        tau_g (float): the normalised features' scale.
+        eps_g (float): floor of the features' norm.
+        width (int | None): the width d of Stage II, overriding d_model and n_heads.
+        mixer_layers (int): encoder layers of the mixer.
+        mixer_heads (int): heads of the mixer, a divisor of d.
+        mixer_ff (int | None): the mixer's feed-forward width (None: 4 d).
+        mixer_dropout (float): dropout inside the mixer.
+        dropout (float): dropout on the readout's attention weights while training.
+        chunk_size (int): rows per streamed chunk of Stages I and III.
+        causal_block (int): tokens per block of the causal variant.
+        seed (int | None): the prototypes and hashes.
+
+    Examples:
+        >>> import torch
+        >>> from symformer.attention import NaiveAttention, PlashAttention
+        >>> _ = torch.manual_seed(0)
+        >>> core = PlashAttention(head_dim=8, M=4, D_k=16, mixer_heads=2, causal_block=8, seed=0)
+        >>> q, k, v = torch.randn(2, 2, 20, 8), torch.randn(2, 2, 20, 8), torch.randn(2, 2, 20, 8)
+        >>> core(q, k, v).shape  # the paper's block: every query reads the M summaries
+        torch.Size([2, 2, 20, 8])
+        >>> out = core(q, k, v, is_causal=True)  # ours: chunked prefix compression
+        >>> ref = NaiveAttention()(q, k, v, is_causal=True)
+        >>> torch.allclose(out[..., :8, :], ref[..., :8, :], atol=1e-5)  # the first block is exact causal softmax
+        True
+        >>> k2 = k.clone(); k2[..., 15:, :] = 0  # change the keys after token 14 ...
+        >>> torch.allclose(core(q, k2, v, is_causal=True)[..., :15, :], out[..., :15, :], atol=1e-6)  # 0..14 stay
+        True
     """
 
     supports_causal = True  # through the chunked-prefix variant (module docstring)
@@ -213,7 +249,7 @@ class PlashAttention(DecodingCore):
             a = torch.softmax(kc @ p, dim=-1)  # A (eqs. 3-5): weighted sums over keys
             if keep is not None:
                 a = a * keep[:, s : s + self.chunk_size, None].to(a.dtype)
-            a = a.transpose(-1, -2)
+            a = a.transpose(-1, -2)  # (n, chunk, M) -> (n, M, chunk)
             if kt is None:
                 kt, vt = a @ kc, a @ vc
             else:  # accumulate in the GEMM (beta = 1): no chunk-sized temporaries
@@ -258,7 +294,7 @@ class PlashAttention(DecodingCore):
         # with M keys the explicit GEMM-softmax-GEMM beats SDPA's flash kernel on CPU, whose key blocking is sized
         # for long key sequences (1.6x at N = 8192, M = 64; benchmarks/attention_plash)
         s_ = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-        kt = (k_g * s_).transpose(-1, -2)
+        kt = (k_g * s_).transpose(-1, -2)  # (n, M, d_k) -> (n, d_k, M)
         p = self.dropout if self.training else 0.0
         streamed = not (torch.is_grad_enabled() and (q.requires_grad or k_g.requires_grad))
         out = q.new_empty(*q.shape[:-1], v_g.shape[-1]) if streamed else None
@@ -284,7 +320,21 @@ class PlashAttention(DecodingCore):
 
     def forward(self, q, k, v, attn_mask=None, is_causal=False, scale=None, state: PlashState | None = None):
         """SDPA's call. attn_mask: a boolean key-padding mask (B|1, H|1, 1, Nk) (ours: `causal`). state: a
-        PlashState (causal only): the queries continue the sequence it holds (plash_state module doc)."""
+        PlashState (causal only): the queries continue the sequence it holds (plash_state module doc).
+
+        Args:
+            q (B, H, Nq, Dh): queries, Dh = head_dim; 16-bit inputs are computed in float32.
+            k (B, H, Nk, Dh): keys, q's dtype.
+            v (B, H, Nk, Dh): values, q's dtype (Dv = head_dim).
+            attn_mask (B, H, 1, Nk): a boolean key-padding mask (True = keep), broadcastable; any other mask is a
+                ValueError.
+            is_causal (bool): the chunked-prefix variant (Nq = Nk).
+            scale (float | None): the readout's logit scale (None: 1/sqrt(Dh)).
+            state (PlashState | None): a decoding state from `init_state()` (is_causal=True), updated in place.
+
+        Returns:
+            out (B, H, Nq, Dh): the attention output, in q's dtype.
+        """
         if needs_float32(q, k, v) or self.prototypes.dtype in (torch.float16, torch.bfloat16):
             # 16 bits: the prototype softmax, the TensorSketch FFTs (none in 16 bits on CPU) and the mixer's
             # LayerNorm statistics run in float32
@@ -299,10 +349,10 @@ class PlashAttention(DecodingCore):
         b, h, nq, dh = q.shape
         keep = key_padding_mask(attn_mask, k, "PLASH")
         if keep is not None:
-            keep = keep[..., 0].expand(b, h, k.shape[-2]).reshape(b * h, -1)
+            keep = keep[..., 0].expand(b, h, k.shape[-2]).reshape(b * h, -1)  # (B|1, H|1, Nk, 1) -> (B H, Nk)
 
         def fold(x):
-            return x.reshape(b * h, x.shape[-2], x.shape[-1])
+            return x.reshape(b * h, x.shape[-2], x.shape[-1])  # (B, H, N, d) -> (B H, N, d)
 
         if state is not None:
             if not is_causal:
@@ -310,8 +360,10 @@ class PlashAttention(DecodingCore):
             if not isinstance(state, PlashState):
                 fail("state", type(state).__name__, "a PlashState from PlashAttention.init_state()", TypeError)
             check_state_use(self, state, q)
+            # (B H, Nq, d) -> (B, H, Nq, d)
             return plash_step(self, fold(q), fold(k), fold(v), keep, state, scale).reshape(b, h, nq, -1)
         if is_causal:
+            # (B H, Nq, d) -> (B, H, Nq, d)
             return self.causal(fold(q), fold(k), fold(v), scale, keep).reshape(b, h, nq, -1)
         kt, vt = self.compress(fold(k), fold(v), keep)
         if reads_values(kt):  # a host read: CPU in eager mode, or value_checks("always") (_validation)
@@ -321,7 +373,7 @@ class PlashAttention(DecodingCore):
                 check_finite_kv(k, v, "v", "Stage I summary V~")
         y_enh = self.embed(self.sketch_features(self.normalized_features(kt, vt)))
         out = self.readout(fold(q), y_enh, scale)[0]
-        return out.reshape(b, h, nq, -1)
+        return out.reshape(b, h, nq, -1)  # (B H, Nq, d) -> (B, H, Nq, d)
 
     state_type = PlashState  # the decoding state init_state() returns (models.layers checks a given state's kind)
 
@@ -342,37 +394,38 @@ class PlashAttention(DecodingCore):
         pad = nb * c - length  # padded positions sit after every real one: the causal mask hides them
 
         def blocks(x):
-            return F.pad(x, (0, 0, 0, pad)).unflatten(1, (nb, c))
+            return F.pad(x, (0, 0, 0, pad)).unflatten(1, (nb, c))  # (n, N, d) -> (n, nb, c, d)
 
         qb, kb, vb = blocks(q), blocks(k), blocks(v)
         kp = None if keep is None else F.pad(keep, (0, pad)).unflatten(1, (nb, c))  # (n, nb, c)
         s = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-        ll = (qb @ kb.transpose(-1, -2)) * s
+        ll = (qb @ kb.transpose(-1, -2)) * s  # (n, nb, c, c): in-block logits
         visible = torch.ones(c, c, dtype=torch.bool, device=q.device).tril()
         ll = ll.masked_fill(~(visible if kp is None else visible & kp[:, :, None, :]), float("-inf"))
         if nb == 1:  # no earlier block: exact causal softmax within the block, no summaries to build
+            # (n, 1, c, d) -> (n, N, d)
             return (self._drop(_softmax(ll, kp is not None)) @ vb).flatten(1, 2)[:, :length]
         a = self.routing(kb[:, :-1], None if kp is None else kp[:, :-1])
         # per-block A^T K, A^T V (n, nb - 1, M, d) and their inclusive prefix sums = the exclusive prefix of
         # blocks 1..nb-1; block 0 has no prefix, so Stage II and the mixer never run on its (empty) summaries
         pk, pv = (a @ kb[:, :-1]).cumsum(1), (a @ vb[:, :-1]).cumsum(1)
-        k_g, v_g = self.prefix_summaries(pk.flatten(0, 1), pv.flatten(0, 1))
-        k_g, v_g = k_g.unflatten(0, (n, nb - 1)), v_g.unflatten(0, (n, nb - 1))
-        lg = (qb[:, 1:] @ k_g.transpose(-1, -2)) * s
+        k_g, v_g = self.prefix_summaries(pk.flatten(0, 1), pv.flatten(0, 1))  # (n, nb - 1, M, d) -> (n (nb - 1), M, d)
+        k_g, v_g = k_g.unflatten(0, (n, nb - 1)), v_g.unflatten(0, (n, nb - 1))  # -> (n, nb - 1, M, d)
+        lg = (qb[:, 1:] @ k_g.transpose(-1, -2)) * s  # (n, nb - 1, c, M): summary logits
         if kp is not None:  # a prefix without a kept key has no summary to read
             lg = lg.masked_fill((kp[:, :-1].sum(-1).cumsum(1) == 0)[:, :, None, None], float("-inf"))
         lg = torch.cat([lg.new_full((n, 1, c, self.M), float("-inf")), lg], 1)  # block 0 reads no summary
         v_g = torch.cat([v_g.new_zeros(n, 1, self.M, v_g.shape[-1]), v_g], 1)
         w = self._drop(_softmax(torch.cat([lg, ll], dim=-1), kp is not None))
         out = w[..., : self.M] @ v_g + w[..., self.M :] @ vb
-        return out.flatten(1, 2)[:, :length]
+        return out.flatten(1, 2)[:, :length]  # (n, nb, c, d) -> (n, N, d)
 
     def routing(self, k: torch.Tensor, keep: torch.Tensor | None = None) -> torch.Tensor:
         """A^T (eq. 3) of keys (..., N, d_k) -> (..., M, N); a padded key's column is 0 (it adds to no summary)."""
         a = torch.softmax(k @ (self.prototypes.to(k.dtype).t() / self.tau), dim=-1)
         if keep is not None:
             a = a * keep[..., None].to(a.dtype)
-        return a.transpose(-1, -2)
+        return a.transpose(-1, -2)  # (..., N, M) -> (..., M, N)
 
     def prefix_summaries(self, pk: torch.Tensor, pv: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Stages II-III keys and values (K_g, V_g) of Stage I sums K~, V~ (n, M, d) (eqs. 6-12)."""
@@ -383,7 +436,16 @@ class PlashAttention(DecodingCore):
         return F.dropout(w, self.dropout) if self.training and self.dropout > 0 else w
 
     def flops(self, n_q: int, n_k: int, batch_heads: int = 1) -> int:
-        """Multiply-add count x 2 of one forward (matmuls only; FFTs and softmax excluded)."""
+        """Multiply-add count x 2 of one forward (matmuls only; FFTs and softmax excluded).
+
+        Args:
+            n_q (int): queries per head.
+            n_k (int): keys per head.
+            batch_heads (int): B H.
+
+        Returns:
+            flops (int): 2 x the multiply-adds of the non-causal forward, linear in n_q and n_k.
+        """
         dh, m, d = self.head_dim, self.M, self.width
         stage1 = 2 * n_k * m * dh * 3  # K P^T, A^T K, A^T V
         stage3 = 2 * n_q * m * dh * 2 + 2 * m * d * dh * 2  # Q K_g^T, A V_g, W_K, W_V

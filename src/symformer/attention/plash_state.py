@@ -137,7 +137,7 @@ def summary_kv(core, pkv: torch.Tensor, sketch: tuple) -> torch.Tensor:
     y_enh = core.w_out(feats[0] if len(feats) == 1 else torch.cat(feats, dim=-1))  # eqs. 9-10
     z = core.mixer(y_enh.view(n, m, -1)).flatten(0, 1)  # eq. 11
     w_kv = torch.cat((core.w_k.weight, core.w_v.weight))  # eq. 12: K_g = Z W_K, V_g = Z W_V in one GEMM
-    return F.linear(z, w_kv).view(n, m, -1)
+    return F.linear(z, w_kv).view(n, m, -1)  # (n M, 2 d) -> (n, M, 2 d)
 
 
 def _prefill(core, q, k, v, keep, state: PlashState, scale: float | None) -> torch.Tensor:
@@ -165,8 +165,9 @@ def _prefill(core, q, k, v, keep, state: PlashState, scale: float | None) -> tor
 def _routing_column(core, k: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
     """A^T of one key per row (eq. 3), k (n, 1, d) -> (n, M, 1), as core.routing on a 2-D GEMM; a padded key: 0."""
     n, _, dh = k.shape
+    # k (n, 1, d) -> (n, d); A^T (n, M)
     a = torch.softmax(torch.mm(k.view(n, dh), core.prototypes.to(k.dtype).t() / core.tau), dim=-1)
-    return (a if keep is None else a * keep).unsqueeze(-1)
+    return (a if keep is None else a * keep).unsqueeze(-1)  # (n, M) -> (n, M, 1)
 
 
 def _token(core, q, k, v, keep, state: PlashState, scale: float | None) -> torch.Tensor:
@@ -185,6 +186,7 @@ def _token(core, q, k, v, keep, state: PlashState, scale: float | None) -> torch
     else:
         bias.index_copy_(1, pos, torch.zeros_like(keep, dtype=bias.dtype).masked_fill_(~keep, float("-inf")))
     # one softmax over the block and the summaries; the mask enters as the GEMM's additive input
+    # bias (n, c + M) -> (n, 1, c + M); q (n, 1, d) @ keys^T (n, d, c + M) -> w (n, 1, c + M)
     w = torch.softmax(torch.baddbmm(bias.unsqueeze(1), q, kv[..., :dh].transpose(-1, -2), alpha=s), dim=-1)
     out = torch.bmm(core._drop(w if keep is None else w.nan_to_num(0.0)), kv[..., dh:])  # no kept key yet: 0
     a = _routing_column(core, k, keep)

@@ -142,12 +142,12 @@ def count_sketch(x: torch.Tensor, h: torch.Tensor, s: torch.Tensor, out_dim: int
     """c(x)_b = sum_{i: h(i) = b} s(i) x_i (eq. 39), over the last axis. h, s: (d',) or a batch
     (..., d') of independent hash pairs broadcast against x."""
     if h.ndim == 1:  # one hash pair: row adds over the leading axis of the transposed input (fast on CPU)
-        flat = (x * s.to(x.dtype)).reshape(-1, x.shape[-1]).t()
+        flat = (x * s.to(x.dtype)).reshape(-1, x.shape[-1]).t()  # (..., d') -> (d', rows)
         out = flat.new_zeros(out_dim, flat.shape[1]).index_add(0, h, flat)
-        return out.t().reshape(*x.shape[:-1], out_dim)
+        return out.t().reshape(*x.shape[:-1], out_dim)  # (D, rows) -> (..., D)
     # a batch of hash pairs (..., d') broadcast against x (..., d')
     vals = x * s.to(x.dtype)
-    hb = h.expand(vals.shape)
+    hb = h.expand(vals.shape)  # (..., d') broadcast to x's leading dims
     return x.new_zeros(*vals.shape[:-1], out_dim).scatter_add(-1, hb, vals)
 
 
@@ -189,9 +189,9 @@ def tensor_sketch_explicit(x: torch.Tensor, h: torch.Tensor, s: torch.Tensor, ou
     k, d = h.shape
     lift, hh, ss = x, h[0], s[0].to(x.dtype)
     for t in range(1, k):
-        lift = (lift[..., :, None] * x[..., None, :]).reshape(*x.shape[:-1], -1)
-        hh = ((hh[:, None] + h[t][None, :]) % out_dim).reshape(-1)
-        ss = (ss[:, None] * s[t].to(x.dtype)[None, :]).reshape(-1)
+        lift = (lift[..., :, None] * x[..., None, :]).reshape(*x.shape[:-1], -1)  # (..., d'^t, d') -> (..., d'^(t+1))
+        hh = ((hh[:, None] + h[t][None, :]) % out_dim).reshape(-1)  # (d'^t, d') -> (d'^(t+1),)
+        ss = (ss[:, None] * s[t].to(x.dtype)[None, :]).reshape(-1)  # (d'^t, d') -> (d'^(t+1),)
     return count_sketch(lift, hh, ss, out_dim)
 
 

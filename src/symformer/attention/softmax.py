@@ -13,7 +13,19 @@ from symformer._validation import check_attention_inputs, check_tensor, fail
 
 
 class AttentionCore(nn.Module):
-    """Interface of every attention variant: the call shape of F.scaled_dot_product_attention."""
+    """Interface of every attention variant: the call shape of F.scaled_dot_product_attention.
+
+    Examples:
+        >>> import torch
+        >>> from symformer.attention import AttentionCore, NaiveAttention, SoftmaxAttention
+        >>> from symformer.registry import ATTENTION
+        >>> q, k, v = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 7, 8), torch.randn(2, 3, 7, 4)
+        >>> core = ATTENTION.build("softmax")  # a core by its registered name, as the models build them
+        >>> isinstance(core, AttentionCore), core(q, k, v).shape  # (B, H, Nq, Dv)
+        (True, torch.Size([2, 3, 5, 4]))
+        >>> core.exact_softmax, torch.allclose(core(q, k, v), NaiveAttention()(q, k, v), atol=1e-6)
+        (True, True)
+    """
 
     supports_causal = True
     #: computes softmax(q k^T * scale) v exactly: the only cores whose output is invariant under GL(d_h) acting
@@ -29,6 +41,20 @@ class AttentionCore(nn.Module):
         is_causal: bool = False,
         scale: float | None = None,
     ) -> torch.Tensor:  # pragma: no cover
+        """softmax(q k^T * scale + mask) v, exactly or approximately (the core's kind).
+
+        Args:
+            q (B, H, Nq, Dh): queries.
+            k (B, H, Nk, Dh): keys, q's dtype.
+            v (B, H, Nk, Dv): values, q's dtype.
+            attn_mask (B, H, Nq, Nk): broadcastable boolean mask (True = attend) or additive float mask; cores that
+                only drop keys (FAVOR+, PLASH) take a boolean key-padding mask broadcastable to (B, H, 1, Nk).
+            is_causal (bool): query i attends to keys j <= i only.
+            scale (float | None): the logit scale (None: 1/sqrt(Dh)).
+
+        Returns:
+            out (B, H, Nq, Dv): the attention output, in q's dtype.
+        """
         raise NotImplementedError
 
 
@@ -77,8 +103,8 @@ def key_padding_mask(attn_mask: torch.Tensor | None, k: torch.Tensor, core: str)
             f"a boolean key-padding mask broadcastable to {(*k.shape[:2], 1, nk)}: {core} can only drop keys, not "
             "per-query logits (use attention='softmax' for general masks)",
         )
-    keep = attn_mask.reshape((1,) * (4 - attn_mask.ndim) + tuple(attn_mask.shape))
-    return keep.transpose(-1, -2)
+    keep = attn_mask.reshape((1,) * (4 - attn_mask.ndim) + tuple(attn_mask.shape))  # (..., Nk) -> (B|1, H|1, 1, Nk)
+    return keep.transpose(-1, -2)  # -> (B|1, H|1, Nk, 1)
 
 
 def float32_compute(core: nn.Module, q, k, v, attn_mask, is_causal, scale, **extra) -> torch.Tensor:
@@ -107,7 +133,20 @@ def float32_compute(core: nn.Module, q, k, v, attn_mask, is_causal, scale, **ext
 
 
 class SoftmaxAttention(AttentionCore):
-    """F.scaled_dot_product_attention (fused kernels where available)."""
+    """F.scaled_dot_product_attention (fused kernels where available).
+
+    Args:
+        dropout (float): dropout on the attention weights while training.
+
+    Examples:
+        >>> import torch
+        >>> import torch.nn.functional as F
+        >>> from symformer.attention import SoftmaxAttention
+        >>> q, k, v = torch.randn(1, 2, 6, 8), torch.randn(1, 2, 6, 8), torch.randn(1, 2, 6, 8)
+        >>> out = SoftmaxAttention()(q, k, v, is_causal=True)
+        >>> torch.equal(out, F.scaled_dot_product_attention(q, k, v, is_causal=True)), out.shape
+        (True, torch.Size([1, 2, 6, 8]))
+    """
 
     exact_softmax = True
 
@@ -116,6 +155,19 @@ class SoftmaxAttention(AttentionCore):
         self.dropout = dropout
 
     def forward(self, q, k, v, attn_mask=None, is_causal=False, scale=None):
+        """SDPA on validated inputs.
+
+        Args:
+            q (B, H, Nq, Dh): queries.
+            k (B, H, Nk, Dh): keys, q's dtype.
+            v (B, H, Nk, Dv): values, q's dtype.
+            attn_mask (B, H, Nq, Nk): broadcastable boolean (True = attend) or additive float mask, or None.
+            is_causal (bool): query i attends to keys j <= i (SDPA's top-left alignment).
+            scale (float | None): the logit scale (None: 1/sqrt(Dh)).
+
+        Returns:
+            out (B, H, Nq, Dv): softmax(q k^T * scale + mask) v.
+        """
         check_attention_inputs(q, k, v)
         return F.scaled_dot_product_attention(
             q,
@@ -129,8 +181,33 @@ class SoftmaxAttention(AttentionCore):
 
 
 def naive_attention(q, k, v, attn_mask=None, is_causal=False, scale=None):
+    """softmax(q k^T * scale + mask) v with the (Nq, Nk) logits written out: the reference, unvalidated.
+
+    Args:
+        q (..., Nq, Dh): queries.
+        k (..., Nk, Dh): keys.
+        v (..., Nk, Dv): values.
+        attn_mask (..., Nq, Nk): broadcastable boolean (True = attend) or additive float mask, or None.
+        is_causal (bool): query i attends to keys j <= i + Nk - Nq (aligned bottom-right: the last query sees
+            every key, as a decoding step does).
+        scale (float | None): the logit scale (None: 1/sqrt(Dh)).
+
+    Returns:
+        out (..., Nq, Dv): the attention output.
+
+    Examples:
+        >>> import torch
+        >>> from symformer.attention import naive_attention
+        >>> q, k, v = torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 8), torch.randn(1, 2, 4, 3)
+        >>> out = naive_attention(q, k, v, is_causal=True)
+        >>> torch.allclose(out[..., 0, :], v[..., 0, :])  # the first query sees the first key only
+        True
+        >>> mask = torch.ones(4, 4, dtype=torch.bool).tril()
+        >>> torch.allclose(naive_attention(q, k, v, attn_mask=mask), out)
+        True
+    """
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    s = (q @ k.transpose(-1, -2)) * scale
+    s = (q @ k.transpose(-1, -2)) * scale  # (..., Nq, Nk)
     if is_causal:
         nq, nk = q.shape[-2], k.shape[-2]
         keep = torch.ones(nq, nk, dtype=torch.bool, device=q.device).tril(nk - nq)
@@ -141,7 +218,22 @@ def naive_attention(q, k, v, attn_mask=None, is_causal=False, scale=None):
 
 
 class NaiveAttention(AttentionCore):
-    """softmax(q k^T * scale) v written out: the reference the other variants are tested against."""
+    """softmax(q k^T * scale) v written out: the reference the other variants are tested against.
+
+    Args:
+        dropout (float): must be 0.0 (the reference is deterministic).
+
+    Examples:
+        >>> import torch
+        >>> from symformer.attention import NaiveAttention, SoftmaxAttention
+        >>> q, k, v = torch.randn(2, 2, 5, 4), torch.randn(2, 2, 5, 4), torch.randn(2, 2, 5, 4)
+        >>> keep = torch.tensor([[True, True, False, True, False]])  # (1, Nk) key padding, broadcast to (B, H, Nq, Nk)
+        >>> ref = NaiveAttention()(q, k, v, attn_mask=keep)
+        >>> torch.allclose(ref, SoftmaxAttention()(q, k, v, attn_mask=keep), atol=1e-6)
+        True
+        >>> torch.allclose(ref, NaiveAttention()(q, k[..., keep[0], :], v[..., keep[0], :]))  # masked keys dropped
+        True
+    """
 
     exact_softmax = True
 
@@ -151,5 +243,18 @@ class NaiveAttention(AttentionCore):
             fail("dropout", dropout, "0.0 (the naive reference has no dropout; use attention='softmax')")
 
     def forward(self, q, k, v, attn_mask=None, is_causal=False, scale=None):
+        """`naive_attention` on validated inputs.
+
+        Args:
+            q (B, H, Nq, Dh): queries.
+            k (B, H, Nk, Dh): keys, q's dtype.
+            v (B, H, Nk, Dv): values, q's dtype.
+            attn_mask (B, H, Nq, Nk): broadcastable boolean (True = attend) or additive float mask, or None.
+            is_causal (bool): query i attends to keys j <= i + Nk - Nq.
+            scale (float | None): the logit scale (None: 1/sqrt(Dh)).
+
+        Returns:
+            out (B, H, Nq, Dv): softmax(q k^T * scale + mask) v.
+        """
         check_attention_inputs(q, k, v)
         return naive_attention(q, k, v, attn_mask, is_causal, scale)

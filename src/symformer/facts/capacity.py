@@ -38,11 +38,46 @@ KNOB = {
 
 
 class FactStorageError(ValueError):
-    """A construction that does not store every fact says so instead of returning the MLP."""
+    """A construction that does not store every fact says so instead of returning the MLP.
+
+    Examples:
+        >>> from symformer.facts import FactStorageError, build_fact_mlp, make_fact_set
+        >>> fs = make_fact_set(32, 16, seed=0)
+        >>> try:
+        ...     build_fact_mlp(fs.keys, fs.values, fs.facts, "bin+jl", m=2)  # two codes cannot decode 32 values
+        ... except FactStorageError as e:
+        ...     print(str(e).split(" stores")[0], "stores", "all" if "100.00%" in str(e) else "some")
+        method 'bin+jl' (m=2, h=None) stores some
+        >>> build_fact_mlp(fs.keys, fs.values, fs.facts, "bin+jl", m=2, strict=False).accuracy < 1.0
+        True
+    """
 
 
 @dataclass
 class BuildOptions:
+    """The knobs of `build_fact_mlp` beyond method, m and h (App. A.1.1-A.1.3 defaults).
+
+    Args:
+        h_mult (float): encoder width multiplier (h~ = ceil(mult |K|/d~)).
+        encoder_hidden (int | None): gadget width h~ per code, overriding h_mult (>= ceil(|K|/d~)).
+        decoder_steps (int): Adam steps of the GD decoder.
+        encoder_steps (int): Adam steps of the GD encoder.
+        train_epochs (int): epochs of the GD MLP baselines.
+        train_lr (float): their learning rate.
+        ntk_degree (int): the NTK baselines' degree.
+        whiten (float): partial ZCA strength alpha in [0, 1] (0: none).
+        train_checkpoint (str | None): GD MLPs: file where the training state is saved and resumed from.
+        decoder_early_stop (bool): the GD decoder stops once every value decodes.
+        codec_cache (str | None): folder keeping each GD decoder built (same values, m, seed, steps: same codes).
+
+    Examples:
+        >>> from symformer.facts import BuildOptions, build_fact_mlp, make_fact_set
+        >>> fs = make_fact_set(32, 16, kappa=4.0, seed=0)  # anisotropic embeddings
+        >>> opts = BuildOptions(whiten=0.5)  # built on partially whitened ones, folded back (fold_whitening)
+        >>> build_fact_mlp(fs.keys, fs.values, fs.facts, "naive", options=opts).accuracy
+        1.0
+    """
+
     h_mult: float = 1.0  # encoder width multiplier (h~ = ceil(mult |K|/d~))
     encoder_hidden: int | None = None  # gadget width h~ per code, overriding h_mult (>= ceil(|K|/d~))
     decoder_steps: int = 1000  # GD decoder (App. A.1.3)
@@ -140,7 +175,37 @@ def build_fact_mlp(
 
     For a construction (method "<encoder>+<decoder>"), m=None searches for a small decoder width m <= max_m that
     stores every fact, as `symformer facts build` without --m does (App. A.1.2's search; see `_smallest_width`).
-    NTK and GD MLPs need h."""
+    NTK and GD MLPs need h.
+
+    Args:
+        keys (n_keys, d): key embeddings.
+        values (n_values, d): value embeddings.
+        facts (n_keys,): int64, the value index of each key.
+        method (str): one of METHODS: "<encoder>+<decoder>" or a baseline ("naive", "ntk", "gd-swiglu", ...).
+        m (int | None): the decoder width of a construction (None: searched).
+        h (int | None): the hidden width of NTK and GD MLPs.
+        seed (int | None): every draw of the build (None: one integer from torch's global generator).
+        strict (bool): raise FactStorageError unless every fact is stored.
+        info (Decodability | None): `decodability(values)` if already computed.
+        options (BuildOptions | None): the remaining knobs.
+        max_m (int): the widest m the search tries.
+
+    Returns:
+        mlp (FactMLP): float64, with `.accuracy`, `.method` and `.n_facts`; outputs (n, d) for keys (n, d).
+
+    Raises:
+        FactStorageError: strict and not every fact is stored.
+
+    Examples:
+        >>> import torch
+        >>> from symformer.facts import build_fact_mlp, make_fact_set
+        >>> fs = make_fact_set(32, 16, seed=0)
+        >>> mlp = build_fact_mlp(fs.keys, fs.values, fs.facts)  # bin+jl at the smallest width m that stores all
+        >>> mlp.method, mlp.accuracy, mlp.down.m < 32
+        ('bin+jl', 1.0, True)
+        >>> torch.equal((mlp(fs.keys) @ fs.values.T).argmax(1), fs.facts)  # key i decodes to value f(i)
+        True
+    """
     validate_fact_set(keys, values, facts)
     check_choice("method", method, METHODS)
     seed = resolve_seed(seed)  # None: one integer from torch's global generator for every part (and the codec cache)
@@ -254,6 +319,26 @@ def _baseline(K, V, facts, method, h, seed, info, opts) -> FactMLP:
 
 @dataclass
 class CapacityResult:
+    """What `method_capacity` finds for one method.
+
+    Attributes:
+        method (str): the method.
+        size (int | None): smallest knob value (m or h) storing every fact of every fact set (None: none found).
+        params (int | None): the parameter count there (the smaller one for GD encoders' width search).
+        n_facts (int): F.
+        n_values (int): |V|.
+        facts_per_param (float | None): F / params.
+        bits_per_param (float | None): F log2 |V| / params.
+        info_bits (float): the information-theoretic content F log2 |V| (Prop. 2.1.1).
+        evaluations (dict): knob -> (min accuracy over the fact sets, params).
+
+    Examples:
+        >>> from symformer.facts import make_fact_set, method_capacity
+        >>> res = method_capacity("bin+jl", [make_fact_set(32, 16, seed=s) for s in range(2)], lo=4, hi=8)
+        >>> res.evaluations[res.size][0], res.info_bits, res.facts_per_param == 32 / res.params
+        (1.0, 160.0, True)
+    """
+
     method: str
     size: int | None  # smallest knob value storing every fact (None: not found <= max)
     params: int | None
@@ -269,7 +354,27 @@ def capacity_search(
     evaluate: Callable[[int, int], tuple[float, int]], n_seeds: int, lo: int, hi: int, max_size: int | None = None
 ) -> tuple[int | None, dict]:
     """Smallest integer knob in [lo, max_size] whose minimum accuracy over seeds is 1.0 (App. A.1.2),
-    assuming success is monotone in the knob. `evaluate(size, seed) -> (accuracy, params)`."""
+    assuming success is monotone in the knob. `evaluate(size, seed) -> (accuracy, params)`.
+
+    Args:
+        evaluate (Callable[[int, int], tuple[float, int]]): (size, seed index) -> (accuracy, parameter count).
+        n_seeds (int): seed indices 0..n_seeds-1 per size (a size stops at its first seed below 1.0).
+        lo (int): the smallest size considered.
+        hi (int): the first size tried; doubled while it fails.
+        max_size (int | None): the largest size tried (None: 16 hi).
+
+    Returns:
+        size (int | None): the smallest size storing every fact (None: none up to max_size).
+        seen (dict): size -> (min accuracy over the seeds tried, params), for every size evaluated.
+
+    Examples:
+        >>> from symformer.facts import capacity_search
+        >>> def evaluate(size, seed):  # stores every fact from size 37 on
+        ...     return (1.0 if size >= 37 else 0.5), 10 * size
+        >>> size, seen = capacity_search(evaluate, n_seeds=2, lo=1, hi=8)
+        >>> size, sorted(seen)  # doubling 8, 16, 32, 64, then bisection in (32, 64]
+        (37, [8, 16, 32, 36, 37, 38, 40, 48, 64])
+    """
     check_int("lo", lo, 1)
     check_int("hi", hi, lo)
     max_size = max_size or 16 * hi
@@ -366,7 +471,30 @@ def method_capacity(
 ) -> CapacityResult:
     """Capacity of one method over fact sets (one per seed): smallest knob, its parameter count, facts and
     bits per parameter. With `work_dir` every evaluation is remembered there and GD trainings checkpoint there,
-    so a call after a kill continues the search (same results: each build seeds itself)."""
+    so a call after a kill continues the search (same results: each build seeds itself).
+
+    Args:
+        method (str): one of METHODS.
+        fact_sets (Sequence[FactSet]): one fact set per seed (the same F and |V|); a size counts when it stores
+            every fact of every set.
+        lo (int): the smallest knob value considered.
+        hi (int): the first knob value tried (`capacity_search`).
+        max_size (int | None): the largest knob value tried.
+        options (BuildOptions | None): build options.
+        infos (Sequence[Decodability] | None): each set's `decodability(values)`, if already computed.
+        work_dir (str | os.PathLike | None): folder remembering the evaluations (None: none).
+
+    Returns:
+        result (CapacityResult): the smallest knob value and its parameter count, facts and bits per parameter.
+
+    Examples:
+        >>> from symformer.facts import build_fact_mlp, count_params, make_fact_set, method_capacity
+        >>> sets = [make_fact_set(32, 16, seed=s) for s in range(2)]
+        >>> res = method_capacity("bin+jl", sets, lo=4, hi=8)
+        >>> mlp = build_fact_mlp(sets[0].keys, sets[0].values, sets[0].facts, "bin+jl", m=res.size, seed=0)
+        >>> mlp.accuracy, count_params(mlp) == res.params
+        (1.0, True)
+    """
     check_choice("method", method, METHODS)
     if work_dir is not None:
         _Remembered.check(work_dir)

@@ -51,6 +51,29 @@ class DecodabilityNotConverged(RuntimeError):
 
 @dataclass
 class Decodability:
+    """rho(V) and U* of a set of values, every rho_i certified (module docstring); `decodability` computes it.
+
+    Attributes:
+        rho (float): min_i rho_i (eq. 3); > 0 iff every value is a vertex of conv(V).
+        rho_i (n_values,): float64, the certified per-anchor values (0 for non-vertices).
+        U (n_values, d): the unit margin-optimal directions u_i* (eq. 4), in the values' dtype.
+        not_vertices (list[int]): the values that are not vertices of conv(V) (never decodable).
+        iterations (int): cutting-plane rounds of the solver.
+        gap (n_values,): float64, the certified duality gap per anchor.
+        max_gap (float): its maximum.
+
+    Examples:
+        >>> import torch
+        >>> from symformer.facts import decodability, sample_embeddings
+        >>> values = sample_embeddings(20, 6, seed=0)  # on the sphere: every value a vertex
+        >>> info = decodability(values)
+        >>> info.rho > 0, info.not_vertices, info.U.shape, info.max_gap <= 1e-8
+        (True, [], torch.Size([20, 6]), True)
+        >>> x = (values[0] - values[1:]) / (values[0] - values[1:]).norm(dim=1, keepdim=True)  # anchor 0's x_0j
+        >>> abs(float((x @ info.U[0]).min()) - float(info.rho_i[0])) < 1e-12  # rho_0 = min_j <x_0j, u_0*>
+        True
+    """
+
     rho: float  # min_i rho_i (eq. 3)
     rho_i: torch.Tensor  # (|V|,) certified per-anchor values; 0 for non-vertices
     U: torch.Tensor  # (|V|, d) unit margin-optimal directions u_i* (eq. 4)
@@ -437,7 +460,27 @@ def _parallel_chunks(fn, n: int, chunk: int) -> list:
 
 
 def decodability(values: torch.Tensor, chunk: int | None = None, newton_iters: int = 60) -> Decodability:
-    """rho(V), the certified per-anchor rho_i and U* for all anchors by the batched solver above."""
+    """rho(V), the certified per-anchor rho_i and U* for all anchors by the batched solver above.
+
+    Args:
+        values (n_values, d): distinct nonzero value embeddings, one per row.
+        chunk (int | None): anchors solved together (None: sized to the problem).
+        newton_iters (int): Newton iterations per working-set solve.
+
+    Returns:
+        info (Decodability): rho, rho_i, U*, the non-vertices and the certified gaps.
+
+    Raises:
+        DecodabilityNotConverged: an anchor could not be certified.
+
+    Examples:
+        >>> import torch
+        >>> from symformer.facts import decodability, sample_embeddings
+        >>> values = sample_embeddings(20, 6, seed=0)
+        >>> midpoint = values[:2].mean(0, keepdim=True)  # inside the hull: never decodable
+        >>> decodability(torch.cat([values, midpoint])).not_vertices
+        [20]
+    """
     V = _check_values(values)
     n, d = V.shape
     if chunk is not None:
@@ -472,7 +515,29 @@ def decodability(values: torch.Tensor, chunk: int | None = None, newton_iters: i
 
 
 def require_vertices(values: torch.Tensor, info: Decodability | None = None, name: str = "values") -> Decodability:
-    """A construction that decodes through U* needs every value to be a vertex (rho_i > 0)."""
+    """A construction that decodes through U* needs every value to be a vertex (rho_i > 0).
+
+    Args:
+        values (n_values, d): value embeddings.
+        info (Decodability | None): `decodability(values)` if already computed.
+        name (str): the argument name the error message gives.
+
+    Returns:
+        info (Decodability): the values' decodability, computed if not given.
+
+    Raises:
+        ValueError: a value is not a vertex of conv(V).
+
+    Examples:
+        >>> import torch
+        >>> from symformer.facts import require_vertices
+        >>> require_vertices(torch.eye(3, dtype=torch.float64)).rho > 0
+        True
+        >>> require_vertices(torch.tensor([[1.0, 0.0], [2.0, 0.0], [3.0, 0.0]], dtype=torch.float64))
+        Traceback (most recent call last):
+        ...
+        ValueError: values: got 'values [1] that are not vertices of their convex hull (rho_i <= 0)', expected ...
+    """
     info = info or decodability(values)
     if info.not_vertices:
         shown = info.not_vertices[:20]

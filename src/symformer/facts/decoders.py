@@ -14,6 +14,23 @@ from symformer.facts.decodability import Decodability, decodability, require_ver
 
 @dataclass
 class Decoder:
+    """Codes and decoder of a construction: value i is encoded as c_i and decoded by argmax_j <v_j, D c_i>.
+
+    Attributes:
+        C (n_values, m): one code per value.
+        D (d, m): the decoder, the factor the MLP's down projection ends with.
+        kind (str): how it was built ("jl-gaussian", "jl-sign", "gd").
+
+    Examples:
+        >>> import torch
+        >>> from symformer.facts import jl_decoder, make_fact_set
+        >>> fs = make_fact_set(32, 16, seed=0)
+        >>> dec = jl_decoder(fs.values, m=16, seed=0)
+        >>> scores = (dec.C @ dec.D.T) @ fs.values.T  # (|V|, |V|): <v_j, D c_i>
+        >>> torch.equal(scores.argmax(1), torch.arange(32))  # every value decodes from its code
+        True
+    """
+
     C: torch.Tensor  # (|V|, m) codes
     D: torch.Tensor  # (d, m)
     kind: str
@@ -29,7 +46,25 @@ def jl_decoder(
     values: torch.Tensor, m: int, kind: str = "gaussian", seed: int | None = 0, info: Decodability | None = None
 ) -> Decoder:
     """Alg. 4 / Construction 4.2: D i.i.d. Gaussian (or +-1) d x m, C = U* D. Works w.h.p. once
-    m >= 32 rho^-2 ln(4|K|(|K|-1)/delta) (Thm B.5.3)."""
+    m >= 32 rho^-2 ln(4|K|(|K|-1)/delta) (Thm B.5.3).
+
+    Args:
+        values (n_values, d): value embeddings, every one a vertex of their convex hull.
+        m (int): the code width.
+        kind (str): "gaussian" or "sign" (+-1 entries).
+        seed (int | None): the draw of D.
+        info (Decodability | None): `decodability(values)` if already computed.
+
+    Returns:
+        decoder (Decoder): C (|V|, m), D (d, m) float64, kind "jl-gaussian" or "jl-sign".
+
+    Examples:
+        >>> from symformer.facts import jl_decoder, make_fact_set
+        >>> fs = make_fact_set(32, 16, seed=0)
+        >>> dec = jl_decoder(fs.values, m=12, kind="sign", seed=0)
+        >>> dec.C.shape, dec.D.shape, dec.kind
+        (torch.Size([32, 12]), torch.Size([16, 12]), 'jl-sign')
+    """
     check_tensor("values", values, 2)
     check_int("m", m, 1)
     check_choice("kind", kind, ("gaussian", "sign"))
@@ -61,7 +96,28 @@ def gd_decoder(
     Adam lr 1 with cosine decay to 0.01, 1000 steps. Afterwards the rows of C are normalised (argmax per
     row is scale-free) and M is scaled by one scalar; normalising M's rows, as the appendix says, changes
     the decoding map itself, so we do not. early_stop: stop (checked every 25 steps) once every value
-    decodes; the appendix runs all `steps`, which keeps widening the margins the encoder may use."""
+    decodes; the appendix runs all `steps`, which keeps widening the margins the encoder may use.
+
+    Args:
+        values (n_values, d): value embeddings.
+        m (int): the code width.
+        steps (int): Adam steps.
+        lr (float): Adam's learning rate (cosine decay to lr / 100).
+        seed (int | None): the initial C and M.
+        dtype (torch.dtype): the dtype of the optimisation.
+        early_stop (bool): stop once every value decodes.
+
+    Returns:
+        decoder (Decoder): C (|V|, m) with unit rows, D (d, m), float64, kind "gd".
+
+    Examples:
+        >>> import torch
+        >>> from symformer.facts import gd_decoder, make_fact_set
+        >>> fs = make_fact_set(32, 16, seed=0)
+        >>> dec = gd_decoder(fs.values, m=8, steps=50, seed=0)
+        >>> torch.equal(((dec.C @ dec.D.T) @ fs.values.T).argmax(1), torch.arange(32))
+        True
+    """
     check_tensor("values", values, 2)
     check_int("m", m, 1)
     check_int("steps", steps, 1)

@@ -93,7 +93,29 @@ class DenseDown(nn.Linear):
 
 
 class FactMLP(nn.Module):
-    """gate / up / down as in `symformer.models.layers.SwiGLU` (gate is None for non-gated MLPs)."""
+    """gate / up / down as in `symformer.models.layers.SwiGLU` (gate is None for non-gated MLPs).
+
+    Args:
+        d (int): the key / value width.
+        h (int): the hidden width.
+        activation (str): "silu", "relu", "silu_prime" or "step".
+        gated (bool): down(act(gate x) * up x), else down(act(up x)).
+        bias (bool): biases on gate and up.
+        m (int | None): factorise down as D E through m codes (None: a dense (d, h) down).
+        dense_codes (bool): E dense (m, h), else block-structured (h entries; h a multiple of m).
+        code_bias (bool): a bias on the codes.
+        out_bias (bool): a bias on the output.
+        dtype (torch.dtype): the parameters' dtype.
+
+    Examples:
+        >>> import torch
+        >>> from symformer.facts import FactMLP, count_params
+        >>> mlp = FactMLP(d=8, h=32, m=4)  # SwiGLU-like, down through m = 4 codes
+        >>> mlp(torch.randn(5, 8)).shape  # (..., d) -> (..., d), computed in the parameters' dtype
+        torch.Size([5, 8])
+        >>> count_params(mlp) == 8 * 32 + 8 * 32 + 32 + 8 * 4  # gate, up, block-structured E (h entries), D
+        True
+    """
 
     def __init__(
         self,
@@ -130,6 +152,14 @@ class FactMLP(nn.Module):
         return activate(self.activation, self.up(x))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """down(act(gate x) * up x), or down(act(up x)) for a non-gated MLP.
+
+        Args:
+            x (..., d): keys, any floating dtype (cast to the parameters' dtype).
+
+        Returns:
+            out (..., d): outputs in the parameters' dtype; key i decodes to argmax_j <out_i, v_j>.
+        """
         check_tensor("x", x)
         if x.shape[-1] != self.d:
             fail("x", f"last dim {x.shape[-1]}", f"the MLP width d = {self.d}")
@@ -140,7 +170,20 @@ class FactMLP(nn.Module):
 
 
 def count_params(module: nn.Module) -> int:
-    """What is stored: every parameter entry (block-structure indices and buffers are free)."""
+    """What is stored: every parameter entry (block-structure indices and buffers are free).
+
+    Args:
+        module (nn.Module): any module.
+
+    Returns:
+        count (int): the number of parameter entries.
+
+    Examples:
+        >>> import torch
+        >>> from symformer.facts import count_params
+        >>> count_params(torch.nn.Linear(4, 3))  # 12 weights, 3 biases
+        15
+    """
     return sum(p.numel() for p in module.parameters())
 
 
@@ -161,7 +204,27 @@ def capped_batch(mlp: nn.Module | None, batch: int) -> int:
 def fact_accuracy(
     mlp: nn.Module, keys: torch.Tensor, values: torch.Tensor, facts: torch.Tensor, batch: int = 4096
 ) -> float:
-    """Fraction of keys whose output decodes to f(i) by argmax_j <g(k_i), v_j> (eq. 1), in `capped_batch`es."""
+    """Fraction of keys whose output decodes to f(i) by argmax_j <g(k_i), v_j> (eq. 1), in `capped_batch`es.
+
+    Args:
+        mlp (nn.Module): g, mapping (n, d) keys to (n, d) outputs.
+        keys (n_keys, d): key embeddings.
+        values (n_values, d): value embeddings.
+        facts (n_keys,): int64, the value index each key must decode to.
+        batch (int): keys per forward.
+
+    Returns:
+        accuracy (float): in [0, 1]; 1.0 when every fact is stored.
+
+    Examples:
+        >>> from symformer.facts import build_fact_mlp, fact_accuracy, make_fact_set
+        >>> fs = make_fact_set(32, 16, seed=0)
+        >>> mlp = build_fact_mlp(fs.keys, fs.values, fs.facts, "naive")
+        >>> fact_accuracy(mlp, fs.keys, fs.values, fs.facts)
+        1.0
+        >>> fact_accuracy(mlp, fs.keys, fs.values, fs.facts.roll(1))  # another bijection: no key decodes to it
+        0.0
+    """
     batch = capped_batch(mlp, batch)
     hits = 0
     p = next(mlp.parameters())
@@ -174,7 +237,26 @@ def fact_accuracy(
 
 @torch.no_grad()
 def fact_margin(mlp: nn.Module, keys: torch.Tensor, values: torch.Tensor, facts: torch.Tensor) -> float:
-    """min_i [<g(k_i), v_f(i)> - max_{j != f(i)} <g(k_i), v_j>]: > 0 iff every fact is stored (eq. 1)."""
+    """min_i [<g(k_i), v_f(i)> - max_{j != f(i)} <g(k_i), v_j>]: > 0 iff every fact is stored (eq. 1).
+
+    Args:
+        mlp (nn.Module): g, mapping (n, d) keys to (n, d) outputs.
+        keys (n_keys, d): key embeddings.
+        values (n_values, d): value embeddings.
+        facts (n_keys,): int64, the value index each key must decode to.
+
+    Returns:
+        margin (float): the smallest decoding margin over the keys.
+
+    Examples:
+        >>> from symformer.facts import build_fact_mlp, fact_margin, make_fact_set
+        >>> fs = make_fact_set(32, 16, seed=0)
+        >>> mlp = build_fact_mlp(fs.keys, fs.values, fs.facts, "naive")
+        >>> fact_margin(mlp, fs.keys, fs.values, fs.facts) > 0
+        True
+        >>> fact_margin(mlp, fs.keys, fs.values, fs.facts.roll(1)) < 0  # another map: not stored
+        True
+    """
     p = next(mlp.parameters())
     s = mlp(keys.to(p.dtype)) @ values.to(p.dtype).T
     right = s.gather(1, facts.view(-1, 1)).squeeze(1)

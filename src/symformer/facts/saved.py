@@ -25,7 +25,29 @@ WHAT = "a fact-MLP file written by `symformer facts build` or symformer.facts.sa
 @dataclass(frozen=True)
 class SavedFactMLP:
     """A fact MLP read from a file, and what it holds. `mlp(x)` maps keys (rows of width d) to outputs
-    that decode to values by argmax <mlp(k), v_j> (eq. 1)."""
+    that decode to values by argmax <mlp(k), v_j> (eq. 1).
+
+    Attributes:
+        mlp (FactMLP): the MLP, in eval mode.
+        method (str): how it was built (symformer.facts.METHODS).
+        m (int | None): decoder width (codes) of a construction; None for a dense down projection.
+        h (int): hidden width.
+        d (int): key / value width.
+        params (int): stored parameter entries (count_params).
+        n_facts (int): facts in the fact set it was built for.
+        accuracy (float): fraction of those facts it stores, measured when it was built.
+        path (str): the file it was read from.
+
+    Examples:
+        >>> import os, tempfile
+        >>> from symformer.facts import build_fact_mlp, load_fact_mlp, make_fact_set, save_fact_mlp
+        >>> fs = make_fact_set(16, 8, seed=0)
+        >>> path = os.path.join(tempfile.mkdtemp(), "facts.pt")
+        >>> cfg = save_fact_mlp(path, build_fact_mlp(fs.keys, fs.values, fs.facts, "bin+jl", m=8))
+        >>> saved = load_fact_mlp(path)
+        >>> saved.method, saved.m, saved.d, saved.n_stored
+        ('bin+jl', 8, 8, 16)
+    """
 
     mlp: FactMLP = field(repr=False)
     method: str  # how it was built (symformer.facts.METHODS)
@@ -44,7 +66,24 @@ class SavedFactMLP:
 
 
 def save_fact_mlp(path: str | os.PathLike, mlp: FactMLP) -> dict:
-    """Write an MLP returned by `build_fact_mlp` to `path` (atomically); returns the config saved with it."""
+    """Write an MLP returned by `build_fact_mlp` to `path` (atomically); returns the config saved with it.
+
+    Args:
+        path (str | os.PathLike): the file to write.
+        mlp (FactMLP): an MLP from `build_fact_mlp` (with .method, .accuracy, .n_facts).
+
+    Returns:
+        config (dict): method, m, h, d, gated, activation, params, accuracy and n_facts, as written.
+
+    Examples:
+        >>> import os, tempfile
+        >>> from symformer.facts import build_fact_mlp, make_fact_set, save_fact_mlp
+        >>> fs = make_fact_set(16, 8, seed=0)
+        >>> path = os.path.join(tempfile.mkdtemp(), "facts.pt")
+        >>> cfg = save_fact_mlp(path, build_fact_mlp(fs.keys, fs.values, fs.facts, "naive"))
+        >>> cfg["method"], cfg["accuracy"], cfg["n_facts"]
+        ('naive', 1.0, 16)
+    """
     if not isinstance(mlp, FactMLP) or not all(hasattr(mlp, a) for a in ("method", "accuracy", "n_facts")):
         fail(
             "mlp",
@@ -88,7 +127,27 @@ def _spec(sd: dict, activation: str) -> dict:
 
 def load_fact_mlp(path: str | os.PathLike) -> SavedFactMLP:
     """The MLP in a file written by `symformer facts build` (or `save_fact_mlp`), loaded with weights_only=True
-    (nothing is unpickled), and what it holds. A file that is not one: one-line ValueError naming the file."""
+    (nothing is unpickled), and what it holds. A file that is not one: one-line ValueError naming the file.
+
+    Args:
+        path (str | os.PathLike): a file written by `save_fact_mlp`.
+
+    Returns:
+        saved (SavedFactMLP): the MLP and what it holds.
+
+    Raises:
+        ValueError: the path is not a file, or the file is not a fact MLP (DataFileError, naming it).
+
+    Examples:
+        >>> import os, tempfile, torch
+        >>> from symformer.facts import build_fact_mlp, load_fact_mlp, make_fact_set, save_fact_mlp
+        >>> fs = make_fact_set(16, 8, seed=0)
+        >>> mlp = build_fact_mlp(fs.keys, fs.values, fs.facts, "naive")
+        >>> path = os.path.join(tempfile.mkdtemp(), "facts.pt")
+        >>> _ = save_fact_mlp(path, mlp)
+        >>> torch.equal(load_fact_mlp(path).mlp(fs.keys), mlp(fs.keys))  # the same function
+        True
+    """
     if not isinstance(path, (str, os.PathLike)):
         fail("path", type(path).__name__, "a file path (str or os.PathLike)", TypeError)
     path = Path(path)

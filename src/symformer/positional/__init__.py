@@ -31,7 +31,19 @@ POSITIONAL.register("partial")(partial_rotary)
 def rotary_parts() -> dict[str, type]:
     """name -> class of every registered rotary part (POSITIONAL entries subclassing RotaryPositional), in
     registration order: what every host that runs "all rotary parts" reads (the HF patch, the precision checks, the
-    benchmarks), so a new part registered here runs there with no other edit."""
+    benchmarks), so a new part registered here runs there with no other edit.
+
+    Returns:
+        parts (dict[str, type]): registered name -> RotaryPositional subclass.
+
+    Examples:
+        >>> from symformer.positional import RoPE, RotaryPositional, rotary_parts
+        >>> parts = rotary_parts()
+        >>> parts["rope"] is RoPE, "sinusoidal" in parts  # additive parts are not rotary
+        (True, False)
+        >>> all(issubclass(cls, RotaryPositional) for cls in parts.values())
+        True
+    """
     out = {}
     for name in POSITIONAL.registered():
         obj = POSITIONAL.get(name)

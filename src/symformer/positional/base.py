@@ -80,7 +80,33 @@ def check_positions(
 ) -> torch.Tensor:
     """Positions (N, C) or (B, N, C), integer (int64: converted exactly to the compute dtype inside the part) or
     float32 / float64. 16-bit floats are refused: bfloat16 cannot hold 257, float16 2049 (no silent rounding).
-    batch: the batch of the tensor they position ((B, N, C) positions need B equal to it, or 1)."""
+    batch: the batch of the tensor they position ((B, N, C) positions need B equal to it, or 1).
+
+    Args:
+        positions (N, C): the positions to check, or (B, N, C).
+        coord_dim (int): C, the coordinates a part expects.
+        n (int | None): the number of tokens N they must position (None: any).
+        name (str): the argument name the error message gives.
+        batch (int | None): the batch B of the tensor they position (None: any).
+
+    Returns:
+        positions (N, C): the same tensor.
+
+    Raises:
+        ValueError: a 16-bit float dtype, a wrong rank, last dimension, token count or batch.
+        TypeError: a complex or boolean dtype.
+
+    Examples:
+        >>> import torch
+        >>> from symformer.positional import check_positions
+        >>> pos = torch.arange(10).view(5, 2)
+        >>> check_positions(pos, coord_dim=2, n=5) is pos
+        True
+        >>> check_positions(pos, coord_dim=3)
+        Traceback (most recent call last):
+        ...
+        ValueError: positions: got 'shape (5, 2)', expected a last dimension equal to the coordinate dimension C=3
+    """
     if (
         isinstance(positions, torch.Tensor)
         and positions.is_floating_point()
@@ -168,7 +194,29 @@ class QKSymmetry:
     kind "h": H(d_h) of eq. (9) on the rotary `pairs` (m, 2), conjugated by `orth` when given (P H P^T);
     kind "commutant": every U whose transpose commutes with each of `relative` (R, Dh, Dh) (float64).
     rotary_dim: the group above acts on the first rotary_dim coordinates only (pairs, orth, relative of that size),
-    GL on the others (PartialRotary: they are not rotated); None: on the whole head."""
+    GL on the others (PartialRotary: they are not rotated); None: on the whole head.
+
+    Args:
+        kind (str): "gl", "h" or "commutant".
+        pairs (m, 2): the coordinate pairs H(d_h) acts on (kind "h"; `pair_indices`).
+        orth (Dh, Dh): the orthogonal P of P H P^T (kind "h", STRING), or None.
+        relative (R, Dh, Dh): the relative rotations the group commutes with (kind "commutant").
+        rotary_dim (int | None): the rotated coordinates, or None for the whole head.
+
+    Examples:
+        >>> import torch
+        >>> from symformer.positional import RoPE
+        >>> sym = RoPE(8).qk_symmetry()  # H(d_h) on RoPE's pairs
+        >>> sym.kind, sym.pairs.shape
+        ('h', torch.Size([4, 2]))
+        >>> U = torch.eye(8)  # an element of H(d_h): on pair (0, 4) the block [[a, -b], [b, a]]
+        >>> U[0, 0], U[4, 4], U[4, 0], U[0, 4] = 2.0, 2.0, 1.0, -1.0
+        >>> q, k = torch.randn(1, 1, 3, 8), torch.randn(1, 1, 3, 8)
+        >>> qr, kr = RoPE(8)(q, k, torch.arange(3))
+        >>> qu, ku = RoPE(8)(q @ U.T, k @ torch.linalg.inv(U), torch.arange(3))  # q -> U q, k -> U^{-T} k
+        >>> torch.allclose(qu @ ku.transpose(-1, -2), qr @ kr.transpose(-1, -2), atol=1e-5)
+        True
+    """
 
     kind: str
     pairs: torch.Tensor | None = None
@@ -191,7 +239,25 @@ class QKSymmetry:
 
 
 def default_positions(coord_dim: int, n: int = 12, seed: int | None = 0) -> torch.Tensor:
-    """Generic positions for the commutant: random points in [-4, 4]^C (fixed seed)."""
+    """Generic positions for the commutant: random points in [-4, 4]^C (fixed seed).
+
+    Args:
+        coord_dim (int): C.
+        n (int): the number of points N.
+        seed (int | None): their draw (None: torch's global generator).
+
+    Returns:
+        positions (N, C): float64 points in [-4, 4]^C, the same for the same seed.
+
+    Examples:
+        >>> import torch
+        >>> from symformer.positional import default_positions
+        >>> pos = default_positions(2)
+        >>> pos.shape, pos.dtype, bool(pos.abs().max() <= 4)
+        (torch.Size([12, 2]), torch.float64, True)
+        >>> torch.equal(pos, default_positions(2))
+        True
+    """
     g = seeded_generator(seed)
     return 8 * torch.rand(n, coord_dim, generator=g, dtype=torch.float64) - 4
 
@@ -289,13 +355,35 @@ class Float32Master(nn.Module):
 
 
 class AdditivePositional(Float32Master):
+    """Base of every additive part: `forward(x, positions)` returns x (B, N, D) plus an encoding of the positions
+    (N, C) or (B, N, C), in x's dtype.
+
+    Examples:
+        >>> import torch
+        >>> from symformer.positional import AdditivePositional, LearnedPE, SinusoidalPE
+        >>> x, pos = torch.randn(2, 3, 8), torch.arange(3)[:, None]
+        >>> [isinstance(p, AdditivePositional) and p(x, pos).shape == x.shape for p in (SinusoidalPE(8), LearnedPE(8))]
+        [True, True]
+    """
+
     kind = "additive"
     coord_dim: int
 
 
 class RotaryPositional(Float32Master):
     """Base of every rotary part (module docstring): subclasses implement `forward`, `rotate`, `matrix`
-    and `generators`, and override the rest where their structure differs from the defaults."""
+    and `generators`, and override the rest where their structure differs from the defaults.
+
+    Examples:
+        >>> import torch
+        >>> from symformer.positional import ESPR, STRING, CirculantSTRING, RoPE, RotaryPositional
+        >>> pos, x = torch.arange(4), torch.randn(1, 1, 4, 8, dtype=torch.float64)  # (B, H, N, Dh)
+        >>> for cls in (RoPE, STRING, CirculantSTRING, ESPR):
+        ...     part = cls(head_dim=8, seed=0).double()
+        ...     q, k = part(x, x, pos)
+        ...     mx = (part.logit_matrix(pos) @ x[0, 0, :, :, None])[..., 0]  # M(r_i) x_i, (N, Dh)
+        ...     assert isinstance(part, RotaryPositional) and torch.allclose(q[0, 0] @ k[0, 0].T, mx @ mx.T), cls
+    """
 
     kind = "rotary"
     coord_dim: int
@@ -322,40 +410,90 @@ class RotaryPositional(Float32Master):
 
     # ----- rotations ---------------------------------------------------------------------------
     def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """R(r) x for x (..., N, Dh) without validation (what forward applies to q and to k)."""
+        """R(r) x for x (..., N, Dh) without validation (what forward applies to q and to k).
+
+        Args:
+            x (..., N, Dh): queries or keys, e.g. (B, H, N, Dh).
+            positions (N, C): their positions ((B, N, C) for x (B, H, N, Dh); (N,) token positions when C = 1).
+
+        Returns:
+            out (..., N, Dh): the rotated x, in x's dtype.
+        """
         raise NotImplementedError(f"{type(self).__name__}.rotate")
 
     def matrix(self, positions: torch.Tensor) -> torch.Tensor:
-        """R(r) (..., N, Dh, Dh)."""
+        """R(r) (..., N, Dh, Dh).
+
+        Args:
+            positions (N, C): positions ((..., N, C) batched; (N,) token positions when C = 1).
+
+        Returns:
+            R (..., N, Dh, Dh): the rotation at each position.
+        """
         raise NotImplementedError(f"{type(self).__name__}.matrix")
 
     def logit_matrix(self, positions: torch.Tensor) -> torch.Tensor:
-        """M(r) with logits q_i^T M(r_i)^T M(r_j) k_j (..., N, Dh, Dh): R(r) unless a part projects."""
+        """M(r) with logits q_i^T M(r_i)^T M(r_j) k_j (..., N, Dh, Dh): R(r) unless a part projects.
+
+        Args:
+            positions (N, C): positions ((..., N, C) batched; (N,) token positions when C = 1).
+
+        Returns:
+            M (..., N, Dh, Dh): the map the logits read at each position.
+        """
         return self.matrix(positions)
 
     def generators(self) -> torch.Tensor:
-        """Skew generators L (C, Dh, Dh) (T1.1)."""
+        """Skew generators L (C, Dh, Dh) (T1.1).
+
+        Returns:
+            L (C, Dh, Dh): one skew matrix per coordinate.
+        """
         raise NotImplementedError(f"{type(self).__name__}.generators")
 
     def rotation_parts(self) -> tuple[torch.Tensor, torch.Tensor, int]:
         """(L, P, d_act) with logits seen through Pi_act exp(A(r)) P Pi_act (T3.5, T4.3). A part whose
-        orthogonal basis change lives inside its generators (STRING) has P = I and d_act = Dh."""
+        orthogonal basis change lives inside its generators (STRING) has P = I and d_act = Dh.
+
+        Returns:
+            L (C, Dh, Dh): the skew generators.
+            P (Dh, Dh): the orthogonal post-rotation.
+            d_act (int): the active coordinates.
+        """
         L = self.generators()
         return L, torch.eye(L.shape[-1], dtype=L.dtype, device=L.device), L.shape[-1]
 
     # ----- training ----------------------------------------------------------------------------
     def penalty(self) -> torch.Tensor | float:
-        """A regulariser to add to the training loss (none: 0.0)."""
+        """A regulariser to add to the training loss (none: 0.0).
+
+        Returns:
+            penalty (Tensor | float): a 0-dim tensor, or 0.0 for a part without one.
+        """
         return 0.0
 
     # ----- symmetry (teleportation) -------------------------------------------------------------
     def qk_symmetry(self, positions: torch.Tensor | None = None) -> QKSymmetry:
         """The Q/K group teleportation must use. Default: the commutant of every relative rotation
-        M(r_i)^T M(r_j) at `positions` (N, C) (default: `default_positions`), computed in float64."""
+        M(r_i)^T M(r_j) at `positions` (N, C) (default: `default_positions`), computed in float64.
+
+        Args:
+            positions (N, C): where the relative rotations are taken (None: `default_positions`).
+
+        Returns:
+            symmetry (QKSymmetry): the group, "gl", "h" or "commutant".
+        """
         return QKSymmetry("commutant", relative=self.relative_rotations(positions))
 
     def relative_rotations(self, positions: torch.Tensor | None = None) -> torch.Tensor:
-        """All M(r_i)^T M(r_j) (N*N, Dh, Dh) in float64 for positions (N, C) (`logit_matrix`)."""
+        """All M(r_i)^T M(r_j) (N*N, Dh, Dh) in float64 for positions (N, C) (`logit_matrix`).
+
+        Args:
+            positions (N, C): positions (None: `default_positions`).
+
+        Returns:
+            rel (N*N, Dh, Dh): float64, entry i N + j is M(r_i)^T M(r_j).
+        """
         pos = default_positions(self.coord_dim) if positions is None else positions
         with torch.no_grad():
             pos = pos.to(device=module_device(self), dtype=module_dtype(self))
@@ -363,7 +501,11 @@ class RotaryPositional(Float32Master):
 
     def symmetry_parameters(self) -> list[nn.Parameter]:
         """Trainable parameters the Q/K group depends on (it is the stabiliser of their current value, so
-        a teleport leaves the loss unchanged only at that value). Default: every trainable parameter."""
+        a teleport leaves the loss unchanged only at that value). Default: every trainable parameter.
+
+        Returns:
+            params (list[nn.Parameter]): those parameters ([] where the group does not depend on any).
+        """
         return [p for p in self.parameters() if p.requires_grad]
 
     # ----- folding ------------------------------------------------------------------------------
@@ -373,7 +515,15 @@ class RotaryPositional(Float32Master):
         return False
 
     def fold_into(self, q_proj: nn.Linear, k_proj: nn.Linear) -> None:
-        """Merge a basis change into the query / key projections (logits unchanged)."""
+        """Merge a basis change into the query / key projections (logits unchanged).
+
+        Args:
+            q_proj (nn.Linear): the query projection, heads contiguous in its output features.
+            k_proj (nn.Linear): the key projection.
+
+        Raises:
+            TypeError: the part has no basis change to fold (`can_fold` False).
+        """
         fail(
             "self", f"a {type(self).__name__} module", "a rotary part with a basis change to fold (can_fold)", TypeError
         )
@@ -398,6 +548,17 @@ class RotaryPositional(Float32Master):
 
 
 class NoPositional(nn.Module):
+    """No positional information: the part a host builds for positional="none" (registered as "none"); it has no
+    forward, the host reads its `kind` and leaves embeddings, queries and keys as they are.
+
+    Examples:
+        >>> from symformer.positional import NoPositional
+        >>> from symformer.registry import POSITIONAL
+        >>> part = POSITIONAL.build("none")
+        >>> isinstance(part, NoPositional), part.kind, sum(p.numel() for p in part.parameters())
+        (True, 'none', 0)
+    """
+
     kind = "none"
 
     def __init__(self):

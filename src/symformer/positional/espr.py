@@ -52,13 +52,13 @@ from symformer.positional.rope import PAIRINGS, generators_from_beta, rope_frequ
 def distinct_positions(positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(reps (U, C), inverse (...,)): the distinct rows of positions (..., C) and, for each row, the index
     of its distinct value. reps are gathered from `positions`, so gradients still reach positions."""
-    flat = positions.reshape(-1, positions.shape[-1])
+    flat = positions.reshape(-1, positions.shape[-1])  # (..., C) -> (rows, C)
     _, inv = torch.unique(flat.detach(), dim=0, return_inverse=True)
     n_u = int(inv.max()) + 1 if inv.numel() else 0
     ar = torch.arange(flat.shape[0], device=flat.device)
     first = torch.full((n_u,), flat.shape[0], device=flat.device, dtype=ar.dtype)
     first = first.scatter_reduce(0, inv, ar, reduce="amin", include_self=True)
-    return flat[first], inv.view(positions.shape[:-1])
+    return flat[first], inv.view(positions.shape[:-1])  # (U, C), (rows,) -> (...,)
 
 
 def _power_table(e1: torch.Tensor, count: int) -> torch.Tensor:
@@ -74,21 +74,47 @@ def _power_table(e1: torch.Tensor, count: int) -> torch.Tensor:
 class ESPR(RotaryPositional):
     """ESPR rotation on (B, H, N, Dh) queries/keys for C-dimensional positions.
 
-    Args: head_dim; coord_dim C; d_act (even, <= head_dim; default head_dim); commuting_init (start from
-    RoPE's commuting generators on the active block, else add `init_scale` Gaussian noise, default 0.02,
-    which makes them non-commuting); post_rotation (learn P, else P = I); eps_comm_penalty /
-    eta_mix_penalty (weights of `penalty()`); base, mode (RoPE frequencies of the commuting init);
-    pairing ("half", the default of every rotary part, or "interleaved": the pairs of RoPE's generators in the
-    commuting init, so that ESPR(head_dim) starts exactly as RoPE(head_dim) with the same pairing);
-    learnable; seed (initial noise and mixed directions; None draws them from torch's global generator, as nn.Linear
-    does);
-    exp_method ("auto": 1-D integer positions use exp(nL) = exp(L)^n,
-    everything else one expm_skew exponential (Pade-13 in float64, solve-free Taylor-12 in float32) per
-    distinct position; "pade": always the latter;
-    "matrix_exp": always torch.linalg.matrix_exp, the reference).
+    Args:
+        head_dim (int): Dh.
+        coord_dim (int): C, the coordinates of a position.
+        d_act (int | None): the active dimension, even, <= head_dim (default head_dim).
+        commuting_init (bool): start from RoPE's commuting generators on the active block, else add `init_scale`
+            Gaussian noise, default 0.02, which makes them non-commuting.
+        post_rotation (bool): learn P, else P = I.
+        eps_comm_penalty (float): weight of eps_comm in `penalty()`.
+        eta_mix_penalty (float): weight of eta_mix in `penalty()`.
+        base (float): RoPE frequency base of the commuting init.
+        mode (str | None): RoPE frequencies of the commuting init, "axial" or "mixed" (default mixed for C > 1).
+        init_scale (float | None): std of the noise added to the initial generators.
+        learnable (bool): learn the generators (and P).
+        seed (int | None): initial noise and mixed directions; None draws them from torch's global generator, as
+            nn.Linear does.
+        exp_method (str): "auto": 1-D integer positions use exp(nL) = exp(L)^n, everything else one expm_skew
+            exponential (Pade-13 in float64, solve-free Taylor-12 in float32) per distinct position; "pade": always
+            the latter; "matrix_exp": always torch.linalg.matrix_exp, the reference.
+        pairing (str): "half", the default of every rotary part, or "interleaved": the pairs of RoPE's generators in
+            the commuting init, so that ESPR(head_dim) starts exactly as RoPE(head_dim) with the same pairing.
 
     `forward` returns q~, k~ of shape (B, H, N, Dh) with zeros on the null coordinates (so any attention
-    core built for Dh works); the attention must use `scale` = 1/sqrt(d_act) (T4.4)."""
+    core built for Dh works); the attention must use `scale` = 1/sqrt(d_act) (T4.4).
+
+    Examples:
+        >>> import torch
+        >>> from symformer.positional import ESPR, RoPE
+        >>> _ = torch.manual_seed(0)
+        >>> q, k = torch.randn(1, 2, 5, 8, dtype=torch.float64), torch.randn(1, 2, 5, 8, dtype=torch.float64)
+        >>> pos = torch.arange(5)
+        >>> espr = ESPR(head_dim=8).double()  # the commuting init is RoPE
+        >>> all(torch.allclose(a, b) for a, b in zip(espr(q, k, pos), RoPE(8).double()(q, k, pos)))
+        True
+        >>> espr = ESPR(head_dim=8, d_act=4, commuting_init=False, seed=0).double()  # free generators
+        >>> qt, kt = espr(q, k, pos)
+        >>> qt.shape, bool((qt[..., 4:] == 0).all()), espr.scale  # null coordinates zero, scale 1/sqrt(d_act)
+        (torch.Size([1, 2, 5, 8]), True, 0.5)
+        >>> M = espr.logit_matrix(pos)  # (N, Dh, Dh): Pi_act R_sp(r) Pi_act (T4.3)
+        >>> torch.allclose(qt, (M @ q[..., None])[..., 0])
+        True
+    """
 
     commuting = False  # the generators are free (T1.1 without the commuting hypothesis)
 
@@ -149,7 +175,11 @@ class ESPR(RotaryPositional):
         return 1.0 / math.sqrt(self.d_act)  # T4.4
 
     def generators(self) -> torch.Tensor:
-        """Skew generators L (C, Dh, Dh) (T1.1 without the commuting hypothesis)."""
+        """Skew generators L (C, Dh, Dh) (T1.1 without the commuting hypothesis).
+
+        Returns:
+            L (C, Dh, Dh): L_k = G_k - G_k^T, skew; they commute only at the commuting init.
+        """
         return skew(self.gen_param)
 
     def _generators_in(self, dt: torch.dtype) -> torch.Tensor:
@@ -184,7 +214,11 @@ class ESPR(RotaryPositional):
 
     @torch.no_grad()
     def set_generators(self, generators: torch.Tensor) -> None:
-        """Load skew generators (C, Dh, Dh) (ValueError if not skew or of the wrong shape)."""
+        """Load skew generators (C, Dh, Dh) (ValueError if not skew or of the wrong shape).
+
+        Args:
+            generators (C, Dh, Dh): skew-symmetric; `generators()` returns them afterwards.
+        """
         check_skew("generators", generators)
         if tuple(generators.shape) != (self.coord_dim, self.head_dim, self.head_dim):
             fail(
@@ -196,7 +230,11 @@ class ESPR(RotaryPositional):
 
     @torch.no_grad()
     def set_skew(self, s: torch.Tensor) -> None:
-        """Load the Cayley parameter S (Dh, Dh) of the post-rotation."""
+        """Load the Cayley parameter S (Dh, Dh) of the post-rotation.
+
+        Args:
+            s (Dh, Dh): skew-symmetric; P = cayley(S) afterwards (needs post_rotation=True).
+        """
         check_skew("S", s)
         if self.skew_param is None:
             fail("S", "a post-rotation parameter", "post_rotation=True at construction")
@@ -207,8 +245,17 @@ class ESPR(RotaryPositional):
     # ----- rotations -------------------------------------------------------------------------
     def exp_generator(self, positions: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
         """R_STR(r) = exp(A(r)) (..., Dh, Dh) for positions (..., C) (T1.6), one matrix_exp per row, in float32 or
-        better (`dtype`, at least the generators' precision)."""
+        better (`dtype`, at least the generators' precision).
+
+        Args:
+            positions (..., C): positions, one exponential per row.
+            dtype (torch.dtype | None): the compute dtype wanted (at least the generators').
+
+        Returns:
+            E (..., Dh, Dh): exp(sum_k r_k L_k).
+        """
         dt = compute_dtype(self.gen_param.dtype, dtype or self.gen_param.dtype)
+        # (..., C), (C, Dh, Dh) -> (..., Dh, Dh)
         a = torch.einsum("...c,cij->...ij", positions.to(dt), self._generators_in(dt))
         return self._expm(a)
 
@@ -238,17 +285,38 @@ class ESPR(RotaryPositional):
         return torch.where((idx < 0)[:, None, None], e.transpose(-1, -2), e)  # exp(-nL) = exp(nL)^T
 
     def matrix(self, positions: torch.Tensor) -> torch.Tensor:
-        """R_sp(r) = exp(A(r)) P (..., N, Dh, Dh) (T3.5). forward applies Pi_act R_sp(r) Pi_act."""
+        """R_sp(r) = exp(A(r)) P (..., N, Dh, Dh) (T3.5). forward applies Pi_act R_sp(r) Pi_act.
+
+        Args:
+            positions (N, C): positions ((..., N, C) batched; (N,) token positions when C = 1).
+
+        Returns:
+            R (..., N, Dh, Dh): exp(sum_k r_k L_k) P, orthogonal.
+        """
         check_positions(positions, self.coord_dim)
         return self.exp_generator(positions) @ self.post_rotation()
 
     def active_matrix(self, positions: torch.Tensor) -> torch.Tensor:
-        """Pi_act R_sp(r) Pi_act restricted to the active block (..., N, d_act, d_act) (T4.3)."""
+        """Pi_act R_sp(r) Pi_act restricted to the active block (..., N, d_act, d_act) (T4.3).
+
+        Args:
+            positions (N, C): positions ((..., N, C) batched).
+
+        Returns:
+            M (..., N, d_act, d_act): the top-left block of `matrix(positions)`.
+        """
         d = self.d_act
         return self.matrix(positions)[..., :d, :d]
 
     def logit_matrix(self, positions: torch.Tensor) -> torch.Tensor:
-        """Pi_act R_sp(r) Pi_act (..., N, Dh, Dh): what the logits see (T4.3)."""
+        """Pi_act R_sp(r) Pi_act (..., N, Dh, Dh): what the logits see (T4.3).
+
+        Args:
+            positions (N, C): positions ((..., N, C) batched; (N,) token positions when C = 1).
+
+        Returns:
+            M (..., N, Dh, Dh): R_sp(r) restricted to the active block, zero elsewhere; forward's q~ = M(r) q.
+        """
         pi = self.projector()
         return pi @ self.matrix(positions) @ pi
 
@@ -280,7 +348,8 @@ class ESPR(RotaryPositional):
         elif not needs_graph and self.coord_dim == 1 and self.exp_method == "auto":
             maps = self._spectral_maps(positions, td)
         else:
-            reps = positions.reshape(-1, self.coord_dim)
+            reps = positions.reshape(-1, self.coord_dim)  # (..., N, C) -> (rows, C)
+            # (rows, d_act, d_act) -> (..., N, d_act, d_act)
             maps = self._maps_of(self.exp_generator(reps, td), td).reshape(*positions.shape[:-1], *(self.d_act,) * 2)
         return maps if needs_graph else cache.store(("maps", dt), (key, *params), maps.to(dt))
 
@@ -289,22 +358,22 @@ class ESPR(RotaryPositional):
         d = self.d_act
         rows = exps[:, :d, :]  # Pi_act exp(A(r)), (U, d, Dh)
         m = rows @ self._post_rotation_in(dt)[:, :d] if self.use_post_rotation else rows[..., :d]  # T4.3
-        return m.transpose(-1, -2)
+        return m.transpose(-1, -2)  # (U, d_act, d_act), transposed view
 
     def _distinct_maps(self, positions: torch.Tensor, dt: torch.dtype) -> torch.Tensor:
         """_token_maps where values are read: exp(A(r)) P costs one matrix_exp and one (d_act x Dh)(Dh x d_act)
         product per DISTINCT position (a grid or a token range repeats across the batch)."""
         inv = None  # None: the distinct positions are the tokens themselves, in order (no gather)
         if positions.requires_grad:  # learned positions: each token needs its own d/dr, so no sharing
-            reps = positions.reshape(-1, self.coord_dim)
+            reps = positions.reshape(-1, self.coord_dim)  # (..., N, C) -> (rows, C)
         else:
             reps, inv = distinct_positions(positions)
             if reps.shape[0] == inv.numel():  # all distinct (a grid): exps in token order, no (U, d, d) gather
-                reps = positions.reshape(-1, self.coord_dim)
+                reps = positions.reshape(-1, self.coord_dim)  # (..., N, C) -> (rows, C)
                 inv = None
         maps = self._maps_of(self._exp_distinct(reps, dt), dt)
         d = self.d_act
-        return maps.reshape(*positions.shape[:-1], d, d) if inv is None else maps[inv]
+        return maps.reshape(*positions.shape[:-1], d, d) if inv is None else maps[inv]  # -> (..., N, d, d)
 
     def _spectrum(self, dt: torch.dtype) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(lam (Dh,), B^T (d_act, Dh), V_act^T (Dh, d_act)) with i L = V diag(lam) V^H (L skew, so i L is
@@ -322,6 +391,7 @@ class ESPR(RotaryPositional):
             p = self._post_rotation_in(torch.float64)
             b = v.mH @ p[:, : self.d_act].to(v.dtype)
             cdt = torch.complex128 if dt == torch.float64 else torch.complex64
+            # (Dh,), (d_act, Dh), (Dh, d_act)
             out = (lam.to(dt), b.mT.to(cdt).contiguous(), v[: self.d_act].mT.to(cdt).contiguous())
         return cache.store(("spectrum", dt), params, out)
 
@@ -333,6 +403,7 @@ class ESPR(RotaryPositional):
         lam, bt, vt = self._spectrum(dt)
         th = positions * lam.neg()  # (..., N, Dh): the phases -n lam (positions (..., N, 1))
         z = torch.polar(torch.ones_like(th), th)
+        # (..., N, d_act, Dh) @ (Dh, d_act) -> (..., N, d_act, d_act)
         return torch.view_as_real((bt * z.unsqueeze(-2)) @ vt)[..., 0]
 
     def _rotate_active(self, x: torch.Tensor, maps: torch.Tensor) -> torch.Tensor:
@@ -343,29 +414,56 @@ class ESPR(RotaryPositional):
         maps_t = maps
         b, h, n, _ = v.shape
         if maps.ndim == 3:  # shared positions: N batched (B*H x d) @ (d x d) products
+            # (B, H, N, d) -> (N, B H, d) @ (N, d, d)
             out = torch.bmm(v.permute(2, 0, 1, 3).reshape(n, b * h, d), maps_t)
-            out = out.view(n, b, h, d).permute(1, 2, 0, 3)
+            out = out.view(n, b, h, d).permute(1, 2, 0, 3)  # (N, B H, d) -> (B, H, N, d)
         else:  # batched positions (B, N, d, d): B*N products (H x d) @ (d x d)
-            out = (v.transpose(1, 2) @ maps_t).transpose(1, 2)
+            out = (v.transpose(1, 2) @ maps_t).transpose(1, 2)  # (B, N, H, d) @ (B, N, d, d) -> (B, H, N, d)
         out = out.to(x.dtype)
         return F.pad(out, (0, self.head_dim - d)) if d < self.head_dim else out
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, key_positions: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """q~ = Pi_act R_sp(r) Pi_act q and the same for k (T4.3), zero on the null coordinates; the attention must
+        use `scale` = 1/sqrt(d_act) (T4.4).
+
+        Args:
+            q (B, H, Nq, Dh): queries, float16 / bfloat16 / float32 / float64.
+            k (B, H, Nk, Dh): keys, q's dtype.
+            positions (Nq, C): the queries' positions, integer or float32 / float64; also (B, Nq, C), or (Nq,) token
+                positions when C = 1.
+            key_positions (Nk, C): the keys' positions, in the forms `positions` takes (None: `positions`).
+
+        Returns:
+            q (B, H, Nq, Dh): q~, in q's dtype.
+            k (B, H, Nk, Dh): k~, in k's dtype.
+        """
         kp = self._check_qk(q, k, positions, key_positions)
         mq = self._token_maps(positions, q.dtype)
         mk = mq if key_positions is None else self._token_maps(kp, k.dtype)
         return self._rotate_active(q, mq), self._rotate_active(k, mk)
 
     def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """q~ for x (B, H, N, Dh) without validation."""
+        """q~ for x (B, H, N, Dh) without validation.
+
+        Args:
+            x (B, H, N, Dh): queries or keys.
+            positions (N, C): their positions ((B, N, C) batched; (N,) token positions when C = 1).
+
+        Returns:
+            out (B, H, N, Dh): Pi_act R_sp(r) Pi_act x, in x's dtype.
+        """
         return self._rotate_active(x, self._token_maps(positions, x.dtype))
 
     # ----- regularisation --------------------------------------------------------------------
     def penalty(self) -> torch.Tensor:
         """eps_comm_penalty * eps_comm(L) + eta_mix_penalty * eta_mix(P) (T6'.0): add to the training loss
-        to move between STRING (both 0) and free ESPR."""
+        to move between STRING (both 0) and free ESPR.
+
+        Returns:
+            penalty (Tensor): 0-dim, differentiable in the generators and P (0 at the commuting init).
+        """
         from symformer.positional import diagnostics as dg
 
         total = self.gen_param.new_zeros(())

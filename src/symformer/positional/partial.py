@@ -28,7 +28,24 @@ def block_diag(a: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
 
 class PartialRotary(RotaryPositional):
     """`inner` (a RotaryPositional with head_dim = rotary_dim) on coordinates [0, rotary_dim) of a head of
-    `head_dim` coordinates; coordinates [rotary_dim, head_dim) unrotated."""
+    `head_dim` coordinates; coordinates [rotary_dim, head_dim) unrotated.
+
+    Args:
+        inner (RotaryPositional): the part on the first rotary_dim = inner.head_dim coordinates, with the default
+            logit scale (RoPE, STRING, circulant STRING; not ESPR).
+        head_dim (int): Dh >= rotary_dim, the whole head.
+
+    Examples:
+        >>> import torch
+        >>> from symformer.positional import PartialRotary, RoPE
+        >>> part = PartialRotary(RoPE(4), head_dim=8)
+        >>> q, k = torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8)
+        >>> qr, kr = part(q, k, torch.arange(5))
+        >>> torch.equal(qr[..., 4:], q[..., 4:])  # the pass-through coordinates are not rotated
+        True
+        >>> torch.allclose(qr[..., :4], RoPE(4).rotate(q[..., :4], torch.arange(5)))
+        True
+    """
 
     def __init__(self, inner: RotaryPositional, head_dim: int):
         super().__init__()
@@ -53,6 +70,19 @@ class PartialRotary(RotaryPositional):
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, key_positions: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The inner part's rotation of the first rotary_dim coordinates of q and k, the rest as given.
+
+        Args:
+            q (B, H, Nq, Dh): queries, float16 / bfloat16 / float32 / float64.
+            k (B, H, Nk, Dh): keys, q's dtype.
+            positions (Nq, C): the queries' positions, integer or float32 / float64; also (B, Nq, C), or (Nq,) token
+                positions when C = 1.
+            key_positions (Nk, C): the keys' positions, in the forms `positions` takes (None: `positions`).
+
+        Returns:
+            q (B, H, Nq, Dh): the queries, rotated on [0, rotary_dim).
+            k (B, H, Nk, Dh): the keys, rotated on [0, rotary_dim).
+        """
         self._check_qk(q, k, positions, key_positions)
         (qr, qp), (kr, kp) = self._split(q), self._split(k)
         qr, kr = self.inner(qr, kr, positions, key_positions)
@@ -101,7 +131,23 @@ class PartialRotary(RotaryPositional):
 def partial_rotary(head_dim: int, rotary_dim: int | None = None, inner: str = "rope", **options) -> PartialRotary:
     """Registered as "partial": the registered rotary part `inner` (default "rope") on the first `rotary_dim`
     coordinates of each head (default: half of it, rounded down to an even number, at least 2), the rest unrotated;
-    other options (and the host's coord_dim, ...) go to `inner`."""
+    other options (and the host's coord_dim, ...) go to `inner`.
+
+    Args:
+        head_dim (int): Dh, the whole head.
+        rotary_dim (int | None): the rotated coordinates, 2 <= rotary_dim <= head_dim.
+        inner (str): the registered name of the rotary part on them ("rope", "string", "circulant_string").
+        **options (Any): further arguments of `inner` (coord_dim, base, seed, ...).
+
+    Returns:
+        part (PartialRotary): the part, with `rotary_dim` and `inner` attributes.
+
+    Examples:
+        >>> from symformer.positional import partial_rotary
+        >>> part = partial_rotary(head_dim=12, inner="string", coord_dim=2)
+        >>> part.rotary_dim, type(part.inner).__name__, part.coord_dim
+        (6, 'STRING', 2)
+    """
     from symformer.registry import POSITIONAL
 
     if rotary_dim is None:

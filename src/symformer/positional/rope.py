@@ -58,12 +58,32 @@ def rope_frequencies(
 
 
 def rotate_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pairing: str) -> torch.Tensor:
-    """Rotate each pair of x (..., Dh) by angles with cos/sin of shape broadcastable to (..., Dh/2)."""
+    """Rotate each pair of x (..., Dh) by angles with cos/sin of shape broadcastable to (..., Dh/2).
+
+    Args:
+        x (..., Dh): the tensor to rotate, Dh even.
+        cos (..., Dh/2): cosines of the pairs' angles (broadcast against x's leading dims).
+        sin (..., Dh/2): sines of the same angles.
+        pairing (str): "half" (pair u is coordinates (u, u + Dh/2)) or "interleaved" ((2u, 2u + 1)).
+
+    Returns:
+        out (..., Dh): x with pair u rotated by its angle: (x1 cos - x2 sin, x2 cos + x1 sin).
+
+    Examples:
+        >>> import torch
+        >>> from symformer.positional import rotate_pairs
+        >>> x, theta = torch.randn(4, 6, dtype=torch.float64), torch.rand(4, 3, dtype=torch.float64)
+        >>> y = rotate_pairs(x, theta.cos(), theta.sin(), "half")
+        >>> torch.allclose(rotate_pairs(y, theta.cos(), -theta.sin(), "half"), x)  # R(-theta) R(theta) = I
+        True
+        >>> torch.allclose(y[:, [0, 3]].norm(dim=-1), x[:, [0, 3]].norm(dim=-1))  # pair 0 keeps its length
+        True
+    """
     if pairing == "half":
         return rotate_half_pairs(x, cos, sin)
-    xp = x.unflatten(-1, (x.shape[-1] // 2, 2))
+    xp = x.unflatten(-1, (x.shape[-1] // 2, 2))  # (..., Dh) -> (..., Dh/2, 2)
     x1, x2 = xp[..., 0], xp[..., 1]
-    return torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
+    return torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)  # (..., Dh/2, 2) -> (..., Dh)
 
 
 def _complex_view(x: torch.Tensor) -> torch.Tensor:
@@ -71,7 +91,7 @@ def _complex_view(x: torch.Tensor) -> torch.Tensor:
     if is_compiling() or x.stride(-1) != 1 or x.storage_offset() % 2 or any(st % 2 for st in x.stride()[:-1]):
         # (dynamo cannot trace storage_offset; inductor drops the copy where x is already laid out so)
         x = x.contiguous()
-    return torch.view_as_complex(x.unflatten(-1, (x.shape[-1] // 2, 2)))
+    return torch.view_as_complex(x.unflatten(-1, (x.shape[-1] // 2, 2)))  # (..., Dh) -> complex (..., Dh/2)
 
 
 def _half_kernel(
@@ -119,8 +139,9 @@ def apply_tables(x: torch.Tensor, tables: tuple, pairing: str) -> torch.Tensor:
     if tables[0] == "complex":
         real = tables[1].real.dtype
         if x.dtype != real:
+            # complex (..., Dh/2) -> (..., Dh)
             return torch.view_as_real(_complex_view(x.to(real)) * tables[1]).flatten(-2).to(x.dtype)
-        return torch.view_as_real(_complex_view(x) * tables[1]).flatten(-2)
+        return torch.view_as_real(_complex_view(x) * tables[1]).flatten(-2)  # complex (..., Dh/2) -> (..., Dh)
     cos2, ssin = tables[1], tables[2]
     if x.dtype != cos2.dtype:
         return apply_tables(x.to(cos2.dtype), tables, pairing).to(x.dtype)
@@ -147,14 +168,47 @@ def apply_rotation(x: torch.Tensor, rot: torch.Tensor, pairing: str) -> torch.Te
 
     Interleaved: one complex multiply per pair (R_2(theta) acting on (x1, x2) is multiplication by e^{i theta},
     T0.17). Half: the cos/sin tables are read off rot once (uncached: `RoPE.tables` caches them per position set).
-    Computed in rot's real dtype; the result has x's dtype."""
+    Computed in rot's real dtype; the result has x's dtype.
+
+    Args:
+        x (..., Dh): the tensor to rotate, Dh even, any floating dtype.
+        rot (..., Dh/2): unit complex numbers e^{i theta}, complex64 or complex128, broadcast against x.
+        pairing (str): "half" or "interleaved" (`rotate_pairs`).
+
+    Returns:
+        out (..., Dh): the rotated x, in x's dtype.
+
+    Examples:
+        >>> import torch
+        >>> from symformer.positional import apply_rotation, rotate_pairs
+        >>> x, theta = torch.randn(2, 5, 8, dtype=torch.float64), torch.rand(5, 4, dtype=torch.float64)
+        >>> rot = torch.polar(torch.ones_like(theta), theta)
+        >>> ref = rotate_pairs(x, theta.cos(), theta.sin(), "interleaved")
+        >>> torch.allclose(apply_rotation(x, rot, "interleaved"), ref)
+        True
+    """
     if pairing == "interleaved":
         return apply_tables(x, ("complex", rot), pairing)
     return apply_tables(x, _cos_tables(rot.real, rot.imag, rot.real.dtype), pairing)
 
 
 def pair_indices(head_dim: int, pairing: str) -> torch.Tensor:
-    """(Dh/2, 2) coordinate indices of each rotary pair: what teleportation's H(d_h) must act on."""
+    """(Dh/2, 2) coordinate indices of each rotary pair: what teleportation's H(d_h) must act on.
+
+    Args:
+        head_dim (int): Dh, even.
+        pairing (str): "half" or "interleaved".
+
+    Returns:
+        pairs (Dh/2, 2): int64; row u holds the two coordinates pair u rotates.
+
+    Examples:
+        >>> from symformer.positional import pair_indices
+        >>> pair_indices(6, "half").tolist()
+        [[0, 3], [1, 4], [2, 5]]
+        >>> pair_indices(6, "interleaved").tolist()
+        [[0, 1], [2, 3], [4, 5]]
+    """
     m = head_dim // 2
     u = torch.arange(m)
     if pairing == "half":
@@ -164,7 +218,32 @@ def pair_indices(head_dim: int, pairing: str) -> torch.Tensor:
 
 class RoPE(RotaryPositional):
     """Rotary position embedding on (B, H, N, Dh) queries/keys for C-dimensional positions. seed: the random
-    directions of mode "mixed" (rope_frequencies; None: torch's global generator); axial mode draws nothing."""
+    directions of mode "mixed" (rope_frequencies; None: torch's global generator); axial mode draws nothing.
+
+    Args:
+        head_dim (int): Dh, even (RoPE rotates pairs of coordinates).
+        coord_dim (int): C, the coordinates of a position (1: token positions, 2: an image grid, ...).
+        base (float): base of the log-spaced frequencies (> 1).
+        pairing (str): "half" (pairs (u, u + Dh/2), HF's rotate-half) or "interleaved" (pairs (2u, 2u + 1)).
+        mode (str): "axial" (pair u rotates with axis u % C) or "mixed" (random directions, RoPE-mixed).
+        learnable (bool): the frequencies beta (Dh/2, C) are a parameter (else a buffer).
+        seed (int | None): the directions of mode "mixed".
+
+    Examples:
+        >>> import torch
+        >>> from symformer.positional import RoPE
+        >>> _ = torch.manual_seed(0)
+        >>> rope = RoPE(head_dim=8)
+        >>> q, k = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 5, 8)  # (B, H, N, Dh)
+        >>> qr, kr = rope(q, k, torch.arange(5))
+        >>> qr.shape
+        torch.Size([2, 3, 5, 8])
+        >>> torch.allclose(qr.norm(dim=-1), q.norm(dim=-1), atol=1e-5)  # a rotation keeps norms
+        True
+        >>> qs, ks = rope(q, k, torch.arange(5) + 7)  # every position shifted: the logits stay (relative)
+        >>> torch.allclose(qs @ ks.transpose(-1, -2), qr @ kr.transpose(-1, -2), atol=1e-5)
+        True
+    """
 
     def __init__(
         self,
@@ -193,12 +272,24 @@ class RoPE(RotaryPositional):
 
     def angles(self, positions: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
         """theta (..., N, Dh/2) = positions @ beta^T in float32 or better (`dtype`: at least beta's precision;
-        default compute_dtype(beta)); integer positions are converted exactly (below 2^24 in float32)."""
+        default compute_dtype(beta)); integer positions are converted exactly (below 2^24 in float32).
+
+        Args:
+            positions (..., N, C): positions, integer or float.
+            dtype (torch.dtype | None): the compute dtype wanted.
+
+        Returns:
+            theta (..., N, Dh/2): the angle of every pair at every position.
+        """
         dt = compute_dtype(self.beta.dtype, dtype or self.beta.dtype)
-        return positions.to(dt) @ self.beta.to(dt).T
+        return positions.to(dt) @ self.beta.to(dt).T  # (..., N, C) @ (C, Dh/2) -> (..., N, Dh/2)
 
     def generators(self) -> torch.Tensor:
-        """The commuting skew generators L_k = (+)_u beta_{u,k} J (C, Dh, Dh) in this pairing (T2.3 with U = I)."""
+        """The commuting skew generators L_k = (+)_u beta_{u,k} J (C, Dh, Dh) in this pairing (T2.3 with U = I).
+
+        Returns:
+            L (C, Dh, Dh): skew (L^T = -L), with R(r) = exp(sum_k r_k L_k).
+        """
         return generators_from_beta(self.beta, self.head_dim, self.pairing)
 
     def _needs_graph(self, positions: torch.Tensor) -> bool:
@@ -249,23 +340,62 @@ class RoPE(RotaryPositional):
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, key_positions: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """R(r) q and R(r') k, in q's dtype (16-bit inputs are rotated in float32 and rounded once).
+
+        Args:
+            q (B, H, Nq, Dh): queries, float16 / bfloat16 / float32 / float64.
+            k (B, H, Nk, Dh): keys, q's dtype.
+            positions (Nq, C): the queries' positions, integer or float32 / float64; also (B, Nq, C), or (Nq,) token
+                positions when C = 1.
+            key_positions (Nk, C): the keys' positions, in the forms `positions` takes (None: `positions`).
+
+        Returns:
+            q (B, H, Nq, Dh): the rotated queries.
+            k (B, H, Nk, Dh): the rotated keys.
+        """
         kp = self._check_qk(q, k, positions, key_positions)
         tq = self.tables(positions, q.dtype)
         tk = tq if key_positions is None else self.tables(kp, k.dtype)  # q and k share one dtype (_check_qk)
         return apply_tables(q, tq, self.pairing), apply_tables(k, tk, self.pairing)
 
     def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """R(r) x for x (..., N, Dh), without validation (inner loops)."""
+        """R(r) x for x (..., N, Dh), without validation (inner loops).
+
+        Args:
+            x (..., N, Dh): queries or keys, e.g. (B, H, N, Dh).
+            positions (N, C): their positions ((B, N, C) for x (B, H, N, Dh); (N,) token positions when C = 1).
+
+        Returns:
+            out (..., N, Dh): R(r) x, in x's dtype.
+        """
         return apply_tables(x, self.tables(positions, x.dtype), self.pairing)
 
     def matrix(self, positions: torch.Tensor) -> torch.Tensor:
-        """R(r) of shape (..., N, Dh, Dh): column j is the rotation of basis vector e_j."""
+        """R(r) of shape (..., N, Dh, Dh): column j is the rotation of basis vector e_j.
+
+        Args:
+            positions (N, C): positions ((..., N, C) batched; (N,) token positions when C = 1).
+
+        Returns:
+            R (..., N, Dh, Dh): the rotations, orthogonal, with `rotate(x, r) = R(r) x`.
+
+        Examples:
+            >>> import torch
+            >>> from symformer.positional import RoPE
+            >>> rope, x = RoPE(8), torch.randn(5, 8)
+            >>> R = rope.matrix(torch.arange(5))  # (N, Dh, Dh)
+            >>> torch.allclose((R @ x[:, :, None])[..., 0], rope.rotate(x, torch.arange(5)), atol=1e-5)
+            True
+            >>> torch.allclose(R.transpose(-1, -2) @ R, torch.eye(8).expand(5, 8, 8), atol=1e-5)
+            True
+        """
         th = self.angles(positions)  # (..., N, m)
         eye = torch.eye(self.head_dim, dtype=th.dtype, device=self.beta.device)
         c, s = th.cos()[..., None, :], th.sin()[..., None, :]
         # rotate every basis vector (rows of eye), giving R^T row by row
+        # I (Dh, Dh) -> (..., N, Dh, Dh)
         rt = rotate_pairs(eye.expand(*th.shape[:-1], self.head_dim, self.head_dim), c, s, self.pairing)
-        return rt.transpose(-1, -2)
+        return rt.transpose(-1, -2)  # rows of R^T -> R (..., N, Dh, Dh)
 
     def qk_symmetry(self, positions: torch.Tensor | None = None) -> QKSymmetry:
         """H(d_h) on exactly the pairs this RoPE rotates (teleportation paper eq. (9)), for any beta."""

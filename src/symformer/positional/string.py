@@ -47,6 +47,7 @@ def rows_times(x: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     """x (..., d) @ p (d, e) as one mm on the rows where they view as a matrix (3 ops, where matmul's broadcast
     path takes 6 for a transposed decoding query: a launch-bound decoding step counts them), else matmul."""
     if x.ndim > 2 and _rows_view(x):
+        # (..., d) -> (rows, d) @ (d, e) -> (..., e)
         return x.reshape(-1, x.shape[-1]).mm(p).view(*x.shape[:-1], p.shape[-1])
     return x @ p
 
@@ -54,15 +55,33 @@ def rows_times(x: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
 class STRING(RotaryPositional):
     """Cayley-STRING on (B, H, N, Dh) queries/keys for C-dimensional positions.
 
-    Args: head_dim (even), coord_dim C, base (RoPE frequency base of the initial beta), learnable (learn
-    beta and P), pairing ("half", the default of every rotary part: HF's rotate-half layout, so that with
-    init_scale 0 STRING(head_dim) rotates exactly as RoPE(head_dim), RoPE being STRING at P = I (T2.7); or
-    "interleaved"), mode (initial beta: "axial" or "mixed"; default mixed for C > 1, the RoPE-mixed
-    initialisation of Cayley-STRING, so STRING(head_dim, C) starts as RoPE(head_dim, C, mode="mixed")),
-    init_scale (std of the initial skew
-    parameter; 0 gives P = I, i.e. exactly RoPE at init), seed (the draw of that parameter when init_scale > 0, and
-    of the mixed directions, as RoPE(..., seed=seed) draws them: None draws from torch's global generator, as
-    nn.Linear does)."""
+    Args:
+        head_dim (int): Dh, even.
+        coord_dim (int): C, the coordinates of a position.
+        base (float): RoPE frequency base of the initial beta.
+        learnable (bool): learn beta and P.
+        pairing (str): "half", the default of every rotary part: HF's rotate-half layout, so that with
+            init_scale 0 STRING(head_dim) rotates exactly as RoPE(head_dim), RoPE being STRING at P = I (T2.7); or
+            "interleaved".
+        mode (str | None): initial beta, "axial" or "mixed"; default mixed for C > 1, the RoPE-mixed
+            initialisation of Cayley-STRING, so STRING(head_dim, C) starts as RoPE(head_dim, C, mode="mixed").
+        init_scale (float): std of the initial skew parameter; 0 gives P = I, i.e. exactly RoPE at init.
+        seed (int | None): the draw of that parameter when init_scale > 0, and of the mixed directions, as
+            RoPE(..., seed=seed) draws them: None draws from torch's global generator, as nn.Linear does.
+
+    Examples:
+        >>> import torch
+        >>> from symformer.positional import STRING
+        >>> _ = torch.manual_seed(0)
+        >>> part = STRING(head_dim=8, coord_dim=2, init_scale=0.1, seed=0).double()
+        >>> q, k = torch.randn(1, 2, 6, 8, dtype=torch.float64), torch.randn(1, 2, 6, 8, dtype=torch.float64)
+        >>> pos = torch.randint(0, 4, (6, 2))  # (N, C): a 2-D grid
+        >>> qr, kr = part(q, k, pos)  # R_rope(r) P^T q: the logits of R(r) q, at RoPE's cost
+        >>> R = part.matrix(pos)  # (N, Dh, Dh): R(r) = P R_rope(r) P^T
+        >>> ref = (R @ q[..., None])[..., 0] @ (R @ k[..., None])[..., 0].transpose(-1, -2)
+        >>> torch.allclose(qr @ kr.transpose(-1, -2), ref)
+        True
+    """
 
     def __init__(
         self,
@@ -123,12 +142,19 @@ class STRING(RotaryPositional):
     def generators(self) -> torch.Tensor:
         """L_k = P ((+)_u beta_{u,k} J) P^T (C, Dh, Dh): commuting and skew (T1.1, T2.3 with U = P)."""
         p = self.orthogonal()
-        return p @ self.rope.generators() @ p.T
+        return p @ self.rope.generators() @ p.T  # (Dh, Dh) (C, Dh, Dh) (Dh, Dh) -> (C, Dh, Dh)
 
     def matrix(self, positions: torch.Tensor) -> torch.Tensor:
-        """R(r) = P R_rope(r) P^T (..., N, Dh, Dh) (T2.7)."""
+        """R(r) = P R_rope(r) P^T (..., N, Dh, Dh) (T2.7).
+
+        Args:
+            positions (N, C): positions ((..., N, C) batched; (N,) token positions when C = 1).
+
+        Returns:
+            R (..., N, Dh, Dh): the rotations, orthogonal.
+        """
         p = self.orthogonal()
-        return p @ self.rope.matrix(positions) @ p.T
+        return p @ self.rope.matrix(positions) @ p.T  # -> (..., N, Dh, Dh)
 
     def _to_rope_basis(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if self.is_folded:
@@ -139,7 +165,19 @@ class STRING(RotaryPositional):
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, key_positions: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Returns (R_rope(r) P^T q, R_rope(r') P^T k): the logits equal those of (R(r) q, R(r') k)."""
+        """Returns (R_rope(r) P^T q, R_rope(r') P^T k): the logits equal those of (R(r) q, R(r') k).
+
+        Args:
+            q (B, H, Nq, Dh): queries, float16 / bfloat16 / float32 / float64.
+            k (B, H, Nk, Dh): keys, q's dtype.
+            positions (Nq, C): the queries' positions, integer or float32 / float64; also (B, Nq, C), or (Nq,) token
+                positions when C = 1.
+            key_positions (Nk, C): the keys' positions, in the forms `positions` takes (None: `positions`).
+
+        Returns:
+            q (B, H, Nq, Dh): R_rope(r) P^T q, in q's dtype.
+            k (B, H, Nk, Dh): R_rope(r') P^T k, in k's dtype.
+        """
         kp = self._check_qk(q, k, positions, key_positions)
         tq = self.rope.tables(positions, q.dtype)  # cached per position set whenever no grad reaches beta
         tk = tq if key_positions is None else self.rope.tables(kp, k.dtype)
@@ -149,7 +187,15 @@ class STRING(RotaryPositional):
 
     def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """R_rope(r) P^T x for x (..., N, Dh), without validation: what forward applies to q and to k (the
-        partial-rotary wrapper calls it)."""
+        partial-rotary wrapper calls it).
+
+        Args:
+            x (..., N, Dh): queries or keys.
+            positions (N, C): their positions ((B, N, C) for x (B, H, N, Dh); (N,) token positions when C = 1).
+
+        Returns:
+            out (..., N, Dh): R_rope(r) P^T x, in x's dtype.
+        """
         cd = compute_dtype(x.dtype, self.skew_param.dtype)
         xc = x.to(cd) if self.is_folded else rows_times(x.to(cd), self._orthogonal_cached(cd))
         return apply_tables(xc, self.rope.tables(positions, x.dtype), self.pairing).to(x.dtype)
@@ -171,7 +217,29 @@ class STRING(RotaryPositional):
     def fold_into(self, q_linear: nn.Linear, k_linear: nn.Linear) -> None:
         """Merge P^T into the query/key projections (every head: rows h*Dh:(h+1)*Dh of W and b) for
         inference. Afterwards `forward` skips P, so it costs exactly RoPE; logits are unchanged.
-        Folding twice would apply P^T twice, so a folded module refuses a second fold."""
+        Folding twice would apply P^T twice, so a folded module refuses a second fold.
+
+        Args:
+            q_linear (nn.Linear): the query projection, H Dh output features (heads contiguous).
+            k_linear (nn.Linear): the key projection, a multiple of Dh output features.
+
+        Examples:
+            >>> import torch
+            >>> from torch import nn
+            >>> from symformer.positional import STRING
+            >>> _ = torch.manual_seed(0)
+            >>> part = STRING(head_dim=4, init_scale=0.2, seed=0).double()
+            >>> wq, wk = nn.Linear(8, 8).double(), nn.Linear(8, 8).double()  # 2 heads of Dh = 4
+            >>> x, pos = torch.randn(1, 5, 8, dtype=torch.float64), torch.arange(5)
+            >>> def logits():
+            ...     q, k = (w(x).view(1, 5, 2, 4).transpose(1, 2) for w in (wq, wk))
+            ...     q, k = part(q, k, pos)
+            ...     return q @ k.transpose(-1, -2)
+            >>> before = logits()
+            >>> part.fold_into(wq, wk)
+            >>> part.is_folded, torch.allclose(logits(), before)
+            (True, True)
+        """
         for name, lin in (("q_linear", q_linear), ("k_linear", k_linear)):
             if not isinstance(lin, nn.Linear):
                 fail(name, type(lin).__name__, "an nn.Linear", TypeError)
@@ -179,14 +247,14 @@ class STRING(RotaryPositional):
                 fail(name, f"{lin.out_features} output features", f"a multiple of head_dim={self.head_dim}")
         if self.is_folded:
             fail("self", "a STRING module already folded", "an unfolded module (fold_into merges P^T once)")
-        pt = self.orthogonal().T
+        pt = self.orthogonal().T  # P^T (Dh, Dh)
         for lin in (q_linear, k_linear):  # the product in float32 or better, written back once (16-bit weights)
             w = lin.weight.unflatten(0, (-1, self.head_dim))  # (H, Dh, D)
             cd = compute_dtype(w.dtype, pt.dtype)
-            lin.weight.copy_((pt.to(cd) @ w.to(cd)).flatten(0, 1))
+            lin.weight.copy_((pt.to(cd) @ w.to(cd)).flatten(0, 1))  # (H, Dh, D) -> (H Dh, D)
             if lin.bias is not None:
-                b = lin.bias.unflatten(0, (-1, self.head_dim))
-                lin.bias.copy_((b.to(cd) @ pt.T.to(cd)).flatten())
+                b = lin.bias.unflatten(0, (-1, self.head_dim))  # (H Dh,) -> (H, Dh)
+                lin.bias.copy_((b.to(cd) @ pt.T.to(cd)).flatten())  # (H, Dh) -> (H Dh,)
         self.folded.fill_(True)
         self._folded = True
 
@@ -201,7 +269,28 @@ class CirculantSTRING(RotaryPositional):
     i * theta_f = rfft(a)_f, so exp(A(r)) multiplies frequency f of x by e^{i theta_f(r)} with
     theta(r) = r @ Im rfft(a_k): linear in r, hence exactly relative (T2.9). Any Dh >= 2 works (no pairs).
     The initial first columns are chosen so that the frequencies are log-spaced like RoPE's, with random signs
-    (seed: None draws them from torch's global generator, as nn.Linear does)."""
+    (seed: None draws them from torch's global generator, as nn.Linear does).
+
+    Args:
+        head_dim (int): Dh >= 2, even or odd.
+        coord_dim (int): C, the coordinates of a position.
+        base (float): base of the initial log-spaced frequencies.
+        learnable (bool): learn the circulant columns c (C, Dh).
+        seed (int | None): the initial signs of the frequencies.
+
+    Examples:
+        >>> import torch
+        >>> from symformer.positional import CirculantSTRING
+        >>> _ = torch.manual_seed(0)
+        >>> part = CirculantSTRING(head_dim=7, seed=0).double()
+        >>> q, k = torch.randn(1, 2, 5, 7, dtype=torch.float64), torch.randn(1, 2, 5, 7, dtype=torch.float64)
+        >>> qr, kr = part(q, k, torch.arange(5))
+        >>> torch.allclose(qr.norm(dim=-1), q.norm(dim=-1))  # exp of a skew matrix: a rotation
+        True
+        >>> qs, ks = part(q, k, torch.arange(5) + 3)  # commuting generators: the logits are relative (T2.9)
+        >>> torch.allclose(qs @ ks.transpose(-1, -2), qr @ kr.transpose(-1, -2))
+        True
+    """
 
     def __init__(
         self, head_dim: int, coord_dim: int = 1, base: float = 10000.0, learnable: bool = True, seed: int | None = None
@@ -247,22 +336,52 @@ class CirculantSTRING(RotaryPositional):
         return torch.fft.irfft(torch.fft.rfft(x.to(cd), dim=-1) * rot, n=self.head_dim, dim=-1).to(x.dtype)
 
     def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """R(r) x for x (..., N, Dh), without validation (what forward applies to q and to k).
+
+        Args:
+            x (..., N, Dh): queries or keys.
+            positions (N, C): their positions ((B, N, C) for x (B, H, N, Dh); (N,) token positions when C = 1).
+
+        Returns:
+            out (..., N, Dh): R(r) x, in x's dtype.
+        """
         cd = compute_dtype(x.dtype, self.c.dtype)
         th = self.angles(positions, table_dtype(cd, self.c.device))
+        # (B, N, F) -> (B, 1, N, F)
         return self._rotate_fourier(x, th.unsqueeze(1) if th.ndim == 3 and x.ndim == 4 else th, cd)
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, key_positions: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """R(r) q and R(r') k, in q's dtype (16-bit inputs are rotated in float32 and rounded once).
+
+        Args:
+            q (B, H, Nq, Dh): queries, float16 / bfloat16 / float32 / float64.
+            k (B, H, Nk, Dh): keys, q's dtype.
+            positions (Nq, C): the queries' positions, integer or float32 / float64; also (B, Nq, C), or (Nq,) token
+                positions when C = 1.
+            key_positions (Nk, C): the keys' positions, in the forms `positions` takes (None: `positions`).
+
+        Returns:
+            q (B, H, Nq, Dh): the rotated queries.
+            k (B, H, Nk, Dh): the rotated keys.
+        """
         kp = self._check_qk(q, k, positions, key_positions)
         return self.rotate(q, positions), self.rotate(k, kp)
 
     def matrix(self, positions: torch.Tensor) -> torch.Tensor:
-        """R(r) (..., N, Dh, Dh): rotate the basis vectors (rows of I give R^T)."""
+        """R(r) (..., N, Dh, Dh): rotate the basis vectors (rows of I give R^T).
+
+        Args:
+            positions (N, C): positions ((..., N, C) batched; (N,) token positions when C = 1).
+
+        Returns:
+            R (..., N, Dh, Dh): the rotations exp(A(r)), with `rotate(x, r) = R(r) x`.
+        """
         th = self.angles(positions)[..., None, :]
         eye = torch.eye(self.head_dim, dtype=th.dtype, device=th.device)
-        eye = eye.expand(*th.shape[:-2], self.head_dim, self.head_dim)
-        return self._rotate_fourier(eye, th, th.dtype).transpose(-1, -2)
+        eye = eye.expand(*th.shape[:-2], self.head_dim, self.head_dim)  # -> (..., N, Dh, Dh)
+        return self._rotate_fourier(eye, th, th.dtype).transpose(-1, -2)  # rows of R^T -> R
 
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, coord_dim={self.coord_dim}"

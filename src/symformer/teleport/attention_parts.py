@@ -41,7 +41,29 @@ def _lins(*lins) -> list[torch.Tensor]:
 class QKFactor(Component):
     """U per key head in site.qk: q -> U q (the query heads of key head g share U_g), k -> U^{-T} k. follows_rotary:
     whether site.qk is the rotary part's group, recomputed when learned rotations move (False: a fixed group, e.g.
-    the TrivialGroup of a layer whose Q/K symmetry acts on its norm weights)."""
+    the TrivialGroup of a layer whose Q/K symmetry acts on its norm weights).
+
+    Args:
+        site (AttentionSite): the layer.
+        follows_rotary (bool): recompute site.qk from the rotary part when its parameters move.
+
+    Examples:
+        >>> import torch
+        >>> from symformer.models import MultiHeadAttention
+        >>> from symformer.teleport import AttentionSite, QKFactor, SymmetryGroup
+        >>> from symformer.teleport.qk_groups import qk_group_for
+        >>> mha = MultiHeadAttention(d_model=8, n_heads=2, positional="rope").double()
+        >>> site = AttentionSite("attn", mha, qk_group_for(mha.rotary, mha.head_dim))  # H(d_h): RoPE's group
+        >>> x, pos = torch.randn(1, 5, 8, dtype=torch.float64), torch.arange(5)
+        >>> before, wq = mha(x, pos), mha.q_proj.weight.detach().clone()
+        >>> group = SymmetryGroup([QKFactor(site)])
+        >>> g = group.random(torch.Generator().manual_seed(0))
+        >>> g.qk[0].shape  # one U per key head: (H, Dh, Dh)
+        torch.Size([2, 4, 4])
+        >>> group.apply(mha, g)  # Q rows <- U rows, K rows <- U^{-T} rows
+        >>> torch.allclose(mha(x, pos), before), torch.allclose(mha.q_proj.weight, wq)
+        (True, False)
+    """
 
     kind, rank, sum_rank = "qk", 0, 0
 
@@ -112,7 +134,28 @@ class QKFactor(Component):
 
 class VOFactor(Component):
     """V per key head in `group` (None: GL(dim)): V rows <- V rows, O columns <- columns V^{-1}. dim: the value heads'
-    size (None: head_dim; MLA's value heads are narrower than its query/key nope blocks)."""
+    size (None: head_dim; MLA's value heads are narrower than its query/key nope blocks).
+
+    Args:
+        site (AttentionSite): the layer.
+        group (QKGroup | None): the group of the factors (None: GL(dim); qk_groups.DiagonalGroup under an output
+            gate).
+        dim (int | None): the value heads' size (None: head_dim).
+
+    Examples:
+        >>> import torch
+        >>> from symformer.models import MultiHeadAttention
+        >>> from symformer.teleport import AttentionSite, SymmetryGroup, VOFactor
+        >>> from symformer.teleport.qk_groups import qk_group_for
+        >>> mha = MultiHeadAttention(d_model=8, n_heads=2, positional="rope").double()
+        >>> site = AttentionSite("attn", mha, qk_group_for(mha.rotary, mha.head_dim))
+        >>> x, pos = torch.randn(1, 5, 8, dtype=torch.float64), torch.arange(5)
+        >>> before, wo = mha(x, pos), mha.o_proj.weight.detach().clone()
+        >>> group = SymmetryGroup([VOFactor(site)])
+        >>> group.apply(mha, group.random(torch.Generator().manual_seed(0)))  # positions never touch the values
+        >>> torch.allclose(mha(x, pos), before), torch.allclose(mha.o_proj.weight, wo)
+        (True, False)
+    """
 
     kind, rank, sum_rank = "vo", 1, 0  # sum_rank 0: summed right after the layer's Q/K share
 
@@ -186,7 +229,30 @@ class HeadPermutation(Component):
     """S_h: key heads permuted (their query heads move along), and with them q/k/v rows, o columns, `carried`
     (per-query-head tensors only the permutation moves: GPT-OSS's sinks (H,), an output gate's rows in H head blocks)
     and `query` / `key` (per-head tensors another component scales: per-head q/k-norm weights). Not a near-identity
-    move: candidates of Alg. 1 never permute."""
+    move: candidates of Alg. 1 never permute.
+
+    Args:
+        site (AttentionSite): the layer.
+        carried (tuple): per-query-head tensors only the permutation moves ((H,) or rows in H head blocks).
+        query (tuple): per-query-head tensors another component scales.
+        key (tuple): per-key-head tensors another component scales.
+
+    Examples:
+        >>> import torch
+        >>> from symformer.models import MultiHeadAttention
+        >>> from symformer.teleport import AttentionSite, HeadPermutation, SymmetryGroup
+        >>> from symformer.teleport.qk_groups import qk_group_for
+        >>> mha = MultiHeadAttention(d_model=12, n_heads=3).double()
+        >>> site = AttentionSite("attn", mha, qk_group_for(mha.rotary, mha.head_dim))
+        >>> x, wq = torch.randn(1, 5, 12, dtype=torch.float64), mha.q_proj.weight.detach().clone()
+        >>> before = mha(x)
+        >>> group = SymmetryGroup([HeadPermutation(site)])
+        >>> g = group.random(torch.Generator().manual_seed(0))
+        >>> group.apply(mha, g)
+        >>> perm = g.perm[0]  # new head i = old head perm[i]
+        >>> torch.equal(mha.q_proj.weight.view(3, 4, 12), wq.view(3, 4, 12)[perm]), torch.allclose(mha(x), before)
+        (True, True)
+    """
 
     kind, rank, sum_rank, stage, switch = "perm", 2, 3, 1, "permute"
     permutes_heads = True
@@ -245,7 +311,32 @@ class NormScaling(Component):
     """w_q <- d w_q, w_k <- w_k / d (module docstring), d > 0 constant on each of `blocks` ((Dh,) block index of each
     coordinate), for norms that multiply by (offset + w) (Gemma's (1 + w): w <- d (1 + w) - 1). per_head: the weights
     are per head (OLMo 2's one norm over all heads, (H Dh,) and (H_kv Dh,); Cohere's (H, Dh)): one d per key head, a
-    query head taking its key head's ((d_g n_q)^T M (n_k / d_g)), and the weights follow a head permutation."""
+    query head taking its key head's ((d_g n_q)^T M (n_k / d_g)), and the weights follow a head permutation.
+
+    Args:
+        site (AttentionSite): the layer.
+        q_norm (nn.Parameter): the query norm's weight, (Dh,) shared by the heads, or per head.
+        k_norm (nn.Parameter): the key norm's weight, shaped as q_norm for the key heads.
+        blocks (Dh,): int64 block index of each coordinate (`diagonal_blocks` of the rotary group).
+        offset (float): the norm multiplies by (offset + w) (Gemma: 1).
+        per_head (bool): the weights are per head.
+
+    Examples:
+        >>> import torch
+        >>> from symformer.models import MultiHeadAttention
+        >>> from symformer.teleport import AttentionSite, NormScaling, SymmetryGroup, diagonal_blocks
+        >>> from symformer.teleport.qk_groups import qk_group_for
+        >>> mha = MultiHeadAttention(d_model=8, n_heads=2, positional="rope")
+        >>> site = AttentionSite("attn", mha, qk_group_for(mha.rotary, mha.head_dim))
+        >>> wq, wk = (torch.nn.Parameter(torch.ones(4, dtype=torch.float64)) for _ in range(2))  # (Dh,) norm weights
+        >>> norms = NormScaling(site, wq, wk, diagonal_blocks(site.qk))
+        >>> norms.blocks.tolist()  # RoPE's pairs (u, u + Dh/2) share one scale
+        [0, 1, 0, 1]
+        >>> group = SymmetryGroup([norms])
+        >>> group.apply(mha, group.random(torch.Generator().manual_seed(0)))  # w_q <- d w_q, w_k <- w_k / d
+        >>> torch.allclose(wq * wk, torch.ones(4, dtype=torch.float64)), torch.equal(wq[:2], wq[2:])
+        (True, True)
+    """
 
     kind, rank, sum_rank = "norm", 4, 4
 
@@ -339,7 +430,29 @@ def attention_parts(
 ) -> list[Component]:
     """The components of one attention layer: its Q/K factor (fixed when `norms` carries the Q/K symmetry), V/O
     (True: GL(head_dim); a VOFactor; None: a site without values), the head permutation (carrying `carried` and
-    per-head norm weights; permutable=False: none, MLA's two sites share each head) and the q/k-norm scalings."""
+    per-head norm weights; permutable=False: none, MLA's two sites share each head) and the q/k-norm scalings.
+
+    Args:
+        site (AttentionSite): the layer.
+        values (VOFactor | None | bool): True: a VOFactor on GL(head_dim); a VOFactor as given; None or False: none.
+        norms (NormScaling | None): the q/k-norm scalings carrying the Q/K symmetry (the Q/K factor is then fixed).
+        carried (tuple): per-query-head tensors the head permutation moves.
+        permutable (bool): include the head permutation.
+
+    Returns:
+        parts (list[Component]): QKFactor, VOFactor, HeadPermutation, NormScaling, those that apply.
+
+    Examples:
+        >>> from symformer.models import MultiHeadAttention
+        >>> from symformer.teleport import AttentionSite, attention_parts
+        >>> from symformer.teleport.qk_groups import qk_group_for
+        >>> mha = MultiHeadAttention(d_model=8, n_heads=2, positional="rope")
+        >>> site = AttentionSite("attn", mha, qk_group_for(mha.rotary, mha.head_dim))
+        >>> [c.kind for c in attention_parts(site)]
+        ['qk', 'vo', 'perm']
+        >>> [c.kind for c in attention_parts(site, values=None, permutable=False)]
+        ['qk']
+    """
     parts: list[Component] = [QKFactor(site, follows_rotary=norms is None)]
     if values is True:
         values = VOFactor(site)

@@ -24,7 +24,27 @@ class AttentionSite:
     (qk_groups.qk_group_for). Grouped-query attention: `kv_heads` key/value heads, query head h = g r + j reading key
     head g (r = n_heads / kv_heads, HF's repeat_kv); every per-head factor is then per key head (q_h^T U_g^T M
     U_g^{-T} k_g = q_h^T M k_g needs U_g shared by the r query heads of key head g, and V_g by those reading value
-    head g)."""
+    head g).
+
+    Args:
+        name (str): the layer's name in messages (its dotted name in the model).
+        module (nn.Module): the layer: q_proj, k_proj, v_proj, o_proj (nn.Linear, heads contiguous in the output
+            features), n_heads, head_dim and rotary.
+        qk (QKGroup): the Q/K group its rotary part allows.
+        kv_heads (int | None): key/value heads under grouped-query attention (None: n_heads).
+
+    Examples:
+        >>> from symformer.models import MultiHeadAttention
+        >>> from symformer.teleport import AttentionSite
+        >>> from symformer.teleport.qk_groups import qk_group_for
+        >>> mha = MultiHeadAttention(d_model=8, n_heads=2, positional="rope")
+        >>> site = AttentionSite("attn", mha, qk_group_for(mha.rotary, mha.head_dim))
+        >>> site.qk.kind, site.n_heads, site.head_dim
+        ('h', 2, 4)
+        >>> gqa = AttentionSite("attn", mha, site.qk, kv_heads=1)  # both query heads read key head 0
+        >>> gqa.n_heads, gqa.query_heads, gqa.groups
+        (1, 2, 2)
+    """
 
     name: str
     module: nn.Module
@@ -58,7 +78,34 @@ class Component:
     `rank`, the kinds' draw order (random, sample draw kind by kind); `sum_rank`, the order in which the candidates'
     squared norms are added up; `stage`, the order of the actions (factors, then head permutations: an element is
     perm o factors; then fused rows put back together). `switch`: the random()/sample() flag ("ffn", "permute")
-    without which the kind is left at the identity. `factor`: whether elements carry a factor for it at all."""
+    without which the kind is left at the identity. `factor`: whether elements carry a factor for it at all.
+
+    Examples:
+        A kind of one's own: y = b(a(x)) with a and b linear, so a <- s a, b <- b / s keeps y for every s != 0.
+
+        >>> import torch
+        >>> from symformer.teleport import Component, SymmetryGroup
+        >>> class Rescale(Component):
+        ...     kind = "rescale"
+        ...     def __init__(self, a, b):
+        ...         self.a, self.b = a, b
+        ...     def parameters(self):
+        ...         return [self.a.weight, self.b.weight]
+        ...     def identity(self, shape, dtype):
+        ...         return torch.ones(shape, dtype=dtype)
+        ...     def random(self, shape, gen, dtype, scale):
+        ...         return torch.exp(scale * torch.randn(shape, generator=gen, dtype=dtype))
+        ...     def weights(self, x, src, out):  # theta <- x theta
+        ...         out[id(self.a.weight)] = src[id(self.a.weight)] * x
+        ...         out[id(self.b.weight)] = src[id(self.b.weight)] / x
+        >>> a, b = torch.nn.Linear(3, 4, bias=False).double(), torch.nn.Linear(4, 2, bias=False).double()
+        >>> model, x = torch.nn.Sequential(a, b), torch.randn(5, 3, dtype=torch.float64)
+        >>> before, w = model(x), a.weight.detach().clone()
+        >>> group = SymmetryGroup([Rescale(a, b)])
+        >>> group.apply(model, group.random(torch.Generator().manual_seed(0)))
+        >>> torch.allclose(model(x), before), torch.allclose(a.weight, w)  # same function, other weights
+        (True, False)
+    """
 
     kind = ""
     rank = 0
@@ -87,14 +134,43 @@ class Component:
 
     # ---- elements; shape: leading dims (() for one element, (n,) for n candidates)
     def identity(self, shape: tuple[int, ...], dtype) -> torch.Tensor | None:
+        """The identity factor.
+
+        Args:
+            shape (tuple[int, ...]): leading dims (() for one element, (n,) for n candidates).
+            dtype (torch.dtype): the factor's dtype.
+
+        Returns:
+            x (Tensor | None): the factor (*shape, ...), or None where the kind has none.
+        """
         return None
 
     def random(self, shape: tuple[int, ...], gen: torch.Generator, dtype, scale: float) -> torch.Tensor | None:
-        """A generic element (invariance checks)."""
+        """A generic element (invariance checks).
+
+        Args:
+            shape (tuple[int, ...]): leading dims.
+            gen (torch.Generator): the draw.
+            dtype (torch.dtype): the factor's dtype.
+            scale (float): spread around the identity.
+
+        Returns:
+            x (Tensor | None): the factor (*shape, ...).
+        """
         return self.identity(shape, dtype)
 
     def near_identity(self, shape: tuple[int, ...], alpha: float, gen: torch.Generator, dtype) -> torch.Tensor | None:
-        """A candidate of Alg. 1 (Sec. 4, eq. (14)): within radius alpha of the identity."""
+        """A candidate of Alg. 1 (Sec. 4, eq. (14)): within radius alpha of the identity.
+
+        Args:
+            shape (tuple[int, ...]): leading dims ((n,) for n candidates).
+            alpha (float): the radius, in (0, 1).
+            gen (torch.Generator): the draw.
+            dtype (torch.dtype): the factor's dtype.
+
+        Returns:
+            x (Tensor | None): the factors (*shape, ...).
+        """
         return self.identity(shape, dtype)
 
     def inverse(self, x: torch.Tensor) -> torch.Tensor:
@@ -118,13 +194,34 @@ class Component:
         """Before any action: entries the others read (FusedRows: the row blocks' current values or gradients)."""
 
     def weights(self, x, src: dict[int, torch.Tensor], out: dict[int, torch.Tensor]) -> None:
-        """theta <- x theta on this kind's tensors (differentiable in x)."""
+        """theta <- x theta on this kind's tensors (differentiable in x).
+
+        Args:
+            x (Tensor | None): this component's factor (None: the identity).
+            src (dict[int, Tensor]): id(tensor) -> its current value.
+            out (dict[int, Tensor]): id(tensor) -> its new value, written here in float32 at least.
+        """
 
     def grads(self, x, src: dict[int, torch.Tensor], out: dict[int, torch.Tensor]) -> None:
-        """The gradient at x theta from the gradient at theta (loss invariant, action linear: G -> A^{-T} G)."""
+        """The gradient at x theta from the gradient at theta (loss invariant, action linear: G -> A^{-T} G).
+
+        Args:
+            x (Tensor | None): this component's factor (None: the identity).
+            src (dict[int, Tensor]): id(tensor) -> its gradient-like tensor (entries may be missing).
+            out (dict[int, Tensor]): id(tensor) -> the tensor at x theta, written here.
+        """
 
     def add_sq_norms(self, total, x, grads: dict[int, torch.Tensor]):
-        """total + this kind's share of ||grad at x_i theta||^2 for each candidate i (leading dim of x), in float64."""
+        """total + this kind's share of ||grad at x_i theta||^2 for each candidate i (leading dim of x), in float64.
+
+        Args:
+            total (Tensor | float): the sum so far, (M,) or 0.0.
+            x (Tensor | None): the candidates' factors, leading dim M.
+            grads (dict[int, Tensor]): id(tensor) -> its gradient.
+
+        Returns:
+            total (Tensor | float): total plus this kind's share, (M,).
+        """
         return total
 
 

@@ -74,7 +74,42 @@ class AttentionLayer:
     `layout` "blocks" or "heads") and `o`; each an nn.Linear of the model or its dotted name in it. n_heads: query
     heads; kv_heads: key/value heads under grouped-query attention (None: n_heads); rotary: the symformer
     RotaryPositional the forward applies to q and k (RoPE, STRING, ESPR, ...), or None (no rotation, or additive
-    positions outside the layer); name: for messages (default: the projections' common prefix)."""
+    positions outside the layer); name: for messages (default: the projections' common prefix).
+
+    Args:
+        n_heads (int): query heads.
+        o (nn.Module | str | None): the output projection (an nn.Linear of the model or its dotted name).
+        qkv (nn.Module | str | None): a fused q/k/v projection, rows in `layout`.
+        q (nn.Module | str | None): the query projection (with k and v, instead of qkv).
+        k (nn.Module | str | None): the key projection.
+        v (nn.Module | str | None): the value projection.
+        layout (str): "blocks" ([W_Q; W_K; W_V]) or "heads" ([q_h; k_h; v_h] head by head).
+        kv_heads (int | None): key/value heads under grouped-query attention (None: n_heads).
+        rotary (nn.Module | None): the RotaryPositional applied to q and k, or None.
+        name (str | None): the layer's name in messages.
+
+    Examples:
+        >>> import torch
+        >>> import torch.nn.functional as F
+        >>> from torch import nn
+        >>> from symformer.positional import RoPE
+        >>> from symformer.teleport import AttentionLayer, symmetry_group
+        >>> class Attention(nn.Module):  # fused qkv, 2 heads of 4, RoPE on q and k
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.qkv, self.o, self.rope = nn.Linear(8, 24), nn.Linear(8, 8), RoPE(4)
+        ...     def forward(self, x):
+        ...         q, k, v = (t.view(1, -1, 2, 4).transpose(1, 2) for t in self.qkv(x).split(8, dim=-1))
+        ...         q, k = self.rope(q, k, torch.arange(x.shape[1]))
+        ...         return self.o(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(1, -1, 8))
+        >>> model, x = Attention().double(), torch.randn(1, 5, 8, dtype=torch.float64)
+        >>> before = model(x)
+        >>> layers = [AttentionLayer(2, qkv=model.qkv, o=model.o, rotary=model.rope)]
+        >>> group = symmetry_group(model, attention=layers)
+        >>> group.apply(model, group.random(torch.Generator().manual_seed(0)))
+        >>> torch.allclose(model(x), before)
+        True
+    """
 
     n_heads: int
     _: KW_ONLY

@@ -44,7 +44,32 @@ class GroupElement:
     """One factor per component of a group, by kind: `parts[kind][i]` acts through `group.part(kind)[i]`. A kind the
     element lacks (an empty list) or a None factor is the identity there. Candidates (SymmetryGroup.sample) carry a
     leading sample dimension on every factor. The action is first the per-head factors and scalings, then the head
-    permutations (new head i = transformed old head `perm[i]`)."""
+    permutations (new head i = transformed old head `perm[i]`).
+
+    Args:
+        qk (list): Q/K factors, one (H_kv, Dh, Dh) per layer.
+        vo (list): V/O factors, one (H_kv, Dv, Dv) per layer.
+        perm (list): head permutations, one (H_kv,) int64 per layer.
+        ffn (list): MLP scalings, one (d_ff,) per ReLU FFN.
+        norm (list): q/k-norm scalings.
+        experts (list): expert scalings.
+        **parts (list): the factors of other kinds, by kind.
+
+    Examples:
+        >>> import torch
+        >>> from symformer.models import CausalLM, TransformerConfig
+        >>> from symformer.teleport import symmetry_group
+        >>> cfg = TransformerConfig(d_model=8, n_heads=2, n_layers=2, positional="rope", mlp="relu")
+        >>> group = symmetry_group(CausalLM(cfg, vocab_size=11))
+        >>> g = group.random(torch.Generator().manual_seed(0))
+        >>> g  # factors per kind
+        GroupElement(qk=2, vo=2, perm=2, ffn=2)
+        >>> g.qk[0].shape, g.perm[0].shape, g.ffn[0].shape
+        (torch.Size([2, 4, 4]), torch.Size([2]), torch.Size([32]))
+        >>> cands = group.sample(5, alpha=0.1, gen=torch.Generator().manual_seed(0))  # 5 candidates near I
+        >>> cands.qk[0].shape, cands.pick(3).qk[0].shape
+        (torch.Size([5, 2, 4, 4]), torch.Size([2, 4, 4]))
+    """
 
     def __init__(self, qk=(), vo=(), perm=(), ffn=(), norm=(), experts=(), **parts):
         self.parts: dict[str, list] = {
@@ -80,7 +105,30 @@ def _on(x, device):
 # ---------------------------------------------------------------- the product
 class SymmetryGroup:
     """The product of a model's components (kept in the order their candidate norms are summed, Component.sum_rank).
-    positions: (N, C) positions for groups computed from relative rotations (ESPR's commutant)."""
+    positions: (N, C) positions for groups computed from relative rotations (ESPR's commutant).
+
+    Args:
+        components (list[Component]): the components, one per kind of symmetry and site.
+        positions (N, C): the positions `refresh` recomputes learned groups at (None: generic ones).
+
+    Examples:
+        >>> import torch
+        >>> from symformer.models import CausalLM, TransformerConfig
+        >>> from symformer.teleport import symmetry_group
+        >>> cfg = TransformerConfig(d_model=8, n_heads=2, n_layers=2, positional="rope", mlp="relu")
+        >>> model, ids = CausalLM(cfg, vocab_size=11).double(), torch.randint(0, 11, (2, 6))
+        >>> group = symmetry_group(model)
+        >>> group
+        SymmetryGroup(layers=2, qk_groups=['h'], qk: 2, vo: 2, ffn: 2, perm: 2)
+        >>> before, weights = model(ids), [p.detach().clone() for p in group.parameters()]
+        >>> g = group.random(torch.Generator().manual_seed(0))
+        >>> group.apply(model, g)  # theta <- g theta: the same function
+        >>> torch.allclose(model(ids), before)
+        True
+        >>> group.apply(model, group.inverse(g))  # and back
+        >>> all(torch.allclose(p, w) for p, w in zip(group.parameters(), weights))
+        True
+    """
 
     def __init__(self, components: list[Component], positions: torch.Tensor | None = None):
         for i, c in enumerate(components):
@@ -149,7 +197,18 @@ class SymmetryGroup:
     def random(
         self, gen: torch.Generator, dtype=torch.float64, scale: float = 0.5, permute: bool = True, ffn: bool = True
     ) -> GroupElement:
-        """A generic element (general GL / H / commutant matrices, random permutations and scalings)."""
+        """A generic element (general GL / H / commutant matrices, random permutations and scalings).
+
+        Args:
+            gen (torch.Generator): the draw (elements are drawn on the CPU).
+            dtype (torch.dtype): the factors' dtype.
+            scale (float): spread of the factors around the identity.
+            permute (bool): draw head permutations (else the identity).
+            ffn (bool): draw MLP and expert scalings (else the identity).
+
+        Returns:
+            g (GroupElement): one factor per component.
+        """
         on = {"permute": permute, "ffn": ffn}
         return self._draw(
             lambda c: c.random((), gen, dtype, scale) if on.get(c.switch, True) else c.identity((), dtype)
@@ -158,7 +217,18 @@ class SymmetryGroup:
     def sample(
         self, n: int, alpha: float, gen: torch.Generator, dtype=torch.float64, ffn: bool = False
     ) -> GroupElement:
-        """n candidates near the identity (Sec. 4, eq. (14)): every factor gets a leading dim n."""
+        """n candidates near the identity (Sec. 4, eq. (14)): every factor gets a leading dim n.
+
+        Args:
+            n (int): the number of candidates.
+            alpha (float): their radius, in (0, 1).
+            gen (torch.Generator): the draw.
+            dtype (torch.dtype): the factors' dtype.
+            ffn (bool): sample MLP and expert scalings (else the identity).
+
+        Returns:
+            candidates (GroupElement): every factor with a leading dim n (`pick(i)` is candidate i).
+        """
         check_int("samples", n, 1)
         check_float("alpha", alpha, 0.0, 1.0, low_open=True, high_open=True)
         on = {"ffn": ffn}
@@ -185,7 +255,14 @@ class SymmetryGroup:
         return [(c, _on(factor[id(c)], dev)) for c in self.components]
 
     def inverse(self, g: GroupElement) -> GroupElement:
-        """g = perm o factors, so g^{-1} = perm^{-1} o (factors^{-1} re-indexed by perm): U'_i = U_{perm[i]}^{-1}."""
+        """g = perm o factors, so g^{-1} = perm^{-1} o (factors^{-1} re-indexed by perm): U'_i = U_{perm[i]}^{-1}.
+
+        Args:
+            g (GroupElement): an element of this group.
+
+        Returns:
+            g_inv (GroupElement): its inverse, apply(g) then apply(g_inv) is the identity.
+        """
         pairs = self._factors(g)
         perms = {id(c.site): x for c, x in pairs if c.permutes_heads and x is not None}
         parts: dict[str, list] = {k: [] for k in self.kinds()}
@@ -207,12 +284,24 @@ class SymmetryGroup:
         return {k: v.to(src[k].dtype) for k, v in out.items()}  # each result rounded once to its tensor's dtype
 
     def transformed(self, g: GroupElement) -> dict[int, torch.Tensor]:
-        """New values of every acted-on parameter (keyed by id(param)); differentiable in g."""
+        """New values of every acted-on parameter (keyed by id(param)); differentiable in g.
+
+        Args:
+            g (GroupElement): an element.
+
+        Returns:
+            new (dict[int, Tensor]): id(param) -> g theta for that parameter, in its dtype.
+        """
         return self._act(g, {id(p): p for c in self.components for p in c.parameters()}, grad=False)
 
     @torch.no_grad()
     def apply(self, model: nn.Module, g: GroupElement) -> None:
-        """theta <- g theta, in place."""
+        """theta <- g theta, in place.
+
+        Args:
+            model (nn.Module): the model the group was built for.
+            g (GroupElement): the element to apply (a kind it lacks is left alone).
+        """
         new = self.transformed(g)
         for p in self.parameters():
             if id(p) in new:  # an element without some part leaves those parameters alone
@@ -221,14 +310,30 @@ class SymmetryGroup:
     def grad_action(self, g: GroupElement, tensors: dict[int, torch.Tensor]) -> dict[int, torch.Tensor]:
         """Gradient at g theta from the gradient at theta (the loss is invariant and the action linear: G -> A^{-T} G
         for theta -> A theta). `tensors` maps id(param) -> gradient-like tensor (momentum too); missing entries are
-        skipped."""
+        skipped.
+
+        Args:
+            g (GroupElement): an element.
+            tensors (dict[int, Tensor]): id(param) -> a gradient-like tensor of that parameter's shape.
+
+        Returns:
+            moved (dict[int, Tensor]): id(param) -> the tensor at g theta.
+        """
         return self._act(g, dict(tensors), grad=True)
 
     def candidate_sq_norms(self, grads: dict[int, torch.Tensor], cands: GroupElement) -> torch.Tensor:
         """sum over acted-on params of ||grad at g_i theta||^2 for each candidate i (leading dim M).
 
         ||A G||_F^2 = <A^T A, G G^T>: per head one Gram matrix of the gradient, then O(Dh^3) per
-        candidate, independent of d_model and batch size."""
+        candidate, independent of d_model and batch size.
+
+        Args:
+            grads (dict[int, Tensor]): id(param) -> its gradient.
+            cands (GroupElement): candidates from `sample` (leading dim M).
+
+        Returns:
+            sq_norms (M,): float64, the squared gradient norm at each candidate.
+        """
         src = dict(grads)
         for c in self.components:
             c.prepare(src, grad=True)
@@ -245,14 +350,43 @@ _BUILDERS: dict[str, Callable] = {}
 def register_group_builder(name: str, builder: Callable) -> None:
     """Let symmetry_group understand another library's models: builder(model, positions, ffn) -> SymmetryGroup, or
     None for a model it does not know. Called explicitly by the integration's code that needs it
-    (symformer.integrations.hf_teleport.register_hf_groups); this layer never imports an integration."""
+    (symformer.integrations.hf_teleport.register_hf_groups); this layer never imports an integration.
+
+    Args:
+        name (str): the builder's name (registering a name again replaces its builder).
+        builder (Callable): (model, positions, ffn) -> SymmetryGroup, or None for a model it does not know.
+
+    Examples:
+        >>> import torch
+        >>> from symformer.models import CausalLM, TransformerConfig
+        >>> from symformer.teleport import group_builders, register_group_builder, symmetry_group
+        >>> class Wrapped(torch.nn.Module):  # another library's model, holding a symformer model out of sight
+        ...     def __init__(self, inner):
+        ...         super().__init__()
+        ...         object.__setattr__(self, "inner", inner)
+        >>> def build(model, positions, ffn):
+        ...     return symmetry_group(model.inner, positions, ffn) if isinstance(model, Wrapped) else None
+        >>> register_group_builder("wrapped", build)
+        >>> cfg = TransformerConfig(d_model=8, n_heads=2, n_layers=2)
+        >>> len(symmetry_group(Wrapped(CausalLM(cfg, vocab_size=11))).sites), "wrapped" in group_builders()
+        (2, True)
+    """
     if not callable(builder):
         fail("builder", type(builder).__name__, "a callable (model, positions, ffn) -> SymmetryGroup | None", TypeError)
     _BUILDERS[str(name)] = builder
 
 
 def group_builders() -> dict[str, Callable]:
-    """The registered builders by name (register_group_builder)."""
+    """The registered builders by name (register_group_builder).
+
+    Returns:
+        builders (dict[str, Callable]): a copy, name -> builder.
+
+    Examples:
+        >>> from symformer.teleport import group_builders
+        >>> all(callable(b) for b in group_builders().values())
+        True
+    """
     return dict(_BUILDERS)
 
 
@@ -265,7 +399,33 @@ def symmetry_group(
     ffn: include positive rescaling of ReLU FeedForward hidden units (GELU/SwiGLU have none).
     attention: declarations of the model's own attention layers (teleport.declare.AttentionLayer); with them the
     registered builders (register_group_builder) are not consulted (symformer's MultiHeadAttention layers are still
-    found)."""
+    found).
+
+    Args:
+        model (nn.Module): a symformer model, a model a registered builder knows, or one with `attention` declared.
+        positions (N, C): positions for groups computed from relative rotations (None: generic points).
+        ffn (bool): include the ReLU FFN rescalings.
+        attention (list[AttentionLayer] | None): the model's own attention layers.
+
+    Returns:
+        group (SymmetryGroup): the product of the model's components.
+
+    Raises:
+        ValueError: an approximate attention core (FAVOR+, PLASH), or no attention layer found.
+
+    Examples:
+        >>> import torch
+        >>> from symformer.models import TransformerConfig, ViTClassifier
+        >>> from symformer.teleport import symmetry_group
+        >>> cfg = TransformerConfig(d_model=16, n_heads=2, n_layers=2, positional="rope", coord_dim=2, mlp="relu")
+        >>> model = ViTClassifier(cfg, token_dim=4, n_classes=10).double()
+        >>> x, pos = torch.randn(3, 16, 4, dtype=torch.float64), torch.cartesian_prod(torch.arange(4), torch.arange(4))
+        >>> before = model(x, pos)
+        >>> group = symmetry_group(model, ffn=True)
+        >>> group.apply(model, group.random(torch.Generator().manual_seed(1)))
+        >>> torch.allclose(model(x, pos), before, atol=1e-10)  # same function, other weights
+        True
+    """
     from symformer.models import FeedForward, attention_layers
 
     for build in _BUILDERS.values() if attention is None else ():

@@ -14,7 +14,27 @@ from symformer.teleport.component import Component, row_sq, vec_sq, wide
 
 class MLPScaling(Component):
     """up rows <- s rows (and bias), down columns <- columns / s for s > 0 per hidden unit: relu(s z) = s relu(z),
-    and a gated MLP's product is linear in its up branch. `mlp` has `up` and `down` nn.Linear layers."""
+    and a gated MLP's product is linear in its up branch. `mlp` has `up` and `down` nn.Linear layers.
+
+    Args:
+        mlp (nn.Module): a ReLU FFN down(relu(up x)) or a gated MLP down(act(gate x) * up x), with `up` (h, d) and
+            `down` (d, h) nn.Linear layers.
+
+    Examples:
+        >>> import torch
+        >>> from symformer.models import FeedForward
+        >>> from symformer.teleport import MLPScaling, SymmetryGroup
+        >>> ffn = FeedForward(d_model=4, d_ff=16, activation="relu").double()
+        >>> x = torch.randn(3, 4, dtype=torch.float64)
+        >>> before = ffn(x)
+        >>> group = SymmetryGroup([MLPScaling(ffn)])
+        >>> g = group.random(torch.Generator().manual_seed(0))
+        >>> g.ffn[0].shape, bool((g.ffn[0] > 0).all())  # one positive scale per hidden unit
+        (torch.Size([16]), True)
+        >>> group.apply(ffn, g)
+        >>> torch.allclose(ffn(x), before)
+        True
+    """
 
     kind, rank, sum_rank, switch = "ffn", 3, 1, "ffn"
 
@@ -73,7 +93,29 @@ class ExpertScaling(Component):
     down[e] (act(x gate[e]^T) * (x up[e]^T)) with gate_up[e] = cat(gate[e], up[e]) of shape (2 I, d) and down[e] of
     shape (d, I). The product is linear in the up branch, so up rows <- s rows, down columns <- columns / s
     (any s != 0 per expert and hidden unit; the router never sees these weights) keeps every output. 2-D weights
-    (2 I, d) and (d, I) are one such MLP (Phi-3's fused gate_up_proj Linear)."""
+    (2 I, d) and (d, I) are one such MLP (Phi-3's fused gate_up_proj Linear).
+
+    Args:
+        gate_up (E, 2 I, d): the experts' [gate; up] rows (or (2 I, d) for one MLP).
+        down (E, d, I): the experts' down projections (or (d, I)).
+
+    Examples:
+        >>> import torch
+        >>> import torch.nn.functional as F
+        >>> from symformer.teleport import ExpertScaling, SymmetryGroup
+        >>> E, I, d = 2, 3, 4
+        >>> gate_up = torch.nn.Parameter(torch.randn(E, 2 * I, d, dtype=torch.float64))
+        >>> down = torch.nn.Parameter(torch.randn(E, d, I, dtype=torch.float64))
+        >>> def experts(x):  # every expert on x (n, d): down[e] (silu(x gate[e]^T) * (x up[e]^T)), (E, n, d)
+        ...     g, u = (x @ gate_up.transpose(-1, -2)).split(I, dim=-1)
+        ...     return (F.silu(g) * u) @ down.transpose(-1, -2)
+        >>> x = torch.randn(5, d, dtype=torch.float64)
+        >>> before = experts(x)
+        >>> group = SymmetryGroup([ExpertScaling(gate_up, down)])
+        >>> group.apply(torch.nn.ParameterList([gate_up, down]), group.random(torch.Generator().manual_seed(0)))
+        >>> torch.allclose(experts(x), before)
+        True
+    """
 
     kind, rank, sum_rank, switch = "experts", 5, 5, "ffn"
 
@@ -139,7 +181,23 @@ class FusedRows(Component):
     (Phi-3) is a view of `param`, so the blocks cost no memory; head-interleaved rows (NeoX) cannot be one 2-D view
     and are copied. The group's parameters(), gradient dicts and transformed() hold `param`: gradients are split into
     blocks before the actions and the blocks' results merged after (the last stage). `passive`: blocks no component
-    acts on (MLA's latent rows of kv_a_proj_with_mqa), merged back as they are."""
+    acts on (MLA's latent rows of kv_a_proj_with_mqa), merged back as they are.
+
+    Args:
+        param (nn.Parameter): the fused parameter, (R, ...) with R rows.
+        rows (list[Tensor]): int64 row indices of each projection; together a partition of the R rows.
+        passive (tuple[int, ...]): the blocks no component acts on.
+
+    Examples:
+        >>> import torch
+        >>> from symformer.teleport import FusedRows
+        >>> w = torch.nn.Parameter(torch.randn(6, 4))
+        >>> fused = FusedRows(w, [torch.arange(0, 2), torch.arange(2, 6)])  # [W_a; W_b]
+        >>> [tuple(b.shape) for b in fused.blocks], fused.blocks[0].data_ptr() == w.data_ptr()  # views of w
+        ([(2, 4), (4, 4)], True)
+        >>> torch.equal(fused.merge(fused.split(w.detach())), w.detach())
+        True
+    """
 
     kind, rank, sum_rank, stage = "fused", 6, 2, 2
     factor = False
