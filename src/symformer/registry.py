@@ -70,6 +70,10 @@ class Registry(Generic[T]):
         except (TypeError, ValueError):  # builtins without a signature: pass everything
             return factory(**kwargs)
         if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            if isinstance(factory, type) and all(p.kind in _VARIADIC for p in params.values()):
+                # a class without a constructor of its own (nn.Module's (*args, **kwargs), which takes nothing):
+                # the context keys are not for it; any other keyword still reaches it and is its error
+                return factory(**{k: v for k, v in kwargs.items() if k not in STANDARD_KEYS})
             return factory(**kwargs)
         unknown = sorted(k for k in kwargs if k not in params and k not in STANDARD_KEYS)
         if unknown:
@@ -89,6 +93,8 @@ def description_of(fn: Callable[..., Any], description: str = "") -> str:
     """The one-line description of a registered function: the given one, else its docstring's first line."""
     return description or (fn.__doc__ or "").strip().split("\n")[0]
 
+
+_VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
 
 #: keys a host (attention layer, encoder) offers every part; a part takes those its signature names
 STANDARD_KEYS = frozenset({"head_dim", "n_heads", "d_model", "coord_dim", "d_ff", "dropout", "max_len"})

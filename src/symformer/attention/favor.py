@@ -517,10 +517,15 @@ class FavorAttention(DecodingCore):
         keep = key_padding_mask(attn_mask, k, "random features")
         return None if keep is None else keep.to(k.dtype)
 
-    state_type = FavorState  # the decoding state init_state() returns (models.layers checks a given state's kind)
-
-    def init_state(self) -> FavorState:
-        """An empty causal decoding state (favor_state module doc); fill it with `step` (prefill and decoding)."""
+    def init_state(self, batch: int | None = None, max_len: int | None = None) -> FavorState:
+        """An empty causal decoding state (favor_state module doc; the contract: attention.decoding); fill it with
+        `forward(..., is_causal=True, state=)` or `step` (prefill and decoding). batch, max_len: accepted and
+        checked (positive ints or None), not needed: the state's tensors take their final shapes at its first step
+        (batch, heads, value dim, dtype and device come from those tokens) and no shape depends on the context
+        length, so a compiled or graph-captured step sees static shapes either way."""
+        for name, size in (("batch", batch), ("max_len", max_len)):
+            if size is not None:
+                check_int(name, size, 1)
         if self.kernel_eps or self.denominator_eps:
             fail(
                 "kernel_eps / denominator_eps",

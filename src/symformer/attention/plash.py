@@ -375,10 +375,15 @@ class PlashAttention(DecodingCore):
         out = self.readout(fold(q), y_enh, scale)[0]
         return out.reshape(b, h, nq, -1)  # (B H, Nq, d) -> (B, H, Nq, d)
 
-    state_type = PlashState  # the decoding state init_state() returns (models.layers checks a given state's kind)
-
-    def init_state(self) -> PlashState:
-        """An empty causal decoding state (plash_state module doc)."""
+    def init_state(self, batch: int | None = None, max_len: int | None = None) -> PlashState:
+        """An empty causal decoding state (plash_state module doc; the contract: attention.decoding). batch,
+        max_len: accepted and checked (positive ints or None), not needed: the state's tensors take their final
+        shapes at its first step ((B H) rows, dtype and device come from those tokens; the block and the summaries
+        have causal_block + M rows whatever the context length), so a compiled or graph-captured step sees static
+        shapes either way."""
+        for name, size in (("batch", batch), ("max_len", max_len)):
+            if size is not None:
+                check_int(name, size, 1)
         return PlashState()
 
     def causal(

@@ -21,7 +21,19 @@ from typing import Callable
 import torch
 
 from symformer._rng import seed_torch, seeded_generator
+from symformer.attention import FavorAttention, PlashAttention, SoftmaxAttention
 from symformer.benchmarks.base import BenchContext, median_seconds
+from symformer.positional import (
+    ESPR,
+    STRING,
+    CirculantSTRING,
+    LearnedPE,
+    RoPE,
+    SinusoidalPE,
+    partial_rotary,
+    rotary_parts,
+)
+from symformer.registry import POSITIONAL
 
 BF16 = torch.bfloat16
 EPS = {torch.bfloat16: 2.0**-7, torch.float16: 2.0**-10}  # the issue's eps(dtype)
@@ -36,16 +48,26 @@ def _grid(n: int) -> torch.Tensor:
 
 
 def positional_parts(dh: int, d_model: int, n: int) -> dict[str, tuple[Callable[[], torch.nn.Module], str, int]]:
-    """name -> (factory of the float32 part, kind "rotary" | "additive", coordinate dimension)."""
-    from symformer.positional import ESPR, STRING, CirculantSTRING, LearnedPE, RoPE, SinusoidalPE, partial_rotary
-
+    """name -> (factory of the float32 part, kind "rotary" | "additive", coordinate dimension): every registered
+    rotary part (positional.rotary_parts(), registration order), those configured below as their rows (RoPE in
+    both layouts and 2-D mixed mode, STRING with P != I, ESPR with non-commuting generators), any other with its
+    registry defaults; then a partial rotary part and the additive parts."""
+    configured = {
+        "rope": {
+            "rope": (lambda: RoPE(dh, 1, pairing="interleaved"), "rotary", 1),
+            "rope_half": (lambda: RoPE(dh, 1, pairing="half"), "rotary", 1),
+            "rope_mixed_grid2d": (lambda: RoPE(dh, 2, mode="mixed"), "rotary", 2),
+        },
+        "string": {"string": (lambda: STRING(dh, 1, init_scale=0.1, learnable=False), "rotary", 1)},
+        "circulant_string": {"circulant_string": (lambda: CirculantSTRING(dh, 1), "rotary", 1)},
+        "espr": {"espr": (lambda: ESPR(dh, 1, commuting_init=False, learnable=False), "rotary", 1)},
+    }
+    out = {}
+    for name in rotary_parts():
+        default = {name: (lambda name=name: POSITIONAL.build(name, head_dim=dh, coord_dim=1), "rotary", 1)}
+        out.update(configured.get(name, default))
     return {
-        "rope": (lambda: RoPE(dh, 1, pairing="interleaved"), "rotary", 1),
-        "rope_half": (lambda: RoPE(dh, 1, pairing="half"), "rotary", 1),
-        "rope_mixed_grid2d": (lambda: RoPE(dh, 2, mode="mixed"), "rotary", 2),
-        "string": (lambda: STRING(dh, 1, init_scale=0.1, learnable=False), "rotary", 1),
-        "circulant_string": (lambda: CirculantSTRING(dh, 1), "rotary", 1),
-        "espr": (lambda: ESPR(dh, 1, commuting_init=False, learnable=False), "rotary", 1),
+        **out,
         "partial": (lambda: partial_rotary(dh, coord_dim=1), "rotary", 1),
         "sinusoidal": (lambda: SinusoidalPE(d_model, 1), "additive", 1),
         "learned": (lambda: LearnedPE(d_model, 1, max_len=n), "additive", 1),
@@ -53,8 +75,7 @@ def positional_parts(dh: int, d_model: int, n: int) -> dict[str, tuple[Callable[
 
 
 def attention_cores(dh: int, heads: int) -> dict[str, Callable[[], torch.nn.Module]]:
-    from symformer.attention import FavorAttention, PlashAttention, SoftmaxAttention
-
+    """Exact softmax and the two approximations of the papers, named on purpose (the issue-40 rows)."""
     return {
         "softmax": lambda: SoftmaxAttention(),
         "favor": lambda: FavorAttention(dh, n_features=256),

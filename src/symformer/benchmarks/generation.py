@@ -1,17 +1,18 @@
 """`generation` suite: per-token decoding latency and state memory of a config-built ~20M-parameter Llama with
-SDPA and a KV cache (transformers' DynamicCache), FAVOR+ and PLASH (symformer decoding states in a StateCache,
-integrations.hf_cache), at contexts 1k, 4k, 16k (and 64k without --quick, where SDPA's cache of 1.6 GB is filled
-with random keys and values rather than prefilled quadratically), batch 1, in one process.
+SDPA and a KV cache (transformers' DynamicCache) and with every registered decoding core (attention.decoding_cores:
+FAVOR+ and PLASH; symformer decoding states in a StateCache, integrations.hf_cache), at contexts 1k, 4k, 16k (and
+64k without --quick, where SDPA's cache of 1.6 GB is filled with random keys and values rather than prefilled
+quadratically), batch 1, in one process.
 
 Per context and method: the prompt is prefilled in one forward (timed once: `prefill_s`); then every (method,
 context) decodes `tokens` + 2 single tokens, round-robin in a shuffled order, one step each per round
 (`decode_s`: the median of its step times after the first two), so a burst of load on a shared machine, or the
-memory traffic of SDPA's long caches, hits every row alike. PLASH's static-shape state computes its block rollover
-(the prefix summaries of the finished blocks) at every step, so its per-token time includes it; for a state that
-recomputes them once per finished block of `causal_block` tokens instead, that cost (timed on the live states)
-divided by causal_block is added to its per-token time (`block_amortised_s`), so the figure is the true average.
-`state_bytes`: the bytes the cache holds after the prefill (keys and values for SDPA; [S, z] and the stabiliser for
-FAVOR+; summaries, their Stage II-III keys and values and the current block for PLASH).
+memory traffic of SDPA's long caches, hits every row alike. A core's per-token time is what its `forward(...,
+state=)` costs (the decoding contract declares no other work to time), so `block_amortised_s` is 0 in every row
+(the column of the recorded reports, where a PLASH state that recomputed its prefix summaries outside the step had
+that cost divided by causal_block added). `state_bytes`: the bytes the cache holds after the prefill (keys and
+values for SDPA; the states' `nbytes()` otherwise: [S, z] and the stabiliser for FAVOR+; summaries, their Stage
+II-III keys and values and the current block for PLASH).
 
 Ratios and their goals: favor/plash_decode_16k_vs_1k <= 1.2, favor/plash_decode_vs_sdpa_16k <= 0.25,
 favor/plash_state_bytes_vs_kv_16k <= 0.05; sdpa_decode_16k_vs_1k for reference."""
@@ -23,8 +24,9 @@ import statistics
 import torch
 
 from symformer._rng import seeded_generator
+from symformer.attention.decoding import decoding_cores
 from symformer.benchmarks._hf_llama import config_llama
-from symformer.benchmarks.base import BenchContext, BenchResult, one_call_seconds, suite, timed_call
+from symformer.benchmarks.base import BenchContext, BenchResult, suite, timed_call
 from symformer.integrations.hf_cache import cache_kwargs
 
 VOCAB = 256
@@ -38,7 +40,24 @@ SPEC = dict(
 )
 FAVOR = dict(n_features=256, chunk_size=128)
 PLASH = dict(M=64, D_k=64, width=64, mixer_heads=4, causal_block=256)
-METHODS = ("sdpa", "favor", "plash")
+
+
+def methods() -> tuple[str, ...]:
+    """ "sdpa" (the baseline: transformers' own attention and KV cache), then every registered decoding core in name
+    order (the order of the recorded reports: favor, plash)."""
+    return ("sdpa", *sorted(decoding_cores()))
+
+
+def core_options(method: str) -> dict:
+    """The bench's sizes for a decoding core: FAVOR and PLASH above (read when called, so a test can shrink them);
+    any other registered core runs with its defaults."""
+    return {"favor": FAVOR, "plash": PLASH}.get(method, {})
+
+
+def __getattr__(name: str):
+    if name == "METHODS":  # the methods registered now (`methods()`): a core registered later is in it too
+        return methods()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _model(method: str, seed: int, max_len: int):
@@ -46,7 +65,7 @@ def _model(method: str, seed: int, max_len: int):
 
     model = config_llama(seed, max_len, vocab_size=VOCAB, **SPEC).eval()
     if method != "sdpa":
-        hf.configure(model, attention=method, **(FAVOR if method == "favor" else PLASH))
+        hf.configure(model, attention=method, **core_options(method))
     return model
 
 
@@ -62,22 +81,6 @@ def _state_bytes(cache, method: str) -> int:
     if method == "sdpa":
         return sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
     return sum(layer.nbytes() for layer in cache.layers)
-
-
-def _block_amortised(cache, method: str, device: str) -> float:
-    """PLASH: time of one prefix-summary recomputation in every layer (what a finished block costs) / causal_block.
-    0 for a state that computes its block rollover at every step (attention/plash_state.py: static shapes, no host
-    branch), whose per-step time already holds it."""
-    if method != "plash" or not any(hasattr(layer.state, "pk") for layer in cache.layers):
-        return 0.0
-
-    def recompute():
-        for layer in cache.layers:
-            st = layer.state
-            if st is not None and st.pk is not None:
-                layer.core.prefix_summaries(st.pk, st.pv)
-
-    return one_call_seconds(recompute, device) / PLASH["causal_block"]
 
 
 def _synthetic_kv(model, cache, context: int, g: torch.Generator) -> None:
@@ -129,12 +132,11 @@ def decode_one(run: dict) -> None:
 
 
 def summary(run: dict) -> dict:
-    """decode_s: the median step after two warm-up steps, plus PLASH's amortised per-block recomputation."""
-    amortised = _block_amortised(run["cache"], run["method"], run["model"].device.type)
+    """decode_s: the median step after two warm-up steps (block_amortised_s: 0, module doc)."""
     return {
         "prefill_s": run["prefill_s"],
-        "decode_s": statistics.median(run["times"][2:]) + amortised,
-        "block_amortised_s": amortised,
+        "decode_s": statistics.median(run["times"][2:]),
+        "block_amortised_s": 0.0,
         "state_bytes": run["state_bytes"],
     }
 
@@ -161,28 +163,29 @@ def run(ctx: BenchContext) -> BenchResult:
         )
     contexts = (1024, 4096, 16384) if ctx.quick else (1024, 4096, 16384, 65536)
     tokens = 12 if ctx.quick else 32
+    every = methods()
+    cores = every[1:]
     res = BenchResult(
         config={
             "model": {"vocab_size": VOCAB, **SPEC},
-            "favor": FAVOR,
-            "plash": PLASH,
+            **{m: core_options(m) for m in cores},
             "contexts": contexts,
             "tokens": tokens,
             "batch": 1,
         }
     )
     rows: dict[tuple[str, int], dict] = {}
-    models = {m: _model(m, ctx.seed, max(contexts) + tokens + 8).to(ctx.device) for m in METHODS}
+    models = {m: _model(m, ctx.seed, max(contexts) + tokens + 8).to(ctx.device) for m in every}
     n_params = sum(p.numel() for p in models["sdpa"].parameters())
     threads = torch.get_num_threads()
     if ctx.device == "cpu":  # batch-1 decoding is matrix-vector work: threads add OpenMP joins on a loaded machine
         torch.set_num_threads(1)
     try:
-        for method in METHODS:  # warm-up: first-call costs (allocator, lazy init) stay out of the 1k row
+        for method in every:  # warm-up: first-call costs (allocator, lazy init) stay out of the 1k row
             measure(models[method], method, 256, 2, ctx.seed)
         runs = {}
         for context in contexts:
-            for method in METHODS:
+            for method in every:
                 # SDPA's quadratic prefill: timed up to 4k in --quick, 16k in full runs (64k would take hours on CPU)
                 timed = not (method == "sdpa" and context > (4096 if ctx.quick else 16384))
                 runs[method, context] = prefill(models[method], method, context, ctx.seed, timed)
@@ -200,11 +203,11 @@ def run(ctx: BenchContext) -> BenchResult:
                 print(f"[generation] {method} {context}: decode {r['decode_s'] * 1e3:.1f} ms", flush=True)
     finally:
         torch.set_num_threads(threads)
-    for m in ("favor", "plash", "sdpa"):
+    for m in (*cores, "sdpa"):
         res.ratios[f"{m}_decode_16k_vs_1k"] = rows[m, 16384]["decode_s"] / rows[m, 1024]["decode_s"]
-    for m in ("favor", "plash"):
+    for m in cores:
         res.ratios[f"{m}_decode_vs_sdpa_16k"] = rows[m, 16384]["decode_s"] / rows["sdpa", 16384]["decode_s"]
-    for m in ("favor", "plash"):
+    for m in cores:
         res.ratios[f"{m}_state_bytes_vs_kv_16k"] = rows[m, 16384]["state_bytes"] / rows["sdpa", 16384]["state_bytes"]
     synthetic = 4096 if ctx.quick else 16384
     res.notes.append(

@@ -33,7 +33,9 @@ LOW_PRECISION = ("rope", "rope_half")  # methods also timed in bfloat16 at SHAPE
 
 
 def _rotators(dh: int, device: str) -> dict:
-    """name -> rotate(q, k) callables over shared 1-D positions (built once, caches warm)."""
+    """name -> rotate(q, k) callables over shared 1-D positions (built once, caches warm). Named on purpose, not
+    every registered part: the headline ratios compare these rows (RoPE's layouts, STRING folded and not, ESPR,
+    rotary-embedding-torch); every registered rotary part is timed in the *_bf16 rows (_precision.positional_parts)."""
     from symformer.positional import ESPR, STRING, RoPE
 
     out: dict = {}

@@ -8,6 +8,7 @@ from torch import nn
 
 from symformer._rng import layer_kwargs
 from symformer._validation import check_int, fail, reads_values
+from symformer.attention.decoding import DecodingCore, DecodingState, decoding_cores
 from symformer.registry import ATTENTION, MLP, POSITIONAL
 
 
@@ -200,31 +201,34 @@ class MultiHeadAttention(nn.Module):
         b, n, _ = x.shape
         return x.view(b, n, self.n_heads, self.head_dim).transpose(1, 2)
 
-    def init_state(self, max_len: int | None = None):
-        """An empty causal decoding state for `forward(..., state=)`: the core's own (FAVOR+, PLASH: constant
-        size) or, for exact softmax cores, a KVCache (max_len given: a StaticKVCache of that many tokens, for a
-        compiled or graph-captured step); ValueError for a core with neither."""
-        if hasattr(self.core, "init_state"):
-            return self.core.init_state()
+    def init_state(self, max_len: int | None = None, batch: int | None = None):
+        """An empty causal decoding state for `forward(..., state=)`: a decoding core's own (attention.decoding:
+        `init_state(batch, max_len)`, constant size) or, for exact softmax cores, a KVCache (max_len given: a
+        StaticKVCache of that many tokens, for a compiled or graph-captured step); ValueError for a core with
+        neither."""
+        if isinstance(self.core, DecodingCore):
+            return self.core.init_state(batch=batch, max_len=max_len)
         if getattr(self.core, "exact_softmax", False):
             return KVCache() if max_len is None else StaticKVCache(max_len)
-        fail("attention", type(self.core).__name__, "a core with a decoding state (softmax, naive, favor, plash)")
+        cores = ", ".join(sorted(decoding_cores()))
+        fail("attention", type(self.core).__name__, f"a core with a decoding state (softmax, naive, {cores})")
         raise AssertionError
 
     def _attend_with_state(self, q, k, v, state, scale) -> torch.Tensor:
-        """Causal attention of the new tokens q, k, v continuing the sequence `state` holds (which then holds them)."""
-        want = getattr(self.core, "state_type", None) or (KVCache, StaticKVCache)
-        if not isinstance(state, want):
+        """Causal attention of the new tokens q, k, v continuing the sequence `state` holds (which then holds them).
+        A decoding core takes a DecodingState (which kind is the core's own check); a softmax core a KV cache."""
+        decoding = isinstance(self.core, DecodingCore)
+        if not isinstance(state, DecodingState if decoding else (KVCache, StaticKVCache)):
             fail(
                 "state",
                 f"a {type(state).__name__}",
                 f"the state this layer's init_state() returns for its {type(self.core).__name__} core",
             )
+        if decoding:
+            return self.core(q, k, v, is_causal=True, scale=scale, state=state)
         if isinstance(state, StaticKVCache):
             k, v, mask = state.append(k, v)
             return self.core(q, k, v, attn_mask=mask, scale=scale)
-        if not isinstance(state, KVCache):
-            return self.core(q, k, v, is_causal=True, scale=scale, state=state)
         k, v = state.append(k, v)
         nq, nk = q.shape[-2], k.shape[-2]
         if nq == nk:

@@ -33,13 +33,16 @@ class CausalLM(nn.Module):
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
     # ---------------------------------------------------------------- decoding
-    def init_states(self, max_len: int | None = None) -> list:
-        """One empty decoding state per layer: a KV cache for softmax, the recurrent state of FAVOR+ / PLASH.
-        max_len: softmax layers get a StaticKVCache of that many tokens (fixed shapes: a compiled step does not
-        recompile as the context grows, and a CUDA graph can capture it); the other states are fixed-size anyway."""
+    def init_states(self, max_len: int | None = None, batch: int | None = None) -> list:
+        """One empty decoding state per layer: a KV cache for softmax, a decoding core's own state otherwise
+        (attention.decoding). max_len: softmax layers get a StaticKVCache of that many tokens (fixed shapes: a
+        compiled step does not recompile as the context grows, and a CUDA graph can capture it); max_len and batch
+        go to every decoding core's `init_state`, which may allocate its fixed-size state up front with them."""
         if max_len is not None:
             check_int("max_len", max_len, 1)
-        return [blk.attn.init_state(max_len) for blk in self.encoder.blocks]
+        if batch is not None:
+            check_int("batch", batch, 1)
+        return [blk.attn.init_state(max_len, batch) for blk in self.encoder.blocks]
 
     def step(self, idx: torch.Tensor, states: list, start: int | torch.Tensor) -> torch.Tensor:
         """Logits (B, L, V) of tokens idx (B, L) at positions start..start+L-1 that follow the `start` tokens the
@@ -73,7 +76,7 @@ class CausalLM(nn.Module):
     ) -> torch.Tensor:
         """ids (B, N) followed by max_new_tokens sampled tokens, (B, N + max_new_tokens). Each token is drawn from
         softmax(logits / temperature) over the top_k most likely (top_k=1: greedy). The prompt fills the layers'
-        decoding states in one pass; every new token then costs one step (constant for FAVOR+ and PLASH).
+        decoding states in one pass; every new token then costs one step (constant for a decoding core's state).
         compile: True (inductor) or a torch.compile backend name: the steps after the prompt run compiled as one
         graph (fullgraph) over static states (init_states(max_len=)) and a position counter on the device, so every
         step reuses one compiled graph (the prompt pass runs eager: its length varies between calls)."""
@@ -95,7 +98,7 @@ class CausalLM(nn.Module):
             )
             fail(name, given, f"a prompt plus new tokens within the learned positional table of {table} positions")
         n = ids.shape[1]
-        step, states = self.step, self.init_states()
+        step, states = self.step, self.init_states(batch=ids.shape[0])
         if compile:
             backend = (
                 "inductor"
@@ -104,7 +107,7 @@ class CausalLM(nn.Module):
             )
             step, states = (
                 torch.compile(self.step, backend=backend, fullgraph=True),
-                self.init_states(n + max_new_tokens),
+                self.init_states(n + max_new_tokens, batch=ids.shape[0]),
             )
         out, logits = [ids], self.step(ids, states, 0)[:, -1]
         start = torch.full((), n, dtype=torch.long, device=ids.device) if compile else n
@@ -117,10 +120,16 @@ class CausalLM(nn.Module):
         return torch.cat(out, dim=1)
 
 
-def _held(state) -> int | torch.Tensor:
+_UNCOUNTED = object()
+
+
+def _held(state) -> int | torch.Tensor | None:
     """How many tokens a layer's decoding state holds: an int where the shapes say it (a KVCache, an empty
-    state), else its tensor counter (FAVOR+, PLASH, StaticKVCache)."""
-    length = getattr(state, "length", None)
+    state), else its tensor counter (FAVOR+, PLASH, StaticKVCache); None for a state that keeps no count (the
+    decoding contract, attention.decoding, does not ask a core's state for one), which is then not checked."""
+    length = getattr(state, "length", _UNCOUNTED)
+    if length is _UNCOUNTED:
+        return None
     return 0 if length is None else length
 
 
@@ -133,6 +142,8 @@ def _check_states(states, start, n_layers: int) -> None:
         fail("states", f"{len(states)} states", f"{n_layers}, one per layer (init_states())")
     for i, st in enumerate(states):
         held = _held(st)
+        if held is None:
+            continue
         tensors = [t for t in (held, start) if isinstance(t, torch.Tensor)]
         if not all(reads_values(t) for t in tensors):
             continue

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 from symformer._validation import check_float, fail
 
+# named on purpose, not every registered part: the OOD study (T8'.12, T8'.16/T8'.21, T8'.22) compares ESPR with a
+# learned absolute PE and the two commuting rotations its claims are stated against, RoPE and STRING
 POSITIONALS = ("learned", "rope", "string", "espr")
 
 

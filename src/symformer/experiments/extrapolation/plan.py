@@ -2,18 +2,26 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from symformer._validation import check_float, check_int, fail
+from symformer.positional import rotary_parts
 
-PARTS = ("none", "sinusoidal", "learned", "rope", "string", "circulant_string", "espr")
+
+def every_part() -> tuple[str, ...]:
+    """The baselines without a rotation (none, sinusoidal, learned), then every registered rotary part
+    (positional.rotary_parts(), registration order), read when called."""
+    return ("none", "sinusoidal", "learned", *rotary_parts())
+
+
+PARTS = every_part()  # the parts registered with symformer.positional
 DATA = "tinyshakespeare.txt"
 PAPER_SETTING = "none: no paper in this project makes a length-extrapolation claim (our own measurement)"
 
 
 @dataclass(frozen=True)
 class ExtrapolationConfig:
-    parts: tuple[str, ...] = PARTS
+    parts: tuple[str, ...] = field(default_factory=every_part)
     seeds: tuple[int, ...] = (0, 1, 2)
     steps: int = 2000
     batch: int = 32

@@ -12,6 +12,8 @@ from symformer.experiments.hf.families import FAMILY_MODELS, POST_NORM_FAMILIES,
 from symformer.integrations._hf_common import attention_modules, post_qk_norms, qk_norms
 from symformer.results import Claim, verdict
 
+# the parts trained in part 4, named on purpose (not every registered part): the papers' comparison of RoPE, STRING
+# (RoPE in a learned basis, ESPR T2.7: R = P R_rope P^T) and ESPR (generators that need not commute, T1.1)
 POSITIONALS = ("rope", "string", "espr")
 TRAIN_POSITIONALS = {"rope": {}, "string": {"init_scale": 0.0}, "espr": {}}
 

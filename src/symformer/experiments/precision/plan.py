@@ -27,12 +27,12 @@ class PrecisionPlan:
     def for_run(cls, quick: bool, seed: int, parts=None, families=None, combinations=None) -> "PrecisionPlan":
         """Quick: one seed; full: three. Every part, family and combination unless narrowed (the tests)."""
         from symformer.experiments.precision.hf_checks import HF_PRECISION_FAMILIES
-        from symformer.experiments.precision.rotation_checks import ADDITIVE_PARTS, ROTATION_PARTS
-        from symformer.experiments.precision.train_checks import TRAIN_COMBINATIONS
+        from symformer.experiments.precision.rotation_checks import ADDITIVE_PARTS, rotation_arms
+        from symformer.experiments.precision.train_checks import train_combinations
 
         return cls(
             seeds=(seed,) if quick else tuple(range(seed, seed + 3)),
-            parts=tuple(ROTATION_PARTS + ADDITIVE_PARTS if parts is None else parts),
+            parts=tuple(rotation_arms() + ADDITIVE_PARTS if parts is None else parts),
             families=tuple(HF_PRECISION_FAMILIES if families is None else families),
-            combinations=tuple(tuple(c) for c in (TRAIN_COMBINATIONS if combinations is None else combinations)),
+            combinations=tuple(tuple(c) for c in (train_combinations() if combinations is None else combinations)),
         )

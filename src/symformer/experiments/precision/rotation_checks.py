@@ -23,9 +23,23 @@ import torch
 
 from symformer._rng import seed_torch, seeded_generator
 from symformer._validation import check_choice, check_int, fail
+from symformer.positional import rotary_parts
+from symformer.registry import POSITIONAL
 
 EPS = {torch.bfloat16: 2.0**-7, torch.float16: 2.0**-10}
-ROTATION_PARTS = ("rope", "rope_interleaved", "rope_mixed", "string", "circulant_string", "espr", "partial")
+#: more arms of a registered rotary part: RoPE in its other pair layout and in mixed (learned 2-D) mode
+VARIANTS = {"rope": ("rope_interleaved", "rope_mixed")}
+#: an arm that is no registered part class: a rotary part on half of each head (positional.partial_rotary)
+WRAPPERS = ("partial",)
+
+
+def rotation_arms() -> tuple[str, ...]:
+    """Every registered rotary part (positional.rotary_parts(), in registration order) followed by its VARIANTS,
+    then WRAPPERS: the rotations the checks hold to the bound, read from the registry when called."""
+    return tuple(a for name in rotary_parts() for a in (name, *VARIANTS.get(name, ()))) + WRAPPERS
+
+
+ROTATION_PARTS = rotation_arms()  # the arms of the parts registered with symformer.positional
 ADDITIVE_PARTS = ("sinusoidal", "learned")
 ROUTES = ("built", "cast", "autocast")
 HEAD_DIM = 16
@@ -38,8 +52,9 @@ def check_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def build_part(part: str, coord_dim: int = 1, head_dim: int = HEAD_DIM, seed: int = 0, n: int = 8192):
-    """The part `part` (ROTATION_PARTS or ADDITIVE_PARTS) in torch's current default dtype, with parameters away from
-    their trivial values (STRING's P != I, ESPR's non-commuting generators and post-rotation)."""
+    """The part `part` (rotation_arms() or ADDITIVE_PARTS) in torch's current default dtype, with parameters away
+    from their trivial values (STRING's P != I, ESPR's non-commuting generators and post-rotation); a registered
+    rotary part without a configuration here is built by the registry with its defaults."""
     from symformer import positional as pos
 
     if part == "rope":
@@ -65,7 +80,9 @@ def build_part(part: str, coord_dim: int = 1, head_dim: int = HEAD_DIM, seed: in
         return pos.SinusoidalPE(head_dim, coord_dim)
     if part == "learned":
         return pos.LearnedPE(head_dim, coord_dim, max_len=n)
-    fail("part", part, f"one of {ROTATION_PARTS + ADDITIVE_PARTS}")
+    if part in rotary_parts():
+        return POSITIONAL.build(part, head_dim=head_dim, coord_dim=coord_dim)
+    fail("part", part, f"one of {rotation_arms() + ADDITIVE_PARTS}")
     raise AssertionError
 
 
@@ -123,7 +140,7 @@ def rotation_errors(
     batch: int = 1,
     heads: int = 2,
 ) -> dict:
-    """Errors / bound of a part (ROTATION_PARTS: q and k; ADDITIVE_PARTS: x + PE) on `n` positions against the float64
+    """Errors / bound of a part (rotation_arms(): q and k; ADDITIVE_PARTS: x + PE) on `n` positions against the float64
     reference: {"forward", "out_dtype_ok"} and, with backward, "grad_input" (the gradient of the fixed functional
     sum(w_q . q~ + w_k . k~), bound 2 eps max|w|) and "grad_param" (the parameters' gradients, bound 2 eps times the
     reference's largest entry; 0 when no parameter trains)."""
@@ -172,6 +189,6 @@ def _backward_errors(module, ref, out, out64, xs, xs64, ws, eps: float) -> dict:
 def rotation_err_vs_bound(
     part: str, dtype: torch.dtype, route: str, n: int = 8192, coord_dim: int = 1, seed: int = 0
 ) -> float:
-    """max|rotated q, k - float64 rotation| / (2 eps(dtype) max|q|) for part in ROTATION_PARTS (goal <= 1)."""
-    check_choice("part", part, ROTATION_PARTS)
+    """max|rotated q, k - float64 rotation| / (2 eps(dtype) max|q|) for part in rotation_arms() (goal <= 1)."""
+    check_choice("part", part, rotation_arms())
     return rotation_errors(part, dtype, route, n, coord_dim, seed)["forward"]

@@ -25,11 +25,25 @@ import torch.nn.functional as F
 from symformer._rng import seed_torch, seeded_generator
 from symformer._validation import check_choice, check_int
 from symformer.models import CausalLM, TransformerConfig
+from symformer.registry import POSITIONAL
 
-POSITIONALS = ("none", "sinusoidal", "learned", "rope", "string", "circulant_string", "espr", "partial")
+
+def positionals() -> tuple[str, ...]:
+    """Every registered positional part, in registration order (read from the registry when called)."""
+    return tuple(POSITIONAL.registered())
+
+
+POSITIONALS = positionals()  # the parts registered with symformer.positional
+# issue 40's three attention kinds, named on purpose: exact softmax and the two approximations of the papers
 ATTENTIONS = ("softmax", "favor", "plash")
-#: every (positional, attention) pair of symformer's own models that the precision experiment trains
-TRAIN_COMBINATIONS: tuple[tuple[str, str], ...] = tuple((p, a) for p in POSITIONALS for a in ATTENTIONS)
+
+
+def train_combinations() -> tuple[tuple[str, str], ...]:
+    """Every (positional, attention) pair of symformer's own models that the precision experiment trains."""
+    return tuple((p, a) for p in positionals() for a in ATTENTIONS)
+
+
+TRAIN_COMBINATIONS: tuple[tuple[str, str], ...] = train_combinations()
 ROUTES = ("autocast", "cast")
 
 D_MODEL, N_HEADS, VOCAB, SEQ, BATCH = 32, 2, 64, 64, 2
@@ -78,7 +92,7 @@ def train_step_comparison(positional: str, attention: str, route: str, seed: int
     """One bfloat16 training step by `route` ("autocast" | "cast") against the float32 step on the same batch and
     init: {"loss_rel_diff": |loss16 - loss32| / |loss32|, "finite": loss and every gradient finite, "loss32",
     "loss16", "grad_rel_err": ||grad16 - grad32|| / ||grad32|| over all parameters}."""
-    check_choice("positional", positional, POSITIONALS)
+    check_choice("positional", positional, positionals())
     check_choice("attention", attention, ATTENTIONS)
     check_choice("route", route, ROUTES)
     check_int("seed", seed, 0)

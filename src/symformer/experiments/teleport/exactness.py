@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from symformer._rng import seed_torch, seeded_generator
-from symformer.experiments.teleport.plan import PE_KINDS, PE_SETTINGS
+from symformer.experiments.teleport.plan import pe_settings
 
 
 def _tiny_model(kind: str, seed: int = 0):
@@ -16,7 +16,7 @@ def _tiny_model(kind: str, seed: int = 0):
     from symformer.positional import ESPR, STRING
 
     seed_torch(seed)
-    base, kw = PE_SETTINGS[kind]
+    base, kw = pe_settings()[kind]
     cfg = TransformerConfig(
         d_model=16,
         n_heads=2,
@@ -59,7 +59,7 @@ def invariance_checks(trials: int) -> dict:
 
     errs, dims = {}, {}
     x, pos, _ = _batch()
-    for kind in PE_KINDS:
+    for kind in pe_settings():
         worst = 0.0
         for t in range(trials):
             m = _tiny_model(kind, seed=t)
@@ -99,7 +99,7 @@ def closed_form_checks(samples: int = 16) -> float:
 
     x, pos, y = _batch()
     worst = 0.0
-    for kind in PE_KINDS:
+    for kind in pe_settings():
         m = _tiny_model(kind)
         G = symmetry_group(m)
 

@@ -8,20 +8,23 @@ from dataclasses import dataclass, fields, replace
 
 from symformer._validation import check_int
 from symformer.experiments.teleport.runs import ALPHA_GRID, PAPER_LR
+from symformer.positional import rotary_parts
 
-# Part (a)'s positional settings: a label for the report, the registered part and its keyword arguments (RoPE is
-# checked under both pairings, since its group's 2x2 blocks sit on different coordinates in each).
-PE_SETTINGS: dict[str, tuple[str, dict]] = {
-    "none": ("none", {}),
-    "sinusoidal": ("sinusoidal", {}),
-    "learned": ("learned", {}),
-    "rope-interleaved": ("rope", {"pairing": "interleaved"}),
-    "rope-half": ("rope", {"pairing": "half"}),
-    "string": ("string", {}),
-    "circulant_string": ("circulant_string", {}),
-    "espr": ("espr", {}),
+#: settings of a part under more than one label: RoPE under both pairings, since its group's 2x2 blocks sit on
+#: different coordinates in each
+PE_VARIANTS: dict[str, dict[str, dict]] = {
+    "rope": {"rope-interleaved": {"pairing": "interleaved"}, "rope-half": {"pairing": "half"}}
 }
-PE_KINDS = list(PE_SETTINGS)
+
+
+def pe_settings() -> dict[str, tuple[str, dict]]:
+    """Part (a)'s positional settings: a label for the report -> the registered part and its keyword arguments; the
+    parts without a rotation (none, sinusoidal, learned), then every registered rotary part (positional.rotary_parts(),
+    registration order), read when called."""
+    names = ("none", "sinusoidal", "learned", *rotary_parts())
+    return {label: (name, kw) for name in names for label, kw in PE_VARIANTS.get(name, {name: {}}).items()}
+
+
 DATASETS = ("mnist1d", "digits")
 
 
