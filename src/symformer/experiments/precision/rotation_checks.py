@@ -21,6 +21,7 @@ import math
 
 import torch
 
+from symformer import positional as pos
 from symformer._rng import seed_torch, seeded_generator
 from symformer._validation import check_choice, check_int, fail
 
@@ -40,8 +41,6 @@ def check_dtype(dtype: torch.dtype) -> torch.dtype:
 def build_part(part: str, coord_dim: int = 1, head_dim: int = HEAD_DIM, seed: int = 0, n: int = 8192):
     """The part `part` (ROTATION_PARTS or ADDITIVE_PARTS) in torch's current default dtype, with parameters away from
     their trivial values (STRING's P != I, ESPR's non-commuting generators and post-rotation)."""
-    from symformer import positional as pos
-
     if part == "rope":
         return pos.RoPE(head_dim, coord_dim, pairing="half")
     if part == "rope_interleaved":
