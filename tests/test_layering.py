@@ -6,7 +6,7 @@ experiments and benchmarks. Layers, from the bottom:
 
   0  _validation, registry, results, stats, _io, _rng, _torch_compat, report, profiling  (plumbing)
   1  data, positional, attention, facts                    (parts)
-  2  models
+  2  models | runner   (siblings; runner: the experiments' job runner, whose devices module moves data splits)
   3  train
   4  teleport
   5  integrations   (HF models: builds on models, positional, attention and teleport; imported by the `hf`
@@ -40,6 +40,7 @@ LAYERS = {
     "attention": 1,
     "facts": 1,
     "models": 2,
+    "runner": 2,
     "train": 3,
     "teleport": 4,
     "integrations": 5,
@@ -48,7 +49,7 @@ LAYERS = {
     "cli": 7,
     "cli_facts": 7,
 }
-SIBLINGS = {frozenset({"experiments", "benchmarks"})}
+SIBLINGS = {frozenset({"experiments", "benchmarks"}), frozenset({"models", "runner"})}
 
 
 def unit_of(module: str) -> str | None:

@@ -14,12 +14,13 @@ import math
 import pytest
 import torch
 
+from symformer._validation import check_device
 from symformer.experiments.base import RunContext
 from symformer.experiments.fact_recall import lm_runs, plan, runs, search
 from symformer.facts.capacity import BuildOptions
 from symformer.train import fact_editing
 from symformer.train.fact_lm import LMConfig, build_lm
-from symformer.train.fact_recall import SSFRTrainConfig, build_recall_model, check_device
+from symformer.train.fact_recall import SSFRTrainConfig, build_recall_model
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
 

@@ -13,12 +13,12 @@ import torch.nn.functional as F
 
 from symformer._io import save_atomic
 from symformer._rng import resolve_seed, seed_torch, seeded_generator
-from symformer._validation import check_int
+from symformer._validation import check_device, check_int
 from symformer.data.books import TEMPLATES, BooksTask
 from symformer.facts.mse import train_mse_mlp
 from symformer.models.fact_recall import FactRecallConfig, FactRecallTransformer, swap_fact_mlp
 from symformer.train.checkpoint import CheckpointError, load_loop_state, restore_loop_state
-from symformer.train.fact_recall import check_device, model_device, module_on
+from symformer.train.fact_recall import model_device, module_on
 
 
 @dataclass

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import time
 
+from symformer._validation import check_device
 from symformer.data.books import make_books
-from symformer.experiments.base import JobFunction
 from symformer.experiments.fact_recall.runs import _ckpt, _memo
+from symformer.runner.jobs import JobFunction
 from symformer.train.fact_editing import make_split, run_editors
 from symformer.train.fact_lm import LMConfig, build_lm, mlp_for, swap_check, train_lm
-from symformer.train.fact_recall import check_device
 
 
 def lm_run(
