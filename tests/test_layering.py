@@ -6,7 +6,7 @@ experiments and benchmarks. Layers, from the bottom:
 
   0  _validation, registry, results, stats, _io, _rng, _torch_compat, report, profiling  (plumbing)
   1  data, positional, attention, facts                    (parts)
-  2  models
+  2  models | runner   (siblings; runner: the experiments' job runner, whose devices module moves data splits)
   3  train
   3.5 facts.lm    (the transformer side of the fact-storing MLP paper: recall tasks, the fact-recall model, its
                    training and editing; builds on models and train, while facts itself stays layer 1)
@@ -42,6 +42,7 @@ LAYERS = {
     "attention": 1,
     "facts": 1,
     "models": 2,
+    "runner": 2,
     "train": 3,
     "facts.lm": 3.5,
     "teleport": 4,
@@ -51,7 +52,7 @@ LAYERS = {
     "cli": 7,
     "cli_facts": 7,
 }
-SIBLINGS = {frozenset({"experiments", "benchmarks"})}
+SIBLINGS = {frozenset({"experiments", "benchmarks"}), frozenset({"models", "runner"})}
 
 
 def unit_of(module: str) -> str | None:

@@ -143,6 +143,32 @@ def check_choice(name: str, v: Any, choices: Iterable[str]) -> str:
     return v
 
 
+#: the kinds of device a run may be given (RunContext.device, `reproduce/bench --device`, a job's `device=`)
+DEVICE_KINDS = ("cpu", "cuda", "mps")
+
+
+def check_device(device: Any, name: str = "device", here: bool = True) -> str:
+    """`device`: 'cpu', 'cuda' or 'cuda:N' where torch finds that CUDA device, 'mps' where torch finds Apple's
+    Metal backend; returns it. Anything else, and a device this machine lacks, is a ValueError naming `name` (a job
+    checks its device before its first model build, which can take an hour; the CLI before any work). here=False
+    checks the form only: a cluster's driver (a login node) need not have the GPUs its jobs run on."""
+    try:
+        where = torch.device(device) if isinstance(device, str) else None
+    except RuntimeError:  # "cuda:x", "gpu": not a device string torch parses
+        where = None
+    if where is None or where.type not in DEVICE_KINDS:
+        fail(name, device, "'cpu' or 'cuda' (or 'cuda:N', 'mps')")
+    if not here:
+        return device
+    if where.type == "cuda" and not torch.cuda.is_available():
+        fail(name, device, "'cpu' here: torch finds no CUDA device on this machine")
+    if where.type == "cuda" and where.index is not None and where.index >= torch.cuda.device_count():
+        fail(name, device, f"'cuda:N' with N < {torch.cuda.device_count()}, the CUDA devices torch finds here")
+    if where.type == "mps" and not torch.backends.mps.is_available():
+        fail(name, device, "'cpu' here: torch finds no MPS (Apple Metal) device on this machine")
+    return device
+
+
 def check_attention_inputs(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, finite_kv: bool = True, finite_q: bool = True
 ) -> None:

@@ -12,8 +12,26 @@ from typing import List, Optional
 
 import typer
 
+import symformer.teleport  # noqa: F401  (registers the "teleport" callback of `train --teleport`)
+from symformer import benchmarks, experiments  # their load_all is looked up at each call (tests replace it)
 from symformer._io import output_dir
 from symformer._rng import seeded_generator
+from symformer._validation import check_device
+from symformer.benchmarks.report import write_bench
+from symformer.cli_facts import app as facts_app
+from symformer.data import DATASETS, ENV_VAR
+from symformer.data.paths import MissingDataError, data_file
+from symformer.data.paths import data_dir as resolve_dir
+from symformer.experiments import RunContext
+from symformer.registry import CALLBACKS
+from symformer.report import write_index
+from symformer.results import environment, set_command, write_experiment, write_json
+from symformer.runner.executors import make_engine, using_engine
+from symformer.runner.jobs import JobError, records_where, where_note, write_provenance
+from symformer.train import CheckpointError, Trainer, distributed
+from symformer.train.checkpoint import check_compatible, load_checkpoint
+from symformer.train.presets import PRESETS, build, load_config, parse_set, resolve, result_metrics
+from symformer.train.trainer import seed_everything
 
 try:  # typer >= 0.20 vendors click as typer._click; older typer depends on click
     from typer._click import exceptions as click_exc
@@ -102,13 +120,13 @@ def reproduce(
         None, "--ray-address", help="ray: host:port of a head (default: a local instance)"
     ),
     device: str = typer.Option(
-        "cpu", "--device", help="cpu or cuda: where the experiments train and run their models (checks stay on cpu)"
+        "cpu",
+        "--device",
+        help="cpu, cuda (cuda:N) or mps: where the experiments train and run their models (checks stay on cpu)",
     ),
 ):
     """Run the papers' experiments and write OUT/<name>/results.json and OUT/report.md."""
-    from symformer.experiments import load_all
-
-    reg = load_all()
+    reg = experiments.load_all()
     if list_:
         for n in reg.names():
             spec = reg.get(n)
@@ -122,8 +140,6 @@ def reproduce(
     if jobs < 1:
         raise CLIError(f"--jobs: got {jobs}, expected an integer >= 1")
     options = experiment_options(reg, chosen, set_ or [])
-    from symformer.experiments.executors import make_engine, using_engine
-
     # before any work: an unwritable --out costs one line, not a lost run; a failed call leaves no empty folder
     with output_dir(out, "--out"):
         engine = make_engine(
@@ -145,13 +161,6 @@ def reproduce(
 
 
 def _reproduce(reg, chosen, names, out, quick, seed, data_dir, jobs, resume, options, full, device="cpu") -> None:
-    from symformer.data.paths import MissingDataError, data_file
-    from symformer.experiments import RunContext
-    from symformer.experiments.jobs import records_where, where_note, write_provenance
-    from symformer.report import write_index
-    from symformer.results import write_experiment
-    from symformer.train.trainer import seed_everything
-
     entries = []
     from tqdm import tqdm
 
@@ -208,8 +217,6 @@ def experiment_options(reg, chosen: list[str], items: list[str]) -> dict[str, di
     Values are JSON where they parse, else strings; unknown names and options name the closest valid one."""
     import difflib
 
-    from symformer.train.presets import parse_set
-
     given: dict[str, dict] = {n: {} for n in chosen}
     for item in items:
         path, value = parse_set(item)
@@ -236,13 +243,10 @@ def bench(
     quick: bool = typer.Option(False, "--quick"),
     out: Path = typer.Option(Path("out/bench"), "--out"),
     list_: bool = typer.Option(False, "--list", help="list the registered suites and exit"),
-    device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
+    device: str = typer.Option("cpu", "--device", help="cpu, cuda (cuda:N) or mps"),
 ):
     """Time implementations side by side in one process; write OUT/<suite>/results.json."""
-    from symformer.benchmarks import BenchContext, load_all
-    from symformer.benchmarks.report import write_bench
-
-    reg = load_all()
+    reg = benchmarks.load_all()
     if list_:
         for n in reg.names():
             only = " (run when named)" if reg.get(n).by_name_only else ""
@@ -250,14 +254,13 @@ def bench(
         return
     chosen = list(suites or [n for n in reg.names() if not reg.get(n).by_name_only])
     _check_names("benchmark suite", chosen, reg.names())
-    if device not in ("cpu", "cuda"):
-        raise CLIError(f"--device: got {device!r}, expected cpu or cuda")
+    check_device(device, "--device")
     with output_dir(out, "--out"):
         _threads()
         for name in chosen:
             typer.echo(f"[{name}] timing ...", err=True)
             t0 = time.perf_counter()
-            res = reg.get(name).fn(BenchContext(out_dir=out / name, quick=quick, device=device))
+            res = reg.get(name).fn(benchmarks.BenchContext(out_dir=out / name, quick=quick, device=device))
             write_bench(out / name, name, quick, res, device, time.perf_counter() - t0)
             typer.echo(f"[{name}] -> {out / name / 'results.json'}")
 
@@ -294,8 +297,6 @@ def train(
     list_presets: bool = typer.Option(False, "--list-presets"),
 ):
     """Train a model from a preset or config file; write OUT/results.json and OUT/metrics.jsonl."""
-    from symformer.train.presets import PRESETS, load_config, resolve
-
     if list_presets:
         for n in PRESETS:
             typer.echo(n)
@@ -313,21 +314,12 @@ def train(
 def _train(spec, preset, out, resume, tele_kw, seed, checkpoint_every, data_dir) -> None:
     import dataclasses
 
-    from symformer.registry import CALLBACKS
-    from symformer.results import environment, write_json
-    from symformer.train import CheckpointError, Trainer
-    from symformer.train.presets import build, result_metrics
-
     _threads()
-    from symformer.train import distributed
-
     distributed.init_from_env()  # no-op unless launched by torchrun
     model, task, split, tcfg = build(spec, data_dir=data_dir, seed=seed)
     tcfg = dataclasses.replace(tcfg, checkpoint_every=checkpoint_every, progress=True)
     callbacks = []
     if tele_kw is not None:
-        import symformer.teleport  # noqa: F401  (registers the callback)
-
         callbacks.append(CALLBACKS.build("teleport", model=model, **tele_kw))
     trainer = Trainer(model, task, split.train, split.val, tcfg, test=split.test, callbacks=callbacks, out_dir=out)
     if resume and not trainer.ckpt_path.exists():
@@ -394,10 +386,6 @@ def sample(
 def _load_char_lm(out: Path, data_dir: Optional[Path]):
     """(model, vocabulary) of a character-LM training folder: config.json rebuilds the model, the corpus gives the
     vocabulary, checkpoint.pt the weights (weights_only, format marker and parameter shapes checked, as --resume)."""
-    from symformer.train import CheckpointError
-    from symformer.train.checkpoint import check_compatible, load_checkpoint
-    from symformer.train.presets import build, load_config
-
     config, ckpt = out / "config.json", out / "checkpoint.pt"
     if not config.is_file() or not ckpt.is_file():
         raise CLIError(
@@ -419,9 +407,6 @@ def _load_char_lm(out: Path, data_dir: Optional[Path]):
 @data_app.command("list")
 def data_list(data_dir: Optional[Path] = typer.Option(None, "--data-dir")):
     """List data sets, the file each needs and whether it is found."""
-    from symformer.data import DATASETS, ENV_VAR
-    from symformer.data.paths import data_dir as resolve_dir
-
     d = resolve_dir(data_dir)
     typer.echo(f"data directory: {d if d else '(none: use --data-dir or ' + ENV_VAR + ')'}")
     for name, (desc, fname) in DATASETS.items():
@@ -432,22 +417,15 @@ def data_list(data_dir: Optional[Path] = typer.Option(None, "--data-dir")):
 
 def _register_plugins() -> None:
     """Sub-command groups that live beside their system (e.g. `symformer facts`)."""
-    from symformer.cli_facts import app as facts_app
-
     app.add_typer(facts_app, name="facts")
 
 
 def main(argv: list[str] | None = None) -> int:
-    from symformer.data.paths import MissingDataError
-    from symformer.results import set_command
-
     _register_plugins()
     args = list(sys.argv[1:] if argv is None else argv)
     debug = DEBUG_FLAG in args
     args = [a for a in args if a != DEBUG_FLAG]
     set_command(args)
-    from symformer.experiments.jobs import JobError
-
     try:
         app(args=args, standalone_mode=False)
     except (CLIError, MissingDataError, ValueError, TypeError) as e:

@@ -176,7 +176,7 @@ def _job_with_a_bug(n: int) -> int:
 
 
 def test_a_job_rejecting_its_input_is_one_line_a_bug_keeps_its_traceback(capsys, fake_experiments, tmp_path):
-    from symformer.experiments.jobs import Job, JobError, run_jobs
+    from symformer.runner.jobs import Job, JobError, run_jobs
 
     def jobbed(fn):
         def experiment(ctx):

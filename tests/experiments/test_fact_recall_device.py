@@ -14,12 +14,13 @@ import math
 import pytest
 import torch
 
+from symformer._validation import check_device
 from symformer.experiments.base import RunContext
 from symformer.experiments.fact_recall import lm_runs, plan, runs, search
 from symformer.facts.capacity import BuildOptions
 from symformer.facts.lm import editing as fact_editing
 from symformer.facts.lm.books_lm import LMConfig, build_lm
-from symformer.facts.lm.recall import SSFRTrainConfig, build_recall_model, check_device
+from symformer.facts.lm.recall import SSFRTrainConfig, build_recall_model
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
 

@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from symformer.data.base import TensorData
-from symformer.experiments.base import JobFunction, combined, load_all
-from symformer.experiments.devices import tensor_data_on
-from symformer.experiments.jobs import Job
+from symformer.experiments.base import combined, load_all
 from symformer.results import ExperimentResult
+from symformer.runner.devices import tensor_data_on
+from symformer.runner.jobs import Job, JobFunction
 
 EXPERIMENTS_DIR = Path(__file__).resolve().parents[2] / "src" / "symformer" / "experiments"
 MAX_LINES = 300

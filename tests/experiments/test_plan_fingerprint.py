@@ -8,9 +8,9 @@ import pytest
 from symformer import cli
 from symformer.experiments import base as ebase
 from symformer.experiments import load_all
-from symformer.experiments.jobs import Job, PlanMismatch, plan_digest, recorded_plan, run_jobs
 from symformer.experiments.teleport import speedup_pct
 from symformer.results import ExperimentResult
+from symformer.runner.jobs import Job, PlanMismatch, plan_digest, recorded_plan, run_jobs
 
 PLAN = {"experiment": "x", "protocol": "1", "quick": False, "seed": 0, "options": {}, "full": False}
 
@@ -118,7 +118,7 @@ def test_ctrl_c_stops_worker_processes_at_once(tmp_path, kept):
     from contextlib import nullcontext
     from multiprocessing import active_children
 
-    from symformer.experiments.engine import Engine, using_engine
+    from symformer.runner.engine import Engine, using_engine
 
     jobs = [Job(f"j{i}", _interrupt_parent, {"wait": 60.0}) for i in range(4)]
     engine = Engine()

@@ -13,7 +13,7 @@ from symformer.experiments.base import RunContext
 from symformer.experiments.facts import plan as facts_plan
 from symformer.experiments.facts import report as facts_report
 from symformer.experiments.facts import runs as facts_runs
-from symformer.experiments.jobs import Job
+from symformer.runner.jobs import Job
 
 
 @pytest.mark.parametrize("quick", [True, False])

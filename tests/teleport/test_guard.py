@@ -8,7 +8,7 @@ import pytest
 import torch
 from tests.teleport._models import batch, setup, tiny_model
 
-import symformer.teleport.teleport as T
+import symformer.teleport.step as T
 from symformer.data.base import TensorData
 from symformer.teleport import TeleportCallback, TeleportSchedule, teleport_step
 from symformer.train import TrainConfig, Trainer

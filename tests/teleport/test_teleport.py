@@ -9,7 +9,7 @@ import torch
 from tests.teleport._models import batch, setup, tiny_model
 from torch import nn
 
-import symformer.teleport.teleport as T
+import symformer.teleport.step as T
 from symformer.data.base import TensorData
 from symformer.registry import CALLBACKS
 from symformer.teleport import (

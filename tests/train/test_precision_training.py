@@ -76,8 +76,8 @@ def test_bad_arguments_name_themselves(name, value):
 # ---------------------------------------------------------------- the Trainer's precision option (`symformer train`)
 def _digits_run(precision, tmp_path=None, callbacks=None, positional="rope", device="cpu"):
     from symformer.data import load_digits_patches
-    from symformer.experiments.devices import split_on
     from symformer.models import TransformerConfig, ViTClassifier
+    from symformer.runner.devices import split_on
     from symformer.train import Classification, TrainConfig, Trainer
 
     s = split_on(load_digits_patches(), device)

@@ -8,9 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from symformer.experiments.jobs import recorded_plan
+from symformer.data.paths import data_file
 from symformer.registry import Registry, description_of
 from symformer.results import ExperimentResult
+from symformer.runner.jobs import recorded_plan
 
 
 @dataclass
@@ -26,7 +27,7 @@ class ExperimentSpec:
     # experiment skips this one (with the reason) where the extra is not installed
     requires: dict[str, str] = field(default_factory=dict)
     # the version of what the experiment's points compute: bump it when a commit changes a point's result for
-    # the same arguments, so that --resume refuses a runs folder of the older version (jobs.recorded_plan)
+    # the same arguments, so that --resume refuses a runs folder of the older version (runner.jobs.recorded_plan)
     protocol: str = "1"
 
     def missing_requirement(self) -> str | None:
@@ -37,6 +38,7 @@ class ExperimentSpec:
             if importlib.util.find_spec(mod) is None:
                 return f"needs {mod} (pip install 'symformer[{extra}]')"
             if mod == "transformers":  # installed is not enough: transformers 5 disables PyTorch < 2.6
+                # optional: needs transformers (the hf extra)
                 from symformer.integrations._hf_common import hf_unavailable
 
                 problem = hf_unavailable()
@@ -83,14 +85,12 @@ class RunContext:
     data_dir: Path | None = None
     device: str = "cpu"
     progress: bool = True
-    jobs: int = 1  # worker processes for experiments made of independent sub-runs (experiments/jobs.py)
+    jobs: int = 1  # worker processes for experiments made of independent sub-runs (runner/jobs.py)
     resume: bool = False  # reuse sub-runs recorded under out_dir/runs by an earlier, interrupted run
     extra: dict = field(default_factory=dict)
     options: dict = field(default_factory=dict)  # the experiment's options (ExperimentSpec.options), resolved
 
     def data_file(self, name: str) -> Path:
-        from symformer.data.paths import data_file
-
         return data_file(name, self.data_dir)
 
     @property
@@ -118,7 +118,7 @@ def experiment(
     `options` {name: (default, help)} are what `reproduce --set NAME.option=value` may change; the
     registered function sees every option in `ctx.options` (defaults filled in, also for direct calls).
     The run's plan (experiment, `protocol`, quick, seed, options, --full) names its runs folder
-    (out_dir/runs/PLAN.json): --resume refuses a folder of another plan (jobs.recorded_plan)."""
+    (out_dir/runs/PLAN.json): --resume refuses a folder of another plan (runner.jobs.recorded_plan)."""
 
     def deco(fn):
         spec = ExperimentSpec(
@@ -154,45 +154,6 @@ def experiment(
 
 def load_all() -> Registry[ExperimentSpec]:
     return EXPERIMENTS.load_all()
-
-
-class JobFunction:
-    """A job's function under the name its records carry. `Job.signature` names the function by module and
-    qualname, and --resume reuses a record only when the signature matches: `name` keeps the signature of the
-    recorded runs folders (results/<experiment>/runs) when the code moves to another module. `device` is where the
-    job builds its model and batches (RunContext.device); it is passed to `fn` as `device=` when `fn` takes it, and
-    is not part of the signature (each record's provenance names the device it ran on)."""
-
-    def __init__(self, fn: Callable[..., Any], name: str, device: str = "cpu"):
-        import inspect
-
-        self.fn, self.device = fn, device
-        self.__module__, _, self.__qualname__ = name.rpartition(".")
-        self.takes_device = "device" in inspect.signature(fn).parameters
-
-    @property
-    def name(self) -> str:
-        return f"{self.__module__}.{self.__qualname__}"
-
-    def on(self, device: str) -> "JobFunction":
-        """The same job function, run on `device`."""
-        return JobFunction(self.fn, self.name, device)
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self.takes_device:
-            kwargs.setdefault("device", self.device)
-        return self.fn(*args, **kwargs)
-
-    def __eq__(self, other: object) -> bool:  # Jobs compare by their fields: the same function on the same device
-        if not isinstance(other, JobFunction):
-            return NotImplemented
-        return (self.fn, self.name, self.device) == (other.fn, other.name, other.device)
-
-    def __hash__(self) -> int:
-        return hash((self.name, self.device))
-
-    def __repr__(self) -> str:
-        return f"JobFunction({self.name}, device={self.device!r})"
 
 
 def combined(*parts: ExperimentResult) -> ExperimentResult:

@@ -28,7 +28,7 @@ from symformer.teleport.qk_groups import (
     diagonal_blocks,
     relative_rotations,
 )
-from symformer.teleport.teleport import (
+from symformer.teleport.step import (
     STATE_POLICIES,
     TeleportOutcome,
     brute_force_norms,

@@ -1,6 +1,6 @@
-"""Teleportation in the symformer Trainer: `TeleportCallback` hands the Teleporter (teleporter.py) what the Trainer
-holds at each step (its model, optimizer, step, batch loss and precision) and writes its records to the run's
-metric history."""
+"""Teleportation in the symformer Trainer: `TeleportCallback` hands the Teleporter (teleporter.py, through the
+adapter it shares with the plain loop: adapter.py) what the Trainer holds at each step (its model, optimizer, step,
+batch loss and precision) and writes its records to the run's metric history."""
 
 from __future__ import annotations
 
@@ -8,13 +8,12 @@ import contextlib
 
 from torch import nn
 
-from symformer.models import penalties
 from symformer.registry import CALLBACKS
-from symformer.teleport.teleporter import Teleporter, deprecated_step
+from symformer.teleport.adapter import TeleportAdapter
 from symformer.train.callbacks import Callback
 
 
-class TeleportCallback(Callback):
+class TeleportCallback(TeleportAdapter, Callback):
     """Trainer callback: teleport on the scheduled steps (on_after_backward, before clipping and the step). The options
     are the Teleporter's (alpha, samples, epoch, start_step, every, steps, seed, method, state_policy, ffn, zhao_lr,
     zhao_steps, positions, max_cumulative_ratio (1.05 by default; None: the paper's unguarded Alg. 1), attention, and
@@ -24,17 +23,7 @@ class TeleportCallback(Callback):
     def __init__(
         self, model: nn.Module | None = None, start_step: int | None = None, step: int | None = None, **options
     ):
-        self.teleporter = Teleporter(model, start_step=deprecated_step(step, start_step), **options)
-
-    @property
-    def group(self):
-        """The symmetry group acted on (teleport.SymmetryGroup)."""
-        return self.teleporter.group
-
-    @property
-    def log(self) -> list[dict]:
-        """One record per teleport step (Teleporter.step)."""
-        return self.teleporter.log
+        super().__init__(model, start_step, step, options)
 
     @property
     def seconds(self) -> float:
@@ -49,21 +38,15 @@ class TeleportCallback(Callback):
         step = trainer.state.step
         if self.teleporter.phase(step) is None:
             return
-        autocast = getattr(trainer, "autocast", contextlib.nullcontext)  # the trainer's precision (bf16-autocast)
-
-        def loss_fn():  # the trainer's batch loss, positional penalties included (invariant: they see no Q/K/V/O)
-            with autocast():
-                loss = trainer.task.loss(trainer.model, trainer.train_data, idx)
-                return loss + penalties(trainer.raw_model)
-
         last = getattr(trainer, "last_loss", None)
-        rec = self.teleporter.step(
+        rec = self.teleport(
             trainer.raw_model,
             trainer.optimizer,
             step,
-            loss_fn,
+            lambda: trainer.task.loss(trainer.model, trainer.train_data, idx),  # the trainer's batch loss
             loss=None if last is None else float(last),
             loss_dtype=getattr(trainer, "compute_dtype", None),
+            precision=getattr(trainer, "autocast", contextlib.nullcontext),  # the trainer's precision (bf16-autocast)
         )
         log_row = getattr(trainer, "_log", None)  # the run's metric history (and metrics.jsonl when it has one)
         if callable(log_row):

@@ -1,5 +1,6 @@
 """Teleportation in a user's own training loop (no symformer Trainer): `PlainLoopTeleport` drives the Teleporter
-(teleporter.py) from the calls a loop already has (backward, optimizer step, zero_grad)."""
+(teleporter.py, through the adapter it shares with the Trainer's callback: adapter.py) from the calls a loop already
+has (backward, optimizer step, zero_grad)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,10 @@ import torch
 from torch import nn
 
 from symformer._validation import check_int
-from symformer.models import penalties
-from symformer.teleport.teleporter import Teleporter, deprecated_step
+from symformer.teleport.adapter import TeleportAdapter
 
 
-class PlainLoopTeleport:
+class PlainLoopTeleport(TeleportAdapter):
     """Teleport a model in a plain training loop: a symformer model, one with declared attention layers
     (`attention=[AttentionLayer(...)]`, teleport.declare), or any model whose group is given (`group=`: a Hugging Face
     model's from symformer.integrations.hf.symmetry_group; integrations.hf.HFTeleport does this for the supported
@@ -48,32 +48,17 @@ class PlainLoopTeleport:
     ):
         check_int("total_steps", total_steps, 1)
         spe = check_int("steps_per_epoch", steps_per_epoch if steps_per_epoch is not None else total_steps, 1)
-        start_step = deprecated_step(step, start_step, stacklevel=3)  # the user's line
-        self.teleporter = Teleporter(model, start_step=start_step, **options)
+        super().__init__(model, start_step, step, options)
         self.teleporter.start(total_steps, spe)
         self.model, self.optimizer, self.loss_fn, self.compute_dtype = model, optimizer, loss_fn, compute_dtype
-
-    @property
-    def group(self):
-        """The symmetry group acted on (teleport.SymmetryGroup)."""
-        return self.teleporter.group
-
-    @property
-    def log(self) -> list[dict]:
-        """One record per teleport step (Teleporter.step)."""
-        return self.teleporter.log
 
     def after_backward(self, step: int, batch, loss: torch.Tensor | float | None = None) -> dict | None:
         """Call after loss.backward() and before optimizer.step(); `step` is the loop's 0-based optimizer step, `batch`
         what loss_fn takes, `loss` (optional) this batch's loss. Returns the teleport record (None: not scheduled)."""
         check_int("step", step, 0)
-        model = self.model
-
-        def batch_loss():  # positional penalties included (invariant: they see no Q/K/V/O), as the Trainer's loss
-            return self.loss_fn(model, batch) + penalties(model)
-
         last = None if loss is None else float(loss.detach() if isinstance(loss, torch.Tensor) else loss)
-        return self.teleporter.step(model, self.optimizer, step, batch_loss, loss=last, loss_dtype=self.compute_dtype)
+        model, optimizer = self.model, self.optimizer
+        return self.teleport(model, optimizer, step, lambda: self.loss_fn(model, batch), last, self.compute_dtype)
 
 
 __all__ = ["PlainLoopTeleport"]

@@ -23,7 +23,7 @@ from torch import nn
 from symformer._rng import seeded_generator
 from symformer._validation import check_choice, check_float, check_int, fail
 from symformer.teleport.groups import SymmetryGroup, symmetry_group
-from symformer.teleport.teleport import STATE_POLICIES, teleport_step, zhao_teleport
+from symformer.teleport.step import STATE_POLICIES, teleport_step, zhao_teleport
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from symformer._validation import check_int
 from symformer.experiments.espr.audit_bounds import audit_bounds
 from symformer.experiments.espr.audit_exact import audit_exact
 from symformer.experiments.espr.audit_tools import Audit, rand_skew, randn, tr
+from symformer.positional import ESPR, STRING, RoPE
 from symformer.results import Claim, verdict
 
 PAPER_SETTING = "a boxed statement of the derivation (proved or asserted there; no experiment)"
@@ -27,8 +28,6 @@ PAPER_SETTING = "a boxed statement of the derivation (proved or asserted there; 
 @torch.no_grad()
 def _module_checks(a: Audit) -> None:
     """Relative property and orthogonality of the library's modules in float64 (target <= 1e-12, EXACT_TOL)."""
-    from symformer.positional import ESPR, STRING, RoPE
-
     g = a.g
     old = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)

@@ -16,10 +16,15 @@ import torch
 
 from symformer._rng import seed_torch
 from symformer._validation import check_float, check_int, fail
-from symformer.experiments.base import JobFunction
-from symformer.experiments.devices import tensor_data_on
+from symformer.data.base import TensorData
+from symformer.data.digits import load_digits_images, patchify
 from symformer.experiments.espr.arms import ARMS, Arm
-from symformer.experiments.jobs import Job, run_jobs
+from symformer.models import TransformerConfig, ViTClassifier, attention_layers
+from symformer.positional import diagnostics as dg
+from symformer.runner.devices import tensor_data_on
+from symformer.runner.jobs import Job, JobFunction, run_jobs
+from symformer.train import TrainConfig, Trainer
+from symformer.train.tasks import Classification
 
 CANVAS, DIGIT, PATCH = 16, 8, 4
 # IR_spec below this is rounding: RoPE/STRING are exactly relative (T8'.23), but their float32 parameters give
@@ -80,8 +85,6 @@ def arm_config(arm: Arm, cfg: OODConfig, seed: int = 0):
     the training seed, which also seeds free ESPR's random non-commuting init (with the parts' default seed 0 every
     training seed would start from the same generators, and the standard error over seeds would leave that
     variation out)."""
-    from symformer.models import TransformerConfig
-
     base = dict(d_model=cfg.d_model, n_heads=cfg.n_heads, n_layers=cfg.n_layers, d_ff=2 * cfg.d_model, coord_dim=2)
     if arm.positional == "learned":
         return TransformerConfig(positional="learned", max_len=CANVAS // PATCH, **base)
@@ -123,15 +126,10 @@ def ir_radius() -> tuple[float, int]:
 
 @functools.lru_cache(maxsize=1)
 def _digits():
-    from symformer.data.digits import load_digits_images
-
     return load_digits_images(0)
 
 
 def _split(part: str, dy: int = 0, dx: int = 0):
-    from symformer.data.base import TensorData
-    from symformer.data.digits import patchify
-
     x, y, idx = _digits()
     tok, pos = patchify(place(x[idx[part]], dy, dx), PATCH)
     return TensorData(tok, y[idx[part]], pos)
@@ -140,10 +138,6 @@ def _split(part: str, dy: int = 0, dx: int = 0):
 def train_model(arm: Arm, seed: int, lr: float, cfg: OODConfig, device: str = "cpu"):
     """(model, {val_loss, val_accuracy}) after training at offset (0, 0) through train.Trainer on `device`: AdamW,
     10% linear warmup then cosine, no weight decay, no clipping, `steps` steps of batch `batch`."""
-    from symformer.models import ViTClassifier
-    from symformer.train import TrainConfig, Trainer
-    from symformer.train.tasks import Classification
-
     train, val = tensor_data_on(_split("train"), device), tensor_data_on(_split("val"), device)
     spe = len(train) // cfg.batch
     tc = TrainConfig(
@@ -189,9 +183,6 @@ def model_ir(model, offs, cfg: OODConfig) -> dict | None:
     """IR_spec (T8'.7, T3.5's R_sp as the modules define it) of each rotary layer with nu uniform over the
     test offsets (in patch units) and R from `ir_radius`; the model's value is the max over layers. None for
     additive PE (no rotation)."""
-    from symformer.models import attention_layers
-    from symformer.positional import diagnostics as dg
-
     rots = [layer.rotary for layer in attention_layers(model) if layer.rotary is not None]
     if not rots:
         return None

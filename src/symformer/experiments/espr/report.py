@@ -10,8 +10,8 @@ from symformer.experiments.base import RunContext, experiment
 from symformer.experiments.espr.audit import run_audit
 from symformer.experiments.espr.ood import ARMS, OODConfig, json_config, run_ood
 from symformer.experiments.espr.ood_report import ood_claims, ood_metrics, plot_ir_gap, plot_ood
-from symformer.experiments.jobs import one_thread, reuse_note
 from symformer.results import ExperimentResult
+from symformer.runner.jobs import one_thread, reuse_note
 
 
 def ood_config(quick: bool, seed: int) -> OODConfig:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import symformer.positional  # noqa: F401  (registers the parts)
 from symformer._validation import check_float, check_int, fail
 from symformer.positional import rotary_parts
+from symformer.registry import POSITIONAL
 
 
 def every_part() -> tuple[str, ...]:
@@ -34,9 +36,6 @@ class ExtrapolationConfig:
     eval_chars: int | None = None  # cap on the validation characters scored (None: the whole split)
 
     def __post_init__(self) -> None:
-        import symformer.positional  # noqa: F401  (registers the parts)
-        from symformer.registry import POSITIONAL
-
         for name in ("parts", "seeds", "eval_contexts"):
             if not isinstance(getattr(self, name), tuple) or not getattr(self, name):
                 fail(name, getattr(self, name), "a non-empty tuple")

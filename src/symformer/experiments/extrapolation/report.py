@@ -10,9 +10,9 @@ from symformer.experiments.base import RunContext, experiment
 from symformer.experiments.extrapolation.claims import claims, summarize
 from symformer.experiments.extrapolation.plan import DATA, config_for
 from symformer.experiments.extrapolation.runs import LM_JOB
-from symformer.experiments.jobs import Job, one_thread, reuse_note, run_jobs
 from symformer.experiments.plots import pyplot
 from symformer.results import ExperimentResult
+from symformer.runner.jobs import Job, one_thread, reuse_note, run_jobs
 
 
 def plot(table: dict, contexts: tuple[int, ...], path) -> None:

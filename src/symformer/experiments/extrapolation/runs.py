@@ -10,15 +10,19 @@ import torch
 
 from symformer._rng import seed_torch
 from symformer._validation import check_int, fail
-from symformer.experiments.base import JobFunction
-from symformer.experiments.devices import tensor_data_on
+from symformer.data import load_char_text
 from symformer.experiments.extrapolation.plan import ExtrapolationConfig, check_length
+from symformer.models import TransformerConfig
+from symformer.models.lm import CausalLM
+from symformer.positional.absolute import LearnedPE
+from symformer.runner.devices import tensor_data_on
+from symformer.runner.jobs import JobFunction
+from symformer.train import TrainConfig, Trainer
+from symformer.train.tasks import LanguageModeling
 
 
 def max_context(model) -> int | None:
     """Longest context a model's positional part supports: a learned table's max_len, else None (no limit)."""
-    from symformer.positional.absolute import LearnedPE
-
     tables = [m.max_len for m in model.modules() if isinstance(m, LearnedPE)]
     return min(tables) if tables else None
 
@@ -64,9 +68,6 @@ def validation_ids(val) -> torch.Tensor:
 
 
 def build_lm(part: str, cfg: ExtrapolationConfig, vocab_size: int):
-    from symformer.models import TransformerConfig
-    from symformer.models.lm import CausalLM
-
     kw = {"d_act": cfg.d_model // cfg.n_heads - 4} if part == "espr" else {}  # 4 null coordinates for mixing
     if part in ("string", "espr"):
         kw["pairing"] = "interleaved"  # the recorded runs' pairing (the parts default to "half")
@@ -84,10 +85,6 @@ def build_lm(part: str, cfg: ExtrapolationConfig, vocab_size: int):
 def lm_job(part: str, seed: int, cfg: dict, data_dir: str | None = None, device: str = "cpu") -> dict:
     """One recorded run: train at the training context on `device`, then bpc at every evaluation context (None +
     reason where the part cannot go)."""
-    from symformer.data import load_char_text
-    from symformer.train import TrainConfig, Trainer
-    from symformer.train.tasks import LanguageModeling
-
     c = ExtrapolationConfig.from_dict(cfg)
     split = load_char_text(block=c.train_context, data_dir=data_dir)
     spe = len(split.train) // c.batch

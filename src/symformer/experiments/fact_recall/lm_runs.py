@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import time
 
-from symformer.experiments.base import JobFunction
+from symformer._validation import check_device
 from symformer.experiments.fact_recall.runs import _ckpt, _memo
 from symformer.facts.lm.books import make_books
 from symformer.facts.lm.books_lm import LMConfig, build_lm, mlp_for, swap_check, train_lm
 from symformer.facts.lm.editing import make_split, run_editors
-from symformer.facts.lm.recall import check_device
+from symformer.runner.jobs import JobFunction
 
 
 def lm_run(

@@ -9,8 +9,8 @@ from symformer._validation import check_choice
 from symformer.experiments.base import RunContext
 from symformer.experiments.fact_recall.lm_runs import LM_RUN
 from symformer.experiments.fact_recall.search import SSFR_SEARCH, USABILITY_POINT
-from symformer.experiments.jobs import Job
 from symformer.facts.capacity import KNOB
+from symformer.runner.jobs import Job
 
 PAPER_SETTING_SSFR = "d=128, F in 2^8..2^14, 4 seeds (max), AdamW lr 2e-4 for 4.8M sequences, 5 MLP kinds"
 START = {"gd-swiglu": 2, "gd-relu": 2, "bin+jl": 16, "bin+gd": 8, "ntk": 256}

@@ -5,7 +5,7 @@
 (3) the book -> author LM with a fact expert: MLP swap check (Sec. 5.4, Fig. 9b);
 (4) editing: MLP swapping against ROME, MEMIT and AlphaEdit (Fig. 4, App. A.3.4).
 Quick: SSFR at F = 256 with one kind, the swap check and editing at one split. Runs go through
-experiments.jobs (records under runs/, --jobs, --resume).
+runner.jobs (records under runs/, --jobs, --resume).
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from symformer.experiments.fact_recall.claims import (
 from symformer.experiments.fact_recall.lm_claims import lm_claims
 from symformer.experiments.fact_recall.plan import OPTIONS
 from symformer.experiments.facts.methods import METHODS
-from symformer.experiments.jobs import Job, reuse_note, run_jobs
 from symformer.experiments.plots import size_vs_facts
 from symformer.results import ExperimentResult
+from symformer.runner.jobs import Job, reuse_note, run_jobs
 
 
 def _log(ctx: RunContext, msg: str) -> None:

@@ -1,4 +1,4 @@
-"""Runs of experiment `fact-recall` (module-level, JSON in and out, for experiments.jobs): one SSFR point, a
+"""Runs of experiment `fact-recall` (module-level, JSON in and out, for runner.jobs): one SSFR point, a
 transformer with a fact MLP swapped in (Sec. 5.1); search holds the size search and the usability point, lm_runs
 the LM swap check and editing (Sec. 5.4, App. A.3)."""
 
@@ -9,6 +9,7 @@ import json
 import time
 from pathlib import Path
 
+from symformer._validation import check_device
 from symformer.experiments.facts.methods import METHODS
 from symformer.facts.capacity import KNOB, BuildOptions, build_fact_mlp
 from symformer.facts.decodability import decodability
@@ -16,7 +17,6 @@ from symformer.facts.embeddings import random_fact_map
 from symformer.facts.lm.recall import (
     SSFRTrainConfig,
     build_recall_model,
-    check_device,
     fact_adaptive_accuracy,
     lipschitz_estimate,
     train_ssfr,

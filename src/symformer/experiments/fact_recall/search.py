@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import math
 
-from symformer.experiments.base import JobFunction
+from symformer._validation import check_device
 from symformer.experiments.fact_recall.runs import TARGET, _memo, build_point_mlp, ssfr_point
 from symformer.facts.capacity import KNOB
 from symformer.facts.embeddings import random_fact_map
-from symformer.facts.lm.recall import check_device
 from symformer.facts.lm.ssfr import make_ssfr
+from symformer.runner.jobs import JobFunction
 
 #: bisection stops once the bracket (largest failing size, smallest passing size] is within 1/16 of its upper end
 #: (at least 1): the answer is within 6.25% of the threshold, invisible on Fig. 3's log axes. App. A.2.3 does not

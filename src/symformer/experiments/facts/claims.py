@@ -5,6 +5,7 @@ from __future__ import annotations
 from symformer.experiments.base import combined
 from symformer.experiments.facts.plan import PAPER
 from symformer.results import Claim, ExperimentResult, verdict
+from symformer.stats import fit_exponent
 
 
 def claims_a(acc: dict) -> ExperimentResult:
@@ -98,7 +99,6 @@ def claims_ratios(rows: list[dict], gd_methods: list[str], setting: str) -> Expe
 
 def claims_scaling(rows: list[dict], setting: str) -> ExperimentResult:
     res = ExperimentResult()
-    from symformer.stats import fit_exponent
 
     slopes = {}
     for method in ("bin+jl", "gd-swiglu", "ntk"):
@@ -143,8 +143,6 @@ def claims_scaling(rows: list[dict], setting: str) -> ExperimentResult:
 
 def per_d_slopes(rows: list[dict], methods=("bin+jl", "gd-swiglu", "ntk")) -> dict[str, dict[int, float]]:
     """{method: {d: log-log slope of params against F at that d}} where a d has >= 2 F with a size."""
-    from symformer.stats import fit_exponent
-
     out: dict[str, dict[int, float]] = {}
     for m in methods:
         for d in sorted({r["d"] for r in rows if r["method"] == m}):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from symformer.experiments.facts import runs as facts_runs
 from symformer.experiments.facts.methods import METHODS
-from symformer.experiments.jobs import Job
+from symformer.runner.jobs import Job
 
 PAPER = {"gd_vs_binjl": 20.0, "gdgd_vs_gd": 4.0, "ntk_lo": 5.0, "ntk_hi": 150.0}
 GD_METHODS = ["bin+jl", "bin+gd", "gd+gd", "ntk", "ntk-mo", "gd-swiglu", "gd-relu"]

@@ -19,9 +19,9 @@ from symformer.experiments.facts import laws as facts_laws
 from symformer.experiments.facts import whitening as facts_whitening
 from symformer.experiments.facts.claims import claims_a, claims_ratios, claims_scaling
 from symformer.experiments.facts.plan import GD_METHODS, FactsPlan, jobs
-from symformer.experiments.jobs import Job, reuse_note, run_jobs
 from symformer.experiments.plots import size_vs_facts
 from symformer.results import ExperimentResult
+from symformer.runner.jobs import Job, reuse_note, run_jobs
 
 
 def _figure_b(ctx: RunContext, rows: list[dict]) -> str:
@@ -133,7 +133,7 @@ def recorded_cost(runs, keys: list[str]) -> tuple[int, float, int]:
 
 
 # protocol 2: (d) at F = d^2/4 and GD decoders for all 1000 steps in the full plan (issue 45); --resume refuses
-# a runs folder of protocol 1 (experiments/jobs.py)
+# a runs folder of protocol 1 (runner/jobs.py)
 @experiment("facts", "fact-storing MLPs: constructions, decodability rho, capacity and scaling", protocol="2")
 def run(ctx: RunContext) -> ExperimentResult:
     t0 = time.perf_counter()

@@ -15,13 +15,14 @@ import time
 import torch
 
 from symformer._rng import seed_torch
-from symformer.experiments.base import JobFunction
 from symformer.experiments.facts import laws as facts_laws
 from symformer.experiments.facts.methods import METHODS
 from symformer.facts.capacity import build_fact_mlp, method_capacity
 from symformer.facts.decodability import decodability
 from symformer.facts.embeddings import coherence, make_fact_set, random_fact_map, sample_embeddings
 from symformer.facts.encoders import two_hot_keys
+from symformer.facts.reference import solver_check
+from symformer.runner.jobs import JobFunction
 
 # search brackets (lo, hi) of each method's knob in (b), per d (doubling past hi when needed)
 BRACKET = {
@@ -216,7 +217,6 @@ def solver_point(d: int, kappa: float, F: int, n_anchors: int, seed: int) -> dic
         import scipy  # noqa: F401
     except ImportError:
         return {"skipped": "cvxpy / scipy not installed"}
-    from symformer.facts.reference import solver_check
 
     V = make_fact_set(F, d, kappa=kappa, seed=seed + 7).values
     info = decodability(V)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import sys
 import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -29,9 +28,11 @@ from symformer._validation import check_int
 from symformer.experiments.facts import laws as facts_laws
 from symformer.experiments.facts import runs as facts_runs
 from symformer.experiments.facts.plan import FactsPlan, jobs
-from symformer.experiments.jobs import Job, one_thread, recorded_plan, run_jobs
 from symformer.facts import embeddings
 from symformer.facts.decodability import Decodability, decodability
+from symformer.facts.reference import solver_check
+from symformer.results import write_json
+from symformer.runner.jobs import Job, one_thread, recorded_plan, run_jobs
 
 TOL = 1e-6  # issue 45: |rho_i - cvxpy| <= 1e-6 on every fact set
 VERSION = "1"  # of what a set's check computes: a --resume refuses a folder of another version (PLAN.json)
@@ -90,7 +91,7 @@ def _stubs(seen: dict, got: list) -> dict:
         (facts_runs, "build_fact_mlp"): lambda *a, **kw: _TracedMLP(),
         (facts_runs, "coherence"): lambda *a, **kw: 0.0,
         (facts_laws, "ntk_search"): lambda *a, **kw: {"params": None, "params_at_cap": None, "reason": "traced"},
-        (sys.modules["symformer.facts.reference"], "solver_check"): lambda *a, **kw: {},
+        (facts_runs, "solver_check"): lambda *a, **kw: {},
     }
 
 
@@ -113,8 +114,6 @@ def _recorder(name: str, fn, seen: dict, keep: list):
 
 def trace(job: Job) -> list[tuple[dict, torch.Tensor]]:
     """[(recipe, values)] of every matrix the point `job` computes rho on, in call order (nothing is solved)."""
-    import symformer.facts.reference  # noqa: F401  (stubbed below)
-
     fn = getattr(job.fn, "fn", job.fn)
     seen, keep, got = {}, [], []
     state = torch.get_rng_state()  # a point seeds the global stream: leave the caller's as it was
@@ -172,8 +171,6 @@ def fact_sets(quick: bool, seed: int = 0) -> list[dict]:
 def check_set(recipe: dict, digest: str, n_random: int, n_lowest: int, seed: int) -> dict:
     """One set's check (a job): our rho_i on all values, then `solver_check` on a seeded sample of anchors plus the
     n_lowest smallest rho_i. CPU seconds (process_time) of both steps are recorded."""
-    from symformer.facts.reference import solver_check
-
     V = _values(build(recipe))
     if _digest(V) != digest:
         raise RuntimeError(f"solver audit: the set {set_key(recipe)} rebuilt to digest {_digest(V)}, not {digest}")
@@ -249,8 +246,6 @@ def audit(
     log=None,
 ) -> dict:
     """Check every set (`fact_sets(quick, seed)` unless `sets` is given) and write OUT/facts/solver_check.json."""
-    from symformer.results import write_json
-
     n_random, n_lowest = ANCHORS[quick] if anchors is None else anchors
     check_int("anchors", n_random, 0)
     check_int("lowest", n_lowest, 0)

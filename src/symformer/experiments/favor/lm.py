@@ -9,19 +9,18 @@ import time
 import torch
 
 from symformer._rng import seed_torch
-from symformer.experiments.devices import tensor_data_on
+from symformer.data import load_char_text
 from symformer.experiments.favor.plan import BPC_GAP, N_FEATURES, REDRAW_EVERY, FavorPlan
 from symformer.experiments.plots import pyplot
+from symformer.models import CausalLM, TransformerConfig
 from symformer.results import Claim, ExperimentResult, verdict
+from symformer.runner.devices import tensor_data_on
+from symformer.train import LanguageModeling, TrainConfig, Trainer
+from symformer.train.callbacks import FeatureRedraw, LearningCurve
 
 
 def train_lm(plan: FavorPlan, attention: str, epochs: int, data_dir=None, device: str = "cpu") -> dict:
     """One char LM with `attention`, trained for `epochs` on `device`: final validation bpc and its curve."""
-    from symformer.data import load_char_text
-    from symformer.models import CausalLM, TransformerConfig
-    from symformer.train import LanguageModeling, TrainConfig, Trainer
-    from symformer.train.callbacks import FeatureRedraw, LearningCurve
-
     data = load_char_text(block=64, data_dir=data_dir, max_chars=plan.lm_max_chars, stride=32)
     kw = {"n_features": N_FEATURES} if attention == "favor" else {}
     cfg = TransformerConfig(

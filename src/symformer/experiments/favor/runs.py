@@ -9,6 +9,7 @@ from symformer._rng import seed_torch, seeded_generator
 from symformer.attention.favor import FavorAttention
 from symformer.attention.softmax import naive_attention
 from symformer.experiments.favor.plan import INPUT_STD
+from symformer.positional import ESPR, RoPE
 
 
 def rotated_inputs(kind: str, n: int, dh: int, seed: int):
@@ -20,11 +21,8 @@ def rotated_inputs(kind: str, n: int, dh: int, seed: int):
     if kind == "plain":
         return q, k, v, None
     if kind == "rope":
-        from symformer.positional import RoPE
-
         rq, rk = RoPE(dh).double()(q, k, pos)
         return rq, rk, v, None
-    from symformer.positional import ESPR
 
     # seed + 1: ESPR's init noise from seed's own generator would be 0.05 q itself
     # the recorded runs' pairing (the parts default to "half")

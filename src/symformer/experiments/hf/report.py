@@ -16,6 +16,7 @@ import time
 
 import torch
 
+from symformer.data import load_char_text
 from symformer.experiments.base import RunContext, experiment
 from symformer.experiments.hf.checks import (
     POSITIONALS,
@@ -31,7 +32,7 @@ from symformer.results import Claim, ExperimentResult
 
 
 def train_runs(ctx: RunContext, plan: HfPlan) -> dict:
-    from symformer.data import load_char_text
+    # optional: needs transformers (the hf extra)
     from symformer.integrations.hf_lm import n_parameters, tiny_llama, train_lm
 
     split = load_char_text(
@@ -150,7 +151,7 @@ def hf_claims(par: dict, fav: dict, tel: dict) -> list[Claim]:
     requires={"transformers": "hf"},
 )
 def run(ctx: RunContext) -> ExperimentResult:
-    from symformer.integrations.hf import require_transformers
+    from symformer.integrations.hf import require_transformers  # optional: needs transformers (the hf extra)
 
     tf = require_transformers()
     t0 = time.perf_counter()

@@ -12,10 +12,17 @@ from pathlib import Path
 import torch
 
 from symformer._rng import seed_torch, seeded_generator
-from symformer.experiments.base import JobFunction, RunContext
-from symformer.experiments.devices import tensor_data_on
-from symformer.experiments.jobs import Job
+from symformer.data import load_ett
+from symformer.experiments.base import RunContext
 from symformer.experiments.plash.plan import ForecastPlan, method_kwargs
+from symformer.models.informer import Informer, InformerConfig
+from symformer.runner.devices import tensor_data_on
+from symformer.runner.jobs import Job, JobFunction
+from symformer.train import Trainer
+from symformer.train.callbacks import Elapsed
+from symformer.train.presets import informer_lengths
+from symformer.train.tasks import Forecasting
+from symformer.train.trainer import TrainConfig
 
 #: steps between checkpoints of a job with a work_dir: often enough that a killed PLASH horizon-168 job loses little
 #: of its work, rarely enough that saving costs little beside training
@@ -49,9 +56,6 @@ def forecast_job(
 
 
 def _split(data_dir: str | None, pred_len: int):
-    from symformer.data import load_ett
-    from symformer.train.presets import informer_lengths
-
     key = (pred_len, str(data_dir))
     if key not in _SPLITS:  # one load per horizon and worker
         _SPLITS.clear()
@@ -93,12 +97,6 @@ def forecast(
     """One Informer training run on ETTh1 on `device` -> test MSE/MAE at the best validation epoch, and its history.
     With `work_dir` it checkpoints there every CHECKPOINT_STEPS steps and continues from the checkpoint it finds
     (Trainer's exact resume: the result is the uninterrupted run's, bit for bit); `seconds` then sums the parts."""
-    from symformer.models.informer import Informer, InformerConfig
-    from symformer.train import Trainer
-    from symformer.train.callbacks import Elapsed
-    from symformer.train.tasks import Forecasting
-    from symformer.train.trainer import TrainConfig
-
     t0 = time.perf_counter()
     split = _split(data_dir, pred_len)
     seed_torch(seed)

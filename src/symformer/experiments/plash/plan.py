@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from symformer.experiments.base import RunContext
+from symformer.models.informer import PAPER_SIZE, SMALL_SIZE
 
 PAPER_SKETCH = "Prop. C.4 / eq. (47)-(48): any k >= 1, any D, 3-wise h and 4-wise s"
 PAPER_CERT = (
@@ -77,8 +78,6 @@ class ForecastPlan:
 
 def protocol(ctx: RunContext) -> ForecastPlan:
     """This run's forecasting plan: the paper's Informer under --full, else the quick or the recorded size."""
-    from symformer.models.informer import PAPER_SIZE, SMALL_SIZE
-
     full_size = bool(ctx.extra.get("full", False))  # `reproduce --full`: the paper's Informer size
     size = PAPER_SIZE if full_size else (QUICK_SIZE if ctx.quick else SMALL_SIZE)
     if ctx.quick:

@@ -9,7 +9,6 @@ import math
 import time
 
 from symformer.experiments.base import RunContext, combined, experiment
-from symformer.experiments.jobs import reuse_note, run_jobs
 from symformer.experiments.plash.checks_report import cert_part, sketch_part
 from symformer.experiments.plash.claims import forecast_claims, horizon_average
 from symformer.experiments.plash.forecast import forecast_job
@@ -22,7 +21,9 @@ from symformer.experiments.plash.plan import (
     method_kwargs,
 )
 from symformer.results import ExperimentResult
+from symformer.runner.jobs import reuse_note, run_jobs
 from symformer.stats import mean_se
+from symformer.train.presets import informer_lengths
 
 
 def _progress(ctx: RunContext, what: str, t0: float) -> None:
@@ -39,7 +40,6 @@ _STEP_COST = {"softmax": 1.0, "favor": 1.5, "plash": 5.6}
 def _longest_first(jobs: dict) -> list:
     """The jobs, longest expected first (method cost x tokens per window), so that with --jobs N no worker sits
     idle at the end while another runs a long PLASH horizon-168 job; ties keep the plan's order."""
-    from symformer.train.presets import informer_lengths
 
     def cost(item) -> float:
         (m, h, _), _ = item

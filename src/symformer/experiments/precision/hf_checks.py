@@ -9,6 +9,7 @@ import torch
 
 from symformer._rng import seed_torch, seeded_generator
 from symformer._validation import check_choice
+from symformer.experiments.hf.families import FAMILY_MODELS, QK_NORM_FAMILIES
 from symformer.experiments.precision.rotation_checks import EPS, check_dtype
 
 HF_PRECISION_FAMILIES = ("llama", "qwen3", "gpt_neox", "deepseek_v2")
@@ -17,6 +18,7 @@ HF_PRECISION_FAMILIES = ("llama", "qwen3", "gpt_neox", "deepseek_v2")
 def _sharpen(model, factor: float) -> None:
     """Scale what feeds the rotation (the q/k norm weights where the family norms q and k, else the q and k
     projections; MLA: q_proj and kv_a_proj_with_mqa) so the logits are large and position errors show."""
+    # optional: needs transformers (the hf extra)
     from symformer.integrations._hf_common import attention_modules, qk_norms
 
     for attn in attention_modules(model):
@@ -38,7 +40,7 @@ def hf_base_model(
     representable in `dtype` (so the 16-bit models and the float64 one share them), with sharpened attention."""
     import transformers as tf
 
-    from symformer.experiments.hf.families import FAMILY_MODELS, QK_NORM_FAMILIES
+    # optional: needs transformers (the hf extra)
     from symformer.integrations._hf_common import attention_modules, qk_norms
 
     check_choice("family", family, tuple(FAMILY_MODELS))
@@ -83,7 +85,7 @@ def hf_base_model(
 def hf_route_model(base, dtype: torch.dtype, route: str, positional: str | None = None):
     """`base`'s weights in a `dtype` model made by route "config" (`_from_config(cfg, dtype=...)`, as from_pretrained
     builds it) or "cast" (`.to(dtype)` of a float32 copy), patched with `positional` before the cast (None: native)."""
-    from symformer.integrations import hf
+    from symformer.integrations import hf  # optional: needs transformers (the hf extra)
 
     check_choice("route", route, ("config", "cast"))
     if route == "cast":
@@ -100,7 +102,7 @@ def hf_route_model(base, dtype: torch.dtype, route: str, positional: str | None 
 @torch.no_grad()
 def hf_reference_logits(base, x: torch.Tensor) -> torch.Tensor:
     """The float64 model's logits (exact_float64: HF's float32 tables and norms evaluated in float64)."""
-    from symformer.integrations.hf import exact_float64
+    from symformer.integrations.hf import exact_float64  # optional: needs transformers (the hf extra)
 
     return exact_float64(copy.deepcopy(base).double())(x).logits
 

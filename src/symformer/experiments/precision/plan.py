@@ -7,6 +7,10 @@ from dataclasses import dataclass
 
 import torch
 
+from symformer.experiments.precision.hf_checks import HF_PRECISION_FAMILIES
+from symformer.experiments.precision.rotation_checks import ADDITIVE_PARTS, rotation_arms
+from symformer.experiments.precision.train_checks import train_combinations
+
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 ROUTES = ("built", "cast", "autocast")
 TRAIN_ROUTES = ("autocast", "cast")
@@ -26,10 +30,6 @@ class PrecisionPlan:
     @classmethod
     def for_run(cls, quick: bool, seed: int, parts=None, families=None, combinations=None) -> "PrecisionPlan":
         """Quick: one seed; full: three. Every part, family and combination unless narrowed (the tests)."""
-        from symformer.experiments.precision.hf_checks import HF_PRECISION_FAMILIES
-        from symformer.experiments.precision.rotation_checks import ADDITIVE_PARTS, rotation_arms
-        from symformer.experiments.precision.train_checks import train_combinations
-
         return cls(
             seeds=(seed,) if quick else tuple(range(seed, seed + 3)),
             parts=tuple(rotation_arms() + ADDITIVE_PARTS if parts is None else parts),

@@ -19,7 +19,6 @@ import time
 import torch
 
 from symformer.experiments.base import RunContext, experiment
-from symformer.experiments.jobs import one_thread
 from symformer.experiments.precision.claims import precision_claims
 from symformer.experiments.precision.hf_checks import hf_logit_err_vs_native, hf_native_rope_err_vs_bound
 from symformer.experiments.precision.plan import (
@@ -34,6 +33,7 @@ from symformer.experiments.precision.plan import (
 from symformer.experiments.precision.rotation_checks import rotation_errors
 from symformer.experiments.precision.train_checks import train_step_comparison
 from symformer.results import ExperimentResult
+from symformer.runner.jobs import one_thread
 
 
 def rotation_metrics(parts, seeds) -> tuple[dict[str, float], dict[str, float]]:

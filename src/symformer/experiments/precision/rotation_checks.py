@@ -21,6 +21,7 @@ import math
 
 import torch
 
+from symformer import positional as pos
 from symformer._rng import seed_torch, seeded_generator
 from symformer._validation import check_choice, check_int, fail
 from symformer.positional import rotary_parts
@@ -55,8 +56,6 @@ def build_part(part: str, coord_dim: int = 1, head_dim: int = HEAD_DIM, seed: in
     """The part `part` (rotation_arms() or ADDITIVE_PARTS) in torch's current default dtype, with parameters away
     from their trivial values (STRING's P != I, ESPR's non-commuting generators and post-rotation); a registered
     rotary part without a configuration here is built by the registry with its defaults."""
-    from symformer import positional as pos
-
     if part == "rope":
         return pos.RoPE(head_dim, coord_dim, pairing="half")
     if part == "rope_interleaved":

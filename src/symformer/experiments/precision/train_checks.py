@@ -22,6 +22,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+import symformer.attention  # noqa: F401  (registers the parts)
+import symformer.positional  # noqa: F401
 from symformer._rng import seed_torch, seeded_generator
 from symformer._validation import check_choice, check_int
 from symformer.models import CausalLM, TransformerConfig
@@ -52,9 +54,6 @@ HEAD_GAIN, QK_GAIN = 4.0, 2.0
 
 def tiny_lm(positional: str, attention: str, seed: int = 0) -> CausalLM:
     """The float32 model of one combination, its init fixed by `seed` (global RNG state restored after)."""
-    import symformer.attention  # noqa: F401  (registers the parts)
-    import symformer.positional  # noqa: F401
-
     with torch.random.fork_rng(devices=[]):
         seed_torch(seed)
         cfg = TransformerConfig(

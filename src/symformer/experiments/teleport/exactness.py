@@ -9,12 +9,12 @@ from torch import nn
 
 from symformer._rng import seed_torch, seeded_generator
 from symformer.experiments.teleport.plan import pe_settings
+from symformer.models import TransformerConfig, ViTClassifier, attention_layers
+from symformer.positional import ESPR, STRING, pair_indices
+from symformer.teleport import HGroup, QKGroup, brute_force_norms, closed_form_norms, symmetry_group
 
 
 def _tiny_model(kind: str, seed: int = 0):
-    from symformer.models import TransformerConfig, ViTClassifier, attention_layers
-    from symformer.positional import ESPR, STRING
-
     seed_torch(seed)
     base, kw = pe_settings()[kind]
     cfg = TransformerConfig(
@@ -55,8 +55,6 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def invariance_checks(trials: int) -> dict:
-    from symformer.teleport import symmetry_group
-
     errs, dims = {}, {}
     x, pos, _ = _batch()
     for kind in pe_settings():
@@ -74,9 +72,6 @@ def invariance_checks(trials: int) -> dict:
 
 def negative_checks(x, pos) -> dict:
     """A generic diagonal U, and H built on the other pairing, must break RoPE (Sec. 3.2)."""
-    from symformer.positional import pair_indices
-    from symformer.teleport import HGroup, QKGroup, symmetry_group
-
     out = {}
     gen = seeded_generator(7)
     for name, make in (
@@ -95,8 +90,6 @@ def negative_checks(x, pos) -> dict:
 
 
 def closed_form_checks(samples: int = 16) -> float:
-    from symformer.teleport import brute_force_norms, closed_form_norms, symmetry_group
-
     x, pos, y = _batch()
     worst = 0.0
     for kind in pe_settings():

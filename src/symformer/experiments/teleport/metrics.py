@@ -6,13 +6,14 @@ from __future__ import annotations
 import math
 import statistics
 
-from symformer.experiments.base import JobFunction, RunContext
-from symformer.experiments.jobs import Job, reuse_note, run_jobs
+from symformer.data.paths import MissingDataError
+from symformer.experiments.base import RunContext
 from symformer.experiments.teleport import runs as teleport_runs
 from symformer.experiments.teleport.pairing import paired
 from symformer.experiments.teleport.plan import Arm
 from symformer.experiments.teleport.runs import speedup_pct
 from symformer.experiments.teleport.training import LM_ARM
+from symformer.runner.jobs import Job, JobFunction, reuse_note, run_jobs
 from symformer.stats import mean_std
 
 
@@ -75,8 +76,6 @@ def guard_metrics(runs: dict, arms: dict[str, Arm]) -> dict:
 def lm_part(ctx: RunContext) -> tuple[dict, dict, list[str]]:
     """(e): sinusoidal and RoPE char LMs with and without teleporting mid-warmup, trained on ctx.device.
     Returns (the runs by "pe/base|tele", the metrics, the notes); no runs without tiny Shakespeare."""
-    from symformer.data.paths import MissingDataError
-
     try:
         f = ctx.data_file("tinyshakespeare.txt")
     except (MissingDataError, FileNotFoundError, ValueError) as e:

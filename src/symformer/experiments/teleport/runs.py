@@ -10,9 +10,15 @@ from pathlib import Path
 
 import torch
 
+from symformer import data as D
 from symformer._rng import seed_torch
-from symformer.experiments.devices import split_on
+from symformer.models import CausalLM, TransformerConfig, ViTClassifier
+from symformer.registry import CALLBACKS
+from symformer.runner.devices import split_on
+from symformer.teleport import TeleportCallback  # the package registers the "teleport" callback train_arm builds
+from symformer.train import TrainConfig, Trainer
 from symformer.train.callbacks import Callback
+from symformer.train.tasks import Classification, LanguageModeling
 
 DIGITS_PATCH = 4  # 4 tokens of 4x4 pixels: SGD makes no progress on 2x2 patches in a short run
 # MNIST-1D samples (generator's count; 64% train, 16% val, 20% test): full mode 25000 -> 16000 training samples,
@@ -41,8 +47,6 @@ def consecutive_for(steps_per_epoch: int) -> int:
 
 @functools.lru_cache(maxsize=4)
 def load_split(dataset: str, quick: bool):
-    from symformer import data as D
-
     if dataset == "digits":
         return D.load_digits_patches(patch=DIGITS_PATCH)
     return D.load_mnist1d(patch=4, num_samples=MNIST1D_SAMPLES[quick])  # generation takes seconds: cached
@@ -66,8 +70,6 @@ def recorded_pairing(pe: str) -> dict:
 def vit_setup(dataset: str, pe: str, quick: bool, seed: int):
     """ViT with ReLU FFNs (App. E: "ReLU is used as the activation function"); d 64 / 4 layers (quick 32 / 2)
     against the paper's d 128 / 6 layers, to fit the CPU budget."""
-    from symformer.models import TransformerConfig, ViTClassifier
-
     split = load_split(dataset, quick)
     d_model, layers = (32, 2) if quick else (64, 4)
     seed_torch(1000 + seed)
@@ -96,8 +98,6 @@ class GradNormLog(Callback):
 
 
 def _train_config(dataset: str, quick: bool, seed: int, lr: float, epochs: int, optimizer: str):
-    from symformer.train import TrainConfig
-
     # SGD + momentum + cosine (paper App. E); weight decay 1e-4 as for MNIST
     return TrainConfig(
         epochs=epochs,
@@ -132,11 +132,6 @@ def train_arm(
     """One training run on `device`. arm: base | tele | zhao; max_ratio: the guard's bound (None: unguarded, the
     paper); epoch_at: the (1-based) epoch whose first steps are teleported. Returns val-acc curve, test acc,
     timings, grad norms and the teleport records."""
-    import symformer.teleport  # noqa: F401  (registers the callback)
-    from symformer.registry import CALLBACKS
-    from symformer.train import Trainer
-    from symformer.train.tasks import Classification
-
     model, split = vit_setup(dataset, pe, quick, seed)
     model, split = model.to(device), split_on(split, device)
     cfg = _train_config(dataset, quick, seed, lr, epochs, optimizer)
@@ -191,10 +186,6 @@ def operating_point_probe(
     """App. G measurement: the first `steps` SGD steps of training (seed 0, training set, paper lr 0.015, the
     run's cosine schedule), teleporting unguarded at radius alpha on each; the cumulative ratio is the
     product of the applied steps' ||grad after|| / ||grad before||."""
-    from symformer.teleport import TeleportCallback
-    from symformer.train import Trainer
-    from symformer.train.tasks import Classification
-
     model, split = vit_setup(dataset, pe, quick, seed)
     model, split = model.to(device), split_on(split, device)
     cfg = dataclasses.replace(_train_config(dataset, quick, seed, lr, epochs, "sgd"), max_steps=steps)
@@ -250,12 +241,6 @@ class ValLossLog(Callback):
 
 def lm_arm(pe: str, teleport: bool, quick: bool, seed: int, data_file: str | Path, device: str = "cpu") -> dict:
     """The char LM of part (e) on `device`, teleporting mid-warmup or not: its validation-loss curve."""
-    from symformer import data as D
-    from symformer.models import CausalLM, TransformerConfig
-    from symformer.teleport import TeleportCallback
-    from symformer.train import TrainConfig, Trainer
-    from symformer.train.tasks import LanguageModeling
-
     block = 32 if quick else 64
     split = D.load_char_text(block=block, data_dir=Path(data_file).parent, max_chars=80_000 if quick else 1_000_000)
     seed_torch(2000 + seed)

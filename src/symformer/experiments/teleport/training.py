@@ -1,5 +1,5 @@
 """Parts (c) and (d) of experiment `teleport`: the App. G operating point per (data set, PE), the lr selection on
-validation, and every ViT arm, all as recorded jobs (experiments/jobs.py: --jobs workers, --resume) that train on
+validation, and every ViT arm, all as recorded jobs (runner/jobs.py: --jobs workers, --resume) that train on
 RunContext.device. Each helper returns its metrics; nothing fills a shared dict."""
 
 from __future__ import annotations
@@ -7,8 +7,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from symformer.experiments.base import JobFunction, RunContext
-from symformer.experiments.jobs import Job, reuse_note, run_jobs
+from symformer.experiments.base import RunContext
 from symformer.experiments.teleport import runs as teleport_runs
 from symformer.experiments.teleport.plan import (
     BASE,
@@ -26,6 +25,7 @@ from symformer.experiments.teleport.plan import (
     ablation_arm,
 )
 from symformer.experiments.teleport.runs import ALPHA_GRID, PAPER_LR, RATIO_BOUND, choose_alpha
+from symformer.runner.jobs import Job, JobFunction, reuse_note, run_jobs
 
 # the names the recorded runs carry (results/teleport/runs); --resume matches records by them, whatever module
 # holds the functions

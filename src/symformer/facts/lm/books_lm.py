@@ -13,10 +13,10 @@ import torch.nn.functional as F
 
 from symformer._io import save_atomic
 from symformer._rng import resolve_seed, seed_torch, seeded_generator
-from symformer._validation import check_int
+from symformer._validation import check_device, check_int
 from symformer.facts.lm.books import TEMPLATES, BooksTask
 from symformer.facts.lm.model import FactRecallConfig, FactRecallTransformer
-from symformer.facts.lm.recall import check_device, model_device, module_on
+from symformer.facts.lm.recall import model_device, module_on
 from symformer.facts.mse import train_mse_mlp
 from symformer.facts.slot import swap_fact_mlp
 from symformer.train.checkpoint import CheckpointError, load_loop_state, restore_loop_state

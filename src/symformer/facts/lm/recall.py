@@ -12,7 +12,7 @@ from torch import nn
 
 from symformer._io import save_atomic
 from symformer._rng import seed_torch, seeded_generator
-from symformer._validation import check_float, check_int, fail
+from symformer._validation import check_device, check_float, check_int, fail
 from symformer.facts.lm.model import FactRecallConfig, FactRecallTransformer, SphereNorm
 from symformer.facts.lm.ssfr import SSFRTask
 from symformer.facts.mlp import capped_batch
@@ -29,20 +29,6 @@ class SSFRTrainConfig:
     seed: int | None = 0
     stop_accuracy: float = 1.0  # stop early once a whole-task evaluation reaches this
     eval_every: int = 250
-
-
-def check_device(device) -> str:
-    """`device`: 'cpu', or 'cuda' ('cuda:N') where torch finds a CUDA device (RunContext.device); a ValueError
-    naming the argument otherwise (a job checks it before its first MLP build, which can take an hour)."""
-    try:
-        kind = torch.device(device).type if isinstance(device, str) else None
-    except RuntimeError:
-        kind = None
-    if kind not in ("cpu", "cuda"):
-        fail("device", device, "'cpu' or 'cuda' (or 'cuda:N')")
-    if kind == "cuda" and not torch.cuda.is_available():
-        fail("device", device, "'cpu' here: torch finds no CUDA device on this machine")
-    return device
 
 
 def model_device(model: FactRecallTransformer) -> torch.device:

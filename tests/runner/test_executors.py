@@ -1,4 +1,4 @@
-"""experiments/executors.py and slots.py: submitit's long-lived slots (its local executor) and a local Ray instance
+"""runner/executors.py and slots.py: submitit's long-lived slots (its local executor) and a local Ray instance
 give the records the local pool gives; a job that kills its slot is put back, then fails alone; a driver killed
 mid-run and resumed reruns nothing recorded; --device reaches the records and PROVENANCE.md; bad engine options
 are one line, exit 2."""
@@ -16,9 +16,9 @@ import pytest
 
 from symformer import cli
 from symformer.experiments import base as ebase
-from symformer.experiments.executors import Engine, using_engine
-from symformer.experiments.jobs import Job, JobError, recorded_plan, run_jobs
 from symformer.results import ExperimentResult
+from symformer.runner.executors import Engine, using_engine
+from symformer.runner.jobs import Job, JobError, recorded_plan, run_jobs
 
 PLAN = {"experiment": "tiny", "protocol": "1", "quick": True, "seed": 0, "options": {}, "full": False}
 
@@ -74,7 +74,7 @@ def by_value():
 @pytest.fixture(scope="module")
 def ray_engine(by_value):
     pytest.importorskip("ray")
-    from symformer.experiments.executors import RayEngine
+    from symformer.runner.executors import RayEngine
 
     engine = RayEngine(n_workers=2)
     yield engine
@@ -86,7 +86,7 @@ def submitit_engine(by_value, tmp_path_factory):
     """One engine for the module's tests: its slots stay up between them, as between an experiment's run_jobs
     calls. Slots of a killed driver stop 20 s after its last heartbeat (default 300 s)."""
     pytest.importorskip("submitit")
-    from symformer.experiments.executors import SubmititEngine
+    from symformer.runner.executors import SubmititEngine
 
     folder = tmp_path_factory.mktemp("submitit")
     engine = SubmititEngine(folder, cluster="local")
@@ -145,8 +145,8 @@ def test_submitit_slot_that_ends_under_a_job(submitit_engine, tmp_path, monkeypa
 DRIVER = """
 import sys, time
 from pathlib import Path
-from symformer.experiments.executors import Engine, SubmititEngine, using_engine
-from symformer.experiments.jobs import Job, run_jobs
+from symformer.runner.executors import Engine, SubmititEngine, using_engine
+from symformer.runner.jobs import Job, run_jobs
 
 
 def nap(i: int, secs: float) -> int:
@@ -247,7 +247,7 @@ def test_killed_driver_resumes_without_rerunning_recorded_jobs(engine, tmp_path,
             time.sleep(0.1)
         assert not [w for w in workers if _alive(w)]
     if engine == "submitit":  # a restarted driver's engine STOPs the old queue: its slots take no further job
-        from symformer.experiments.executors import SubmititEngine
+        from symformer.runner.executors import SubmititEngine
 
         (old,) = (runs.parent / "submitit").glob("queue-*")
         restarted = SubmititEngine(runs.parent / "submitit", cluster="local")
@@ -300,7 +300,7 @@ def test_reproduce_through_submitit(fake, by_value, capsys, tmp_path, monkeypatc
 
 
 def test_report_says_when_records_mix_devices(tmp_path):
-    from symformer.experiments.jobs import records_where, where_note, write_provenance
+    from symformer.runner.jobs import records_where, where_note, write_provenance
 
     run_jobs(_jobs(), tmp_path)
     rec = json.loads((tmp_path / "s1.json").read_text())
@@ -324,7 +324,7 @@ def test_report_says_when_records_mix_devices(tmp_path):
         (["--executor", "ray", "--ray-address", "127.0.0.1:1"], "--ray-address: got '127.0.0.1:1'"),
         (["--executor", "submitit", "--gpus-per-job", "1"], "--gpus-per-job: got 1 with --device cpu"),
         (["--slurm-partition", "gpu"], "--slurm-partition: got 'gpu' with --executor local"),
-        (["--device", "tpu"], "--device: got 'tpu', expected cpu or cuda"),
+        (["--device", "tpu"], "--device: got 'tpu', expected 'cpu' or 'cuda' (or 'cuda:N', 'mps')"),
     ],
 )
 def test_bad_engine_options_one_line_exit_2(argv, says, fake, capsys, tmp_path):
@@ -353,7 +353,7 @@ def test_cuda_without_a_gpu_is_refused(fake, capsys, tmp_path):
         pytest.skip("this machine has CUDA")
     assert cli.main(["reproduce", "tiny", "--device", "cuda", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "--device: got 'cuda', expected a CUDA device" in err
+    assert err.count("\n") == 1 and "--device: got 'cuda', expected 'cpu' here: torch finds no CUDA device" in err
 
 
 def test_cuda_on_a_cluster_is_for_its_nodes(monkeypatch, tmp_path):
@@ -363,7 +363,7 @@ def test_cuda_on_a_cluster_is_for_its_nodes(monkeypatch, tmp_path):
 
     import torch
 
-    from symformer.experiments import executors
+    from symformer.runner import executors
 
     made, real = {}, importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: True if name == "submitit" else real(name, *a))
@@ -373,7 +373,7 @@ def test_cuda_on_a_cluster_is_for_its_nodes(monkeypatch, tmp_path):
     executors.make_engine("submitit", tmp_path, 2, "cuda", "gpu", 60)
     assert made["args"] == (tmp_path, "cuda", "gpu", 60, 1, 1, "slurm")
     monkeypatch.setenv("SYMFORMER_SUBMITIT_CLUSTER", "local")
-    with pytest.raises(ValueError, match="--device: got 'cuda', expected a CUDA device"):
+    with pytest.raises(ValueError, match="--device: got 'cuda', expected 'cpu' here: torch finds no CUDA device"):
         executors.make_engine("submitit", tmp_path, 2, "cuda")
 
 
@@ -423,8 +423,8 @@ def test_slot_time_limit_hands_the_job_back(tmp_path):
     pytest.importorskip("submitit")
     from submitit.core.utils import UncompletedJobError
 
-    from symformer.experiments import slots
-    from symformer.experiments.jobs import _remote_call
+    from symformer.runner import slots
+    from symformer.runner.jobs import _remote_call
 
     queue = slots.Queue(tmp_path / "queue")
     (tmp_path / "queue" / "claimed" / "slot001").mkdir()

@@ -27,6 +27,7 @@ where they ran (provenance, `records_where`, PROVENANCE.md) is made in records.p
 
 from __future__ import annotations
 
+import inspect
 import json
 import platform
 import shutil
@@ -35,16 +36,17 @@ from pathlib import Path
 from typing import Any, Callable
 
 from symformer._validation import check_int, fail
-from symformer.experiments.engine import current_engine
-from symformer.experiments.local_pool import _init_worker, one_thread, run_pool  # noqa: F401  (one_thread: from here)
-from symformer.experiments.plan_record import (  # noqa: F401  (PlanMismatch, plan_digest, ...: importable from here)
+from symformer.results import atomic_write_text, git_sha
+from symformer.runner.engine import current_engine
+from symformer.runner.local_pool import _init_worker, one_thread, run_pool  # noqa: F401  (one_thread: from here)
+from symformer.runner.plan_record import (  # noqa: F401  (PlanMismatch, plan_digest, ...: importable from here)
     PLAN_FILE,
     PlanMismatch,
     _check_plan,
     plan_digest,
     recorded_plan,
 )
-from symformer.experiments.records import (  # noqa: F401  (reuse_note, records_where, ...: importable from here)
+from symformer.runner.records import (  # noqa: F401  (reuse_note, records_where, ...: importable from here)
     GENERATED,
     SPENT_FILE,
     WHERE_KEYS,
@@ -55,7 +57,6 @@ from symformer.experiments.records import (  # noqa: F401  (reuse_note, records_
     where_note,
     write_provenance,
 )
-from symformer.results import atomic_write_text, git_sha
 
 
 @dataclass(frozen=True)
@@ -86,12 +87,12 @@ def _call(job: Job, work: Path | None = None, engine: str = "local", device: str
     """(result, seconds, where it ran and what it cost): the host is the worker's, which on a cluster is not the
     driver's; the cost is records.spent's."""
     where = {"host": platform.node(), "machine": platform.machine(), "engine": engine, "device": device}
-    if device == "cuda":  # the GPU it ran on; a worker without one refuses the job instead of running it elsewhere
+    if device == "cuda" or device.startswith("cuda:"):  # the GPU it ran on; a worker without one refuses the job
         import torch
 
         if not torch.cuda.is_available():
-            raise RuntimeError(f"--device cuda: worker host {platform.node()!r} has no CUDA device")
-        where["gpu"] = torch.cuda.get_device_name()
+            raise RuntimeError(f"--device {device}: worker host {platform.node()!r} has no CUDA device")
+        where["gpu"] = torch.cuda.get_device_name(device)
     with spent(work) as cost:
         result = job.fn(**job.kwargs, **({} if work is None else {"work_dir": str(work)}))
     seconds = cost.pop("seconds")
@@ -231,6 +232,43 @@ def _dispatch(todo: list[Job], work: dict, n_workers: int, done: Callable, faile
                     failed.append((j.key, e))
     else:
         run_pool(todo, work, n_workers, _call, done, failed, device, engine)
+
+
+class JobFunction:
+    """A job's function under the name its records carry. `Job.signature` names the function by module and
+    qualname, and --resume reuses a record only when the signature matches: `name` keeps the signature of the
+    recorded runs folders (results/<experiment>/runs) when the code moves to another module. `device` is where the
+    job builds its model and batches (RunContext.device); it is passed to `fn` as `device=` when `fn` takes it, and
+    is not part of the signature (each record's provenance names the device it ran on)."""
+
+    def __init__(self, fn: Callable[..., Any], name: str, device: str = "cpu"):
+        self.fn, self.device = fn, device
+        self.__module__, _, self.__qualname__ = name.rpartition(".")
+        self.takes_device = "device" in inspect.signature(fn).parameters
+
+    @property
+    def name(self) -> str:
+        return f"{self.__module__}.{self.__qualname__}"
+
+    def on(self, device: str) -> "JobFunction":
+        """The same job function, run on `device`."""
+        return JobFunction(self.fn, self.name, device)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.takes_device:
+            kwargs.setdefault("device", self.device)
+        return self.fn(*args, **kwargs)
+
+    def __eq__(self, other: object) -> bool:  # Jobs compare by their fields: the same function on the same device
+        if not isinstance(other, JobFunction):
+            return NotImplemented
+        return (self.fn, self.name, self.device) == (other.fn, other.name, other.device)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.device))
+
+    def __repr__(self) -> str:
+        return f"JobFunction({self.name}, device={self.device!r})"
 
 
 class JobError(RuntimeError):

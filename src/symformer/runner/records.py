@@ -11,8 +11,9 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
-from symformer.experiments.plan_record import PLAN_FILE
+from symformer import results
 from symformer.results import atomic_write_text, git_sha
+from symformer.runner.plan_record import PLAN_FILE
 
 
 def provenance(seconds: float, where: dict) -> dict:
@@ -146,8 +147,6 @@ GENERATED = "<!-- written by symformer reproduce from runs/*.json; a hand-writte
 def write_provenance(exp_dir: Path, where: dict[str, dict[str, int]]) -> Path | None:
     """OUT/<experiment>/PROVENANCE.md: the command, and the hosts, devices, engines and commits of its records (from
     records_where). A PROVENANCE.md without the GENERATED line (a recorded run's, written by hand) is left alone."""
-    from symformer import results
-
     path = Path(exp_dir) / "PROVENANCE.md"
     if path.exists() and GENERATED not in path.read_text():
         return None

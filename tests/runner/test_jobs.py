@@ -1,4 +1,4 @@
-"""experiments/jobs.py: records are atomic JSON, reused only with resume and a matching signature."""
+"""runner/jobs.py: records are atomic JSON, reused only with resume and a matching signature."""
 
 import json
 import time
@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from symformer.experiments import records
-from symformer.experiments.jobs import SPENT_FILE, Job, run_jobs
 from symformer.experiments.teleport import speedup_pct
+from symformer.runner import records
+from symformer.runner.jobs import SPENT_FILE, Job, run_jobs
 
 
 def _jobs():
@@ -199,7 +199,7 @@ def sometimes_fails(x: int) -> int:
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_failing_job_does_not_lose_the_others(tmp_path, workers):
-    from symformer.experiments.jobs import JobError
+    from symformer.runner.jobs import JobError
 
     jobs = [Job(f"j{x}", sometimes_fails, {"x": x}) for x in (1, 2, 3)]
     with pytest.raises(JobError, match=r"job 'j2' failed \(ValueError: x must not be 2\); 1 of 3") as info:

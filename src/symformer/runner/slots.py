@@ -39,7 +39,7 @@ MAX_NAP_S = 0.25  # the longest a slot or the driver sleeps between looks at the
 def atomic_pickle(path: Path, obj: Any) -> None:
     """cloudpickle (functions of a module the worker cannot import travel by value) to a temporary file, fsync,
     os.replace: a reader sees the whole file or none."""
-    import cloudpickle
+    import cloudpickle  # comes with submitit (the slurm extra): only its slots pickle jobs
 
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "wb") as f:
@@ -97,7 +97,7 @@ def _slot_interrupted(err: BaseException) -> bool:
     """Whether a job's error is submitit stopping the slot (its time limit: the signal handler raises in whatever
     frame runs), not the job's own failure."""
     try:
-        from submitit.core.utils import UncompletedJobError
+        from submitit.core.utils import UncompletedJobError  # optional (the slurm extra)
     except ImportError:
         return False
     return isinstance(err, UncompletedJobError)

@@ -28,25 +28,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from symformer.experiments.engine import Engine, _Throttled, current_engine, using_engine  # noqa: F401
-from symformer.experiments.ray_engine import RayEngine, _check_reachable
-from symformer.experiments.submitit_engine import SLOT_TIME_MIN, SubmititEngine, _ended_why  # noqa: F401
+from symformer._validation import check_device
+from symformer.runner.engine import Engine, _Throttled, current_engine, using_engine  # noqa: F401
+from symformer.runner.ray_engine import RayEngine, _check_reachable
+from symformer.runner.submitit_engine import SLOT_TIME_MIN, SubmititEngine, _ended_why  # noqa: F401
 
 EXECUTORS = ("local", "submitit", "ray")
 EXTRAS = {"submitit": ("submitit", "slurm"), "ray": ("ray", "ray")}  # engine: (module, symformer extra)
-
-
-def check_device(device: str) -> None:
-    """`--device`: cpu, or cuda where torch finds a CUDA device; a ValueError of one line otherwise."""
-    if device not in ("cpu", "cuda"):
-        raise ValueError(f"--device: got {device!r}, expected cpu or cuda")
-    if device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ValueError(
-                "--device: got 'cuda', expected a CUDA device, and torch finds none on this machine (give --device cpu)"
-            )
 
 
 def make_engine(
@@ -61,14 +49,15 @@ def make_engine(
     ray_address: str | None = None,
 ) -> Engine:
     """The engine `reproduce --executor NAME` runs on; bad input is a ValueError of one line naming the option.
-    `gpus_per_job` None: one GPU per job (slot) on submitit and Ray with --device cuda, else none."""
+    `gpus_per_job` None: one GPU per job (slot) on submitit and Ray with --device cuda (or cuda:N), else none."""
     import importlib.util
 
     if name not in EXECUTORS:
         raise ValueError(f"--executor: got {name!r}, expected one of {', '.join(EXECUTORS)}")
+    cuda = device == "cuda" or device.startswith("cuda:")  # the form is checked below, with the option's name
     if gpus_per_job is None:
-        gpus_per_job = 1 if device == "cuda" and name != "local" else 0
-    if gpus_per_job and device != "cuda":
+        gpus_per_job = 1 if cuda and name != "local" else 0
+    if gpus_per_job and not cuda:
         raise ValueError(
             f"--gpus-per-job: got {gpus_per_job} with --device {device}, expected --device cuda "
             "(GPUs are reserved only for jobs that run on them)"
@@ -79,8 +68,7 @@ def make_engine(
 
     cluster = os.environ.get("SYMFORMER_SUBMITIT_CLUSTER") or ("slurm" if shutil.which("sbatch") else "local")
     elsewhere = (name == "submitit" and cluster != "local") or (name == "ray" and ray_address is not None)
-    if not (device == "cuda" and elsewhere):  # a cluster's driver (a login node) need not have its jobs' GPUs
-        check_device(device)
+    check_device(device, "--device", here=not (cuda and elsewhere))  # a cluster's driver need not have its jobs' GPUs
     if name == "local":
         for opt, val in (("--slurm-partition", partition), ("--slurm-time", time_min), ("--ray-address", ray_address)):
             if val is not None:

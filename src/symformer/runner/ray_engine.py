@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import time
 
-from symformer.experiments.engine import _Throttled
+from symformer.runner.engine import _Throttled
 
 
 class RayEngine(_Throttled):
@@ -20,7 +20,7 @@ class RayEngine(_Throttled):
         cpus_per_job: int = 1,
     ):
         super().__init__(device)
-        import ray
+        import ray  # optional (the ray extra): imported when this engine starts, never by `import symformer`
 
         self.ray, self.started = ray, False
         t0 = time.perf_counter()

@@ -6,7 +6,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from symformer.experiments.engine import Engine
+from symformer.runner import slots
+from symformer.runner.engine import Engine
+from symformer.runner.slots import slot_worker
 
 SLOT_TIME_MIN = 24 * 60  # a submitit slot's time limit when --slurm-time is not given
 
@@ -35,7 +37,7 @@ class SubmititEngine(Engine):
         cluster: str | None = None,
     ):
         super().__init__(device)
-        import submitit
+        import submitit  # optional (the slurm extra): imported when this engine starts, never by `import symformer`
 
         t0 = time.perf_counter()
         self.folder = Path(folder).resolve()
@@ -67,14 +69,10 @@ class SubmititEngine(Engine):
             return
         import uuid
 
-        from symformer.experiments import slots
-
         self.queue = slots.Queue(self.folder / f"queue-{uuid.uuid4().hex[:12]}")
 
     def _take_over(self, record_dir: Path | None) -> None:
         """The first batch for a records folder stops an earlier (killed) driver's queue for that folder."""
-        from symformer.experiments import slots
-
         key = str(Path(record_dir).resolve()) if record_dir is not None else None
         if key is None or key in self._served:
             return
@@ -86,7 +84,7 @@ class SubmititEngine(Engine):
     def _cancel_listed(self, old: Path) -> None:
         """A killed driver's Slurm slots are cancelled (their running job is rerun here, from its checkpoints);
         its local slots only stop taking jobs (submitit's local jobs are this driver's children only)."""
-        import submitit
+        import submitit  # optional (the slurm extra), as in __init__
 
         for line in (old / "slots.txt").read_text().split() if (old / "slots.txt").exists() else []:
             if self.ex.cluster == "slurm":
@@ -96,8 +94,6 @@ class SubmititEngine(Engine):
                     pass
 
     def _spawn(self, call: Callable, n: int) -> None:
-        from symformer.experiments.slots import slot_worker
-
         for _ in range(n):
             self._count["slot"] += 1
             sid = f"slot{self._count['slot']:03d}"
