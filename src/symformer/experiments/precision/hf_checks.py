@@ -17,7 +17,7 @@ HF_PRECISION_FAMILIES = ("llama", "qwen3", "gpt_neox", "deepseek_v2")
 def _sharpen(model, factor: float) -> None:
     """Scale what feeds the rotation (the q/k norm weights where the family norms q and k, else the q and k
     projections; MLA: q_proj and kv_a_proj_with_mqa) so the logits are large and position errors show."""
-    from symformer.integrations._hf_common import attention_modules, qk_norms
+    from symformer.integrations.hf._common import attention_modules, qk_norms
 
     for attn in attention_modules(model):
         norms = qk_norms(attn)
@@ -39,7 +39,7 @@ def hf_base_model(
     import transformers as tf
 
     from symformer.experiments.hf.families import FAMILY_MODELS, QK_NORM_FAMILIES
-    from symformer.integrations._hf_common import attention_modules, qk_norms
+    from symformer.integrations.hf._common import attention_modules, qk_norms
 
     check_choice("family", family, tuple(FAMILY_MODELS))
     conf, cls, extra = FAMILY_MODELS[family]
