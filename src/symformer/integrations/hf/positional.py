@@ -12,11 +12,15 @@ train and go through `state_dict`, `save_pretrained` and `from_pretrained`:
   or `symformer.integrations.hf.from_pretrained(LlamaForCausalLM, folder)` rebuilds the patched model and loads
   the part's parameters with the rest.
 
-Every part starts from the model's own rotary frequencies (its `inv_freq`, i.e. `rope_theta` and the rope
-scaling type; per layer type where the model keeps one table per type, as Gemma 3's sliding and full layers), in
-the model's "half" pairing: "rope" is exactly the model's RoPE, "string" with its Cayley
-factor P = I too (T3.1: cayley(0) = I), and "espr" (d_act = head_dim) starts from the same commuting
-generators (T2.3 with U = I), so an ESPR-patched model is the unpatched one until training moves it.
+The parts are those of the rotary contract (positional.base.RotaryPositional), never names: every registered rotary
+part whose class implements `from_frequencies` (POSITIONALS), built by
+`cls.from_frequencies(inv_freq, pairing, base=..., **options)`, in the model's pairing where the part has pairs
+(`pairings`), and refused where the model rotates part of each head unless `partial_head`. So every part starts from
+the model's own rotary frequencies (its `inv_freq`, i.e. `rope_theta` and the rope scaling type; per layer type where
+the model keeps one table per type, as Gemma 3's sliding and full layers), in the model's "half" pairing: "rope" is
+exactly the model's RoPE, "string" with its Cayley factor P = I too (T3.1: cayley(0) = I), and "espr" (d_act =
+head_dim) starts from the same commuting generators (T2.3 with U = I), so an ESPR-patched model is the unpatched one
+until training moves it.
 
 Precision: a part is never cast to a 16-bit model dtype (a float64 model gets a float64 part). Its parameters are a
 float32 master (positional.base.Float32Master: built in float32 when the model is built in 16 bits, kept float32 by
