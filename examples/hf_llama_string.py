@@ -16,7 +16,7 @@ import torch
 
 from symformer.data import load_char_text
 from symformer.integrations import hf
-from symformer.integrations.hf_lm import TinyLlama, n_parameters, tiny_llama, train_lm
+from symformer.integrations.hf.lm import TinyLlama, n_parameters, tiny_llama, train_lm
 
 PARTS = {"native RoPE": (None, {}),
          "STRING": ("string", {}),      # Cayley-STRING, P = I at init: starts as the model's RoPE, learns P

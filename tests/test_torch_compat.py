@@ -61,7 +61,7 @@ def test_transformers_without_torch_is_refused_in_one_line(monkeypatch):
     multi-paragraph ImportError at the first model class), and the experiments that need it report the reason."""
     tf = pytest.importorskip("transformers")
     from symformer.experiments.base import load_all
-    from symformer.integrations._hf_common import hf_unavailable, require_transformers
+    from symformer.integrations.hf._common import hf_unavailable, require_transformers
 
     monkeypatch.setattr(tf.utils, "is_torch_available", lambda: False)
     problem = hf_unavailable()

@@ -176,8 +176,8 @@ def bench_section(suite: str, root: Path = ROOT) -> str:
 
 def family_table() -> str:
     """The Hugging Face family table, rendered from the integration's per-family records
-    (`symformer.integrations.hf_families.family_table_markdown`): never written by hand."""
-    from symformer.integrations.hf_families import family_table_markdown
+    (`symformer.integrations.hf.families.family_table_markdown`): never written by hand."""
+    from symformer.integrations.hf.families import family_table_markdown
 
     return family_table_markdown()
 

@@ -7,9 +7,9 @@ from contextlib import contextmanager
 
 import torch
 
-from symformer.integrations.hf_families import family_record, family_records, register_family
+from symformer.integrations.hf.families import family_record, family_records, register_family
 
-#: the family test matrix: every registered record (integrations.hf_families), whose tiny configs the experiment reads
+#: the family test matrix: every registered record (integrations.hf.families), whose tiny configs the experiment reads
 FAMILIES = tuple(r.name for r in family_records())
 
 
@@ -30,7 +30,7 @@ def transformers_or_skip():
     here: transformers missing, or unable to use this torch (transformers 5 disables PyTorch < 2.6)."""
     import pytest
 
-    from symformer.integrations._hf_common import hf_unavailable
+    from symformer.integrations.hf._common import hf_unavailable
 
     problem = hf_unavailable()
     if problem is not None:
@@ -109,7 +109,7 @@ def ids(batch: int = 2, n: int = 16, vocab: int = 40, seed: int = 1) -> torch.Te
 
 def logits(model, x, **kw):
     """The full forward's logits: no cache (a model configured with FAVOR+ / PLASH would otherwise fill a state
-    cache, hf_cache.install_forward_cache, whose prefill rounds differently in float32)."""
+    cache, hf.cache.install_forward_cache, whose prefill rounds differently in float32)."""
     kw.setdefault("use_cache", False)
     with torch.no_grad():
         return model(x, **kw).logits

@@ -18,7 +18,7 @@ from tests.integrations._hf_models import patched as _patched  # noqa: E402
 
 from symformer._rng import derived_seed  # noqa: E402
 from symformer.integrations import hf  # noqa: E402
-from symformer.integrations._hf_common import (  # noqa: E402
+from symformer.integrations.hf._common import (  # noqa: E402
     attention_modules,
     partial_rotary_factor,
 )
@@ -395,7 +395,7 @@ def test_yarn_with_a_partial_rotary_embedding_is_refused():
 
 
 @pytest.mark.parametrize(
-    "family,positional,module", [("ministral3", "espr", "hf_positional"), ("mistral4", "rope", "hf_mla")]
+    "family,positional,module", [("ministral3", "espr", "hf.positional"), ("mistral4", "rope", "hf.mla")]
 )
 def test_query_position_scaling_is_kept(monkeypatch, family, positional, module):
     """Ministral 3 (and Mistral Small 4's MLA) multiply their rotated queries by 1 + beta log(1 + floor(position /

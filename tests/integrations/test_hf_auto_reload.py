@@ -68,7 +68,7 @@ def test_plain_load_fails_loudly(saved, loader):
 
 
 def test_attn_implementation_sdpa_still_loads_a_plain_model(saved):
-    """Asking for a transformers implementation loads the folder as a plain model, by choice (hf_reload)."""
+    """Asking for a transformers implementation loads the folder as a plain model, by choice (hf.reload)."""
     import transformers as tf
 
     _, folder, ids, ref = saved

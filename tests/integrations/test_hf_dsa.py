@@ -13,7 +13,7 @@ transformers_or_skip()
 from tests.integrations._hf_models import check_gradient_action, float64_reference, ids, logits, tiny  # noqa: E402
 
 from symformer.integrations import hf  # noqa: E402
-from symformer.integrations._hf_common import attention_modules  # noqa: E402
+from symformer.integrations.hf._common import attention_modules  # noqa: E402
 
 DSA = ("deepseek_v32", "glm_moe_dsa")
 SPARSE = {"index_topk": 6}

@@ -17,8 +17,8 @@ from tests.integrations._hf_models import logits as _logits  # noqa: E402
 from tests.integrations._hf_models import patched as _patched  # noqa: E402
 
 from symformer.integrations import hf  # noqa: E402
-from symformer.integrations._hf_common import attention_modules, partial_rotary_factor  # noqa: E402
-from symformer.integrations.hf_families import family_record  # noqa: E402
+from symformer.integrations.hf._common import attention_modules, partial_rotary_factor  # noqa: E402
+from symformer.integrations.hf.families import family_record  # noqa: E402
 
 
 @pytest.mark.parametrize("family", ["llama", "gemma"])
@@ -205,7 +205,7 @@ def test_input_dtype_eager_is_hf_eager_in_float32_and_float64_in_float64(family)
     float64 inputs its probabilities are float64 numbers (HF's: float32)."""
     import inspect
 
-    from symformer.integrations.hf_exact import input_dtype_eager
+    from symformer.integrations.hf.exact import input_dtype_eager
 
     model = tiny(family)
     attn = attention_modules(model)[0]

@@ -1,4 +1,4 @@
-"""Family records (integrations.hf_families): one valid record per supported family, the views and the docs table
+"""Family records (integrations.hf.families): one valid record per supported family, the views and the docs table
 derived from them, the checks at registration, and a toy family that is one record and nothing else: registered in
 this test alone (GLM's classes under a new model_type), it passes the parity and invariance checks every family runs,
 and a wrong field in its record makes them fail."""
@@ -23,8 +23,9 @@ from tests.integrations._hf_models import (  # noqa: E402
 )
 
 from symformer.experiments.hf import FAMILY_MODELS  # noqa: E402
-from symformer.integrations import _hf_common, hf  # noqa: E402
-from symformer.integrations.hf_families import (  # noqa: E402
+from symformer.integrations import hf  # noqa: E402
+from symformer.integrations.hf import _common  # noqa: E402
+from symformer.integrations.hf.families import (  # noqa: E402
     FamilyRecord,
     family_record,
     family_records,
@@ -53,7 +54,7 @@ def test_every_supported_family_has_one_record_and_the_views_follow_them():
     assert len(names) == len(set(names)) == 69 and tuple(names) == FAMILIES  # the family test matrix
     assert dict(FAMILY_MODELS) == {r.name: (r.config_class, r.model_class, r.tiny_config()) for r in records}
     assert dict(hf.FAMILIES) == {r.name: r.attention for r in records}
-    assert set(_hf_common.GATED_OUTPUT) == {"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "afmoe"}
+    assert set(_common.GATED_OUTPUT) == {"qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "afmoe"}
     assert "toy_glm" not in hf.FAMILIES
 
 
@@ -71,7 +72,7 @@ def test_a_new_family_is_one_record(toy):
     generic STRING, ESPR refused by name on a partial rotary, and the views list it."""
     assert toy in hf.FAMILIES and toy in FAMILY_MODELS
     model = tiny(toy)
-    assert _hf_common.family_of(model) == toy and _hf_common.rope_pairing(model.config) == "interleaved"
+    assert _common.family_of(model) == toy and _common.rope_pairing(model.config) == "interleaved"
     for positional in ("rope", "string"):
         assert parity_error(toy, positional) <= 1e-10
     assert invariance_error(toy) <= 1e-10

@@ -13,7 +13,7 @@ transformers_or_skip()
 from tests.integrations._hf_models import tiny  # noqa: E402
 
 from symformer.integrations import hf  # noqa: E402
-from symformer.integrations.hf_cache import cache_kwargs  # noqa: E402
+from symformer.integrations.hf.cache import cache_kwargs  # noqa: E402
 
 OPTIONS = {
     "favor": {"n_features": 16, "chunk_size": 4, "seed": 0},

@@ -1,5 +1,5 @@
 """generate() and cached decoding of HF models configured with FAVOR+ / PLASH (hf.configure): the decoding states
-live in a StateCache (integrations.hf_cache); every decoded token's logits equal the full causal forward's (float64,
+live in a StateCache (integrations.hf.cache); every decoded token's logits equal the full causal forward's (float64,
 grouped-query attention, a left-padded row, a prompt across several PLASH blocks / FAVOR+ chunks)."""
 
 import copy
@@ -13,7 +13,7 @@ transformers_or_skip()
 from tests.integrations._hf_models import tiny  # noqa: E402
 
 from symformer.integrations import hf  # noqa: E402
-from symformer.integrations.hf_cache import cache_kwargs, state_cache  # noqa: E402
+from symformer.integrations.hf.cache import cache_kwargs, state_cache  # noqa: E402
 
 OPTIONS = {  # favor: seed 0, the default these checks ran with before seed=None meant torch's global generator
     "favor": {"n_features": 16, "chunk_size": 4, "seed": 0},
@@ -119,7 +119,7 @@ def test_cache_of_another_model_or_kind_is_refused():
 
 
 def test_a_mask_the_cores_cannot_honour_is_refused():
-    from symformer.integrations.hf_attention import split_state_mask
+    from symformer.integrations.hf.attention import split_state_mask
 
     window = torch.ones(4, 6, dtype=torch.bool).tril(2) & ~torch.ones(4, 6, dtype=torch.bool).tril(-1)
     with pytest.raises(ValueError, match="^attention_mask: .*sliding window"):

@@ -14,7 +14,7 @@ from torch._dynamo.testing import CompileCounter  # noqa: E402
 
 import symformer  # noqa: E402
 from symformer.integrations import hf  # noqa: E402
-from symformer.integrations.hf_cache import cache_kwargs, state_cache  # noqa: E402
+from symformer.integrations.hf.cache import cache_kwargs, state_cache  # noqa: E402
 from symformer.profiling import OpCounter  # noqa: E402
 
 OPTIONS = {
@@ -57,7 +57,7 @@ def _run(m, ids, mask, pos):
 
 @pytest.mark.parametrize("kind", ["favor", "plash"])
 def test_padded_decoding_and_training_make_no_host_sync_and_equal_the_cpu_path(kind):
-    """The masks are not classified by reading them (hf_attention, masks section) and the mask builder does not
+    """The masks are not classified by reading them (hf.attention, masks section) and the mask builder does not
     test whether the padding hides anything: no sync; the outputs equal those of the checked CPU path."""
     m, (ids, mask, pos) = _model(kind), _batch()
     checked, _, _ = _run(m, ids, mask, pos)
@@ -135,7 +135,7 @@ def test_masks_the_cores_cannot_honour_fail_loudly_without_value_reads():
     """Off the value-reading path (a GPU by default) the mask's structure is asserted on the device
     (torch._assert_async, no host sync): a sliding window, a per-head mask or a bias fails the step, never a silent
     wrong answer. On the CPU the device assert raises at once, with the same text as the CPU path's ValueError."""
-    from symformer.integrations.hf_attention import mask_structure, split_state_mask
+    from symformer.integrations.hf.attention import mask_structure, split_state_mask
     from symformer.profiling import OpCounter
 
     tril = torch.ones(3, 3, dtype=torch.bool).tril()

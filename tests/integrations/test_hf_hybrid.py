@@ -15,7 +15,7 @@ transformers_or_skip()
 from tests.integrations._hf_models import check_gradient_action, float64_reference, ids, teleport_in_plain_loop, tiny  # noqa: E402
 
 from symformer.integrations import hf  # noqa: E402
-from symformer.integrations._hf_common import attention_modules, qk_norms  # noqa: E402
+from symformer.integrations.hf._common import attention_modules, qk_norms  # noqa: E402
 
 
 @pytest.mark.parametrize("family", ["lfm2", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"])
@@ -138,8 +138,8 @@ def test_qwen3_5_multimodal_table_in_float64_and_grid_positions_refused():
     grid (a wrong mrope_section does not); the parts take text positions (three equal streams) and refuse a grid."""
     import transformers as tf
 
-    from symformer.integrations._hf_common import token_positions
-    from symformer.integrations.hf_exact import Float64MropeTable
+    from symformer.integrations.hf._common import token_positions
+    from symformer.integrations.hf.exact import Float64MropeTable
 
     cfg = tf.Qwen3_5TextConfig(
         hidden_size=64,

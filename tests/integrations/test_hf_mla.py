@@ -16,7 +16,7 @@ transformers_or_skip()
 from tests.integrations._hf_models import float64_reference, ids, logits, teleport_in_plain_loop, tiny  # noqa: E402
 
 from symformer.integrations import hf  # noqa: E402
-from symformer.integrations._hf_common import attention_modules, check_layer, rope_pairing  # noqa: E402
+from symformer.integrations.hf._common import attention_modules, check_layer, rope_pairing  # noqa: E402
 
 DSA = ("deepseek_v32", "glm_moe_dsa")  # MLA with DeepSeek sparse attention (an indexer picks each query's keys)
 MLA = ("deepseek_v2", "deepseek_v3", "glm4_moe_lite", "longcat_flash", "mistral4", "minicpm3", *DSA)

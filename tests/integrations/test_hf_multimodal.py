@@ -13,7 +13,7 @@ transformers_or_skip()
 from tests.integrations._hf_models import float64_reference, ids, logits  # noqa: E402
 
 from symformer.integrations import hf  # noqa: E402
-from symformer.integrations._hf_common import attention_modules, model_family  # noqa: E402
+from symformer.integrations.hf._common import attention_modules, model_family  # noqa: E402
 
 _TEXT = dict(
     vocab_size=300,

@@ -20,7 +20,8 @@ from tests.integrations._hf_models import (  # noqa: E402
     tiny,
 )
 
-from symformer.integrations import _hf_common, hf  # noqa: E402
+from symformer.integrations import hf  # noqa: E402
+from symformer.integrations.hf import _common  # noqa: E402
 
 
 def _model(positional=None, **opts):
@@ -71,7 +72,7 @@ def test_a_scaling_on_the_projections_breaks_the_logits():
     model, x = _model(), ids(n=24)
     ref = logits(model, x)
     u = qk_group_for(RoPE(8), 8).random((1,), torch.Generator().manual_seed(2))[0]
-    attn = _hf_common.attention_modules(model)[0]
+    attn = _common.attention_modules(model)[0]
     with torch.no_grad():
         attn.q_proj.weight[:8] = u @ attn.q_proj.weight[:8]
         attn.k_proj.weight[:8] = torch.linalg.inv(u).T @ attn.k_proj.weight[:8]

@@ -1,5 +1,5 @@
 """A folder saved from a model with a positional patch and no attention cores (issue 58, item 1): its config.json names
-transformers' implementation under a symformer name (hf_reload.SAVED_POSITIONAL), `hf.from_pretrained` restores the
+transformers' implementation under a symformer name (hf.reload.SAVED_POSITIONAL), `hf.from_pretrained` restores the
 part and runs transformers' own implementation, and a plain transformers load fails loudly instead of returning a
 model that rotates with the native RoPE and has dropped the part's parameters."""
 
@@ -14,7 +14,7 @@ transformers_or_skip()
 from tests.integrations._hf_models import ids, logits, tiny  # noqa: E402
 
 from symformer.integrations import hf  # noqa: E402
-from symformer.integrations.hf_reload import SAVED_POSITIONAL  # noqa: E402
+from symformer.integrations.hf.reload import SAVED_POSITIONAL  # noqa: E402
 
 FAMILIES = ("llama", "qwen2", "mistral", "gemma2")
 

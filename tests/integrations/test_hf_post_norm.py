@@ -14,7 +14,7 @@ transformers_or_skip()
 from tests.integrations._hf_models import check_gradient_action, float64_reference, ids, logits, tiny  # noqa: E402
 
 from symformer.integrations import hf  # noqa: E402
-from symformer.integrations._hf_common import attention_modules  # noqa: E402
+from symformer.integrations.hf._common import attention_modules  # noqa: E402
 
 HUNYUAN = ("hunyuan_v1_dense", "hunyuan_v1_moe")
 

@@ -93,7 +93,7 @@ def test_cached_decode_keeps_positions_exact():
     the exact int64 positions (bfloat16 would hand it 2016 for 2017), and the decoded logits are as accurate as the
     native model's."""
     from symformer.integrations import hf
-    from symformer.integrations.hf_cache import cache_kwargs
+    from symformer.integrations.hf.cache import cache_kwargs
 
     dtype, prefill = torch.bfloat16, N_TOKENS - 32
     base, x, ref = _case("llama", dtype)
@@ -117,7 +117,7 @@ def test_cached_decode_keeps_positions_exact():
 
 
 def test_token_positions_dtypes():
-    from symformer.integrations._hf_common import token_positions
+    from symformer.integrations.hf._common import token_positions
 
     q16, q64 = torch.zeros(1, 1, 3, 8, dtype=torch.bfloat16), torch.zeros(1, 1, 3, 8, dtype=torch.float64)
     ids = torch.tensor([[255, 256, 257]])

@@ -1,4 +1,4 @@
-"""save_pretrained / from_pretrained of HF models configured with FAVOR+ or PLASH (hf_reload): the implementation,
+"""save_pretrained / from_pretrained of HF models configured with FAVOR+ or PLASH (hf.reload): the implementation,
 its options and every core's buffers and parameters come back, alone and with a patched positional part, in float32
 (logits exactly equal) and with dtype=torch.bfloat16 (the FAVOR+ features stay a float32 master), and the reloaded
 model still generates with its state cache."""
@@ -66,7 +66,7 @@ def test_pretrained_favor_plash_reload_exactly(tmp_path, kind, positional):
             sa, sb = a.state_dict(), b.state_dict()
             assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
         assert (logits(loaded, x) - logits(model, x)).abs().max().item() == 0.0
-    # generate() of the reload keeps decoding states (hf_cache) and decodes the original's tokens
+    # generate() of the reload keeps decoding states (hf.cache) and decodes the original's tokens
     out = loaded.generate(x[:, :5], max_new_tokens=4, do_sample=False, return_dict_in_generate=True)
     cache = getattr(out, "past_key_values", None) or getattr(out, "cache", None)
     assert type(cache.layers[0]).__name__ == "StateLayer"

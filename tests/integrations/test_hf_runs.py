@@ -18,14 +18,14 @@ def test_hf_experiment_is_registered():
 
 def test_hf_parity_covers_every_supported_family():
     from symformer.experiments.hf import FAMILY_MODELS
-    from symformer.integrations._hf_common import FAMILIES
+    from symformer.integrations.hf._common import FAMILIES
 
     assert set(FAMILY_MODELS) == set(FAMILIES)
 
 
 def test_hf_teleport_invariance_rows_cover_every_family():
     from symformer.experiments.hf import FAMILY_MODELS, teleport_invariance
-    from symformer.integrations._hf_common import GATED_OUTPUT  # diagonal V / O factors under their output gates
+    from symformer.integrations.hf._common import GATED_OUTPUT  # diagonal V / O factors under their output gates
 
     tel = teleport_invariance(0)
     assert set(tel) == {"native_rope", "string", "espr"} | {f"{f}_native_rope" for f in FAMILY_MODELS if f != "llama"}

@@ -19,8 +19,9 @@ from tests.integrations._hf_models import (  # noqa: E402
 )
 
 from symformer.experiments.hf import QK_NORM_FAMILIES  # noqa: E402
-from symformer.integrations import hf, hf_teleport  # noqa: E402
-from symformer.integrations._hf_common import attention_modules, fused_qkv, out_proj, qk_norms  # noqa: E402
+from symformer.integrations import hf  # noqa: E402
+from symformer.integrations.hf import teleport as hf_teleport  # noqa: E402
+from symformer.integrations.hf._common import attention_modules, fused_qkv, out_proj, qk_norms  # noqa: E402
 from symformer.teleport import GroupElement, symmetry_group  # noqa: E402
 
 CASES = [

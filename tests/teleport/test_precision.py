@@ -160,7 +160,7 @@ def test_bf16_teleport_step_applies_without_invariance_skips(device):
         assert all(p.dtype == BF16 and p.grad.dtype == BF16 for p in G.parameters())
 
 
-# ---------------------------------------------------------------- Hugging Face models (integrations.hf_teleport)
+# ---------------------------------------------------------------- Hugging Face models (integrations.hf.teleport)
 HF_FAMILIES = ["llama", "qwen3", "gpt_neox", "mixtral"]  # plain GQA, q/k norms, fused QKV + partial rotary, MoE
 
 
@@ -171,7 +171,7 @@ def test_hf_bf16_teleport(family, device):
     transformers_or_skip()
     from tests.integrations._hf_models import ids, tiny
 
-    from symformer.integrations.hf_teleport import register_hf_groups
+    from symformer.integrations.hf.teleport import register_hf_groups
 
     register_hf_groups()  # symmetry_group (here _group) then builds the HF families' groups
 

@@ -14,6 +14,10 @@ and its tests, and it then runs in `models.CausalLM.generate`, HF `generate()` (
   (num_return_sequences), `nbytes()` is the memory the state holds (constant in the context length).
 * `DecodingCore.value_dim_equals_head_dim`: the core needs Dv = Dh (PLASH's mixer runs at one head size); a host
   pads narrower values (multi-head latent attention) with zero columns and slices them off the output.
+* `DecodingCore.builds_lazily`: a host may build the core on a layer's first forward (FAVOR+: fixed random features,
+  nothing to train); False where it has trainable parameters an optimizer must see from the start (PLASH), so a host
+  requires the core to be configured before the forward. False by default: a new core is configured explicitly
+  unless it says otherwise.
 """
 
 from __future__ import annotations
@@ -41,6 +45,12 @@ class DecodingCore(AttentionCore):
     """Base of the cores that decode with a constant-size state (module doc)."""
 
     value_dim_equals_head_dim = False
+    builds_lazily = False
+
+    def __init__(self, head_dim: int | None = None) -> None:
+        """head_dim: the head size a host builds the core for (`ATTENTION.build(name, head_dim=, n_heads=, d_model=,
+        **options)` passes the keys a constructor names); a core that needs none takes this constructor."""
+        super().__init__()
 
     def init_state(self, batch: int | None = None, max_len: int | None = None) -> DecodingState:
         raise NotImplementedError(f"{type(self).__name__}.init_state")

@@ -425,6 +425,7 @@ class FavorAttention(DecodingCore):
     """
 
     supports_causal = True
+    builds_lazily = True  # fixed random features, nothing to train: a host may build it on first use
 
     def __init__(
         self,

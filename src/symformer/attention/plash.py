@@ -164,6 +164,8 @@ class PlashAttention(DecodingCore):
     """
 
     supports_causal = True  # through the chunked-prefix variant (module docstring)
+    value_dim_equals_head_dim = True  # the mixer runs at one head size: narrower values are zero-padded by the host
+    builds_lazily = False  # trainable parameters: configured before the forward, so the optimizer sees them
 
     def __init__(
         self,

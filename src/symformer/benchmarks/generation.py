@@ -1,6 +1,6 @@
 """`generation` suite: per-token decoding latency and state memory of a config-built ~20M-parameter Llama with
 SDPA and a KV cache (transformers' DynamicCache) and with every registered decoding core (attention.decoding_cores:
-FAVOR+ and PLASH; symformer decoding states in a StateCache, integrations.hf_cache), at contexts 1k, 4k, 16k (and
+FAVOR+ and PLASH; symformer decoding states in a StateCache, integrations.hf.cache), at contexts 1k, 4k, 16k (and
 64k without --quick, where SDPA's cache of 1.6 GB is filled with random keys and values rather than prefilled
 quadratically), batch 1, in one process.
 
@@ -27,7 +27,7 @@ from symformer._rng import seeded_generator
 from symformer.attention.decoding import decoding_cores
 from symformer.benchmarks._hf_llama import config_llama
 from symformer.benchmarks.base import BenchContext, BenchResult, suite, timed_call
-from symformer.integrations.hf_cache import cache_kwargs
+from symformer.integrations.hf.cache import cache_kwargs
 
 VOCAB = 256
 SPEC = dict(
@@ -72,7 +72,7 @@ def _model(method: str, seed: int, max_len: int):
 def _cache(model, method: str):
     import transformers as tf
 
-    from symformer.integrations.hf_cache import state_cache
+    from symformer.integrations.hf.cache import state_cache
 
     return tf.DynamicCache(config=model.config) if method == "sdpa" else state_cache(model)
 

@@ -139,7 +139,7 @@ class Decoding:
     def __init__(self, model, core: str, prefill: int, seed: int, static_len: int | None = None):
         import transformers as tf
 
-        from symformer.integrations.hf_cache import cache_kwargs, state_cache
+        from symformer.integrations.hf.cache import cache_kwargs, state_cache
 
         self.model = model
         dev = next(model.parameters()).device

@@ -19,7 +19,7 @@ METHODS = {"hf_llama_native_rope": (None, {}), "hf_llama_string": ("string", {})
 
 
 def _step_fn(model, x, y):
-    from symformer.integrations.hf_lm import lm_loss
+    from symformer.integrations.hf.lm import lm_loss
 
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
@@ -36,7 +36,7 @@ def hf_rows(res: BenchResult, ctx: BenchContext) -> None:
     try:
         import transformers  # noqa: F401
 
-        from symformer.integrations.hf_lm import TinyLlama, n_parameters, tiny_llama
+        from symformer.integrations.hf.lm import TinyLlama, n_parameters, tiny_llama
     except ImportError:
         res.notes.append("hf_llama_* rows skipped: transformers is not installed (pip install 'symformer[hf]')")
         return

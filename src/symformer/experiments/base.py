@@ -39,7 +39,7 @@ class ExperimentSpec:
                 return f"needs {mod} (pip install 'symformer[{extra}]')"
             if mod == "transformers":  # installed is not enough: transformers 5 disables PyTorch < 2.6
                 # optional: needs transformers (the hf extra)
-                from symformer.integrations._hf_common import hf_unavailable
+                from symformer.integrations.hf._common import hf_unavailable
 
                 problem = hf_unavailable()
                 if problem is not None:

@@ -117,6 +117,22 @@ class ESPR(RotaryPositional):
     """
 
     commuting = False  # the generators are free (T1.1 without the commuting hypothesis)
+    pairings = PAIRINGS
+    partial_head = False  # the logit scale 1/sqrt(d_act) (T4.4) is stated for a whole projected head
+
+    @classmethod
+    def from_frequencies(cls, inv_freq: torch.Tensor, pairing: str = "half", **options) -> ESPR:
+        """ESPR on 2 len(inv_freq) coordinates (1-D positions). At its commuting init on the whole head (d_act =
+        head_dim, commuting_init, no init_scale) its generators are RoPE's with beta = inv_freq (Dh/2,) in pair layout
+        `pairing` (T2.3 with U = I), so it is exactly that RoPE until training moves it; otherwise its generators are
+        the constructor's (RoPE's of `base` on the d_act block, plus init_scale noise). `options` go to the
+        constructor."""
+        dim = 2 * inv_freq.numel()
+        part = cls(dim, 1, pairing=pairing, **options)
+        if part.d_act == dim and options.get("commuting_init", True) and options.get("init_scale") is None:
+            gen = generators_from_beta(inv_freq.reshape(-1, 1), dim, pairing)
+            part.set_generators(gen.to(device=part.gen_param.device, dtype=part.gen_param.dtype))
+        return part
 
     def __init__(
         self,

@@ -245,6 +245,17 @@ class RoPE(RotaryPositional):
         True
     """
 
+    pairings = PAIRINGS
+
+    @classmethod
+    def from_frequencies(cls, inv_freq: torch.Tensor, pairing: str = "half", **options) -> RoPE:
+        """RoPE on 2 len(inv_freq) coordinates (1-D positions) with beta = inv_freq (Dh/2,): a model's own frequencies,
+        copied rather than recomputed from a base, in pair layout `pairing`; `options` go to the constructor."""
+        part = cls(2 * inv_freq.numel(), 1, pairing=pairing, **options)
+        with torch.no_grad():
+            part.beta.copy_(inv_freq.reshape(-1, 1).to(part.beta.dtype))
+        return part
+
     def __init__(
         self,
         head_dim: int,

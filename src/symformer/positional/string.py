@@ -33,7 +33,7 @@ from symformer.positional.base import (
     table_dtype,
 )
 from symformer.positional.cayley import cayley, skew
-from symformer.positional.rope import RoPE, apply_tables, pair_indices
+from symformer.positional.rope import PAIRINGS, RoPE, apply_tables, pair_indices
 
 
 def _rows_view(x: torch.Tensor) -> bool:
@@ -82,6 +82,17 @@ class STRING(RotaryPositional):
         >>> torch.allclose(qr @ kr.transpose(-1, -2), ref)
         True
     """
+
+    pairings = PAIRINGS
+
+    @classmethod
+    def from_frequencies(cls, inv_freq: torch.Tensor, pairing: str = "half", **options) -> STRING:
+        """STRING on 2 len(inv_freq) coordinates (1-D positions) whose RoPE part has beta = inv_freq (Dh/2,), in pair
+        layout `pairing`: with init_scale 0 (P = I, T3.1) exactly that RoPE (T2.7); `options` go to the constructor."""
+        part = cls(2 * inv_freq.numel(), 1, pairing=pairing, **options)
+        with torch.no_grad():
+            part.rope.beta.copy_(inv_freq.reshape(-1, 1).to(part.rope.beta.dtype))
+        return part
 
     def __init__(
         self,
@@ -291,6 +302,13 @@ class CirculantSTRING(RotaryPositional):
         >>> torch.allclose(qs @ ks.transpose(-1, -2), qr @ kr.transpose(-1, -2))
         True
     """
+
+    @classmethod
+    def from_frequencies(cls, inv_freq: torch.Tensor, pairing: str = "half", **options) -> CirculantSTRING:
+        """Circulant STRING on 2 len(inv_freq) coordinates (1-D positions). It has no coordinate pairs (`pairings` is
+        empty: it rotates in the Fourier basis), so it cannot start as that RoPE: its frequencies are log-spaced from
+        `base` with random signs, as its constructor draws them, and `pairing` is not read."""
+        return cls(2 * inv_freq.numel(), 1, **options)
 
     def __init__(
         self, head_dim: int, coord_dim: int = 1, base: float = 10000.0, learnable: bool = True, seed: int | None = None

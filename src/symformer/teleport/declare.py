@@ -14,7 +14,7 @@ states what its forward computes, which symformer cannot read from the module:
     (FAVOR+, PLASH: `AttentionCore.exact_softmax` False) is refused up front with a ValueError naming
     `attention[i]`, as symformer's own layers running them are: their outputs change under the group.
 Each declaration becomes the same AttentionSite (on row blocks of a fused projection: FusedRows) that an HF family
-with that layout produces (integrations.hf_teleport builds those from the helpers here), so the group, its actions
+with that layout produces (integrations.hf.teleport builds those from the helpers here), so the group, its actions
 and the teleporters are the ones every other model uses. A wrong declaration is caught at run time: a teleport that
 moves the batch loss is undone, with one warning per teleport step (teleport.teleport_step).
 """

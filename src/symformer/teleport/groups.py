@@ -1,7 +1,7 @@
 """The symmetry group of a model: the product of its components (component.Component; the kinds in
 attention_parts.py and weight_parts.py), its elements, and `symmetry_group`, which finds the components of a
 symformer model, of declared attention layers (declare.py), or of another library's model through a registered
-builder (`register_group_builder`; symformer.integrations.hf_teleport registers the Hugging Face families).
+builder (`register_group_builder`; symformer.integrations.hf.teleport registers the Hugging Face families).
 
 Per attention layer the group is S_h x (G_QK x GL(d_h))^h (paper Sec. 3): Q rows <- U rows, K rows <- U^{-T} rows,
 V rows <- V rows, O columns <- columns V^{-1} per head, then the heads permuted. Which U are allowed depends on the
@@ -350,7 +350,7 @@ _BUILDERS: dict[str, Callable] = {}
 def register_group_builder(name: str, builder: Callable) -> None:
     """Let symmetry_group understand another library's models: builder(model, positions, ffn) -> SymmetryGroup, or
     None for a model it does not know. Called explicitly by the integration's code that needs it
-    (symformer.integrations.hf_teleport.register_hf_groups); this layer never imports an integration.
+    (symformer.integrations.hf.teleport.register_hf_groups); this layer never imports an integration.
 
     Args:
         name (str): the builder's name (registering a name again replaces its builder).
@@ -457,7 +457,7 @@ def symmetry_group(
             "model",
             type(model).__name__,
             "a model with MultiHeadAttention layers, or attention=[teleport.AttentionLayer(...)] declaring its own; a "
-            "supported HF model: symformer.integrations.hf.symmetry_group (or hf_teleport.register_hf_groups())",
+            "supported HF model: symformer.integrations.hf.symmetry_group (or hf.teleport.register_hf_groups())",
         )
     ffns = [f for f in model.modules() if isinstance(f, FeedForward) and f.activation == "relu"] if ffn else []
     comps = [c for s in sites for c in attention_parts(s)] + [MLPScaling(f) for f in ffns] + parts

@@ -1,7 +1,7 @@
 """Per-layer Q/K groups: which U (q -> U q, k -> U^{-T} k) keep the attention logits of one head, given its
 rotary part (teleportation paper Sec. 3; RoPE: H(d_h) of eq. (9); STRING, ESPR: ours), and `diagonal_blocks`, the
 diagonal part of such a group (the q/k-norm scalings of Qwen3-style layers). Partial rotary parts: BlockGroup.
-DiagonalGroup is the V/O factor where an output gate blocks GL(d_h) (integrations.hf_teleport). The whole-model
+DiagonalGroup is the V/O factor where an output gate blocks GL(d_h) (integrations.hf.teleport). The whole-model
 group is in groups.py.
 """
 

@@ -9,7 +9,7 @@ import torch
 
 from symformer._rng import seed_torch, seeded_generator
 from symformer.experiments.hf.families import FAMILY_MODELS, POST_NORM_FAMILIES, QK_NORM_FAMILIES
-from symformer.integrations._hf_common import attention_modules, post_qk_norms, qk_norms
+from symformer.integrations.hf._common import attention_modules, post_qk_norms, qk_norms
 from symformer.results import Claim, verdict
 
 # the parts trained in part 4, named on purpose (not every registered part): the papers' comparison of RoPE, STRING
@@ -77,7 +77,7 @@ def _logits(model, x):
 
 def parity(seed: int, n: int = 48) -> dict:
     """Max |logit difference|, patched vs native; float64 through exact_float64 (HF's table and RMSNorms are float32
-    for every dtype: hf_exact's docstring), with the untouched float64 model's number kept for the record."""
+    for every dtype: hf.exact's docstring), with the untouched float64 model's number kept for the record."""
     from symformer.integrations.hf import exact_float64  # optional: needs transformers (the hf extra)
 
     x = torch.randint(0, 40, (2, n), generator=seeded_generator(seed))

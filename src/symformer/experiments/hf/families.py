@@ -1,9 +1,9 @@
 """The tiny Hugging Face models of experiment `hf` (and of the precision experiment and the integration tests), as
-live views of the family records (integrations.hf_families): adding a family is its record alone."""
+live views of the family records (integrations.hf.families): adding a family is its record alone."""
 
 from __future__ import annotations
 
-from symformer.integrations.hf_families import FamilyMap, FamilyNames
+from symformer.integrations.hf.families import FamilyMap, FamilyNames
 
 #: family -> (config class, model class, extra config) of the tiny models, in the records' order
 FAMILY_MODELS = FamilyMap(lambda r: (r.config_class, r.model_class, r.tiny_config()))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from symformer.integrations.hf_lm import TinyLlama
+from symformer.integrations.hf.lm import TinyLlama
 
 
 @dataclass(frozen=True)

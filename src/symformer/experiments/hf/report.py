@@ -33,7 +33,7 @@ from symformer.results import Claim, ExperimentResult
 
 def train_runs(ctx: RunContext, plan: HfPlan) -> dict:
     # optional: needs transformers (the hf extra)
-    from symformer.integrations.hf_lm import n_parameters, tiny_llama, train_lm
+    from symformer.integrations.hf.lm import n_parameters, tiny_llama, train_lm
 
     split = load_char_text(
         block=plan.block, data_dir=ctx.data_file("tinyshakespeare.txt").parent, max_chars=plan.max_chars
@@ -99,7 +99,7 @@ def hf_claims(par: dict, fav: dict, tel: dict) -> list[Claim]:
             + ", ".join(f"{k} {v:.1e}" for k, v in par["f64_by_family"].items()),
             par["f32"] <= 1e-5 and par["f64"] <= 1e-10 and max(par["f64_by_family"].values()) <= 1e-10,
             "thresholds 1e-5 (float32) and 1e-10 (float64); float64 models run HF's cos/sin table and RMSNorm "
-            "formulas in float64 (integrations.hf_exact; HF computes both in float32 for every dtype: "
+            "formulas in float64 (integrations.hf.exact; HF computes both in float32 for every dtype: "
             f"{par['f64_untouched_hf_float32_paths']:.1e} between the untouched float64 models)",
             setting,
             "exact identity (no numbers in the paper)",

@@ -19,7 +19,7 @@ def _sharpen(model, factor: float) -> None:
     """Scale what feeds the rotation (the q/k norm weights where the family norms q and k, else the q and k
     projections; MLA: q_proj and kv_a_proj_with_mqa) so the logits are large and position errors show."""
     # optional: needs transformers (the hf extra)
-    from symformer.integrations._hf_common import attention_modules, qk_norms
+    from symformer.integrations.hf._common import attention_modules, qk_norms
 
     for attn in attention_modules(model):
         norms = qk_norms(attn)
@@ -41,7 +41,7 @@ def hf_base_model(
     import transformers as tf
 
     # optional: needs transformers (the hf extra)
-    from symformer.integrations._hf_common import attention_modules, qk_norms
+    from symformer.integrations.hf._common import attention_modules, qk_norms
 
     check_choice("family", family, tuple(FAMILY_MODELS))
     conf, cls, extra = FAMILY_MODELS[family]

@@ -8,15 +8,19 @@ train and go through `state_dict`, `save_pretrained` and `from_pretrained`:
 
 * the patch is recorded in `config.symformer_positional` (saved in config.json);
 * the model's class becomes a subclass (same name prefixed `Symformer`) whose constructor re-applies the
-  patch recorded in its config (hf_reload, shared with the attention cores), so `type(model).from_pretrained(folder)`
+  patch recorded in its config (hf.reload, shared with the attention cores), so `type(model).from_pretrained(folder)`
   or `symformer.integrations.hf.from_pretrained(LlamaForCausalLM, folder)` rebuilds the patched model and loads
   the part's parameters with the rest.
 
-Every part starts from the model's own rotary frequencies (its `inv_freq`, i.e. `rope_theta` and the rope
-scaling type; per layer type where the model keeps one table per type, as Gemma 3's sliding and full layers), in
-the model's "half" pairing: "rope" is exactly the model's RoPE, "string" with its Cayley
-factor P = I too (T3.1: cayley(0) = I), and "espr" (d_act = head_dim) starts from the same commuting
-generators (T2.3 with U = I), so an ESPR-patched model is the unpatched one until training moves it.
+The parts are those of the rotary contract (positional.base.RotaryPositional), never names: every registered rotary
+part whose class implements `from_frequencies` (POSITIONALS), built by
+`cls.from_frequencies(inv_freq, pairing, base=..., **options)`, in the model's pairing where the part has pairs
+(`pairings`), and refused where the model rotates part of each head unless `partial_head`. So every part starts from
+the model's own rotary frequencies (its `inv_freq`, i.e. `rope_theta` and the rope scaling type; per layer type where
+the model keeps one table per type, as Gemma 3's sliding and full layers), in the model's "half" pairing: "rope" is
+exactly the model's RoPE, "string" with its Cayley factor P = I too (T3.1: cayley(0) = I), and "espr" (d_act =
+head_dim) starts from the same commuting generators (T2.3 with U = I), so an ESPR-patched model is the unpatched one
+until training moves it.
 
 Precision: a part is never cast to a 16-bit model dtype (a float64 model gets a float64 part). Its parameters are a
 float32 master (positional.base.Float32Master: built in float32 when the model is built in 16 bits, kept float32 by
@@ -29,15 +33,18 @@ HF's float32 recomputation.
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
+import warnings
+from collections.abc import Iterator, Sequence
 
 import torch
 from torch import nn
 
 from symformer._rng import layer_kwargs
 from symformer._validation import check_choice, fail
-from symformer.integrations._hf_common import (
+from symformer.integrations.hf._common import (
     applies_rope,
     attention_modules,
     call_attention,
@@ -62,11 +69,56 @@ from symformer.integrations._hf_common import (
     text_config,
     token_positions,
 )
-from symformer.integrations.hf_mla import mla_attention_forward
-from symformer.integrations.hf_reload import register_positional, restoring_class
+from symformer.integrations.hf.mla import mla_attention_forward
+from symformer.integrations.hf.reload import (
+    SAVED_POSITIONAL,
+    Restorer,
+    register_positional,
+    register_restorer,
+    restoring_class,
+)
+from symformer.positional import PartialRotary
+from symformer.positional import rotary_parts as registered_rotary_parts
+from symformer.positional.base import RotaryPositional
+from symformer.positional.rope import rope_frequencies
+from symformer.registry import STANDARD_KEYS
 
-POSITIONALS = ("rope", "string", "circulant_string", "espr")
 _ATTN_CLASSES: dict[type, type] = {}
+
+
+# ---------------------------------------------------------------- the parts it takes: the rotary contract
+def _starts_from_frequencies(cls: type) -> bool:
+    """Whether a rotary part says how it starts from a model's frequencies (its class implements from_frequencies)."""
+    return getattr(cls.from_frequencies, "__func__", None) is not RotaryPositional.from_frequencies.__func__
+
+
+def positional_parts() -> dict[str, type]:
+    """name -> class of every registered rotary part (positional.rotary_parts) that implements from_frequencies, in
+    registration order: the parts patch_positional takes, a part registered later included."""
+    return {name: cls for name, cls in registered_rotary_parts().items() if _starts_from_frequencies(cls)}
+
+
+class _PartNames(Sequence):
+    """A live, read-only view of positional_parts()' names (a part registered later is in it)."""
+
+    def __getitem__(self, index):
+        return tuple(positional_parts())[index]
+
+    def __len__(self) -> int:
+        return len(positional_parts())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(tuple(positional_parts()))
+
+    def __contains__(self, name) -> bool:
+        return name in positional_parts()
+
+    def __repr__(self) -> str:
+        return f"POSITIONALS{tuple(self)}"
+
+
+#: the names patch_positional takes (positional_parts), a live view
+POSITIONALS = _PartNames()
 
 
 # ---------------------------------------------------------------- the patched attention forward
@@ -186,9 +238,7 @@ def _float32_inv_freq(rotary: nn.Module, inv: torch.Tensor, layer_type: str | No
     """The float32 table HF's rotary embedding computes at construction (its rope init function), in place of a
     16-bit `inv_freq` left by `.to(torch.bfloat16)` (transformers issue 29496); the rounded table with a warning
     where that function cannot be found."""
-    import warnings
-
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS  # optional dependency: imported on use
 
     kind = getattr(rotary, "rope_type", "default")
     kind = kind.get(layer_type, "default") if isinstance(kind, dict) else kind
@@ -218,11 +268,21 @@ def _layer_type(model: nn.Module, attn: nn.Module) -> str | None:
     return lt if typed else None
 
 
-def _rope_generators(inv_freq: torch.Tensor, head_dim: int, pairing: str) -> torch.Tensor:
-    """(1, Dh, Dh) RoPE generator: beta_u J on the model's pairs, (u, u + Dh/2) or (2u, 2u + 1) (T2.3, U = I)."""
-    from symformer.positional.rope import generators_from_beta
-
-    return generators_from_beta(inv_freq[:, None], head_dim, pairing)
+def _check_part_options(name: str, cls: type, options: dict) -> None:
+    """TypeError naming the options the part's constructor does not take (from_frequencies hands them on; it sets
+    head_dim and coord_dim itself), worded as POSITIONAL.build words it."""
+    params = inspect.signature(cls).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    unknown = sorted(k for k in options if k not in params or k in ("head_dim", "coord_dim"))
+    if unknown:
+        accepted = [
+            k for k, p in params.items() if p.kind is not inspect.Parameter.VAR_POSITIONAL and k not in STANDARD_KEYS
+        ]
+        raise TypeError(
+            f"positional {name!r}: got unknown option(s) {', '.join(unknown)}, "
+            f"expected some of {', '.join(accepted) or '(none)'}"
+        )
 
 
 def _build_part(
@@ -235,37 +295,37 @@ def _build_part(
     part_dim: int | None = None,
 ) -> nn.Module:
     """The part on the first part_dim coordinates (default: the whole head), wrapped in PartialRotary when that
-    is less than the head (Phi-4-mini), starting from the model's own frequencies."""
-    from symformer.positional import POSITIONAL, PartialRotary  # registers the parts
-
+    is less than the head (Phi-4-mini), built by its class's from_frequencies (the rotary contract): in the model's
+    pairing where the part has pairs (`pairings`; an explicit `pairing` option wins), with `base` the option or the
+    model's rope_theta, starting from the model's own frequencies where they apply (a readable table, no `base`
+    option, the model's pairing), else from the RoPE frequencies of `base`, which the part's constructor starts from."""
+    cls = positional_parts()[positional]
     full = head_dim(attn)
     dim = full if part_dim is None else part_dim
+    if dim % 2:
+        fail("head_dim", dim, "an even number of rotated coordinates (a rotary part starts as RoPE, on pairs)")
     opts = dict(options)
-    if positional in ("rope", "string", "espr"):
-        opts.setdefault("pairing", rope_pairing(config))  # HF's rotate-half layout (GLM: interleaved)
+    native = rope_pairing(config)  # HF's rotate-half layout (GLM: interleaved)
+    pairing = opts.pop("pairing", native) if cls.pairings else None
+    if pairing == native and "pairing" not in options and native not in cls.pairings:
+        fail("positional", positional, f"a rotary part with the model's {native!r} pairing (it has {cls.pairings})")
     opts.setdefault("base", rope_theta(config, layer_type))
-    part = POSITIONAL.build(
-        positional, head_dim=dim, coord_dim=1, n_heads=config.num_attention_heads, d_model=config.hidden_size, **opts
-    )
+    _check_part_options(positional, cls, opts)
+    own = inv_freq is not None and "base" not in options and inv_freq.numel() == dim // 2 and pairing in (None, native)
+    freqs = inv_freq if own else rope_frequencies(dim, 1, opts["base"])[:, 0]
+    part = cls.from_frequencies(freqs, **({} if pairing is None else {"pairing": pairing}), **opts)
     w = out_proj(attn).weight
     # never to a 16-bit weight dtype: the float32 master (module docstring); a float64 model gets a float64 part
     part = part.to(device=w.device, dtype=torch.float64 if w.dtype == torch.float64 else None)
-    with torch.no_grad():
-        own_freqs = inv_freq is not None and "base" not in options and inv_freq.numel() == dim // 2
-        if own_freqs and positional in ("rope", "string") and getattr(part, "pairing", None) == rope_pairing(config):
-            beta = part.rope.beta if positional == "string" else part.beta
-            beta.copy_(inv_freq[:, None].to(beta.dtype))  # the model's own frequencies, not a recomputation
-        if (
-            own_freqs
-            and positional == "espr"
-            and part.d_act == dim
-            and options.get("commuting_init", True)
-            and options.get("init_scale") is None
-        ):
-            part.set_generators(_rope_generators(inv_freq, dim, rope_pairing(config)).to(part.gen_param.dtype))
-    if dim == full or is_mla(attn):  # MLA: the part rotates the rope blocks themselves (hf_mla)
+    if dim == full or is_mla(attn):  # MLA: the part rotates the rope blocks themselves (hf.mla)
         return part
     return PartialRotary(part, full).to(device=w.device)
+
+
+def _or_list(names) -> str:
+    """'a, b or c'."""
+    names = list(names)
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
 
 
 def _part_for(
@@ -288,13 +348,14 @@ def _part_for(
             f"a rotary table of {inv_freq.numel()} frequencies",
             f"{dim // 2} (head_dim={head_dim(attn)}, of which the table rotates {dim} coordinates)",
         )
-    if dim < head_dim(attn) and positional == "espr":  # PartialRotary, MLA: no part with its own scale
+    cls = positional_parts()[positional]
+    if dim < head_dim(attn) and not cls.partial_head:  # PartialRotary, MLA: no part with its own scale
+        able = [name for name, c in positional_parts().items() if c.partial_head]
         fail(
             "positional",
             positional,
-            "rope, string or circulant_string where the model rotates part of each head "
-            f"({dim} of {head_dim(attn)} coordinates): ESPR's 1/sqrt(d_act) scale (T4.4) is stated for a whole "
-            "projected head",
+            f"{_or_list(able)} where the model rotates part of each head ({dim} of {head_dim(attn)} coordinates): "
+            f"{cls.__name__}'s logit scale is stated for a whole projected head (RotaryPositional.partial_head)",
         )
     rope_type = str(rope_parameters(cfg, lt).get("rope_type", "default"))
     if rope_type.startswith("dynamic") or rope_type == "longrope":
@@ -304,7 +365,7 @@ def _part_for(
             "a rope type whose table does not change with the sequence length (default, linear, llama3, yarn)",
         )
     if attn_scale != 1.0 and dim < head_dim(attn) and not is_mla(attn):  # HF scales the rotated coordinates only:
-        # not a logit scale (MLA's forward scales its rotated blocks itself: hf_mla)
+        # not a logit scale (MLA's forward scales its rotated blocks itself: hf.mla)
         fail(
             "config.rope_parameters",
             f"rope_type={rope_type!r} (attention_scaling={attn_scale}) with "
@@ -322,13 +383,14 @@ def _check_options(options: dict) -> None:
 
 
 def patch_positional(model: nn.Module, positional: str = "rope", **options) -> nn.Module:
-    """Replace the rotary embedding of every attention layer of a model of a registered family (hf_families) by a
-    symformer part ("rope" | "string" | "circulant_string" | "espr"; `options` go to the part's constructor, e.g.
+    """Replace the rotary embedding of every attention layer of a model of a registered family (hf.families) by a
+    symformer part (one of POSITIONALS: "rope" | "string" | "circulant_string" | "espr", or any rotary part registered
+    in symformer.registry.POSITIONAL that implements from_frequencies; `options` go to the part's constructor, e.g.
     init_scale=0.1 for STRING, d_act=32 for ESPR). Grouped-query attention works (the part rotates the H query
     heads and the H_kv key heads alike). Returns the model (patched in place).
 
     YaRN's table (cos and sin times attention_scaling m) is its rotation with q and k scaled by m: the part does
-    the rotation and the logit scale takes m^2. Multi-head latent attention (DeepSeek-V3: hf_mla) gets its part on
+    the rotation and the logit scale takes m^2. Multi-head latent attention (DeepSeek-V3: hf.mla) gets its part on
     the rope block of each head, and m scales those blocks only, as HF's table does.
 
     ValueError: an unsupported model family, a model patched already, a head_dim the part cannot take (odd
@@ -366,7 +428,7 @@ def patch_positional(model: nn.Module, positional: str = "rope", **options) -> n
         attn.__class__ = _patched_attention_class(type(attn), is_mla(attn))
     config.symformer_positional = {"positional": positional, **options}
     model.__class__ = restoring_class(type(model))
-    register_positional()  # the name its save records (hf_reload.SAVED_POSITIONAL)
+    register_positional()  # the name its save records (hf.reload.SAVED_POSITIONAL)
     return model
 
 
@@ -375,4 +437,24 @@ def rotary_parts(model: nn.Module) -> list[nn.Module]:
     return [a.rotary for a in attention_modules(model) if hasattr(a, "rotary")]
 
 
-__all__ = ["POSITIONALS", "patch_positional", "rotary_parts"]
+# ---------------------------------------------------------------- saving and reloading the patch (hf.reload)
+def _settle_saved(config) -> None:
+    """A folder saved with a positional patch and no cores names SAVED_POSITIONAL's implementation (in its config or
+    its text config): the restored model runs transformers' own, which its save names again."""
+    register_positional()
+    bases = {name: base for base, name in SAVED_POSITIONAL.items()}
+    for c in (config, *(getattr(config, k, None) for k in getattr(config, "sub_configs", {}))):
+        asked = getattr(c, "_attn_implementation_internal", None)
+        if isinstance(asked, str) and asked in bases:
+            c._attn_implementation_internal = bases[asked]
+
+
+def _saved_implementation(model: nn.Module, spec: dict) -> str:
+    """SAVED_POSITIONAL's name for the transformers implementation the language model runs (sdpa for another)."""
+    base = getattr(text_config(model), "_attn_implementation", None)
+    return SAVED_POSITIONAL.get(base, SAVED_POSITIONAL["sdpa"])
+
+
+register_restorer("symformer_positional", Restorer(patch_positional, _settle_saved, _saved_implementation))
+
+__all__ = ["POSITIONALS", "patch_positional", "positional_parts", "rotary_parts"]

@@ -1,11 +1,11 @@
-"""The built-in records of the multi-head latent attention families (MLA: hf_mla) and of the hybrid families, whose
-attention layers sit beside short convolutions or Gated DeltaNet layers (hf_family_records has the others and the
+"""The built-in records of the multi-head latent attention families (MLA: hf.mla) and of the hybrid families, whose
+attention layers sit beside short convolutions or Gated DeltaNet layers (hf.records has the others and the
 tiny config conventions)."""
 
 from __future__ import annotations
 
-from symformer.integrations.hf_families import FamilyRecord
-from symformer.integrations.hf_family_records import MOE as _MOE
+from symformer.integrations.hf.records import MOE as _MOE
+from symformer.integrations.hf.schema import FamilyRecord
 
 #: MLA attention (heads of 8 nope + 4 rope coordinates, values of 6, a latent of 16; key heads = heads: keys expand
 #: per head), and the DeepSeek-style MoE the MLA families but MiniCPM3 add (a dense layer, then an MoE layer)

@@ -1,14 +1,15 @@
-"""Decoding states of symformer's FAVOR+ and PLASH cores in a transformers `Cache`, for `model.generate()`.
+"""Decoding states of symformer's decoding cores (FAVOR+, PLASH, any registered DecodingCore) in a transformers
+`Cache`, for `model.generate()`.
 
-`StateCache(model)` holds, per attention layer, the core's recurrent state (attention.favor_state.FavorState:
-[S, z] and the running stabiliser; attention.plash_state.PlashState: the prefix summaries, their Stage II-III
-keys and values and the current block) instead of the keys and values: its size does not grow with the context,
-and a decoded token costs the same at any length. `configure(model, attention=...)` makes `generate()` create one
-in place of its default DynamicCache (a cache the user passes is used as given).
+`StateCache(model)` holds, per attention layer, the core's recurrent state (an attention.decoding.DecodingState:
+attention.favor_state.FavorState: [S, z] and the running stabiliser; attention.plash_state.PlashState: the prefix
+summaries, their Stage II-III keys and values and the current block) instead of the keys and values: its size does
+not grow with the context, and a decoded token costs the same at any length. `configure(model, attention=...)` makes
+`generate()` create one in place of its default DynamicCache (a cache the user passes is used as given).
 
 How the state reaches the core: the layer's attention forward calls `cache.update(k, v, layer_idx, ...)` and then
 the attention function with the keys it returned. `StateLayer.update` returns the new keys and values unchanged,
-tagged with the layer (a Python attribute on the key tensor), and the attention function (hf_attention) runs the
+tagged with the layer (a Python attribute on the key tensor), and the attention function (hf.attention) runs the
 core on the new tokens with that state. torch.compile traces the tag as a side effect (setattr and getattr on a
 tensor stay in the graph; delattr would break it, so a read tag is set to None, not removed). An update whose keys
 never reached a symformer core (another attention implementation, a forward that rebuilds the keys) is detected at
@@ -28,7 +29,8 @@ import weakref
 import torch
 
 from symformer._validation import fail
-from symformer.integrations._hf_common import (
+from symformer.attention.decoding import decoding_cores
+from symformer.integrations.hf._common import (
     attention_modules,
     cache_kwargs,
     is_mla,
@@ -52,7 +54,7 @@ class _StateLayerMethods:
     _state_layer_class, so that this module imports without transformers."""
 
     # both states have fixed shapes (FAVOR+'s [S, z] and c; PLASH's preallocated summaries and block buffer), and a
-    # decoding step neither syncs nor breaks the graph (hf_attention): so, as with transformers' StaticCache,
+    # decoding step neither syncs nor breaks the graph (hf.attention): so, as with transformers' StaticCache,
     # generate() may compile the decoding forward (by default on CUDA; elsewhere with a CompileConfig that allows it)
     is_compileable = True
     is_croppable = False
@@ -150,19 +152,19 @@ def _state_layer_class():
 
 def state_cache(model):
     """A `Cache` holding one symformer decoding state per attention layer of `model`, configured with
-    `configure(model, attention="favor" | "plash")`. ValueError for a model without symformer cores, or an MLA
-    family (its forward expands the cached latents before the attention, so the state would never reach it)."""
-    from symformer.integrations.hf_attention import IMPLEMENTATIONS
-
+    `configure(model, attention=<a decoding core: "favor" | "plash" | ...>)`. ValueError for a model without symformer
+    cores, or an MLA family (its forward expands the cached latents before the attention, so the state would never
+    reach it)."""
     record = getattr(getattr(model, "config", None), "symformer_attention", None) or {}
     kind = record.get("attention")
     layers = attention_modules(model)
-    if kind not in IMPLEMENTATIONS or any(getattr(m, "symformer_core", None) is None for m in layers):
+    cores = sorted(decoding_cores())  # the registered cores that decode (attention.decoding): favor, plash, ...
+    if kind not in cores or any(getattr(m, "symformer_core", None) is None for m in layers):
         fail(
             "model",
             type(model).__name__,
             "a model configured with symformer.integrations.hf.configure(model, "
-            "attention='favor' | 'plash') before its state cache is built",
+            f"attention={' | '.join(map(repr, cores))}) before its state cache is built",
         )
     if any(is_mla(m) for m in layers):
         fail(

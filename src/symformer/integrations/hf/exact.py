@@ -25,8 +25,8 @@ import types
 import torch
 from torch import nn
 
-from symformer.integrations._hf_common import attention_modules, family_of, norm_offset, position_query_scale
-from symformer.integrations.hf_families import FamilyRecord, family_record, norm_kind
+from symformer.integrations.hf._common import attention_modules, family_of, norm_offset, position_query_scale
+from symformer.integrations.hf.families import FamilyRecord, family_record, norm_kind
 
 _NORMS: dict[type, type] = {}
 _ATTENTIONS: dict[type, type] = {}
@@ -268,7 +268,7 @@ def exact_float64(model: nn.Module) -> nn.Module:
     record = family_record(family_of(model))  # a vision-language model: its language model's
     if record is not None and record.softmax_dtype == "float32":
         for attn in attention_modules(model):
-            attn._symformer_eager = input_dtype_eager  # read by hf_positional's patched forward (either order)
+            attn._symformer_eager = input_dtype_eager  # read by hf.positional's patched forward (either order)
     for name, mod in list(model.named_modules()):
         own = record is not None and type(mod).__name__ == record.attention
         exact = _input_dtype_attention(type(mod), record) if own else None

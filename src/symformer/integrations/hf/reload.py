@@ -3,7 +3,10 @@
 `patch_positional` records its patch in `config.symformer_positional` and `configure` its attention core in
 `config.symformer_attention`; both are saved in config.json. Each also turns the model's class into a subclass
 (same name prefixed `Symformer`) whose constructor re-applies what its config records, positional part first,
-then attention cores, before the weights load. So `type(model).from_pretrained(folder)` or
+then attention cores, before the weights load. How a record is re-applied, settled against the attn_implementation a
+load asks for, and named in a save is registered here by the module that writes it (`register_restorer`, a
+`Restorer` per record: hf.positional and hf.attention, both above this module, register theirs when imported, which
+importing any part of symformer.integrations.hf does). So `type(model).from_pretrained(folder)` or
 `symformer.integrations.hf.from_pretrained(LlamaForCausalLM, folder)` rebuilds the model with its parts and
 cores in place, and transformers' loader fills their parameters and buffers (FAVOR+ features, PLASH hashes and
 weights, the parts' generators) from the checkpoint like any other weight: nothing is drawn again.
@@ -16,7 +19,7 @@ constructor: transformers builds the class it is given, and config.json cannot n
 without `trust_remote_code`. So such a load fails loudly instead of returning a plain model: a model with cores
 saves `attn_implementation` ("symformer_favor" | "symformer_plash") in its config.json, which transformers refuses
 as unknown when symformer has not registered it, and which, when registered, reaches the attention function, where
-a layer of a model loaded from a folder without its cores raises (hf_attention._core) naming hf.from_pretrained.
+a layer of a model loaded from a folder without its cores raises (hf.attention._core) naming hf.from_pretrained.
 A model with a positional patch and no cores saves transformers' own implementation under a symformer name
 (`SAVED_POSITIONAL`: "symformer_sdpa", "symformer_eager") to the same end: the restoring constructor runs it as
 transformers' one, and a plain load either is refused as unknown or reaches `_unrestored`, which raises.
@@ -26,11 +29,14 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from torch import nn
 
-from symformer._validation import fail
-from symformer.integrations._hf_common import attention_interface, family_eager, require_transformers, text_config
+from symformer._validation import check_choice, fail
+from symformer.integrations.hf._common import attention_interface, family_eager, require_transformers, text_config
 from symformer.positional.base import RotaryPositional
 
 #: config attribute -> how it is re-applied, in this order (the positional patch changes the attention classes;
@@ -70,61 +76,56 @@ def register_positional() -> None:
     for base, name in SAVED_POSITIONAL.items():
         tf.AttentionInterface.register(name, _unrestored(base))
     try:
-        from transformers.masking_utils import AttentionMaskInterface
+        from transformers.masking_utils import AttentionMaskInterface  # optional dependency: imported on use
     except ImportError:  # 4.48-4.52 build masks from _attn_implementation without a registry
         return
     for base, name in SAVED_POSITIONAL.items():
         AttentionMaskInterface.register(name, AttentionMaskInterface._global_mapping[base])
 
 
-def _restore(model: nn.Module, record: str, spec: dict) -> None:
-    if record == "symformer_positional":
-        from symformer.integrations.hf_positional import patch_positional
+@dataclass(frozen=True)
+class Restorer:
+    """How the module that writes one config record (RECORDS) restores it.
 
-        patch_positional(model, **spec)
-    else:
-        from symformer.integrations.hf_attention import configure
+    apply(model, **spec): re-apply the record on a model just built from its config (patch_positional, configure).
+    settle(config): before that model is built, register the implementation names its config may name and settle an
+    attn_implementation passed to from_pretrained against the record (the highest record a config holds settles it:
+    its implementation is the one the folder's save named, `_saved_implementation`).
+    saved_implementation(model, spec): the attn_implementation a save of the model names for this record."""
 
-        configure(model, **spec)
+    apply: Callable[..., Any]
+    settle: Callable[[Any], None]
+    saved_implementation: Callable[[nn.Module, dict], str | None]
+
+
+#: record -> its Restorer, filled by the modules that write the records (register_restorer)
+RESTORERS: dict[str, Restorer] = {}
+
+
+def register_restorer(record: str, restorer: Restorer) -> Restorer:
+    """Register how `record` (one of RECORDS) is restored; returns the restorer."""
+    check_choice("record", record, RECORDS)
+    if not isinstance(restorer, Restorer):
+        fail("restorer", type(restorer).__name__, "a Restorer", TypeError)
+    RESTORERS[record] = restorer
+    return restorer
+
+
+def _highest_record(config) -> tuple[str, dict] | None:
+    """(record, spec) of the last record in RECORDS the config holds, or None."""
+    for record in reversed(RECORDS):
+        spec = getattr(config, record, None)
+        if spec:
+            return record, spec
+    return None
 
 
 def _requested(config) -> None:
-    """Register the symformer implementations before transformers checks the config's, and settle an
-    attn_implementation passed to from_pretrained against the recorded attention: the recorded one (or none) is
-    restored; another symformer one is a ValueError; a transformers one ("sdpa", "eager", ...) wins and the record
-    is dropped, so the model runs, and saves, as a plain model (the cores' weights are then unexpected keys)."""
-    spec = getattr(config, "symformer_attention", None)
-    if not spec:
-        _requested_positional(config)
-        return
-    from symformer.integrations.hf_attention import IMPLEMENTATIONS, register
-
-    register()
-    asked = getattr(config, "_attn_implementation_internal", None)
-    recorded = IMPLEMENTATIONS.get(spec.get("attention", "favor"))  # configure's default
-    if not isinstance(asked, str) or asked == recorded:
-        return
-    if asked in IMPLEMENTATIONS.values():
-        fail(
-            "attn_implementation",
-            asked,
-            f"{recorded!r}, the attention this model was saved with (or a transformers "
-            "implementation such as 'sdpa' to load it without its symformer cores)",
-        )
-    config.symformer_attention = None
-
-
-def _requested_positional(config) -> None:
-    """A folder saved with a positional patch and no cores names SAVED_POSITIONAL's implementation (in its config or
-    its text config): the restored model runs transformers' own, which its save names again."""
-    if not getattr(config, "symformer_positional", None):
-        return
-    register_positional()
-    bases = {name: base for base, name in SAVED_POSITIONAL.items()}
-    for c in (config, *(getattr(config, k, None) for k in getattr(config, "sub_configs", {}))):
-        asked = getattr(c, "_attn_implementation_internal", None)
-        if isinstance(asked, str) and asked in bases:
-            c._attn_implementation_internal = bases[asked]
+    """Before the model is built: its highest record registers the symformer implementations and settles an
+    attn_implementation passed to from_pretrained (Restorer.settle)."""
+    found = _highest_record(config)
+    if found is not None:
+        RESTORERS[found[0]].settle(config)
 
 
 def _restoring_init(self, config, *args, **kwargs):
@@ -135,7 +136,7 @@ def _restoring_init(self, config, *args, **kwargs):
         if spec:
             spec = dict(spec)
             setattr(config, record, None)  # patch_positional / configure record it again
-            _restore(self, record, spec)
+            RESTORERS[record].apply(self, **spec)
 
 
 def _saving(self, save_directory, *args, **kwargs):
@@ -163,16 +164,10 @@ def _saving(self, save_directory, *args, **kwargs):
 
 
 def _saved_implementation(model: nn.Module) -> str | None:
-    """The attn_implementation a save names: the symformer core's, else SAVED_POSITIONAL's for a positional patch."""
-    spec = getattr(model.config, "symformer_attention", None)
-    if spec:
-        from symformer.integrations.hf_attention import IMPLEMENTATIONS
-
-        return IMPLEMENTATIONS[spec.get("attention", "favor")]
-    if not getattr(model.config, "symformer_positional", None):
-        return None
-    base = getattr(text_config(model), "_attn_implementation", None)
-    return SAVED_POSITIONAL.get(base, SAVED_POSITIONAL["sdpa"])
+    """The attn_implementation a save names: the highest record's (the symformer core's, else SAVED_POSITIONAL's for
+    a positional patch), None for a model without records."""
+    found = _highest_record(model.config)
+    return None if found is None else RESTORERS[found[0]].saved_implementation(model, found[1])
 
 
 def restoring_class(cls: type) -> type:
@@ -214,11 +209,21 @@ def _concrete_class(model_class: type, path, kwargs: dict) -> type:
             path if config is None else config, **{k: kwargs[k] for k in _CONFIG_KWARGS if k in kwargs}
         )
     try:
-        from transformers.models.auto.auto_factory import _get_model_class
+        from transformers.models.auto.auto_factory import _get_model_class  # optional dependency: imported on use
 
         return _get_model_class(config, mapping)
     except ImportError:  # older releases: the mapping alone
         return mapping[type(config)]
 
 
-__all__ = ["RECORDS", "SAVED_POSITIONAL", "from_pretrained", "register_positional", "restoring_class"]
+__all__ = [
+    "RECORDS",
+    "RESTORERS",
+    "Restorer",
+    "SAVED_POSITIONAL",
+    "SUB_CONFIG_MARK",
+    "from_pretrained",
+    "register_positional",
+    "register_restorer",
+    "restoring_class",
+]

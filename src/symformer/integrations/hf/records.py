@@ -1,6 +1,6 @@
-"""The built-in family records (hf_families.FamilyRecord) of the families with one multi-head attention per layer
-(plain, fused, normed or gated), registered by hf_families on first use; the multi-head latent attention and hybrid
-families are in hf_family_records_mla. Adding a family is adding its record to one of the two.
+"""The built-in family records (hf.families.FamilyRecord) of the families with one multi-head attention per layer
+(plain, fused, normed or gated), registered by hf.families on first use; the multi-head latent attention and hybrid
+families are in hf.records_mla. Adding a family is adding its record to one of the two.
 
 Each record's `tiny` is its tiny test model's config beyond the shared small sizes (d_model 32, 4 query heads of Dh 8,
 2 layers: tests/integrations/_hf_models.tiny, experiment `hf`): MoE sizes, sliding windows, rope tables, and the
@@ -9,7 +9,7 @@ settings that exercise what the record describes (a window shorter than the sequ
 
 from __future__ import annotations
 
-from symformer.integrations.hf_families import FamilyRecord
+from symformer.integrations.hf.schema import FamilyRecord
 
 #: the tiny models' MoE: 4 experts, top 2, HF's eager experts (the grouped-matmul ones take no float64 on CPU)
 MOE = {"num_experts_per_tok": 2, "experts_implementation": "eager"}

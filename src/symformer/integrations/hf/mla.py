@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 
 from symformer._validation import fail
-from symformer.integrations._hf_common import cache_kwargs, call_attention, llama4_query_scale, token_positions
+from symformer.integrations.hf._common import cache_kwargs, call_attention, llama4_query_scale, token_positions
 
 
 def _mla_project(self, hidden_states: torch.Tensor):
@@ -66,7 +66,7 @@ def _dsa_selection(
 ):
     """DSA (DeepSeek-V3.2, GLM-5), as HF's forward: the indexer's top-k key indices per query (B, N, topk), from the
     native table, or GLM-5's previous full layer's on a "shared" layer; folded into the mask for eager and sdpa,
-    passed on as `indices` to other implementations (symformer's cores fold them too: hf_attention). Returns the
+    passed on as `indices` to other implementations (symformer's cores fold them too: hf.attention). Returns the
     mask and the indices."""
     if self.indexer is not None:
         topk = self.indexer(

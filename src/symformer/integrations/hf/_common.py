@@ -1,6 +1,6 @@
 """Shared helpers of the Hugging Face integration: the optional import, and what the shared code reads of a model's
-family, from its record (hf_families.FamilyRecord: the records say what differs between families, these helpers
-never name one)."""
+family, from its record (hf.schema.FamilyRecord, registered in hf.families: the records say what differs between
+families, these helpers never name one)."""
 
 from __future__ import annotations
 
@@ -13,14 +13,8 @@ import torch
 from torch import nn
 
 from symformer._validation import fail, reads_values
-from symformer.integrations.hf_families import (
-    FamilyMap,
-    FamilyNames,
-    FamilyRecord,
-    family_records,
-    norm_kind,
-    record_of,
-)
+from symformer.integrations.hf.families import FamilyMap, FamilyNames, family_records, norm_kind, record_of
+from symformer.integrations.hf.schema import FamilyRecord
 
 #: config.model_type -> attention class of every registered family (a live view of the records)
 FAMILIES = FamilyMap(lambda r: r.attention)
@@ -115,7 +109,7 @@ def record_for(obj) -> FamilyRecord:
     record = record_of(obj)
     if record is None:
         model_type = getattr(obj, "model_type", None) or getattr(getattr(obj, "config", None), "model_type", None)
-        fail("model_type", model_type, "a registered family (hf_families.register_family)")
+        fail("model_type", model_type, "a registered family (hf.families.register_family)")
     return record
 
 
@@ -281,7 +275,7 @@ def position_query_scale(positions: torch.Tensor, beta: float, original_max: int
 
 def attention_interface(name: str, eager):
     """The attention function registered under `name` (the family's `eager` for "eager")."""
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS  # optional dependency: imported on use
 
     if hasattr(ALL_ATTENTION_FUNCTIONS, "get_interface"):
         return ALL_ATTENTION_FUNCTIONS.get_interface(name, eager)

@@ -1,24 +1,27 @@
-"""symformer attention cores as Hugging Face `AttentionInterface` implementations.
+"""symformer's decoding attention cores as Hugging Face `AttentionInterface` implementations.
 
-`register()` adds "symformer_favor" (FAVOR+, ESPR Tier 7) and "symformer_plash" (PLASH, Alg. 1) to
-`transformers.AttentionInterface`, and sdpa's boolean mask builder under the same names to
-`AttentionMaskInterface` (without one, transformers hands a custom implementation no mask at all, so
-padding would be dropped silently).
+`register()` adds "symformer_<name>" for every registered core that decodes (attention.decoding.decoding_cores():
+"symformer_favor" for FAVOR+, ESPR Tier 7; "symformer_plash" for PLASH, Alg. 1; a core registered later gets its name
+at the next register() / configure) to `transformers.AttentionInterface`, and sdpa's boolean mask builder under the
+same names to `AttentionMaskInterface` (without one, transformers hands a custom implementation no mask at all, so
+padding would be dropped silently). This module reads a core through the decoding contract only (init_state, the
+forward with a state, the state's select / repeat_interleave / nbytes, value_dim_equals_head_dim, builds_lazily), and
+builds it through the ATTENTION registry.
 
 Options: `configure(model, attention="favor", n_features=1024, ...)` records them in
 `config.symformer_attention` (saved in config.json), switches the model to the implementation and gives every
 attention layer its own core (`self_attn.symformer_core`, a submodule: its buffers and parameters train, save
 and load; `hf.from_pretrained` / `type(model).from_pretrained` rebuild the cores from the record before the
-weights load: hf_reload). A model built with `attn_implementation="symformer_favor"` and never configured builds
-its FAVOR+ cores on first use from `config.symformer_attention` (or the defaults); PLASH has trainable parameters that
-must exist before the optimizer, so it requires `configure`.
+weights load: hf.reload). A model built with `attn_implementation="symformer_favor"` and never configured builds
+its FAVOR+ cores on first use from `config.symformer_attention` (or the defaults): a core whose `builds_lazily` is
+True; PLASH has trainable parameters that must exist before the optimizer, so it requires `configure`.
 
 Masks: what a core can honour is read off the boolean (B, 1, Nq, Nk) mask and anything else raises
 ValueError, never a silent fallback. Both cores: causal, key padding (left or right), both, or none (PLASH's
 key padding is ours, attention.plash_state: the paper's block has no masked form). Not supported: sliding
 windows, packed-sequence masks, additive bias masks.
 
-Decoding: `configure` makes `generate()` keep one decoding state per layer in a `hf_cache.state_cache` (constant
+Decoding: `configure` makes `generate()` keep one decoding state per layer in a `hf.cache.state_cache` (constant
 cost per token); with a KV cache (a DynamicCache passed by the user) the last Nq rows of the causal attention over
 the cached keys are recomputed exactly from a fresh state.
 """
@@ -32,11 +35,22 @@ from torch import nn
 
 from symformer._rng import layer_kwargs
 from symformer._validation import check_choice, fail, reads_values
-from symformer.integrations._hf_common import attention_modules, head_dim, out_proj, require_transformers, text_config
-from symformer.integrations.hf_cache import install_forward_cache, install_generation_cache, tagged_layer
-from symformer.integrations.hf_reload import SUB_CONFIG_MARK, register_positional, restoring_class
+from symformer.attention.decoding import DecodingCore, decoding_cores
+from symformer.integrations.hf._common import attention_modules, head_dim, out_proj, require_transformers, text_config
+from symformer.integrations.hf.cache import install_forward_cache, install_generation_cache, tagged_layer
+from symformer.integrations.hf.reload import (
+    SUB_CONFIG_MARK,
+    Restorer,
+    register_positional,
+    register_restorer,
+    restoring_class,
+)
+from symformer.registry import ATTENTION
 
-IMPLEMENTATIONS = {"favor": "symformer_favor", "plash": "symformer_plash"}
+#: core name -> its attn_implementation "symformer_<name>", for every registered decoding core (decoding_cores()),
+#: by name; refilled by register() (so configure's), where a core registered since gets its name
+IMPLEMENTATIONS: dict[str, str] = {}
+_FUNCTIONS: dict[str, object] = {}  # core name -> its AttentionInterface function (one per name: idempotent)
 _LAZY_RECORDS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # configs whose record _core made
 
 
@@ -151,7 +165,7 @@ def _with_state(core, state, query, k, v, keep, scaling):
 
 
 def _state_attention(kind: str, module, core, layer, query, k, v, attention_mask, scaling):
-    """The attention of new tokens with the layer's decoding state from a StateCache (hf_cache)."""
+    """The attention of new tokens with the layer's decoding state from a StateCache (hf.cache)."""
     if layer.module() is not module:
         fail(
             "cache",
@@ -197,19 +211,28 @@ def _options(module: nn.Module) -> dict:
     return dict(getattr(module.config, "symformer_attention", None) or {})
 
 
-def _make_core(kind: str, module: nn.Module, options: dict, layer: int | None = None) -> nn.Module:
-    from symformer.attention.favor import FavorAttention
-    from symformer.attention.plash import PlashAttention
+def implementation(kind: str) -> str:
+    """The attn_implementation of the decoding core registered as `kind`: "symformer_<kind>"."""
+    return f"symformer_{kind}"
 
+
+def _refresh_implementations() -> None:
+    """IMPLEMENTATIONS from the decoding cores registered now (in place: importers hold the dict)."""
+    IMPLEMENTATIONS.clear()
+    IMPLEMENTATIONS.update({kind: implementation(kind) for kind in sorted(decoding_cores())})
+
+
+def _make_core(kind: str, module: nn.Module, options: dict, layer: int | None = None) -> DecodingCore:
+    """The core registered as `kind` in ATTENTION, built for the layer's head size (and its head count and width,
+    where the core's constructor takes them), on the layer's device, dtype and mode."""
     opts = {k: v for k, v in options.items() if k != "attention"}
     cfg = module.config
     # every layer its own random structure (FAVOR+ features, PLASH hashes): a given seed s is made layer l's own,
     # derived_seed("layer<l>", s) (_rng.layer_kwargs); without one each core draws from torch's global generator
     opts = layer_kwargs(opts, int(getattr(module, "layer_idx", 0) or 0) if layer is None else layer)
-    if kind == "favor":
-        core = FavorAttention(head_dim(module), **opts)
-    else:
-        core = PlashAttention(head_dim(module), n_heads=cfg.num_attention_heads, d_model=cfg.hidden_size, **opts)
+    core = ATTENTION.build(
+        kind, head_dim=head_dim(module), n_heads=cfg.num_attention_heads, d_model=cfg.hidden_size, **opts
+    )
     w = out_proj(module).weight
     # the layer's mode: a core added to a model in eval mode must not run its training form (PLASH's mixer dropout)
     return core.to(device=w.device, dtype=w.dtype).train(module.training)
@@ -220,7 +243,7 @@ def _core(module: nn.Module, kind: str) -> nn.Module:
     if core is None:
         cfg = module.config
         # a record read from config.json (the model's, or the text config's of a multimodal folder, whose sub-config
-        # has no path: hf_reload._saving marks it), not made here by a lazily built core
+        # has no path: hf.reload._saving marks it), not made here by a lazily built core
         record = getattr(cfg, "symformer_attention", None)
         loaded = getattr(cfg, "_name_or_path", "") or (record or {}).get(SUB_CONFIG_MARK)
         if record and loaded and _LAZY_RECORDS.get(id(cfg)) is not cfg:
@@ -233,12 +256,13 @@ def _core(module: nn.Module, kind: str) -> nn.Module:
                 "restores them",
                 RuntimeError,
             )
-        if kind == "plash":
+        if not ATTENTION.get(kind).builds_lazily:  # trainable parameters the optimizer must see from the start
+            label = kind.upper()
             fail(
                 "model",
-                "a symformer_plash model without PLASH cores",
-                "symformer.integrations.hf.configure(model, attention='plash', ...) before the forward "
-                "(PLASH's parameters must exist before the optimizer is built)",
+                f"a {implementation(kind)} model without {label} cores",
+                f"symformer.integrations.hf.configure(model, attention={kind!r}, ...) before the forward "
+                f"({label}'s parameters must exist before the optimizer is built)",
                 RuntimeError,
             )
         options = _options(module)
@@ -249,11 +273,10 @@ def _core(module: nn.Module, kind: str) -> nn.Module:
                 "attention": kind,
                 **{k: v for k, v in options.items() if k != "attention"},
             }
-    want = "FavorAttention" if kind == "favor" else "PlashAttention"
-    if type(core).__name__ != want:
+    if not isinstance(core, ATTENTION.get(kind)):
         fail(
             "attn_implementation",
-            IMPLEMENTATIONS[kind],
+            implementation(kind),
             f"the implementation of the configured core "
             f"{type(core).__name__} (call configure(model, attention=...) to switch)",
         )
@@ -319,8 +342,9 @@ def _symformer_attention(
     if attention_mask is None and sliding_window is not None and nk > sliding_window:  # a window sdpa_mask skipped
         fail("sliding_window", sliding_window, f">= the {nk} keys: symformer cores attend to all earlier keys")
     dv = v.shape[-1]
-    if kind == "plash" and dv < query.shape[-1]:  # MLA's values are narrower than its queries and keys: PLASH runs at
-        v = torch.nn.functional.pad(v, (0, query.shape[-1] - dv))  # one head size, so zero columns, sliced off after
+    if core.value_dim_equals_head_dim and dv < query.shape[-1]:  # MLA's values are narrower than its queries and
+        v = torch.nn.functional.pad(v, (0, query.shape[-1] - dv))  # keys: PLASH runs at one head size, so zero
+        # columns, sliced off after
     if layer is not None:
         if sliding_window is not None and layer.length + nq > sliding_window:  # the state holds every earlier key
             fail(
@@ -338,25 +362,31 @@ def _symformer_attention(
     return out[..., :dv].transpose(1, 2).contiguous(), None
 
 
-def favor_attention(module, query, key, value, attention_mask, **kwargs):
-    """`AttentionInterface` entry "symformer_favor"."""
-    return _symformer_attention("favor", module, query, key, value, attention_mask, **kwargs)
+def attention_function(kind: str):
+    """The `AttentionInterface` entry "symformer_<kind>": the HF attention call run by the layer's `kind` core (one
+    function per name, so registering again is idempotent)."""
+    if kind not in _FUNCTIONS:
 
+        def attention(module, query, key, value, attention_mask, **kwargs):
+            return _symformer_attention(kind, module, query, key, value, attention_mask, **kwargs)
 
-def plash_attention(module, query, key, value, attention_mask, **kwargs):
-    """`AttentionInterface` entry "symformer_plash"."""
-    return _symformer_attention("plash", module, query, key, value, attention_mask, **kwargs)
+        attention.__name__ = attention.__qualname__ = implementation(kind)
+        attention.__doc__ = f"`AttentionInterface` entry {implementation(kind)!r}."
+        _FUNCTIONS[kind] = attention
+    return _FUNCTIONS[kind]
 
 
 def register() -> None:
-    """Add "symformer_favor" and "symformer_plash" to transformers' AttentionInterface (and their mask
-    builder to AttentionMaskInterface). Idempotent. ImportError naming the extra `hf` without transformers."""
+    """Add "symformer_<name>" for every registered decoding core (IMPLEMENTATIONS, refilled here: "symformer_favor",
+    "symformer_plash" and any core registered since) to transformers' AttentionInterface (and their mask builder to
+    AttentionMaskInterface). Idempotent. ImportError naming the extra `hf` without transformers."""
     tf = require_transformers()
     register_positional()
-    tf.AttentionInterface.register(IMPLEMENTATIONS["favor"], favor_attention)
-    tf.AttentionInterface.register(IMPLEMENTATIONS["plash"], plash_attention)
+    _refresh_implementations()
+    for kind, name in IMPLEMENTATIONS.items():
+        tf.AttentionInterface.register(name, attention_function(kind))
     try:
-        from transformers.masking_utils import AttentionMaskInterface
+        from transformers.masking_utils import AttentionMaskInterface  # optional dependency: imported on use
     except ImportError:  # 4.48-4.52 build masks from _attn_implementation without a registry
         return
     for name in IMPLEMENTATIONS.values():
@@ -367,7 +397,7 @@ def _sdpa_mask(*args, **kwargs):
     """transformers' sdpa_mask, except that where value checks may not run (_validation.reads_values: on an
     accelerator by default) it builds the mask even when it would hide nothing: deciding to skip it reads the padding
     mask (`fast_all`, a host sync). A mask that hides nothing gives the cores' outputs without one (masks section)."""
-    from transformers.masking_utils import sdpa_mask
+    from transformers.masking_utils import sdpa_mask  # optional dependency: imported on use
 
     padding = kwargs.get("attention_mask")
     if isinstance(padding, torch.Tensor) and not reads_values(padding):
@@ -376,11 +406,12 @@ def _sdpa_mask(*args, **kwargs):
 
 
 def configure(model: nn.Module, attention: str = "favor", **options) -> nn.Module:
-    """Run `attention` ("favor" | "plash") in every attention layer of a Llama-family model, with `options`
-    passed to the core (FavorAttention: n_features, orthogonal, chunk_size, seed, ...;
-    PlashAttention: M, degrees, D_k, causal_block, ...). Records them in config.symformer_attention, builds
-    one core per layer (layer l of a model configured with seed s draws its random features or hashes with
-    derived_seed("layer<l>", s); without a seed, from torch's global generator) and switches the implementation."""
+    """Run `attention` (the name of a registered decoding core: IMPLEMENTATIONS, "favor" | "plash" built in) in every
+    attention layer of a Llama-family model, with `options` passed to the core (FavorAttention: n_features,
+    orthogonal, chunk_size, seed, ...; PlashAttention: M, degrees, D_k, causal_block, ...). Records them in
+    config.symformer_attention, builds one core per layer (layer l of a model configured with seed s draws its random
+    features or hashes with derived_seed("layer<l>", s); without a seed, from torch's global generator) and switches
+    the implementation."""
     register()
     check_choice("attention", attention, tuple(IMPLEMENTATIONS))
     layers = attention_modules(model)
@@ -390,10 +421,10 @@ def configure(model: nn.Module, attention: str = "favor", **options) -> nn.Modul
     for m, core in zip(layers, cores, strict=True):
         m.symformer_core = core
     model.config.symformer_attention = record
-    model.__class__ = restoring_class(type(model))  # from_pretrained rebuilds the cores before loading (hf_reload)
-    install_generation_cache(model)  # generate() keeps decoding states (hf_cache), not keys and values
+    model.__class__ = restoring_class(type(model))  # from_pretrained rebuilds the cores before loading (hf.reload)
+    install_generation_cache(model)  # generate() keeps decoding states (hf.cache), not keys and values
     install_forward_cache(model)  # and so does a forward with use_cache and no cache
-    name = IMPLEMENTATIONS[attention]
+    name = implementation(attention)
     tc = text_config(model)
     if tc is not model.config:  # multimodal: the language model only (its vision tower keeps its own attention)
         key = next((k for k in getattr(model.config, "sub_configs", {}) if getattr(model.config, k, None) is tc), None)
@@ -407,4 +438,34 @@ def configure(model: nn.Module, attention: str = "favor", **options) -> nn.Modul
     return model
 
 
-__all__ = ["IMPLEMENTATIONS", "register", "configure", "favor_attention", "plash_attention", "mask_structure"]
+# ---------------------------------------------------------------- saving and reloading the cores (hf.reload)
+def _settle_requested(config) -> None:
+    """Register the symformer implementations before transformers checks the config's, and settle an
+    attn_implementation passed to from_pretrained against the recorded attention: the recorded one (or none) is
+    restored; another symformer one is a ValueError; a transformers one ("sdpa", "eager", ...) wins and the record
+    is dropped, so the model runs, and saves, as a plain model (the cores' weights are then unexpected keys)."""
+    spec = config.symformer_attention
+    register()
+    asked = getattr(config, "_attn_implementation_internal", None)
+    recorded = IMPLEMENTATIONS.get(spec.get("attention", "favor"))  # configure's default
+    if not isinstance(asked, str) or asked == recorded:
+        return
+    if asked in IMPLEMENTATIONS.values():
+        fail(
+            "attn_implementation",
+            asked,
+            f"{recorded!r}, the attention this model was saved with (or a transformers "
+            "implementation such as 'sdpa' to load it without its symformer cores)",
+        )
+    config.symformer_attention = None
+
+
+def _saved_implementation(model: nn.Module, spec: dict) -> str:
+    """The implementation of the recorded core (configure's default: favor)."""
+    return implementation(spec.get("attention", "favor"))
+
+
+_refresh_implementations()
+register_restorer("symformer_attention", Restorer(configure, _settle_requested, _saved_implementation))
+
+__all__ = ["IMPLEMENTATIONS", "attention_function", "configure", "implementation", "mask_structure", "register"]

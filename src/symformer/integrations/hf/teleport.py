@@ -51,7 +51,7 @@ import torch
 from torch import nn
 
 from symformer._validation import fail
-from symformer.integrations._hf_common import (
+from symformer.integrations.hf._common import (
     applies_rope,
     attention_modules,
     check_layer,
@@ -70,6 +70,7 @@ from symformer.integrations._hf_common import (
     rotary_dim,
     text_config,
 )
+from symformer.positional import PartialRotary, RoPE
 from symformer.teleport import groups as _groups
 from symformer.teleport.attention_parts import NormScaling, VOFactor, attention_parts
 from symformer.teleport.component import AttentionSite, Component
@@ -130,8 +131,6 @@ def _native_rope(head_dim: int, rotary_dim: int, pairing: str = "half"):
     """HF's own rotary embedding seen as symformer RoPE in its pairing (only its pairs matter here: half, or
     interleaved for the INTERLEAVED families: GLM, Cohere, ERNIE 4.5, Helium), on the first rotary_dim coordinates
     (partial rotary: PartialRotary, GL on the rest)."""
-    from symformer.positional import PartialRotary, RoPE
-
     rope = RoPE(rotary_dim, pairing=pairing)
     return rope if rotary_dim == head_dim else PartialRotary(rope, head_dim)
 
@@ -262,7 +261,7 @@ def _gated_parts(attn: nn.Module, view: _AttentionView, name: str, hk: int, posi
 
 
 def symmetry_group(model: nn.Module, positions: torch.Tensor | None = None, ffn: bool = False) -> SymmetryGroup:
-    """The symmetry group of a Llama-family model (_hf_common.FAMILIES; module docstring; on Qwen3 the Q/K part
+    """The symmetry group of a Llama-family model (hf._common.FAMILIES; module docstring; on Qwen3 the Q/K part
     acts on the q/k norm weights; fused MoE experts: teleport.ExpertScaling); any other model goes to
     symformer.teleport.symmetry_group. positions: (N, 1) positions for the ESPR commutant (default: generic
     points). ffn: include the gated MLP's up/down rescaling.

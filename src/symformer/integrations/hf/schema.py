@@ -1,22 +1,22 @@
-"""One record per Hugging Face family: what the shared integration code needs to know about a family, in one place.
+"""The schema of a Hugging Face family record: `FamilyRecord`, the values its fields take, and `check_record`, which
+checks a record's fields against each other.
 
 A `FamilyRecord` holds everything that differs between the families the integration supports: the attention class
 (matched along the MRO, so exact_float64's and patch_positional's subclasses still count), how the native RoPE pairs
 coordinates and lays out its cos/sin table, the dtype its rotation and eager softmax run in, where the q/k norms
 sit, the output gate, which layers rotate, the flags the symmetry group reads (norm offset, sinks, MLA, fused rows)
-and the tiny config the tests and experiment `hf` build it from. The shared code (`_hf_common`, `hf_positional`,
-`hf_exact`, ...) reads these records and never a family name, so adding a family is adding one record to
-`hf_family_records` or `hf_family_records_mla` (or, for code outside symformer, one `register_family(record)` call).
+and the tiny config the tests and experiment `hf` build it from. The built-in records are in `records` and
+`records_mla`; `families` registers them and any other (`register_family`).
 
-Registration checks a record's fields against each other (`_check_record`): a pairing the table layout cannot
-produce, an unknown layout or rotating-layer rule, a norm option that contradicts where the norms sit, is a
-ValueError naming the family and the field, raised when the record is registered rather than deep inside a forward.
+`check_record` runs at registration: a pairing the table layout cannot produce, an unknown layout or rotating-layer
+rule, a norm option that contradicts where the norms sit, is a ValueError naming the family and the field, raised
+when the record is registered rather than deep inside a forward.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -42,7 +42,8 @@ QK_NORMS = ("none", "before", "after")
 QK_NORM_SPANS = ("head", "all_heads")
 OUTPUT_GATES = ("none", "q_proj", "gate_proj")
 FUSED_LAYOUTS = ("blocks", "heads")
-#: formulas of the norms hf_exact re-evaluates in the input dtype, beyond the plain RMSNorm every family shares
+#: formulas of the norms exact_float64 (hf.exact) re-evaluates in the input dtype, beyond the plain RMSNorm every
+#: family shares
 NORM_KINDS = ("offset_rms", "centered", "gated_rms", "layer_norm")
 
 
@@ -93,7 +94,7 @@ class FamilyRecord:
     float32 (exact_float64 runs it in the input dtype); softmax_dtype "input": its eager attention already computes
     the softmax in the input dtype (GPT-OSS). negated_rotation: its rotate_half is cat(x2, -x1), so RoPE turns each
     pair by -theta p (NanoChat) and the parts start from the negated frequencies. rotating_layers: ROTATION_RULES.
-    mla: multi-head latent attention (hf_mla). fused_qkv: (attribute, "blocks" [q; k; v] | "heads" [q_h; k_h; v_h])
+    mla: multi-head latent attention (hf.mla). fused_qkv: (attribute, "blocks" [q; k; v] | "heads" [q_h; k_h; v_h])
     where one projection gives q, k and v. out_proj: the output projection's attribute. grouped_kv False: the config's
     num_key_value_heads is ignored (GPT-NeoX).
     qk_norm: where the q/k norms sit relative to the rotation ("none" | "before" | "after"); qk_norm_span: "head"
@@ -226,7 +227,7 @@ def _check_projections(record: FamilyRecord) -> None:
     if record.mla:
         for name, plain in (("fused_qkv", None), ("output_gate", "none"), ("qk_norm", "none")):
             if getattr(record, name) != plain:
-                _bad(record, name, getattr(record, name), f"{plain!r} for MLA (hf_mla's forward has no such step)")
+                _bad(record, name, getattr(record, name), f"{plain!r} for MLA (hf.mla's forward has no such step)")
     if not record.grouped_kv and record.mla:
         _bad(record, "grouped_kv", False, "True for MLA (its key heads are the query heads)")
 
@@ -253,7 +254,7 @@ def _check_norms(record: FamilyRecord) -> None:
             _bad(record, "norms", {cls: kind}, "class name -> one of " + ", ".join(map(repr, NORM_KINDS)))
 
 
-def _check_record(record: FamilyRecord) -> None:
+def check_record(record: FamilyRecord) -> None:
     """ValueError (TypeError for a wrong type) naming the family and the field, for a field another contradicts."""
     if not isinstance(record, FamilyRecord):
         fail("record", type(record).__name__, "a FamilyRecord", TypeError)
@@ -273,179 +274,16 @@ def _check_record(record: FamilyRecord) -> None:
     _check_norms(record)
 
 
-_REGISTRY: dict[str, FamilyRecord] = {}
-_NORM_KINDS: dict[str, str] = {}
-_LOADED: list[bool] = []
-
-
-def _registry() -> dict[str, FamilyRecord]:
-    """The registry, with the built-in records (hf_family_records, hf_family_records_mla) registered on first use."""
-    if not _LOADED:
-        _LOADED.append(True)
-        from symformer.integrations import hf_family_records, hf_family_records_mla
-
-        for record in hf_family_records.RECORDS + hf_family_records_mla.RECORDS:
-            register_family(record)
-    return _REGISTRY
-
-
-def register_family(record: FamilyRecord, replace: bool = False) -> FamilyRecord:
-    """Add a family (checked: _check_record). Registering an equal record again is a no-op; another record under a
-    registered name is a ValueError unless `replace` (which keeps the family's place in the order). Returns the
-    record."""
-    _check_record(record)
-    registry = _registry()
-    old = registry.get(record.name)
-    if old is not None and old != record and not replace:
-        fail("record.name", record.name, "a model_type not registered already (or replace=True)")
-    registry[record.name] = record
-    _NORM_KINDS.clear()
-    return record
-
-
-def unregister_family(name: str) -> None:
-    """Remove a registered family (KeyError naming it if there is none)."""
-    registry = _registry()
-    if name not in registry:
-        raise KeyError(f"name: got {name!r}, expected a registered family: {', '.join(registry)}")
-    del registry[name]
-    _NORM_KINDS.clear()
-
-
-def family_records() -> tuple[FamilyRecord, ...]:
-    """Every registered record, in registration order."""
-    return tuple(_registry().values())
-
-
-def family_record(name: str | None) -> FamilyRecord | None:
-    """The record registered under `name` (a config.model_type), or None."""
-    return _registry().get(name) if isinstance(name, str) else None
-
-
-def record_of(obj) -> FamilyRecord | None:
-    """The record of a config (its model_type) or of a module with a config (an attention layer), or None."""
-    model_type = getattr(obj, "model_type", None)
-    if model_type is None:
-        model_type = getattr(getattr(obj, "config", None), "model_type", None)
-    return family_record(model_type)
-
-
-def norm_kind(cls_name: str) -> str | None:
-    """NORM_KINDS entry of a norm class over every registered family, or None (the plain formulas)."""
-    if not _NORM_KINDS:
-        for record in family_records():
-            _NORM_KINDS.update(record.norms)
-    return _NORM_KINDS.get(cls_name)
-
-
-class FamilyNames:
-    """A live, read-only view of the registered family names that satisfy `test` (set-like: `in`, iteration, len), so
-    that names other code imports follow the registry, families registered later included."""
-
-    def __init__(self, test: Callable[[FamilyRecord], bool], doc: str = ""):
-        self._test, self.__doc__ = test, doc
-
-    def __iter__(self) -> Iterator[str]:
-        return iter([r.name for r in family_records() if self._test(r)])
-
-    def __contains__(self, name) -> bool:
-        record = family_record(name)
-        return record is not None and bool(self._test(record))
-
-    def __len__(self) -> int:
-        return len(list(iter(self)))
-
-    def __repr__(self) -> str:
-        return f"FamilyNames({list(self)})"
-
-
-class FamilyMap(Mapping):
-    """A live, read-only mapping model_type -> value(record) over the registry."""
-
-    def __init__(self, value: Callable[[FamilyRecord], Any]):
-        self._value = value
-
-    def __getitem__(self, name):
-        record = family_record(name)
-        if record is None:
-            raise KeyError(name)
-        return self._value(record)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter([r.name for r in family_records()])
-
-    def __len__(self) -> int:
-        return len(family_records())
-
-
-_RULE_WORDS = {
-    "use_rope": "those with use_rope",
-    "sliding": "sliding ones (with a window)",
-    "sliding_or_forced": "sliding and force_rope ones",
-    "local": "local ones",
-}
-
-
-def _describe(record: FamilyRecord) -> tuple[str, ...]:
-    """The table cells of one record (family_table_markdown)."""
-    pairs = {"config": "half or interleaved (rope_interleave)"}.get(record.pairing, record.pairing)
-    rotation = f"{pairs}; {record.table} table" + (", float32 rotation" if record.rotary_dtype == "float32" else "")
-    if record.negated_rotation:
-        rotation += ", turns by -theta p"
-    qkv = "MLA" if record.mla else (f"fused {record.fused_qkv[0]}" if record.fused_qkv else "separate")
-    norms = "none"
-    if record.qk_norm != "none":
-        norms = f"{record.qk_norm} the rotation, " + ("per head" if record.qk_norm_span == "head" else "over all heads")
-        norms += "" if record.qk_norm_weighted else ", parameter-free"
-        norms += f" (when {record.qk_norm_flag})" if record.qk_norm_flag else ""
-    rule = record.rotating_layers
-    layers = _RULE_WORDS.get(rule, rule) if isinstance(rule, str) else getattr(rule, "__name__", "its own rule")
-    extras = [
-        n
-        for n, on in (("sinks", record.sinks), ("soft-cap", record.softcap), ("(1 + w) norms", record.norm_offset))
-        if on
-    ]
-    return (
-        f"`{record.name}`",
-        record.products or "",
-        f"`{record.model_class}`",
-        qkv,
-        rotation,
-        norms,
-        record.output_gate,
-        layers,
-        ", ".join(extras),
-    )
-
-
-def family_table_markdown() -> str:
-    """The registered families as a markdown table, one row per record (for the docs site): model_type, models,
-    model class, attention layout, rotation, q/k norms, output gate, rotating layers, other flags."""
-    head = (
-        "family (`model_type`)",
-        "models",
-        "model class",
-        "q/k/v",
-        "native rotation",
-        "q/k norms",
-        "output gate",
-        "rotating layers",
-        "other",
-    )
-    rows = [head, ("---",) * len(head)] + [_describe(r) for r in family_records()]
-    return "\n".join("| " + " | ".join(row) + " |" for row in rows) + "\n"
-
-
 __all__ = [
-    "FamilyMap",
-    "FamilyNames",
+    "DTYPES",
+    "FUSED_LAYOUTS",
     "FamilyRecord",
+    "NORM_KINDS",
+    "OUTPUT_GATES",
+    "PAIRINGS",
+    "QK_NORMS",
+    "QK_NORM_SPANS",
     "ROTATION_RULES",
-    "family_record",
-    "family_records",
-    "family_table_markdown",
-    "norm_kind",
-    "record_of",
-    "register_family",
-    "unregister_family",
+    "TABLE_PAIRINGS",
+    "check_record",
 ]

@@ -12,8 +12,8 @@ import torch
 
 from symformer._rng import seed_torch, seeded_generator
 from symformer._validation import check_int
-from symformer.integrations._hf_common import require_transformers
-from symformer.integrations.hf_positional import patch_positional
+from symformer.integrations.hf._common import require_transformers
+from symformer.integrations.hf.positional import patch_positional
 
 
 @dataclass(frozen=True)
