@@ -162,3 +162,139 @@ def test_a_subpackage_with_its_own_layer(tmp_path):
 def test_every_layer_exists(unit):
     path = SRC / unit.replace(".", "/")
     assert path.is_dir() or path.with_suffix(".py").is_file() or unit == "stats"
+
+
+# ---------------------------------------------------------------- loops and lazy imports (issue 59)
+def import_graph(src: Path = SRC) -> dict[str, set[str]]:
+    """module -> the symformer modules it imports, anywhere in the file: `from package import module` is the module,
+    `from package import name` the package's __init__ (a facade imported from inside its own package is a loop)."""
+    modules = {module_name(p, src): p for p in src.rglob("*.py")}
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for m, path in modules.items():
+        package = m.split(".") if path.name == "__init__.py" else m.split(".")[:-1]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+            else:
+                continue
+            for target in targets:
+                while target and target not in modules:  # `import symformer.x.y` of a name: its module
+                    target = target.rpartition(".")[0]
+                if target and target != m and target.startswith("symformer"):
+                    graph[m].add(target)
+    return graph
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The cycles of `graph`: its strongly connected components of more than one node (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph.get(w, ())))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def loops(src: Path = SRC) -> list[str]:
+    """Import loops between modules, and between two units of one layer (data <-> facts), which layers cannot see."""
+    graph = import_graph(src)
+    found = [" <-> ".join(c) for c in strongly_connected(graph)]
+    units: dict[str, set[str]] = {}
+    for m, targets in graph.items():
+        u = unit_of(m)
+        for t in targets:
+            tu = unit_of(t)
+            if u and tu and u != tu and LAYERS.get(u) == LAYERS.get(tu):
+                units.setdefault(u, set()).add(tu)
+    found += [" <-> ".join(c) + " (units of one layer)" for c in strongly_connected(units)]
+    return found
+
+
+def test_no_import_loops():
+    bad = loops()
+    assert not bad, "import loops:\n" + "\n".join(bad)
+
+
+def test_the_loop_check_can_fail(tmp_path):
+    pkg = tmp_path / "symformer"
+    for unit in ("data", "facts"):
+        (pkg / unit).mkdir(parents=True)
+        (pkg / unit / "__init__.py").write_text("")
+    (pkg / "data" / "a.py").write_text("def f():\n    from symformer.data import b\n")
+    (pkg / "data" / "b.py").write_text("from symformer.data.a import f\n")
+    (pkg / "data" / "c.py").write_text("from symformer.facts.d import g\n")
+    (pkg / "facts" / "d.py").write_text("import symformer.data.files\ng = 1\n")
+    (pkg / "data" / "files.py").write_text("")
+    found = loops(pkg)
+    assert "symformer.data.a <-> symformer.data.b" in found
+    assert "data <-> facts (units of one layer)" in found
+
+
+#: internal imports inside functions may only be for an optional dependency, each commented on its line or the line
+#: above; issue 59 allows at most this many
+MAX_LAZY = 30
+
+
+def lazy_imports(src: Path = SRC) -> list[tuple[str, int, bool]]:
+    """(file, line, commented) for every import of a symformer module inside a function."""
+    out = []
+    for path in sorted(src.rglob("*.py")):
+        text = path.read_text()
+        lines = text.splitlines()
+        tree = ast.parse(text, str(path))
+        for fn in ast.walk(tree):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                    continue
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                if not (getattr(node, "level", 0) or any(n == "symformer" or n.startswith("symformer.") for n in names)):
+                    continue
+                near = lines[node.lineno - 1] + (lines[node.lineno - 2] if node.lineno > 1 else "")
+                out.append((str(path.relative_to(src)), node.lineno, "#" in near))
+    return sorted(set(out))
+
+
+def test_imports_inside_functions_are_few_and_commented():
+    found = lazy_imports()
+    uncommented = [f"{f}:{ln}" for f, ln, ok in found if not ok]
+    assert not uncommented, "imports inside functions without a comment saying why:\n" + "\n".join(uncommented)
+    assert len(found) <= MAX_LAZY, f"{len(found)} imports inside functions, expected at most {MAX_LAZY}"

@@ -19,6 +19,7 @@ from symformer._rng import seed_torch, seeded_generator
 from symformer.attention.favor import FavorAttention
 from symformer.attention.softmax import naive_attention
 from symformer.benchmarks import _attention_common as common
+from symformer.benchmarks._precision import CORE_SHAPES, attention_bf16_rows, bf16_note, bf16_ratios
 from symformer.benchmarks.base import (
     BenchContext,
     BenchResult,
@@ -120,7 +121,6 @@ def run(ctx: BenchContext) -> BenchResult:
         extra_rows, extra_ratios = fn(ctx)
         rows += extra_rows
         ratios.update(extra_ratios)
-    from symformer.benchmarks._precision import CORE_SHAPES, attention_bf16_rows, bf16_note, bf16_ratios
 
     bf16 = attention_bf16_rows(ctx, min_run)  # softmax, FAVOR+, PLASH cast to bfloat16, with err_vs_bound
     rows += bf16

@@ -20,8 +20,12 @@ import statistics
 import torch
 
 from symformer._rng import seed_torch, seeded_generator
+from symformer.attention.plash import PlashAttention
 from symformer.benchmarks._attention_common import contribution
 from symformer.benchmarks.base import BenchContext, one_call_seconds
+from symformer.data.paths import data_dir
+from symformer.train import Trainer
+from symformer.train.presets import build, resolve
 
 PRESET = "etth1-informer"
 # FAVOR+ has no attention matrix to drop
@@ -32,7 +36,6 @@ RUN_STEPS_QUICK, EVAL_WINDOWS_QUICK = 40, 256
 def build_forecaster(method: str, kwargs: dict, seed: int = 0):
     """(model, task, split, TrainConfig) of the preset with `method` as attention (its other
     attention_kwargs kept, ours added on top)."""
-    from symformer.train.presets import build, resolve
 
     spec = resolve(PRESET)
     model_spec = spec.setdefault("model", {})
@@ -52,7 +55,6 @@ def _subset(data, idx: torch.Tensor):
 
 
 def _trainer(method: str, seed: int, cfg_changes: dict | None = None, eval_windows: int | None = None):
-    from symformer.train import Trainer
 
     model, task, split, tcfg = build_forecaster(method, METHODS[method], seed)
     if cfg_changes:
@@ -102,7 +104,6 @@ def _run_time(method: str, ctx: BenchContext) -> float:
 
 def _plash_stage_shares(ctx: BenchContext, reps: int) -> list[dict]:
     """Each PLASH stage's forward+backward at the shapes of the forecaster's encoder self-attention."""
-    from symformer.attention.plash import PlashAttention
 
     model, task, split, tcfg = build_forecaster("plash", METHODS["plash"], ctx.seed)
     core = next(m for m in model.modules() if isinstance(m, PlashAttention)).train()
@@ -151,7 +152,6 @@ def _plash_stage_shares(ctx: BenchContext, reps: int) -> list[dict]:
 
 @contribution
 def forecast_rows(ctx: BenchContext) -> tuple[list[dict], dict]:
-    from symformer.data.paths import data_dir
 
     base = data_dir()
     if base is None or not (base / "ETTh1.csv").is_file():

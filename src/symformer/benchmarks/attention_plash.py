@@ -13,8 +13,10 @@ import torch.nn.functional as F
 
 from symformer._rng import seed_torch
 from symformer.attention.plash import PlashAttention
+from symformer.attention.softmax import naive_attention
 from symformer.benchmarks._attention_common import contribution, qkv, time_core
 from symformer.benchmarks.base import BenchContext, median_seconds, one_call_seconds, peak_memory_bytes
+from symformer.models.layers import MultiHeadAttention
 from symformer.registry import ATTENTION
 from symformer.stats import fit_exponent
 
@@ -43,7 +45,6 @@ def _one_shot(fn, n: int, device: str) -> float:
 
 
 def _block_time(core_kwargs: dict, n: int, backward: bool, device: str, min_run: float):
-    from symformer.models.layers import MultiHeadAttention
 
     mha = MultiHeadAttention(D_MODEL, HEADS, attention="plash", attention_kwargs=core_kwargs).to(device)
     mha.train(backward)
@@ -115,8 +116,6 @@ def plash_rows(ctx: BenchContext) -> tuple[list[dict], dict]:
         if n in (8192, 11264):
             ratios[f"plash_core_vs_sdpa_{n}"] = sec / base[n]
     if not quick:
-        from symformer.attention.softmax import naive_attention
-
         for n in (2048, 4096, 8192):
             sec = _one_shot(naive_attention, n, dev)
             rows.append({"method": "naive", "part": "core", "pass": "fwd", "N": n, "seconds": sec})

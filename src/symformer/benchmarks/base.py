@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import torch
 
+from symformer.benchmarks._memory import traced_peak_bytes
 from symformer.registry import Registry, description_of
 
 
@@ -123,7 +124,6 @@ def peak_memory_bytes(fn: Callable[[], Any], device: str = "cpu") -> int | None:
         fn()
         torch.cuda.synchronize()
         return int(torch.cuda.max_memory_allocated() - base)
-    from symformer.benchmarks._memory import traced_peak_bytes
 
     return traced_peak_bytes(fn)
 

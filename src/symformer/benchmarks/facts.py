@@ -8,7 +8,9 @@ from symformer._rng import seed_torch, seeded_generator
 from symformer.benchmarks.base import BenchContext, BenchResult, maxrss_bytes, median_seconds, suite, timed_call
 from symformer.facts.capacity import build_fact_mlp
 from symformer.facts.decodability import decodability, rho_reference_cvxpy
+from symformer.facts.dot_ce import dot_product_cross_entropy
 from symformer.facts.embeddings import make_fact_set, sentence_like_embeddings
+from symformer.facts.mlp import FactMLP
 
 
 def _once(fn) -> tuple[float, object]:
@@ -46,8 +48,6 @@ def _gd_epoch_rows(F: int, d: int, h: int, seed: int, min_run_time: float = 1.0)
     """One full-batch epoch of a GD SwiGLU fact MLP (App. A.1.3: forward, CE on g(K) V^T, backward, Adam) on one
     thread, as the fact-recall jobs run it: the fused blocked loss (facts.dot_ce) against autograd's
     F.cross_entropy(g(K) @ V.T), the same MLP and data."""
-    from symformer.facts.dot_ce import dot_product_cross_entropy
-    from symformer.facts.mlp import FactMLP
 
     g = seeded_generator(seed)
     K, V = torch.randn(F, d, generator=g), torch.randn(F, d, generator=g)

@@ -27,7 +27,8 @@ from symformer._rng import seeded_generator
 from symformer.attention.decoding import decoding_cores
 from symformer.benchmarks._hf_llama import config_llama
 from symformer.benchmarks.base import BenchContext, BenchResult, suite, timed_call
-from symformer.integrations.hf.cache import cache_kwargs
+from symformer.integrations import hf
+from symformer.integrations.hf.cache import cache_kwargs, state_cache
 
 VOCAB = 256
 SPEC = dict(
@@ -61,7 +62,6 @@ def __getattr__(name: str):
 
 
 def _model(method: str, seed: int, max_len: int):
-    from symformer.integrations import hf
 
     model = config_llama(seed, max_len, vocab_size=VOCAB, **SPEC).eval()
     if method != "sdpa":
@@ -71,8 +71,6 @@ def _model(method: str, seed: int, max_len: int):
 
 def _cache(model, method: str):
     import transformers as tf
-
-    from symformer.integrations.hf.cache import state_cache
 
     return tf.DynamicCache(config=model.config) if method == "sdpa" else state_cache(model)
 

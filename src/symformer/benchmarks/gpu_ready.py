@@ -45,6 +45,8 @@ from symformer._validation import value_checks
 from symformer.attention.decoding import decoding_cores
 from symformer.benchmarks._hf_llama import config_llama
 from symformer.benchmarks.base import BenchContext, BenchResult, one_call_seconds, suite
+from symformer.integrations import hf
+from symformer.integrations.hf.cache import cache_kwargs, state_cache
 from symformer.profiling import OpCounter, compile_counts, graph_breaks
 
 SPEC = dict(hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2, vocab_size=256)
@@ -120,7 +122,6 @@ class GpuReadyPlan:
 
 def build_model(part: str, core: str, layers: int, device: str, seed: int, max_len: int = 2048):
     """The suite's Llama with `part` in every attention layer (native: HF's RoPE) and `core` (sdpa: HF's)."""
-    from symformer.integrations import hf
 
     model = config_llama(seed, max_len, num_hidden_layers=layers, **SPEC)
     if part != "native":
@@ -138,8 +139,6 @@ class Decoding:
 
     def __init__(self, model, core: str, prefill: int, seed: int, static_len: int | None = None):
         import transformers as tf
-
-        from symformer.integrations.hf.cache import cache_kwargs, state_cache
 
         self.model = model
         dev = next(model.parameters()).device

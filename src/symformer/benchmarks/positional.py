@@ -17,6 +17,7 @@ import statistics
 import torch
 
 from symformer._rng import seed_torch, seeded_generator
+from symformer.benchmarks._precision import ROT_SHAPE, bf16_note, bf16_ratios, positional_bf16_rows
 from symformer.benchmarks.base import (
     BenchContext,
     BenchResult,
@@ -25,6 +26,12 @@ from symformer.benchmarks.base import (
     peak_memory_bytes,
     suite,
 )
+from symformer.benchmarks.positional_hf import (
+    hf_rows,  # HF Llama rows (extra `hf`): benchmarks/positional_hf.py
+)
+from symformer.models import fold_rotary
+from symformer.models.layers import MultiHeadAttention
+from symformer.positional import ESPR, STRING, RoPE, _fused
 
 SHAPES = ((1, 8, 4096, 64), (8, 8, 1024, 64), (4, 8, 2048, 128))
 HEADLINE = "B1_H8_N4096_Dh64"  # the cell of rope_half_vs_interleaved / rope_half_vs_rotary_embedding_torch
@@ -36,7 +43,6 @@ def _rotators(dh: int, device: str) -> dict:
     """name -> rotate(q, k) callables over shared 1-D positions (built once, caches warm). Named on purpose, not
     every registered part: the headline ratios compare these rows (RoPE's layouts, STRING folded and not, ESPR,
     rotary-embedding-torch); every registered rotary part is timed in the *_bf16 rows (_precision.positional_parts)."""
-    from symformer.positional import ESPR, STRING, RoPE
 
     out: dict = {}
     rope = RoPE(dh, 1, pairing="interleaved").to(device)
@@ -107,8 +113,6 @@ def interleaved_ratio(run_a, run_b, reps: int, device: str = "cpu") -> float:
 
 
 def _layers(d_model: int, heads: int, device: str, coord_dim: int = 1) -> dict:
-    from symformer.models import fold_rotary
-    from symformer.models.layers import MultiHeadAttention
 
     seed_torch(0)
 
@@ -247,9 +251,6 @@ def run(ctx: BenchContext) -> BenchResult:
     )
     _ratios(res, cells)
     _interleaved_headlines(res, runs, ctx)
-    from symformer.benchmarks.positional_hf import (
-        hf_rows,  # HF Llama rows (extra `hf`): benchmarks/positional_hf.py
-    )
 
     hf_rows(res, ctx)
     _bf16_rows(res, ctx, mrt)
@@ -267,7 +268,6 @@ def run(ctx: BenchContext) -> BenchResult:
         "Headline ratios are the worst (largest) over shapes and modes, except rope_half_vs_* "
         f"which are the forward cell at {HEADLINE} named in the issue; per-cell ratios follow."
     )
-    from symformer.positional import _fused
 
     res.notes.append(
         f"rope_half rotations of >= {_fused.FUSED_MIN_NUMEL} elements run the one-pass kernel compiled by "
@@ -286,7 +286,6 @@ def run(ctx: BenchContext) -> BenchResult:
 
 def _bf16_rows(res: BenchResult, ctx: BenchContext, mrt: float) -> None:
     """Every positional part cast to bfloat16, timed beside float32, with err_vs_bound (benchmarks/_precision.py)."""
-    from symformer.benchmarks._precision import ROT_SHAPE, bf16_note, bf16_ratios, positional_bf16_rows
 
     rows = positional_bf16_rows(ctx, mrt)
     res.rows += rows

@@ -12,6 +12,7 @@ import torch
 
 from symformer._rng import seeded_generator
 from symformer.benchmarks.base import BenchContext, BenchResult, median_seconds
+from symformer.integrations.hf.lm import TinyLlama, lm_loss, n_parameters, tiny_llama
 
 VOCAB = 65  # tiny Shakespeare's character vocabulary
 # named on purpose, not every registered part: the two ratios above compare STRING and ESPR with the native RoPE
@@ -19,7 +20,6 @@ METHODS = {"hf_llama_native_rope": (None, {}), "hf_llama_string": ("string", {})
 
 
 def _step_fn(model, x, y):
-    from symformer.integrations.hf.lm import lm_loss
 
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
@@ -36,7 +36,6 @@ def hf_rows(res: BenchResult, ctx: BenchContext) -> None:
     try:
         import transformers  # noqa: F401
 
-        from symformer.integrations.hf.lm import TinyLlama, n_parameters, tiny_llama
     except ImportError:
         res.notes.append("hf_llama_* rows skipped: transformers is not installed (pip install 'symformer[hf]')")
         return

@@ -18,12 +18,18 @@ import torch.nn.functional as F
 
 from symformer._rng import seed_torch, seeded_generator
 from symformer.benchmarks.base import BenchContext, BenchResult, median_seconds, suite
+from symformer.models import TransformerConfig, ViTClassifier
+from symformer.teleport import (
+    brute_force_norms,
+    closed_form_norms,
+    symmetry_group,
+    teleport_step,
+)
 
 STEPS_PER_EPOCH, EPOCHS, K, M = 469, 20, 4, 16  # paper App. F: MNIST, batch 128, 20 epochs, |K| = 4, M = 16
 
 
 def _setup(quick: bool, pe: str, device: str):
-    from symformer.models import TransformerConfig, ViTClassifier
 
     seed_torch(0)
     d, layers = (64, 2) if quick else (128, 6)
@@ -37,12 +43,6 @@ def _setup(quick: bool, pe: str, device: str):
 
 def _time_pe(pe: str, ctx: BenchContext, mt: float) -> tuple[dict, int, int]:
     """Median seconds of a training step, the candidate norms and whole teleport steps, both ways."""
-    from symformer.teleport import (
-        brute_force_norms,
-        closed_form_norms,
-        symmetry_group,
-        teleport_step,
-    )
 
     model, loss_fn = _setup(ctx.quick, pe, ctx.device)
     opt = torch.optim.SGD(model.parameters(), lr=0.0, momentum=0.9)  # lr 0 keeps the point fixed

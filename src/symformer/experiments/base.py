@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from symformer.data.paths import data_file
+from symformer.integrations.hf._common import hf_unavailable
 from symformer.registry import Registry, description_of
 from symformer.results import ExperimentResult
 from symformer.runner.jobs import recorded_plan
@@ -38,9 +39,6 @@ class ExperimentSpec:
             if importlib.util.find_spec(mod) is None:
                 return f"needs {mod} (pip install 'symformer[{extra}]')"
             if mod == "transformers":  # installed is not enough: transformers 5 disables PyTorch < 2.6
-                # optional: needs transformers (the hf extra)
-                from symformer.integrations.hf._common import hf_unavailable
-
                 problem = hf_unavailable()
                 if problem is not None:
                     return problem

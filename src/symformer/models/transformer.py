@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from symformer._validation import check_choice, check_int, fail
-from symformer.models.layers import Block, make_norm
+from symformer.models.layers import Block, MultiHeadAttention, make_norm
 from symformer.positional.base import RotaryPositional
 from symformer.registry import ATTENTION, MLP, POSITIONAL
 
@@ -94,7 +94,6 @@ class Encoder(nn.Module):
 
 def attention_layers(model: nn.Module):
     """Every MultiHeadAttention in a model (teleportation and diagnostics walk these)."""
-    from symformer.models.layers import MultiHeadAttention
 
     return [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
 

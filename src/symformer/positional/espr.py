@@ -35,6 +35,7 @@ from torch import nn
 
 from symformer._rng import check_seed, init_generator
 from symformer._validation import check_choice, check_float, check_int, fail, reads_values
+from symformer.positional import diagnostics as dg
 from symformer.positional._cache import ValueCache
 from symformer.positional.base import (
     LOW_PRECISION,
@@ -480,7 +481,6 @@ class ESPR(RotaryPositional):
         Returns:
             penalty (Tensor): 0-dim, differentiable in the generators and P (0 at the commuting init).
         """
-        from symformer.positional import diagnostics as dg
 
         total = self.gen_param.new_zeros(())
         if self.eps_comm_penalty > 0:

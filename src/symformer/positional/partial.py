@@ -16,6 +16,7 @@ from torch import nn
 
 from symformer._validation import check_int, fail
 from symformer.positional.base import QKSymmetry, RotaryPositional
+from symformer.registry import POSITIONAL
 
 
 def block_diag(a: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
@@ -148,7 +149,6 @@ def partial_rotary(head_dim: int, rotary_dim: int | None = None, inner: str = "r
         >>> part.rotary_dim, type(part.inner).__name__, part.coord_dim
         (6, 'STRING', 2)
     """
-    from symformer.registry import POSITIONAL
 
     if rotary_dim is None:
         rotary_dim = min(max(2, 2 * (head_dim // 4)), head_dim)

@@ -23,8 +23,10 @@ from torch import nn
 
 from symformer._validation import check_float, check_int, fail
 from symformer.attention.softmax import AttentionCore
+from symformer.models import FeedForward, attention_layers
 from symformer.teleport.attention_parts import attention_parts
 from symformer.teleport.component import AttentionSite, Component
+from symformer.teleport.declare import declared_sites, symformer_projections
 from symformer.teleport.qk_groups import qk_group_for
 from symformer.teleport.weight_parts import ExpertScaling, FusedRows, MLPScaling
 
@@ -426,7 +428,6 @@ def symmetry_group(
         >>> torch.allclose(model(x, pos), before, atol=1e-10)  # same function, other weights
         True
     """
-    from symformer.models import FeedForward, attention_layers
 
     for build in _BUILDERS.values() if attention is None else ():
         group = build(model, positions, ffn)
@@ -448,8 +449,6 @@ def symmetry_group(
             fail("model", "value dim != n_heads * head_dim", "square per-head value blocks")
         sites.append(AttentionSite(names[id(m)], m, qk_group_for(m.rotary, m.head_dim, positions)))
     if attention is not None:
-        from symformer.teleport.declare import declared_sites, symformer_projections
-
         declared, fused = declared_sites(model, attention, positions, symformer_projections(sites))
         sites, parts = sites + declared, list(fused)
     if not sites:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from symformer._rng import check_seed, layer_kwargs
+from symformer._validation import check_int, fail
+from symformer.attention.favor import FavorAttention
 from symformer.registry import CALLBACKS
 
 
@@ -58,7 +60,6 @@ class EarlyStopping(Callback):
     the test). The best weights are kept in memory and in state_dict, so a resumed run restores them too."""
 
     def __init__(self, patience: int = 3, monitor: str = "val_loss", higher_is_better: bool = False):
-        from symformer._validation import check_int
 
         self.patience, self.monitor, self.higher = check_int("patience", patience, 1), monitor, higher_is_better
         self.best: float | None = None
@@ -72,8 +73,6 @@ class EarlyStopping(Callback):
 
     def on_epoch_end(self, trainer, epoch: int, metrics: dict[str, Any]) -> None:
         if self.monitor not in metrics:
-            from symformer._validation import fail
-
             fail("monitor", self.monitor, f"a metric among {', '.join(sorted(metrics))}")
         v = float(metrics[self.monitor])
         better = self.best is None or (v > self.best if self.higher else v < self.best)
@@ -104,7 +103,6 @@ class EarlyStopping(Callback):
 
 def feature_modules(model) -> list:
     """Attention cores with redrawable random features (FAVOR+), in module order."""
-    from symformer.attention.favor import FavorAttention
 
     return [m for m in model.modules() if isinstance(m, FavorAttention)]
 
@@ -117,7 +115,6 @@ class FeatureRedraw(Callback):
     restarts layer i's sequence at the start of training from derived_seed("layer<i>", seed) (_rng.layer_kwargs)."""
 
     def __init__(self, model, every: int | None = None, seed: int | None = None):
-        from symformer._validation import check_int
 
         self.model, self.seed = model, check_seed(seed)
         self.every = None if every is None else check_int("every", every, 1)
@@ -146,7 +143,6 @@ class LearningCurve(Callback):
     """Evaluate `data` every `every` optimizer steps (and at the end); `points` is [(step, metrics)]."""
 
     def __init__(self, data, every: int):
-        from symformer._validation import check_int
 
         self.data, self.every, self.points = data, check_int("every", every, 1), []
 

@@ -11,8 +11,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from symformer import data as D
 from symformer._rng import check_seed, seed_torch
 from symformer._validation import check_choice, fail
+from symformer.data.files import read_text
 from symformer.models import (
     CausalLM,
     Forecaster,
@@ -100,7 +102,6 @@ def informer_lengths(pred_len: int) -> tuple[int, int]:
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
-    from symformer.data.files import read_text
 
     path = Path(path)
     if not path.is_file():
@@ -127,7 +128,6 @@ SECTIONS = ("data", "model", "train")
 
 
 def _loader(task: str):
-    from symformer import data as D
 
     return {
         "digits": D.load_digits_patches,
@@ -237,7 +237,6 @@ def resolve(
 
 def build(spec: dict[str, Any], data_dir=None, seed: int | None = None):
     """(model, task, split, TrainConfig) for a resolved spec."""
-    from symformer import data as D
 
     t, dkw, mkw = spec["task"], dict(spec.get("data", {})), dict(spec.get("model", {}))
     tkw = dict(spec.get("train", {}))

@@ -23,7 +23,7 @@ from symformer._validation import check_choice, check_float, check_int, fail
 from symformer.data.base import TensorData, epoch_order, n_batches, shard
 from symformer.models import penalties
 from symformer.train import distributed as D
-from symformer.train.callbacks import Callback
+from symformer.train.callbacks import Callback, EarlyStopping
 from symformer.train.checkpoint import (
     FORMAT,
     VERSION,
@@ -160,8 +160,6 @@ class Trainer:
         self.train_data, self.val_data, self.test_data = train, val, test
         self.callbacks = list(callbacks or [])
         if cfg.patience is not None and val is not None:
-            from symformer.train.callbacks import EarlyStopping
-
             self.callbacks.append(EarlyStopping(cfg.patience, f"val_{task.primary}", task.higher_is_better))
         self.stop_training = False  # a callback (early stopping) sets it at an epoch end
         self.out_dir = Path(out_dir) if out_dir is not None else None

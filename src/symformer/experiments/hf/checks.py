@@ -9,6 +9,8 @@ import torch
 
 from symformer._rng import seed_torch, seeded_generator
 from symformer.experiments.hf.families import FAMILY_MODELS, POST_NORM_FAMILIES, QK_NORM_FAMILIES
+from symformer.integrations import hf
+from symformer.integrations.hf import exact_float64
 from symformer.integrations.hf._common import attention_modules, post_qk_norms, qk_norms
 from symformer.results import Claim, verdict
 
@@ -39,8 +41,6 @@ def _tiny(dtype, positional=None, seed=0, attn="eager", init=0.2, family="llama"
     """d_model 32, 4 query heads of Dh 8 over 2 key heads (GQA), 2 layers, vocab 40, of a FAMILY_MODELS family
     (the q/k norm weights of QK_NORM_FAMILIES are drawn around 1: HF starts them at exactly 1)."""
     import transformers as tf
-
-    from symformer.integrations import hf  # optional: needs transformers (the hf extra)
 
     conf, cls, extra = FAMILY_MODELS[family]
     args = dict(
@@ -78,7 +78,6 @@ def _logits(model, x):
 def parity(seed: int, n: int = 48) -> dict:
     """Max |logit difference|, patched vs native; float64 through exact_float64 (HF's table and RMSNorms are float32
     for every dtype: hf.exact's docstring), with the untouched float64 model's number kept for the record."""
-    from symformer.integrations.hf import exact_float64  # optional: needs transformers (the hf extra)
 
     x = torch.randint(0, 40, (2, n), generator=seeded_generator(seed))
     out = {
@@ -107,7 +106,6 @@ def parity(seed: int, n: int = 48) -> dict:
 
 def favor_convergence(seed: int, features=(64, 1024, 16384), init: float = 0.05) -> dict:
     """Weights at init std 0.05 keep |q^|, |k^| moderate: FAVOR+'s variance grows like exp(|q^|^2 + |k^|^2) (T7.4)."""
-    from symformer.integrations import hf  # optional: needs transformers (the hf extra)
 
     x = torch.randint(0, 40, (2, 32), generator=seeded_generator(seed))
     ref = _logits(_tiny(torch.float64, None, seed, init=init), x)
@@ -120,8 +118,6 @@ def favor_convergence(seed: int, features=(64, 1024, 16384), init: float = 0.05)
 
 
 def teleport_invariance(seed: int) -> dict:
-    from symformer.integrations import hf  # optional: needs transformers (the hf extra)
-    from symformer.integrations.hf import exact_float64  # optional: needs transformers (the hf extra)
 
     x = torch.randint(0, 40, (2, 24), generator=seeded_generator(seed))
     out = {}

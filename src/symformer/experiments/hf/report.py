@@ -28,12 +28,12 @@ from symformer.experiments.hf.checks import (
 )
 from symformer.experiments.hf.plan import HfPlan
 from symformer.experiments.plots import pyplot
+from symformer.integrations.hf import require_transformers
+from symformer.integrations.hf.lm import n_parameters, tiny_llama, train_lm
 from symformer.results import Claim, ExperimentResult
 
 
 def train_runs(ctx: RunContext, plan: HfPlan) -> dict:
-    # optional: needs transformers (the hf extra)
-    from symformer.integrations.hf.lm import n_parameters, tiny_llama, train_lm
 
     split = load_char_text(
         block=plan.block, data_dir=ctx.data_file("tinyshakespeare.txt").parent, max_chars=plan.max_chars
@@ -151,7 +151,6 @@ def hf_claims(par: dict, fav: dict, tel: dict) -> list[Claim]:
     requires={"transformers": "hf"},
 )
 def run(ctx: RunContext) -> ExperimentResult:
-    from symformer.integrations.hf import require_transformers  # optional: needs transformers (the hf extra)
 
     tf = require_transformers()
     t0 = time.perf_counter()

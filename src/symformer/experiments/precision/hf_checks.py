@@ -11,6 +11,9 @@ from symformer._rng import seed_torch, seeded_generator
 from symformer._validation import check_choice
 from symformer.experiments.hf.families import FAMILY_MODELS, QK_NORM_FAMILIES
 from symformer.experiments.precision.rotation_checks import EPS, check_dtype
+from symformer.integrations import hf
+from symformer.integrations.hf import exact_float64
+from symformer.integrations.hf._common import attention_modules, qk_norms
 
 HF_PRECISION_FAMILIES = ("llama", "qwen3", "gpt_neox", "deepseek_v2")
 
@@ -18,8 +21,6 @@ HF_PRECISION_FAMILIES = ("llama", "qwen3", "gpt_neox", "deepseek_v2")
 def _sharpen(model, factor: float) -> None:
     """Scale what feeds the rotation (the q/k norm weights where the family norms q and k, else the q and k
     projections; MLA: q_proj and kv_a_proj_with_mqa) so the logits are large and position errors show."""
-    # optional: needs transformers (the hf extra)
-    from symformer.integrations.hf._common import attention_modules, qk_norms
 
     for attn in attention_modules(model):
         norms = qk_norms(attn)
@@ -39,9 +40,6 @@ def hf_base_model(
     """A float32 tiny model of `family` (1 layer, d_model 16, 2 heads of Dh 8, vocab 40) whose weights are exactly
     representable in `dtype` (so the 16-bit models and the float64 one share them), with sharpened attention."""
     import transformers as tf
-
-    # optional: needs transformers (the hf extra)
-    from symformer.integrations.hf._common import attention_modules, qk_norms
 
     check_choice("family", family, tuple(FAMILY_MODELS))
     conf, cls, extra = FAMILY_MODELS[family]
@@ -85,7 +83,6 @@ def hf_base_model(
 def hf_route_model(base, dtype: torch.dtype, route: str, positional: str | None = None):
     """`base`'s weights in a `dtype` model made by route "config" (`_from_config(cfg, dtype=...)`, as from_pretrained
     builds it) or "cast" (`.to(dtype)` of a float32 copy), patched with `positional` before the cast (None: native)."""
-    from symformer.integrations import hf  # optional: needs transformers (the hf extra)
 
     check_choice("route", route, ("config", "cast"))
     if route == "cast":
@@ -102,7 +99,6 @@ def hf_route_model(base, dtype: torch.dtype, route: str, positional: str | None 
 @torch.no_grad()
 def hf_reference_logits(base, x: torch.Tensor) -> torch.Tensor:
     """The float64 model's logits (exact_float64: HF's float32 tables and norms evaluated in float64)."""
-    from symformer.integrations.hf import exact_float64  # optional: needs transformers (the hf extra)
 
     return exact_float64(copy.deepcopy(base).double())(x).logits
 
