@@ -286,7 +286,8 @@ def lazy_imports(src: Path = SRC) -> list[tuple[str, int, bool]]:
                 if not isinstance(node, (ast.Import, ast.ImportFrom)):
                     continue
                 names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-                if not (getattr(node, "level", 0) or any(n == "symformer" or n.startswith("symformer.") for n in names)):
+                internal = any(n == "symformer" or n.startswith("symformer.") for n in names)
+                if not (getattr(node, "level", 0) or internal):
                     continue
                 near = lines[node.lineno - 1] + (lines[node.lineno - 2] if node.lineno > 1 else "")
                 out.append((str(path.relative_to(src)), node.lineno, "#" in near))

@@ -223,14 +223,7 @@ def build_fact_mlp(
     if method in BASELINES:
         mlp = _baseline(Kw, Vw, facts, method, h, seed, info, opts)
     else:
-        check_int("m", m, 1)
-        enc_kind, dec_kind = method.split("+")
-        if dec_kind != "gd":
-            info = require_vertices(Vw, info)
-        dec = _decoder(Vw, dec_kind, m, seed, info, opts)
-        mlp = _encoder(Kw, dec.C[facts], enc_kind, seed, opts)
-        with torch.no_grad():
-            mlp.down.D.copy_(dec.D.to(mlp.dtype))
+        mlp = _construction(Kw, Vw, facts, method, m, seed, info, opts)
     if Tk is not None:
         fold_whitening(mlp, Tk, Tv)
     mlp.method, mlp.n_facts = method, int(facts.numel())
@@ -240,6 +233,20 @@ def build_fact_mlp(
             f"method {method!r} (m={m}, h={h}) stores {mlp.accuracy:.2%} of the "
             f"{len(facts)} facts, expected all of them: increase m or h"
         )
+    return mlp
+
+
+def _construction(keys, values, facts, method: str, m: int, seed: int, info, opts: BuildOptions) -> FactMLP:
+    """The encoder-decoder construction "<encoder>+<decoder>" at decoder width m (Sec. 3: the decoder's codes C for
+    the values, then an encoder mapping each key to the code of its value)."""
+    check_int("m", m, 1)
+    enc_kind, dec_kind = method.split("+")
+    if dec_kind != "gd":
+        info = require_vertices(values, info)
+    dec = _decoder(values, dec_kind, m, seed, info, opts)
+    mlp = _encoder(keys, dec.C[facts], enc_kind, seed, opts)
+    with torch.no_grad():
+        mlp.down.D.copy_(dec.D.to(mlp.dtype))
     return mlp
 
 
@@ -459,6 +466,53 @@ class _Remembered:
         return acc, params
 
 
+def _search_setup(method, fact_sets, options, infos, work_dir) -> tuple:
+    """(options, decodabilities, memo) of a capacity search, its inputs checked."""
+    check_choice("method", method, METHODS)
+    if work_dir is not None:
+        _Remembered.check(work_dir)
+    for fs in fact_sets:
+        validate_fact_set(fs.keys, fs.values, fs.facts)
+    opts = options or BuildOptions()
+    if work_dir is not None and opts.codec_cache is None and method.endswith("+gd"):
+        opts = replace(opts, codec_cache=str(work_dir))  # the search's GD decoders, kept until the record is written
+    if infos is None and opts.whiten == 0 and method.split("+")[-1] in ("jl", "jl-sign", "naive", "ntk-mo"):
+        infos = [decodability(fs.values) for fs in fact_sets]
+    memo = None if work_dir is None else _Remembered(work_dir, method, fact_sets, opts)
+    return opts, infos, memo
+
+
+def _remembering(memo):
+    """remembered(key, build, options): build(options), or its remembered result (with a training checkpoint)."""
+
+    def remembered(key: str, build: Callable[[BuildOptions], tuple[float, int]], o: BuildOptions):
+        if memo is None:
+            return build(o)
+        return memo(key, lambda ckpt: build(replace(o, train_checkpoint=ckpt) if o.train_checkpoint is None else o))
+
+    return remembered
+
+
+def _gd_width_step(method, fact_sets, m_hat: int, opts, remembered, params, seen) -> tuple:
+    """Two-step search for GD encoders (App. A.1.3): fix m = m^, then the smallest width multiplier in (0, 2]
+    (steps of 1/8) that still stores every fact; (params, seen) updated where it needs fewer parameters."""
+
+    def evaluate_width(k: int, s: int) -> tuple[float, int]:
+        fs = fact_sets[s]
+
+        def build(o: BuildOptions) -> tuple[float, int]:
+            mlp = build_fact_mlp(fs.keys, fs.values, fs.facts, method, m=m_hat, seed=s, strict=False, options=o)
+            return mlp.accuracy, count_params(mlp)
+
+        return remembered(f"m={m_hat}_h_mult={k}_8_seed={s}", build, replace(opts, h_mult=k / 8))
+
+    k, seen_w = capacity_search(evaluate_width, len(fact_sets), 1, 16, 16)
+    if k is not None and seen_w[k][1] < params:
+        params = seen_w[k][1]
+        seen = {**seen, **{f"h_mult={kk / 8}": v for kk, v in seen_w.items()}}
+    return params, seen
+
+
 def method_capacity(
     method: str,
     fact_sets: Sequence[FactSet],
@@ -495,22 +549,8 @@ def method_capacity(
         >>> mlp.accuracy, count_params(mlp) == res.params
         (1.0, True)
     """
-    check_choice("method", method, METHODS)
-    if work_dir is not None:
-        _Remembered.check(work_dir)
-    for fs in fact_sets:
-        validate_fact_set(fs.keys, fs.values, fs.facts)
-    opts = options or BuildOptions()
-    if work_dir is not None and opts.codec_cache is None and method.endswith("+gd"):
-        opts = replace(opts, codec_cache=str(work_dir))  # the search's GD decoders, kept until the record is written
-    if infos is None and opts.whiten == 0 and method.split("+")[-1] in ("jl", "jl-sign", "naive", "ntk-mo"):
-        infos = [decodability(fs.values) for fs in fact_sets]
-    memo = None if work_dir is None else _Remembered(work_dir, method, fact_sets, opts)
-
-    def remembered(key: str, build: Callable[[BuildOptions], tuple[float, int]], o: BuildOptions):
-        if memo is None:
-            return build(o)
-        return memo(key, lambda ckpt: build(replace(o, train_checkpoint=ckpt) if o.train_checkpoint is None else o))
+    opts, infos, memo = _search_setup(method, fact_sets, options, infos, work_dir)
+    remembered = _remembering(memo)
 
     def evaluate(size: int, s: int) -> tuple[float, int]:
         fs = fact_sets[s]
@@ -538,23 +578,7 @@ def method_capacity(
     size, seen = capacity_search(evaluate, len(fact_sets), lo, hi, max_size)
     params = seen[size][1] if size is not None else None
     if size is not None and method.startswith("gd+"):
-        # two-step search for GD encoders (App. A.1.3): fix m = m^, then the smallest width multiplier
-        # in (0, 2] (steps of 1/8) that still stores every fact
-        m_hat = size
-
-        def evaluate_width(k: int, s: int) -> tuple[float, int]:
-            fs = fact_sets[s]
-
-            def build(o: BuildOptions) -> tuple[float, int]:
-                mlp = build_fact_mlp(fs.keys, fs.values, fs.facts, method, m=m_hat, seed=s, strict=False, options=o)
-                return mlp.accuracy, count_params(mlp)
-
-            return remembered(f"m={m_hat}_h_mult={k}_8_seed={s}", build, replace(opts, h_mult=k / 8))
-
-        k, seen_w = capacity_search(evaluate_width, len(fact_sets), 1, 16, 16)
-        if k is not None and seen_w[k][1] < params:
-            params = seen_w[k][1]
-            seen = {**seen, **{f"h_mult={kk / 8}": v for kk, v in seen_w.items()}}
+        params, seen = _gd_width_step(method, fact_sets, size, opts, remembered, params, seen)
     F, nv = fact_sets[0].keys.shape[0], fact_sets[0].values.shape[0]
     bits = F * math.log2(max(nv, 2))
     return CapacityResult(
