@@ -142,8 +142,10 @@ def test_entrypoint_subprocess_no_traceback(tmp_path):
     assert p.returncode == 2 and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_digits_vit_preset_reaches_090(capsys, tmp_path):
-    """The foundation's 'done when': the digits-vit preset reaches >= 0.90 test accuracy."""
+    """The foundation's 'done when': the digits-vit preset reaches >= 0.90 test accuracy (a full training run,
+    ~90 s: slow)."""
     code, out, _ = run(capsys, "train", "--preset", "digits-vit", "--out", str(tmp_path / "d"))
     assert code == 0
     assert json.loads((tmp_path / "d" / "results.json").read_text())["metrics"]["test_accuracy"] >= 0.90

@@ -237,8 +237,8 @@ def build_fact_mlp(
 
 
 def _construction(keys, values, facts, method: str, m: int, seed: int, info, opts: BuildOptions) -> FactMLP:
-    """The encoder-decoder construction "<encoder>+<decoder>" at decoder width m (Sec. 3: the decoder's codes C for
-    the values, then an encoder mapping each key to the code of its value)."""
+    """The encoder-decoder construction "<encoder>+<decoder>" at decoder width m: the decoder's codes C for the values,
+    then an encoder mapping each key to the code of its value."""
     check_int("m", m, 1)
     enc_kind, dec_kind = method.split("+")
     if dec_kind != "gd":
