@@ -1,0 +1,76 @@
+"""Left padding is invisible (issue 61): for FAVOR+ and PLASH, a left-padded row gives its real tokens the outputs
+of the row alone, in the full causal forward, the chunked prefill and every decoding step (float64, <= 1e-10).
+PLASH's blocks count from each row's first real token."""
+
+import pytest
+import torch
+
+from symformer.attention import FavorAttention, PlashAttention
+
+PADS = (0, 3, 6, 1, 5, 2, 4)  # one row per pad count 0..6, in mixed order
+N = 12  # tokens per padded row; row r has N - PADS[r] real ones
+
+
+def _core(kind, block=4):
+    if kind == "favor":
+        return FavorAttention(8, n_features=16, chunk_size=4, seed=0).double()
+    return PlashAttention(8, M=4, D_k=8, causal_block=block, mixer_heads=2, seed=0).double().eval()
+
+
+CORES = [("favor", None)] + [("plash", c) for c in (1, 3, 4, 5, 16)]
+IDS = [k if c is None else f"plash-c{c}" for k, c in CORES]
+
+
+def _batch(h=2, d=8, seed=0):
+    """q, k, v (B, H, N, d) with row r's real tokens at N - PADS[r].. and random junk in its padding; keep mask."""
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(len(PADS), h, N, d, generator=g, dtype=torch.float64) for _ in range(3))
+    keep = torch.arange(N) >= torch.tensor(PADS)[:, None]  # (B, N)
+    return q, k, v, keep[:, None, None, :]
+
+
+def _alone(core, q, k, v, r):
+    """Row r without its padding: the full causal forward of its real tokens (no mask)."""
+    p = PADS[r]
+    with torch.no_grad():
+        return core(q[r : r + 1, :, p:], k[r : r + 1, :, p:], v[r : r + 1, :, p:], is_causal=True)[0]
+
+
+def _max_diff(core, out, q, k, v):
+    return max((out[r, :, PADS[r] :] - _alone(core, q, k, v, r)).abs().max().item() for r in range(len(PADS)))
+
+
+@pytest.mark.parametrize(("kind", "block"), CORES, ids=IDS)
+def test_full_causal_forward_of_a_left_padded_batch_equals_each_row_alone(kind, block):
+    core = _core(kind, block)
+    q, k, v, keep = _batch()
+    with torch.no_grad():
+        out = core(q, k, v, attn_mask=keep, is_causal=True)
+    assert _max_diff(core, out, q, k, v) <= 1e-10
+    if kind == "plash":  # a query before the row's first real token sees no kept key: output 0
+        for r, p in enumerate(PADS):
+            assert torch.equal(out[r, :, :p], torch.zeros_like(out[r, :, :p]))
+
+
+@pytest.mark.parametrize(("kind", "block"), CORES, ids=IDS)
+@pytest.mark.parametrize("prefill", [1, 7, N])
+def test_prefill_and_token_steps_of_a_left_padded_batch_equal_each_row_alone(kind, block, prefill):
+    """A prefill of `prefill` tokens (1: every token is a step, the padding included), then one token at a time."""
+    core = _core(kind, block)
+    q, k, v, keep = _batch(seed=1)
+    st = core.init_state()
+    with torch.no_grad():
+        ys = [core(q[..., :prefill, :], k[..., :prefill, :], v[..., :prefill, :], keep[..., :prefill], True, state=st)]
+        for i in range(prefill, N):
+            s = slice(i, i + 1)
+            ys.append(core(q[..., s, :], k[..., s, :], v[..., s, :], keep[..., s], True, state=st))
+        # then more tokens without a mask (what a generation step passes once the prompt is in)
+        q2, k2, v2, _ = _batch(seed=2)
+        for i in range(6):
+            s = slice(i, i + 1)
+            ys.append(core(q2[..., s, :], k2[..., s, :], v2[..., s, :], None, True, state=st))
+    out = torch.cat(ys, dim=-2)
+    qq, kk, vv = (torch.cat([a, b[..., :6, :]], dim=-2) for a, b in ((q, q2), (k, k2), (v, v2)))
+    with torch.no_grad():
+        worst = max((out[r, :, PADS[r] :] - _alone(core, qq, kk, vv, r)).abs().max().item() for r in range(len(PADS)))
+    assert worst <= 1e-10
