@@ -5,6 +5,7 @@ PLASH's blocks count from each row's first real token."""
 import pytest
 import torch
 
+import symformer
 from symformer.attention import FavorAttention, PlashAttention
 
 PADS = (0, 3, 6, 1, 5, 2, 4)  # one row per pad count 0..6, in mixed order
@@ -54,12 +55,14 @@ def test_full_causal_forward_of_a_left_padded_batch_equals_each_row_alone(kind, 
 
 @pytest.mark.parametrize(("kind", "block"), CORES, ids=IDS)
 @pytest.mark.parametrize("prefill", [1, 7, N])
-def test_prefill_and_token_steps_of_a_left_padded_batch_equal_each_row_alone(kind, block, prefill):
-    """A prefill of `prefill` tokens (1: every token is a step, the padding included), then one token at a time."""
+@pytest.mark.parametrize("reads", ["auto", "never"])
+def test_prefill_and_token_steps_of_a_left_padded_batch_equal_each_row_alone(kind, block, prefill, reads):
+    """A prefill of `prefill` tokens (1: every token is a step, the padding included), then one token at a time;
+    reads="never": what an accelerator runs (the host does not read the mask, every row takes its own grid)."""
     core = _core(kind, block)
     q, k, v, keep = _batch(seed=1)
     st = core.init_state()
-    with torch.no_grad():
+    with torch.no_grad(), symformer.value_checks(reads):
         ys = [core(q[..., :prefill, :], k[..., :prefill, :], v[..., :prefill, :], keep[..., :prefill], True, state=st)]
         for i in range(prefill, N):
             s = slice(i, i + 1)
@@ -74,3 +77,26 @@ def test_prefill_and_token_steps_of_a_left_padded_batch_equal_each_row_alone(kin
     with torch.no_grad():
         worst = max((out[r, :, PADS[r] :] - _alone(core, qq, kk, vv, r)).abs().max().item() for r in range(len(PADS)))
     assert worst <= 1e-10
+
+
+@pytest.mark.parametrize("block", [3, 5])
+def test_a_mask_without_padding_decodes_as_no_mask_when_the_host_cannot_read_it(block):
+    """On an accelerator every mask takes the per-row grids (the host cannot see it pads nothing): an all-kept
+    mask then decodes as no mask does."""
+    core = _core("plash", block)
+    q, k, v, _ = _batch(seed=4)
+    keep = torch.ones(len(PADS), 1, 1, N, dtype=torch.bool)
+    outs = []
+    for mask in (None, keep):
+        st = core.init_state()
+
+        def m(a, b, mask=mask):
+            return None if mask is None else mask[..., a:b]
+
+        with torch.no_grad(), symformer.value_checks("never"):
+            ys = [core(q[..., :5, :], k[..., :5, :], v[..., :5, :], m(0, 5), True, state=st)]
+            for i in range(5, N):
+                s = slice(i, i + 1)
+                ys.append(core(q[..., s, :], k[..., s, :], v[..., s, :], m(i, i + 1), True, state=st))
+        outs.append(torch.cat(ys, dim=-2))
+    assert (outs[0] - outs[1]).abs().max() <= 1e-12

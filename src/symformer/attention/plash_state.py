@@ -28,7 +28,8 @@ left-padded batch decodes exactly as its full causal forward with the same mask.
 count from its first kept key (Alg. 1 summarises the row's own blocks, so left padding is invisible): `rlen` (n, 1)
 counts the tokens since each row's first kept key, the row's slot is `rlen % c`, and since rows then fill their
 blocks at different steps the rollover pass runs at every step and is selected per row (as under torch.compile).
-A state that never saw a mask keeps the shared grid above.
+A state whose masks start no row late keeps the shared grid above and its once-per-block pass; the host reads
+that off the mask only where value checks may (CPU in eager mode), elsewhere any mask takes the per-row grids.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from symformer._torch_compat import is_compiling
-from symformer._validation import fail
+from symformer._validation import fail, reads_values
 from symformer.attention.sketch import count_sketch_matrices
 
 
@@ -152,7 +153,7 @@ def _prefill(core, q, k, v, keep, state: PlashState, scale: float | None) -> tor
     out = core.causal(q, k, v, scale, keep)
     kvc = torch.cat((k, v), dim=-1)
     a = core.routing(k, keep)  # (n, M, L), padded keys' columns 0
-    if keep is not None:
+    if keep is not None and _grid_may_shift(~keep[:, :1]):
         _prefill_rows(core, kvc, a, keep, state)
         return out
     done = (length // c) * c
@@ -168,6 +169,16 @@ def _prefill(core, q, k, v, keep, state: PlashState, scale: float | None) -> tor
     state.length.fill_(length)
     state.host_length = length
     return out
+
+
+def _grid_may_shift(pad_before_start: torch.Tensor) -> bool:
+    """Whether key padding may move a row's block grid off the shared one: a pad before the row's first kept key
+    (a boolean (n, 1) tensor). The host reads it only where value checks may (_validation.reads_values: CPU in eager
+    mode), so an unpadded mask keeps the shared grid and its once-per-block rollover; elsewhere it cannot tell
+    without a sync, so the rows get their own grids (exact either way)."""
+    if is_compiling() or not reads_values(pad_before_start):
+        return True
+    return bool(pad_before_start.any())
 
 
 def _prefill_rows(core, kvc, a, keep, state: PlashState) -> None:
@@ -212,7 +223,8 @@ def _token(core, q, k, v, keep, state: PlashState, scale: float | None) -> torch
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, state.kv, state.pkv))
     kv, bias = (state.kv.clone(), state.bias.clone()) if grad else (state.kv, state.bias)
     kvn = torch.cat((k, v), dim=-1)  # (n, 1, 2 d)
-    if keep is not None and state.rlen is None:  # the first mask: every row so far started at token 0
+    if keep is not None and state.rlen is None and _grid_may_shift(~keep & (state.count == 0)):
+        # the first mask that may start a row late: every row so far started at token 0
         state.rlen = state.length.expand(q.shape[0], 1).clone()
     if state.rlen is None:
         pos = state.length % c  # (1,): the token's row in the block
