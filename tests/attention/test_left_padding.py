@@ -7,6 +7,7 @@ import torch
 
 import symformer
 from symformer.attention import FavorAttention, PlashAttention
+from symformer.models import CausalLM, TransformerConfig
 
 PADS = (0, 3, 6, 1, 5, 2, 4)  # one row per pad count 0..6, in mixed order
 N = 12  # tokens per padded row; row r has N - PADS[r] real ones
@@ -100,3 +101,43 @@ def test_a_mask_without_padding_decodes_as_no_mask_when_the_host_cannot_read_it(
                 ys.append(core(q[..., s, :], k[..., s, :], v[..., s, :], m(i, i + 1), True, state=st))
         outs.append(torch.cat(ys, dim=-2))
     assert (outs[0] - outs[1]).abs().max() <= 1e-12
+
+
+LM_CORES = {
+    "favor": {"n_features": 16, "chunk_size": 4},
+    "plash": {"M": 4, "D_k": 8, "causal_block": 4, "mixer_heads": 2},
+}
+
+
+@pytest.mark.parametrize("attention", list(LM_CORES))
+def test_causal_lm_generate_on_a_left_padded_batch_equals_each_prompt_alone(attention):
+    """models.CausalLM.generate(attention_mask=) on three prompts of 11, 6 and 9 tokens, left-padded: each row's
+    greedy tokens, and its logits at every step (prefill and steps fed the generated tokens), are those of the
+    prompt alone."""
+    torch.manual_seed(0)
+    cfg = TransformerConfig(
+        d_model=32, n_heads=4, n_layers=2, attention=attention, positional="rope", attention_kwargs=LM_CORES[attention]
+    )
+    lm = CausalLM(cfg, 48).double().eval()
+    g = torch.Generator().manual_seed(5)
+    prompts = [torch.randint(0, 48, (n,), generator=g) for n in (11, 6, 9)]
+    n, new = 11, 7
+    ids = torch.zeros(3, n, dtype=torch.long)
+    mask = torch.zeros(3, n, dtype=torch.long)
+    for r, p in enumerate(prompts):
+        ids[r, n - len(p) :], mask[r, n - len(p) :] = p, 1
+    out = lm.generate(ids, new, top_k=1, attention_mask=mask)
+
+    def logits(seq, prompt_len, m=None, pads=None):
+        with torch.no_grad():
+            states = lm.init_states()
+            rows = [lm.step(seq[:, :prompt_len], states, 0, m, pads)[:, -1:]]
+            for t in range(prompt_len, seq.shape[1] - 1):
+                rows.append(lm.step(seq[:, t : t + 1], states, t, None, pads))
+        return torch.cat(rows, 1)
+
+    padded = logits(out, n, mask, (mask == 0).sum(-1))
+    for r, p in enumerate(prompts):
+        alone = lm.generate(p[None], new, top_k=1)
+        assert torch.equal(out[r, n:], alone[0, len(p) :])
+        assert (padded[r] - logits(alone, len(p))[0]).abs().max() <= 1e-10
