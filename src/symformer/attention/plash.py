@@ -394,7 +394,32 @@ class PlashAttention(DecodingCore):
         """Chunked prefix compression on folded (n, N, d) inputs (module docstring). keep: (n, N) boolean key
         padding (ours; the paper has no masked form): a padded key adds nothing to any Stage I summary (its
         routing row A_j is zeroed) and is masked in the exact in-block part; a block whose prefix holds no kept key
-        reads no summary; a query that sees no kept key at all gets the output 0."""
+        reads no summary; a query that sees no kept key at all gets the output 0. The blocks of a row count from its
+        first kept key, so left padding is invisible: a padded row's real tokens get the outputs of the row alone."""
+        if keep is not None:
+            return self._causal_from_first_kept(q, k, v, scale, keep)
+        return self._causal_blocks(q, k, v, scale, None)
+
+    def _causal_from_first_kept(self, q, k, v, scale, keep: torch.Tensor) -> torch.Tensor:
+        """core.causal with key padding: each row's block grid starts at its first kept key, so a left-padded row
+        gives its real tokens the outputs of the row alone (Alg. 1's summaries are of the row's own blocks). Exact
+        and sync-free: each row is rotated left by its count of leading pads (one gather; the pads move behind its
+        last token, where the causal mask hides them), blocked as usual, and rotated back; a query before the first
+        kept key sees no kept key and gets 0, as defined above."""
+        n, length, d = q.shape
+        lead = (keep.cumsum(-1) == 0).sum(-1, keepdim=True)  # (n, 1) leading pads; N for a row without a kept key
+        idx = torch.arange(length, device=q.device)
+        fwd = (idx + lead) % length  # (n, N): rotated row i holds token (i + lead) mod N
+
+        def rot(x, index):
+            return x.gather(1, index.unsqueeze(-1).expand(-1, -1, x.shape[-1]))
+
+        out = self._causal_blocks(rot(q, fwd), rot(k, fwd), rot(v, fwd), scale, keep.gather(1, fwd))
+        out = rot(out, (idx - lead) % length)  # rotated back
+        return out.masked_fill((idx < lead).unsqueeze(-1), 0.0)
+
+    def _causal_blocks(self, q, k, v, scale, keep: torch.Tensor | None) -> torch.Tensor:
+        """The blocked computation of core.causal, blocks aligned to the first position given."""
         n, length, _ = q.shape
         c = self.causal_block
         nb = -(-length // c)

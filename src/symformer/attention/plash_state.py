@@ -24,7 +24,12 @@ mode the host counts the tokens it feeds (`host_length`, no device read), so the
 Key padding (ours; the paper's block has no masked form): a padded key's routing row A_j is zeroed, so it adds
 nothing to the sums, and it is masked in the in-block softmax; a prefix without any kept key offers no summary; a
 query that sees no kept key at all gets the output 0. PlashAttention.causal applies the same definition, so a
-left-padded batch decodes exactly as its full causal forward with the same mask.
+left-padded batch decodes exactly as its full causal forward with the same mask. With a mask, each row's blocks
+count from its first kept key (Alg. 1 summarises the row's own blocks, so left padding is invisible): `rlen` (n, 1)
+counts the tokens since each row's first kept key, the row's slot is `rlen % c`, and since rows then fill their
+blocks at different steps the rollover pass runs at every step and is selected per row (as under torch.compile).
+A state whose masks start no row late keeps the shared grid above and its once-per-block pass; the host reads
+that off the mask only where value checks may (CPU in eager mode), elsewhere any mask takes the per-row grids.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from symformer._torch_compat import is_compiling
-from symformer._validation import fail
+from symformer._validation import fail, reads_values
 from symformer.attention.sketch import count_sketch_matrices
 
 
@@ -53,9 +58,10 @@ class PlashState:
     heads: int = 1
     sketch: tuple | None = None
     host_length: int | None = None  # `length` as the host counted it in eager steps; None once a compiled step ran
+    rlen: torch.Tensor | None = None  # (n, 1) tokens since each row's first kept key; None until a mask came
     core_id: int | None = None  # id() of the PlashAttention that filled it: its prototypes and hashes made the sums
 
-    _FIELDS = ("pkv", "count", "kv", "bias")
+    _FIELDS = ("pkv", "count", "kv", "bias", "rlen")
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (getattr(self, f) for f in self._FIELDS) if t is not None)
@@ -147,6 +153,9 @@ def _prefill(core, q, k, v, keep, state: PlashState, scale: float | None) -> tor
     out = core.causal(q, k, v, scale, keep)
     kvc = torch.cat((k, v), dim=-1)
     a = core.routing(k, keep)  # (n, M, L), padded keys' columns 0
+    if keep is not None and _grid_may_shift(~keep[:, :1]):
+        _prefill_rows(core, kvc, a, keep, state)
+        return out
     done = (length // c) * c
     committed = a[..., :done] @ kvc[:, :done]
     state.pkv = committed + a[..., done:] @ kvc[:, done:]
@@ -160,6 +169,41 @@ def _prefill(core, q, k, v, keep, state: PlashState, scale: float | None) -> tor
     state.length.fill_(length)
     state.host_length = length
     return out
+
+
+def _grid_may_shift(pad_before_start: torch.Tensor) -> bool:
+    """Whether key padding may move a row's block grid off the shared one: a pad before the row's first kept key
+    (a boolean (n, 1) tensor). The host reads it only where value checks may (_validation.reads_values: CPU in eager
+    mode), so an unpadded mask keeps the shared grid and its once-per-block rollover; elsewhere it cannot tell
+    without a sync, so the rows get their own grids (exact either way)."""
+    if is_compiling() or not reads_values(pad_before_start):
+        return True
+    return bool(pad_before_start.any())
+
+
+def _prefill_rows(core, kvc, a, keep, state: PlashState) -> None:
+    """_prefill's state with key padding: each row's blocks count from its first kept key (as in core.causal), so
+    row r has finished rlen_r // c blocks; the sums, summaries and raw block are selected per row with masks and
+    one gather (no host read)."""
+    n, length = keep.shape
+    c = core.causal_block
+    lead = (keep.cumsum(-1) == 0).sum(-1, keepdim=True)  # (n, 1) leading pads
+    rlen = length - lead
+    done = rlen - rlen % c  # (n, 1) tokens of the row's finished blocks
+    idx = torch.arange(length, device=keep.device) - lead  # (n, L) in-row index (< 0: leading padding)
+    committed = (a * (idx < done).unsqueeze(1)) @ kvc  # (n, M, L) @ (n, L, 2 d)
+    state.pkv = committed + (a * (idx >= done).unsqueeze(1)) @ kvc
+    state.count = keep.sum(-1, keepdim=True)
+    state.kv[:, c:] = summary_kv(core, committed, state.sketch)
+    state.bias[:, c:].masked_fill_(done > 0, 0.0)  # done > 0: the row's first token, a kept key, is in its prefix
+    src = lead + done + torch.arange(c, device=keep.device)  # (n, c) positions of the unfinished block's tokens
+    inside = src < length
+    src = src.clamp(max=length - 1)
+    state.kv[:, :c] = kvc.gather(1, src.unsqueeze(-1).expand(-1, -1, kvc.shape[-1]))
+    state.bias[:, :c].masked_fill_(inside & keep.gather(1, src), 0.0)
+    state.rlen = rlen
+    state.length.fill_(length)
+    state.host_length = length
 
 
 def _routing_column(core, k: torch.Tensor, keep: torch.Tensor | None) -> torch.Tensor:
@@ -178,13 +222,22 @@ def _token(core, q, k, v, keep, state: PlashState, scale: float | None) -> torch
     s = 1.0 / math.sqrt(dh) if scale is None else scale
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, state.kv, state.pkv))
     kv, bias = (state.kv.clone(), state.bias.clone()) if grad else (state.kv, state.bias)
-    pos = state.length % c  # (1,): the token's row in the block
     kvn = torch.cat((k, v), dim=-1)  # (n, 1, 2 d)
-    kv.index_copy_(1, pos, kvn)
-    if keep is None:
-        bias.index_fill_(1, pos, 0.0)
-    else:
-        bias.index_copy_(1, pos, torch.zeros_like(keep, dtype=bias.dtype).masked_fill_(~keep, float("-inf")))
+    if keep is not None and state.rlen is None and _grid_may_shift(~keep & (state.count == 0)):
+        # the first mask that may start a row late: every row so far started at token 0
+        state.rlen = state.length.expand(q.shape[0], 1).clone()
+    if state.rlen is None:
+        pos = state.length % c  # (1,): the token's row in the block
+        kv.index_copy_(1, pos, kvn)
+        if keep is None:
+            bias.index_fill_(1, pos, 0.0)
+        else:
+            bias.index_copy_(1, pos, torch.zeros_like(keep, dtype=bias.dtype).masked_fill_(~keep, float("-inf")))
+    else:  # with key padding each row's block starts at its first kept key (core.causal): a slot per row
+        pos = state.rlen % c  # (n, 1)
+        kv.scatter_(1, pos.unsqueeze(-1).expand(-1, -1, kv.shape[-1]), kvn)
+        row_bias = bias.new_zeros(pos.shape)
+        bias.scatter_(1, pos, row_bias if keep is None else row_bias.masked_fill_(~keep, float("-inf")))
     # one softmax over the block and the summaries; the mask enters as the GEMM's additive input
     # bias (n, c + M) -> (n, 1, c + M); q (n, 1, d) @ keys^T (n, d, c + M) -> w (n, 1, c + M)
     w = torch.softmax(torch.baddbmm(bias.unsqueeze(1), q, kv[..., :dh].transpose(-1, -2), alpha=s), dim=-1)
@@ -195,7 +248,10 @@ def _token(core, q, k, v, keep, state: PlashState, scale: float | None) -> torch
     count = state.count + kept if grad else state.count.add_(kept)
     if grad:
         kv, bias = kv.clone(), bias.clone()
-    _rollover(core, state, kv, bias, pkv, count, pos)
+    if state.rlen is None:
+        _rollover(core, state, kv, bias, pkv, count, pos)
+    else:
+        _rollover_rows(core, state, kv, bias, pkv, count, pos)
     state.kv, state.bias, state.pkv, state.count = kv, bias, pkv, count
     state.length.add_(1)
     return out
@@ -221,6 +277,25 @@ def _rollover(core, state: PlashState, kv, bias, pkv, count, pos) -> None:
     summ.copy_(torch.where(full, summary_kv(core, pkv, state.sketch), summ))
     bias[:, c:].masked_fill_((count > 0) & full, 0.0)  # a prefix with a kept key offers its summaries
     bias[:, :c].masked_fill_(full, float("-inf"))  # the next block starts empty; stale rows stay unread
+
+
+def _rollover_rows(core, state: PlashState, kv, bias, pkv, count, pos) -> None:
+    """_rollover with a block grid per row (key padding): a row that has started (a kept key so far) advances its
+    in-row count, and rolls over when this token filled its block. Rows fill their blocks at different steps, so
+    the Stage II-III pass runs at every step and torch.where selects it per row (the host cannot know which rows
+    without reading the counters)."""
+    c = core.causal_block
+    if not is_compiling() and state.host_length is not None:
+        state.host_length += 1
+    else:
+        state.host_length = None
+    started = count > 0  # (n, 1)
+    state.rlen = state.rlen + started
+    full = started & (pos == c - 1)  # (n, 1)
+    summ = kv[:, c:]
+    summ.copy_(torch.where(full.unsqueeze(-1), summary_kv(core, pkv, state.sketch), summ))
+    bias[:, c:].masked_fill_(full, 0.0)
+    bias[:, :c].masked_fill_(full, float("-inf"))
 
 
 def plash_step(

@@ -214,7 +214,7 @@ class MultiHeadAttention(nn.Module):
         fail("attention", type(self.core).__name__, f"a core with a decoding state (softmax, naive, {cores})")
         raise AssertionError
 
-    def _attend_with_state(self, q, k, v, state, scale) -> torch.Tensor:
+    def _attend_with_state(self, q, k, v, state, scale, attn_mask=None) -> torch.Tensor:
         """Causal attention of the new tokens q, k, v continuing the sequence `state` holds (which then holds them).
         A decoding core takes a DecodingState (which kind is the core's own check); a softmax core a KV cache."""
         decoding = isinstance(self.core, DecodingCore)
@@ -224,8 +224,10 @@ class MultiHeadAttention(nn.Module):
                 f"a {type(state).__name__}",
                 f"the state this layer's init_state() returns for its {type(self.core).__name__} core",
             )
-        if decoding:
-            return self.core(q, k, v, is_causal=True, scale=scale, state=state)
+        if decoding:  # attn_mask: key padding of the new tokens (the core's own definition)
+            return self.core(q, k, v, attn_mask=attn_mask, is_causal=True, scale=scale, state=state)
+        if attn_mask is not None:
+            fail("attn_mask", "a key-padding mask with a KV cache", "no mask (key padding needs a decoding core)")
         if isinstance(state, StaticKVCache):
             k, v, mask = state.append(k, v)
             return self.core(q, k, v, attn_mask=mask, scale=scale)
@@ -256,9 +258,9 @@ class MultiHeadAttention(nn.Module):
             q, k = self.rotary(q, k, positions, kp)
             scale = self.rotary.scale
         if state is not None:
-            if context is not None or attn_mask is not None:
-                fail("state", "a decoding state with cross-attention or a mask", "causal self-attention only")
-            y = self._attend_with_state(q, k, v, state, scale)
+            if context is not None:
+                fail("state", "a decoding state with cross-attention", "causal self-attention only")
+            y = self._attend_with_state(q, k, v, state, scale, attn_mask)
         else:
             y = self.core(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale)
         b, h, n, dv = y.shape
@@ -291,8 +293,13 @@ class Block(nn.Module):
     def _res(self, x: torch.Tensor, norm: nn.Module, f) -> torch.Tensor:
         return x + f(norm(x)) if self.prenorm else norm(x + f(x))
 
-    def forward(self, x, positions=None, is_causal=False, context=None, context_positions=None, state=None):
-        x = self._res(x, self.norm1, lambda h: self.attn(h, positions, is_causal=is_causal, state=state))
+    def forward(
+        self, x, positions=None, is_causal=False, context=None, context_positions=None, state=None, attn_mask=None
+    ):
+        """attn_mask: a boolean key-padding mask of the self-attention (with a decoding state: of the new tokens)."""
+        x = self._res(
+            x, self.norm1, lambda h: self.attn(h, positions, attn_mask=attn_mask, is_causal=is_causal, state=state)
+        )
         if self.cross is not None:
             x = self._res(
                 x, self.norm_c, lambda h: self.cross(h, positions, context=context, context_positions=context_positions)

@@ -44,10 +44,20 @@ class CausalLM(nn.Module):
             check_int("batch", batch, 1)
         return [blk.attn.init_state(max_len, batch) for blk in self.encoder.blocks]
 
-    def step(self, idx: torch.Tensor, states: list, start: int | torch.Tensor) -> torch.Tensor:
+    def step(
+        self,
+        idx: torch.Tensor,
+        states: list,
+        start: int | torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        pads: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Logits (B, L, V) of tokens idx (B, L) at positions start..start+L-1 that follow the `start` tokens the
         states hold (which then hold these too): equal to the rows of forward() over the whole sequence.
-        start: an int, or a 0-d integer tensor, so that a compiled step sees the same graph at every position."""
+        start: an int, or a 0-d integer tensor, so that a compiled step sees the same graph at every position.
+        attention_mask: (B, L) key padding of the new tokens (True / 1 = keep; decoding cores only). pads: (B,)
+        left-padding tokens before each row's first real one: row b's positions are start + i - pads[b] (at least
+        0), so a left-padded row sees the positions it has alone."""
         check_tensor("idx", idx, 2, floating=False)
         if isinstance(start, torch.Tensor):
             if start.ndim or start.is_floating_point() or start.is_complex() or start.dtype == torch.bool:
@@ -56,12 +66,21 @@ class CausalLM(nn.Module):
             check_int("start", start, 0)
         # start + arange, not arange(start, ...): a tensor start stays on the device (no .item())
         pos = (start + torch.arange(idx.shape[1], device=idx.device))[:, None]  # int64: exact in every dtype
+        if pads is not None:
+            check_tensor("pads", pads, 1, floating=False)
+            pos = (pos[None] - pads.to(pos.device)[:, None, None]).clamp_min(0)  # (L, 1) -> (B, L, 1)
+        keep = None
+        if attention_mask is not None:
+            check_tensor("attention_mask", attention_mask, 2, floating=False)
+            if tuple(attention_mask.shape) != tuple(idx.shape):
+                fail("attention_mask", f"shape {tuple(attention_mask.shape)}", f"idx's shape {tuple(idx.shape)}")
+            keep = attention_mask.bool()[:, None, None, :]  # (B, L) -> (B, 1, 1, L): key padding
         _check_states(states, start, len(self.encoder.blocks))
         x, enc = self.tok(idx), self.encoder
         if enc.additive is not None:
             x = enc.additive(x, pos)
         for blk, st in zip(enc.blocks, states, strict=True):
-            x = blk(x, pos, is_causal=True, state=st)
+            x = blk(x, pos, is_causal=True, state=st, attn_mask=keep)
         return self.head(enc.norm(x))
 
     @torch.no_grad()
@@ -73,13 +92,16 @@ class CausalLM(nn.Module):
         top_k: int | None = None,
         generator: torch.Generator | None = None,
         compile: bool | str = False,
+        attention_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """ids (B, N) followed by max_new_tokens sampled tokens, (B, N + max_new_tokens). Each token is drawn from
         softmax(logits / temperature) over the top_k most likely (top_k=1: greedy). The prompt fills the layers'
         decoding states in one pass; every new token then costs one step (constant for a decoding core's state).
         compile: True (inductor) or a torch.compile backend name: the steps after the prompt run compiled as one
         graph (fullgraph) over static states (init_states(max_len=)) and a position counter on the device, so every
-        step reuses one compiled graph (the prompt pass runs eager: its length varies between calls)."""
+        step reuses one compiled graph (the prompt pass runs eager: its length varies between calls).
+        attention_mask: (B, N) for a left-padded batch of prompts (1 = real token; decoding cores only): each row
+        generates as its prompt alone (positions and, for PLASH, blocks count from its first real token)."""
         check_tensor("ids", ids, 2, floating=False)
         if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
             fail("ids", f"dtype {ids.dtype}", "integer token ids (torch.long)", TypeError)
@@ -99,6 +121,10 @@ class CausalLM(nn.Module):
             fail(name, given, f"a prompt plus new tokens within the learned positional table of {table} positions")
         n = ids.shape[1]
         step, states = self.step, self.init_states(batch=ids.shape[0])
+        pads = None
+        if attention_mask is not None:  # left padding: each row's positions count from its first real token
+            check_tensor("attention_mask", attention_mask, 2, floating=False)
+            pads = (attention_mask.cumsum(-1) == 0).sum(-1)
         if compile:
             backend = (
                 "inductor"
@@ -109,13 +135,13 @@ class CausalLM(nn.Module):
                 torch.compile(self.step, backend=backend, fullgraph=True),
                 self.init_states(n + max_new_tokens, batch=ids.shape[0]),
             )
-        out, logits = [ids], self.step(ids, states, 0)[:, -1]
+        out, logits = [ids], self.step(ids, states, 0, attention_mask, pads)[:, -1]
         start = torch.full((), n, dtype=torch.long, device=ids.device) if compile else n
         for t in range(max_new_tokens):
             nxt = sample(logits, temperature, top_k, generator)
             out.append(nxt)
             if t + 1 < max_new_tokens:
-                logits = step(nxt, states, start)[:, -1]
+                logits = step(nxt, states, start, None, pads)[:, -1]
                 start = start + 1  # a new tensor: the step may keep a reference to the one it was given
         return torch.cat(out, dim=1)
 
