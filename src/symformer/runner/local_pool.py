@@ -6,6 +6,7 @@ once."""
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -64,12 +65,31 @@ class _KeptPool:
 
     def terminate(self) -> None:
         """Stop now: queued jobs are cancelled and the workers terminated, mid-job (their checkpoints stay)."""
-        self.pool.shutdown(wait=False, cancel_futures=True)
-        stop = self.workers()
-        for proc in stop:
-            proc.terminate()
-        for proc in stop:
-            proc.join(10)
+        # a second Ctrl-C (or another worker's interrupt) must not cut the clean-up short and leave workers running
+        main = threading.current_thread() is threading.main_thread()
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+        try:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+            self._stop_workers()
+            self.pool.shutdown(wait=True)  # its manager thread sees the workers gone and exits
+            self._stop_workers()  # and any worker that was still starting when the first round looked
+        finally:
+            if main:
+                signal.signal(signal.SIGINT, old)
+
+    def _stop_workers(self) -> None:
+        """Terminate every worker and wait until none is alive: a spawn-context pool starts workers on demand, so one
+        may start after a snapshot, and a join can return before its process is gone (an interrupted wait)."""
+        deadline = time.monotonic() + 20.0
+        while time.monotonic() < deadline:
+            own = dict(getattr(self.pool, "_processes", None) or {}).values()  # a worker not yet an active child
+            stop = {p for p in self.workers() | set(own) if p.is_alive()}
+            if not stop:
+                return
+            for proc in stop:
+                proc.terminate()
+            for proc in stop:
+                proc.join(1.0)
 
 
 def _pool(n: int, engine) -> _KeptPool:
