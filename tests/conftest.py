@@ -14,6 +14,15 @@ def pytest_addoption(parser):
     parser.addoption("--runslow", action="store_true", default=False, help="run tests marked slow")
 
 
+@pytest.fixture(autouse=True)
+def _one_thread_per_worker():
+    """Each xdist worker keeps one torch thread: an in-process CLI command sets the CPU count (cli._threads), and two
+    workers of two threads on 2 cores stall each other's parallel regions (10x and more on small ops)."""
+    yield
+    if torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
+
+
 def pytest_configure(config):
     torch.set_num_threads(1)
     # inductor's parity tests compile C++ in a pool of one process per core, which starves the other xdist worker:
