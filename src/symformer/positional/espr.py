@@ -38,7 +38,6 @@ from symformer._validation import check_choice, check_float, check_int, fail, re
 from symformer.positional import diagnostics as dg
 from symformer.positional._cache import ValueCache
 from symformer.positional.base import (
-    LOW_PRECISION,
     RotaryPositional,
     check_positions,
     compute_dtype,
@@ -217,11 +216,9 @@ class ESPR(RotaryPositional):
         return skew(self.skew_param)
 
     def post_rotation(self) -> torch.Tensor:
-        """P = cayley(S) in SO(Dh) (T3.2); the identity without post-rotation."""
-        if self.skew_param is None:
-            return torch.eye(self.head_dim, dtype=self.gen_param.dtype, device=self.gen_param.device)
-        s = self.skew_matrix()
-        return cayley(s.float() if s.dtype in LOW_PRECISION else s, check=False)  # no 16-bit CPU solve
+        """P = cayley(S) in SO(Dh) (T3.2); the identity without post-rotation. In the parameters' dtype, float32 for
+        16-bit ones (no 16-bit CPU solve)."""
+        return self._post_rotation_in(compute_dtype(self.gen_param.dtype))
 
     def projector(self) -> torch.Tensor:
         """Pi_act = diag(I_{d_act}, 0) (T2.10 with U = I)."""
