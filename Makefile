@@ -12,7 +12,7 @@ $(BIN)/symformer: pyproject.toml
 	$(BIN)/pip install -q --upgrade pip
 	# torch first: the CPU wheel served locally (an unpinned torch pulls a multi-GB CUDA build)
 	$(BIN)/pip install -q "torch==2.13.0"
-	$(BIN)/pip install -q -e ".[dev,bench,hf,docs]"
+	$(BIN)/pip install -q -e ".[dev,bench,hf,docs,triton]"
 	touch $(BIN)/symformer
 
 venv: $(BIN)/symformer

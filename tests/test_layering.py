@@ -37,6 +37,7 @@ LAYERS = {
     "_torch_compat": 0,
     "report": 0,
     "profiling": 0,
+    "kernels": 0.5,
     "data": 1,
     "positional": 1,
     "attention": 1,
