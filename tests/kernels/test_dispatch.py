@@ -3,8 +3,7 @@
 import pytest
 import torch
 
-from symformer.kernels import _dispatch
-from symformer.kernels import use_kernel
+from symformer.kernels import _dispatch, use_kernel
 
 
 def test_torch_always_wins(monkeypatch):

@@ -66,7 +66,9 @@ def _where(tensors: Iterable[torch.Tensor]) -> str:
     return "none"
 
 
-def use_kernel(op: str, tensors: Iterable[torch.Tensor], kernel: str | None = None, unsupported: str | None = None) -> bool:
+def use_kernel(
+    op: str, tensors: Iterable[torch.Tensor], kernel: str | None = None, unsupported: str | None = None
+) -> bool:
     """True when `op` should run its Triton kernel on `tensors`.
 
     Args:
@@ -92,7 +94,11 @@ def use_kernel(op: str, tensors: Iterable[torch.Tensor], kernel: str | None = No
             return False
         return True
     if not triton_available():
-        fail("kernel", kernel or f"{ENV}=triton", f"'torch' or 'auto' here: Triton does not import (pip install symformer[triton])")
+        fail(
+            "kernel",
+            kernel or f"{ENV}=triton",
+            "'torch' or 'auto' here: Triton does not import (pip install symformer[triton])",
+        )
     if where == "none":
         found = sorted({t.device.type for t in tensors})
         fail("kernel", "triton", f"CUDA tensors, or CPU tensors under TRITON_INTERPRET=1, for {op} (got {found})")
