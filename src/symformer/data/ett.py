@@ -3,8 +3,10 @@ windows of input `seq_len`, decoder label `label_len` and horizon `pred_len`."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
 import torch
 
 from symformer._validation import check_int, fail
@@ -12,11 +14,14 @@ from symformer.data.base import Split, TensorData
 from symformer.data.files import need_rows, read_table
 from symformer.data.paths import data_file
 
+if TYPE_CHECKING:  # pandas is read only when a file is (data.files): `import symformer` does not load it
+    import pandas as pd
+
 HOURS_PER_MONTH = 30 * 24  # the Informer protocol's month
 ETT_COLUMNS = ("HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT")  # after `date`, in every ETT file
 #: rows per protocol month by sampling interval: ETTh* hourly (Dataset_ETT_hour), ETTm* every 15 minutes
 #: (Dataset_ETT_minute: borders 12*30*24*4, ...)
-ROWS_PER_MONTH = {pd.Timedelta(hours=1): HOURS_PER_MONTH, pd.Timedelta(minutes=15): 4 * HOURS_PER_MONTH}
+ROWS_PER_MONTH = {timedelta(hours=1): HOURS_PER_MONTH, timedelta(minutes=15): 4 * HOURS_PER_MONTH}
 
 
 def time_features(t: pd.Series) -> np.ndarray:
