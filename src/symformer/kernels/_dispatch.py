@@ -16,7 +16,6 @@ torch.compile folds it into a constant.
 
 from __future__ import annotations
 
-import functools
 import os
 import warnings
 from typing import Iterable
@@ -30,14 +29,19 @@ ENV = "SYMFORMER_KERNELS"
 _WARNED: set[tuple[str, str]] = set()
 
 
-@functools.lru_cache(maxsize=None)
+_TRITON: list[bool] = []  # filled once; a plain list, not functools.lru_cache, which dynamo warns about when traced
+
+
 def triton_available() -> bool:
     """Whether Triton imports (the `triton` extra: `pip install symformer[triton]`)."""
-    try:
-        import triton  # noqa: F401  # optional dependency: the kernels exist only where it imports
-    except ImportError:
-        return False
-    return True
+    if not _TRITON:
+        try:
+            import triton  # noqa: F401  # optional dependency: the kernels exist only where it imports
+        except ImportError:
+            _TRITON.append(False)
+        else:
+            _TRITON.append(True)
+    return _TRITON[0]
 
 
 def interpreting() -> bool:
