@@ -147,8 +147,10 @@ def launch(kern, x4, c4, s4, out4, sign: int, interleaved: bool, rotary_dim: int
     )
 
 
-if AVAILABLE and TRITON_OP:
-    # torch.compile(fullgraph=True) sees through a triton_op: inductor traces the launch and schedules the kernel
+if AVAILABLE and TRITON_OP and torch.cuda.is_available():
+    # torch.compile(fullgraph=True) sees through a triton_op: inductor traces the launch and schedules the kernel.
+    # Registered where CUDA is (the op launches the compiled kernel only): triton_op imports torch._inductor (~5 s),
+    # which the interpreter's tests on a CPU machine do not need
     @torch.library.triton_op("symformer::rotary", mutates_args={"out"})
     def _rotary_op(
         x: torch.Tensor,
@@ -160,9 +162,7 @@ if AVAILABLE and TRITON_OP:
         rotary_dim: int,
         copy_pass: bool,
     ) -> None:
-        launch(
-            torch.library.wrap_triton(_COMPILED), x, cos, sin, out, sign, interleaved, rotary_dim, copy_pass
-        )
+        launch(torch.library.wrap_triton(_COMPILED), x, cos, sin, out, sign, interleaved, rotary_dim, copy_pass)
 
     OP = torch.ops.symformer.rotary
 else:

@@ -282,6 +282,28 @@ class STRING(RotaryPositional):
         self.folded.fill_(True)
         self._folded = True
 
+    def fold(self, q_proj: nn.Linear, k_proj: nn.Linear) -> STRING:
+        """Prepare for inference: merge P into the query / key projections (`fold_into`: W' = P^T W and b' = P^T b
+        per head, so that q' = R_rope(r) W' x = R_rope(r) P^T W x has the logits of R(r) W x), after which the
+        forward is RoPE alone (the fused rotary kernel where it runs, `kernel`). Training keeps P unfolded: it
+        applies P, then the kernel. `models.fold_rotary` folds every layer of a model.
+
+        Args:
+            q_proj (nn.Linear): the query projection, heads contiguous in its output features.
+            k_proj (nn.Linear): the key projection.
+
+        Returns:
+            self: folded.
+
+        Example:
+            >>> from torch import nn
+            >>> part = STRING(head_dim=4, init_scale=0.2, seed=0)
+            >>> part.fold(nn.Linear(8, 8), nn.Linear(8, 8)).is_folded
+            True
+        """
+        self.fold_into(q_proj, k_proj)
+        return self
+
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, coord_dim={self.coord_dim}, pairing={self.pairing}, folded={self.is_folded}"
 
