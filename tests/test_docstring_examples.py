@@ -28,7 +28,7 @@ FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 
 def modules() -> list:
-    """Every module of the four packages (the packages themselves included), imported."""
+    """Every module of the packages (the packages themselves included), imported."""
     out = []
     for name in PACKAGES:
         pkg = importlib.import_module(name)
