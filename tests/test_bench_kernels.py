@@ -24,7 +24,15 @@ def test_refuses_without_cuda_in_one_line(tmp_path, capsys, monkeypatch):
 def test_runs_only_when_named_and_sections_plug_in():
     spec = SUITES.get("kernels")
     assert spec.by_name_only and spec.fn is kb.run
-    assert kb.SECTIONS[0] is kb.rotary_rows and all(callable(s) for s in kb.SECTIONS)
+    assert kb.SECTIONS[:2] == [kb.rotary_rows, kb.circulant_rows] and all(callable(s) for s in kb.SECTIONS)
+
+
+def test_circulant_fft_and_matmul_rows_rotate_alike():
+    part = kb.CirculantSTRING(8, seed=0)
+    pos = torch.arange(5)
+    x = torch.randn(2, 3, 5, 8, generator=torch.Generator().manual_seed(1))
+    fft, mm = kb.circulant_methods(part, pos).values()
+    assert (fft(x) - mm(x)).abs().max() <= 1e-5
 
 
 @pytest.mark.parametrize("with_hf", [False, pytest.param(True, marks=pytest.mark.slow)])

@@ -18,6 +18,10 @@ Ratios: `rope_kernel_vs_liger_fwd_bwd` (against compiled HF where Liger does not
 which), `rope_kernel_vs_memory_floor` (forward time over bytes moved / copy bandwidth, the bandwidth measured
 here with a 1 GiB device copy: the `bandwidth` row), `espr_layer_vs_rope_layer_gpu` (an attention layer's training
 step, ESPR over RoPE, at the positional suite's layer shape). Headline ratios are medians of back-to-back calls.
+
+Circulant STRING rows (`circulant_rows`): its FFT path against a dense matmul with R(r), forward and forward +
+backward; `circulant_fft_vs_matmul_*` say which a GPU should run (both are torch code: no kernel is written for it
+until these numbers say one is worth it).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from symformer._validation import fail
 from symformer.benchmarks.base import BenchContext, BenchResult, median_seconds, suite
 from symformer.benchmarks.positional import LAYER_SHAPE, _layers, interleaved_ratio
 from symformer.kernels import triton_available
-from symformer.positional import RoPE
+from symformer.positional import CirculantSTRING, RoPE
 
 Section = Callable[[BenchContext], "tuple[list[dict[str, Any]], dict[str, Any]]"]
 ROPE_SHAPE = (8, 32, 4096, 128)
@@ -214,8 +218,58 @@ def _espr_layer_rows(ctx: BenchContext, mrt: float) -> tuple[list[dict], dict]:
     return rows, {"espr_layer_vs_rope_layer_gpu": ratio}
 
 
+def circulant_methods(part: CirculantSTRING, positions: torch.Tensor) -> dict[str, Callable]:
+    """Circulant STRING's two ways to apply R(r) to x (..., N, Dh): its FFT path (`rotate`: rfft, a phase per
+    frequency, irfft, in float32) and a dense product with the matrices R(r) (N, Dh, Dh) built once per step, in
+    float32 too. Which is faster is a GPU question (cuFFT launches against one batched GEMM)."""
+
+    def fft(x):
+        return part.rotate(x, positions)
+
+    def matmul(x):
+        r = part.matrix(positions).float()  # (N, Dh, Dh), float32 like the FFT path's work
+        return (r @ x.float()[..., None])[..., 0].to(x.dtype)  # (..., N, Dh, Dh) @ (..., N, Dh, 1)
+
+    return {"circulant_fft": fft, "circulant_matmul": matmul}
+
+
+def circulant_rows(ctx: BenchContext) -> tuple[list[dict], dict]:
+    """Circulant STRING, FFT against dense matmul: one tensor (q) at B8 H32 N4096 Dh128 in bfloat16, forward and
+    forward + backward (gradients w.r.t. x and the circulant columns)."""
+    dev, mrt = ctx.device, 0.2 if ctx.quick else 1.0
+    b, h, n, dh = ROPE_SHAPE
+    part = CirculantSTRING(dh, seed=ctx.seed).to(dev)
+    pos = torch.arange(n, device=dev)
+    x = torch.randn(ROPE_SHAPE, generator=seeded_generator(ctx.seed)).to(dev, torch.bfloat16)
+    rows, runs = [], {}
+    for name, fn in circulant_methods(part, pos).items():
+        for backward in (False, True):
+            gx = torch.randn_like(x)
+
+            def run(fn=fn, backward=backward, gx=gx):
+                if backward:
+                    fn(x.detach().requires_grad_()).backward(gx)
+                    part.zero_grad(set_to_none=True)
+                else:
+                    with torch.no_grad():
+                        fn(x)
+
+            runs[(name, backward)] = run
+            mode = "fwd+bwd" if backward else "fwd"
+            rows.append(
+                {"kind": "rotate x", "method": name, "shape": "B8_H32_N4096_Dh128", "mode": mode,
+                 "dtype": "bfloat16", "median_s": median_seconds(run, mrt, dev)}
+            )  # fmt: skip
+    reps = 5 if ctx.quick else 15
+    ratios = {}
+    for m, bw in (("fwd", False), ("fwd_bwd", True)):
+        fft, mm = runs[("circulant_fft", bw)], runs[("circulant_matmul", bw)]
+        ratios[f"circulant_fft_vs_matmul_{m}"] = interleaved_ratio(fft, mm, reps, dev)
+    return rows, ratios
+
+
 #: the suite's sections, in order; each (ctx) -> (rows, ratios). Other kernel families append theirs.
-SECTIONS: list[Section] = [rotary_rows]
+SECTIONS: list[Section] = [rotary_rows, circulant_rows]
 
 
 @suite("kernels", "fused Triton kernels vs HF / Liger / rotary-embedding-torch (GPU only)", by_name_only=True)
