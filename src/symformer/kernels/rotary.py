@@ -46,8 +46,8 @@ def _impl():
 
 
 def _rotary_dim(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int | None) -> int:
-    rd = x.shape[-1] if rotary_dim is None else rotary_dim
-    if not isinstance(rd, int) or rd < 2 or rd % 2 or rd > x.shape[-1]:
+    rd = x.shape[-1] if rotary_dim is None else rotary_dim  # x's head dim may be symbolic under torch.compile
+    if (rotary_dim is not None and not isinstance(rd, int)) or rd < 2 or rd % 2 or rd > x.shape[-1]:
         fail("rotary_dim", rotary_dim, f"an even number of coordinates in [2, {x.shape[-1]}] (x's head dim)")
     for name, t in (("cos", cos), ("sin", sin)):
         if t.shape[-1] != rd // 2:
