@@ -23,12 +23,12 @@ from pathlib import Path
 import pytest
 import torch
 
-PACKAGES = ("symformer.positional", "symformer.attention", "symformer.facts", "symformer.teleport")
+PACKAGES = ("symformer.positional", "symformer.attention", "symformer.facts", "symformer.teleport", "symformer.kernels")
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 
 def modules() -> list:
-    """Every module of the four packages (the packages themselves included), imported."""
+    """Every module of the packages (the packages themselves included), imported."""
     out = []
     for name in PACKAGES:
         pkg = importlib.import_module(name)

@@ -5,6 +5,10 @@ torch 2.4 gave autocast one API for every device type (`torch.amp.is_autocast_av
 (`is_autocast_cpu_enabled` / `get_autocast_cpu_dtype`; the argument-less `is_autocast_enabled` /
 `get_autocast_gpu_dtype` are CUDA's). Calling the 2.4 names on 2.3 raises AttributeError or TypeError, and the
 argument-less call answers for CUDA even on a CPU tensor, so every check goes through `autocast_dtype`.
+
+torch 2.6 added `torch.library.triton_op` / `wrap_triton`, through which torch.compile(fullgraph=True) traces a
+Triton kernel; on older releases the fused kernels (symformer.kernels) report themselves unsupported and the torch
+path runs (`TRITON_OP`).
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from __future__ import annotations
 import torch
 
 _PER_DEVICE_API = hasattr(torch, "get_autocast_dtype")  # torch >= 2.4
+#: torch >= 2.6: a Triton kernel registered with torch.library.triton_op compiles with fullgraph=True
+TRITON_OP = hasattr(torch.library, "triton_op") and hasattr(torch.library, "wrap_triton")
 
 
 def autocast_dtype(device_type: str) -> torch.dtype | None:

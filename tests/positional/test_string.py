@@ -86,6 +86,24 @@ def test_fold_into_preserves_attention_output():
         layer.rotary.fold_into(layer.q_proj, layer.k_proj)
 
 
+@pytest.mark.parametrize("pairing", ["half", "interleaved"])
+def test_fold_gives_an_attention_layer_equal_to_the_unfolded_one(pairing):
+    """STRING.fold (P merged into W_Q / W_K, biases too): the folded layer's output equals the unfolded one's in
+    float64, and its forward no longer multiplies by P (RoPE alone, what the rotary kernel applies)."""
+    torch.manual_seed(1)
+    kw = {"init_scale": 0.4, "pairing": pairing}
+    layer = MultiHeadAttention(16, 2, positional="string", positional_kwargs=kw).double().eval()
+    x, pos = torch.randn(2, 7, 16, dtype=torch.float64), torch.arange(7)
+    before = layer(x, pos)
+    assert layer.rotary.fold(layer.q_proj, layer.k_proj) is layer.rotary
+    assert (layer(x, pos) - before).abs().max() <= 1e-12
+    q = torch.randn(1, 2, 7, 8, dtype=torch.float64)
+    assert torch.equal(layer.rotary.rotate(q, pos), layer.rotary.rope.rotate(q, pos))  # RoPE alone after the fold
+    unfolded = STRING(8, **kw).double()
+    unfolded.load_state_dict({k: v for k, v in layer.rotary.state_dict().items() if k != "folded"}, strict=False)
+    assert (unfolded.rotate(q, pos) - layer.rotary.rotate(q, pos)).abs().max() > 1e-3  # negative control: P is not I
+
+
 def test_gradcheck_string_and_circulant():
     g = torch.Generator().manual_seed(5)
     pos = torch.randn(3, 2, generator=g, dtype=torch.float64)

@@ -21,8 +21,6 @@ still needs them.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from symformer._validation import fail, reads_values
@@ -117,7 +115,11 @@ def _taylor12(x: torch.Tensor, x2: torch.Tensor, x3: torch.Tensor, x4: torch.Ten
     """T_12(f x) = B0 + x^4 (B1 + x^4 B2) with B_i = sum_k c_{4i+k} x^k (k < 4; B2 also c_12 x^4) and
     c_k = f^k / k!: the rescaling by f = 2^j sits in the coefficients, as in the Pade functions."""
     dt = x.dtype
-    c = [(f**k / math.factorial(k)).to(dt)[:, None, None] for k in range(13)]
+    # c_k = f^k / k! = prod_{j <= k} f / j for k = 0..12 as one cumulative product: 4 launches where a power, a
+    # division and a cast per coefficient took 39 (the static GPU path is launch-bound: docs/performance.md)
+    j = torch.arange(1, 13, dtype=f.dtype, device=f.device)
+    c = torch.cat((torch.ones_like(f)[:, None], torch.cumprod(f[:, None] / j, dim=1)), dim=1).to(dt)
+    c = c[:, :, None, None].unbind(1)  # 13 views (U, 1, 1)
     b0 = _lincomb([(c[1], x), (c[2], x2), (c[3], x3)], c[0])
     b1 = _lincomb([(c[5], x), (c[6], x2), (c[7], x3)], c[4])
     b2 = _lincomb([(c[9], x), (c[10], x2), (c[11], x3), (c[12], x4)], c[8])
@@ -246,10 +248,14 @@ def _square_static(r: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
     graph that reads no value (no host sync, CUDA-graph capturable, one compiled graph), at the price of squaring
     every matrix MAX_SQUARINGS times. A matrix that needs more squarings (||a||_1 > theta 2^MAX_SQUARINGS) comes
     out NaN, never silently inaccurate (as jax.scipy.linalg.expm's max_squarings)."""
-    s3 = s[:, None, None]
+    # Launches (the GPU path is launch-bound): every step's mask comes from one comparison (views per step), and a
+    # step is r @ where(mask, r, I), exact for a finished matrix (r I = r) and one where in the backward, where
+    # where(mask, r @ r, r) took two wheres and two scalar tensors there; the overflow is one masked_fill
+    masks = (s[:, None] > torch.arange(MAX_SQUARINGS + 1, device=s.device))[:, :, None, None].unbind(1)
+    eye = torch.eye(r.shape[-1], dtype=r.dtype, device=r.device)
     for t in range(MAX_SQUARINGS):
-        r = torch.where(s3 > t, r @ r, r)
-    return torch.where(s3 > MAX_SQUARINGS, torch.nan, r)
+        r = r @ torch.where(masks[t], r, eye)
+    return r.masked_fill(masks[MAX_SQUARINGS], torch.nan)
 
 
 def _degree(dtype: torch.dtype) -> int:

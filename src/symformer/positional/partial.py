@@ -15,7 +15,10 @@ import torch
 from torch import nn
 
 from symformer._validation import check_int, fail
+from symformer.kernels import use_kernel
+from symformer.kernels.rotary import apply_kernel, unsupported, wanted
 from symformer.positional.base import QKSymmetry, RotaryPositional
+from symformer.positional.rope import RoPE
 from symformer.registry import POSITIONAL
 
 
@@ -65,8 +68,29 @@ class PartialRotary(RotaryPositional):
         self.inner = inner
         self.commuting = inner.commuting
 
+    @property
+    def kernel(self) -> str | None:
+        """The inner part's fused rotary kernel switch (`RoPE`'s `kernel`; None: SYMFORMER_KERNELS)."""
+        return getattr(self.inner, "kernel", None)
+
+    @kernel.setter
+    def kernel(self, value: str | None) -> None:
+        self.inner.kernel = value
+
     def _split(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return x[..., : self.rotary_dim], x[..., self.rotary_dim :]
+
+    def _fused(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor | None:
+        """An inner RoPE's rotation of the first rotary_dim coordinates and the copy of the rest in one launch of
+        the rotary kernel (kernels/rotary.py), or None where the torch path runs (split, rotate, concatenate)."""
+        inner = self.inner
+        if not isinstance(inner, RoPE) or not wanted(x, inner.kernel):
+            return None
+        tables = inner.tables(positions, x.dtype)
+        c, s = (tables[1].real, tables[1].imag) if tables[0] == "complex" else (tables[3], tables[4])
+        if not use_kernel("rotary", (x, c, s), inner.kernel, unsupported(x, c, s)):
+            return None
+        return apply_kernel(x, c, s, inner.pairing, rotary_dim=self.rotary_dim)
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, key_positions: torch.Tensor | None = None
@@ -84,12 +108,18 @@ class PartialRotary(RotaryPositional):
             q (B, H, Nq, Dh): the queries, rotated on [0, rotary_dim).
             k (B, H, Nk, Dh): the keys, rotated on [0, rotary_dim).
         """
-        self._check_qk(q, k, positions, key_positions)
+        kpos = self._check_qk(q, k, positions, key_positions)
+        fq = self._fused(q, positions)
+        if fq is not None:
+            return fq, self._fused(k, kpos)
         (qr, qp), (kr, kp) = self._split(q), self._split(k)
         qr, kr = self.inner(qr, kr, positions, key_positions)
         return torch.cat((qr, qp), dim=-1), torch.cat((kr, kp), dim=-1)
 
     def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        fused = self._fused(x, positions)
+        if fused is not None:
+            return fused
         xr, xp = self._split(x)
         return torch.cat((self.inner.rotate(xr, positions), xp), dim=-1)
 

@@ -26,6 +26,8 @@ from symformer._rng import check_seed
 from symformer._rng import generator as purpose_generator
 from symformer._torch_compat import is_compiling
 from symformer._validation import check_choice, check_float, check_int, fail
+from symformer.kernels import kernel_mode, use_kernel
+from symformer.kernels.rotary import apply_kernel, unsupported, wanted
 from symformer.positional._cache import ValueCache
 from symformer.positional._fused import fused_applies, fused_half, rotate_half_pairs
 from symformer.positional.base import QKSymmetry, RotaryPositional, compute_dtype, master_dtype, table_dtype
@@ -130,12 +132,24 @@ class _RotateHalf(torch.autograd.Function):
         return _half_kernel(g, cos2, ssin, -1.0, None if c is None else (c, s)), None, None, None, None
 
 
-def apply_tables(x: torch.Tensor, tables: tuple, pairing: str) -> torch.Tensor:
+def apply_tables(
+    x: torch.Tensor, tables: tuple, pairing: str, kernel: str | None = None, out_dtype: torch.dtype | None = None
+) -> torch.Tensor:
     """Rotate the pairs of x (..., Dh) with tables from `RoPE.tables`: ("complex", rot) for interleaved
     pairing (one complex multiply per pair, T0.17) or ("cos", [cos, cos], [-sin, sin], cos, sin) for half pairing
     (the first two (..., Dh) for the eager kernel, the last two (..., Dh/2) for the compiled one). The rotation
     runs in the tables' dtype (float32 / float64); an x of another dtype (bfloat16, float16) is upcast and the
-    result rounded once to x's dtype."""
+    result rounded once to x's dtype (or to `out_dtype`).
+
+    `kernel` ("auto" / "triton" / "torch", None: SYMFORMER_KERNELS) picks the fused Triton kernel
+    (kernels/rotary.py) for CUDA tensors it supports: one pass reading x and the float32 (..., Dh/2) tables
+    (interleaved: the complex table's real and imaginary parts, read strided), float32 arithmetic, one rounding."""
+    if wanted(x, kernel):
+        c, s = (tables[1].real, tables[1].imag) if tables[0] == "complex" else (tables[3], tables[4])
+        if use_kernel("rotary", (x, c, s), kernel, unsupported(x, c, s)):
+            return apply_kernel(x, c, s, pairing, out_dtype=out_dtype)
+    if out_dtype is not None and out_dtype != x.dtype:
+        return apply_tables(x, tables, pairing, "torch").to(out_dtype)
     if tables[0] == "complex":
         real = tables[1].real.dtype
         if x.dtype != real:
@@ -144,7 +158,7 @@ def apply_tables(x: torch.Tensor, tables: tuple, pairing: str) -> torch.Tensor:
         return torch.view_as_real(_complex_view(x) * tables[1]).flatten(-2)  # complex (..., Dh/2) -> (..., Dh)
     cos2, ssin = tables[1], tables[2]
     if x.dtype != cos2.dtype:
-        return apply_tables(x.to(cos2.dtype), tables, pairing).to(x.dtype)
+        return apply_tables(x.to(cos2.dtype), tables, pairing, "torch").to(x.dtype)
     m = x.shape[-1] // 2
     if pairing == "interleaved" or cos2.requires_grad or ssin.requires_grad:  # learnable beta: autograd arithmetic
         return rotate_pairs(x, cos2[..., :m], ssin[..., m:], pairing)
@@ -228,6 +242,9 @@ class RoPE(RotaryPositional):
         mode (str): "axial" (pair u rotates with axis u % C) or "mixed" (random directions, RoPE-mixed).
         learnable (bool): the frequencies beta (Dh/2, C) are a parameter (else a buffer).
         seed (int | None): the directions of mode "mixed".
+        kernel (str | None): the fused rotary kernel switch (`symformer.kernels`): "auto" (the Triton kernel for
+            CUDA tensors it supports), "triton" (forced: a ValueError where it cannot run), "torch", or None
+            (SYMFORMER_KERNELS, default "auto"). An attribute: `part.kernel = "torch"` changes it later.
 
     Examples:
         >>> import torch
@@ -265,9 +282,11 @@ class RoPE(RotaryPositional):
         mode: str = "axial",
         learnable: bool = False,
         seed: int | None = None,
+        kernel: str | None = None,
     ):
         super().__init__()
         check_int("head_dim", head_dim, 2)
+        self.kernel = None if kernel is None else kernel_mode(kernel)
         if head_dim % 2:
             fail("head_dim", head_dim, "an even head dimension (RoPE rotates pairs)")
         self.head_dim = head_dim
@@ -367,7 +386,7 @@ class RoPE(RotaryPositional):
         kp = self._check_qk(q, k, positions, key_positions)
         tq = self.tables(positions, q.dtype)
         tk = tq if key_positions is None else self.tables(kp, k.dtype)  # q and k share one dtype (_check_qk)
-        return apply_tables(q, tq, self.pairing), apply_tables(k, tk, self.pairing)
+        return apply_tables(q, tq, self.pairing, self.kernel), apply_tables(k, tk, self.pairing, self.kernel)
 
     def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """R(r) x for x (..., N, Dh), without validation (inner loops).
@@ -379,7 +398,7 @@ class RoPE(RotaryPositional):
         Returns:
             out (..., N, Dh): R(r) x, in x's dtype.
         """
-        return apply_tables(x, self.tables(positions, x.dtype), self.pairing)
+        return apply_tables(x, self.tables(positions, x.dtype), self.pairing, self.kernel)
 
     def matrix(self, positions: torch.Tensor) -> torch.Tensor:
         """R(r) of shape (..., N, Dh, Dh): column j is the rotation of basis vector e_j.
@@ -417,7 +436,8 @@ class RoPE(RotaryPositional):
         return []
 
     def extra_repr(self) -> str:
-        return f"head_dim={self.head_dim}, coord_dim={self.coord_dim}, pairing={self.pairing}, mode={self.mode}"
+        extra = "" if self.kernel is None else f", kernel={self.kernel}"
+        return f"head_dim={self.head_dim}, coord_dim={self.coord_dim}, pairing={self.pairing}, mode={self.mode}{extra}"
 
 
 def generators_from_beta(beta: torch.Tensor, head_dim: int, pairing: str) -> torch.Tensor:

@@ -68,6 +68,8 @@ class STRING(RotaryPositional):
         init_scale (float): std of the initial skew parameter; 0 gives P = I, i.e. exactly RoPE at init.
         seed (int | None): the draw of that parameter when init_scale > 0, and of the mixed directions, as
             RoPE(..., seed=seed) draws them: None draws from torch's global generator, as nn.Linear does.
+        kernel (str | None): the fused rotary kernel switch of its RoPE part (`RoPE`'s `kernel`; `part.kernel`
+            reads and sets it): training applies P, then the kernel; after `fold` the kernel alone.
 
     Examples:
         >>> import torch
@@ -104,11 +106,12 @@ class STRING(RotaryPositional):
         mode: str | None = None,
         init_scale: float = 0.0,
         seed: int | None = None,
+        kernel: str | None = None,
     ):
         super().__init__()
         mode = mode or ("mixed" if coord_dim > 1 else "axial")
         # one RoPE implementation: STRING = RoPE(beta) conjugated by a learned orthogonal P
-        self.rope = RoPE(head_dim, coord_dim, base, pairing, mode, learnable=learnable, seed=seed)
+        self.rope = RoPE(head_dim, coord_dim, base, pairing, mode, learnable=learnable, seed=seed, kernel=kernel)
         self.head_dim, self.coord_dim, self.pairing = head_dim, coord_dim, pairing
         a = torch.zeros(head_dim, head_dim, dtype=torch.float64)
         if float(init_scale) != 0.0:  # init_scale 0: P = I exactly, and no draw from any generator
@@ -120,6 +123,15 @@ class STRING(RotaryPositional):
     @property
     def beta(self) -> torch.Tensor:
         return self.rope.beta
+
+    @property
+    def kernel(self) -> str | None:
+        """The fused rotary kernel switch of the RoPE part (None: SYMFORMER_KERNELS)."""
+        return self.rope.kernel
+
+    @kernel.setter
+    def kernel(self, value: str | None) -> None:
+        self.rope.kernel = value
 
     @property
     def is_folded(self) -> bool:
@@ -193,8 +205,9 @@ class STRING(RotaryPositional):
         tq = self.rope.tables(positions, q.dtype)  # cached per position set whenever no grad reaches beta
         tk = tq if key_positions is None else self.rope.tables(kp, k.dtype)
         cd = compute_dtype(q.dtype, self.skew_param.dtype)  # P^T and the rotation in float32 (float64), one rounding
-        qc, kc = self._to_rope_basis(q.to(cd), k.to(cd))
-        return apply_tables(qc, tq, self.pairing).to(q.dtype), apply_tables(kc, tk, self.pairing).to(k.dtype)
+        qc, kc = (q, k) if self.is_folded else self._to_rope_basis(q.to(cd), k.to(cd))  # folded: RoPE alone
+        kern = self.rope.kernel
+        return apply_tables(qc, tq, self.pairing, kern, q.dtype), apply_tables(kc, tk, self.pairing, kern, k.dtype)
 
     def rotate(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """R_rope(r) P^T x for x (..., N, Dh), without validation: what forward applies to q and to k (the
@@ -208,8 +221,8 @@ class STRING(RotaryPositional):
             out (..., N, Dh): R_rope(r) P^T x, in x's dtype.
         """
         cd = compute_dtype(x.dtype, self.skew_param.dtype)
-        xc = x.to(cd) if self.is_folded else rows_times(x.to(cd), self._orthogonal_cached(cd))
-        return apply_tables(xc, self.rope.tables(positions, x.dtype), self.pairing).to(x.dtype)
+        xc = x if self.is_folded else rows_times(x.to(cd), self._orthogonal_cached(cd))
+        return apply_tables(xc, self.rope.tables(positions, x.dtype), self.pairing, self.rope.kernel, x.dtype)
 
     def qk_symmetry(self, positions: torch.Tensor | None = None) -> QKSymmetry:
         """P H(d_h) P^T (R = P R_rope P^T; not in the teleportation paper); H(d_h) once P^T is folded
@@ -268,6 +281,28 @@ class STRING(RotaryPositional):
                 lin.bias.copy_((b.to(cd) @ pt.T.to(cd)).flatten())  # (H, Dh) -> (H Dh,)
         self.folded.fill_(True)
         self._folded = True
+
+    def fold(self, q_proj: nn.Linear, k_proj: nn.Linear) -> STRING:
+        """Prepare for inference: merge P into the query / key projections (`fold_into`: W' = P^T W and b' = P^T b
+        per head, so that q' = R_rope(r) W' x = R_rope(r) P^T W x has the logits of R(r) W x), after which the
+        forward is RoPE alone (the fused rotary kernel where it runs, `kernel`). Training keeps P unfolded: it
+        applies P, then the kernel. `models.fold_rotary` folds every layer of a model.
+
+        Args:
+            q_proj (nn.Linear): the query projection, heads contiguous in its output features.
+            k_proj (nn.Linear): the key projection.
+
+        Returns:
+            self: folded.
+
+        Example:
+            >>> from torch import nn
+            >>> part = STRING(head_dim=4, init_scale=0.2, seed=0)
+            >>> part.fold(nn.Linear(8, 8), nn.Linear(8, 8)).is_folded
+            True
+        """
+        self.fold_into(q_proj, k_proj)
+        return self
 
     def extra_repr(self) -> str:
         return f"head_dim={self.head_dim}, coord_dim={self.coord_dim}, pairing={self.pairing}, folded={self.is_folded}"
