@@ -249,6 +249,24 @@ def test_kernel_paths_compile_fullgraph():
     assert torch.equal(st_c.kvs, st_e.kvs) and int(st_c.length) == 3
 
 
+def test_bench_rows_run_at_toy_sizes(monkeypatch):
+    """The kernels suite's FAVOR+ methods (GPU only) at toy sizes on the interpreter: every callable runs; the suite
+    itself refuses a CPU context."""
+    from symformer.benchmarks import _kernels_favor as bench
+    from symformer.benchmarks.base import BenchContext
+
+    with pytest.raises(ValueError, match="device.*cuda"):
+        bench.favor_rows(BenchContext(out_dir=None, device="cpu"))
+    for name, value in (("N", 20), ("H", 1), ("DH", 8), ("M", 16), ("CONTEXT", 5)):
+        monkeypatch.setattr(bench, name, value)
+    monkeypatch.setattr(bench, "fla_available", lambda: False)  # FLA's kernels need a GPU driver
+    monkeypatch.setattr(bench, "_flash", lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v))
+    methods = {**bench._causal_methods("cpu", 0), **bench._decode_methods("cpu", 0)}
+    assert {"favor_layer_kernel", "favor_features_kernel", "favor_decode_triton", "sdpa_decode"} <= set(methods)
+    times = bench._median_interleaved(methods, rounds=1, inner=1, device="cpu")
+    assert all(t > 0 for t in times.values())
+
+
 @pytest.mark.slow
 def test_chunk_causal_gradcheck():
     from symformer.kernels.favor import chunk_causal
