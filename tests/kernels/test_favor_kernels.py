@@ -269,13 +269,15 @@ def test_bench_rows_run_at_toy_sizes(monkeypatch):
 
 @pytest.mark.slow
 def test_chunk_causal_gradcheck():
-    from symformer.kernels.favor import chunk_causal
+    from symformer.kernels.favor import chunk_causal, favor_causal_kernel
 
     g = torch.Generator().manual_seed(3)
     q, k = (torch.rand(1, 1, 9, 3, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(2))
     v = torch.randn(1, 1, 9, 2, generator=g, dtype=torch.float64, requires_grad=True)
     for reverse in (False, True):
         assert torch.autograd.gradcheck(lambda a, b, c, r=reverse: chunk_causal(a, b, c, r, 4), (q, k, v))
+    # the normalised form: the product and its denominator from one kernel, then the quotient
+    assert torch.autograd.gradcheck(lambda a, b, c: favor_causal_kernel(a, b, c, 4), (q, k, v))
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ def chunk_causal_kernel(
     k,
     v,
     o,
+    den,
     n,
     dk,
     dv,
@@ -28,16 +29,21 @@ def chunk_causal_kernel(
     so_k,
     so_b,
     so_n,
+    sd_k,
+    sd_b,
     C: tl.constexpr,
     BK: tl.constexpr,
     BV: tl.constexpr,
     REVERSE: tl.constexpr,
     PRECISION: tl.constexpr,
+    DEN: tl.constexpr,
 ):
     """o[i] = sum_{j <= i} (q_i . k_j) v_j (REVERSE: j >= i) for one (feature block, value block, batch-head):
     chunks of C rows; inside a chunk the masked C x C product, across chunks the running state
     S = sum_j k_j v_j^T (BK x BV), accumulated in float32 (float64 for float64 inputs). o (NK, BH, N, DV) holds
-    the partial sums over the NK feature blocks (the caller adds them)."""
+    the partial sums over the NK feature blocks (the caller adds them). DEN: also the normaliser
+    den_i = sum_{j <= i} q_i . k_j into den (NK, BH, N), from the in-chunk row sums and the running key sum
+    z = sum_j k_j (the programs of the first value block store it)."""
     i_k, i_v, i_bh = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     offs_c = tl.arange(0, C)
     offs_k = i_k * BK + tl.arange(0, BK)
@@ -45,6 +51,7 @@ def chunk_causal_kernel(
     mk, mv = offs_k < dk, offs_v < dv
     acc = tl.float64 if q.dtype.element_ty == tl.float64 else tl.float32
     state = tl.zeros([BK, BV], dtype=acc)
+    z = tl.zeros([BK], dtype=acc)
     if REVERSE:
         causal = offs_c[:, None] <= offs_c[None, :]
     else:
@@ -66,6 +73,10 @@ def chunk_causal_kernel(
         ob = tl.dot(s, vb, input_precision=PRECISION) + tl.dot(qb, state, input_precision=PRECISION)
         tl.store(o + i_k * so_k + i_bh * so_b + rows[:, None] * so_n + offs_v[None, :], ob, mr[:, None] & mv[None, :])
         state += tl.dot(tl.trans(kb), vb, input_precision=PRECISION)
+        if DEN:
+            db = tl.sum(s, axis=1) + tl.sum(qb * z[None, :], axis=1)
+            tl.store(den + i_k * sd_k + i_bh * sd_b + rows, db, mr & (offs_c * 0 + i_v == 0))
+            z += tl.sum(kb, axis=0)
 
 
 def decode_step_kernel(

@@ -17,6 +17,7 @@ Both are `torch.library.triton_op`s (torch >= 2.6), so torch.compile(fullgraph=T
 
 import functools
 import math
+from types import SimpleNamespace
 
 import torch
 
@@ -84,7 +85,7 @@ def _precision(*tensors: torch.Tensor) -> str:
     return "tf32"
 
 
-def _chunk_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, reverse: bool, chunk: int) -> torch.Tensor:
+def _launch_chunk(q, k, v, reverse: bool, chunk: int, with_den: bool):
     *batch, n, dk = q.shape
     dv = v.shape[-1]
     acc = torch.float64 if torch.float64 in (q.dtype, k.dtype, v.dtype) else torch.float32
@@ -93,14 +94,25 @@ def _chunk_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, reverse: bool
     bk, bv = _pow2(dk, 16, 64), _pow2(dv, 16, 64)
     nk = -(-dk // bk)
     o = q.new_empty(nk, bh, n, dv, dtype=acc)
+    den = q.new_empty(nk, bh, n, dtype=acc) if with_den else o  # o: a placeholder the kernel never writes
     kernel = _launcher(_jit(interpreting())[0])
     # fmt: off
     kernel[(nk, -(-dv // bv), bh)](
-        q3, k3, v3, o, n, dk, dv, *q3.stride(), *k3.stride(), *v3.stride(), o.stride(0), o.stride(1), o.stride(2),
-        C=_pow2(chunk, 16, 64), BK=bk, BV=bv, REVERSE=reverse, PRECISION=_precision(q, k, v),
+        q3, k3, v3, o, den, n, dk, dv, *q3.stride(), *k3.stride(), *v3.stride(), o.stride(0), o.stride(1),
+        o.stride(2), den.stride(0), den.stride(1),
+        C=_pow2(chunk, 16, 64), BK=bk, BV=bv, REVERSE=reverse, PRECISION=_precision(q, k, v), DEN=with_den,
     )
     # fmt: on
-    return (o[0] if nk == 1 else o.sum(0)).view(*batch, n, dv)
+    o = (o[0] if nk == 1 else o.sum(0)).view(*batch, n, dv)
+    return o, (den[0] if nk == 1 else den.sum(0)).view(*batch, n) if with_den else None
+
+
+def _chunk_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, reverse: bool, chunk: int) -> torch.Tensor:
+    return _launch_chunk(q, k, v, reverse, chunk, False)[0]
+
+
+def _chunk_den_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
+    return _launch_chunk(q, k, v, False, chunk, True)
 
 
 def _decode_impl(
@@ -130,6 +142,11 @@ def _chunk_fake(q, k, v, reverse, chunk):
     return v.new_empty(*q.shape[:-1], v.shape[-1], dtype=acc)
 
 
+def _chunk_den_fake(q, k, v, chunk):
+    o = _chunk_fake(q, k, v, False, chunk)
+    return o, o.new_empty(q.shape[:-1])
+
+
 def _register(interpreted: bool):
     """Register the two ops (at import: torch.compile cannot trace a registration). Compiled kernels: triton_op,
     which torch.compile traces into (wrap_triton makes the launch a graph node). The interpreter's kernels cannot
@@ -157,11 +174,29 @@ def _register(interpreted: bool):
         return dq, dk, dv, None, None
 
     causal.register_autograd(backward, setup_context=setup_context)
+    with_den = make(f"symformer::favor_chunk_causal_den{suffix}", _chunk_den_impl, mutates_args=())
+
+    def setup_den(ctx, inputs, output):
+        q, k, v, chunk = inputs
+        ctx.save_for_backward(q, k, v)
+        ctx.chunk = chunk
+
+    def backward_den(ctx, do, dden):
+        # den_i = sum_{j <= i} q_i . k_j: dq_i += dden_i sum_{j <= i} k_j, dk_j += sum_{i >= j} dden_i q_i (prefix sums)
+        q, k, v = ctx.saved_tensors
+        dq, dk, dv, _, _ = backward(SimpleNamespace(saved_tensors=(q, k, v), reverse=False, chunk=ctx.chunk), do)
+        dd = dden.unsqueeze(-1)
+        dq = dq + (dd * k.to(dd.dtype).cumsum(-2)).to(q.dtype)
+        dk = dk + (dd * q.to(dd.dtype)).flip(-2).cumsum(-2).flip(-2).to(k.dtype)
+        return dq, dk, dv, None
+
+    with_den.register_autograd(backward_den, setup_context=setup_den)
     decode = make(f"symformer::favor_decode_step{suffix}", _decode_impl, mutates_args=("kvs", "c"))
     if interpreted:
         causal.register_fake(_chunk_fake)
+        with_den.register_fake(_chunk_den_fake)
         decode.register_fake(lambda q, k, v, ws_t, kvs, c, scale: v.new_empty(v.shape))
-    return causal, decode
+    return causal, decode, with_den
 
 
 _OPS = {flag: _register(flag) for flag in (False, True)} if HAS_TRITON_OP else None
@@ -204,14 +239,13 @@ def favor_causal_kernel(
         denominator_eps (float): added to the key sum of every query (performer-pytorch's term).
         padded (bool): some keys were zeroed; a query with no kept key gets 0.
     """
-    vv = torch.cat((v, v.new_ones(1).expand(*v.shape[:-1], 1)), dim=-1)  # [v, 1]: the denominator as a column
-    o = chunk_causal(qf, kf, vv, False, chunk_size)
-    den = o[..., -1:]
+    o, den = _ops()[2](qf, kf, v, int(chunk_size))
+    den = den.unsqueeze(-1)
     if denominator_eps:  # favor_causal adds eps to every entry of the key sum: q . (z + eps) = q . z + eps sum(q)
         den = den + denominator_eps * qf.sum(-1, keepdim=True).to(den.dtype)
     if padded:
         den = torch.where(den > 0, den, torch.ones_like(den))
-    return (o[..., :-1] / den).to(v.dtype)
+    return (o / den).to(v.dtype)
 
 
 def decode_step(
