@@ -100,7 +100,7 @@ def test_chunk_causal_is_the_masked_product_in_float64():
     assert (chunk_causal(q, k, v, False, CHUNK) - _masked(q, k, v, True)).abs().max() > 1.0
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("dtype", [torch.float64, pytest.param(torch.float32, marks=pytest.mark.slow)])
 def test_causal_forward_and_backward_match_the_torch_path(dtype):
     ref, ker = _core("torch"), _core("triton")
     x = [t.requires_grad_() for t in _qkv(dtype)]
@@ -149,7 +149,12 @@ def test_16bit_features_against_a_float64_reference(dtype):
     assert out.dtype == dtype and (out.double() - ref).abs().max() < 2 * rounding * ref.abs().max()
 
 
-@pytest.mark.parametrize("dtype", [torch.float64, pytest.param(torch.float32, marks=pytest.mark.slow), torch.float16])
+SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.float64, pytest.param(torch.float32, marks=SLOW), pytest.param(torch.float16, marks=SLOW)]
+)
 def test_decode_steps_match_favor_state_and_the_full_forward(dtype):
     ref, ker = _core("torch"), _core("triton")
     q, k, v = _qkv(dtype, n=7)

@@ -35,7 +35,11 @@ def _pow2(n: int, low: int, high: int) -> int:
 
 
 def unsupported_causal(*tensors: torch.Tensor) -> str | None:
-    """Why the chunked kernel cannot take these inputs (a reason for use_kernel), or None."""
+    """Why the chunked kernel cannot take these inputs (a reason for use_kernel), or None.
+
+    Args:
+        *tensors: the kernel's inputs (query and key features, values).
+    """
     if not HAS_TRITON_OP:
         return f"torch {torch.__version__} (torch.library.triton_op needs torch >= 2.6)"
     for t in tensors:
@@ -45,7 +49,14 @@ def unsupported_causal(*tensors: torch.Tensor) -> str | None:
 
 
 def unsupported_decode(q: torch.Tensor, kvs: torch.Tensor, keep: torch.Tensor | None, grad: bool) -> str | None:
-    """Why the decoding kernel cannot take this step (a reason for use_kernel), or None."""
+    """Why the decoding kernel cannot take this step (a reason for use_kernel), or None.
+
+    Args:
+        q: the new query.
+        kvs: the state's [S, z] (favor_state.FavorState.kvs), updated in place by the kernel.
+        keep: the new key's padding mask, or None.
+        grad: whether autograd records the step.
+    """
     reason = unsupported_causal(q, kvs)
     if reason is not None:
         return reason
@@ -53,6 +64,8 @@ def unsupported_decode(q: torch.Tensor, kvs: torch.Tensor, keep: torch.Tensor | 
         return "a key-padding mask"
     if grad:
         return "inputs that require grad (the step updates the state in place)"
+    if not kvs.is_contiguous():
+        return "a non-contiguous decoding state"
     if kvs.shape[-2] > MAX_DECODE_FEATURES:
         return f"n_features {kvs.shape[-2]} above {MAX_DECODE_FEATURES}"
     return None
@@ -94,7 +107,7 @@ def _launch_chunk(q, k, v, reverse: bool, chunk: int, with_den: bool):
     bk, bv = _pow2(dk, 16, 64), _pow2(dv, 16, 64)
     nk = -(-dk // bk)
     o = q.new_empty(nk, bh, n, dv, dtype=acc)
-    den = q.new_empty(nk, bh, n, dtype=acc) if with_den else o  # o: a placeholder the kernel never writes
+    den = q.new_empty(nk, bh, n, dtype=acc) if with_den else q.new_empty(1, 1, dtype=acc)  # unused without DEN
     kernel = _launcher(_jit(interpreting())[0])
     # fmt: off
     kernel[(nk, -(-dv // bv), bh)](
