@@ -205,12 +205,20 @@ def test_auto_and_torch_never_launch_on_cpu(monkeypatch):
     def boom(*args):
         raise AssertionError("the kernel ran")
 
-    monkeypatch.setattr(kfavor, "_ops", boom)
+    monkeypatch.setattr(kfavor, "_launch_chunk", boom)
     q, k, v = _qkv()
     for kernel in ("auto", "torch", None):
         _core(kernel)(q, k, v, is_causal=True)
     with pytest.raises(AssertionError, match="the kernel ran"):  # negative control: a forced kernel reaches it
         _core("triton")(q, k, v, is_causal=True)
+
+
+def test_ops_register_only_where_a_kernel_can_run(monkeypatch):
+    from symformer.kernels.favor import prepare_kernels
+
+    assert prepare_kernels("triton") and not prepare_kernels("torch")
+    monkeypatch.delenv("TRITON_INTERPRET")
+    assert prepare_kernels("triton") == torch.cuda.is_available()  # CPU tensors need the interpreter
 
 
 def test_kernel_paths_trace_without_graph_breaks():

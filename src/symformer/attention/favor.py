@@ -58,6 +58,7 @@ from symformer.attention.softmax import (
     needs_float32,
 )
 from symformer.kernels import kernel_mode
+from symformer.kernels.favor import prepare_kernels
 
 __all__ = [
     "FavorAttention",
@@ -180,6 +181,7 @@ class FavorAttention(DecodingCore):
         self.kernel_eps = check_float("kernel_eps", kernel_eps, 0.0)
         self.denominator_eps = check_float("denominator_eps", denominator_eps, 0.0)
         self.kernel = None if kernel is None else kernel_mode(kernel)
+        prepare_kernels(self.kernel)  # a compiled forward can then call the Triton ops (a no-op without CUDA)
         seed = resolve_seed(seed)
         # fixed features are a buffer (a state_dict reproduces the module); seed and the number of draws are
         # buffers too, so redraws after load_state_dict continue the same deterministic sequence

@@ -12,7 +12,8 @@ stabiliser is a maximum over all keys of a (batch, head), which a single causal 
 `decode_step` fuses favor_state's one-token step: both feature maps, the running maximum, the decay and the
 in-place update of [S, z], and the quotient, in one launch per token with no host read.
 
-Both are `torch.library.triton_op`s (torch >= 2.6), so torch.compile(fullgraph=True) traces them as one op.
+Both are `torch.library.triton_op`s (torch >= 2.6), so torch.compile(fullgraph=True) traces them as one op; they
+are registered at the first eager call or by `prepare_kernels` (FavorAttention's constructor), not at import.
 """
 
 import functools
@@ -21,10 +22,18 @@ from types import SimpleNamespace
 
 import torch
 
-from symformer._torch_compat import HAS_TRITON_OP
-from symformer.kernels._dispatch import interpreting
+from symformer._torch_compat import HAS_TRITON_OP, is_compiling
+from symformer._validation import fail
+from symformer.kernels._dispatch import interpreting, kernel_mode, triton_available
 
-__all__ = ["chunk_causal", "decode_step", "favor_causal_kernel", "unsupported_causal", "unsupported_decode"]
+__all__ = [
+    "chunk_causal",
+    "decode_step",
+    "favor_causal_kernel",
+    "prepare_kernels",
+    "unsupported_causal",
+    "unsupported_decode",
+]
 
 _DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 MAX_DECODE_FEATURES = 2048  # the decoding kernel holds all m features of one head in one block
@@ -212,11 +221,39 @@ def _register(interpreted: bool):
     return causal, decode, with_den
 
 
-_OPS = {flag: _register(flag) for flag in (False, True)} if HAS_TRITON_OP else None
+_OPS: dict = {}  # interpreted (bool) -> the registered ops
 
 
 def _ops():
-    return _OPS[interpreting()]
+    """The ops for the interpreter setting in force, registered at the first eager call: registering imports
+    torch's Triton tracing (and inductor with it), seconds that `import symformer` must not pay, and that
+    torch.compile cannot trace (`prepare_kernels` registers them ahead, FavorAttention's constructor calls it)."""
+    flag = interpreting()
+    if flag not in _OPS:
+        if is_compiling():
+            fail(
+                "kernel",
+                "a FAVOR+ Triton kernel first called inside torch.compile",
+                "symformer.kernels.favor.prepare_kernels() called before compiling (FavorAttention's constructor "
+                "calls it)",
+            )
+        _OPS[flag] = _register(flag)
+    return _OPS[flag]
+
+
+def prepare_kernels(kernel: str | None = None) -> bool:
+    """Register the FAVOR+ ops now when a kernel may run later (Triton imports, and CUDA or the interpreter is
+    there, and `kernel` is not "torch"), so that a compiled model can call them; True when registered.
+
+    Args:
+        kernel: None (SYMFORMER_KERNELS), "auto", "triton" or "torch".
+    """
+    if not HAS_TRITON_OP or kernel_mode(kernel) == "torch":
+        return False
+    if not (torch.cuda.is_available() or interpreting()) or not triton_available():
+        return False
+    _ops()
+    return True
 
 
 def chunk_causal(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, reverse: bool = False, chunk: int = 64):
