@@ -67,6 +67,11 @@ def test_in_a_subprocess(request):
 
 @pytest.fixture(autouse=True)
 def _interpreter(monkeypatch, request):
+    if "cuda" in request.keywords:  # compiled kernels on a GPU: never under the interpreter
+        if IN_PROCESS:
+            pytest.skip("this process runs Triton's interpreter")
+        monkeypatch.delenv("SYMFORMER_KERNELS", raising=False)
+        return
     if not IN_PROCESS and request.node.name != "test_in_a_subprocess":
         pytest.skip("Triton was imported without the interpreter: test_in_a_subprocess runs this test")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
@@ -278,6 +283,32 @@ def test_bench_rows_run_at_toy_sizes(monkeypatch):
     assert {"favor_layer_kernel", "favor_features_kernel", "favor_decode_triton", "sdpa_decode"} <= set(methods)
     times = bench._median_interleaved(methods, rounds=1, inner=1, device="cpu")
     assert all(t > 0 for t in times.values())
+
+
+@pytest.mark.cuda
+def test_cuda_kernels_match_the_torch_path():
+    """On a GPU: the compiled kernels against the torch path (float64 reference), forward, backward, bf16 inputs,
+    decoding, and the whole layer compiled by inductor with fullgraph=True."""
+    opts = dict(head_dim=64, n_features=256, chunk_size=128, seed=0)
+    ref, ker = FavorAttention(**opts, kernel="torch").cuda(), FavorAttention(**opts, kernel="triton").cuda()
+    g = torch.Generator(device="cuda").manual_seed(5)
+    q, k, v = (0.5 * torch.randn(2, 4, 1000, 64, generator=g, device="cuda") for _ in range(3))
+    x = [t.clone().requires_grad_() for t in (q, k, v)]
+    x64 = [t.double().requires_grad_() for t in (q, k, v)]
+    want, got = ref.double()(*x64, is_causal=True), ker(*x, is_causal=True)
+    assert (got.double() - want).abs().max() < 1e-4 * want.abs().max()
+    gw, gg = torch.autograd.grad(want.sum(), x64), torch.autograd.grad(got.sum(), x)
+    assert all((a.double() - b).abs().max() < 1e-3 * b.abs().max() for a, b in zip(gg, gw))
+    bf = ker(q.bfloat16(), k.bfloat16(), v.bfloat16(), is_causal=True)
+    assert bf.dtype == torch.bfloat16 and (bf.double() - want).abs().max() < 0.05 * want.abs().max()
+    compiled = torch.compile(lambda q, k, v: ker(q, k, v, is_causal=True), fullgraph=True)
+    assert (compiled(q, k, v) - ker(q, k, v, is_causal=True)).abs().max() < 1e-5 * want.abs().max()
+    st_ref, st_ker = ref.float().init_state(), ker.init_state()
+    with torch.no_grad():
+        for i in range(8):
+            one = [t[..., i : i + 1, :] for t in (q, k, v)]
+            a, b = ref(*one, is_causal=True, state=st_ref), ker(*one, is_causal=True, state=st_ker)
+            assert (a - b).abs().max() < 1e-5 * a.abs().max().clamp_min(1e-6)
 
 
 @pytest.mark.slow
