@@ -57,6 +57,8 @@ from symformer.attention.softmax import (
     key_padding_mask,
     needs_float32,
 )
+from symformer.kernels import kernel_mode
+from symformer.kernels.favor import prepare_kernels
 
 __all__ = [
     "FavorAttention",
@@ -120,6 +122,9 @@ class FavorAttention(DecodingCore):
         seed (int | None): the seed of the feature draws.
         block_rows (int | None): rows per block of the streamed non-causal form.
         dropout (float): must be 0.0.
+        kernel (str | None): the Triton switch for the causal forward and the decoding step: None (the
+            SYMFORMER_KERNELS environment variable, else "auto": the kernels for CUDA tensors), "auto", "triton"
+            or "torch" (kernels/_dispatch.py, docs/performance.md).
 
     Examples:
         >>> import torch
@@ -156,6 +161,7 @@ class FavorAttention(DecodingCore):
         seed: int | None = None,
         block_rows: int | None = None,
         dropout: float = 0.0,
+        kernel: str | None = None,
     ):
         super().__init__()
         # explicit, not silently dropped: FAVOR+ never forms the attention matrix, so there is no attention
@@ -174,6 +180,8 @@ class FavorAttention(DecodingCore):
         self.block_rows = None if block_rows is None else check_int("block_rows", block_rows, 1)
         self.kernel_eps = check_float("kernel_eps", kernel_eps, 0.0)
         self.denominator_eps = check_float("denominator_eps", denominator_eps, 0.0)
+        self.kernel = None if kernel is None else kernel_mode(kernel)
+        prepare_kernels(self.kernel)  # a compiled forward can then call the Triton ops (a no-op without CUDA)
         seed = resolve_seed(seed)
         # fixed features are a buffer (a state_dict reproduces the module); seed and the number of draws are
         # buffers too, so redraws after load_state_dict continue the same deterministic sequence
@@ -273,7 +281,9 @@ class FavorAttention(DecodingCore):
         scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else check_float("scale", scale, 0.0, low_open=True)
         keep = self._key_keep(attn_mask, k)
         with torch.autocast(q.device.type, enabled=False):
-            y = favor_step(q, k, v, self.features, scale, None if keep is None else keep > 0, state, self.chunk_size)
+            y = favor_step(
+                q, k, v, self.features, scale, None if keep is None else keep > 0, state, self.chunk_size, self.kernel
+            )
         if reads_values(y) and not all_finite(y):  # a host read: CPU in eager mode, or value_checks("always")
             _check_finite_inputs(q, k, v)
         return y
@@ -329,7 +339,7 @@ class FavorAttention(DecodingCore):
             if keep is not None:
                 kf = kf * keep
             if is_causal:
-                y = favor_causal(qf, kf, v, self.chunk_size, self.denominator_eps, keep is not None)
+                y = favor_causal(qf, kf, v, self.chunk_size, self.denominator_eps, keep is not None, self.kernel)
             else:
                 y = favor_noncausal(qf, kf, v, self.denominator_eps)
         # a cheap test on the output where reading it is free (_validation.reads_values); the culprit is named only

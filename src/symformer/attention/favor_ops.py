@@ -12,6 +12,8 @@ import torch.nn.functional as F
 
 from symformer._torch_compat import autocast_dtype
 from symformer._validation import check_int
+from symformer.kernels import use_kernel
+from symformer.kernels.favor import favor_causal_kernel, unsupported_causal
 
 
 def _gaussian(shape: tuple[int, ...], generator: torch.Generator) -> torch.Tensor:
@@ -281,10 +283,14 @@ def favor_causal(
     chunk_size: int = 128,
     denominator_eps: float = 0.0,
     padded: bool = False,
+    kernel: str | None = None,
 ) -> torch.Tensor:
     """Causal y_i = sum_{j<=i} ... with chunked prefix sums: within a chunk the C x C masked kernel, across
     chunks an exclusive prefix sum of per-chunk phi(K)^T [V, 1]. Memory O(N (C + m Dv / C)), linear in N.
-    padded: some keys were zeroed by a key-padding mask (see _quotient)."""
+    padded: some keys were zeroed by a key-padding mask (see _quotient). kernel: the Triton switch (use_kernel;
+    kernels/favor.py computes the same sums in one fused kernel)."""
+    if use_kernel("favor_causal", (qf, kf, v), kernel, unsupported_causal(qf, kf, v)):
+        return favor_causal_kernel(qf, kf, v, chunk_size, denominator_eps, padded)
     b, h, n, m = qf.shape
     c = min(chunk_size, n)
     pad = (-n) % c

@@ -30,6 +30,8 @@ import torch
 
 from symformer._torch_compat import is_compiling
 from symformer._validation import fail
+from symformer.kernels import use_kernel
+from symformer.kernels.favor import decode_step, unsupported_decode
 
 
 def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -179,10 +181,12 @@ def favor_step(
     keep: torch.Tensor | None,
     state: FavorState,
     chunk: int,
+    kernel: str | None = None,
 ) -> torch.Tensor:
     """Outputs of L new queries q (B, H, L, Dh) reading every earlier key (in `state`) and the new keys up to
     themselves; `state` then includes the new keys. keep: (B|1, H|1, L, 1) boolean or None. Cost O(L m (Dh + Dv))
-    plus O(L chunk m) for the in-chunk triangle: per decoded token (L = 1) independent of the context."""
+    plus O(L chunk m) for the in-chunk triangle: per decoded token (L = 1) independent of the context. kernel: the
+    Triton switch for one-token steps (use_kernel; kernels/favor.decode_step fuses _token_step)."""
     acc = accumulation_dtype(q.dtype)
     ws_t, wx_t = _projections(state, w, scale, acc)
     check_state_use(state, q, v, ws_t.shape[-1], acc)
@@ -192,6 +196,9 @@ def favor_step(
     n = q.shape[-2]
     if n == 1:
         grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, state.kvs))
+        if use_kernel("favor_decode", (q, k, v, state.kvs), kernel, unsupported_decode(q, state.kvs, keep, grad)):
+            state.length.add_(1)
+            return decode_step(q, k, v, ws_t, state.kvs, state.c, scale)
         o = _token_step(qf, _log_features(k.to(acc), wx_t, scale, keep), vv, state, inplace=not grad)
     else:
         out = []
