@@ -40,3 +40,8 @@ def is_compiling() -> bool:
     if fn is None:  # pragma: no cover - torch < 2.3
         from torch._dynamo import is_compiling as fn
     return bool(fn())
+
+
+# torch 2.6 added torch.library.triton_op / wrap_triton: a custom op whose body launches Triton kernels, traced
+# by torch.compile(fullgraph=True) with its autograd; older releases run the kernels' torch references instead
+triton_op = getattr(torch.library, "triton_op", None)
