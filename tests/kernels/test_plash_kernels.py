@@ -225,3 +225,18 @@ def test_core_larger_shapes_float32():
         _close([out], [want], 1e-5)
         grad = torch.randn_like(out)
         _close(_grads(out, grad, (q, k, v)), _grads(want, grad, (q, k, v)), 1e-4)
+
+
+@pytest.mark.slow
+def test_kernels_suite_section_runs_under_the_interpreter(monkeypatch, tmp_path):
+    """benchmarks/_kernels_plash.plash_rows end to end at toy sizes (its numbers mean nothing on the interpreter)."""
+    from symformer.benchmarks import _kernels_plash as section
+    from symformer.benchmarks.base import BenchContext
+
+    monkeypatch.setattr(section, "CORE_NS", (40,))
+    monkeypatch.setattr(section, "HEADLINE_N", 40)
+    monkeypatch.setattr(section, "DECODE_CONTEXT", 40)
+    monkeypatch.setattr(section, "DECODE_BATCH", 1)
+    rows, ratios = section.plash_rows(BenchContext(out_dir=tmp_path, quick=True, device="cpu"))
+    assert {"plash_core_frac_matmul_peak_8192", "plash_decode_vs_sdpa_4k"} <= set(ratios)
+    assert {r["method"] for r in rows} == {"plash_triton", "plash_torch", "sdpa"}
