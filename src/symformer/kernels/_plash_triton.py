@@ -49,8 +49,8 @@ def stage1_fwd(K, V, P, KEEP, PK, PV, N, BLOCK, inv_tau, skn, skt, svn, svt, spn
             kp = tl.load(KEEP + row * N + tok, mask=valid, other=0)
             a = tl.where(kp[:, None] != 0, a, 0.0)
         at = tl.trans(a)
-        acc_k += tl.dot(at, k, input_precision=PREC)  # A^T K, eq. 4
-        acc_v += tl.dot(at, v, input_precision=PREC)  # A^T V, eq. 5
+        acc_k += tl.dot(at, k, input_precision=PREC)  # A^T K (eqs. 3-5)
+        acc_v += tl.dot(at, v, input_precision=PREC)  # A^T V
     out = row * spn + blk * spb + om[:, None] * D + od[None, :]
     tl.store(PK + out, acc_k.to(PK.dtype.element_ty), mask=(om[:, None] < M) & (od[None, :] < D))
     out_v = row * sqn + blk * sqb + om[:, None] * DV + odv[None, :]
