@@ -42,6 +42,6 @@ def is_compiling() -> bool:
     return bool(fn())
 
 
-# torch 2.6 added torch.library.triton_op / wrap_triton: a custom op whose body launches Triton kernels, traced
-# by torch.compile(fullgraph=True) with its autograd; older releases run the kernels' torch references instead
-triton_op = getattr(torch.library, "triton_op", None)
+# torch.library.triton_op / wrap_triton (torch >= 2.6): a Triton launch inside a custom op that torch.compile traces
+# (kernels/favor.py); older releases run the torch reference instead
+HAS_TRITON_OP = hasattr(getattr(torch, "library", None), "triton_op")

@@ -7,13 +7,13 @@ import math
 import pytest
 import torch
 
-from symformer._torch_compat import triton_op
+from symformer._torch_compat import HAS_TRITON_OP
 from symformer.attention import PlashAttention
 from symformer.kernels import _plash_triton
 from symformer.kernels import plash as kp
 
 pytest.importorskip("triton", reason="the PLASH kernels need Triton (pip install symformer[triton])")
-pytestmark = pytest.mark.skipif(triton_op is None, reason="the PLASH kernels need torch >= 2.6 (triton_op)")
+pytestmark = pytest.mark.skipif(not HAS_TRITON_OP, reason="the PLASH kernels need torch >= 2.6 (triton_op)")
 
 F64 = torch.float64
 
@@ -240,3 +240,43 @@ def test_kernels_suite_section_runs_under_the_interpreter(monkeypatch, tmp_path)
     rows, ratios = section.plash_rows(BenchContext(out_dir=tmp_path, quick=True, device="cpu"))
     assert {"plash_core_frac_matmul_peak_8192", "plash_decode_vs_sdpa_4k"} <= set(ratios)
     assert {r["method"] for r in rows} == {"plash_triton", "plash_torch", "sdpa"}
+
+
+@pytest.mark.slow
+def test_core_compiles_fullgraph_on_the_kernels():
+    """torch.compile(fullgraph=True) through the kernel ops and their backward (aot_eager traces it): no graph break,
+    eager's outputs and gradients. Under the interpreter the ops are opaque custom_ops; on a GPU, triton_ops."""
+    torch.manual_seed(0)
+    fused, _ = _pair()
+    q, k, v = (torch.randn(1, 2, 19, 8, dtype=F64, requires_grad=True) for _ in range(3))
+    keep = torch.ones(1, 1, 1, 19, dtype=torch.bool)
+    keep[..., :3] = False
+
+    def run(q, k, v):
+        return fused(q, k, v, attn_mask=keep, is_causal=True)
+
+    explained = torch._dynamo.explain(run)(q, k, v)
+    assert explained.graph_break_count == 0
+    assert any("plash_readout" in str(n.target) for g in explained.graphs for n in g.graph.nodes)
+    out = torch.compile(run, fullgraph=True, backend="aot_eager")(q, k, v)
+    want = run(q, k, v)
+    grad = torch.randn_like(out)
+    _close([out], [want], 1e-12)
+    _close(_grads(out, grad, (q, k, v)), _grads(want, grad, (q, k, v)), 1e-12)
+
+
+@pytest.mark.slow
+def test_decoding_step_compiles_fullgraph_on_the_kernel():
+    torch.manual_seed(0)
+    fused, ref = _pair(causal_block=4)
+    q, k, v = (torch.randn(1, 2, 9, 8, dtype=F64) for _ in range(3))
+    with torch.no_grad():
+        full = ref(q, k, v, is_causal=True)
+        st = fused.init_state()
+        outs = [fused(q[..., :2, :], k[..., :2, :], v[..., :2, :], is_causal=True, state=st)]
+        step = torch.compile(
+            lambda a, b, c: fused(a, b, c, is_causal=True, state=st), fullgraph=True, backend="aot_eager"
+        )
+        for i in range(2, 9):
+            outs.append(step(q[..., i : i + 1, :], k[..., i : i + 1, :], v[..., i : i + 1, :]))
+    _close([torch.cat(outs, -2)], [full], 1e-12)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from symformer._torch_compat import triton_op
+from symformer._torch_compat import HAS_TRITON_OP
 from symformer.kernels import _plash_triton as _tk
 from symformer.kernels._dispatch import interpreting
 
@@ -37,7 +37,7 @@ def _pow2(x: int) -> int:
 
 def unsupported(x: torch.Tensor, head_dim: int, m: int, block: int | None = None) -> str | None:
     """Why the PLASH kernels cannot take inputs like x (head dim, M prototypes, causal block), or None."""
-    if triton_op is None:
+    if not HAS_TRITON_OP:
         return "torch < 2.6 (no torch.library.triton_op)"
     if x.dtype not in _DTYPES:
         return f"dtype {x.dtype}"
@@ -97,56 +97,56 @@ def _stage1_meta(k, v, p, block):
     return n, length, -(-length // block), consts
 
 
-if triton_op is not None:
+def _stage1_impl(
+    k: torch.Tensor, v: torch.Tensor, p: torch.Tensor, keep: torch.Tensor | None, tau: float, block: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    n, length, nb, consts = _stage1_meta(k, v, p, block)
+    pk = k.new_empty(n, nb, consts["M"], consts["D"])
+    pv = v.new_empty(n, nb, consts["M"], consts["DV"])
+    _kernel("stage1_fwd")[(n, nb)](
+        k, v, p, keep, pk, pv, length, block, 1.0 / tau, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        pk.stride(0), pk.stride(1), pv.stride(0), pv.stride(1), HAS_KEEP=keep is not None,
+        F64=k.dtype == torch.float64, PREC=_prec(k), **consts,
+    )  # fmt: skip
+    return pk, pv
 
-    @triton_op("symformer::plash_stage1", mutates_args={})
-    def _stage1(
-        k: torch.Tensor, v: torch.Tensor, p: torch.Tensor, keep: torch.Tensor | None, tau: float, block: int
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        n, length, nb, consts = _stage1_meta(k, v, p, block)
-        pk = k.new_empty(n, nb, consts["M"], consts["D"])
-        pv = v.new_empty(n, nb, consts["M"], consts["DV"])
-        _kernel("stage1_fwd")[(n, nb)](
-            k, v, p, keep, pk, pv, length, block, 1.0 / tau, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-            pk.stride(0), pk.stride(1), pv.stride(0), pv.stride(1), HAS_KEEP=keep is not None,
-            F64=k.dtype == torch.float64, PREC=_prec(k), **consts,
-        )  # fmt: skip
-        return pk, pv
 
-    @triton_op("symformer::plash_stage1_bwd", mutates_args={})
-    def _stage1_bwd(
-        k: torch.Tensor,
-        v: torch.Tensor,
-        p: torch.Tensor,
-        keep: torch.Tensor | None,
-        gk: torch.Tensor,
-        gv: torch.Tensor,
-        tau: float,
-        block: int,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        n, length, nb, consts = _stage1_meta(k, v, p, block)
-        dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
-        dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
-        dp = torch.empty(n, nb, consts["M"], consts["D"], dtype=torch.float64 if k.dtype == torch.float64
-                         else torch.float32, device=k.device)  # fmt: skip
-        _kernel("stage1_bwd")[(n, nb)](
-            k, v, p, keep, gk, gv, dk, dv, dp, length, block, 1.0 / tau, k.stride(0), k.stride(1), v.stride(0),
-            v.stride(1), gk.stride(0), gk.stride(1), gv.stride(0), gv.stride(1), HAS_KEEP=keep is not None,
-            F64=k.dtype == torch.float64, PREC=_prec(k), **consts,
-        )  # fmt: skip
-        return dk, dv, dp.sum((0, 1)).to(p.dtype)
+def _stage1_bwd_impl(
+    k: torch.Tensor,
+    v: torch.Tensor,
+    p: torch.Tensor,
+    keep: torch.Tensor | None,
+    gk: torch.Tensor,
+    gv: torch.Tensor,
+    tau: float,
+    block: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    n, length, nb, consts = _stage1_meta(k, v, p, block)
+    dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    dp = torch.empty(n, nb, consts["M"], consts["D"], dtype=torch.float64 if k.dtype == torch.float64
+                     else torch.float32, device=k.device)  # fmt: skip
+    _kernel("stage1_bwd")[(n, nb)](
+        k, v, p, keep, gk, gv, dk, dv, dp, length, block, 1.0 / tau, k.stride(0), k.stride(1), v.stride(0),
+        v.stride(1), gk.stride(0), gk.stride(1), gv.stride(0), gv.stride(1), HAS_KEEP=keep is not None,
+        F64=k.dtype == torch.float64, PREC=_prec(k), **consts,
+    )  # fmt: skip
+    return dk, dv, dp.sum((0, 1)).to(p.dtype)
 
-    def _stage1_setup(ctx, inputs, output):
-        k, v, p, keep, tau, block = inputs
-        ctx.save_for_backward(k, v, p, keep)
-        ctx.tau, ctx.block = tau, block
 
-    def _stage1_backward(ctx, gk, gv):
-        k, v, p, keep = ctx.saved_tensors
-        dk, dv, dp = _stage1_bwd(k, v, p, keep, gk.contiguous(), gv.contiguous(), ctx.tau, ctx.block)
-        return dk, dv, dp, None, None, None
+def _stage1_fake(k, v, p, keep, tau, block):
+    n, _, nb, consts = _stage1_meta(k, v, p, block)
+    return k.new_empty(n, nb, consts["M"], consts["D"]), v.new_empty(n, nb, consts["M"], consts["DV"])
 
-    _stage1.register_autograd(_stage1_backward, setup_context=_stage1_setup)
+
+def _stage1_bwd_fake(k, v, p, keep, gk, gv, tau, block):
+    return k.new_empty(k.shape), v.new_empty(v.shape), p.new_empty(p.shape)
+
+
+def _stage1_setup(ctx, inputs, output):
+    k, v, p, keep, tau, block = inputs
+    ctx.save_for_backward(k, v, p, keep)
+    ctx.tau, ctx.block = tau, block
 
 
 def stage1_block_sums(k, v, prototypes, tau: float, keep, block: int):
@@ -164,7 +164,7 @@ def stage1_block_sums(k, v, prototypes, tau: float, keep, block: int):
     """
     p = prototypes.to(k.dtype).contiguous()
     keep = None if keep is None else keep.contiguous()
-    return _stage1(_rows(k), _rows(v), p, keep, float(tau), int(block))
+    return _op("stage1")(_rows(k), _rows(v), p, keep, float(tau), int(block))
 
 
 def compress(k, v, prototypes, tau: float, keep):
@@ -206,71 +206,73 @@ def _readout_meta(q, k_g, block):
     return n, length, -(-length // block), dict(M=m, D=d, C=block, BC=_pow2(block), BM=_pow2(m), BD=_pow2(d))
 
 
-if triton_op is not None:
+def _readout_impl(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_g: torch.Tensor,
+    v_g: torch.Tensor,
+    has_sum: torch.Tensor,
+    keep: torch.Tensor | None,
+    scale: float,
+    block: int,
+    in_block: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    n, length, nb, consts = _readout_meta(q, k_g, block)
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty(n, length, dtype=torch.float64 if q.dtype == torch.float64 else torch.float32,
+                      device=q.device)  # fmt: skip
+    _kernel("readout_fwd")[(n, nb)](
+        q, k, v, k_g, v_g, keep, has_sum, out, lse, length, scale, q.stride(0), q.stride(1), k_g.stride(0),
+        k_g.stride(1), IN_BLOCK=in_block, HAS_KEEP=keep is not None, F64=q.dtype == torch.float64,
+        PREC=_prec(q), **consts,
+    )  # fmt: skip
+    return out, lse
 
-    @triton_op("symformer::plash_readout", mutates_args={})
-    def _readout(
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        k_g: torch.Tensor,
-        v_g: torch.Tensor,
-        has_sum: torch.Tensor,
-        keep: torch.Tensor | None,
-        scale: float,
-        block: int,
-        in_block: bool,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        n, length, nb, consts = _readout_meta(q, k_g, block)
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-        lse = torch.empty(n, length, dtype=torch.float64 if q.dtype == torch.float64 else torch.float32,
-                          device=q.device)  # fmt: skip
-        _kernel("readout_fwd")[(n, nb)](
-            q, k, v, k_g, v_g, keep, has_sum, out, lse, length, scale, q.stride(0), q.stride(1), k_g.stride(0),
-            k_g.stride(1), IN_BLOCK=in_block, HAS_KEEP=keep is not None, F64=q.dtype == torch.float64,
-            PREC=_prec(q), **consts,
-        )  # fmt: skip
-        return out, lse
 
-    @triton_op("symformer::plash_readout_bwd", mutates_args={})
-    def _readout_bwd(
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        k_g: torch.Tensor,
-        v_g: torch.Tensor,
-        has_sum: torch.Tensor,
-        keep: torch.Tensor | None,
-        out: torch.Tensor,
-        lse: torch.Tensor,
-        grad: torch.Tensor,
-        scale: float,
-        block: int,
-        in_block: bool,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        n, length, nb, consts = _readout_meta(q, k_g, block)
-        dq, dk, dv = (torch.zeros(q.shape, dtype=q.dtype, device=q.device) for _ in range(3))
-        dkg, dvg = (torch.empty(n, nb, consts["M"], consts["D"], dtype=q.dtype, device=q.device) for _ in range(2))
-        _kernel("readout_bwd")[(n, nb)](
-            q, k, v, k_g, v_g, keep, has_sum, out, lse, grad, dq, dk, dv, dkg, dvg, length, scale, q.stride(0),
-            q.stride(1), k_g.stride(0), k_g.stride(1), IN_BLOCK=in_block, HAS_KEEP=keep is not None,
-            F64=q.dtype == torch.float64, PREC=_prec(q), **consts,
-        )  # fmt: skip
-        return dq, dk, dv, dkg, dvg
+def _readout_bwd_impl(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    k_g: torch.Tensor,
+    v_g: torch.Tensor,
+    has_sum: torch.Tensor,
+    keep: torch.Tensor | None,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    grad: torch.Tensor,
+    scale: float,
+    block: int,
+    in_block: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    n, length, nb, consts = _readout_meta(q, k_g, block)
+    dq, dk, dv = (torch.zeros(q.shape, dtype=q.dtype, device=q.device) for _ in range(3))
+    dkg, dvg = (torch.empty(n, nb, consts["M"], consts["D"], dtype=q.dtype, device=q.device) for _ in range(2))
+    _kernel("readout_bwd")[(n, nb)](
+        q, k, v, k_g, v_g, keep, has_sum, out, lse, grad, dq, dk, dv, dkg, dvg, length, scale, q.stride(0),
+        q.stride(1), k_g.stride(0), k_g.stride(1), IN_BLOCK=in_block, HAS_KEEP=keep is not None,
+        F64=q.dtype == torch.float64, PREC=_prec(q), **consts,
+    )  # fmt: skip
+    return dq, dk, dv, dkg, dvg
 
-    def _readout_setup(ctx, inputs, output):
-        q, k, v, k_g, v_g, has_sum, keep, scale, block, in_block = inputs
-        ctx.save_for_backward(q, k, v, k_g, v_g, has_sum, keep, *output)
-        ctx.scale, ctx.block, ctx.in_block = scale, block, in_block
 
-    def _readout_backward(ctx, grad, _lse_grad):
-        q, k, v, k_g, v_g, has_sum, keep, out, lse = ctx.saved_tensors
-        dq, dk, dv, dkg, dvg = _readout_bwd(
-            q, k, v, k_g, v_g, has_sum, keep, out, lse, grad.contiguous(), ctx.scale, ctx.block, ctx.in_block
-        )
-        return dq, dk, dv, dkg, dvg, None, None, None, None, None
+def _readout_fake(q, k, v, k_g, v_g, has_sum, keep, scale, block, in_block):
+    acc = torch.float64 if q.dtype == torch.float64 else torch.float32
+    return q.new_empty(q.shape), q.new_empty(q.shape[:2], dtype=acc)
 
-    _readout.register_autograd(_readout_backward, setup_context=_readout_setup)
+
+def _readout_bwd_fake(q, k, v, k_g, v_g, has_sum, keep, out, lse, grad, scale, block, in_block):
+    n, _, nb, consts = _readout_meta(q, k_g, block)
+    return (
+        *(q.new_empty(q.shape) for _ in range(3)),
+        *(q.new_empty(n, nb, consts["M"], consts["D"]) for _ in range(2)),
+    )
+
+
+def _readout_setup(ctx, inputs, output):
+    q, k, v, k_g, v_g, has_sum, keep, scale, block, in_block = inputs
+    ctx.save_for_backward(q, k, v, k_g, v_g, has_sum, keep, *output)
+    ctx.scale, ctx.block, ctx.in_block = scale, block, in_block
 
 
 def block_readout(q, k, v, k_g, v_g, has_sum, keep, scale: float, block: int, in_block: bool = True):
@@ -299,7 +301,7 @@ def block_readout(q, k, v, k_g, v_g, has_sum, keep, scale: float, block: int, in
         k_g, v_g = k_g.contiguous(), v_g.contiguous()
     q, k, v = (x.contiguous() for x in (q, k, v))
     keep = None if keep is None else keep.contiguous()
-    return _readout(q, k, v, k_g, v_g, has_sum.contiguous(), keep, float(scale), int(block), bool(in_block))[0]
+    return _op("readout")(q, k, v, k_g, v_g, has_sum.contiguous(), keep, float(scale), int(block), bool(in_block))[0]
 
 
 def attend(q, k_g, v_g, scale: float):
@@ -324,33 +326,80 @@ def decode_step_reference(q, k, v, keep, pos, kv, bias, pkv, count, prototypes, 
     return out
 
 
-if triton_op is not None:
+def _decode_impl(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    keep: torch.Tensor | None,
+    pos: torch.Tensor,
+    kv: torch.Tensor,
+    bias: torch.Tensor,
+    pkv: torch.Tensor,
+    count: torch.Tensor,
+    p: torch.Tensor,
+    tau: float,
+    scale: float,
+) -> torch.Tensor:
+    n, d = q.shape
+    m = p.shape[0]
+    c = kv.shape[1] - m
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    _kernel("decode_step")[(n,)](
+        q, k, v, keep, pos, kv, bias, pkv, count, p, out, 1.0 / tau, scale, 1 if pos.numel() > 1 else 0,
+        C=c, M=m, D=d, BR=_pow2(c + m), BM=_pow2(m), BD=_pow2(d), HAS_KEEP=keep is not None,
+        F64=q.dtype == torch.float64,
+    )  # fmt: skip
+    return out
 
-    @triton_op("symformer::plash_decode", mutates_args={"kv", "bias", "pkv", "count"})
-    def _decode(
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        keep: torch.Tensor | None,
-        pos: torch.Tensor,
-        kv: torch.Tensor,
-        bias: torch.Tensor,
-        pkv: torch.Tensor,
-        count: torch.Tensor,
-        p: torch.Tensor,
-        tau: float,
-        scale: float,
-    ) -> torch.Tensor:
-        n, d = q.shape
-        m = p.shape[0]
-        c = kv.shape[1] - m
-        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-        _kernel("decode_step")[(n,)](
-            q, k, v, keep, pos, kv, bias, pkv, count, p, out, 1.0 / tau, scale, 1 if pos.numel() > 1 else 0,
-            C=c, M=m, D=d, BR=_pow2(c + m), BM=_pow2(m), BD=_pow2(d), HAS_KEEP=keep is not None,
-            F64=q.dtype == torch.float64,
-        )  # fmt: skip
-        return out
+
+def _decode_fake(q, k, v, keep, pos, kv, bias, pkv, count, p, tau, scale):
+    return q.new_empty(q.shape)
+
+
+_IMPLS = (
+    ("stage1", _stage1_impl, _stage1_fake, ()),
+    ("stage1_bwd", _stage1_bwd_impl, _stage1_bwd_fake, ()),
+    ("readout", _readout_impl, _readout_fake, ()),
+    ("readout_bwd", _readout_bwd_impl, _readout_bwd_fake, ()),
+    ("decode", _decode_impl, _decode_fake, ("kv", "bias", "pkv", "count")),
+)
+
+
+def _register(interpreted: bool) -> dict:
+    """The ops, registered at import (torch.compile cannot trace a registration). Compiled kernels: triton_ops, which
+    torch.compile traces into (wrap_triton makes each launch a graph node). The interpreter's kernels cannot run on
+    compile's fake tensors, so under TRITON_INTERPRET=1 the ops are opaque custom_ops with shape-only fakes; `_op`
+    picks per call."""
+    from torch.library import custom_op, triton_op  # torch >= 2.6 (HAS_TRITON_OP)
+
+    make, suffix = (custom_op, "_interpreted") if interpreted else (triton_op, "")
+    ops = {name: make(f"symformer::plash_{name}{suffix}", fn, mutates_args=mut) for name, fn, _, mut in _IMPLS}
+    if interpreted:
+        for name, _, fake, _ in _IMPLS:
+            ops[name].register_fake(fake)
+
+    def stage1_backward(ctx, gk, gv):
+        k, v, p, keep = ctx.saved_tensors
+        dk, dv, dp = ops["stage1_bwd"](k, v, p, keep, gk.contiguous(), gv.contiguous(), ctx.tau, ctx.block)
+        return dk, dv, dp, None, None, None
+
+    def readout_backward(ctx, grad, _lse_grad):
+        q, k, v, k_g, v_g, has_sum, keep, out, lse = ctx.saved_tensors
+        dq, dk, dv, dkg, dvg = ops["readout_bwd"](
+            q, k, v, k_g, v_g, has_sum, keep, out, lse, grad.contiguous(), ctx.scale, ctx.block, ctx.in_block
+        )
+        return dq, dk, dv, dkg, dvg, None, None, None, None, None
+
+    ops["stage1"].register_autograd(stage1_backward, setup_context=_stage1_setup)
+    ops["readout"].register_autograd(readout_backward, setup_context=_readout_setup)
+    return ops
+
+
+_OPS = {mode: _register(mode) for mode in (False, True)} if HAS_TRITON_OP else {}
+
+
+def _op(name: str):
+    return _OPS[interpreting()][name]
 
 
 def decode_step(q, k, v, keep, pos, kv, bias, pkv, count, prototypes, tau: float, scale: float):
@@ -370,7 +419,7 @@ def decode_step(q, k, v, keep, pos, kv, bias, pkv, count, prototypes, tau: float
     """
     keep = None if keep is None else keep.contiguous()
     p = prototypes.to(q.dtype).contiguous()
-    return _decode(*(x.contiguous() for x in (q, k, v)), keep, pos.contiguous(), kv, bias, pkv, count, p,
+    return _op("decode")(*(x.contiguous() for x in (q, k, v)), keep, pos.contiguous(), kv, bias, pkv, count, p,
                    float(tau), float(scale))  # fmt: skip
 
 
