@@ -52,6 +52,11 @@ def unsupported(x: torch.Tensor, head_dim: int, m: int, block: int | None = None
     return None
 
 
+def _warps(rows: int, cols: int) -> int:
+    """Warps per program: 8 where a program's (rows, cols) float32 tiles would spill the registers of 4."""
+    return 8 if rows * cols > 64 * 64 else 4
+
+
 def _prec(x: torch.Tensor) -> str:
     """The dot products' precision: torch's float32 matmul ("tf32" only where torch allows it on CUDA)."""
     tf32 = x.device.type == "cuda" and x.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
@@ -106,7 +111,7 @@ def _stage1_impl(
     _kernel("stage1_fwd")[(n, nb)](
         k, v, p, keep, pk, pv, length, block, 1.0 / tau, k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         pk.stride(0), pk.stride(1), pv.stride(0), pv.stride(1), HAS_KEEP=keep is not None,
-        F64=k.dtype == torch.float64, PREC=_prec(k), **consts,
+        F64=k.dtype == torch.float64, PREC=_prec(k), num_warps=_warps(consts["BN"], consts["BD"]), **consts,
     )  # fmt: skip
     return pk, pv
 
@@ -129,7 +134,7 @@ def _stage1_bwd_impl(
     _kernel("stage1_bwd")[(n, nb)](
         k, v, p, keep, gk, gv, dk, dv, dp, length, block, 1.0 / tau, k.stride(0), k.stride(1), v.stride(0),
         v.stride(1), gk.stride(0), gk.stride(1), gv.stride(0), gv.stride(1), HAS_KEEP=keep is not None,
-        F64=k.dtype == torch.float64, PREC=_prec(k), **consts,
+        F64=k.dtype == torch.float64, PREC=_prec(k), num_warps=_warps(consts["BN"], consts["BD"]), **consts,
     )  # fmt: skip
     return dk, dv, dp.sum((0, 1)).to(p.dtype)
 
@@ -225,7 +230,7 @@ def _readout_impl(
     _kernel("readout_fwd")[(n, nb)](
         q, k, v, k_g, v_g, keep, has_sum, out, lse, length, scale, q.stride(0), q.stride(1), k_g.stride(0),
         k_g.stride(1), IN_BLOCK=in_block, HAS_KEEP=keep is not None, F64=q.dtype == torch.float64,
-        PREC=_prec(q), **consts,
+        PREC=_prec(q), num_warps=_warps(consts["BC"], consts["BD"]), **consts,
     )  # fmt: skip
     return out, lse
 
@@ -246,12 +251,14 @@ def _readout_bwd_impl(
     in_block: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     n, length, nb, consts = _readout_meta(q, k_g, block)
-    dq, dk, dv = (torch.zeros(q.shape, dtype=q.dtype, device=q.device) for _ in range(3))
+    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    alloc = torch.empty if in_block else torch.zeros  # without the in-block part k and v get no gradient
+    dk, dv = (alloc(q.shape, dtype=q.dtype, device=q.device) for _ in range(2))
     dkg, dvg = (torch.empty(n, nb, consts["M"], consts["D"], dtype=q.dtype, device=q.device) for _ in range(2))
     _kernel("readout_bwd")[(n, nb)](
         q, k, v, k_g, v_g, keep, has_sum, out, lse, grad, dq, dk, dv, dkg, dvg, length, scale, q.stride(0),
         q.stride(1), k_g.stride(0), k_g.stride(1), IN_BLOCK=in_block, HAS_KEEP=keep is not None,
-        F64=q.dtype == torch.float64, PREC=_prec(q), **consts,
+        F64=q.dtype == torch.float64, PREC=_prec(q), num_warps=_warps(consts["BC"], consts["BD"]), **consts,
     )  # fmt: skip
     return dq, dk, dv, dkg, dvg
 
@@ -347,7 +354,7 @@ def _decode_impl(
     _kernel("decode_step")[(n,)](
         q, k, v, keep, pos, kv, bias, pkv, count, p, out, 1.0 / tau, scale, 1 if pos.numel() > 1 else 0,
         C=c, M=m, D=d, BR=_pow2(c + m), BM=_pow2(m), BD=_pow2(d), HAS_KEEP=keep is not None,
-        F64=q.dtype == torch.float64,
+        F64=q.dtype == torch.float64, num_warps=_warps(_pow2(c + m), _pow2(d)),
     )  # fmt: skip
     return out
 
