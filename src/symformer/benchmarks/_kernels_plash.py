@@ -37,7 +37,8 @@ def _core_rows(ctx: BenchContext, peak: float, min_run: float) -> tuple[list[dic
     for kern, compiled in (("triton", False), ("torch", False), ("triton", True)):
         core = PlashAttention(D_MODEL // HEADS, HEADS, D_MODEL, M=M, D_k=D_K, kernel=kern).to(ctx.device)
         method = f"plash_{kern}" + ("_compiled" if compiled else "")
-        run = torch.compile(core, fullgraph=True, backend=COMPILE_BACKEND) if compiled else core  # Stage II-III's launches fused by inductor
+        # compiled: inductor fuses Stage II-III's launches
+        run = torch.compile(core, fullgraph=True, backend=COMPILE_BACKEND) if compiled else core
         for n in CORE_NS:
             for bwd in (False, True):
                 core.train(bwd)
