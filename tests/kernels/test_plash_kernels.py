@@ -106,6 +106,20 @@ def test_block_readout_forward_and_backward_match_the_reference(in_block):
     _close(_grads(out, grad, (q, k, v, k_g, v_g)), _grads(ref, grad, (q, k, v, k_g, v_g)), 1e-12)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_block_readout_lower_precision_within_its_rounding(dtype):
+    torch.manual_seed(0)
+    n, length, d, m, block = 2, 21, 8, 5, 8
+    q, k, v = (torch.randn(n, length, d).to(dtype) for _ in range(3))
+    k_g, v_g = (torch.randn(n, 3, m, d).to(dtype) for _ in range(2))
+    has = torch.tensor([[False, True, True], [False, True, True]])
+    out = kp.block_readout(q, k, v, k_g, v_g, has, None, 0.4, block)
+    ref = kp.block_readout_reference(*(x.double() for x in (q, k, v, k_g, v_g)), has, None, 0.4, block, True)
+    tol = {torch.float32: 1e-5, torch.bfloat16: 1e-2}[dtype]
+    assert out.dtype == dtype
+    torch.testing.assert_close(out.double(), ref, atol=tol, rtol=tol)  # float32 inside, one rounding at the end
+
+
 @pytest.mark.parametrize("per_row", [False, True])
 def test_decode_step_matches_the_reference(per_row):
     torch.manual_seed(0)
