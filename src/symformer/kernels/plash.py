@@ -21,7 +21,7 @@ import torch
 
 from symformer._torch_compat import HAS_TRITON_OP
 from symformer.kernels import _plash_triton as _tk
-from symformer.kernels._dispatch import interpreting
+from symformer.kernels._dispatch import interpreting, triton_available
 
 MAX_HEAD_DIM = 128  # the kernels hold (block, head dim) tiles of q, k, v in registers
 MAX_PROTOTYPES = 256
@@ -402,7 +402,11 @@ def _register(interpreted: bool) -> dict:
     return ops
 
 
-_OPS = {mode: _register(mode) for mode in (False, True)} if HAS_TRITON_OP else {}
+# the interpreter's ops always (cheap); the triton_ops only where CUDA and Triton are present: registering one reads
+# its source for kernels, which imports torch._inductor and Triton (seconds), and only a CUDA tensor ever takes them
+_OPS = {True: _register(True)} if HAS_TRITON_OP else {}
+if HAS_TRITON_OP and torch.cuda.is_available() and triton_available():
+    _OPS[False] = _register(False)
 
 
 def _op(name: str):
