@@ -12,7 +12,8 @@
 Stage II-III (psi, the TensorSketch, the mixer, on M items per row) stays on torch: O(M^2 d + M d^2) per row, not
 the O(N M d) of the core. The ops are `torch.library.triton_op`s (torch >= 2.6), so torch.compile(fullgraph=True)
 traces them and their backward; on older torch the kernels are unsupported (the torch path runs). Under
-TRITON_INTERPRET=1 they run on CPU tensors, launched directly (wrap_triton takes compiled kernels only).
+TRITON_INTERPRET=1 they run on CPU tensors as custom_ops with shape-only fakes, the kernels launched directly
+(wrap_triton takes compiled kernels only), so the tests compile through them on the CPU too.
 """
 
 from __future__ import annotations
@@ -36,7 +37,14 @@ def _pow2(x: int) -> int:
 
 
 def unsupported(x: torch.Tensor, head_dim: int, m: int, block: int | None = None) -> str | None:
-    """Why the PLASH kernels cannot take inputs like x (head dim, M prototypes, causal block), or None."""
+    """Why the PLASH kernels cannot take inputs like x (head dim, M prototypes, causal block), or None.
+
+    Args:
+        x (torch.Tensor): an input of the op (its dtype and device decide).
+        head_dim (int): the head size d.
+        m (int): the number of prototypes M.
+        block (int | None): the causal block c (the causal readout and the decoding step), or None.
+    """
     if not HAS_TRITON_OP:
         return "torch < 2.6 (no torch.library.triton_op)"
     if x.dtype not in _DTYPES:
