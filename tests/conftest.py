@@ -25,6 +25,12 @@ def _one_thread_per_worker():
 
 def pytest_configure(config):
     torch.set_num_threads(1)
+    # Triton decorates its own library functions (tl.zeros, tl.sum, ...) when it is imported, in the mode
+    # TRITON_INTERPRET names then: set before anything imports it (torch._dynamo does), so the kernel tests can run
+    # kernels on CPU tensors; the "auto" kernel choice never takes CPU tensors, so no other test changes path. Not
+    # where CUDA is: there the `cuda` tests run the compiled kernels
+    if not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
     # inductor's parity tests compile C++ in a pool of one process per core, which starves the other xdist worker:
     # one compile thread keeps each worker on its core
     os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")

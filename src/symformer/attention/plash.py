@@ -56,6 +56,9 @@ from symformer.attention.softmax import (
     key_padding_mask,
     needs_float32,
 )
+from symformer.kernels import plash as _kp
+from symformer.kernels import use_kernel
+from symformer.kernels._dispatch import kernel_mode
 
 
 def _degrees(degrees) -> tuple[int, ...]:
@@ -145,6 +148,8 @@ class PlashAttention(DecodingCore):
         chunk_size (int): rows per streamed chunk of Stages I and III.
         causal_block (int): tokens per block of the causal variant.
         seed (int | None): the prototypes and hashes.
+        kernel (str | None): the fused Triton kernels (kernels/plash.py) or the torch path: None (SYMFORMER_KERNELS,
+            else "auto": the kernels for CUDA tensors where Triton imports), "auto", "triton" or "torch".
 
     Examples:
         >>> import torch
@@ -187,8 +192,10 @@ class PlashAttention(DecodingCore):
         chunk_size: int = 4096,
         causal_block: int = 64,
         seed: int | None = None,
+        kernel: str | None = None,
     ):
         super().__init__()
+        self.kernel = None if kernel is None else kernel_mode(kernel)
         self.head_dim = check_int("head_dim", head_dim, 1)
         self.M = check_int("M", M, 1)
         self.degrees = _degrees(degrees)
@@ -244,6 +251,8 @@ class PlashAttention(DecodingCore):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Stage I, streamed over N_k: (n, N_k, d_k), (n, N_k, d_v) -> K~ (n, M, d_k), V~ (n, M, d_v).
         keep: (n, N_k) boolean key padding (ours): a padded key adds nothing to K~ or V~."""
+        if self.fused("plash_stage1", k):
+            return _kp.compress(k, v, self.prototypes, self.tau, keep)
         p = self.prototypes.to(k.dtype).t() / self.tau
         kt = vt = None
         for s in range(0, k.shape[-2], self.chunk_size):
@@ -296,6 +305,8 @@ class PlashAttention(DecodingCore):
         # with M keys the explicit GEMM-softmax-GEMM beats SDPA's flash kernel on CPU, whose key blocking is sized
         # for long key sequences (1.6x at N = 8192, M = 64; benchmarks/attention_plash)
         s_ = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+        if self.fused("plash_readout", q):
+            return _kp.attend(q, k_g, v_g, s_)
         kt = (k_g * s_).transpose(-1, -2)  # (n, M, d_k) -> (n, d_k, M)
         p = self.dropout if self.training else 0.0
         streamed = not (torch.is_grad_enabled() and (q.requires_grad or k_g.requires_grad))
@@ -420,6 +431,8 @@ class PlashAttention(DecodingCore):
 
     def _causal_blocks(self, q, k, v, scale, keep: torch.Tensor | None) -> torch.Tensor:
         """The blocked computation of core.causal, blocks aligned to the first position given."""
+        if self.fused("plash_causal", q):
+            return _kp.causal_blocks(self, q, k, v, 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale, keep)
         n, length, _ = q.shape
         c = self.causal_block
         nb = -(-length // c)
@@ -463,6 +476,16 @@ class PlashAttention(DecodingCore):
         """Stages II-III keys and values (K_g, V_g) of Stage I sums K~, V~ (n, M, d) (eqs. 6-12)."""
         z = self.mixer(self.embed(self.sketch_features(self.normalized_features(pk, pv))))
         return self.w_k(z), self.w_v(z)
+
+    def fused(self, op: str, x: torch.Tensor) -> bool:
+        """Whether `op` ("plash_stage1", "plash_readout", "plash_causal", "plash_decode") runs its Triton kernel on
+        inputs like x (kernels.use_kernel: the `kernel` argument, SYMFORMER_KERNELS); dropout on the readout's
+        weights stays on torch."""
+        block = self.causal_block if op in ("plash_causal", "plash_decode") else None
+        why = _kp.unsupported(x, x.shape[-1], self.M, block)
+        if why is None and op != "plash_stage1" and self.training and self.dropout > 0:
+            why = "dropout on the attention weights"
+        return use_kernel(op, (x,), self.kernel, why)
 
     def _drop(self, w: torch.Tensor) -> torch.Tensor:
         return F.dropout(w, self.dropout) if self.training and self.dropout > 0 else w

@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from symformer._torch_compat import is_compiling
 from symformer._validation import fail, reads_values
 from symformer.attention.sketch import count_sketch_matrices
+from symformer.kernels.plash import decode_step
 
 
 @dataclass
@@ -226,6 +227,8 @@ def _token(core, q, k, v, keep, state: PlashState, scale: float | None) -> torch
     if keep is not None and state.rlen is None and _grid_may_shift(~keep & (state.count == 0)):
         # the first mask that may start a row late: every row so far started at token 0
         state.rlen = state.length.expand(q.shape[0], 1).clone()
+    if not grad and core.fused("plash_decode", q):
+        return _token_fused(core, q, k, v, keep, state, s)
     if state.rlen is None:
         pos = state.length % c  # (1,): the token's row in the block
         kv.index_copy_(1, pos, kvn)
@@ -255,6 +258,18 @@ def _token(core, q, k, v, keep, state: PlashState, scale: float | None) -> torch
     state.kv, state.bias, state.pkv, state.count = kv, bias, pkv, count
     state.length.add_(1)
     return out
+
+
+def _token_fused(core, q, k, v, keep, state: PlashState, scale: float) -> torch.Tensor:
+    """_token on the fused decoding kernel (kernels.plash.decode_step: the block slot, the readout over [block; K_g]
+    and the running sums in one launch, in place), then the same rollover."""
+    pos = state.length % core.causal_block if state.rlen is None else state.rlen % core.causal_block
+    out = decode_step(q[:, 0], k[:, 0], v[:, 0], keep, pos, state.kv, state.bias, state.pkv, state.count,
+                      core.prototypes, core.tau, scale)  # fmt: skip
+    roll = _rollover if state.rlen is None else _rollover_rows
+    roll(core, state, state.kv, state.bias, state.pkv, state.count, pos)
+    state.length.add_(1)
+    return out.unsqueeze(1)  # (n, d) -> (n, 1, d)
 
 
 def _rollover(core, state: PlashState, kv, bias, pkv, count, pos) -> None:
