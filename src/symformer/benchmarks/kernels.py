@@ -33,6 +33,7 @@ import torch
 from symformer._rng import seeded_generator
 from symformer._validation import fail
 from symformer.benchmarks._kernels_favor import favor_rows
+from symformer.benchmarks._kernels_plash import plash_rows
 from symformer.benchmarks.base import BenchContext, BenchResult, median_seconds, suite
 from symformer.benchmarks.positional import LAYER_SHAPE, _layers, interleaved_ratio
 from symformer.kernels import triton_available
@@ -270,7 +271,7 @@ def circulant_rows(ctx: BenchContext) -> tuple[list[dict], dict]:
 
 
 #: the suite's sections, in order; each (ctx) -> (rows, ratios). Other kernel families append theirs.
-SECTIONS: list[Section] = [rotary_rows, circulant_rows, favor_rows]
+SECTIONS: list[Section] = [rotary_rows, circulant_rows, favor_rows, plash_rows]
 
 
 @suite("kernels", "fused Triton kernels vs HF / Liger / rotary-embedding-torch (GPU only)", by_name_only=True)
