@@ -122,7 +122,7 @@ def _layers(d_model: int, heads: int, device: str, coord_dim: int = 1) -> dict:
     if coord_dim > 1:  # non-commuting ESPR: one exponential (and its backward) per distinct grid position
         return {
             "rope_grid2d": mk("rope", pairing="interleaved"),
-            "espr_grid2d": mk("espr", commuting_init=False, pairing="interleaved"),
+            "espr_grid2d": mk("espr", commuting_init=False, pairing="interleaved", mode="mixed_random"),
         }
     layers = {
         "rope": mk("rope", pairing="interleaved"),
