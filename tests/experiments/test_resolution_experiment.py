@@ -21,7 +21,7 @@ def test_methods_are_the_papers_parts():
     cfg = resolution.ResolutionConfig()
     rots = {}
     for m in resolution.METHODS:
-        model = ViTClassifier(resolution.method_config(m, cfg), 4, 10, n_prefix=1)
+        model = ViTClassifier(resolution.method_config(m, cfg), 16, 10, n_prefix=1)
         layers = attention_layers(model)
         rots[m] = layers[0].rotary
     assert rots["learned"] is None
@@ -36,13 +36,13 @@ def test_methods_are_the_papers_parts():
 def test_rescaled_learned_table_interpolates_the_trained_rows():
     cfg = resolution.ResolutionConfig()
     torch.manual_seed(0)
-    model = ViTClassifier(resolution.method_config("learned", cfg), 4, 10)
-    same = rescaled_learned(model, 8, 8)
+    model = ViTClassifier(resolution.method_config("learned", cfg), 16, 10)
+    same = rescaled_learned(model, 4, 4)
     pe, pe2 = (next(m for m in x.modules() if isinstance(m, LearnedPE)) for x in (model, same))
-    assert torch.equal(pe2.tables, pe.tables[:, :8])
-    big = next(m for m in rescaled_learned(model, 16, 8).modules() if isinstance(m, LearnedPE))
+    assert torch.equal(pe2.tables, pe.tables[:, :4])
+    big = next(m for m in rescaled_learned(model, 8, 4).modules() if isinstance(m, LearnedPE))
     assert torch.allclose(big.tables[:, 1], (pe.tables[:, 0] + pe.tables[:, 1]) / 2)  # row 1 at position 0.5
-    assert big.max_len == 16 and torch.equal(big.tables[:, 2], pe.tables[:, 1])
+    assert big.max_len == 8 and torch.equal(big.tables[:, 2], pe.tables[:, 1])
 
 
 def _fake(acc_mixed: float, acc_other: float, seeds=3) -> dict:

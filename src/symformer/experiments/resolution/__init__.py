@@ -1,5 +1,5 @@
-"""Experiment `resolution`: ViTs trained on sklearn digits upsampled to 16 x 16 (an 8 x 8 patch grid), tested on
-smaller and larger grids (the test images upsampled to each size), for RoPE-Axial and RoPE-Mixed as rope-vit
+"""Experiment `resolution`: ViTs trained on sklearn digits upsampled to 16 x 16 (a 4 x 4 grid of 4 x 4 patches),
+tested on smaller and larger grids (the test images upsampled to each size), for RoPE-Axial and RoPE-Mixed as rope-vit
 defines them, STRING, ESPR and learned absolute positions; with the new grid's own positions and with positions
 rescaled to the training range. rope-vit's framing (RoPE-Mixed extrapolates best) is the claim checked, paired by
 seed. Every (method, seed) is one `Job` (records under runs/, `--resume`, `--jobs`)."""

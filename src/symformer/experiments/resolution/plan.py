@@ -22,9 +22,9 @@ class ResolutionConfig:
     methods: tuple[str, ...] = METHODS
     seeds: tuple[int, ...] = (0, 1, 2)
     image_size: int = 16  # sklearn digits (8 x 8) upsampled to this side for training
-    patch: int = 2  # 8 x 8 training grid
-    eval_sizes: tuple[int, ...] = (8, 12, 16, 20, 24)  # test image sides: grids 4, 6, 8, 10, 12
-    steps: int = 1500
+    patch: int = 4  # a 4 x 4 training grid
+    eval_sizes: tuple[int, ...] = (8, 12, 16, 20, 24)  # test image sides: grids 2, 3, 4, 5, 6
+    steps: int = 1000
     batch: int = 64
     lr: float = 2e-3
     d_model: int = 32
@@ -90,7 +90,7 @@ def method_config(method: str, cfg: ResolutionConfig) -> TransformerConfig:
 
 
 def config_for(quick: bool, seed: int = 0) -> ResolutionConfig:
-    """Quick (a smoke run): rope_mixed and learned, 1 seed, 60 steps, grids 6 and 10 around the training 8.
+    """Quick (a smoke run): rope_mixed and learned, 1 seed, 60 steps, grids 3 and 5 around the training 4.
     Full: every method, 3 seeds. The seeds start at `seed` (the run's --seed)."""
     check_int("seed", seed, 0)
     if quick:
