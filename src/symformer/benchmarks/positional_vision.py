@@ -12,6 +12,7 @@ import statistics
 
 import torch
 
+from symformer._rng import seeded_generator
 from symformer.benchmarks.base import BenchContext, BenchResult, median_seconds, one_call_seconds
 from symformer.positional import ESPR, STRING, RoPE, grid_positions, rope_vit_axial
 
@@ -53,7 +54,7 @@ def exactness_f64() -> dict:
     h, w = 14, 20
     t = torch.arange(h * w, dtype=torch.float64)
     t_x, t_y = t % w, torch.div(t, w, rounding_mode="floor")
-    x = torch.randn(2, 6, h * w, 64, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    x = torch.randn(2, 6, h * w, 64, generator=seeded_generator(0), dtype=torch.float64)
     xc = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2).contiguous())
     ang = t_x[None, :, None] * mixed.beta[:, None, :, 0] + t_y[None, :, None] * mixed.beta[:, None, :, 1]
     ref_mixed = torch.view_as_real(xc * torch.polar(torch.ones_like(ang), ang)).flatten(-2)
@@ -70,7 +71,7 @@ def vision_rows(res: BenchResult, ctx: BenchContext, mrt: float) -> None:
     """Append the 2-D rows, `*_2d_fwd_bwd_vs_rope_mixed_32x32` ratios and the float64 exactness to `res`."""
     b, h, n, dh = VISION_SHAPE
     side = math.isqrt(n)
-    g = torch.Generator().manual_seed(ctx.seed)
+    g = seeded_generator(ctx.seed)
     q = torch.randn(b, h, n, dh, generator=g).to(ctx.device).requires_grad_()
     k = torch.randn(b, h, n, dh, generator=g).to(ctx.device).requires_grad_()
     pos = grid_positions(side, device=ctx.device)
