@@ -35,6 +35,9 @@ HEADLINES = {
     "and editing are inconclusive at our budget",
     "plash": "PLASH +13.9 ± 5.9% test MSE over softmax on ETTh1 (paper +3.5%); Prop. C.4's variance bound "
     "fails for k >= 2; 0 certificate violations",
+    "resolution": "RoPE-Mixed beats RoPE-Axial above the training grid (+0.0324, SE 0.0103); its lead over STRING is "
+    "within noise; from the 4x4 training grid to 6x6 accuracy falls from 0.96 to 0.125-0.341 (own positions), "
+    "0.694-0.804 rescaled",
     "teleport": "exact invariance and closed-form norms hold; the paper's speed-up does not appear "
     "(SPD rows fail); at App. G's operating point accuracy is unchanged",
 }

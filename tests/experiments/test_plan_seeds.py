@@ -64,6 +64,14 @@ def extrapolation(quick):
     assert config_for(quick).seeds == tuple(s - SEED for s in c.seeds)
 
 
+def resolution(quick):
+    from symformer.experiments.resolution.plan import config_for
+
+    c = config_for(quick, SEED)
+    assert c.seeds == ((SEED,) if quick else (SEED, SEED + 1, SEED + 2))
+    assert config_for(quick).seeds == tuple(s - SEED for s in c.seeds)
+
+
 def espr(quick):
     from symformer.experiments.espr.report import ood_config
 
@@ -104,6 +112,7 @@ CHECKS = {
     "PlashPlan": plash,
     "TeleportPlan": teleport,
     "ExtrapolationConfig": extrapolation,
+    "ResolutionConfig": resolution,
     "OODConfig": espr,
     "FactsPlan": facts,
     "FactRecallPlan": fact_recall,

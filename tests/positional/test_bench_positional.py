@@ -73,3 +73,16 @@ def test_interleaved_ratio_is_a_positive_number():
     x = torch.randn(64, 64)
     r = interleaved_ratio(lambda: x @ x, lambda: x + x, 3)
     assert r > 0 and r == r
+
+
+def test_vision_rows_exactness_and_ratio_names():
+    """The 2-D rows' float64 exactness is the tests' (<= 1e-12), and the parts they time rotate the same logits
+    as their matrices (a fast check, no timing)."""
+    from symformer.benchmarks.positional_vision import _parts, exactness_f64
+
+    errs = exactness_f64()
+    assert set(errs) == {"rope_mixed_vs_reference_f64", "axial_timm_layout_vs_reference_f64"}
+    assert all(v <= 1e-12 for v in errs.values())
+    parts = _parts(2, 8)
+    assert set(parts) == {"rope_mixed_2d", "rope_axial_timm_2d", "string_2d", "espr_2d"}
+    assert parts["rope_mixed_2d"].beta.shape == (2, 4, 2)

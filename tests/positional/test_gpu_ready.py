@@ -18,6 +18,7 @@ PARTS = {
     "rope_half": lambda: RoPE(8),
     "rope_interleaved": lambda: RoPE(8, pairing="interleaved"),
     "rope_mixed_2d": lambda: RoPE(8, 2, mode="mixed", learnable=True),
+    "rope_mixed_per_head": lambda: RoPE(8, 2, mode="mixed", n_heads=2, seed=0),  # rope-vit's RoPE-Mixed
     "rope_interleaved_3d": lambda: RoPE(8, 3, pairing="interleaved", learnable=True),
     "string": lambda: STRING(8, init_scale=0.1, seed=0),
     "string_2d": lambda: STRING(8, 2, init_scale=0.1, seed=0),

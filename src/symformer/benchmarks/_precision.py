@@ -56,7 +56,8 @@ def positional_parts(dh: int, d_model: int, n: int) -> dict[str, tuple[Callable[
         "rope": {
             "rope": (lambda: RoPE(dh, 1, pairing="interleaved"), "rotary", 1),
             "rope_half": (lambda: RoPE(dh, 1, pairing="half"), "rotary", 1),
-            "rope_mixed_grid2d": (lambda: RoPE(dh, 2, mode="mixed"), "rotary", 2),
+            # the recorded rows' frozen random-direction init ("mixed" is rope-vit's learned RoPE-Mixed)
+            "rope_mixed_grid2d": (lambda: RoPE(dh, 2, mode="mixed_random"), "rotary", 2),
         },
         "string": {"string": (lambda: STRING(dh, 1, init_scale=0.1, learnable=False), "rotary", 1)},
         "circulant_string": {"circulant_string": (lambda: CirculantSTRING(dh, 1), "rotary", 1)},

@@ -29,6 +29,7 @@ from symformer.benchmarks.base import (
 from symformer.benchmarks.positional_hf import (
     hf_rows,  # HF Llama rows (extra `hf`): benchmarks/positional_hf.py
 )
+from symformer.benchmarks.positional_vision import vision_rows  # 2-D ViT rows (issue 62)
 from symformer.models import fold_rotary
 from symformer.models.layers import MultiHeadAttention
 from symformer.positional import ESPR, STRING, RoPE, _fused
@@ -122,7 +123,7 @@ def _layers(d_model: int, heads: int, device: str, coord_dim: int = 1) -> dict:
     if coord_dim > 1:  # non-commuting ESPR: one exponential (and its backward) per distinct grid position
         return {
             "rope_grid2d": mk("rope", pairing="interleaved"),
-            "espr_grid2d": mk("espr", commuting_init=False, pairing="interleaved"),
+            "espr_grid2d": mk("espr", commuting_init=False, pairing="interleaved", mode="mixed_random"),
         }
     layers = {
         "rope": mk("rope", pairing="interleaved"),
@@ -253,6 +254,7 @@ def run(ctx: BenchContext) -> BenchResult:
     _interleaved_headlines(res, runs, ctx)
 
     hf_rows(res, ctx)
+    vision_rows(res, ctx, mrt)
     _bf16_rows(res, ctx, mrt)
     res.config = {
         "shapes": [list(s) for s in SHAPES],

@@ -11,6 +11,7 @@ from torch import nn
 from symformer._validation import check_choice, check_int, fail
 from symformer.models.layers import Block, MultiHeadAttention, make_norm
 from symformer.positional.base import RotaryPositional
+from symformer.positional.grids import with_prefix
 from symformer.registry import ATTENTION, MLP, POSITIONAL
 
 
@@ -84,11 +85,29 @@ class Encoder(nn.Module):
         is_causal: bool = False,
         context: torch.Tensor | None = None,
         context_positions: torch.Tensor | None = None,
+        attn_mask: torch.Tensor | None = None,
+        n_prefix: int = 0,
     ) -> torch.Tensor:
+        """attn_mask: a boolean key-padding mask (True = attend), e.g. (B, 1, 1, N) for a padded batch of images.
+        n_prefix: x starts with that many class / register tokens that `positions` (patches only) do not cover:
+        additive encodings skip them and rotary parts see them at position 0 (R(0) = I but for ESPR: models.vit)."""
         if self.additive is not None:
-            x = self.additive(x, positions)
+            x = (
+                torch.cat((x[:, :n_prefix], self.additive(x[:, n_prefix:], positions)), dim=1)
+                if n_prefix
+                else (self.additive(x, positions))
+            )
+        if n_prefix:
+            positions = with_prefix(positions, n_prefix)
         for blk in self.blocks:
-            x = blk(x, positions, is_causal=is_causal, context=context, context_positions=context_positions)
+            x = blk(
+                x,
+                positions,
+                is_causal=is_causal,
+                context=context,
+                context_positions=context_positions,
+                attn_mask=attn_mask,
+            )
         return self.norm(x)
 
 

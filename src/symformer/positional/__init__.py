@@ -13,9 +13,11 @@ from symformer.positional.base import (
 )
 from symformer.positional.cayley import cayley, check_skew, inverse_cayley, skew
 from symformer.positional.espr import ESPR
+from symformer.positional.grids import grid_positions, with_prefix
 from symformer.positional.partial import PartialRotary, partial_rotary
 from symformer.positional.rope import RoPE, apply_rotation, pair_indices, rotate_pairs
 from symformer.positional.string import STRING, CirculantSTRING
+from symformer.positional.vision import from_rope_vit, from_timm_state_dict, rope_vit_axial, timm_axial
 from symformer.registry import POSITIONAL
 
 POSITIONAL.register("none")(NoPositional)
@@ -74,4 +76,10 @@ __all__ = [
     "rotate_pairs",
     "check_positions",
     "default_positions",
+    "grid_positions",
+    "with_prefix",
+    "from_timm_state_dict",
+    "from_rope_vit",
+    "timm_axial",
+    "rope_vit_axial",
 ]

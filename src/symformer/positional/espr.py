@@ -83,8 +83,9 @@ class ESPR(RotaryPositional):
         post_rotation (bool): learn P, else P = I.
         eps_comm_penalty (float): weight of eps_comm in `penalty()`.
         eta_mix_penalty (float): weight of eta_mix in `penalty()`.
-        base (float): RoPE frequency base of the commuting init.
-        mode (str | None): RoPE frequencies of the commuting init, "axial" or "mixed" (default mixed for C > 1).
+        base (float | None): RoPE frequency base of the commuting init (None: the mode's, `RoPE`).
+        mode (str | None): RoPE frequencies of the commuting init, "axial", "mixed" or "mixed_random" (default
+            mixed for C > 1: rope-vit's RoPE-Mixed init of one head, the generators being shared by the heads).
         init_scale (float | None): std of the noise added to the initial generators.
         learnable (bool): learn the generators (and P).
         seed (int | None): initial noise and mixed directions; None draws them from torch's global generator, as
@@ -143,7 +144,7 @@ class ESPR(RotaryPositional):
         post_rotation: bool = True,
         eps_comm_penalty: float = 0.0,
         eta_mix_penalty: float = 0.0,
-        base: float = 10000.0,
+        base: float | None = None,
         mode: str | None = None,
         init_scale: float | None = None,
         learnable: bool = True,

@@ -4,7 +4,9 @@ Pairing "interleaved": coordinates (2u, 2u+1) form rotary pair u (RoFormer, GPT-
 Pairing "half": coordinates (u, u + Dh/2) (GPT-NeoX / LLaMA "rotate-half"). The default of every rotary part
 (RoPE, STRING, ESPR's commuting init), so that RoPE(Dh) = STRING(Dh) with P = I = ESPR(Dh) at its commuting init.
 The angle of pair u is theta_u(r) = beta_u . r (ESPR T2.4-T2.7 with U = I); 1-D RoPE is C = 1 with
-log-spaced beta; "axial" splits the pairs among the C axes; "mixed" learns beta (RoPE-mixed).
+log-spaced beta; "axial" splits the pairs among the C axes (interleaved or in blocks, frequencies.py); "mixed" is
+RoPE-Mixed as rope-vit defines it (learned per-head beta (H, Dh/2, C) from rope-vit's init); "mixed_random" the
+earlier random-direction init, frozen unless learnable=True.
 
 Speed: a rotation by theta of pair (x1, x2) is the complex product (x1 + i x2) e^{i theta} (T0.17), so
 interleaved pairing does one complex multiply per pair on a table e^{i theta(r)}; half pairing uses
@@ -23,7 +25,6 @@ import torch
 from torch import nn
 
 from symformer._rng import check_seed
-from symformer._rng import generator as purpose_generator
 from symformer._torch_compat import is_compiling
 from symformer._validation import check_choice, check_float, check_int, fail
 from symformer.kernels import kernel_mode, use_kernel
@@ -31,32 +32,40 @@ from symformer.kernels.rotary import apply_kernel, unsupported, wanted
 from symformer.positional._cache import ValueCache
 from symformer.positional._fused import fused_applies, fused_half, rotate_half_pairs
 from symformer.positional.base import QKSymmetry, RotaryPositional, compute_dtype, master_dtype, table_dtype
+from symformer.positional.frequencies import (
+    AXIS_LAYOUTS,
+    DEFAULT_BASE,
+    MODES,
+    axial_frequencies,
+    random_mixed_frequencies,
+    rope_vit_frequencies,
+)
 
 PAIRINGS = ("interleaved", "half")
 
 
 def rope_frequencies(
-    head_dim: int, coord_dim: int = 1, base: float = 10000.0, mode: str = "axial", seed: int | None = None
+    head_dim: int,
+    coord_dim: int = 1,
+    base: float | None = None,
+    mode: str = "axial",
+    seed: int | None = None,
+    n_heads: int | None = None,
+    axis_layout: str = "interleaved",
+    axis_order=None,
 ) -> torch.Tensor:
-    """beta of shape (Dh/2, C). Axial: pair u rotates with axis u % C at a log-spaced frequency. Mixed: log-spaced
-    magnitudes along random directions drawn from `seed` (`_rng.generator("rope.mixed", seed)`; None: torch's
-    global generator, as nn.Linear draws), so that the layers of a model start from different directions."""
-    m = head_dim // 2
+    """beta of shape (Dh/2, C), or (H, Dh/2, C) for mode "mixed" with n_heads (frequencies.py). Axial: one axis per
+    pair, log-spaced, in `axis_layout` / `axis_order`. Mixed: RoPE-Mixed as rope-vit initialises it (temperature
+    `base`, default 10; one random angle per head). Mixed_random: log-spaced magnitudes along random directions.
+    Random draws come from `seed` (`_rng.generator("rope.mixed", seed)`; None: torch's global generator, as
+    nn.Linear draws), so that the layers of a model start from different directions."""
+    check_choice("mode", mode, MODES)
+    base = DEFAULT_BASE[mode] if base is None else base
     if mode == "axial":
-        beta = torch.zeros(m, coord_dim, dtype=torch.float64)
-        per_axis = -(-m // coord_dim)
-        for u in range(m):
-            axis, j = u % coord_dim, u // coord_dim
-            beta[u, axis] = base ** (-j / per_axis)
-        return beta
-    if mode == "mixed":  # RoPE-mixed init: log-spaced magnitudes along random directions
-        g = None if check_seed(seed) is None else purpose_generator("rope.mixed", seed)
-        mags = base ** (-torch.arange(m, dtype=torch.float64) / m)
-        dirs = torch.randn(m, coord_dim, generator=g, dtype=torch.float64)
-        dirs = dirs / dirs.norm(dim=-1, keepdim=True)
-        return mags[:, None] * dirs
-    fail("mode", mode, "'axial' or 'mixed'")
-    raise AssertionError
+        return axial_frequencies(head_dim, coord_dim, base, axis_layout, axis_order)
+    if mode == "mixed":
+        return rope_vit_frequencies(head_dim, coord_dim, n_heads, base, seed)
+    return random_mixed_frequencies(head_dim, coord_dim, base, seed)
 
 
 def rotate_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pairing: str) -> torch.Tensor:
@@ -232,16 +241,26 @@ def pair_indices(head_dim: int, pairing: str) -> torch.Tensor:
 
 class RoPE(RotaryPositional):
     """Rotary position embedding on (B, H, N, Dh) queries/keys for C-dimensional positions. seed: the random
-    directions of mode "mixed" (rope_frequencies; None: torch's global generator); axial mode draws nothing.
+    directions of the mixed modes (rope_frequencies; None: torch's global generator); axial mode draws nothing.
 
     Args:
         head_dim (int): Dh, even (RoPE rotates pairs of coordinates).
         coord_dim (int): C, the coordinates of a position (1: token positions, 2: an image grid, ...).
-        base (float): base of the log-spaced frequencies (> 1).
-        pairing (str): "half" (pairs (u, u + Dh/2), HF's rotate-half) or "interleaved" (pairs (2u, 2u + 1)).
-        mode (str): "axial" (pair u rotates with axis u % C) or "mixed" (random directions, RoPE-mixed).
-        learnable (bool): the frequencies beta (Dh/2, C) are a parameter (else a buffer).
-        seed (int | None): the directions of mode "mixed".
+        base (float | None): base of the log-spaced frequencies (> 1); None: 10 for "mixed" (rope-vit's
+            temperature), 10^4 otherwise.
+        pairing (str): "half" (pairs (u, u + Dh/2), HF's rotate-half) or "interleaved" (pairs (2u, 2u + 1), rope-vit's
+            and timm's default).
+        mode (str): "axial" (one axis per pair), "mixed" (RoPE-Mixed: rope-vit's init, per head when n_heads is
+            given, learned by default) or "mixed_random" (log-spaced magnitudes along random directions, frozen by
+            default).
+        learnable (bool | None): the frequencies beta are a parameter (else a buffer); None: True for "mixed" only.
+        seed (int | None): the directions of the mixed modes.
+        n_heads (int | None): mode "mixed": one set of frequencies per head, beta (H, Dh/2, C), as rope-vit learns
+            them (a model passes its head count); None, or another mode: beta (Dh/2, C) shared by the heads.
+        axis_layout (str): mode "axial": "interleaved" (pair u takes axis u % C) or "blocks" (the first Dh/(2C) pairs
+            take one axis, the next the other: timm's and rope-vit's layout).
+        axis_order (tuple | None): mode "axial": the axis each residue / block takes (e.g. (1, 0) for (row, col)
+            positions in timm's x-first layout); None: (0, 1, ...).
         kernel (str | None): the fused rotary kernel switch (`symformer.kernels`): "auto" (the Triton kernel for
             CUDA tensors it supports), "triton" (forced: a ValueError where it cannot run), "torch", or None
             (SYMFORMER_KERNELS, default "auto"). An attribute: `part.kernel = "torch"` changes it later.
@@ -277,11 +296,14 @@ class RoPE(RotaryPositional):
         self,
         head_dim: int,
         coord_dim: int = 1,
-        base: float = 10000.0,
+        base: float | None = None,
         pairing: str = "half",
         mode: str = "axial",
-        learnable: bool = False,
+        learnable: bool | None = None,
         seed: int | None = None,
+        n_heads: int | None = None,
+        axis_layout: str = "interleaved",
+        axis_order=None,
         kernel: str | None = None,
     ):
         super().__init__()
@@ -292,13 +314,22 @@ class RoPE(RotaryPositional):
         self.head_dim = head_dim
         self.coord_dim = check_int("coord_dim", coord_dim, 1)
         self.pairing = check_choice("pairing", pairing, PAIRINGS)
-        self.mode = check_choice("mode", mode, ("axial", "mixed"))
-        check_float("base", base, 1.0, low_open=True)
-        beta = rope_frequencies(head_dim, coord_dim, base, mode, check_seed(seed)).to(master_dtype())
-        if learnable:
+        self.mode = check_choice("mode", mode, MODES)
+        base = check_float("base", DEFAULT_BASE[mode] if base is None else base, 1.0, low_open=True)
+        heads = None if mode != "mixed" or n_heads is None else check_int("n_heads", n_heads, 1)
+        self.axis_layout = check_choice("axis_layout", axis_layout, AXIS_LAYOUTS)
+        beta = rope_frequencies(head_dim, coord_dim, base, mode, check_seed(seed), heads, axis_layout, axis_order).to(
+            master_dtype()
+        )
+        if mode == "mixed" if learnable is None else learnable:
             self.beta = nn.Parameter(beta)
         else:
             self.register_buffer("beta", beta)
+
+    def check_heads(self, q: torch.Tensor) -> None:
+        """Per-head frequencies (H, Dh/2, C) need q's head count to be H (a shape check, no sync)."""
+        if self.beta.ndim == 3 and q.shape[1] != self.beta.shape[0]:
+            fail("q", f"{q.shape[1]} heads (shape {tuple(q.shape)})", f"{self.beta.shape[0]} heads (n_heads)")
 
     def angles(self, positions: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
         """theta (..., N, Dh/2) = positions @ beta^T in float32 or better (`dtype`: at least beta's precision;
@@ -312,10 +343,13 @@ class RoPE(RotaryPositional):
             theta (..., N, Dh/2): the angle of every pair at every position.
         """
         dt = compute_dtype(self.beta.dtype, dtype or self.beta.dtype)
+        if self.beta.ndim == 3:  # per head: (..., 1, N, C) @ (H, C, Dh/2) -> (..., H, N, Dh/2)
+            return positions.to(dt).unsqueeze(-3) @ self.beta.to(dt).transpose(-1, -2)
         return positions.to(dt) @ self.beta.to(dt).T  # (..., N, C) @ (C, Dh/2) -> (..., N, Dh/2)
 
     def generators(self) -> torch.Tensor:
-        """The commuting skew generators L_k = (+)_u beta_{u,k} J (C, Dh, Dh) in this pairing (T2.3 with U = I).
+        """The commuting skew generators L_k = (+)_u beta_{u,k} J (C, Dh, Dh) in this pairing (T2.3 with U = I);
+        (H, C, Dh, Dh) for per-head frequencies.
 
         Returns:
             L (C, Dh, Dh): skew (L^T = -L), with R(r) = exp(sum_k r_k L_k).
@@ -336,6 +370,8 @@ class RoPE(RotaryPositional):
 
     def _theta(self, positions: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
         th = self.angles(positions, dtype)
+        if self.beta.ndim == 3:  # per-head beta: (H, N, m) or (B, H, N, m) already
+            return th
         return th.unsqueeze(1) if th.ndim == 3 else th  # (B, N, m) -> (B, 1, N, m) to broadcast over heads
 
     def rotation(self, positions: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -384,6 +420,7 @@ class RoPE(RotaryPositional):
             k (B, H, Nk, Dh): the rotated keys.
         """
         kp = self._check_qk(q, k, positions, key_positions)
+        self.check_heads(q)
         tq = self.tables(positions, q.dtype)
         tk = tq if key_positions is None else self.tables(kp, k.dtype)  # q and k share one dtype (_check_qk)
         return apply_tables(q, tq, self.pairing, self.kernel), apply_tables(k, tk, self.pairing, self.kernel)
@@ -437,11 +474,18 @@ class RoPE(RotaryPositional):
 
     def extra_repr(self) -> str:
         extra = "" if self.kernel is None else f", kernel={self.kernel}"
-        return f"head_dim={self.head_dim}, coord_dim={self.coord_dim}, pairing={self.pairing}, mode={self.mode}{extra}"
+        heads = f", n_heads={self.beta.shape[0]}" if self.beta.ndim == 3 else ""
+        return (
+            f"head_dim={self.head_dim}, coord_dim={self.coord_dim}, pairing={self.pairing}, mode={self.mode}"
+            f"{heads}{extra}"
+        )
 
 
 def generators_from_beta(beta: torch.Tensor, head_dim: int, pairing: str) -> torch.Tensor:
-    """(C, Dh, Dh) skew generators with beta_{u,k} J on rotary pair u (T2.3, T2.4); zero elsewhere."""
+    """(C, Dh, Dh) skew generators with beta_{u,k} J on rotary pair u (T2.3, T2.4); zero elsewhere. A per-head
+    beta (H, Dh/2, C) gives (H, C, Dh, Dh)."""
+    if beta.ndim == 3:
+        return torch.stack([generators_from_beta(b, head_dim, pairing) for b in beta.unbind(0)])
     m, c = beta.shape
     idx = pair_indices(head_dim, pairing).to(beta.device)
     gen = beta.new_zeros(c, head_dim, head_dim)

@@ -58,16 +58,19 @@ class STRING(RotaryPositional):
     Args:
         head_dim (int): Dh, even.
         coord_dim (int): C, the coordinates of a position.
-        base (float): RoPE frequency base of the initial beta.
+        base (float | None): RoPE frequency base of the initial beta (None: the mode's, `RoPE`).
         learnable (bool): learn beta and P.
         pairing (str): "half", the default of every rotary part: HF's rotate-half layout, so that with
             init_scale 0 STRING(head_dim) rotates exactly as RoPE(head_dim), RoPE being STRING at P = I (T2.7); or
             "interleaved".
-        mode (str | None): initial beta, "axial" or "mixed"; default mixed for C > 1, the RoPE-mixed
-            initialisation of Cayley-STRING, so STRING(head_dim, C) starts as RoPE(head_dim, C, mode="mixed").
+        mode (str | None): initial beta, "axial", "mixed" or "mixed_random" (`RoPE`); default mixed for C > 1, the
+            RoPE-Mixed initialisation of Cayley-STRING (rope-vit's), so STRING(head_dim, C) starts as
+            RoPE(head_dim, C, mode="mixed").
         init_scale (float): std of the initial skew parameter; 0 gives P = I, i.e. exactly RoPE at init.
         seed (int | None): the draw of that parameter when init_scale > 0, and of the mixed directions, as
             RoPE(..., seed=seed) draws them: None draws from torch's global generator, as nn.Linear does.
+        n_heads (int | None): mode "mixed": per-head frequencies (H, Dh/2, C), as `RoPE` (a model passes its head
+            count); P stays shared by the heads.
         kernel (str | None): the fused rotary kernel switch of its RoPE part (`RoPE`'s `kernel`; `part.kernel`
             reads and sets it): training applies P, then the kernel; after `fold` the kernel alone.
 
@@ -100,18 +103,21 @@ class STRING(RotaryPositional):
         self,
         head_dim: int,
         coord_dim: int = 1,
-        base: float = 10000.0,
+        base: float | None = None,
         learnable: bool = True,
         pairing: str = "half",
         mode: str | None = None,
         init_scale: float = 0.0,
         seed: int | None = None,
+        n_heads: int | None = None,
         kernel: str | None = None,
     ):
         super().__init__()
         mode = mode or ("mixed" if coord_dim > 1 else "axial")
         # one RoPE implementation: STRING = RoPE(beta) conjugated by a learned orthogonal P
-        self.rope = RoPE(head_dim, coord_dim, base, pairing, mode, learnable=learnable, seed=seed, kernel=kernel)
+        self.rope = RoPE(
+            head_dim, coord_dim, base, pairing, mode, learnable=learnable, seed=seed, n_heads=n_heads, kernel=kernel
+        )
         self.head_dim, self.coord_dim, self.pairing = head_dim, coord_dim, pairing
         a = torch.zeros(head_dim, head_dim, dtype=torch.float64)
         if float(init_scale) != 0.0:  # init_scale 0: P = I exactly, and no draw from any generator
@@ -202,6 +208,7 @@ class STRING(RotaryPositional):
             k (B, H, Nk, Dh): R_rope(r') P^T k, in k's dtype.
         """
         kp = self._check_qk(q, k, positions, key_positions)
+        self.rope.check_heads(q)
         tq = self.rope.tables(positions, q.dtype)  # cached per position set whenever no grad reaches beta
         tk = tq if key_positions is None else self.rope.tables(kp, k.dtype)
         cd = compute_dtype(q.dtype, self.skew_param.dtype)  # P^T and the rotation in float32 (float64), one rounding

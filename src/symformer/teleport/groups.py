@@ -24,6 +24,7 @@ from torch import nn
 from symformer._validation import check_float, check_int, fail
 from symformer.attention.softmax import AttentionCore
 from symformer.models import FeedForward, attention_layers
+from symformer.positional.rope import RoPE
 from symformer.teleport.attention_parts import attention_parts
 from symformer.teleport.component import AttentionSite, Component
 from symformer.teleport.declare import declared_sites, symformer_projections
@@ -436,7 +437,7 @@ def symmetry_group(
     if not isinstance(model, nn.Module):
         fail("model", type(model).__name__, "a torch.nn.Module", TypeError)
     names = {id(m): n for n, m in model.named_modules()}
-    sites, parts = [], []
+    sites, parts, carried = [], [], {}
     for m in attention_layers(model):
         if not (isinstance(m.core, AttentionCore) and m.core.exact_softmax):
             fail(
@@ -448,6 +449,7 @@ def symmetry_group(
         if m.v_proj.out_features != m.n_heads * m.head_dim:
             fail("model", "value dim != n_heads * head_dim", "square per-head value blocks")
         sites.append(AttentionSite(names[id(m)], m, qk_group_for(m.rotary, m.head_dim, positions)))
+        carried[sites[-1].name] = per_head_frequencies(m.rotary)
     if attention is not None:
         declared, fused = declared_sites(model, attention, positions, symformer_projections(sites))
         sites, parts = sites + declared, list(fused)
@@ -459,8 +461,17 @@ def symmetry_group(
             "supported HF model: symformer.integrations.hf.symmetry_group (or hf.teleport.register_hf_groups())",
         )
     ffns = [f for f in model.modules() if isinstance(f, FeedForward) and f.activation == "relu"] if ffn else []
-    comps = [c for s in sites for c in attention_parts(s)] + [MLPScaling(f) for f in ffns] + parts
+    comps = [c for s in sites for c in attention_parts(s, carried=carried.get(s.name, ()))]
+    comps += [MLPScaling(f) for f in ffns] + parts
     return SymmetryGroup(comps, positions)
+
+
+def per_head_frequencies(rotary: nn.Module | None) -> tuple:
+    """Per-head rotary frequencies (RoPE-Mixed's beta (H, Dh/2, C), also inside STRING / partial parts): a head
+    permutation must carry them with the heads' weights, or it would no longer be a symmetry."""
+    if rotary is None:
+        return ()
+    return tuple(m.beta for m in rotary.modules() if isinstance(m, RoPE) and m.beta.ndim == 3)
 
 
 __all__ = ["GroupElement", "SymmetryGroup", "group_builders", "register_group_builder", "symmetry_group"]

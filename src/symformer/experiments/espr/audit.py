@@ -37,15 +37,15 @@ def _module_checks(a: Audit) -> None:
         for name, mod in (
             ("RoPE half 2-D", RoPE(16, 2, pairing="half")),
             ("RoPE interleaved 1-D", RoPE(16, 1, pairing="interleaved")),
-            # the recorded runs' pairing (the parts default to "half")
-            ("STRING", STRING(16, 2, init_scale=0.3, seed=1, pairing="interleaved")),
+            # the recorded runs' pairing (the parts default to "half") and random-direction init
+            ("STRING", STRING(16, 2, init_scale=0.3, seed=1, pairing="interleaved", mode="mixed_random")),
         ):
             p = pos[:, : mod.coord_dim]
             Rm = mod.matrix(p)
             rel = (tr(Rm[i]) @ Rm[j] - mod.matrix(p[j] - p[i])).abs().amax((-2, -1))
             a.rel(name, rel)
             a.orth(name, Rm)
-        esp = ESPR(16, 2, d_act=8, pairing="interleaved")
+        esp = ESPR(16, 2, d_act=8, pairing="interleaved", mode="mixed_random")
         dn = 8
         sn = rand_skew(g, 1, dn, 0.7)[0]
         S = torch.zeros(16, 16, dtype=torch.float64)

@@ -90,15 +90,16 @@ def arm_config(arm: Arm, cfg: OODConfig, seed: int = 0):
         return TransformerConfig(positional="learned", max_len=CANVAS // PATCH, **base)
     if arm.positional == "rope":
         return TransformerConfig(positional="rope", **base)
-    if arm.positional == "string":  # the recorded runs' pairing (the parts default to "half")
-        return TransformerConfig(positional="string", positional_kwargs={"pairing": "interleaved"}, **base)
+    # the recorded runs' pairing (the parts default to "half") and random-direction init of the 2-D frequencies
+    # ("mixed", the parts' default for C > 1, is rope-vit's RoPE-Mixed since issue 62)
+    old = {"pairing": "interleaved", "mode": "mixed_random"}
+    if arm.positional == "string":
+        return TransformerConfig(positional="string", positional_kwargs=old, **base)
     if arm.penalty is None:  # non-commuting from the start, no pull back to STRING
         kw = dict(commuting_init=False, eps_comm_penalty=0.0, eta_mix_penalty=0.0, seed=seed)
     else:
         kw = dict(commuting_init=True, eps_comm_penalty=arm.penalty, eta_mix_penalty=arm.penalty)
-    return TransformerConfig(
-        positional="espr", positional_kwargs=dict(d_act=cfg.d_act, pairing="interleaved", **kw), **base
-    )
+    return TransformerConfig(positional="espr", positional_kwargs=dict(d_act=cfg.d_act, **old, **kw), **base)
 
 
 def place(images: torch.Tensor, dy: int, dx: int) -> torch.Tensor:

@@ -52,6 +52,12 @@ def check_dtype(dtype: torch.dtype) -> torch.dtype:
     return dtype
 
 
+def recorded_mode(coord_dim: int) -> str | None:
+    """The initial frequencies of the recorded runs: the random-direction init for C > 1 ("mixed_random"; "mixed",
+    the parts' default there, is rope-vit's RoPE-Mixed since issue 62), the parts' default (axial) for C = 1."""
+    return "mixed_random" if coord_dim > 1 else None
+
+
 def build_part(part: str, coord_dim: int = 1, head_dim: int = HEAD_DIM, seed: int = 0, n: int = 8192):
     """The part `part` (rotation_arms() or ADDITIVE_PARTS) in torch's current default dtype, with parameters away
     from their trivial values (STRING's P != I, ESPR's non-commuting generators and post-rotation); a registered
@@ -61,14 +67,25 @@ def build_part(part: str, coord_dim: int = 1, head_dim: int = HEAD_DIM, seed: in
     if part == "rope_interleaved":
         return pos.RoPE(head_dim, coord_dim, pairing="interleaved")
     if part == "rope_mixed":
-        return pos.RoPE(head_dim, coord_dim, pairing="half", mode="mixed", learnable=True)
+        # the recorded runs' random-direction init ("mixed" is rope-vit's RoPE-Mixed since issue 62)
+        return pos.RoPE(head_dim, coord_dim, pairing="half", mode="mixed_random", learnable=True)
     if part == "string":
         # the recorded runs' pairing (the parts default to "half")
-        return pos.STRING(head_dim, coord_dim, init_scale=0.1, seed=seed, pairing="interleaved")
+        return pos.STRING(
+            head_dim, coord_dim, init_scale=0.1, seed=seed, pairing="interleaved", mode=recorded_mode(coord_dim)
+        )
     if part == "circulant_string":
         return pos.CirculantSTRING(head_dim, coord_dim, seed=seed)
     if part == "espr":
-        m = pos.ESPR(head_dim, coord_dim, commuting_init=False, init_scale=0.02, seed=seed, pairing="interleaved")
+        m = pos.ESPR(
+            head_dim,
+            coord_dim,
+            commuting_init=False,
+            init_scale=0.02,
+            seed=seed,
+            pairing="interleaved",
+            mode=recorded_mode(coord_dim),
+        )
         with torch.no_grad():
             g = seeded_generator(seed + 1)
             m.skew_param.copy_(0.05 * torch.randn(m.skew_param.shape, generator=g, dtype=torch.float64))

@@ -32,13 +32,19 @@ def _tiny_model(kind: str, seed: int = 0):
     for i, a in enumerate(attention_layers(model)):
         part_seed = 1000 * (seed + 1) + i  # a P of its own per layer and trial (not the parts' default seed 0)
         if kind == "string":  # a random learned P, so the group is a genuine conjugate P H P^T
-            a.rotary = STRING(head_dim=8, coord_dim=2, init_scale=0.3, seed=part_seed, pairing="interleaved").to(
-                torch.float64
-            )  # the recorded runs' pairing
+            a.rotary = STRING(
+                head_dim=8, coord_dim=2, init_scale=0.3, seed=part_seed, pairing="interleaved", mode="mixed_random"
+            ).to(torch.float64)  # the recorded runs' pairing and random-direction init
         if kind == "espr":  # non-commuting generators and a post-rotation (beyond STRING)
             a.rotary = ESPR(
-                head_dim=8, coord_dim=2, commuting_init=False, init_scale=0.3, seed=part_seed, pairing="interleaved"
-            ).to(torch.float64)  # the recorded runs' pairing
+                head_dim=8,
+                coord_dim=2,
+                commuting_init=False,
+                init_scale=0.3,
+                seed=part_seed,
+                pairing="interleaved",
+                mode="mixed_random",
+            ).to(torch.float64)  # the recorded runs' pairing and random-direction init
             with torch.no_grad():
                 a.rotary.skew_param.normal_(0, 0.3, generator=gen)
     return model

@@ -61,10 +61,13 @@ def schedule_for(dataset: str, quick: bool) -> dict:
     return {"n_train": n, "batch_size": b, "steps_per_epoch": spe, "consecutive": k, "k_fraction": k / spe}
 
 
-def recorded_pairing(pe: str) -> dict:
-    """STRING in the interleaved pairing, the recorded runs' (every rotary part defaults to "half"), so the runs
-    reproduce."""
-    return {"pairing": "interleaved"} if pe == "string" else {}
+def recorded_pairing(pe: str, coord_dim: int = 1) -> dict:
+    """STRING in the interleaved pairing, the recorded runs' (every rotary part defaults to "half"), and for 2-D
+    positions their random-direction init ("mixed_random": "mixed", the default for C > 1, is rope-vit's RoPE-Mixed
+    since issue 62), so the runs reproduce."""
+    if pe != "string":
+        return {}
+    return {"pairing": "interleaved"} if coord_dim == 1 else {"pairing": "interleaved", "mode": "mixed_random"}
 
 
 def vit_setup(dataset: str, pe: str, quick: bool, seed: int):
@@ -81,7 +84,7 @@ def vit_setup(dataset: str, pe: str, quick: bool, seed: int):
         mlp="relu",
         coord_dim=split.meta["coord_dim"],
         max_len=16,
-        positional_kwargs=recorded_pairing(pe),
+        positional_kwargs=recorded_pairing(pe, split.meta["coord_dim"]),
     )
     return ViTClassifier(cfg, split.meta["token_dim"], split.meta["n_classes"]), split
 

@@ -1,0 +1,101 @@
+"""The `positional` suite's 2-D rows (issue 62): rotating q and k forward + backward at timm / rope-vit's ViT-S
+shape (B 8, H 6, Dh 64) on a 32 x 32 patch grid, for RoPE-Mixed (rope-vit's per-head parameterisation: the
+stand-in for timm's RotaryEmbeddingMixed, which cannot import here), RoPE-Axial in timm's layout, STRING (P != I)
+and ESPR (non-commuting: one exponential per grid position); and the float64 exactness of both layouts against
+transcriptions of rope-vit's / timm's formulas (the tests' references, tests/positional/test_vision_converters.py).
+Ratios come from back-to-back calls in one process (interleaved_ratio)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import torch
+
+from symformer._rng import seeded_generator
+from symformer.benchmarks.base import BenchContext, BenchResult, median_seconds, one_call_seconds
+from symformer.positional import ESPR, STRING, RoPE, grid_positions, rope_vit_axial
+
+VISION_SHAPE = (8, 6, 1024, 64)  # B, H, N = 32 x 32, Dh
+
+
+def _parts(h: int, dh: int) -> dict:
+    return {
+        "rope_mixed_2d": RoPE(dh, 2, pairing="interleaved", mode="mixed", n_heads=h, seed=0),
+        "rope_axial_timm_2d": rope_vit_axial(dh),
+        "string_2d": STRING(dh, 2, n_heads=h, init_scale=0.1, seed=0),
+        "espr_2d": ESPR(dh, 2, commuting_init=False, seed=0),
+    }
+
+
+def _fwd_bwd(part, q, k, pos):
+    def run():
+        a, b = part(q, k, pos)
+        (a.sum() + b.sum()).backward()
+        q.grad = k.grad = None
+
+    return run
+
+
+def _interleaved(run_a, run_b, reps: int, device: str) -> float:
+    run_a(), run_b()
+    return statistics.median(one_call_seconds(run_a, device) / one_call_seconds(run_b, device) for _ in range(reps))
+
+
+def exactness_f64() -> dict:
+    """rope_mixed_vs_reference_f64 and axial_timm_layout_vs_reference_f64: max |ours - reference| in float64 on a
+    14 x 20 grid (rope-vit's compute_mixed_cis / compute_axial_cis with apply_rotary_emb, transcribed)."""
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)  # float64 masters
+    try:
+        mixed, axial = RoPE(64, 2, pairing="interleaved", mode="mixed", n_heads=6, seed=0), rope_vit_axial(64)
+    finally:
+        torch.set_default_dtype(old)
+    h, w = 14, 20
+    t = torch.arange(h * w, dtype=torch.float64)
+    t_x, t_y = t % w, torch.div(t, w, rounding_mode="floor")
+    x = torch.randn(2, 6, h * w, 64, generator=seeded_generator(0), dtype=torch.float64)
+    xc = torch.view_as_complex(x.reshape(*x.shape[:-1], -1, 2).contiguous())
+    ang = t_x[None, :, None] * mixed.beta[:, None, :, 0] + t_y[None, :, None] * mixed.beta[:, None, :, 1]
+    ref_mixed = torch.view_as_real(xc * torch.polar(torch.ones_like(ang), ang)).flatten(-2)
+    f = 100.0 ** (-torch.arange(16, dtype=torch.float64) / 16)
+    ang = torch.cat((torch.outer(t_x, f), torch.outer(t_y, f)), dim=-1)
+    ref_axial = torch.view_as_real(xc * torch.polar(torch.ones_like(ang), ang)).flatten(-2)
+    with torch.no_grad():
+        e_mixed = float((mixed.rotate(x, torch.stack((t_x, t_y), -1)) - ref_mixed).abs().max())
+        e_axial = float((axial.rotate(x, torch.stack((t_y, t_x), -1)) - ref_axial).abs().max())
+    return {"rope_mixed_vs_reference_f64": e_mixed, "axial_timm_layout_vs_reference_f64": e_axial}
+
+
+def vision_rows(res: BenchResult, ctx: BenchContext, mrt: float) -> None:
+    """Append the 2-D rows, `*_2d_fwd_bwd_vs_rope_mixed_32x32` ratios and the float64 exactness to `res`."""
+    b, h, n, dh = VISION_SHAPE
+    side = math.isqrt(n)
+    g = seeded_generator(ctx.seed)
+    q = torch.randn(b, h, n, dh, generator=g).to(ctx.device).requires_grad_()
+    k = torch.randn(b, h, n, dh, generator=g).to(ctx.device).requires_grad_()
+    pos = grid_positions(side, device=ctx.device)
+    shape = f"B{b}_H{h}_N{side}x{side}_Dh{dh}"
+    runs = {}
+    for name, part in _parts(h, dh).items():
+        runs[name] = _fwd_bwd(part.to(ctx.device), q, k, pos)
+        res.rows.append(
+            {
+                "kind": "rotate q,k 2-D",
+                "method": name,
+                "shape": shape,
+                "mode": "fwd+bwd",
+                "dtype": "float32",
+                "median_s": median_seconds(runs[name], mrt, ctx.device),
+            }
+        )
+    reps = 5 if ctx.quick else 9
+    for name in ("espr_2d", "string_2d", "rope_axial_timm_2d"):
+        key = f"{name.replace('_timm', '')}_fwd_bwd_vs_rope_mixed_{side}x{side}"
+        res.ratios[key] = _interleaved(runs[name], runs["rope_mixed_2d"], reps, ctx.device)
+    res.ratios.update(exactness_f64())
+    res.notes.append(
+        f"*_2d rows: rotate q, k forward + backward at {shape} (a {side} x {side} grid); rope_mixed_2d is RoPE-Mixed "
+        "with per-head learned frequencies (the stand-in for timm's RotaryEmbeddingMixed, which cannot import "
+        "here); ratios are medians of back-to-back calls."
+    )
