@@ -117,7 +117,8 @@ def check_model(model: nn.Module) -> None:
         fail("model", f"{type(model).__name__} (model_type={model_type!r})", "a model of a supported Llama family")
     tc = text_config(model)
     if getattr(model.config, "symformer_attention", None):
-        fail("model", f"a model with symformer attention {model.config.symformer_attention}", "a softmax model")
+        kind = model.config.symformer_attention.get("attention")
+        fail("model", f"a model with symformer attention {kind}", "a softmax model (linearize swaps its attention)")
     window = getattr(tc, "sliding_window", None)
     if window is not None and getattr(tc, "use_sliding_window", True):
         fail("sliding_window", window, "None: symformer cores attend to all earlier keys")
@@ -233,19 +234,17 @@ def _stage(run: _Run, stage: int, model, params, loss_fn, steps: int, lr: float,
         return min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps))
 
     start = run.resumed(stage, model, opt, gen)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, rate, last_epoch=-1)
-    for _ in range(start):
-        sched.step()
     per = cfg.batch_size * run.block
     model.train()
     for step in range(start, steps):
         idx = torch.randint(0, len(run.data.train), (cfg.batch_size,), generator=gen)
+        for group in opt.param_groups:  # the schedule is a function of the step: a resumed run needs no state for it
+            group["lr"] = lr * rate(step)
         loss = loss_fn(run.data.train.x[idx], run.data.train.y[idx])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        sched.step()
         done = step + 1
         if done % cfg.eval_every == 0 or done == steps:
             run.point(model, stage, offset + done * per)
