@@ -54,6 +54,7 @@ LAYERS = {
     "benchmarks": 6,
     "cli": 7,
     "cli_facts": 7,
+    "cli_linearize": 7,
 }
 SIBLINGS = {frozenset({"experiments", "benchmarks"}), frozenset({"models", "runner"})}
 

@@ -13,8 +13,15 @@ from tests.integrations._hf_models import tiny  # noqa: E402
 
 from symformer.data.base import Split, TensorData  # noqa: E402
 from symformer.integrations import hf  # noqa: E402
-from symformer.linearize import LinearizeConfig, capture, linearize, save, student_of, transfer_loss  # noqa: E402
-from symformer.linearize import recipe  # noqa: E402
+from symformer.linearize import (  # noqa: E402
+    LinearizeConfig,
+    capture,
+    linearize,
+    recipe,  # noqa: E402
+    save,
+    student_of,
+    transfer_loss,
+)
 
 OPTIONS = {
     "favor": {"n_features": 16, "chunk_size": 4},
