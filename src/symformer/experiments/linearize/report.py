@@ -121,6 +121,39 @@ def claims(m: dict, plan: LinearizePlan) -> list[Claim]:
     return out
 
 
+def ppl_table(m: dict) -> str:
+    """The recorded table (Markdown): validation perplexity of each arm after the swap, stage 1 and stage 2, of the
+    scratch run at the same tokens, and the issue's three ratios."""
+    rows = [
+        f"softmax teacher: validation perplexity {m['softmax_val_ppl']:.3f}",
+        "",
+        "| arm | swap | stage 1 | stage 2 | scratch | stage 2 / softmax | stage 2 / scratch | stage-1 gap closed |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for a, p in ARMS:
+        tag = f"{a},{p}"
+        v = m[f"val_ppl[{tag}]"]
+        rows.append(
+            f"| {a} + {p} | {v['swap']:.3f} | {v['stage1']:.3f} | {v['stage2']:.3f} | {v['scratch']:.3f} "
+            f"| {m[f'linearized_ppl_vs_softmax[{tag}]']:.3f} | {m[f'linearized_vs_scratch_ppl[{tag}]']:.3f} "
+            f"| {m[f'stage1_gap_closed[{tag}]']:.3f} |"
+        )
+    d = m["decode"]
+    rows += [
+        "",
+        f"| decoding after {d['context']} tokens | seconds per token | cache bytes | speed-up over softmax "
+        "| cache vs KV cache |",
+        "|---|---|---|---|---|",
+    ]
+    for k in ("softmax", *ATTENTIONS):
+        s, b = d["seconds_per_token"][k], d["cache_bytes"][k]
+        rows.append(
+            f"| {k} | {s:.4f} | {b} | {d['seconds_per_token']['softmax'] / s:.2f} "
+            f"| {b / d['cache_bytes']['softmax']:.4f} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
 def _figure(ctx: RunContext, got: dict) -> str | None:
     try:
         plt = pyplot()
@@ -158,11 +191,14 @@ def run(ctx: RunContext) -> ExperimentResult:
     got, note = run_all(ctx, plan)
     m = arm_metrics(got)
     res = ExperimentResult(metrics=m, claims=claims(m, plan), config={"plan": plan.as_dict(), "runs": got})
+    ctx.out_dir.mkdir(parents=True, exist_ok=True)
+    (ctx.out_dir / "table.md").write_text(ppl_table(m))
     fig = _figure(ctx, got)
     if fig:
         res.figures.append(fig)
     res.notes += [
         note,
+        "the perplexity table (every arm, stage by stage, and the decoding cost): table.md beside this report",
         f"teacher: {got['teacher']['params']} parameters, {plan.teacher_steps} steps; validation loss over its "
         f"curve {', '.join(f'{v:.3f}' for v in got['teacher']['val_loss'])}",
         "stage 1 loss: LoLCATs' attention-transfer MSE on the attention outputs, all layers in parallel from the "
