@@ -23,7 +23,13 @@ from pathlib import Path
 import pytest
 import torch
 
-PACKAGES = ("symformer.positional", "symformer.attention", "symformer.facts", "symformer.teleport", "symformer.linearize")
+PACKAGES = (
+    "symformer.positional",
+    "symformer.attention",
+    "symformer.facts",
+    "symformer.teleport",
+    "symformer.linearize",
+)
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 

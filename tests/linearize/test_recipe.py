@@ -88,7 +88,7 @@ def _kill_at(monkeypatch, call: int):
     monkeypatch.setattr(recipe, "evaluate", evaluate)
 
 
-@pytest.mark.parametrize("call", [2, 4])  # killed at step 3 of stage 1 and of stage 2 (checkpoints at step 2)
+@pytest.mark.parametrize("call", [pytest.param(2, marks=pytest.mark.slow), 4])  # killed at step 3 of stage 1 or 2
 def test_a_killed_run_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch, call):
     teacher, data = tiny("llama", torch.float64, seed=0), _split()
     cfg = _config("plash", "string", eval_every=3, checkpoint_every=2)
