@@ -23,7 +23,14 @@ from pathlib import Path
 import pytest
 import torch
 
-PACKAGES = ("symformer.positional", "symformer.attention", "symformer.facts", "symformer.teleport", "symformer.kernels")
+PACKAGES = (
+    "symformer.positional",
+    "symformer.attention",
+    "symformer.facts",
+    "symformer.teleport",
+    "symformer.kernels",
+    "symformer.linearize",
+)
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 

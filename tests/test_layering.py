@@ -13,6 +13,7 @@ experiments and benchmarks. Layers, from the bottom:
   4  teleport
   5  integrations   (HF models: builds on models, positional, attention and teleport; imported by the `hf`
                      experiment and the positional_hf benchmark)
+  5.5 linearize  (attention transfer and LoRA on HF models: builds on integrations)
   6  experiments | benchmarks   (siblings: neither imports the other)
   7  cli, cli_facts   (the command line; `symformer facts` lives in cli_facts)
 
@@ -48,10 +49,12 @@ LAYERS = {
     "facts.lm": 3.5,
     "teleport": 4,
     "integrations": 5,
+    "linearize": 5.5,
     "experiments": 6,
     "benchmarks": 6,
     "cli": 7,
     "cli_facts": 7,
+    "cli_linearize": 7,
 }
 SIBLINGS = {frozenset({"experiments", "benchmarks"}), frozenset({"models", "runner"})}
 

@@ -19,6 +19,7 @@ from symformer._rng import seeded_generator
 from symformer._validation import check_device
 from symformer.benchmarks.report import write_bench
 from symformer.cli_facts import app as facts_app
+from symformer.cli_linearize import linearize_command
 from symformer.data import DATASETS, ENV_VAR
 from symformer.data.paths import MissingDataError, data_file
 from symformer.data.paths import data_dir as resolve_dir
@@ -47,6 +48,7 @@ app = typer.Typer(
 )
 data_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Data sets and where their files go.")
 app.add_typer(data_app, name="data")
+app.command("linearize")(linearize_command)
 
 
 class CLIError(Exception):

@@ -26,6 +26,7 @@ REGISTERED = (
     "facts",
     "favor",
     "hf",
+    "linearize",
     "plash",
     "precision",
     "resolution",

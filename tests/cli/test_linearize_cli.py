@@ -1,0 +1,85 @@
+"""`symformer linearize` (issue 64 item 2): a saved softmax Llama folder in, a folder `hf.from_pretrained` reloads out;
+bad input is one line on stderr and exit status 2."""
+
+import json
+
+import pytest
+import torch
+from tests.integrations._hf_models import transformers_or_skip  # noqa: E402
+
+transformers_or_skip()
+pytest.importorskip("peft")
+
+from symformer import cli  # noqa: E402
+from symformer.data import load_char_text  # noqa: E402
+from symformer.integrations import hf  # noqa: E402
+from symformer.integrations.hf.lm import TinyLlama, tiny_llama  # noqa: E402
+
+SPEC = TinyLlama(hidden_size=32, n_layers=1, n_heads=2, n_kv_heads=1, intermediate_size=64, max_len=64)
+FAST = ["--block", "16", "--batch-size", "2", "--stage1-tokens", "64", "--stage2-tokens", "64"]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    data = pytest.importorskip("symformer.data.paths").data_dir(None)
+    if data is None or not (data / "tinyshakespeare.txt").is_file():
+        pytest.skip("tinyshakespeare.txt not found")
+    vocab = load_char_text(block=16, data_dir=data, max_chars=20_000)
+    path = tmp_path_factory.mktemp("softmax")
+    split = load_char_text(block=16, data_dir=data)
+    assert split.meta["vocab_size"] >= vocab.meta["vocab_size"]
+    tiny_llama(split.meta["vocab_size"], SPEC, seed=0).save_pretrained(path)
+    return path, data
+
+
+def run(capsys, *argv):
+    code = cli.main(list(argv))
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def test_linearize_writes_a_reloadable_model(capsys, folder, tmp_path):
+    import transformers as tf
+
+    path, data = folder
+    out = tmp_path / "lin"
+    code, stdout, err = run(
+        capsys, "linearize", str(path), "--data-dir", str(data), "--attention", "plash", "--positional", "string",
+        "--core-options", "M=2,D_k=8,causal_block=8,mixer_heads=2", "--out", str(out), *FAST,
+    )  # fmt: skip
+    assert code == 0, err
+    metrics = json.loads(stdout.strip().splitlines()[-1])
+    assert set(metrics) == {"stage0_val_loss", "stage1_val_loss", "stage2_val_loss"}
+    model = hf.from_pretrained(tf.LlamaForCausalLM, out / "model")
+    assert model.config.symformer_attention["attention"] == "plash"
+    assert json.loads((out / "results.json").read_text())["history"][0]["stage"] == 0
+    with torch.no_grad():
+        assert torch.isfinite(model(torch.zeros(1, 5, dtype=torch.long)).logits).all()
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--attention", "softmax"], "error: --attention: got 'softmax', expected one of "),
+        (["--stage1-tokens", "0"], "error: --stage1-tokens: got 0, expected "),
+        (["--stage2-tokens", "5"], "error: --stage2-tokens: got 5, expected >= 32 tokens"),
+        (["--core-options", "n_features"], "error: --core-options: got 'n_features', expected key=value pairs"),
+    ],
+)
+def test_bad_options_are_one_line(capsys, folder, tmp_path, args, message):
+    path, data = folder
+    code, _, err = run(capsys, "linearize", str(path), "--data-dir", str(data), "--out", str(tmp_path), *FAST, *args)
+    assert code == 2 and err.startswith(message) and len(err.strip().splitlines()) == 1, err
+
+
+def test_bad_model_and_resume_are_one_line(capsys, folder, tmp_path):
+    path, data = folder
+    code, _, err = run(capsys, "linearize", str(tmp_path), "--data-dir", str(data), "--out", str(tmp_path / "o"))
+    assert code == 2 and err.startswith("error: MODEL: got ") and "expected a Hugging Face model folder" in err
+    out = tmp_path / "run"
+    assert run(capsys, "linearize", str(path), "--data-dir", str(data), "--out", str(out), *FAST)[0] == 0
+    code, _, err = run(
+        capsys, "linearize", str(path), "--data-dir", str(data), "--out", str(out), *FAST, "--positional", "string",
+        "--resume",
+    )  # fmt: skip
+    assert code == 2 and err.startswith("error: --resume: got ") and "another run (config differs)" in err, err

@@ -1,0 +1,72 @@
+"""Experiment `linearize` (issue 64 item 4): its metrics and verdicts are computed from the runs' numbers (fast, on
+made-up records, with a negative control), and `reproduce linearize --quick` runs end to end (slow: ~1 minute)."""
+
+import math
+
+import pytest
+from tests.integrations._hf_models import transformers_or_skip  # noqa: E402
+
+transformers_or_skip()
+pytest.importorskip("peft")
+
+from symformer.experiments import RunContext, load_all  # noqa: E402
+from symformer.experiments.linearize.plan import ARMS, ATTENTIONS, LinearizePlan  # noqa: E402
+from symformer.experiments.linearize.report import arm_metrics, claims, ppl_table  # noqa: E402
+
+METRICS = [
+    f"{name}[{a}]"
+    for name in ("linearized_ppl_vs_softmax", "linearized_vs_scratch_ppl", "stage1_gap_closed")
+    for a in ATTENTIONS
+]
+
+
+def _got(stage2: float, stage1: float, swap: float = 3.0, teacher: float = 2.0, scratch: float = 2.5) -> dict:
+    got = {"teacher": {"final_val_loss": teacher}}
+    for a, p in ARMS:
+        got[f"linearize-{a}-{p}"] = {"val_loss": {"stage0": swap, "stage1": stage1, "stage2": stage2}}
+    for a in ATTENTIONS:
+        got[f"scratch-{a}"] = {"final_val_loss": scratch}
+    got["decode"] = {"context": 64, "seconds_per_token": {"softmax": 2.0, "favor": 1.0, "plash": 4.0}, "cache_bytes": {
+        "softmax": 100, "favor": 10, "plash": 20}}  # fmt: skip
+    return got
+
+
+def test_metrics_and_verdicts_come_from_the_numbers():
+    plan = LinearizePlan.for_run(True)
+    good = arm_metrics(_got(stage2=2.05, stage1=2.2))
+    assert set(METRICS) <= set(good)
+    assert good["linearized_ppl_vs_softmax[favor]"] == pytest.approx(math.exp(0.05))
+    assert good["linearized_vs_scratch_ppl[plash]"] == pytest.approx(math.exp(2.05 - 2.5))
+    gap = (math.exp(3.0) - math.exp(2.2)) / (math.exp(3.0) - math.exp(2.0))
+    assert good["stage1_gap_closed[favor]"] == pytest.approx(gap)
+    assert good["decode_speedup_at_context[favor]"] == 2.0 and good["state_vs_kv_cache_bytes[plash]"] == 0.2
+    assert [c.verdict for c in claims(good, plan)] == ["holds", "holds", "holds"]
+    assert "| plash + string |" in ppl_table(good)
+    # negative control: a linearized model 20% worse than the teacher, worse than scratch, stage 1 closing little
+    bad = arm_metrics(_got(stage2=2.2, stage1=2.9, scratch=2.1))
+    assert [c.verdict for c in claims(bad, plan)] == ["fails", "fails", "fails"]
+
+
+def test_plan_round_trips_through_json_and_full_is_larger():
+    quick, full = LinearizePlan.for_run(True), LinearizePlan.for_run(False)
+    assert LinearizePlan.from_dict(quick.as_dict()) == quick
+    assert full.spec.hidden_size > quick.spec.hidden_size and full.context == 4096
+
+
+def test_registered():
+    assert load_all().get("linearize").data_files == ("tinyshakespeare.txt",)
+
+
+@pytest.mark.slow  # ~1 minute on 2 cores: the whole quick protocol
+def test_quick_run_reports_the_issue_metrics(tmp_path):
+    from symformer.data.paths import data_dir
+
+    d = data_dir(None)
+    if d is None or not (d / "tinyshakespeare.txt").is_file():
+        pytest.skip("tinyshakespeare.txt not found")
+    res = load_all().get("linearize").fn(RunContext(tmp_path, quick=True, progress=False))
+    assert set(METRICS) <= set(res.metrics)
+    assert all(math.isfinite(res.metrics[m]) for m in METRICS)
+    assert res.metrics["state_vs_kv_cache_bytes[favor]"] < 1
+    assert [c.id for c in res.claims] == ["lin-ppl", "lin-scratch", "lin-stage1"]
+    assert (tmp_path / "linearize_ppl_vs_tokens.png").is_file()
