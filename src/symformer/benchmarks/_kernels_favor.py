@@ -62,7 +62,7 @@ def _fwd_bwd(f: Callable, *xs: torch.Tensor) -> Callable[[], None]:
 
 
 def fla_available() -> bool:
-    """Whether flash-linear-attention's kernels import (fla-core, in the `bench` extra)."""
+    """Whether flash-linear-attention's kernels import (fla-core, the `fla` extra)."""
     return importlib.util.find_spec("fla") is not None
 
 
