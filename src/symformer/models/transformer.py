@@ -84,11 +84,15 @@ class Encoder(nn.Module):
         is_causal: bool = False,
         context: torch.Tensor | None = None,
         context_positions: torch.Tensor | None = None,
+        segment_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
+        """segment_ids: (B|1, N) packed documents (attention.boundaries), given to every self-attention layer; the
+        caller gives `positions` that restart with them (CausalLM.forward derives both)."""
         if self.additive is not None:
             x = self.additive(x, positions)
         for blk in self.blocks:
-            x = blk(x, positions, is_causal=is_causal, context=context, context_positions=context_positions)
+            kw = {} if segment_ids is None else {"segment_ids": segment_ids}
+            x = blk(x, positions, is_causal=is_causal, context=context, context_positions=context_positions, **kw)
         return self.norm(x)
 
 
