@@ -123,7 +123,7 @@ def plash_causal_packed(core, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     owner = owner.scatter(1, torch.where(opens, slot, g_max + 1), seg)[:, : g_max + 1]
     target = (slot + 1).clamp_max(g_max)  # a key feeds the next slot, if that slot is its document's
     feeds = (slot + 1 <= g_max) & (owner.gather(1, target) == seg)
-    a = core.routing(kb)  # (n, nb, M, c): A^T per grid block (eq. 3)
+    a = core.routing(kb)  # (n, nb, M, c): the routing weights A^T of each grid block (PlashAttention.routing)
     base = blocks(slot)[:, :, 0]  # (n, nb): the slot count at each grid block's first token
     fb, sb = blocks(feeds, False), blocks(slot)
     sums = q.new_zeros(n, g_max + 3, big_m, 2 * d)
