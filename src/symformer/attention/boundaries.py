@@ -31,7 +31,11 @@ def _integer(name: str, x, ndims: tuple[int, ...]) -> torch.Tensor:
 
 
 def starts_to_doc(starts: torch.Tensor) -> torch.Tensor:
-    """Document index (..., N) int64 of a boolean (..., N) start mask (the first token always starts one)."""
+    """Document index (..., N) int64 of a boolean (..., N) start mask (the first token always starts one).
+
+    Args:
+        starts (..., N): True at each document's first token.
+    """
     starts = starts.clone()
     starts[..., 0] = True
     return starts.long().cumsum(-1) - 1
@@ -130,6 +134,9 @@ def document_ids(
 def positions_in_documents(doc: torch.Tensor) -> torch.Tensor:
     """(..., N) int64 index of each token within its document (positions restarting at 0 at each boundary).
 
+    Args:
+        doc (..., N): int64 document indices, non-decreasing.
+
     Example:
         >>> import torch
         >>> positions_in_documents(torch.tensor([[0, 0, 1, 1, 1, 2]]))
@@ -142,7 +149,13 @@ def positions_in_documents(doc: torch.Tensor) -> torch.Tensor:
 
 def check_positions_agree(doc: torch.Tensor, positions: torch.Tensor, name: str = "position_ids") -> None:
     """ValueError naming `name` when positions (B|1, N) do not restart at 0 at each document boundary and count up by
-    1 inside each document (a value check: only where reads_values allows)."""
+    1 inside each document (a value check: only where reads_values allows).
+
+    Args:
+        doc (B|1, N): int64 document indices.
+        positions (B|1, N): integer positions.
+        name (str): the argument the error names.
+    """
     if not reads_values(positions):
         return
     want = positions_in_documents(doc)
@@ -152,6 +165,10 @@ def check_positions_agree(doc: torch.Tensor, positions: torch.Tensor, name: str 
 
 def block_causal_mask(doc: torch.Tensor, causal: bool = True) -> torch.Tensor:
     """(B|1, 1, N, N) boolean mask (True = attend): same document, and key <= query when causal.
+
+    Args:
+        doc (B|1, N): int64 document indices.
+        causal (bool): also key <= query.
 
     Example:
         >>> import torch
@@ -168,14 +185,28 @@ def block_causal_mask(doc: torch.Tensor, causal: bool = True) -> torch.Tensor:
 
 
 def expand_rows(doc: torch.Tensor, batch: int, heads: int) -> torch.Tensor:
-    """(B|1, N) -> (B H, N): the document indices of folded (batch, head) rows."""
+    """(B|1, N) -> (B H, N): the document indices of folded (batch, head) rows.
+
+    Args:
+        doc (B|1, N): int64 document indices.
+        batch (int): B.
+        heads (int): H.
+    """
     return doc.expand(batch, doc.shape[-1]).repeat_interleave(heads, dim=0)
 
 
 def check_packed_call(q: torch.Tensor, k: torch.Tensor, is_causal: bool, state, core: str) -> None:
     """What a linear core needs to honour document boundaries: causal attention of a full row (Nq = Nk), no
     decoding state (a packed row is a training or scoring input: the state of one document would not continue the
-    next; transformers defines no packing with a cache either)."""
+    next; transformers defines no packing with a cache either).
+
+    Args:
+        q (B, H, Nq, Dh): queries.
+        k (B, H, Nk, Dh): keys.
+        is_causal (bool): the call's causality.
+        state: the call's decoding state (must be None).
+        core (str): the core's name, for the message.
+    """
     if state is not None:
         fail("state", "a decoding state with document boundaries", f"no state: {core} packs causal forwards only")
     if not is_causal:
