@@ -297,6 +297,9 @@ def train(
     checkpoint_every: int = typer.Option(50, "--checkpoint-every", help="steps between checkpoints"),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir"),
     list_presets: bool = typer.Option(False, "--list-presets"),
+    pack: bool = typer.Option(
+        False, "--pack", help="text presets: paragraphs packed in rows, positions and attention restarting at each"
+    ),
 ):
     """Train a model from a preset or config file; write OUT/results.json and OUT/metrics.jsonl."""
     if list_presets:
@@ -306,6 +309,12 @@ def train(
     if preset is None and config is None:
         raise CLIError("train: give --preset NAME, --config FILE or both (then --set key.sub=value to adjust)")
     spec = resolve(preset, load_config(config) if config else None, set_ or [])
+    if pack:  # documents (paragraphs) packed in rows: data.text.packed_rows
+        if spec["task"] != "shakespeare":
+            raise CLIError(
+                f"--pack: packs text documents; got task {spec['task']!r}, expected a text preset (shakespeare)"
+            )
+        spec["data"] = {**spec.get("data", {}), "layout": "packed"}
     if seed is not None:  # recorded in OUT/config.json, so --config OUT/config.json repeats this run
         spec["train"] = {**spec.get("train", {}), "seed": seed}
     tele_kw = parse_kv(teleport, "--teleport") if teleport else None  # bad options: one line before any work

@@ -39,6 +39,7 @@ from symformer._validation import (
     fail,
     reads_values,
 )
+from symformer.attention.boundaries import check_packed_call, document_ids
 from symformer.attention.decoding import DecodingCore
 from symformer.attention.favor_ops import (
     _key_features,
@@ -51,6 +52,7 @@ from symformer.attention.favor_ops import (
     positive_features,
 )
 from symformer.attention.favor_state import FavorState, check_features, favor_step
+from symformer.attention.packed import favor_causal_packed
 from symformer.attention.softmax import (
     draw_dtype,
     float32_compute,
@@ -299,7 +301,18 @@ class FavorAttention(DecodingCore):
             self._features_epoch += 1
         return out
 
-    def forward(self, q, k, v, attn_mask=None, is_causal=False, scale=None, state: FavorState | None = None):
+    def forward(
+        self,
+        q,
+        k,
+        v,
+        attn_mask=None,
+        is_causal=False,
+        scale=None,
+        state: FavorState | None = None,
+        cu_seqlens=None,
+        segment_ids=None,
+    ):
         """SDPA's call; with `state` (causal only) the queries continue the sequence the state holds (`step`).
 
         Args:
@@ -311,10 +324,15 @@ class FavorAttention(DecodingCore):
             is_causal (bool): prefix sums over the keys (Nq = Nk).
             scale (float | None): the logit scale (None: 1/sqrt(Dh)).
             state (FavorState | None): a decoding state from `init_state()` (is_causal=True), updated in place.
+            cu_seqlens ((D + 1,) or (B, D + 1)): packed documents, flash-attention's cumulative lengths
+                (attention.boundaries); each document attends to itself only (causal).
+            segment_ids (B, N): packed documents as one id per token (instead of cu_seqlens).
 
         Returns:
             out (B, H, Nq, Dv): the FAVOR+ estimate of softmax attention, in q's dtype.
         """
+        if cu_seqlens is not None or segment_ids is not None:
+            return self._packed(q, k, v, attn_mask, is_causal, scale, state, cu_seqlens, segment_ids)
         if state is not None:
             if not is_causal:
                 fail("is_causal", is_causal, "True with a decoding state")
@@ -344,6 +362,29 @@ class FavorAttention(DecodingCore):
                 y = favor_noncausal(qf, kf, v, self.denominator_eps)
         # a cheap test on the output where reading it is free (_validation.reads_values); the culprit is named only
         # when it fails
+        if reads_values(y) and not all_finite(y):
+            _check_finite_inputs(q, k, v)
+        return y
+
+    def _packed(self, q, k, v, attn_mask, is_causal, scale, state, cu_seqlens, segment_ids) -> torch.Tensor:
+        """forward over packed rows: each document's prefix sums start at its first token (attention.packed)."""
+        check_packed_call(q, k, is_causal, state, "FAVOR+")
+        check_attention_inputs(q, k, v, finite_kv=False, finite_q=False)
+        doc = document_ids(cu_seqlens, segment_ids, q.shape[0], q.shape[-2])
+        if needs_float32(q, k, v):  # 16 bits: exponential features and sums in float32
+            return float32_compute(self, q, k, v, attn_mask, is_causal, scale, segment_ids=doc)
+        if q.shape[-1] != self.head_dim:
+            fail("q", f"head dim {q.shape[-1]}", f"the head_dim {self.head_dim} the features were drawn for")
+        if self.denominator_eps:
+            fail("denominator_eps", self.denominator_eps, "0 with document boundaries (it is added per chunk)")
+        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else check_float("scale", scale, 0.0, low_open=True)
+        keep = self._key_keep(attn_mask, k)
+        w = self.features.to(q.dtype)
+        qf = _query_features(q, w, scale, self.kernel_eps)
+        kf = _key_features(k, w, scale, self.kernel_eps)  # one stabiliser per (batch, head): cancels per document
+        if keep is not None:
+            kf = kf * keep
+        y = favor_causal_packed(qf, kf, v, doc, self.chunk_size, keep is not None)
         if reads_values(y) and not all_finite(y):
             _check_finite_inputs(q, k, v)
         return y

@@ -41,7 +41,9 @@ from symformer._validation import (
     fail,
     reads_values,
 )
+from symformer.attention.boundaries import check_packed_call, document_ids, expand_rows
 from symformer.attention.decoding import DecodingCore
+from symformer.attention.packed import plash_causal_packed
 from symformer.attention.plash_state import PlashState, check_state_use, plash_step
 from symformer.attention.sketch import (
     MERSENNE_31,
@@ -331,7 +333,18 @@ class PlashAttention(DecodingCore):
         out, z, k_g, v_g = self.readout(q, y_enh, scale)
         return PlashTrace(kt, vt, gt, y_enh, z, k_g, v_g, out)
 
-    def forward(self, q, k, v, attn_mask=None, is_causal=False, scale=None, state: PlashState | None = None):
+    def forward(
+        self,
+        q,
+        k,
+        v,
+        attn_mask=None,
+        is_causal=False,
+        scale=None,
+        state: PlashState | None = None,
+        cu_seqlens=None,
+        segment_ids=None,
+    ):
         """SDPA's call. attn_mask: a boolean key-padding mask (B|1, H|1, 1, Nk) (ours: `causal`). state: a
         PlashState (causal only): the queries continue the sequence it holds (plash_state module doc).
 
@@ -344,10 +357,15 @@ class PlashAttention(DecodingCore):
             is_causal (bool): the chunked-prefix variant (Nq = Nk).
             scale (float | None): the readout's logit scale (None: 1/sqrt(Dh)).
             state (PlashState | None): a decoding state from `init_state()` (is_causal=True), updated in place.
+            cu_seqlens ((D + 1,) or (B, D + 1)): packed documents, flash-attention's cumulative lengths
+                (attention.boundaries); each document attends to itself only, its block grid from its first token.
+            segment_ids (B, N): packed documents as one id per token (instead of cu_seqlens).
 
         Returns:
             out (B, H, Nq, Dh): the attention output, in q's dtype.
         """
+        if cu_seqlens is not None or segment_ids is not None:
+            return self._packed(q, k, v, attn_mask, is_causal, scale, state, cu_seqlens, segment_ids)
         if needs_float32(q, k, v) or self.prototypes.dtype in (torch.float16, torch.bfloat16):
             # 16 bits: the prototype softmax, the TensorSketch FFTs (none in 16 bits on CPU) and the mixer's
             # LayerNorm statistics run in float32
@@ -387,6 +405,23 @@ class PlashAttention(DecodingCore):
         y_enh = self.embed(self.sketch_features(self.normalized_features(kt, vt)))
         out = self.readout(fold(q), y_enh, scale)[0]
         return out.reshape(b, h, nq, -1)  # (B H, Nq, d) -> (B, H, Nq, d)
+
+    def _packed(self, q, k, v, attn_mask, is_causal, scale, state, cu_seqlens, segment_ids) -> torch.Tensor:
+        """forward over packed rows: every document's blocks and summaries are its own (attention.packed)."""
+        check_packed_call(q, k, is_causal, state, "PLASH")
+        check_attention_inputs(q, k, v)
+        doc = document_ids(cu_seqlens, segment_ids, q.shape[0], q.shape[-2])
+        if needs_float32(q, k, v) or self.prototypes.dtype in (torch.float16, torch.bfloat16):
+            return float32_compute(self, q, k, v, attn_mask, is_causal, scale, segment_ids=doc)
+        if attn_mask is not None:
+            fail("attn_mask", "a key-padding mask with document boundaries", "None: packed rows have no padding")
+        if q.shape[-1] != self.head_dim or v.shape[-1] != self.head_dim:
+            fail("q", f"head dim {q.shape[-1]} (v: {v.shape[-1]})", f"head_dim={self.head_dim} for q, k and v")
+        b, h, n, d = q.shape
+        out = plash_causal_packed(
+            self, q.reshape(b * h, n, d), k.reshape(b * h, n, d), v.reshape(b * h, n, d), scale, expand_rows(doc, b, h)
+        )
+        return out.reshape(b, h, n, -1)  # (B H, N, d) -> (B, H, N, d)
 
     def init_state(self, batch: int | None = None, max_len: int | None = None) -> PlashState:
         """An empty causal decoding state (plash_state module doc; the contract: attention.decoding). batch,

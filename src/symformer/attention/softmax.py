@@ -10,6 +10,7 @@ from torch import nn
 
 from symformer._torch_compat import autocast_enabled
 from symformer._validation import check_attention_inputs, check_tensor, fail
+from symformer.attention.boundaries import block_causal_mask, document_ids
 
 
 class AttentionCore(nn.Module):
@@ -132,6 +133,23 @@ def float32_compute(core: nn.Module, q, k, v, attn_mask, is_causal, scale, **ext
     return y.to(q.dtype)
 
 
+def document_mask(q, k, attn_mask, is_causal: bool, cu_seqlens, segment_ids):
+    """(attn_mask, is_causal) with packed documents (attention.boundaries) folded in: a block-diagonal mask (causal
+    within each document when is_causal), ANDed with a boolean attn_mask or added to a float one; unchanged without
+    boundaries."""
+    if cu_seqlens is None and segment_ids is None:
+        return attn_mask, is_causal
+    if q.shape[-2] != k.shape[-2]:
+        fail("q", f"{q.shape[-2]} queries for {k.shape[-2]} keys", "one query per key with document boundaries")
+    doc = document_ids(cu_seqlens, segment_ids, q.shape[0], q.shape[-2])
+    mask = block_causal_mask(doc, is_causal)  # (B|1, 1, N, N)
+    if attn_mask is None:
+        return mask, False
+    if attn_mask.dtype == torch.bool:
+        return mask & attn_mask, False
+    return attn_mask.masked_fill(~mask, float("-inf")), False
+
+
 class SoftmaxAttention(AttentionCore):
     """F.scaled_dot_product_attention (fused kernels where available).
 
@@ -154,7 +172,7 @@ class SoftmaxAttention(AttentionCore):
         super().__init__()
         self.dropout = dropout
 
-    def forward(self, q, k, v, attn_mask=None, is_causal=False, scale=None):
+    def forward(self, q, k, v, attn_mask=None, is_causal=False, scale=None, cu_seqlens=None, segment_ids=None):
         """SDPA on validated inputs.
 
         Args:
@@ -164,11 +182,14 @@ class SoftmaxAttention(AttentionCore):
             attn_mask (B, H, Nq, Nk): broadcastable boolean (True = attend) or additive float mask, or None.
             is_causal (bool): query i attends to keys j <= i (SDPA's top-left alignment).
             scale (float | None): the logit scale (None: 1/sqrt(Dh)).
+            cu_seqlens ((D + 1,) or (B, D + 1)): packed documents (attention.boundaries): a block-diagonal mask.
+            segment_ids (B, N): packed documents as one id per token (instead of cu_seqlens).
 
         Returns:
             out (B, H, Nq, Dv): softmax(q k^T * scale + mask) v.
         """
         check_attention_inputs(q, k, v)
+        attn_mask, is_causal = document_mask(q, k, attn_mask, is_causal, cu_seqlens, segment_ids)
         return F.scaled_dot_product_attention(
             q,
             k,
@@ -242,7 +263,7 @@ class NaiveAttention(AttentionCore):
         if dropout != 0.0:  # the reference is deterministic: reject the option rather than ignore it
             fail("dropout", dropout, "0.0 (the naive reference has no dropout; use attention='softmax')")
 
-    def forward(self, q, k, v, attn_mask=None, is_causal=False, scale=None):
+    def forward(self, q, k, v, attn_mask=None, is_causal=False, scale=None, cu_seqlens=None, segment_ids=None):
         """`naive_attention` on validated inputs.
 
         Args:
@@ -252,9 +273,12 @@ class NaiveAttention(AttentionCore):
             attn_mask (B, H, Nq, Nk): broadcastable boolean (True = attend) or additive float mask, or None.
             is_causal (bool): query i attends to keys j <= i + Nk - Nq.
             scale (float | None): the logit scale (None: 1/sqrt(Dh)).
+            cu_seqlens ((D + 1,) or (B, D + 1)): packed documents (attention.boundaries): a block-diagonal mask.
+            segment_ids (B, N): packed documents as one id per token (instead of cu_seqlens).
 
         Returns:
             out (B, H, Nq, Dv): softmax(q k^T * scale + mask) v.
         """
         check_attention_inputs(q, k, v)
+        attn_mask, is_causal = document_mask(q, k, attn_mask, is_causal, cu_seqlens, segment_ids)
         return naive_attention(q, k, v, attn_mask, is_causal, scale)

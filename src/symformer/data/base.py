@@ -17,12 +17,13 @@ class TensorData:
     x: torch.Tensor
     y: torch.Tensor
     pos: torch.Tensor | None = None
+    segments: torch.Tensor | None = None  # (n, N) document ids of packed rows (attention.boundaries), per sample
 
     def __len__(self) -> int:
         return int(self.x.shape[0])
 
     def subset(self, idx: torch.Tensor) -> "TensorData":
-        return TensorData(self.x[idx], self.y[idx], self.pos)
+        return TensorData(self.x[idx], self.y[idx], self.pos, None if self.segments is None else self.segments[idx])
 
 
 @dataclass

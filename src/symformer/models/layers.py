@@ -247,9 +247,11 @@ class MultiHeadAttention(nn.Module):
         attn_mask: torch.Tensor | None = None,
         is_causal: bool = False,
         state=None,
+        segment_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """state: a decoding state from init_state() (causal self-attention only): x holds the tokens after those
-        the state has seen, `positions` theirs; the state is updated."""
+        the state has seen, `positions` theirs; the state is updated. segment_ids: (B|1, N) packed documents
+        (attention.boundaries), passed to the core (self-attention only; `positions` should restart with them)."""
         src = x if context is None else context
         q, k, v = self._heads(self.q_proj(x)), self._heads(self.k_proj(src)), self._heads(self.v_proj(src))
         scale = None
@@ -261,6 +263,10 @@ class MultiHeadAttention(nn.Module):
             if context is not None:
                 fail("state", "a decoding state with cross-attention", "causal self-attention only")
             y = self._attend_with_state(q, k, v, state, scale, attn_mask)
+        elif segment_ids is not None:
+            if context is not None:
+                fail("segment_ids", "document boundaries with cross-attention", "self-attention only")
+            y = self.core(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale, segment_ids=segment_ids)
         else:
             y = self.core(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale)
         b, h, n, dv = y.shape
@@ -294,11 +300,24 @@ class Block(nn.Module):
         return x + f(norm(x)) if self.prenorm else norm(x + f(x))
 
     def forward(
-        self, x, positions=None, is_causal=False, context=None, context_positions=None, state=None, attn_mask=None
+        self,
+        x,
+        positions=None,
+        is_causal=False,
+        context=None,
+        context_positions=None,
+        state=None,
+        attn_mask=None,
+        segment_ids=None,
     ):
-        """attn_mask: a boolean key-padding mask of the self-attention (with a decoding state: of the new tokens)."""
+        """attn_mask: a boolean key-padding mask of the self-attention (with a decoding state: of the new tokens).
+        segment_ids: (B|1, N) packed documents of the self-attention (attention.boundaries)."""
         x = self._res(
-            x, self.norm1, lambda h: self.attn(h, positions, attn_mask=attn_mask, is_causal=is_causal, state=state)
+            x,
+            self.norm1,
+            lambda h: self.attn(
+                h, positions, attn_mask=attn_mask, is_causal=is_causal, state=state, segment_ids=segment_ids
+            ),
         )
         if self.cross is not None:
             x = self._res(

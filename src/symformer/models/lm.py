@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from symformer._validation import check_choice, check_float, check_int, check_tensor, fail, reads_values
+from symformer.attention.boundaries import check_positions_agree, document_ids, positions_in_documents
 from symformer.models.transformer import Encoder, TransformerConfig
 
 
@@ -21,16 +22,59 @@ class CausalLM(nn.Module):
         self.encoder = Encoder(cfg)
         self.head = nn.Linear(cfg.d_model, vocab_size, bias=False)
 
-    def forward(self, idx: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        idx: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        cu_seqlens: torch.Tensor | None = None,
+        segment_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Logits (B, N, V) of token ids (B, N).
+
+        Args:
+            idx (B, N): token ids.
+            positions (N, 1) or (B, N, 1): token positions (None: 0..N-1, or restarting at each document).
+            cu_seqlens ((D + 1,) or (B, D + 1)): packed documents, flash-attention's cumulative lengths
+                (attention.boundaries): each document attends to itself only and its positions restart at 0.
+            segment_ids (B, N): packed documents as one id per token (instead of cu_seqlens).
+
+        Returns:
+            logits (B, N, V): each packed document's logits equal those of the document alone.
+
+        Example:
+            >>> import torch
+            >>> from symformer.models import CausalLM, TransformerConfig
+            >>> _ = torch.manual_seed(0)
+            >>> lm = CausalLM(TransformerConfig(d_model=16, n_heads=2, attention="favor"), vocab_size=11).double()
+            >>> a, b = torch.randint(0, 11, (1, 5)), torch.randint(0, 11, (1, 3))
+            >>> packed = lm(torch.cat([a, b], 1), cu_seqlens=torch.tensor([0, 5, 8], dtype=torch.int32))
+            >>> bool((packed[:, 5:] - lm(b)).abs().max() < 1e-12)  # the second document as if alone
+            True
+        """
         check_tensor("idx", idx, 2, floating=False)
         n = idx.shape[1]
+        doc = document_ids(cu_seqlens, segment_ids, idx.shape[0], n)
+        if doc is not None:
+            if positions is None:  # restarting at each document (int64: exact in every dtype)
+                positions = positions_in_documents(doc)[..., None]
+            else:
+                check_tensor("positions", positions, (2, 3), floating=False, finite=False)
+                check_positions_agree(doc, positions[..., 0].reshape(-1, n), "positions")
         if positions is None:
             positions = torch.arange(n, device=idx.device)[:, None]  # int64: exact in every dtype
-        return self.head(self.encoder(self.tok(idx), positions, is_causal=True))
+        return self.head(self.encoder(self.tok(idx), positions, is_causal=True, segment_ids=doc))
 
-    def loss(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        logits = self(idx)
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    def loss(
+        self,
+        idx: torch.Tensor,
+        targets: torch.Tensor,
+        cu_seqlens: torch.Tensor | None = None,
+        segment_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Mean next-token cross-entropy; targets of -100 are ignored (a packed row's last token of each document,
+        whose next token starts another document)."""
+        logits = self(idx, cu_seqlens=cu_seqlens, segment_ids=segment_ids)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100)
 
     # ---------------------------------------------------------------- decoding
     def init_states(self, max_len: int | None = None, batch: int | None = None) -> list:

@@ -87,10 +87,13 @@ class Encoder(nn.Module):
         context_positions: torch.Tensor | None = None,
         attn_mask: torch.Tensor | None = None,
         n_prefix: int = 0,
+        segment_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """attn_mask: a boolean key-padding mask (True = attend), e.g. (B, 1, 1, N) for a padded batch of images.
         n_prefix: x starts with that many class / register tokens that `positions` (patches only) do not cover:
-        additive encodings skip them and rotary parts see them at position 0 (R(0) = I but for ESPR: models.vit)."""
+        additive encodings skip them and rotary parts see them at position 0 (R(0) = I but for ESPR: models.vit).
+        segment_ids: (B|1, N) packed documents (attention.boundaries), given to every self-attention layer; the
+        caller gives `positions` that restart with them (CausalLM.forward derives both)."""
         if self.additive is not None:
             x = (
                 torch.cat((x[:, :n_prefix], self.additive(x[:, n_prefix:], positions)), dim=1)
@@ -100,6 +103,7 @@ class Encoder(nn.Module):
         if n_prefix:
             positions = with_prefix(positions, n_prefix)
         for blk in self.blocks:
+            kw = {} if segment_ids is None else {"segment_ids": segment_ids}
             x = blk(
                 x,
                 positions,
@@ -107,6 +111,7 @@ class Encoder(nn.Module):
                 context=context,
                 context_positions=context_positions,
                 attn_mask=attn_mask,
+                **kw,
             )
         return self.norm(x)
 

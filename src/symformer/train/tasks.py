@@ -51,8 +51,11 @@ class LanguageModeling(Task):
     primary = "bpc"
 
     def loss(self, model, data, idx):
-        logits = model(data.x[idx]).float()
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), data.y[idx].reshape(-1))
+        # packed rows carry their documents (data.text.packed_rows); targets -100 (padding, ends of documents) are
+        # ignored, cross_entropy's default
+        kw = {} if getattr(data, "segments", None) is None else {"segment_ids": data.segments[idx]}
+        logits = model(data.x[idx], **kw).float()
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), data.y[idx].reshape(-1), ignore_index=-100)
 
     @torch.no_grad()
     def evaluate(self, model, data, batch_size=128):

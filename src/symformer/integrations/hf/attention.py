@@ -18,8 +18,9 @@ True; PLASH has trainable parameters that must exist before the optimizer, so it
 
 Masks: what a core can honour is read off the boolean (B, 1, Nq, Nk) mask and anything else raises
 ValueError, never a silent fallback. Both cores: causal, key padding (left or right), both, or none (PLASH's
-key padding is ours, attention.plash_state: the paper's block has no masked form). Not supported: sliding
-windows, packed-sequence masks, additive bias masks.
+key padding is ours, attention.plash_state: the paper's block has no masked form), and packed sequences, whose
+boundaries come from restarting position_ids or the cu_seq_lens_* kwargs (hf.packing). Not supported: sliding
+windows, additive bias masks.
 
 Decoding: `configure` makes `generate()` keep one decoding state per layer in a `hf.cache.state_cache` (constant
 cost per token); with a KV cache (a DynamicCache passed by the user) the last Nq rows of the causal attention over
@@ -38,6 +39,7 @@ from symformer._validation import check_choice, fail, reads_values
 from symformer.attention.decoding import DecodingCore, decoding_cores
 from symformer.integrations.hf._common import attention_modules, head_dim, out_proj, require_transformers, text_config
 from symformer.integrations.hf.cache import install_forward_cache, install_generation_cache, tagged_layer
+from symformer.integrations.hf.packing import packed_documents
 from symformer.integrations.hf.reload import (
     SUB_CONFIG_MARK,
     Restorer,
@@ -345,7 +347,11 @@ def _symformer_attention(
     if core.value_dim_equals_head_dim and dv < query.shape[-1]:  # MLA's values are narrower than its queries and
         v = torch.nn.functional.pad(v, (0, query.shape[-1] - dv))  # keys: PLASH runs at one head size, so zero
         # columns, sliced off after
-    if layer is not None:
+    causal_module = bool(getattr(module, "is_causal", True))
+    doc = packed_documents(kwargs, attention_mask, query.shape[0], nq, nk, layer is not None, causal_module)
+    if doc is not None:  # packed sequences: each document attends to itself (hf.packing)
+        out = core(query, k, v, is_causal=True, scale=scaling, segment_ids=doc)
+    elif layer is not None:
         if sliding_window is not None and layer.length + nq > sliding_window:  # the state holds every earlier key
             fail(
                 "sliding_window",
