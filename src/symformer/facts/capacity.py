@@ -27,6 +27,7 @@ DECODERS = ("jl", "jl-sign", "gd")
 # "gd-bilinear" / "ntk-relu1": the authors' GD and NTK protocols (facts.hebbian.official_param_count has their counts)
 BASELINES = ("naive", "ntk", "ntk-mo", "gd-swiglu", "gd-relu", "gd-bilinear", "ntk-relu1")
 METHODS = tuple(f"{e}+{d}" for e in ENCODERS for d in DECODERS) + BASELINES + hebbian.VARIANTS
+NEEDS_RHO = ("jl", "jl-sign", "naive", "ntk-mo", "hebbian-als")  # what decodability(values) is computed once for
 # which integer knob the capacity search moves (App. A.1.1): m for constructions, h for NTK / GD MLPs
 KNOB = {
     **{m: "m" for m in METHODS if "+" in m},
@@ -311,7 +312,7 @@ def _baseline(K, V, facts, method, h, seed, info, opts) -> FactMLP:
     if method == "naive":
         return baselines.naive_mlp(K, V, facts, info=info)
     if method in hebbian.VARIANTS:
-        return hebbian.hebbian_mlp(K, V, facts, h, method, rounds=opts.hebbian_rounds, seed=seed)
+        return hebbian.hebbian_mlp(K, V, facts, h, method, rounds=opts.hebbian_rounds, seed=seed, info=info)
     if method in ("ntk", "ntk-mo", "ntk-relu1"):
         deg, act = (1, "relu") if method == "ntk-relu1" else (opts.ntk_degree, "silu")  # theirs: degree 1, ReLU
         return baselines.ntk_mlp(K, V, facts, h, deg, method == "ntk-mo", act, seed=seed, info=info)
@@ -487,7 +488,7 @@ def _search_setup(method, fact_sets, options, infos, work_dir) -> tuple:
     opts = options or BuildOptions()
     if work_dir is not None and opts.codec_cache is None and method.endswith("+gd"):
         opts = replace(opts, codec_cache=str(work_dir))  # the search's GD decoders, kept until the record is written
-    if infos is None and opts.whiten == 0 and method.split("+")[-1] in ("jl", "jl-sign", "naive", "ntk-mo"):
+    if infos is None and opts.whiten == 0 and method.split("+")[-1] in NEEDS_RHO:
         infos = [decodability(fs.values) for fs in fact_sets]
     memo = None if work_dir is None else _Remembered(work_dir, method, fact_sets, opts)
     return opts, infos, memo

@@ -13,7 +13,10 @@ readout W, i.e. the gated MLP down(act(gate x) * up x) with the identity as act 
   least squares that fits the logit matrix V W0 phi(K)^T to the identity (their `_build_feature_fit_system`),
   then the ridge readout;
 - "hebbian-als" (ours): "hebbian-dd" with `rounds` alternating refits of A1 then A0 (default 4; their code does
-  one), an alternating least squares on the same logit objective, so each round can only lower it.
+  one), an alternating least squares on the same logit objective, and the ridge readout onto the margin-optimal
+  directions U*_f(i) (eq. 4 of the fact-storing MLP paper) instead of the values: regressing onto v_f(i) stores
+  only keys whose value has the largest inner product with itself, which anisotropic values (kappa = 100) break
+  for about 30% of them at any width; U*_f(i) decodes to f(i) by construction (Sec. 4.2).
 
 Parameter count: they count A0, A1 and W (`HebbianMLP.weight_count`), 3 h d; `count_params` counts gate, up and
 down, the same 3 h d (the 1/sqrt(h) scale is folded into down)."""
@@ -26,6 +29,7 @@ import torch
 
 from symformer._rng import generator
 from symformer._validation import check_choice, check_float, check_int
+from symformer.facts.decodability import Decodability, require_vertices
 from symformer.facts.embeddings import validate_fact_set
 from symformer.facts.mlp import FactMLP
 
@@ -123,6 +127,7 @@ def hebbian_mlp(
     rounds: int = 4,
     seed: int | None = 0,
     tol: float = 1e-10,
+    info: Decodability | None = None,
 ) -> FactMLP:
     """A bilinear Hebbian fact MLP of hidden width h (their m): g(x) = W ((A0 x) * (A1 x)).
 
@@ -138,6 +143,7 @@ def hebbian_mlp(
         seed (int | None): the draw of A0, A1.
         tol (float): the feature fit's conjugate-gradient stop (`fit_projection`; below 1e-10 it also runs past
             their iteration cap, for a reference solve).
+        info (Decodability | None): "hebbian-als": `decodability(values)` if already computed.
 
     Returns:
         mlp (FactMLP): float64, gated, activation "linear", no biases; 3 h d parameters.
@@ -168,7 +174,8 @@ def hebbian_mlp(
             A0 = fit_projection(A1 @ K.T, K, V, W0, ridge, tol)
         scale = 1.0
     Phi = bilinear_features(K, A0, A1, scale)
-    W = raw_readout(V, Phi) if variant == "hebbian" else ridge_readout(V, Phi, ridge)
+    T = require_vertices(values, info).U.double()[facts] if variant == "hebbian-als" else V
+    W = raw_readout(V, Phi) if variant == "hebbian" else ridge_readout(T, Phi, ridge)
     mlp = FactMLP(d, h, activation="linear", gated=True, bias=False)
     with torch.no_grad():
         mlp.gate.weight.copy_(A0)
