@@ -50,4 +50,4 @@ def test_quick_run_reports_every_method_and_reads_the_official_record(tmp_path):
         "hebbian/best",
     }
     assert (tmp_path / "sizes.md").read_text().count("| d=16_F=64") == 2 * 7 + 2
-    assert hr.read_official(tmp_path / "nothing.json") == {}
+    assert hr.read_official(tmp_path / "nothing") == {}

@@ -19,7 +19,18 @@ from symformer.runner.jobs import Job, JobFunction
 
 EXPERIMENTS_DIR = Path(__file__).resolve().parents[2] / "src" / "symformer" / "experiments"
 MAX_LINES = 300
-REGISTERED = ("espr", "extrapolation", "fact-recall", "facts", "favor", "hf", "plash", "precision", "teleport")
+REGISTERED = (
+    "espr",
+    "extrapolation",
+    "fact-recall",
+    "facts",
+    "facts-hebbian",
+    "favor",
+    "hf",
+    "plash",
+    "precision",
+    "teleport",
+)
 
 
 def modules_over(limit: int, root: Path = EXPERIMENTS_DIR) -> list[str]:

@@ -2,7 +2,8 @@
 fact sets: the smallest width m storing every fact, per method, at three points. Not part of the package or CI.
 
 Run from a symformer checkout, with their `src/` (git archive of the pinned commit) on PYTHONPATH:
-    PYTHONPATH=src:/tmp/hebofficial/src OMP_NUM_THREADS=1 python results/facts-hebbian/official/run_official.py OUT.json
+    PYTHONPATH=src:/tmp/hebofficial/src OMP_NUM_THREADS=1 python results/facts-hebbian/official/run_official.py OUT.json \
+        [d,F,kappa ...]
 
 Each evaluation calls their capacity sweep's own per-width function (hebbian.expts.mlp_capacity.helpers:
 _run_hebbian, _run_ntk, _run_gd) with their method specs (mlp_capacity/run.py: _METHOD_SPECS) and reads the
@@ -82,10 +83,11 @@ def search(label, sets, start):
     return hi, seen[hi][1], seen
 
 
-def main(out):
+def main(out, points=None):
     rec = json.load(open(out)) if os.path.exists(out) else {}
-    plan = [(p, lab) for p in POINTS for lab in ("hebbian_whitened", "cf_coord_whitened", "hebbian", "ntk")]
-    plan += [(POINTS[0], "gd"), (POINTS[1], "gd"), (POINTS[2], "gd")]  # the expensive ones last
+    plan = [(p, lab) for p in points or POINTS for lab in ("hebbian_whitened", "cf_coord_whitened", "hebbian", "ntk")]
+    if points is None:
+        plan += [(POINTS[0], "gd"), (POINTS[1], "gd"), (POINTS[2], "gd")]  # the expensive ones last
     for (d, F, kappa), label in plan:
         key = f"d={d}_F={F}_kappa={kappa:g}"
         if label in rec.get(key, {}):
@@ -104,4 +106,6 @@ def main(out):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    # optional further arguments "d,F,kappa": those points instead, without the GD searches
+    main(sys.argv[1], [tuple(float(x) if i == 2 else int(x) for i, x in enumerate(a.split(","))) for a in sys.argv[2:]]
+         or None)

@@ -14,7 +14,7 @@ from symformer.experiments.facts_hebbian import plan as hp
 from symformer.results import Claim, ExperimentResult, atomic_write_text, fmt, verdict
 from symformer.runner.jobs import reuse_note, run_jobs
 
-OFFICIAL = "official/official.json"
+OFFICIAL = "official"
 PAPER_GD, PAPER_NTK = 20.0, (5.0, 150.0)  # e/Fig2b-gd (~20x) and e/Fig2b-ntk (5-150x), fact-storing-mlps.txt
 
 
@@ -22,14 +22,17 @@ def pkey(d: int, F: int, kappa: float) -> str:
     return f"d={d}_F={F}_kappa={kappa:g}"
 
 
-def read_official(path: Path) -> dict:
-    """{point: {our method: their param_count or None}} from the by-hand record (absent: {})."""
-    try:
-        rec = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    back = {v: k for k, v in hp.OFFICIAL_LABEL.items()}
-    return {p: {back[lab]: r.get("param_count") for lab, r in ms.items() if lab in back} for p, ms in rec.items()}
+def read_official(folder: Path) -> dict:
+    """{point: {our method: their param_count or None}} from the by-hand records folder/*.json (none: {})."""
+    back, out = {v: k for k, v in hp.OFFICIAL_LABEL.items()}, {}
+    for path in sorted(folder.glob("*.json")):
+        try:
+            rec = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        for p, ms in rec.items():
+            out.setdefault(p, {}).update({back[lab]: r.get("param_count") for lab, r in ms.items() if lab in back})
+    return out
 
 
 def ratio(a, b):
@@ -50,14 +53,20 @@ def side_by_side(rows: dict, plan: hp.Plan, official: dict) -> tuple[list[dict],
             )
         theirs = [got[m]["params"] for m in hp.THEIRS if got[m]["params"]]
         off_best = min([v for m, v in official.get(p, {}).items() if m in hp.THEIRS and v] or [0]) or None
-        ours = [got[m]["params"] for m in (hp.OURS, hp.BEST) if got[m]["params"]]
+        ours = min([got[m]["params"] for m in (hp.OURS, hp.BEST) if got[m]["params"]], default=None)
+        best, kind = ratio(ours, off_best or min(theirs, default=None)), "exact"
+        if best is None and ours and not off_best and not theirs:  # theirs store nothing up to their caps
+            best, kind = ours / (3 * d * max(got[m]["largest_tried"] for m in hp.THEIRS)), "upper bound"
+        elif best is None:
+            kind = "neither stores" if not ours else "ours stores nothing"
         table.append(
             {
                 "point": p,
                 "their_best_reimpl": min(theirs, default=None),
                 "their_best_official": off_best,
-                "our_best": min(ours, default=None),
-                "best_vs_their_best": ratio(min(ours, default=None), off_best or min(theirs, default=None)),
+                "our_best": ours,
+                "best_vs_their_best": best,
+                "best_kind": kind,
                 "reimpl_dd_vs_official": ratio(got["hebbian-dd"]["params"], official.get(p, {}).get("hebbian-dd")),
             }
         )
@@ -114,7 +123,7 @@ def summarise(ctx: RunContext, plan: hp.Plan, rows: dict) -> ExperimentResult:
     table, md = side_by_side(rows, plan, official)
     atomic_write_text(ctx.out_dir / "sizes.md", "# facts-hebbian: parameters at the storing threshold\n\n" + md)
     reimpl = {t["point"]: t["reimpl_dd_vs_official"] for t in table if t["reimpl_dd_vs_official"]}
-    best = {t["point"]: t["best_vs_their_best"] for t in table}
+    best = {t["point"]: t["best_vs_their_best"] for t in table if t["best_kind"] != "neither stores"}
     gd = {}
     for p, ms in official.items():
         if p in rows and rows[p].get("gd-swiglu") and ms.get("gd-bilinear"):
@@ -129,7 +138,7 @@ def summarise(ctx: RunContext, plan: hp.Plan, rows: dict) -> ExperimentResult:
         "(make_fact_set, tied sphere embeddings); params as count_params counts them"
     )
     ok_re = None if len(reimpl) < 3 else all(0.85 <= r <= 1.15 for r in reimpl.values())
-    ok_best = None if not best or None in best.values() else all(r <= 1.0 for r in best.values())
+    ok_best = None if not best else all(r is not None and r <= 1.0 for r in best.values())  # None: ours stores none
     claims = [
         Claim(
             "hebbian/reimpl",
@@ -147,7 +156,9 @@ def summarise(ctx: RunContext, plan: hp.Plan, rows: dict) -> ExperimentResult:
             "<= 1.0",
             fmt(best),
             verdict(ok_best),
-            "their best: their code's record where there is one, else our reimplementation of their three",
+            "their best: their code's record where there is one, else our reimplementation of their three; where "
+            "theirs store nothing up to their caps, ours over their largest size tried (an upper bound); points where "
+            f"neither stores: {[t['point'] for t in table if t['best_kind'] == 'neither stores']}",
             setting,
         ),
         *baseline_claims(rows, plan, setting),
