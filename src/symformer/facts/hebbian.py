@@ -200,7 +200,7 @@ def official_param_count(method: str, d: int, h: int) -> int:
     Examples:
         >>> from symformer.facts.hebbian import official_param_count
         >>> official_param_count("hebbian-dd", 32, 74), official_param_count("ntk-relu1", 32, 10)
-        (7104, 980)
+        (7104, 1012)
     """
     if method in VARIANTS or method == "gd-bilinear":
         return 3 * h * d
