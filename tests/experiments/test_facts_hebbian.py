@@ -1,9 +1,12 @@
 """Experiment facts-hebbian in quick mode: every search runs, the metrics and claims exist, and a record of the
-authors' code placed in OUT/official/ is read into the comparison metrics."""
+authors' code placed in OUT/official/ is read into the comparison metrics (slow: its GD searches train for about a
+minute on a loaded core)."""
 
 from __future__ import annotations
 
 import json
+
+import pytest
 
 from symformer.experiments import RunContext, load_all
 from symformer.experiments.facts_hebbian import plan as hp
@@ -16,6 +19,7 @@ METRICS = (
 )
 
 
+@pytest.mark.slow
 def test_quick_run_reports_every_method_and_reads_the_official_record(tmp_path):
     off = tmp_path / "official"
     off.mkdir()
