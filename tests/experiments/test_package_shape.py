@@ -24,6 +24,7 @@ REGISTERED = (
     "extrapolation",
     "fact-recall",
     "facts",
+    "facts-hebbian",
     "favor",
     "hf",
     "linearize",

@@ -111,22 +111,29 @@ def train_mlp(
     dtype: torch.dtype = torch.float32,
     checkpoint: str | os.PathLike | None = None,
     checkpoint_every: int = 500,
+    bias: bool = True,
+    loss_cutoff: float | None = None,
 ) -> FactMLP:
     """GD MLP (App. A.1.3): SwiGLU (activation "silu") or a plain ReLU MLP (activation "relu", the paper's
     ReLU fact MLPs of Sec. 5) with biases, cross-entropy on g(K) V^T, full-batch Adam, cosine lr -> final_lr
     over max_epochs, stopped at the first epoch that starts with every fact stored (the paper's "early
     stopping"; the fused loss counts stored facts every epoch at no cost). With `checkpoint` (a file path) the
     state is saved there atomically every `checkpoint_every` epochs and a later call continues from it exactly
-    (an F = 4096 MLP that never stores runs all 20,000 epochs: ~1 h on one core)."""
+    (an F = 4096 MLP that never stores runs all 20,000 epochs: ~1 h on one core).
+
+    The authors' protocol (their `mlp_core/mlp_gd.py` and `gd_training.py`, the `gd` method of their capacity
+    sweep): activation "linear" (a bilinear gated MLP), bias=False, max_epochs=10000 and loss_cutoff=1e-7, which
+    trains every epoch until the loss falls to the cutoff and leaves the accuracy to be read after the last one."""
     validate_fact_set(keys, values, facts)
     check_int("h", h, 1)
-    check_choice("activation", activation, ("silu", "relu"))
+    check_choice("activation", activation, ("silu", "relu", "linear"))
     check_int("max_epochs", max_epochs, 1)
     check_float("lr", lr, 0.0, low_open=True)
     check_int("checkpoint_every", checkpoint_every, 1)
     seed_torch(seed)
     d = keys.shape[1]
-    mlp = FactMLP(d, h, activation=activation, gated=activation == "silu", bias=True, out_bias=True, dtype=dtype)
+    gated = activation != "relu"
+    mlp = FactMLP(d, h, activation=activation, gated=gated, bias=bias, out_bias=bias, dtype=dtype)
     K, V = keys.to(dtype), values.to(dtype)
     opt = torch.optim.Adam(mlp.parameters(), lr=lr)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, max_epochs, eta_min=final_lr)
@@ -137,11 +144,13 @@ def train_mlp(
             save_atomic({"epoch": epoch, **{k: v.state_dict() for k, v in parts.items()}}, checkpoint)
         opt.zero_grad()
         loss, stored = dot_product_cross_entropy(mlp.down(mlp.hidden(K)), V, facts, check=False)  # checked above
-        if int(stored) == len(facts):
+        if loss_cutoff is None and int(stored) == len(facts):
             break
         loss.backward()
         opt.step()
         sched.step()
+        if loss_cutoff is not None and float(loss.detach()) <= loss_cutoff:
+            break  # their stop: the loss before this epoch's step at or below the cutoff
     return mlp
 
 

@@ -16,7 +16,7 @@ from symformer._io import save_atomic
 from symformer._rng import resolve_seed
 from symformer._validation import check_choice, check_float, check_int, fail
 from symformer.data.files import torch_load
-from symformer.facts import baselines, decoders, encoders
+from symformer.facts import baselines, decoders, encoders, hebbian
 from symformer.facts.decodability import Decodability, decodability, require_vertices
 from symformer.facts.embeddings import FactSet, fold_whitening, validate_fact_set, whitening_matrix
 from symformer.facts.mlp import FactMLP, count_params, fact_accuracy
@@ -24,8 +24,10 @@ from symformer.results import atomic_write_text
 
 ENCODERS = ("bin", "bin-bias", "cd", "lagrangian", "two-hot", "two-hot-gated", "gd")
 DECODERS = ("jl", "jl-sign", "gd")
-BASELINES = ("naive", "ntk", "ntk-mo", "gd-swiglu", "gd-relu")
-METHODS = tuple(f"{e}+{d}" for e in ENCODERS for d in DECODERS) + BASELINES
+# "gd-bilinear" / "ntk-relu1": the authors' GD and NTK protocols (facts.hebbian.official_param_count has their counts)
+BASELINES = ("naive", "ntk", "ntk-mo", "gd-swiglu", "gd-relu", "gd-bilinear", "ntk-relu1")
+METHODS = tuple(f"{e}+{d}" for e in ENCODERS for d in DECODERS) + BASELINES + hebbian.VARIANTS
+NEEDS_RHO = ("jl", "jl-sign", "naive", "ntk-mo", "hebbian-als")  # what decodability(values) is computed once for
 # which integer knob the capacity search moves (App. A.1.1): m for constructions, h for NTK / GD MLPs
 KNOB = {
     **{m: "m" for m in METHODS if "+" in m},
@@ -33,6 +35,7 @@ KNOB = {
     "ntk-mo": "h",
     "gd-swiglu": "h",
     "gd-relu": "h",
+    **{m: "h" for m in ("gd-bilinear", "ntk-relu1", *hebbian.VARIANTS)},
     "naive": None,
 }
 
@@ -69,6 +72,8 @@ class BuildOptions:
         train_checkpoint (str | None): GD MLPs: file where the training state is saved and resumed from.
         decoder_early_stop (bool): the GD decoder stops once every value decodes.
         codec_cache (str | None): folder keeping each GD decoder built (same values, m, seed, steps: same codes).
+        official_gd_epochs (int): epochs of "gd-bilinear" (the authors' protocol).
+        hebbian_rounds (int): alternating refits of "hebbian-als".
 
     Examples:
         >>> from symformer.facts import BuildOptions, build_fact_mlp, make_fact_set
@@ -89,6 +94,8 @@ class BuildOptions:
     train_checkpoint: str | None = None  # GD MLPs: file where the training state is saved and resumed from
     decoder_early_stop: bool = True  # GD decoder stops once every value decodes (App. A.1.3: all steps)
     codec_cache: str | None = None  # folder keeping each GD decoder built (same values, m, seed, steps: same codes)
+    official_gd_epochs: int = 10000  # gd-bilinear: their GDMLPConfig.num_epochs
+    hebbian_rounds: int = 4  # hebbian-als: alternating refits (facts.hebbian)
 
 
 def _decoder(
@@ -220,7 +227,7 @@ def build_fact_mlp(
     if opts.whiten > 0:
         Tk, Tv = whitening_matrix(Kw, opts.whiten), whitening_matrix(Vw, opts.whiten)
         Kw, Vw, info = Kw @ Tk, Vw @ Tv, None
-    if method in BASELINES:
+    if KNOB[method] != "m":
         mlp = _baseline(Kw, Vw, facts, method, h, seed, info, opts)
     else:
         mlp = _construction(Kw, Vw, facts, method, m, seed, info, opts)
@@ -304,10 +311,15 @@ def _smallest_width(
 def _baseline(K, V, facts, method, h, seed, info, opts) -> FactMLP:
     if method == "naive":
         return baselines.naive_mlp(K, V, facts, info=info)
-    if method in ("ntk", "ntk-mo"):
-        return baselines.ntk_mlp(
-            K, V, facts, h, degree=opts.ntk_degree, margin_optimal=method == "ntk-mo", seed=seed, info=info
-        )
+    if method in hebbian.VARIANTS:
+        return hebbian.hebbian_mlp(K, V, facts, h, method, rounds=opts.hebbian_rounds, seed=seed, info=info)
+    if method in ("ntk", "ntk-mo", "ntk-relu1"):
+        deg, act = (1, "relu") if method == "ntk-relu1" else (opts.ntk_degree, "silu")  # theirs: degree 1, ReLU
+        return baselines.ntk_mlp(K, V, facts, h, deg, method == "ntk-mo", act, seed=seed, info=info)
+    if method == "gd-bilinear":  # their protocol: bilinear, no biases, all epochs down to a 1e-7 loss
+        e = opts.official_gd_epochs
+        ck = opts.train_checkpoint
+        return baselines.train_mlp(K, V, facts, h, "linear", e, seed=seed, checkpoint=ck, bias=False, loss_cutoff=1e-7)
     return baselines.train_mlp(
         K,
         V,
@@ -476,7 +488,7 @@ def _search_setup(method, fact_sets, options, infos, work_dir) -> tuple:
     opts = options or BuildOptions()
     if work_dir is not None and opts.codec_cache is None and method.endswith("+gd"):
         opts = replace(opts, codec_cache=str(work_dir))  # the search's GD decoders, kept until the record is written
-    if infos is None and opts.whiten == 0 and method.split("+")[-1] in ("jl", "jl-sign", "naive", "ntk-mo"):
+    if infos is None and opts.whiten == 0 and method.split("+")[-1] in NEEDS_RHO:
         infos = [decodability(fs.values) for fs in fact_sets]
     memo = None if work_dir is None else _Remembered(work_dir, method, fact_sets, opts)
     return opts, infos, memo

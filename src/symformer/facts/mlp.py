@@ -9,7 +9,7 @@ from torch import nn
 
 from symformer._validation import check_choice, check_int, check_tensor, fail
 
-ACTIVATIONS = ("silu", "relu", "silu_prime", "step")
+ACTIVATIONS = ("silu", "relu", "silu_prime", "step", "linear")
 
 
 def silu_prime(x: torch.Tensor) -> torch.Tensor:
@@ -24,6 +24,8 @@ def activate(kind: str, x: torch.Tensor) -> torch.Tensor:
         return F.relu(x)
     if kind == "silu_prime":
         return silu_prime(x)
+    if kind == "linear":
+        return x  # the identity: a gated MLP with it is bilinear, (gate x) * (up x) (facts.hebbian)
     return (x > 0).to(x.dtype)  # "step": ReLU's derivative, the gate of the ReLU derivative gadget (B.4.3)
 
 
@@ -98,7 +100,7 @@ class FactMLP(nn.Module):
     Args:
         d (int): the key / value width.
         h (int): the hidden width.
-        activation (str): "silu", "relu", "silu_prime" or "step".
+        activation (str): "silu", "relu", "silu_prime", "step" or "linear" (the identity).
         gated (bool): down(act(gate x) * up x), else down(act(up x)).
         bias (bool): biases on gate and up.
         m (int | None): factorise down as D E through m codes (None: a dense (d, h) down).

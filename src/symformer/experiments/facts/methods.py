@@ -44,5 +44,8 @@ METHODS = {
         Method("ntk-mo"),
         Method("gd-swiglu", trained=True),
         Method("gd-relu", trained=True),
+        Method("gd-bilinear", trained=True),
+        Method("ntk-relu1"),
+        *(Method(v) for v in ("hebbian", "hebbian-whitened", "hebbian-dd", "hebbian-als")),
     )
 }

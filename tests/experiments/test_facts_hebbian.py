@@ -1,0 +1,57 @@
+"""Experiment facts-hebbian in quick mode: every search runs, the metrics and claims exist, and a record of the
+authors' code placed in OUT/official/ is read into the comparison metrics (slow: its GD searches train for about a
+minute on a loaded core)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from symformer.experiments import RunContext, load_all
+from symformer.experiments.facts_hebbian import plan as hp
+from symformer.experiments.facts_hebbian import report as hr
+
+METRICS = (
+    "hebbian_reimpl_vs_official_params",
+    "best_construction_vs_official_best_params",
+    "gd_baseline_vs_official_gd_params",
+)
+
+
+@pytest.mark.slow
+def test_quick_run_reports_every_method_and_reads_the_official_record(tmp_path):
+    off = tmp_path / "official"
+    off.mkdir()
+    # a made-up record of their code at the quick point: hebbian-dd at h = 1000 units, GD at 3000 parameters
+    (off / "official.json").write_text(
+        json.dumps(
+            {
+                "d=16_F=64_kappa=1": {
+                    "cf_coord_whitened": {"m": 1000, "param_count": 48000},
+                    "gd": {"m": 62, "param_count": 3000},
+                }
+            }
+        )
+    )
+    res = load_all().get("facts-hebbian").fn(RunContext(out_dir=tmp_path, quick=True, progress=False))
+    assert set(METRICS) <= set(res.metrics)
+    rows = res.config["rows"]["d=16_F=64_kappa=1"]
+    plan = hp.Plan.for_run(True)
+    assert set(rows) == set(hp.methods_at(plan, plan.points[0]))
+    dd = rows["hebbian-dd"]
+    assert dd["size"] is not None and dd["params"] == 3 * 16 * dd["size"] == dd["params_official_count"]
+    assert res.metrics["hebbian_reimpl_vs_official_params"] == {"d=16_F=64_kappa=1": dd["params"] / 48000}
+    assert res.metrics["gd_baseline_vs_official_gd_params"] == rows["gd-swiglu"]["params"] / 3000
+    assert rows["hebbian-als"]["params"] <= rows["hebbian-dd"]["params"]  # the refits never need more here
+    assert all(c.verdict in ("holds", "fails", "inconclusive") for c in res.claims)
+    assert {c.id for c in res.claims} >= {
+        "e/Fig2b-gd/gd-swiglu",
+        "e/Fig2b-gd/gd-bilinear",
+        "e/Fig2b-ntk/ntk",
+        "e/Fig2b-ntk/ntk-relu1",
+        "hebbian/reimpl",
+        "hebbian/best",
+    }
+    assert (tmp_path / "sizes.md").read_text().count("| d=16_F=64") == 2 * 7 + 2
+    assert hr.read_official(tmp_path / "nothing") == {}
