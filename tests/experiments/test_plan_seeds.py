@@ -106,6 +106,25 @@ def hf(quick):
     assert "seed=ctx.seed" in inspect.getsource(report)
 
 
+def linearize(quick):
+    """LinearizePlan holds sizes and budgets only; the report hands ctx.seed to every job (teacher, arms, scratch)."""
+    from symformer.experiments.linearize import report
+    from symformer.experiments.linearize.plan import LinearizePlan
+
+    assert not any("seed" in f for f in LinearizePlan.__dataclass_fields__)
+    assert LinearizePlan.for_run(quick) == LinearizePlan.for_run(quick)
+    assert '"seed": ctx.seed' in inspect.getsource(report)
+
+
+def facts_hebbian(quick):
+    """facts_hebbian's Plan holds points and counts; its jobs draw fact sets from seed, seed + 1, ... of the run."""
+    from symformer.experiments.facts_hebbian import plan as hp
+
+    p = hp.Plan.for_run(quick)
+    assert not any("seed" == f for f in hp.Plan.__dataclass_fields__)
+    assert {job.kwargs["seed"] for job, _ in hp.jobs(p, quick, SEED)} == {SEED}
+
+
 CHECKS = {
     "FavorPlan": favor,
     "PrecisionPlan": precision,
@@ -117,6 +136,8 @@ CHECKS = {
     "FactsPlan": facts,
     "FactRecallPlan": fact_recall,
     "HfPlan": hf,
+    "LinearizePlan": linearize,
+    "Plan": facts_hebbian,  # experiments/facts_hebbian/plan.py
 }
 
 

@@ -18,7 +18,7 @@ are registered at the first eager call or by `prepare_kernels` (FavorAttention's
 
 import functools
 import math
-from types import SimpleNamespace
+from typing import NamedTuple
 
 import torch
 
@@ -37,6 +37,14 @@ __all__ = [
 
 _DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.float16)
 MAX_DECODE_FEATURES = 2048  # the decoding kernel holds all m features of one head in one block
+
+
+class _Saved(NamedTuple):
+    """What the chunk kernel's backward reads from an autograd ctx: the normaliser's backward calls it directly."""
+
+    saved_tensors: tuple
+    reverse: bool
+    chunk: int
 
 
 def _pow2(n: int, low: int, high: int) -> int:
@@ -206,7 +214,7 @@ def _register(interpreted: bool):
     def backward_den(ctx, do, dden):
         # den_i = sum_{j <= i} q_i . k_j: dq_i += dden_i sum_{j <= i} k_j, dk_j += sum_{i >= j} dden_i q_i (prefix sums)
         q, k, v = ctx.saved_tensors
-        dq, dk, dv, _, _ = backward(SimpleNamespace(saved_tensors=(q, k, v), reverse=False, chunk=ctx.chunk), do)
+        dq, dk, dv, _, _ = backward(_Saved((q, k, v), False, ctx.chunk), do)
         dd = dden.unsqueeze(-1)
         dq = dq + (dd * k.to(dd.dtype).cumsum(-2)).to(q.dtype)
         dk = dk + (dd * q.to(dd.dtype)).flip(-2).cumsum(-2).flip(-2).to(k.dtype)
