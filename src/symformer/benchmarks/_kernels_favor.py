@@ -28,6 +28,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from symformer._rng import seeded_generator
 from symformer._validation import fail
 from symformer.attention import FavorAttention
 from symformer.attention.favor_ops import _key_features, _query_features
@@ -67,7 +68,7 @@ def fla_available() -> bool:
 
 
 def _causal_methods(device: str, seed: int) -> dict[str, Callable[[], None]]:
-    g = torch.Generator(device=device).manual_seed(seed)
+    g = seeded_generator(seed, device)
     q, k, v = (
         (0.5 * torch.randn(1, H, N, DH, generator=g, device=device)).bfloat16().requires_grad_() for _ in range(3)
     )
@@ -109,7 +110,7 @@ def _flash(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 def _decode_methods(device: str, seed: int) -> dict[str, Callable[[], object]]:
     from symformer.kernels.favor import decode_step  # registers the Triton ops (optional dependency)
 
-    g = torch.Generator(device=device).manual_seed(seed)
+    g = seeded_generator(seed, device)
     ctx_qkv = [(0.5 * torch.randn(1, H, CONTEXT, DH, generator=g, device=device)).bfloat16() for _ in range(3)]
     one = [(0.5 * torch.randn(1, H, 1, DH, generator=g, device=device)).bfloat16() for _ in range(3)]
     methods: dict[str, Callable[[], object]] = {}

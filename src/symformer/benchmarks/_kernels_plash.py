@@ -20,6 +20,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from symformer._rng import seeded_generator
 from symformer.attention.plash import PlashAttention
 from symformer.benchmarks._attention_common import time_core
 from symformer.benchmarks.attention_plash import D_MODEL, HEADS, matmul_throughput
@@ -94,7 +95,7 @@ def plash_rows(ctx: BenchContext) -> tuple[list[dict], dict]:
     min_run = 0.3 if ctx.quick else 1.0
     peak = matmul_throughput(ctx.device)
     rows, ratios = _core_rows(ctx, peak, min_run)
-    g = torch.Generator().manual_seed(ctx.seed)
+    g = seeded_generator(ctx.seed)
     steps = {f"plash_{k}": _plash_step(k, ctx.device, g) for k in ("triton", "torch")}
     steps["sdpa"] = _sdpa_step(ctx.device, g)
     secs = {name: median_seconds(fn, min_run, ctx.device) for name, fn in steps.items()}
