@@ -20,6 +20,7 @@ ORDER = (
     "reload",
     "positional",
     "cache",
+    "packing",
     "attention",
     "exact",
     "lm",
