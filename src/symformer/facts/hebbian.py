@@ -1,9 +1,9 @@
 """Bilinear Hebbian fact MLPs, the constructions of the paper's later version "MLPs are Hebbians" (arXiv 2607.10034),
 written from reading the authors' code (github.com/HazyResearch/hebbian-mlps, at the commit that
 results/facts-hebbian/PROVENANCE.md names; its `src/hebbian/methods/hebbian/README.md` names the three variants and
-`construction.py` / `readout.py` / `model.py` hold them). Every variant stores facts with bilinear features phi(x) = (A0
-x) * (A1 x) and a linear readout W, i.e. the gated MLP down(act(gate x) * up x) with the identity as act (FactMLP
-activation "linear"):
+`construction.py` / `readout.py` / `model.py` hold them). Every variant stores facts with bilinear features
+phi(x) = (A0 x) * (A1 x) and a linear readout W, i.e. the gated MLP down(act(gate x) * up x) with the identity as act
+(FactMLP activation "linear"):
 
 - "hebbian": random Gaussian A0, A1 with the 1/sqrt(h) feature scale, and the raw Hebbian readout
   W = V^T Phi / n (their `raw_readout`), V the value of each key;
