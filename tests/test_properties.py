@@ -166,6 +166,7 @@ def _valid(pos, c, n):
 @given(case=positions_case())
 @example(case=(2, 3, torch.tensor([[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]], dtype=torch.float64)))  # valid, shared
 @example(case=(1, 4, torch.arange(8, dtype=torch.float32).view(2, 4, 1)))  # valid, batched, float32
+@example(case=(3, 1, torch.tensor([[[0.0, 0.0, 0.0]], [[0.0, 0.0, 1.0]]], dtype=torch.float64)))  # batched, C = 3
 @example(case=(1, 2, torch.tensor([[0.0], [math.nan]], dtype=torch.float64)))  # NaN
 @example(case=(1, 2, torch.tensor([[0], [1]])))  # integer dtype (exact: accepted)
 @example(case=(1, 2, torch.tensor([[0.0], [257.0]], dtype=torch.bfloat16)))  # 16-bit: refused, never rounded
@@ -195,7 +196,8 @@ def test_positions_accepted_correctly_or_rejected_by_name(name, case):
         if name != "espr":  # ESPR zeroes the inactive block and P mixes it: norms of the active part only
             assert torch.allclose(rq.norm(dim=-1), q.norm(dim=-1), rtol=1e-9)
         r = part.matrix(pos)
-        ref = (r[..., None, :, :, :] if pos.ndim == 3 else r) @ q[..., None]
+        # batched positions: (B, N, Dh, Dh) gets the head axis; per-head parts (STRING's per-head RoPE-Mixed) have it
+        ref = (r[..., None, :, :, :] if pos.ndim == 3 and r.ndim == 4 else r) @ q[..., None]
         ref = ref[..., 0]
         if name == "espr":
             d = part.d_act

@@ -428,7 +428,8 @@ class RotaryPositional(Float32Master):
             positions (N, C): positions ((..., N, C) batched; (N,) token positions when C = 1).
 
         Returns:
-            R (..., N, Dh, Dh): the rotation at each position.
+            R (..., N, Dh, Dh): the rotation at each position; a part with per-head rotations puts the head axis
+            before N: (H, N, Dh, Dh), or (B, H, N, Dh, Dh) for batched positions.
         """
         raise NotImplementedError(f"{type(self).__name__}.matrix")
 

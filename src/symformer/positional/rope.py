@@ -444,7 +444,8 @@ class RoPE(RotaryPositional):
             positions (N, C): positions ((..., N, C) batched; (N,) token positions when C = 1).
 
         Returns:
-            R (..., N, Dh, Dh): the rotations, orthogonal, with `rotate(x, r) = R(r) x`.
+            R (..., N, Dh, Dh): the rotations, orthogonal, with `rotate(x, r) = R(r) x`. Per-head frequencies
+            (mode "mixed" with n_heads) give one rotation per head: (H, N, Dh, Dh), (B, H, N, Dh, Dh) batched.
 
         Examples:
             >>> import torch
