@@ -46,8 +46,3 @@ def is_compiling() -> bool:
     if fn is None:  # pragma: no cover - torch < 2.3
         from torch._dynamo import is_compiling as fn
     return bool(fn())
-
-
-# torch.library.triton_op / wrap_triton (torch >= 2.6): a Triton launch inside a custom op that torch.compile traces
-# (kernels/favor.py); older releases run the torch reference instead
-HAS_TRITON_OP = hasattr(getattr(torch, "library", None), "triton_op")

@@ -40,14 +40,14 @@ def _interpreter_ready() -> bool:
 
 IN_PROCESS = _interpreter_ready()  # before anything below imports Triton
 
-from symformer._torch_compat import HAS_TRITON_OP  # noqa: E402
+from symformer._torch_compat import TRITON_OP  # noqa: E402
 from symformer.attention import FavorAttention  # noqa: E402
 from symformer.attention.favor_ops import favor_causal  # noqa: E402
 from symformer.kernels import triton_available  # noqa: E402
 
 pytestmark = [
     pytest.mark.skipif(not triton_available(), reason="triton does not import (pip install symformer[triton])"),
-    pytest.mark.skipif(not HAS_TRITON_OP, reason="torch.library.triton_op needs torch >= 2.6"),
+    pytest.mark.skipif(not TRITON_OP, reason="torch.library.triton_op needs torch >= 2.6"),
 ]
 
 B, H, N, D, M, CHUNK = 1, 2, 40, 8, 20, 16

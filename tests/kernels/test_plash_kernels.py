@@ -7,13 +7,13 @@ import math
 import pytest
 import torch
 
-from symformer._torch_compat import HAS_TRITON_OP
+from symformer._torch_compat import TRITON_OP
 from symformer.attention import PlashAttention
 from symformer.kernels import _plash_triton
 from symformer.kernels import plash as kp
 
 pytest.importorskip("triton", reason="the PLASH kernels need Triton (pip install symformer[triton])")
-pytestmark = pytest.mark.skipif(not HAS_TRITON_OP, reason="the PLASH kernels need torch >= 2.6 (triton_op)")
+pytestmark = pytest.mark.skipif(not TRITON_OP, reason="the PLASH kernels need torch >= 2.6 (triton_op)")
 
 F64 = torch.float64
 

@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import torch
 
-from symformer._torch_compat import HAS_TRITON_OP, is_compiling
+from symformer._torch_compat import TRITON_OP, is_compiling
 from symformer._validation import fail
 from symformer.kernels._dispatch import interpreting, kernel_mode, triton_available
 
@@ -57,7 +57,7 @@ def unsupported_causal(*tensors: torch.Tensor) -> str | None:
     Args:
         *tensors: the kernel's inputs (query and key features, values).
     """
-    if not HAS_TRITON_OP:
+    if not TRITON_OP:
         return f"torch {torch.__version__} (torch.library.triton_op needs torch >= 2.6)"
     for t in tensors:
         if t.dtype not in _DTYPES:
@@ -182,7 +182,7 @@ def _register(interpreted: bool):
     which torch.compile traces into (wrap_triton makes the launch a graph node). The interpreter's kernels cannot
     run on compile's fake tensors, so under TRITON_INTERPRET=1 the ops are opaque custom_ops with a shape-only
     fake; `_ops` picks per call."""
-    from torch.library import custom_op, triton_op  # torch >= 2.6 (HAS_TRITON_OP)
+    from torch.library import custom_op, triton_op  # torch >= 2.6 (TRITON_OP)
 
     make, suffix = (custom_op, "_interpreted") if interpreted else (triton_op, "")
     causal = make(f"symformer::favor_chunk_causal{suffix}", _chunk_impl, mutates_args=())
@@ -256,7 +256,7 @@ def prepare_kernels(kernel: str | None = None) -> bool:
     Args:
         kernel: None (SYMFORMER_KERNELS), "auto", "triton" or "torch".
     """
-    if not HAS_TRITON_OP or kernel_mode(kernel) == "torch":
+    if not TRITON_OP or kernel_mode(kernel) == "torch":
         return False
     if not (torch.cuda.is_available() or interpreting()) or not triton_available():
         return False

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import torch
 
-from symformer._torch_compat import HAS_TRITON_OP
+from symformer._torch_compat import TRITON_OP
 from symformer.kernels import _plash_triton as _tk
 from symformer.kernels._dispatch import interpreting, triton_available
 
@@ -45,7 +45,7 @@ def unsupported(x: torch.Tensor, head_dim: int, m: int, block: int | None = None
         m (int): the number of prototypes M.
         block (int | None): the causal block c (the causal readout and the decoding step), or None.
     """
-    if not HAS_TRITON_OP:
+    if not TRITON_OP:
         return "torch < 2.6 (no torch.library.triton_op)"
     if x.dtype not in _DTYPES:
         return f"dtype {x.dtype}"
@@ -385,7 +385,7 @@ def _register(interpreted: bool) -> dict:
     torch.compile traces into (wrap_triton makes each launch a graph node). The interpreter's kernels cannot run on
     compile's fake tensors, so under TRITON_INTERPRET=1 the ops are opaque custom_ops with shape-only fakes; `_op`
     picks per call."""
-    from torch.library import custom_op, triton_op  # torch >= 2.6 (HAS_TRITON_OP)
+    from torch.library import custom_op, triton_op  # torch >= 2.6 (TRITON_OP)
 
     make, suffix = (custom_op, "_interpreted") if interpreted else (triton_op, "")
     ops = {name: make(f"symformer::plash_{name}{suffix}", fn, mutates_args=mut) for name, fn, _, mut in _IMPLS}
@@ -412,8 +412,8 @@ def _register(interpreted: bool) -> dict:
 
 # the interpreter's ops always (cheap); the triton_ops only where CUDA and Triton are present: registering one reads
 # its source for kernels, which imports torch._inductor and Triton (seconds), and only a CUDA tensor ever takes them
-_OPS = {True: _register(True)} if HAS_TRITON_OP else {}
-if HAS_TRITON_OP and torch.cuda.is_available() and triton_available():
+_OPS = {True: _register(True)} if TRITON_OP else {}
+if TRITON_OP and torch.cuda.is_available() and triton_available():
     _OPS[False] = _register(False)
 
 

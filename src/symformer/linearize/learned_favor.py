@@ -50,6 +50,7 @@ class LearnedFavorAttention(FavorAttention):
         seed (int | None): the seed of the feature draws.
         block_rows (int | None): rows per block of the streamed non-causal form.
         dropout (float): must be 0.0.
+        kernel (str | None): FavorAttention's Triton switch (None, "auto", "triton" or "torch").
 
     Example:
         >>> import torch
@@ -75,9 +76,10 @@ class LearnedFavorAttention(FavorAttention):
         seed: int | None = None,
         block_rows: int | None = None,
         dropout: float = 0.0,
+        kernel: str | None = None,
     ):
         super().__init__(
-            head_dim, n_features, orthogonal, chunk_size, kernel_eps, denominator_eps, seed, block_rows, dropout
+            head_dim, n_features, orthogonal, chunk_size, kernel_eps, denominator_eps, seed, block_rows, dropout, kernel
         )
         self.n_heads = check_int("n_heads", n_heads, 1)
         eye = torch.eye(self.head_dim).expand(self.n_heads, -1, -1).clone()
