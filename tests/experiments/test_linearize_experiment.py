@@ -1,5 +1,6 @@
 """Experiment `linearize` (issue 64 item 4): its metrics and verdicts are computed from the runs' numbers (fast, on
-made-up records, with a negative control), and `reproduce linearize --quick` runs end to end (slow: ~1 minute)."""
+made-up records, with a negative control), and `reproduce linearize --quick` runs end to end (CI's quick mode: a tiny
+teacher and a few steps per stage check the plumbing, not the numbers)."""
 
 import math
 
@@ -57,7 +58,6 @@ def test_registered():
     assert load_all().get("linearize").data_files == ("tinyshakespeare.txt",)
 
 
-@pytest.mark.slow  # ~1 minute on 2 cores: the whole quick protocol
 def test_quick_run_reports_the_issue_metrics(tmp_path):
     from symformer.data.paths import data_dir
 

@@ -17,19 +17,66 @@ sums, 16-bit inputs computed in float32, and the decoding state (attention.decod
 `hf.configure(model, attention="favor_learned")`, HF `generate()` with constant-size states and `CausalLM` with no
 other edit. Importing symformer.linearize registers it (ATTENTION "favor_learned"); a saved model with these cores
 reloads with `hf.from_pretrained` in a process that imported it.
+
+feature_map="hedgehog" swaps FAVOR+'s exponential features for Hedgehog's (Zhang et al. 2024, "The Hedgehog & the
+Porcupine": a trainable per-head map, then a softmax over the feature dimensions, both signs) taken over FAVOR+'s
+random projections of the mapped inputs:
+
+    phi(x) = [softmax(x^ A_h W^T), softmax(-x^ A_h W^T)]   (2m features; W (m, Dh): the fixed random directions;
+                                                          x^ = sqrt(scale) x, a row)
+
+softmax_l(w_l.x) = exp(w_l.x) / sum_j exp(w_j.x), and sum_j exp(w_j.x) ~= m exp(|x|^2/2) for Gaussian w, so at the
+identity maps each half is close to FAVOR+'s positive feature exp(w.x - |x|^2/2) / m with +w and with -w: the core
+starts near softmax attention, as the plain map does. It departs from the Performer paper twice: the map is
+learned, and each token's features are normalised by their own sum (a key's weight is then no longer an unbiased
+estimate). The features are bounded by 1, so no stabiliser is needed, and the causal decoding state is plain
+running sums [sum phi(k) v^T, sum phi(k)] (FavorState with kvs of 2m rows; c unused): exact, constant size.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
-from symformer._validation import check_int, fail
+from symformer._validation import check_choice, check_float, check_int, fail
 from symformer.attention.favor import FavorAttention
+from symformer.attention.favor_ops import favor_causal, favor_noncausal
+from symformer.attention.favor_state import (
+    FavorState,
+    accumulation_dtype,
+    check_features,
+    check_state_use,
+)
 from symformer.attention.softmax import float32_compute, needs_float32
 from symformer.registry import ATTENTION
 
-__all__ = ["LearnedFavorAttention"]
+__all__ = ["FEATURE_MAPS", "LearnedFavorAttention", "hedgehog_features"]
+
+#: feature_map -> what follows the learned per-head maps: FAVOR+'s exponential features, or Hedgehog's softmax over
+#: the random projections (both signs)
+FEATURE_MAPS = ("favor", "hedgehog")
+
+
+def hedgehog_features(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """Hedgehog's feature map over random projections: [softmax(x w^T), softmax(-x w^T)] over the feature axis.
+
+    Args:
+        x (..., Dh): the mapped, scaled inputs (sqrt(scale) x A_h).
+        w (m, Dh): the random directions.
+
+    Returns:
+        (..., 2m): positive features, each half summing to 1.
+
+    Example:
+        >>> import torch
+        >>> f = hedgehog_features(torch.randn(2, 3, 4), torch.randn(8, 4))
+        >>> f.shape, bool(torch.allclose(f.sum(-1), torch.full((2, 3), 2.0)))
+        (torch.Size([2, 3, 16]), True)
+    """
+    p = torch.matmul(x, w.transpose(-1, -2))
+    return torch.cat((torch.softmax(p, dim=-1), torch.softmax(-p, dim=-1)), dim=-1)
 
 
 class LearnedFavorAttention(FavorAttention):
@@ -51,6 +98,8 @@ class LearnedFavorAttention(FavorAttention):
         block_rows (int | None): rows per block of the streamed non-causal form.
         dropout (float): must be 0.0.
         kernel (str | None): FavorAttention's Triton switch (None, "auto", "triton" or "torch").
+        feature_map (str): "favor" (FAVOR+'s exponential features) or "hedgehog" (module docstring; 2 n_features
+            features; kernel_eps and denominator_eps must be 0).
 
     Example:
         >>> import torch
@@ -77,10 +126,14 @@ class LearnedFavorAttention(FavorAttention):
         block_rows: int | None = None,
         dropout: float = 0.0,
         kernel: str | None = None,
+        feature_map: str = "favor",
     ):
         super().__init__(
             head_dim, n_features, orthogonal, chunk_size, kernel_eps, denominator_eps, seed, block_rows, dropout, kernel
         )
+        self.feature_map = check_choice("feature_map", feature_map, FEATURE_MAPS)
+        if feature_map == "hedgehog" and (kernel_eps or denominator_eps):
+            fail("kernel_eps / denominator_eps", (kernel_eps, denominator_eps), "0 with feature_map='hedgehog'")
         self.n_heads = check_int("n_heads", n_heads, 1)
         eye = torch.eye(self.head_dim).expand(self.n_heads, -1, -1).clone()
         self.q_map = nn.Parameter(eye.clone())  # (H, Dh, Dh), acting as x @ A_h
@@ -109,11 +162,74 @@ class LearnedFavorAttention(FavorAttention):
         """
         if state is None and needs_float32(q, k, v):  # once in float32 (the maps too), not mapped twice
             return float32_compute(self, q, k, v, attn_mask, is_causal, scale)
+        if self.feature_map == "hedgehog":
+            return self._hedgehog(q, k, v, attn_mask, is_causal, scale, state)
         q, k = self._mapped(q, self.q_map, "q"), self._mapped(k, self.k_map, "k")
         return super().forward(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale, state=state)
 
+    def step(self, q, k, v, state: FavorState, attn_mask=None, scale=None) -> torch.Tensor:
+        """FavorAttention.step; with feature_map="hedgehog" the forward with `state` (maps and Hedgehog features)."""
+        if self.feature_map == "hedgehog":
+            return self.forward(q, k, v, attn_mask=attn_mask, is_causal=True, scale=scale, state=state)
+        return super().step(q, k, v, state, attn_mask=attn_mask, scale=scale)
+
+    def _hedgehog_features(self, x, weight, scale: float, name: str) -> torch.Tensor:
+        """phi(sqrt(scale) x A_h) in the accumulation dtype (float32 for 16-bit inputs, else x's)."""
+        acc = accumulation_dtype(x.dtype)
+        xm = self._mapped(x.to(acc), weight, name) * math.sqrt(scale)
+        return hedgehog_features(xm, self.features.to(acc))
+
+    def _hedgehog(self, q, k, v, attn_mask, is_causal, scale, state):
+        """The forward with feature_map="hedgehog": FAVOR+'s causal / non-causal sums over Hedgehog's features."""
+        if q.shape[-1] != self.head_dim:
+            fail("q", f"head dim {q.shape[-1]}", f"the head_dim {self.head_dim} the features were drawn for")
+        if is_causal and q.shape[-2] != k.shape[-2]:
+            fail("is_causal", f"True with {q.shape[-2]} queries and {k.shape[-2]} keys", "equal query and key lengths")
+        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else check_float("scale", scale, 0.0, low_open=True)
+        qf = self._hedgehog_features(q, self.q_map, scale, "q")
+        kf = self._hedgehog_features(k, self.k_map, scale, "k")
+        keep = self._key_keep(attn_mask, k)
+        if keep is not None:
+            kf = kf * keep.to(kf.dtype)  # a padded key adds nothing to the sums
+        if state is not None:
+            if not is_causal:
+                fail("is_causal", is_causal, "True with a decoding state")
+            return self._hedgehog_step(qf, kf, v, state)
+        if is_causal:
+            y = favor_causal(qf, kf, v.to(qf.dtype), self.chunk_size, 0.0, keep is not None, self.kernel)
+        else:
+            y = favor_noncausal(qf, kf, v.to(qf.dtype))
+        return y.to(v.dtype)
+
+    def _hedgehog_step(self, qf, kf, v, state: FavorState) -> torch.Tensor:
+        """L new tokens against the running sums kvs = [sum_j phi(k_j) v_j^T, sum_j phi(k_j)] (2m, Dv + 1): the
+        in-chunk triangle plus the earlier keys, chunk by chunk; O(m (Dh + Dv)) per decoded token. No host read;
+        without autograd the sums are updated in place (a captured CUDA graph replays on the same buffers)."""
+        if not isinstance(state, FavorState):
+            fail("state", type(state).__name__, "a FavorState from LearnedFavorAttention.init_state()", TypeError)
+        check_features(state, self.features, self._features_epoch)
+        acc = qf.dtype
+        check_state_use(state, qf, v, qf.shape[-1], acc)
+        if state.kvs is None:  # c (FAVOR+'s running stabiliser) stays 0: the features need none
+            state.kvs = qf.new_zeros(*qf.shape[:2], qf.shape[-1], v.shape[-1] + 1)
+            state.c = qf.new_zeros(*qf.shape[:2], 1, 1)
+        if state.length is None:
+            state.length = torch.zeros((), dtype=torch.long, device=qf.device)
+        vv = torch.nn.functional.pad(v.to(acc), (0, 1), value=1.0)  # [v, 1]: numerator and denominator together
+        grad = torch.is_grad_enabled() and any(t.requires_grad for t in (qf, kf, v, state.kvs))
+        out = []
+        for s in range(0, qf.shape[-2], self.chunk_size):
+            qb, kb, vb = (t[..., s : s + self.chunk_size, :] for t in (qf, kf, vv))
+            out.append(torch.matmul(qb, kb.transpose(-1, -2)).tril() @ vb + qb @ state.kvs)
+            new = kb.transpose(-1, -2) @ vb
+            state.kvs = state.kvs + new if grad else state.kvs.add_(new)
+        o = out[0] if len(out) == 1 else torch.cat(out, dim=-2)
+        state.length.add_(qf.shape[-2])
+        # no kept key yet: numerator and denominator are 0, and 0 / tiny = 0 (favor_state's rule)
+        return (o[..., :-1] / o[..., -1:].clamp_min(torch.finfo(acc).tiny)).to(v.dtype)
+
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, n_heads={self.n_heads}, learned q/k maps"
+        return f"{super().extra_repr()}, n_heads={self.n_heads}, learned q/k maps, feature_map={self.feature_map}"
 
 
 ATTENTION.register("favor_learned")(LearnedFavorAttention)

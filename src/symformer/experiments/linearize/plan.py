@@ -45,24 +45,24 @@ class LinearizePlan:
 
     @classmethod
     def for_run(cls, quick: bool) -> "LinearizePlan":
-        if quick:
+        if quick:  # the plumbing end to end in seconds (CI's quick-mode test), not the numbers
             return cls(
-                block=32,
-                max_chars=200_000,
-                spec=TinyLlama(hidden_size=32, n_layers=2, n_heads=2, n_kv_heads=1, intermediate_size=64, max_len=1024),
-                teacher_steps=150,
-                batch_size=8,
-                stage1_steps=20,
-                stage2_steps=20,
+                block=16,
+                max_chars=20_000,
+                spec=TinyLlama(hidden_size=16, n_layers=1, n_heads=2, n_kv_heads=1, intermediate_size=32, max_len=128),
+                teacher_steps=10,
+                batch_size=4,
+                stage1_steps=2,
+                stage2_steps=2,
                 lr1=1e-2,
                 lr2=1e-3,
-                lora_rank=4,
-                favor={"n_features": 16},
-                plash={"M": 4, "D_k": 16, "causal_block": 8, "mixer_heads": 2},
-                eval_batches=4,
-                points=2,
-                context=256,
-                decode_tokens=4,
+                lora_rank=2,
+                favor={"n_features": 8},
+                plash={"M": 2, "D_k": 8, "causal_block": 4, "mixer_heads": 2},
+                eval_batches=1,
+                points=1,
+                context=32,
+                decode_tokens=2,
             )
         return cls(
             block=64,
