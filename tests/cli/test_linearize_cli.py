@@ -64,6 +64,7 @@ def test_linearize_writes_a_reloadable_model(capsys, folder, tmp_path):
         (["--stage1-tokens", "0"], "error: --stage1-tokens: got 0, expected "),
         (["--stage2-tokens", "5"], "error: --stage2-tokens: got 5, expected >= 32 tokens"),
         (["--core-options", "n_features"], "error: --core-options: got 'n_features', expected key=value pairs"),
+        (["--core-options", "feature_map=cosine"], "error: feature_map: got 'cosine', expected one of favor, hedgehog"),
     ],
 )
 def test_bad_options_are_one_line(capsys, folder, tmp_path, args, message):

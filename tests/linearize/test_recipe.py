@@ -36,10 +36,11 @@ def _split(n=24, block=12, vocab=40, seed=0):
     return Split(part, TensorData(part.x[:4], part.y[:4]), TensorData(part.x[:4], part.y[:4]), {"vocab_size": vocab})
 
 
-def _config(attention="favor", positional="rope", **kw):
+def _config(attention="favor", positional="rope", feature_map=None, **kw):
     base = dict(stage1_tokens=4 * 12 * 4, stage2_tokens=4 * 12 * 3, batch_size=4, eval_every=2, eval_batches=1)
     base.update(kw)
-    return LinearizeConfig(attention, positional, core_options=OPTIONS[attention], **base)
+    options = {**OPTIONS[attention], **({"feature_map": feature_map} if feature_map else {})}
+    return LinearizeConfig(attention, positional, core_options=options, **base)
 
 
 @pytest.mark.parametrize("attention", ["favor", "plash"])
@@ -57,12 +58,15 @@ def test_stage1_lowers_the_transfer_loss(attention):
     assert after < 0.8 * before, (before, after)
 
 
-@pytest.mark.parametrize("attention,positional", [("favor", "string"), ("plash", "rope")])
-def test_saved_model_reloads_exactly_and_generates_with_states(tmp_path, attention, positional):
+@pytest.mark.parametrize(
+    "attention,positional,feature_map",
+    [("favor", "string", None), ("plash", "rope", None), ("favor", "rope", "hedgehog")],
+)
+def test_saved_model_reloads_exactly_and_generates_with_states(tmp_path, attention, positional, feature_map):
     import transformers as tf
 
     teacher, data = tiny("llama", torch.float64, seed=0), _split()
-    model = linearize(teacher, data, _config(attention, positional)).model
+    model = linearize(teacher, data, _config(attention, positional, feature_map)).model
     assert not any("lora" in n for n, _ in model.named_parameters())  # merged before saving
     save(model, tmp_path)
     loaded = hf.from_pretrained(tf.LlamaForCausalLM, tmp_path, dtype=torch.float64).eval()
@@ -71,6 +75,8 @@ def test_saved_model_reloads_exactly_and_generates_with_states(tmp_path, attenti
         assert (loaded(ids).logits - model(ids).logits).abs().max() <= 1e-10
     out = loaded.generate(ids[:, :5], max_new_tokens=6, do_sample=False, return_dict_in_generate=True)
     assert getattr(out.past_key_values, "symformer_kind", None) == recipe.CORES[attention]  # states, not keys
+    if feature_map:  # the option survives the save: the reloaded cores use Hedgehog's features
+        assert {m.feature_map for m in loaded.modules() if hasattr(m, "feature_map")} == {feature_map}
     seq = out.sequences
     with torch.no_grad():  # greedy decoding with the states equals the full causal forward's argmax
         assert torch.equal(loaded(seq[:, :-1]).logits[:, 4:].argmax(-1), seq[:, 5:])
@@ -133,6 +139,8 @@ def test_bad_input_is_refused_by_name():
         linearize(teacher, data, _config(stage2_tokens=5))
     with pytest.raises(ValueError, match=r"^attention: got 'softmax'"):
         LinearizeConfig(attention="softmax")
+    with pytest.raises(ValueError, match=r"^feature_map: got 'cosine', expected one of favor, hedgehog"):
+        linearize(teacher, data, _config(feature_map="cosine"))
     configured = hf.configure(tiny("llama", seed=0), attention="favor", n_features=8)
     with pytest.raises(ValueError, match=r"^model: got 'a model with symformer attention favor'"):
         linearize(configured, data, _config())
