@@ -54,6 +54,15 @@ def test_plan_round_trips_through_json_and_full_is_larger():
     assert full.spec.hidden_size > quick.spec.hidden_size and full.context == 4096
 
 
+def test_per_attention_training_settings_reach_only_their_arms():
+    from symformer.experiments.linearize.runs import arm_config
+
+    plan = LinearizePlan.from_dict({**LinearizePlan.for_run(True).as_dict(), "train": {"favor": {"lr2": 0.5}}})
+    assert arm_config(plan, "favor", "rope", 0).lr2 == 0.5
+    assert arm_config(plan, "plash", "rope", 0).lr2 == plan.lr2 != 0.5  # the other attention keeps the plan's
+    assert arm_config(plan, "favor", "rope", 0).lr1 == plan.lr1
+
+
 def test_registered():
     assert load_all().get("linearize").data_files == ("tinyshakespeare.txt",)
 

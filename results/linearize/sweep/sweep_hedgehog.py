@@ -19,7 +19,9 @@ from symformer.experiments.linearize.runs import linearize_arm
 
 torch.set_num_threads(1)
 TEACHER = str(Path(__file__).resolve().parents[1] / "runs" / ".models" / "teacher")
-base = LinearizePlan.for_run(False).as_dict()
+# the recorded run's FAVOR+ settings (5ca119a's full plan) as the base every variant changes
+base = {**LinearizePlan.for_run(False).as_dict(), "favor": {"n_features": 32}, "lr1": 1e-2, "lr2": 1e-3, "lora_rank": 8}
+base.pop("train", None)
 for name, change in json.loads(sys.argv[1]).items():
     plan = {**base, **change}
     t = time.time()

@@ -4,7 +4,7 @@ cores' sizes (quick or full), typed. The arms are every (attention, positional) 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from symformer.integrations.hf.lm import TinyLlama
 
@@ -31,6 +31,7 @@ class LinearizePlan:
     points: int  # validation points per stage
     context: int  # decoding speed and state memory after a prefill of this many tokens
     decode_tokens: int  # tokens timed after the prefill
+    train: dict = field(default_factory=dict)  # attention -> its own lr1 / lr2 / lora_rank where they differ
 
     @property
     def tokens_per_step(self) -> int:

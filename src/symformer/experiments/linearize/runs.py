@@ -59,15 +59,16 @@ def train_teacher(plan: dict, data_dir: str, model_dir: str, seed: int) -> dict:
 
 
 def arm_config(p: LinearizePlan, attention: str, positional: str, seed: int) -> LinearizeConfig:
+    """The arm's LinearizeConfig: the plan's budgets, and its learning rates and LoRA rank unless plan.train sets
+    the attention's own."""
+    own = {"lr1": p.lr1, "lr2": p.lr2, "lora_rank": p.lora_rank, **p.train.get(attention, {})}
     return LinearizeConfig(
         attention,
         positional,
         stage1_tokens=p.stage1_steps * p.tokens_per_step,
         stage2_tokens=p.stage2_steps * p.tokens_per_step,
         batch_size=p.batch_size,
-        lr1=p.lr1,
-        lr2=p.lr2,
-        lora_rank=p.lora_rank,
+        **own,
         core_options=dict(getattr(p, attention)),
         seed=seed,
         eval_every=max(min(p.stage1_steps, p.stage2_steps) // p.points, 1),
