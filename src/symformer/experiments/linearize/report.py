@@ -204,6 +204,8 @@ def run(ctx: RunContext) -> ExperimentResult:
         "stage 1 loss: LoLCATs' attention-transfer MSE on the attention outputs, all layers in parallel from the "
         "teacher's captured inputs; favor = FAVOR+ behind learned per-head maps (favor_learned, not the Performer "
         "paper's fixed map); stage 2: peft LoRA on q/k/v/o plus the cores' parameters, merged before saving",
+        f"cores: favor {plan.favor}, plash {plan.plash}; lr1 / lr2 / LoRA rank {plan.lr1} / {plan.lr2} / "
+        f"{plan.lora_rank}, except {plan.train or 'none'}",
         f"decoding at {plan.context} tokens: seconds per token and cache bytes in one process, models interleaved, "
         "on a shared CPU (noisy)",
         f"wall time {time.perf_counter() - t0:.0f}s",
