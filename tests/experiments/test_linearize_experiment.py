@@ -77,5 +77,6 @@ def test_quick_run_reports_the_issue_metrics(tmp_path):
     assert set(METRICS) <= set(res.metrics)
     assert all(math.isfinite(res.metrics[m]) for m in METRICS)
     assert res.metrics["state_vs_kv_cache_bytes[favor]"] < 1
+    assert all(v > 0 for v in res.metrics["decode"]["seconds_per_token"].values())  # timed steps, not a difference
     assert [c.id for c in res.claims] == ["lin-ppl", "lin-scratch", "lin-stage1"]
     assert (tmp_path / "linearize_ppl_vs_tokens.png").is_file()

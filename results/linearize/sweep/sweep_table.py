@@ -29,7 +29,8 @@ def row(name, c, p):
     )
 
 
-rec = json.load(open(f"{R}/runs/linearize-favor-rope.json"))["result"]["val_loss"]
+# the FAVOR+ record of the run at 5ca119a (a copy of its runs/ record, kept here since runs/ holds the rerun)
+rec = json.load(open(f"{R}/sweep/recorded-5ca119a-linearize-favor-rope.json"))["result"]["val_loss"]
 rows.append(row("recorded run (5ca119a)", {}, {k: math.exp(v) for k, v in rec.items()}))
 for pattern in ("favor*.txt", "hedgehog*.txt"):
     for f in sorted(glob.glob(f"{R}/sweep/{pattern}")):
