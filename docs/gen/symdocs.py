@@ -37,9 +37,9 @@ HEADLINES = {
     "not yet searched",
     "fact-recall": "a frozen fact MLP is used for recall (>= 99% after the swap); scaling, whitening, LM swap "
     "and editing are inconclusive at our budget",
-    "linearize": "PLASH after attention transfer + LoRA reaches 1.059x the softmax perplexity, FAVOR+ (learned "
-    "maps) 1.534x (target 1.10); both beat scratch training; stage 1 closes 0.675 (FAVOR+) and 0.668 (PLASH) of the "
-    "swap's gap (tiny char Llama)",
+    "linearize": "PLASH after attention transfer + LoRA reaches 1.059x the softmax perplexity, FAVOR+ (Hedgehog "
+    "feature map) 1.136x (target 1.10); both beat scratch training; stage 1 closes 0.848 (FAVOR+) and 0.668 (PLASH) "
+    "of the swap's gap (tiny char Llama)",
     "plash": "PLASH +13.9 ± 5.9% test MSE over softmax on ETTh1 (paper +3.5%); Prop. C.4's variance bound "
     "fails for k >= 2; 0 certificate violations",
     "resolution": "RoPE-Mixed beats RoPE-Axial above the training grid (+0.0324, SE 0.0103); its lead over STRING is "
