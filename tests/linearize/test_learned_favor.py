@@ -70,6 +70,23 @@ def test_decoding_equals_the_causal_forward(feature_map):
 
 
 @pytest.mark.parametrize("feature_map", FEATURE_MAPS)
+def test_step_applies_the_maps_as_the_forward_does(feature_map):
+    """`step` is public (FavorAttention's decoding API): called directly it must apply the learned maps once, as
+    `forward(state=...)` does, and give the last rows of the full causal forward."""
+    q, k, v = _qkv()
+    core = _trained(feature_map=feature_map)
+    full = core(q, k, v, is_causal=True)
+    st = core.init_state()
+    steps = [core.step(q[..., :5, :], k[..., :5, :], v[..., :5, :], st)]
+    steps += [core.step(q[..., i : i + 1, :], k[..., i : i + 1, :], v[..., i : i + 1, :], st) for i in range(5, 9)]
+    assert (torch.cat(steps, -2) - full).abs().max() < 1e-12
+    # negative control: FAVOR+'s own step on the raw inputs is another attention
+    st = core.init_state()
+    raw = FavorAttention.step(core, q, k, v, st) if feature_map == "favor" else None
+    assert raw is None or (raw - full).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("feature_map", FEATURE_MAPS)
 def test_gradcheck(feature_map):
     q, k, v = (t[:1].detach().requires_grad_() for t in _qkv(n=4))
     core = _trained(feature_map=feature_map)

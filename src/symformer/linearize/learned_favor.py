@@ -164,13 +164,19 @@ class LearnedFavorAttention(FavorAttention):
             return float32_compute(self, q, k, v, attn_mask, is_causal, scale)
         if self.feature_map == "hedgehog":
             return self._hedgehog(q, k, v, attn_mask, is_causal, scale, state)
+        if state is not None:
+            if not is_causal:
+                fail("is_causal", is_causal, "True with a decoding state")
+            return self.step(q, k, v, state, attn_mask=attn_mask, scale=scale)
         q, k = self._mapped(q, self.q_map, "q"), self._mapped(k, self.k_map, "k")
-        return super().forward(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale, state=state)
+        return super().forward(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale)
 
     def step(self, q, k, v, state: FavorState, attn_mask=None, scale=None) -> torch.Tensor:
-        """FavorAttention.step; with feature_map="hedgehog" the forward with `state` (maps and Hedgehog features)."""
+        """FavorAttention.step on (q A_h, k B_h): the maps apply here, so a caller of `step` and one of
+        `forward(state=...)` get the same rows (the last L of the full causal forward)."""
         if self.feature_map == "hedgehog":
-            return self.forward(q, k, v, attn_mask=attn_mask, is_causal=True, scale=scale, state=state)
+            return self._hedgehog(q, k, v, attn_mask, True, scale, state)
+        q, k = self._mapped(q, self.q_map, "q"), self._mapped(k, self.k_map, "k")
         return super().step(q, k, v, state, attn_mask=attn_mask, scale=scale)
 
     def _hedgehog_features(self, x, weight, scale: float, name: str) -> torch.Tensor:
