@@ -14,6 +14,7 @@ import torch
 
 from symformer._rng import seeded_generator
 from symformer.benchmarks.base import BenchContext, BenchResult, median_seconds, one_call_seconds
+from symformer.benchmarks.timm_reference import TimmStyleAxial, TimmStyleMixed
 from symformer.positional import ESPR, STRING, RoPE, grid_positions, rope_vit_axial
 
 VISION_SHAPE = (8, 6, 1024, 64)  # B, H, N = 32 x 32, Dh
@@ -28,9 +29,17 @@ def _parts(h: int, dh: int) -> dict:
     }
 
 
+def _references(parts: dict, pos: torch.Tensor) -> dict:
+    """timm-equivalent rotations (timm_reference.py) with the same frequencies as our mixed and axial parts."""
+    return {
+        "timm_reference_mixed_2d": TimmStyleMixed(parts["rope_mixed_2d"].beta, pos),
+        "timm_reference_axial_2d": TimmStyleAxial(parts["rope_axial_timm_2d"].beta, pos),
+    }
+
+
 def _fwd_bwd(part, q, k, pos):
     def run():
-        a, b = part(q, k, pos)
+        a, b = part(q, k) if isinstance(part, (TimmStyleAxial, TimmStyleMixed)) else part(q, k, pos)
         (a.sum() + b.sum()).backward()
         q.grad = k.grad = None
 
@@ -77,7 +86,9 @@ def vision_rows(res: BenchResult, ctx: BenchContext, mrt: float) -> None:
     pos = grid_positions(side, device=ctx.device)
     shape = f"B{b}_H{h}_N{side}x{side}_Dh{dh}"
     runs = {}
-    for name, part in _parts(h, dh).items():
+    parts = _parts(h, dh)
+    parts = {**parts, **_references(parts, pos)}
+    for name, part in parts.items():
         runs[name] = _fwd_bwd(part.to(ctx.device), q, k, pos)
         res.rows.append(
             {
@@ -93,9 +104,14 @@ def vision_rows(res: BenchResult, ctx: BenchContext, mrt: float) -> None:
     for name in ("espr_2d", "string_2d", "rope_axial_timm_2d"):
         key = f"{name.replace('_timm', '')}_fwd_bwd_vs_rope_mixed_{side}x{side}"
         res.ratios[key] = _interleaved(runs[name], runs["rope_mixed_2d"], reps, ctx.device)
+    for ours, ref in (("rope_axial_timm_2d", "timm_reference_axial_2d"), ("rope_mixed_2d", "timm_reference_mixed_2d")):
+        key = f"{ours.replace('_timm', '')}_fwd_bwd_vs_reference_{side}x{side}"
+        res.ratios[key] = _interleaved(runs[ours], runs[ref], reps, ctx.device)
     res.ratios.update(exactness_f64())
     res.notes.append(
         f"*_2d rows: rotate q, k forward + backward at {shape} (a {side} x {side} grid); rope_mixed_2d is RoPE-Mixed "
         "with per-head learned frequencies (the stand-in for timm's RotaryEmbeddingMixed, which cannot import "
-        "here); ratios are medians of back-to-back calls."
+        "here); ratios are medians of back-to-back calls. timm_reference_{mixed,axial}_2d are plain-torch "
+        "transcriptions of timm's RotaryEmbeddingMixed / RotaryEmbeddingCat formulas with our parts' frequencies "
+        "(benchmarks/timm_reference.py): the denominators of *_vs_reference_* (issue 62: <= 0.5)."
     )
