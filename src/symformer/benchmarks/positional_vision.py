@@ -7,8 +7,13 @@ Ratios come from back-to-back calls in one process (interleaved_ratio)."""
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import statistics
+import sys
+import time
+from pathlib import Path
 
 import torch
 
@@ -16,6 +21,7 @@ from symformer._rng import seeded_generator
 from symformer.benchmarks.base import BenchContext, BenchResult, median_seconds, one_call_seconds
 from symformer.benchmarks.timm_reference import TimmStyleAxial, TimmStyleMixed
 from symformer.positional import ESPR, STRING, RoPE, grid_positions, rope_vit_axial
+from symformer.results import environment
 
 VISION_SHAPE = (8, 6, 1024, 64)  # B, H, N = 32 x 32, Dh
 
@@ -115,3 +121,37 @@ def vision_rows(res: BenchResult, ctx: BenchContext, mrt: float) -> None:
         "transcriptions of timm's RotaryEmbeddingMixed / RotaryEmbeddingCat formulas with our parts' frequencies "
         "(benchmarks/timm_reference.py): the denominators of *_vs_reference_* (issue 62: <= 0.5)."
     )
+
+
+def record(out: Path, min_run_time: float = 0.5) -> dict:
+    """The 2-D rows alone (`vision_rows`, full rounds), written to `out` as JSON with the environment and the load
+    average at start and end: what results/bench/positional/vision_2d.json holds.
+
+    Args:
+        out (Path): the JSON file to write.
+        min_run_time (float): seconds per row's blocked_autorange.
+
+    Returns:
+        data (dict): what was written.
+    """
+    t0, load0 = time.time(), os.getloadavg()
+    res = BenchResult()
+    vision_rows(res, BenchContext(Path(out).parent, quick=False), min_run_time)
+    env = {**environment(), "command": " ".join(["python -m symformer.benchmarks.positional_vision", *sys.argv[1:]])}
+    data = {
+        "suite": "positional (2-D rows only)",
+        "quick": False,
+        "rows": res.rows,
+        "ratios": res.ratios,
+        "notes": res.notes,
+        "environment": {**env, "loadavg_start": load0, "loadavg_end": os.getloadavg()},
+        "seconds": time.time() - t0,
+    }
+    Path(out).write_text(json.dumps(data, indent=1))
+    return data
+
+
+if __name__ == "__main__":  # python -m symformer.benchmarks.positional_vision OUT.json
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m symformer.benchmarks.positional_vision OUT.json")
+    print(json.dumps(record(Path(sys.argv[1]))["ratios"], indent=1))

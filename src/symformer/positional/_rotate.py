@@ -73,15 +73,37 @@ def _rotate(x: torch.Tensor, tabs: tuple, half: bool, sign: float) -> torch.Tens
     return torch.view_as_real(_complex_view(x) * rot).flatten(-2)  # complex (..., Dh/2) -> (..., Dh)
 
 
-def angle_grad(gx: torch.Tensor, x: torch.Tensor, half: bool) -> torch.Tensor:
-    """gx_2 x_1 - gx_1 x_2 per pair (..., Dh/2): dL/d theta for gx = R(theta)^T dL/d(R x) (module docstring)."""
+def _pairs(gx: torch.Tensor, x: torch.Tensor, half: bool) -> tuple:
+    """(gx_1, gx_2, x_1, x_2): the two coordinates of every pair of gx and x (..., Dh), as (..., Dh/2) views."""
     m = x.shape[-1] // 2
     if half:
-        g1, g2, x1, x2 = gx[..., :m], gx[..., m:], x[..., :m], x[..., m:]
-    else:
-        gp, xp = gx.unflatten(-1, (m, 2)), x.unflatten(-1, (m, 2))  # (..., Dh) -> (..., Dh/2, 2)
-        g1, g2, x1, x2 = gp[..., 0], gp[..., 1], xp[..., 0], xp[..., 1]
-    return torch.addcmul(g2 * x1, g1, x2, value=-1)
+        return gx[..., :m], gx[..., m:], x[..., :m], x[..., m:]
+    gp, xp = gx.unflatten(-1, (m, 2)), x.unflatten(-1, (m, 2))  # (..., Dh) -> (..., Dh/2, 2)
+    return gp[..., 0], gp[..., 1], xp[..., 0], xp[..., 1]
+
+
+def angle_grad(gx: torch.Tensor, x: torch.Tensor, half: bool, shape=None) -> torch.Tensor:
+    """gx_2 x_1 - gx_1 x_2 per pair (..., Dh/2), summed to `shape` (None: not summed): dL/d theta for
+    gx = R(theta)^T dL/d(R x) (module docstring). Angles shared by the batch (shape = x.shape[1:] with Dh/2) are
+    accumulated in place over the batch on the CPU in eager mode: one (H, N, Dh/2) buffer that stays in cache
+    instead of a (B, H, N, Dh/2) temporary and its reduction."""
+    m = x.shape[-1] // 2
+    if (
+        shape is not None
+        and x.ndim > 1
+        and x.shape[0] > 1
+        and tuple(shape) == (*x.shape[1:-1], m)
+        and x.device.type == "cpu"
+        and not is_compiling()
+    ):
+        acc = angle_grad(gx[0], x[0], half)
+        for b in range(1, x.shape[0]):
+            g1, g2, x1, x2 = _pairs(gx[b], x[b], half)
+            acc.addcmul_(g2, x1).addcmul_(g1, x2, value=-1)
+        return acc
+    g1, g2, x1, x2 = _pairs(gx, x, half)
+    out = torch.addcmul(g2 * x1, g1, x2, value=-1)
+    return out if shape is None else out.sum_to_size(shape)
 
 
 class RotateAngles(torch.autograd.Function):
@@ -102,5 +124,5 @@ class RotateAngles(torch.autograd.Function):
         gx = _rotate(g.contiguous(), tabs, ctx.half, -1.0)
         gth = None
         if ctx.needs_input_grad[1]:
-            gth = angle_grad(gx, x, ctx.half).sum_to_size(ctx.theta_shape).to(ctx.theta_dtype)
+            gth = angle_grad(gx, x, ctx.half, ctx.theta_shape).to(ctx.theta_dtype)
         return (gx if ctx.needs_input_grad[0] else None), gth, None, *(None for _ in tabs)
