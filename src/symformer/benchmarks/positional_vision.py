@@ -113,6 +113,9 @@ def vision_rows(res: BenchResult, ctx: BenchContext, mrt: float) -> None:
     for ours, ref in (("rope_axial_timm_2d", "timm_reference_axial_2d"), ("rope_mixed_2d", "timm_reference_mixed_2d")):
         key = f"{ours.replace('_timm', '')}_fwd_bwd_vs_reference_{side}x{side}"
         res.ratios[key] = _interleaved(runs[ours], runs[ref], reps, ctx.device)
+    for name in ("espr_2d", "string_2d"):  # against the timm-equivalent itself (the named targets use our mixed)
+        key = f"{name}_fwd_bwd_vs_reference_mixed_{side}x{side}"
+        res.ratios[key] = _interleaved(runs[name], runs["timm_reference_mixed_2d"], reps, ctx.device)
     res.ratios.update(exactness_f64())
     res.notes.append(
         f"*_2d rows: rotate q, k forward + backward at {shape} (a {side} x {side} grid); rope_mixed_2d is RoPE-Mixed "
