@@ -12,7 +12,7 @@ import math
 import os
 import statistics
 import sys
-import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
@@ -137,7 +137,7 @@ def record(out: Path, min_run_time: float = 0.5) -> dict:
     Returns:
         data (dict): what was written.
     """
-    t0, load0 = time.time(), os.getloadavg()
+    started, load0 = datetime.now(timezone.utc).isoformat(timespec="seconds"), os.getloadavg()
     res = BenchResult()
     vision_rows(res, BenchContext(Path(out).parent, quick=False), min_run_time)
     env = {**environment(), "command": " ".join(["python -m symformer.benchmarks.positional_vision", *sys.argv[1:]])}
@@ -147,8 +147,7 @@ def record(out: Path, min_run_time: float = 0.5) -> dict:
         "rows": res.rows,
         "ratios": res.ratios,
         "notes": res.notes,
-        "environment": {**env, "loadavg_start": load0, "loadavg_end": os.getloadavg()},
-        "seconds": time.time() - t0,
+        "environment": {**env, "started_at": started, "loadavg_start": load0, "loadavg_end": os.getloadavg()},
     }
     Path(out).write_text(json.dumps(data, indent=1))
     return data
