@@ -286,3 +286,17 @@ def test_learned_frequencies_gradients_match_autograd(pairing, dtype):
     # beta's gradient has beta's dtype (a float32 master): its rounding, or the input's where coarser
     assert gb.dtype == rope.beta.dtype
     assert (gb.double() - rgb).abs().max() <= max(tol, 1e-6) * 10 * float(rgb.abs().max())
+
+
+@pytest.mark.parametrize("half", [False, True])
+def test_angle_grad_in_place_batch_sum_equals_reduction(half):
+    """The in-place accumulation over the batch (per-sample blocks of >= 2^16 elements on the CPU) equals the
+    vectorised product and its sum; shared angles (N, Dh/2) take the reduction."""
+    from symformer.positional._rotate import angle_grad
+
+    g = torch.Generator().manual_seed(4)
+    gx, x = (torch.randn(3, 2, 256, 128, generator=g, dtype=torch.float64) for _ in range(2))
+    ref = angle_grad(gx, x, half)
+    assert ref.shape == (3, 2, 256, 64)
+    assert (angle_grad(gx, x, half, (2, 256, 64)) - ref.sum(0)).abs().max() <= 1e-12
+    assert (angle_grad(gx, x, half, (256, 64)) - ref.sum((0, 1))).abs().max() <= 1e-12

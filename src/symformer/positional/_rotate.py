@@ -85,13 +85,14 @@ def _pairs(gx: torch.Tensor, x: torch.Tensor, half: bool) -> tuple:
 def angle_grad(gx: torch.Tensor, x: torch.Tensor, half: bool, shape=None) -> torch.Tensor:
     """gx_2 x_1 - gx_1 x_2 per pair (..., Dh/2), summed to `shape` (None: not summed): dL/d theta for
     gx = R(theta)^T dL/d(R x) (module docstring). Angles shared by the batch (shape = x.shape[1:] with Dh/2) are
-    accumulated in place over the batch on the CPU in eager mode: one (H, N, Dh/2) buffer that stays in cache
-    instead of a (B, H, N, Dh/2) temporary and its reduction."""
+    accumulated in place over the batch on the CPU in eager mode when the per-sample blocks are large: one (H, N, Dh/2)
+    buffer instead of a (B, H, N, Dh/2) temporary and its reduction."""
     m = x.shape[-1] // 2
     if (
         shape is not None
         and x.ndim > 1
         and x.shape[0] > 1
+        and x[0].numel() >= 1 << 16  # per-sample blocks large enough that the Python loop costs nothing
         and tuple(shape) == (*x.shape[1:-1], m)
         and x.device.type == "cpu"
         and not is_compiling()
