@@ -111,3 +111,27 @@ def test_timm_references_rotate_as_our_parts():
     other = type(parts["rope_mixed_2d"])(8, 2, mode="mixed", n_heads=2, seed=1)
     swapped = _references({**parts, "rope_mixed_2d": other}, pos)
     assert (swapped["timm_reference_mixed_2d"](q, k)[0] - parts["rope_mixed_2d"](q, k, pos)[0]).abs().max() > 1e-2
+
+
+def test_lower_bound_ratio_names_and_flop_counts():
+    """The lower-bound rows time what they name: at a small shape, STRING's matmul GFLOP are its six dense products
+    (2 x 3 x 2 rows Dh^2) plus the Cayley solve's, and ESPR's application is 6 x rows x Dh^2 x 2 (no timing asserts)."""
+    from symformer.benchmarks.positional_vision import _fwd_bwd, _parts, lower_bounds
+    from symformer.positional import grid_positions
+
+    parts = _parts(2, 8)
+    pos = grid_positions(4)
+    q, k = (torch.randn(3, 2, 16, 8).requires_grad_() for _ in range(2))
+    out = lower_bounds(parts, q, k, pos, _fwd_bwd(parts["rope_mixed_2d"], q, k, pos), 1, "cpu")
+    assert {n.rsplit("_", 1)[0] for n in out} == {
+        "string_2d_dense_products_vs_rope_mixed",
+        "string_2d_rope_part_vs_rope_mixed",
+        "espr_2d_application_vs_rope_mixed",
+        "string_2d_fwd_bwd_matmul_gflop",
+        "espr_2d_fwd_bwd_matmul_gflop",
+        "espr_2d_application_matmul_gflop",
+    }
+    rows = 3 * 2 * 16
+    assert out["espr_2d_application_matmul_gflop_4x4"] * 1e9 == pytest.approx(6 * rows * 8 * 8 * 2)
+    assert out["string_2d_fwd_bwd_matmul_gflop_4x4"] * 1e9 >= 6 * rows * 8 * 8 * 2
+    assert all(v > 0 for v in out.values())

@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from symformer._rng import seeded_generator
 from symformer.benchmarks.base import BenchContext, BenchResult, median_seconds, one_call_seconds
@@ -82,6 +83,48 @@ def exactness_f64() -> dict:
     return {"rope_mixed_vs_reference_f64": e_mixed, "axial_timm_layout_vs_reference_f64": e_axial}
 
 
+def _matmul_gflop(run) -> float:
+    with FlopCounterMode(display=False) as fc:
+        run()
+    return fc.get_total_flops() / 1e9
+
+
+def lower_bounds(parts: dict, q, k, pos, mixed_run, reps: int, device: str) -> dict:
+    """What STRING and ESPR cannot go below at this shape, timed against RoPE-Mixed like the rows' ratios:
+    `string_2d_dense_products_vs_rope_mixed_*`, STRING's six dense (B H N x Dh)(Dh x Dh) products alone (P^T q and
+    P^T k, their input gradients, P's two gradient terms: what a dense P costs whatever else is saved);
+    `string_2d_rope_part_vs_rope_mixed_*`, its RoPE part alone (P folded away); `espr_2d_application_vs_rope_mixed_*`,
+    ESPR's per-token products alone, forward + backward, with its maps given (exponentials for free). Also the
+    matmul GFLOP of each forward + backward (torch.utils.flop_counter: elementwise work is not counted)."""
+    side = math.isqrt(pos.shape[0])
+    string, espr = parts["string_2d"], parts["espr_2d"]
+    folded = STRING(q.shape[-1], 2, n_heads=q.shape[1], init_scale=0.1, seed=0).to(q.device)
+    folded._folded = True  # the RoPE part alone: P^T taken as merged into the projections (fold_into)
+    rows, p = q.detach().reshape(-1, q.shape[-1]), string.orthogonal().detach()
+    maps = espr._token_maps(pos, torch.float32).detach().requires_grad_()
+
+    def products():
+        for _ in range(2):  # per tensor (q, k): P^T x (row form x P), its input gradient g P^T, P's term x^T g
+            rows.mm(p), rows.mm(p.T), rows.T.mm(rows)
+
+    def application():
+        a, b = espr._rotate_active(q, maps), espr._rotate_active(k, maps)
+        (a.sum() + b.sum()).backward()
+        q.grad = k.grad = maps.grad = None
+
+    out = {
+        f"string_2d_dense_products_vs_rope_mixed_{side}x{side}": _interleaved(products, mixed_run, reps, device),
+        f"string_2d_rope_part_vs_rope_mixed_{side}x{side}": _interleaved(
+            _fwd_bwd(folded, q, k, pos), mixed_run, reps, device
+        ),
+        f"espr_2d_application_vs_rope_mixed_{side}x{side}": _interleaved(application, mixed_run, reps, device),
+    }
+    for name in ("string_2d", "espr_2d"):
+        out[f"{name}_fwd_bwd_matmul_gflop_{side}x{side}"] = _matmul_gflop(_fwd_bwd(parts[name], q, k, pos))
+    out[f"espr_2d_application_matmul_gflop_{side}x{side}"] = _matmul_gflop(application)
+    return out
+
+
 def vision_rows(res: BenchResult, ctx: BenchContext, mrt: float) -> None:
     """Append the 2-D rows, `*_2d_fwd_bwd_vs_rope_mixed_32x32` ratios and the float64 exactness to `res`."""
     b, h, n, dh = VISION_SHAPE
@@ -116,6 +159,7 @@ def vision_rows(res: BenchResult, ctx: BenchContext, mrt: float) -> None:
     for name in ("espr_2d", "string_2d"):  # against the timm-equivalent itself (the named targets use our mixed)
         key = f"{name}_fwd_bwd_vs_reference_mixed_{side}x{side}"
         res.ratios[key] = _interleaved(runs[name], runs["timm_reference_mixed_2d"], reps, ctx.device)
+    res.ratios.update(lower_bounds(parts, q, k, pos, runs["rope_mixed_2d"], reps, ctx.device))
     res.ratios.update(exactness_f64())
     res.notes.append(
         f"*_2d rows: rotate q, k forward + backward at {shape} (a {side} x {side} grid); rope_mixed_2d is RoPE-Mixed "
