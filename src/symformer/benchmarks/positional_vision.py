@@ -95,7 +95,20 @@ def lower_bounds(parts: dict, q, k, pos, mixed_run, reps: int, device: str) -> d
     P^T k, their input gradients, P's two gradient terms: what a dense P costs whatever else is saved);
     `string_2d_rope_part_vs_rope_mixed_*`, its RoPE part alone (P folded away); `espr_2d_application_vs_rope_mixed_*`,
     ESPR's per-token products alone, forward + backward, with its maps given (exponentials for free). Also the
-    matmul GFLOP of each forward + backward (torch.utils.flop_counter: elementwise work is not counted)."""
+    matmul GFLOP of each forward + backward (torch.utils.flop_counter: elementwise work is not counted).
+
+    Args:
+        parts (dict): `_parts` (string_2d, espr_2d used).
+        q (B, H, N, Dh): queries, requiring grad.
+        k (B, H, N, Dh): keys, requiring grad.
+        pos (N, 2): the grid.
+        mixed_run (callable): RoPE-Mixed's forward + backward, the denominator.
+        reps (int): interleaved rounds per ratio.
+        device (str): where the tensors live.
+
+    Returns:
+        ratios (dict): the three lower-bound ratios and the three GFLOP counts, named with the grid.
+    """
     side = math.isqrt(pos.shape[0])
     string, espr = parts["string_2d"], parts["espr_2d"]
     folded = STRING(q.shape[-1], 2, n_heads=q.shape[1], init_scale=0.1, seed=0).to(q.device)

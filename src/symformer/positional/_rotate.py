@@ -83,10 +83,19 @@ def _pairs(gx: torch.Tensor, x: torch.Tensor, half: bool) -> tuple:
 
 
 def angle_grad(gx: torch.Tensor, x: torch.Tensor, half: bool, shape=None) -> torch.Tensor:
-    """gx_2 x_1 - gx_1 x_2 per pair (..., Dh/2), summed to `shape` (None: not summed): dL/d theta for
-    gx = R(theta)^T dL/d(R x) (module docstring). Angles shared by the batch (shape = x.shape[1:] with Dh/2) are
-    accumulated in place over the batch on the CPU in eager mode when the per-sample blocks are large: one (H, N, Dh/2)
-    buffer instead of a (B, H, N, Dh/2) temporary and its reduction."""
+    """dL/d theta = gx_2 x_1 - gx_1 x_2 per pair for gx = R(theta)^T dL/d(R x) (module docstring). Angles shared by
+    the batch (shape = x.shape[1:] with Dh/2) are accumulated in place over the batch on the CPU in eager mode when
+    the per-sample blocks are large: one (H, N, Dh/2) buffer instead of a (B, H, N, Dh/2) temporary and its sum.
+
+    Args:
+        gx (..., Dh): the input's gradient R(theta)^T g.
+        x (..., Dh): the rotated input.
+        half (bool): half pairing (pairs (u, u + Dh/2)); else interleaved ((2u, 2u + 1)).
+        shape (torch.Size | None): theta's shape, which the result is summed to (None: not summed).
+
+    Returns:
+        grad (..., Dh/2) or `shape`: the angles' gradient.
+    """
     m = x.shape[-1] // 2
     if (
         shape is not None

@@ -72,9 +72,23 @@ def _power_table(e1: torch.Tensor, count: int) -> torch.Tensor:
 
 
 def primitive_rays(idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Integer positions (U, C) as multiples g r0 of primitive vectors r0 (gcd of |coordinates| = 1):
-    (prims (U0, C) distinct, which (U,) the row of prims each position is a multiple of, g (U,) the multiple;
-    0 for the origin, whose `which` is 0 and unused)."""
+    """Integer positions as multiples g r0 of primitive vectors r0 (gcd of |coordinates| = 1).
+
+    Args:
+        idx (U, C): integer positions (int64).
+
+    Returns:
+        prims (U0, C): the distinct primitive vectors.
+        which (U,): the row of prims each position is a multiple of (0 for the origin, unused there).
+        g (U,): the multiple (0 for the origin).
+
+    Examples:
+        >>> import torch
+        >>> from symformer.positional.espr import primitive_rays
+        >>> prims, which, g = primitive_rays(torch.tensor([[0, 0], [2, 4], [1, 2], [0, 3]]))
+        >>> prims.tolist(), which.tolist(), g.tolist()
+        ([[0, 1], [1, 2]], [0, 1, 1, 0], [0, 2, 1, 3])
+    """
     g = idx[:, 0].abs()
     for c in range(1, idx.shape[1]):
         g = torch.gcd(g, idx[:, c].abs())
@@ -86,12 +100,19 @@ def primitive_rays(idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch
 
 
 def ray_exponentials(idx: torch.Tensor, expm_of) -> torch.Tensor | None:
-    """exp(A(r)) (U, n, n) for distinct integer positions idx (U, C) from one exponential per primitive direction:
-    A is linear, so A(g r0) = g A(r0) and exp(A(g r0)) = exp(A(r0))^g exactly (a matrix commutes with itself,
-    T0.11), whether or not the generators commute. The powers along each ray are built by one product per
-    position (E^j = E^(j-1) E, batched over the rays still alive at j). `expm_of(prims)` exponentiates (U0, C)
-    positions. None where sharing saves little (fewer than a quarter of the positions are multiples, or a ray
-    needs more products than it has positions)."""
+    """exp(A(r)) for distinct integer positions from one exponential per primitive direction: A is linear, so
+    A(g r0) = g A(r0) and exp(A(g r0)) = exp(A(r0))^g exactly (a matrix commutes with itself, T0.11), whether or
+    not the generators commute. The powers along each ray cost one product per position (E^j = E^(j-1) E, batched
+    over the rays still alive at j).
+
+    Args:
+        idx (U, C): distinct integer positions (int64).
+        expm_of (callable): (U0, C) positions -> their exponentials exp(A(r)) (U0, n, n).
+
+    Returns:
+        E (U, n, n) or None: exp(A(r)) per row of idx; None where sharing saves little (fewer than a quarter of
+        the positions are multiples, or the rays need more than two products per multiple).
+    """
     prims, which, g = primitive_rays(idx)
     n_mult = int((g > 1).sum())
     if n_mult * 4 < idx.shape[0]:
