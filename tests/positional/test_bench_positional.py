@@ -86,3 +86,52 @@ def test_vision_rows_exactness_and_ratio_names():
     parts = _parts(2, 8)
     assert set(parts) == {"rope_mixed_2d", "rope_axial_timm_2d", "string_2d", "espr_2d"}
     assert parts["rope_mixed_2d"].beta.shape == (2, 4, 2)
+
+
+def test_timm_references_rotate_as_our_parts():
+    """The timm-equivalent reference rows compute our mixed and axial rotations (float32 rounding), and the
+    mixed reference's frequency gradient is ours: the ratios compare equal work. Negative control: another head's
+    frequencies give another rotation."""
+    from symformer.benchmarks.positional_vision import _parts, _references
+    from symformer.positional import grid_positions
+
+    parts = _parts(2, 8)
+    pos = grid_positions(5)
+    refs = _references(parts, pos)
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(3, 2, 25, 8, generator=g), torch.randn(3, 2, 25, 8, generator=g)
+    for ours, ref in (("rope_mixed_2d", "timm_reference_mixed_2d"), ("rope_axial_timm_2d", "timm_reference_axial_2d")):
+        a, b = parts[ours](q, k, pos)
+        ra, rb = refs[ref](q, k)
+        assert (a - ra).abs().max() <= 1e-5 and (b - rb).abs().max() <= 1e-5
+    (parts["rope_mixed_2d"](q, k, pos)[0] ** 2 * q).sum().backward()
+    (refs["timm_reference_mixed_2d"](q, k)[0] ** 2 * q).sum().backward()
+    ours_grad = parts["rope_mixed_2d"].beta.grad.permute(2, 0, 1)
+    assert torch.allclose(ours_grad, refs["timm_reference_mixed_2d"].freqs.grad, rtol=1e-4, atol=1e-4)
+    other = type(parts["rope_mixed_2d"])(8, 2, mode="mixed", n_heads=2, seed=1)
+    swapped = _references({**parts, "rope_mixed_2d": other}, pos)
+    assert (swapped["timm_reference_mixed_2d"](q, k)[0] - parts["rope_mixed_2d"](q, k, pos)[0]).abs().max() > 1e-2
+
+
+def test_lower_bound_ratio_names_and_flop_counts():
+    """The lower-bound rows time what they name: at a small shape, STRING's matmul GFLOP are its six dense products
+    (2 x 3 x 2 rows Dh^2) plus the Cayley solve's, and ESPR's application is 6 x rows x Dh^2 x 2 (no timing asserts)."""
+    from symformer.benchmarks.positional_vision import _fwd_bwd, _parts, lower_bounds
+    from symformer.positional import grid_positions
+
+    parts = _parts(2, 8)
+    pos = grid_positions(4)
+    q, k = (torch.randn(3, 2, 16, 8).requires_grad_() for _ in range(2))
+    out = lower_bounds(parts, q, k, pos, _fwd_bwd(parts["rope_mixed_2d"], q, k, pos), 1, "cpu")
+    assert {n.rsplit("_", 1)[0] for n in out} == {
+        "string_2d_dense_products_vs_rope_mixed",
+        "string_2d_rope_part_vs_rope_mixed",
+        "espr_2d_application_vs_rope_mixed",
+        "string_2d_fwd_bwd_matmul_gflop",
+        "espr_2d_fwd_bwd_matmul_gflop",
+        "espr_2d_application_matmul_gflop",
+    }
+    rows = 3 * 2 * 16
+    assert out["espr_2d_application_matmul_gflop_4x4"] * 1e9 == pytest.approx(6 * rows * 8 * 8 * 2)
+    assert out["string_2d_fwd_bwd_matmul_gflop_4x4"] * 1e9 >= 6 * rows * 8 * 8 * 2
+    assert all(v > 0 for v in out.values())

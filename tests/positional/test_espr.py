@@ -179,3 +179,41 @@ def test_gradcheck_penalty():
     with torch.no_grad():
         mod.skew_param.normal_(0, 0.5, generator=torch.Generator().manual_seed(3))
     assert torch.autograd.gradcheck(lambda gp, sp: mod.penalty(), (mod.gen_param, mod.skew_param))
+
+
+def test_primitive_rays_decomposes_integer_positions():
+    from symformer.positional.espr import primitive_rays
+
+    idx = torch.tensor([[0, 0], [2, 4], [1, 2], [-3, 6], [-1, 2], [0, -5], [3, 5]])
+    prims, which, g = primitive_rays(idx)
+    assert g.tolist() == [0, 2, 1, 3, 1, 5, 1]
+    assert torch.equal(prims[which[1:]] * g[1:, None], idx[1:])  # every nonzero position is g r0
+    from math import gcd
+
+    assert all(gcd(abs(int(a)), abs(int(b))) == 1 for a, b in prims)
+
+
+@pytest.mark.parametrize("grid", [4])  # rays up to 3 r0: a chain of two products
+def test_ray_exponentials_equal_matrix_exp_and_gradcheck(grid):
+    """2-D integer grids share exponentials along rays (exp(A(g r0)) = exp(A(r0))^g): equal to torch.linalg.matrix_exp
+    per position in float64, gradients by gradcheck; shifted (non-integer) positions take one exponential each."""
+    from symformer.positional import grid_positions
+    from symformer.positional.espr import ray_exponentials
+
+    fast = ESPR(4, 2, commuting_init=False, init_scale=0.4, seed=0).double()
+    pos = grid_positions(grid).double()
+    calls = []
+
+    def counted(p):
+        calls.append(p.shape[0])
+        return fast.exp_generator(p)
+
+    e = ray_exponentials(pos.long(), counted)
+    ref = torch.linalg.matrix_exp(torch.einsum("uc,cij->uij", pos, fast.generators()))
+    assert e is not None and (e - ref).abs().max() <= 1e-12
+    assert calls[0] < grid * grid - 1  # fewer exponentials than positions
+    q = torch.randn(1, 1, grid * grid, 4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, gp, sp: fast(x, x, pos)[0], (q, fast.gen_param, fast.skew_param))
+    shifted = pos + 0.5  # not integers: the per-position path, same values as matrix_exp
+    ref = torch.linalg.matrix_exp(torch.einsum("uc,cij->uij", shifted, fast.generators()))
+    assert (fast._exp_distinct(shifted, torch.float64) - ref).abs().max() <= 1e-12

@@ -239,3 +239,64 @@ def test_fused_half_kernel_compiles_past_dynamos_recompile_limit(monkeypatch):
         assert out is not None and (out - rotate_pairs(x, th.cos(), th.sin(), "half")).abs().max() <= 1e-14
     assert len(_fused._STATE["fns"]) == 9 and not _fused._STATE["failed"]
     assert counters["stats"]["unique_graphs"] - before == 9
+
+
+@pytest.mark.parametrize("half", [False, True])
+@pytest.mark.parametrize("theta_shape", [(3, 5, 4), (2, 1, 5, 4), (5, 4)])
+def test_rotate_angles_gradcheck(half, theta_shape):
+    """_rotate.RotateAngles (learned angles: backward R^T g for x, gx_2 x_1 - gx_1 x_2 summed to theta's shape):
+    gradcheck in float64 for per-head, batched and shared angles, both pairings."""
+    from symformer.positional._rotate import RotateAngles
+    from symformer.positional.rope import half_tables
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 3, 5, 8, generator=g, dtype=torch.float64, requires_grad=True)
+    th = torch.randn(*theta_shape, generator=g, dtype=torch.float64, requires_grad=True)
+
+    def rot(x, th):
+        with torch.no_grad():
+            tabs = half_tables(th, torch.float64)[1:] if half else (torch.polar(torch.ones_like(th), th),)
+        return RotateAngles.apply(x, th, half, *tabs)
+
+    assert torch.autograd.gradcheck(rot, (x, th))
+    ref = rotate_pairs(x, th.cos(), th.sin(), "half" if half else "interleaved")
+    assert (rot(x, th) - ref).abs().max() <= 1e-14
+
+
+@pytest.mark.parametrize("pairing", ["interleaved", "half"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_learned_frequencies_gradients_match_autograd(pairing, dtype):
+    """RoPE-Mixed with learned per-head beta: forward and gradients (x and beta) through the hand-written backward
+    equal autograd through rotate_pairs on the same float64 angles, to the dtype's rounding."""
+    torch.manual_seed(0)
+    rope = RoPE(8, 2, pairing=pairing, mode="mixed", n_heads=3, seed=0)
+    x = torch.randn(2, 3, 6, 8, dtype=torch.float64).to(dtype).requires_grad_()
+    pos = torch.randint(0, 5, (6, 2))
+    out = rope.rotate(x, pos)
+    gout = torch.randn_like(out)
+    gx, gb = torch.autograd.grad(out, (x, rope.beta), gout)
+    beta = rope.beta.detach().double().requires_grad_()
+    th = pos.double().unsqueeze(-3) @ beta.transpose(-1, -2)
+    xd = x.detach().double().requires_grad_()
+    ref = rotate_pairs(xd, th.cos(), th.sin(), pairing)
+    rgx, rgb = torch.autograd.grad(ref, (xd, beta), gout.double())
+    tol = {torch.float64: 1e-12, torch.float32: 1e-5, torch.bfloat16: 3e-2}[dtype]
+    assert out.dtype == dtype and (out.double() - ref).abs().max() <= tol
+    assert (gx.double() - rgx).abs().max() <= tol
+    # beta's gradient has beta's dtype (a float32 master): its rounding, or the input's where coarser
+    assert gb.dtype == rope.beta.dtype
+    assert (gb.double() - rgb).abs().max() <= max(tol, 1e-6) * 10 * float(rgb.abs().max())
+
+
+@pytest.mark.parametrize("half", [False, True])
+def test_angle_grad_in_place_batch_sum_equals_reduction(half):
+    """The in-place accumulation over the batch (per-sample blocks of >= 2^16 elements on the CPU) equals the
+    vectorised product and its sum; shared angles (N, Dh/2) take the reduction."""
+    from symformer.positional._rotate import angle_grad
+
+    g = torch.Generator().manual_seed(4)
+    gx, x = (torch.randn(3, 2, 256, 128, generator=g, dtype=torch.float64) for _ in range(2))
+    ref = angle_grad(gx, x, half)
+    assert ref.shape == (3, 2, 256, 64)
+    assert (angle_grad(gx, x, half, (2, 256, 64)) - ref.sum(0)).abs().max() <= 1e-12
+    assert (angle_grad(gx, x, half, (256, 64)) - ref.sum((0, 1))).abs().max() <= 1e-12

@@ -71,6 +71,70 @@ def _power_table(e1: torch.Tensor, count: int) -> torch.Tensor:
     return table[:count]
 
 
+def primitive_rays(idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Integer positions as multiples g r0 of primitive vectors r0 (gcd of |coordinates| = 1).
+
+    Args:
+        idx (U, C): integer positions (int64).
+
+    Returns:
+        prims (U0, C): the distinct primitive vectors.
+        which (U,): the row of prims each position is a multiple of (0 for the origin, unused there).
+        g (U,): the multiple (0 for the origin).
+
+    Examples:
+        >>> import torch
+        >>> from symformer.positional.espr import primitive_rays
+        >>> prims, which, g = primitive_rays(torch.tensor([[0, 0], [2, 4], [1, 2], [0, 3]]))
+        >>> prims.tolist(), which.tolist(), g.tolist()
+        ([[0, 1], [1, 2]], [0, 1, 1, 0], [0, 2, 1, 3])
+    """
+    g = idx[:, 0].abs()
+    for c in range(1, idx.shape[1]):
+        g = torch.gcd(g, idx[:, c].abs())
+    r0 = idx // g.clamp(min=1)[:, None]  # exact: g divides every coordinate
+    prims, which = torch.unique(r0[g > 0], dim=0, return_inverse=True)
+    full = torch.zeros_like(g)
+    full[g > 0] = which
+    return prims, full, g
+
+
+def ray_exponentials(idx: torch.Tensor, expm_of) -> torch.Tensor | None:
+    """exp(A(r)) for distinct integer positions from one exponential per primitive direction: A is linear, so
+    A(g r0) = g A(r0) and exp(A(g r0)) = exp(A(r0))^g exactly (a matrix commutes with itself, T0.11), whether or
+    not the generators commute. The powers along each ray cost one product per position (E^j = E^(j-1) E, batched
+    over the rays still alive at j).
+
+    Args:
+        idx (U, C): distinct integer positions (int64).
+        expm_of (callable): (U0, C) positions -> their exponentials exp(A(r)) (U0, n, n).
+
+    Returns:
+        E (U, n, n) or None: exp(A(r)) per row of idx; None where sharing saves little (fewer than a quarter of
+        the positions are multiples, or the rays need more than two products per multiple).
+    """
+    prims, which, g = primitive_rays(idx)
+    n_mult = int((g > 1).sum())
+    if n_mult * 4 < idx.shape[0]:
+        return None
+    top = torch.zeros(prims.shape[0], dtype=g.dtype, device=g.device).scatter_reduce(0, which, g, "amax")
+    if int((top - 1).clamp(min=0).sum()) > 2 * n_mult:
+        return None
+    e0 = expm_of(prims)  # (U0, n, n)
+    n = e0.shape[-1]
+    lookup = torch.zeros(prims.shape[0], int(top.max()) + 1, dtype=torch.long, device=g.device)
+    ids = torch.arange(prims.shape[0], device=g.device)
+    lookup[:, 1] = ids + 1  # row 0 of `mats` is the identity (the origin)
+    mats, cur, offset = [torch.eye(n, dtype=e0.dtype, device=e0.device)[None], e0], e0, prims.shape[0] + 1
+    for j in range(2, lookup.shape[1]):
+        keep = top[ids] >= j
+        ids, cur = ids[keep], cur[keep] @ e0[ids[keep]]  # E^j = E^(j-1) E on the rays that reach j
+        lookup[ids, j] = torch.arange(offset, offset + ids.shape[0], device=g.device)
+        mats.append(cur)
+        offset += ids.shape[0]
+    return torch.cat(mats)[lookup[which, g]]
+
+
 class ESPR(RotaryPositional):
     """ESPR rotation on (B, H, N, Dh) queries/keys for C-dimensional positions.
 
@@ -284,9 +348,15 @@ class ESPR(RotaryPositional):
     def _exp_distinct(self, reps: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """exp(A(r)) for distinct positions (U, C). 1-D integer positions (token indices) use the exact
         identity exp(nL) = exp(L)^n (one generator commutes with itself, T0.11): one matrix_exp and
-        log-depth batched products, much cheaper than a matrix_exp (and its backward) per position."""
-        if self.exp_method != "auto" or self.coord_dim != 1 or reps.requires_grad or reps.numel() == 0:
+        log-depth batched products, much cheaper than a matrix_exp (and its backward) per position. Integer
+        C-dimensional positions share it along rays: exp(A(g r0)) = exp(A(r0))^g (ray_exponentials)."""
+        if self.exp_method != "auto" or reps.requires_grad or reps.numel() == 0:
             return self.exp_generator(reps, dtype)
+        if self.coord_dim > 1:  # integer grids: one exponential per primitive direction (ray_exponentials)
+            n, shared = reps.round(), None
+            if torch.equal(n, reps):
+                shared = ray_exponentials(n.long(), lambda p: self.exp_generator(p, dtype))
+            return self.exp_generator(reps, dtype) if shared is None else shared
         r = reps[:, 0]
         n = r.round()
         hi = int(n.abs().max())

@@ -18,7 +18,7 @@ from symformer._validation import check_int, fail
 from symformer.kernels import use_kernel
 from symformer.kernels.rotary import apply_kernel, unsupported, wanted
 from symformer.positional.base import QKSymmetry, RotaryPositional
-from symformer.positional.rope import RoPE
+from symformer.positional.rope import RoPE, kernel_tables
 from symformer.registry import POSITIONAL
 
 
@@ -87,7 +87,7 @@ class PartialRotary(RotaryPositional):
         if not isinstance(inner, RoPE) or not wanted(x, inner.kernel):
             return None
         tables = inner.tables(positions, x.dtype)
-        c, s = (tables[1].real, tables[1].imag) if tables[0] == "complex" else (tables[3], tables[4])
+        c, s = kernel_tables(tables)
         if not use_kernel("rotary", (x, c, s), inner.kernel, unsupported(x, c, s)):
             return None
         return apply_kernel(x, c, s, inner.pairing, rotary_dim=self.rotary_dim)

@@ -25,12 +25,12 @@ import torch
 from torch import nn
 
 from symformer._rng import check_seed
-from symformer._torch_compat import is_compiling
 from symformer._validation import check_choice, check_float, check_int, fail
 from symformer.kernels import kernel_mode, use_kernel
 from symformer.kernels.rotary import apply_kernel, unsupported, wanted
 from symformer.positional._cache import ValueCache
-from symformer.positional._fused import fused_applies, fused_half, rotate_half_pairs
+from symformer.positional._fused import rotate_half_pairs
+from symformer.positional._rotate import RotateAngles, _complex_view, _half_kernel, _RotateHalf  # noqa: F401
 from symformer.positional.base import QKSymmetry, RotaryPositional, compute_dtype, master_dtype, table_dtype
 from symformer.positional.frequencies import (
     AXIS_LAYOUTS,
@@ -97,50 +97,6 @@ def rotate_pairs(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pairing:
     return torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)  # (..., Dh/2, 2) -> (..., Dh)
 
 
-def _complex_view(x: torch.Tensor) -> torch.Tensor:
-    """x (..., Dh) as complex (..., Dh/2): interleaved pairs (2u, 2u+1) are (real, imag)."""
-    if is_compiling() or x.stride(-1) != 1 or x.storage_offset() % 2 or any(st % 2 for st in x.stride()[:-1]):
-        # (dynamo cannot trace storage_offset; inductor drops the copy where x is already laid out so)
-        x = x.contiguous()
-    return torch.view_as_complex(x.unflatten(-1, (x.shape[-1] // 2, 2)))  # (..., Dh) -> complex (..., Dh/2)
-
-
-def _half_kernel(
-    x: torch.Tensor, cos2: torch.Tensor, ssin: torch.Tensor, sign: float = 1.0, half: tuple | None = None
-) -> torch.Tensor:
-    """Half pairing R(theta) x (sign=+1) or R(theta)^T x = R(-theta) x (sign=-1), no autograd:
-    R x = [cos, cos] * x + [-sin, sin] * [x2, x1]. Three passes over contiguous memory (copy the swapped
-    halves, then two multiplies on full rows in place): ops on the strided halves themselves run 32-wide
-    inner loops and cost ~2x per element, and no eager op reads x at the two offsets u, u + Dh/2 at once.
-    Large inputs take the compiled one-pass kernel instead (_fused.py) on the (..., Dh/2) tables `half`
-    = (cos, sin) (sliced off cos2 / ssin when not given), same values up to float round-off."""
-    m = x.shape[-1] // 2
-    if fused_applies(x):
-        c, s = half if half else (cos2[..., :m].contiguous(), ssin[..., m:].contiguous())
-        out = fused_half(x, c, s, sign)
-        if out is not None:
-            return out
-    ssin = ssin if sign > 0 else ssin.neg()
-    out = torch.cat((x[..., m:], x[..., :m]), dim=-1)
-    out.mul_(ssin)
-    return out.addcmul_(x, cos2)
-
-
-class _RotateHalf(torch.autograd.Function):
-    """Half pairing with fixed tables: the backward is the inverse rotation R(theta)^T = R(-theta), the
-    same kernel with the sine negated (no saved activations, no autograd graph of five ops)."""
-
-    @staticmethod
-    def forward(ctx, x, cos2, ssin, c=None, s=None):
-        ctx.save_for_backward(cos2, ssin, c, s)
-        return _half_kernel(x, cos2, ssin, 1.0, None if c is None else (c, s))
-
-    @staticmethod
-    def backward(ctx, g):
-        cos2, ssin, c, s = ctx.saved_tensors
-        return _half_kernel(g, cos2, ssin, -1.0, None if c is None else (c, s)), None, None, None, None
-
-
 def apply_tables(
     x: torch.Tensor, tables: tuple, pairing: str, kernel: str | None = None, out_dtype: torch.dtype | None = None
 ) -> torch.Tensor:
@@ -154,7 +110,7 @@ def apply_tables(
     (kernels/rotary.py) for CUDA tensors it supports: one pass reading x and the float32 (..., Dh/2) tables
     (interleaved: the complex table's real and imaginary parts, read strided), float32 arithmetic, one rounding."""
     if wanted(x, kernel):
-        c, s = (tables[1].real, tables[1].imag) if tables[0] == "complex" else (tables[3], tables[4])
+        c, s = kernel_tables(tables)
         if use_kernel("rotary", (x, c, s), kernel, unsupported(x, c, s)):
             return apply_kernel(x, c, s, pairing, out_dtype=out_dtype)
     if out_dtype is not None and out_dtype != x.dtype:
@@ -162,18 +118,34 @@ def apply_tables(
     if tables[0] == "complex":
         real = tables[1].real.dtype
         if x.dtype != real:
-            # complex (..., Dh/2) -> (..., Dh)
-            return torch.view_as_real(_complex_view(x.to(real)) * tables[1]).flatten(-2).to(x.dtype)
+            return apply_tables(x.to(real), tables, pairing, "torch").to(x.dtype)
+        if len(tables) > 2:  # learned angles (RoPE.tables): hand-written backward for x and theta
+            return RotateAngles.apply(x, tables[2], False, tables[1])
         return torch.view_as_real(_complex_view(x) * tables[1]).flatten(-2)  # complex (..., Dh/2) -> (..., Dh)
     cos2, ssin = tables[1], tables[2]
     if x.dtype != cos2.dtype:
         return apply_tables(x.to(cos2.dtype), tables, pairing, "torch").to(x.dtype)
+    if len(tables) > 5 and pairing == "half":
+        return RotateAngles.apply(x, tables[5], True, *tables[1:5])
     m = x.shape[-1] // 2
     if pairing == "interleaved" or cos2.requires_grad or ssin.requires_grad:  # learnable beta: autograd arithmetic
         return rotate_pairs(x, cos2[..., :m], ssin[..., m:], pairing)
     if torch.is_grad_enabled() and x.requires_grad:
         return _RotateHalf.apply(x, *tables[1:5])
     return _half_kernel(x, cos2, ssin, 1.0, tables[3:5])
+
+
+def kernel_tables(tables: tuple) -> tuple:
+    """The (..., Dh/2) cos and sin the fused kernel reads; for learned angles (tables ending with theta, whose
+    tables are detached) recomputed from theta so that the kernel's own backward reaches the frequencies."""
+    if tables[0] == "complex":
+        if len(tables) > 2:
+            th, real = tables[2], tables[1].real.dtype
+            return th.cos().to(real), th.sin().to(real)
+        return tables[1].real, tables[1].imag
+    if len(tables) > 5:
+        return tables[5].cos().to(tables[3].dtype), tables[5].sin().to(tables[3].dtype)
+    return tables[3], tables[4]
 
 
 def half_tables(th: torch.Tensor, dtype: torch.dtype) -> tuple:
@@ -396,12 +368,24 @@ class RoPE(RotaryPositional):
         complex table in the hot path is what made half slow). A 16-bit tensor is rotated in float32 and rounded once
         (apply_tables)."""
         cd = compute_dtype(dtype, self.beta.dtype)
+        if self._needs_graph(positions):
+            return self._learned_tables(positions, cd)
         if self.pairing == "interleaved":
             return ("complex", self.rotation(positions, cd))
         td = table_dtype(cd, self.beta.device)  # angles, cos and sin in float64, rounded once to cd
         return self._cached(
             ("cos", cd, positions.device), positions, lambda: half_tables(self._theta(positions, td), cd)
         )
+
+    def _learned_tables(self, positions: torch.Tensor, cd: torch.dtype) -> tuple:
+        """`tables` while a gradient must reach beta (or the positions): the tables detached, then the angles
+        theta (in `table_dtype`, carrying the graph) that `apply_tables` differentiates (_rotate.RotateAngles)."""
+        th = self._theta(positions, table_dtype(cd, self.beta.device))
+        with torch.no_grad():
+            if self.pairing == "interleaved":
+                cdt = torch.complex128 if cd == torch.float64 else torch.complex64
+                return ("complex", torch.polar(torch.ones_like(th), th).to(cdt), th)
+            return (*half_tables(th, cd), th)
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor, key_positions: torch.Tensor | None = None
