@@ -121,7 +121,8 @@ def check_model(model: nn.Module) -> None:
         return
     if family_of(model) is None:
         model_type = getattr(getattr(model, "config", None), "model_type", None)
-        fail("model", f"{type(model).__name__} (model_type={model_type!r})", "a Llama-family model or a CausalLM")
+        expected = "a model of a supported Llama family or a CausalLM"
+        fail("model", f"{type(model).__name__} (model_type={model_type!r})", expected)
     tc = text_config(model)
     if getattr(model.config, "symformer_attention", None):
         kind = model.config.symformer_attention.get("attention")
