@@ -1,7 +1,9 @@
 """`symformer linearize MODEL --data-dir D --attention favor|plash --positional rope|string --out OUT`: a trained
-softmax Hugging Face causal LM (a folder with config.json and its weights, read locally) linearized with
-symformer.linearize on a character corpus in the model's vocabulary; writes OUT/model (hf.from_pretrained reloads it),
-OUT/checkpoint.pt (`--resume` continues a killed run) and OUT/results.json (the validation curve)."""
+softmax Hugging Face causal LM (a folder with config.json and its weights, read locally) or symformer CausalLM (a file
+linearize.save_lm wrote, or a folder holding one) linearized with symformer.linearize on a character corpus in the
+model's vocabulary; writes OUT/model (hf.from_pretrained reloads it; a CausalLM: OUT/model/causal_lm.pt, which
+linearize.load_lm reloads), OUT/checkpoint.pt (`--resume` continues a killed run) and OUT/results.json (the
+validation curve)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ from symformer._io import output_dir
 from symformer._validation import fail
 from symformer.data import load_char_text
 from symformer.integrations.hf import require_transformers
-from symformer.linearize import LinearizeConfig, linearize, save
+from symformer.linearize import LinearizeConfig, linearize, load_lm, save
+from symformer.linearize.causal import LM_FILE
+from symformer.models import CausalLM
 from symformer.results import environment, write_json
 
 #: names in the library's messages -> the options a user typed
@@ -47,16 +51,21 @@ def _options(text: str) -> dict:
 
 
 def _load_model(path: Path):
-    """The softmax model of a local HF folder (never downloaded)."""
+    """The softmax model of a local HF folder (never downloaded), or a CausalLM file (linearize.save_lm's)."""
+    if path.is_file() or (path / LM_FILE).is_file():
+        return load_lm(path, "MODEL")
     if not path.is_dir() or not (path / "config.json").is_file():
-        fail("MODEL", str(path), "a Hugging Face model folder (config.json and weights, as save_pretrained writes)")
+        expected = "a Hugging Face model folder (config.json and weights, as save_pretrained writes)"
+        fail("MODEL", str(path), f"{expected} or a CausalLM file (linearize.save_lm)")
     tf = require_transformers()
     tf.utils.logging.disable_progress_bar()  # stderr carries one line per error, nothing else
     return tf.AutoModelForCausalLM.from_pretrained(path, local_files_only=True).eval()
 
 
 def linearize_command(
-    model: Path = typer.Argument(..., help="a Hugging Face causal-LM folder (save_pretrained) with softmax attention"),
+    model: Path = typer.Argument(
+        ..., help="a Hugging Face causal-LM folder (save_pretrained) or a CausalLM file (linearize.save_lm), softmax"
+    ),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="holds tinyshakespeare.txt (its characters)"),
     attention: str = typer.Option("favor", "--attention", help="favor | plash"),
     positional: str = typer.Option("rope", "--positional", help="rope | string (STRING started at P = I)"),
@@ -80,7 +89,8 @@ def linearize_command(
         raise type(e)(f"{FLAGS.get(name, name)}:{rest}") from None
     softmax = _load_model(model)
     split = load_char_text(block=block, data_dir=data_dir)
-    vocab = int(softmax.config.get_text_config().vocab_size)
+    own = isinstance(softmax, CausalLM)  # symformer's own model, else a HF one
+    vocab = int(softmax.vocab_size if own else softmax.config.get_text_config().vocab_size)
     if split.meta["vocab_size"] != vocab:
         fail("--data-dir", f"a corpus of {split.meta['vocab_size']} characters", f"the model's {vocab} tokens")
     with output_dir(out, "--out"):
