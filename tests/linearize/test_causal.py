@@ -8,6 +8,8 @@ import torch
 
 pytest.importorskip("peft")
 
+from tests.linearize._common import OPTIONS, random_split, resumes_to_the_uninterrupted_result  # noqa: E402
+
 from symformer.data.base import Split, TensorData  # noqa: E402
 from symformer.linearize import (  # noqa: E402
     LinearizeConfig,
@@ -22,10 +24,6 @@ from symformer.linearize import (  # noqa: E402
 )
 from symformer.models import CausalLM, TransformerConfig  # noqa: E402
 
-OPTIONS = {
-    "favor": {"n_features": 16, "chunk_size": 4},
-    "plash": {"M": 4, "D_k": 8, "causal_block": 4, "mixer_heads": 2},
-}
 VOCAB, BLOCK = 20, 12
 
 
@@ -34,11 +32,8 @@ def _lm(n_layers=2, dtype=torch.float64, **kw):
     return CausalLM(TransformerConfig(d_model=16, n_heads=2, n_layers=n_layers, **kw), VOCAB).to(dtype).eval()
 
 
-def _split(n=24, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, VOCAB, (n, BLOCK + 1), generator=g)
-    part = TensorData(ids[:, :-1], ids[:, 1:])
-    return Split(part, TensorData(part.x[:4], part.y[:4]), TensorData(part.x[:4], part.y[:4]), {"vocab_size": VOCAB})
+def _split():
+    return random_split(block=BLOCK, vocab=VOCAB)
 
 
 def _config(attention="favor", positional="rope", **kw):
@@ -94,30 +89,10 @@ def test_saved_model_reloads_exactly_and_generates_with_states(tmp_path, attenti
         load_lm(path)
 
 
-def _kill_at(monkeypatch, call: int):
-    real, calls = recipe.evaluate, []
-
-    def evaluate(*a, **k):
-        calls.append(1)
-        if len(calls) == call:
-            raise KeyboardInterrupt
-        return real(*a, **k)
-
-    monkeypatch.setattr(recipe, "evaluate", evaluate)
-
-
 def test_a_killed_run_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch):
     teacher, data = _lm(1), _split()
     cfg = _config("plash", "string", eval_every=3, checkpoint_every=2)
-    ref = linearize(teacher, data, cfg, out=tmp_path / "ref")
-    with monkeypatch.context() as m:
-        _kill_at(m, 4)  # killed in stage 2, after its first checkpoint
-        with pytest.raises(KeyboardInterrupt):
-            linearize(teacher, data, cfg, out=tmp_path / "run")
-    got = linearize(teacher, data, cfg, out=tmp_path / "run", resume=True)
-    a, b = ref.model.state_dict(), got.model.state_dict()
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert got.history == ref.history
+    resumes_to_the_uninterrupted_result(teacher, data, cfg, tmp_path, monkeypatch, 4)  # killed in stage 2's step 3
     with pytest.raises(ValueError, match=r"^resume: got .*a checkpoint of another run \(model differs\)"):
         linearize(_lm(2), data, cfg, out=tmp_path / "run", resume=True)
 
