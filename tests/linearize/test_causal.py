@@ -110,5 +110,8 @@ def test_bad_input_is_refused_by_name(tmp_path):
         linearize(teacher, data, _config(stage1_tokens=5))
     with pytest.raises(ValueError, match=r"^path: got .*expected a CausalLM file"):
         load_lm(tmp_path)  # a folder without causal_lm.pt
+    torch.save({"format": "symformer-causal-lm", "version": 1, "dtype": "load"}, tmp_path / "bad.pt")
+    with pytest.raises(ValueError, match=r"^path: got .*expected a symformer-causal-lm file with a torch dtype"):
+        load_lm(tmp_path / "bad.pt")
     save_lm(teacher, tmp_path / "lm.pt")
     assert (load_lm(tmp_path / "lm.pt")(data.val.x) - teacher(data.val.x)).abs().max() == 0  # the control loads

@@ -130,8 +130,11 @@ def load_lm(path, name: str = "path") -> CausalLM:
         fail(name, str(path), f"a CausalLM file written by symformer.linearize.save_lm ({e})")
     if not isinstance(ck, dict) or ck.get("format") != FORMAT or ck.get("version") != VERSION:
         fail(name, str(path), f"a {FORMAT} file of version {VERSION} (symformer.linearize.save_lm)")
+    dtype = getattr(torch, str(ck.get("dtype")), None)  # a name of the file's, looked up among torch's dtypes only
+    if not isinstance(dtype, torch.dtype):
+        fail(name, str(path), f"a {FORMAT} file with a torch dtype (it names {ck.get('dtype')!r})")
     try:
-        model = CausalLM(TransformerConfig(**ck["config"]), ck["vocab_size"]).to(getattr(torch, ck["dtype"]))
+        model = CausalLM(TransformerConfig(**ck["config"]), ck["vocab_size"]).to(dtype)
         model.load_state_dict(ck["model"])
     except (KeyError, TypeError, RuntimeError, AttributeError) as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
