@@ -30,8 +30,7 @@ from symformer.results import environment, set_command, write_experiment, write_
 from symformer.runner.executors import make_engine, using_engine
 from symformer.runner.jobs import JobError, records_where, where_note, write_provenance
 from symformer.train import CheckpointError, Trainer, distributed
-from symformer.train.checkpoint import check_compatible, load_checkpoint
-from symformer.train.presets import PRESETS, build, load_config, parse_set, resolve, result_metrics
+from symformer.train.presets import PRESETS, build, load_config, load_trained, parse_set, resolve, result_metrics
 from symformer.train.trainer import seed_everything
 
 try:  # typer >= 0.20 vendors click as typer._click; older typer depends on click
@@ -395,24 +394,10 @@ def sample(
 
 
 def _load_char_lm(out: Path, data_dir: Optional[Path]):
-    """(model, vocabulary) of a character-LM training folder: config.json rebuilds the model, the corpus gives the
-    vocabulary, checkpoint.pt the weights (weights_only, format marker and parameter shapes checked, as --resume)."""
-    config, ckpt = out / "config.json", out / "checkpoint.pt"
-    if not config.is_file() or not ckpt.is_file():
-        raise CLIError(
-            f"--out: got '{out}', expected a folder written by `symformer train` (config.json and checkpoint.pt)"
-        )
-    spec = load_config(config)
-    if spec.get("task") != "shakespeare":
-        raise CLIError(f"--out: got a {spec.get('task')!r} model, expected a character LM (task shakespeare)")
-    model, _, split, _ = build(spec, data_dir=data_dir)
-    try:
-        ck = load_checkpoint(ckpt)
-        check_compatible(ckpt, ck, model, {})
-    except CheckpointError as e:
-        raise CLIError(f"--out: {e}") from None
-    model.load_state_dict(ck["model"])
-    return model.eval(), split.meta["vocab"]
+    """(model, vocabulary) of a character-LM training folder (train.presets.load_trained: config.json rebuilds the
+    model, the corpus gives the vocabulary, checkpoint.pt the weights, checked as --resume checks them)."""
+    model, split = load_trained(out, data_dir, "--out", task="shakespeare")
+    return model, split.meta["vocab"]
 
 
 @data_app.command("list")

@@ -1,7 +1,9 @@
 """`symformer linearize MODEL --data-dir D --attention favor|plash --positional rope|string --out OUT`: a trained
-softmax Hugging Face causal LM (a folder with config.json and its weights, read locally) linearized with
-symformer.linearize on a character corpus in the model's vocabulary; writes OUT/model (hf.from_pretrained reloads it),
-OUT/checkpoint.pt (`--resume` continues a killed run) and OUT/results.json (the validation curve)."""
+softmax model linearized with symformer.linearize on a character corpus in the model's vocabulary. MODEL is a Hugging
+Face causal-LM folder (config.json and its weights, read locally), a CausalLM file that linearize.save_lm wrote (or a
+folder holding one), or a `symformer train` folder of a character LM. Writes OUT/model (hf.from_pretrained reloads
+it; a CausalLM: OUT/model/causal_lm.pt, which linearize.load_lm reloads), OUT/checkpoint.pt (`--resume` continues a
+killed run) and OUT/results.json (the validation curve)."""
 
 from __future__ import annotations
 
@@ -16,8 +18,11 @@ from symformer._io import output_dir
 from symformer._validation import fail
 from symformer.data import load_char_text
 from symformer.integrations.hf import require_transformers
-from symformer.linearize import LinearizeConfig, linearize, save
+from symformer.linearize import LinearizeConfig, linearize, load_lm, save
+from symformer.linearize.causal import LM_FILE
+from symformer.models import CausalLM
 from symformer.results import environment, write_json
+from symformer.train.presets import load_trained
 
 #: names in the library's messages -> the options a user typed
 FLAGS = {
@@ -46,17 +51,25 @@ def _options(text: str) -> dict:
     return out
 
 
-def _load_model(path: Path):
-    """The softmax model of a local HF folder (never downloaded)."""
+def _load_model(path: Path, data_dir: Optional[Path]):
+    """The softmax model of a local HF folder (never downloaded), a CausalLM file (linearize.save_lm's) or a
+    `symformer train` folder of a character LM (config.json and checkpoint.pt: train.presets.load_trained)."""
+    if path.is_file() or (path / LM_FILE).is_file():
+        return load_lm(path, "MODEL")
+    if (path / "checkpoint.pt").is_file() and (path / "config.json").is_file():
+        return load_trained(path, data_dir, "MODEL", task="shakespeare")[0]
     if not path.is_dir() or not (path / "config.json").is_file():
-        fail("MODEL", str(path), "a Hugging Face model folder (config.json and weights, as save_pretrained writes)")
+        expected = "a Hugging Face model folder (config.json and weights, as save_pretrained writes)"
+        fail("MODEL", str(path), f"{expected}, a CausalLM file (linearize.save_lm) or a `symformer train` folder")
     tf = require_transformers()
     tf.utils.logging.disable_progress_bar()  # stderr carries one line per error, nothing else
     return tf.AutoModelForCausalLM.from_pretrained(path, local_files_only=True).eval()
 
 
 def linearize_command(
-    model: Path = typer.Argument(..., help="a Hugging Face causal-LM folder (save_pretrained) with softmax attention"),
+    model: Path = typer.Argument(
+        ..., help="a softmax model: a HF folder, a CausalLM file (linearize.save_lm) or a `symformer train` folder"
+    ),
     data_dir: Optional[Path] = typer.Option(None, "--data-dir", help="holds tinyshakespeare.txt (its characters)"),
     attention: str = typer.Option("favor", "--attention", help="favor | plash"),
     positional: str = typer.Option("rope", "--positional", help="rope | string (STRING started at P = I)"),
@@ -78,9 +91,10 @@ def linearize_command(
     except (ValueError, TypeError) as e:
         name, _, rest = str(e).partition(":")
         raise type(e)(f"{FLAGS.get(name, name)}:{rest}") from None
-    softmax = _load_model(model)
+    softmax = _load_model(model, data_dir)
     split = load_char_text(block=block, data_dir=data_dir)
-    vocab = int(softmax.config.get_text_config().vocab_size)
+    own = isinstance(softmax, CausalLM)  # symformer's own model, else a HF one
+    vocab = int(softmax.vocab_size if own else softmax.config.get_text_config().vocab_size)
     if split.meta["vocab_size"] != vocab:
         fail("--data-dir", f"a corpus of {split.meta['vocab_size']} characters", f"the model's {vocab} tokens")
     with output_dir(out, "--out"):

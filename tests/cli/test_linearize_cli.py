@@ -84,3 +84,50 @@ def test_bad_model_and_resume_are_one_line(capsys, folder, tmp_path):
         "--resume",
     )  # fmt: skip
     assert code == 2 and err.startswith("error: --resume: got ") and "another run (config differs)" in err, err
+
+
+def test_linearize_takes_a_causal_lm_file(capsys, folder, tmp_path):
+    from symformer.linearize import load_lm, save_lm
+    from symformer.models import CausalLM, TransformerConfig
+
+    _, data = folder
+    vocab = load_char_text(block=16, data_dir=data).meta["vocab_size"]
+    torch.manual_seed(0)
+    softmax = save_lm(CausalLM(TransformerConfig(d_model=16, n_heads=2, n_layers=1), vocab), tmp_path / "lm.pt")
+    out = tmp_path / "lin"
+    code, stdout, err = run(
+        capsys, "linearize", str(softmax), "--data-dir", str(data), "--attention", "favor",
+        "--core-options", "n_features=8", "--out", str(out), *FAST,
+    )  # fmt: skip
+    assert code == 0, err
+    assert set(json.loads(stdout.strip().splitlines()[-1])) == {"stage0_val_loss", "stage1_val_loss", "stage2_val_loss"}
+    model = load_lm(out / "model")
+    assert model.cfg.attention == "favor_learned"
+    assert model.generate(torch.zeros(1, 3, dtype=torch.long), 4).shape == (1, 7)
+    code, _, err = run(capsys, "linearize", str(out / "checkpoint.pt"), "--data-dir", str(data), *FAST)  # not a model
+    assert code == 2 and err.startswith("error: MODEL: got ") and "expected a symformer-causal-lm file" in err, err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_linearize_takes_a_symformer_train_folder(capsys, tmp_path):
+    from symformer.linearize import load_lm
+
+    (tmp_path / "data").mkdir()
+    text = "".join(f"ROMEO: line {i} of the play, with all its words.\n" for i in range(60))
+    (tmp_path / "data" / "tinyshakespeare.txt").write_text(text)
+    data, trained = tmp_path / "data", tmp_path / "trained"
+    sets = ["train.max_steps=1", "train.epochs=1", "model.d_model=16", "model.n_layers=1", "train.eval_batch_size=512"]
+    argv = ["train", "--preset", "shakespeare-char", "--data-dir", str(data), "--out", str(trained)]
+    assert cli.main(argv + [a for s in sets for a in ("--set", s)]) == 0
+    out = tmp_path / "lin"
+    code, _, err = run(
+        capsys, "linearize", str(trained), "--data-dir", str(data), "--attention", "plash",
+        "--core-options", "M=2,D_k=8,causal_block=8,mixer_heads=2", "--out", str(out), *FAST,
+    )  # fmt: skip
+    assert code == 0, err
+    model = load_lm(out / "model")
+    assert model.cfg.attention == "plash" and model.cfg.d_model == 16
+    (trained / "checkpoint.pt").write_bytes(b"garbage\n")
+    code, _, err = run(capsys, "linearize", str(trained), "--data-dir", str(data), "--out", str(out), *FAST)
+    assert code == 2 and err.startswith("error: MODEL: got ") and "is not a symformer checkpoint" in err, err
+    assert len(err.strip().splitlines()) == 1

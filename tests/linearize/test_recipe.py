@@ -10,6 +10,7 @@ transformers_or_skip()
 pytest.importorskip("peft")
 
 from tests.integrations._hf_models import tiny  # noqa: E402
+from tests.linearize._common import OPTIONS, random_split, resumes_to_the_uninterrupted_result  # noqa: E402
 
 from symformer.data.base import Split, TensorData  # noqa: E402
 from symformer.integrations import hf  # noqa: E402
@@ -23,17 +24,7 @@ from symformer.linearize import (  # noqa: E402
     transfer_loss,
 )
 
-OPTIONS = {
-    "favor": {"n_features": 16, "chunk_size": 4},
-    "plash": {"M": 4, "D_k": 8, "causal_block": 4, "mixer_heads": 2},
-}
-
-
-def _split(n=24, block=12, vocab=40, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(0, vocab, (n, block + 1), generator=g)
-    part = TensorData(ids[:, :-1], ids[:, 1:])
-    return Split(part, TensorData(part.x[:4], part.y[:4]), TensorData(part.x[:4], part.y[:4]), {"vocab_size": vocab})
+_split = random_split
 
 
 def _config(attention="favor", positional="rope", feature_map=None, **kw):
@@ -82,31 +73,11 @@ def test_saved_model_reloads_exactly_and_generates_with_states(tmp_path, attenti
         assert torch.equal(loaded(seq[:, :-1]).logits[:, 4:].argmax(-1), seq[:, 5:])
 
 
-def _kill_at(monkeypatch, call: int):
-    real, calls = recipe.evaluate, []
-
-    def evaluate(*a, **k):
-        calls.append(1)
-        if len(calls) == call:
-            raise KeyboardInterrupt
-        return real(*a, **k)
-
-    monkeypatch.setattr(recipe, "evaluate", evaluate)
-
-
 @pytest.mark.parametrize("call", [pytest.param(2, marks=pytest.mark.slow), 4])  # killed at step 3 of stage 1 or 2
 def test_a_killed_run_resumes_to_the_uninterrupted_result(tmp_path, monkeypatch, call):
     teacher, data = tiny("llama", torch.float64, seed=0), _split()
     cfg = _config("plash", "string", eval_every=3, checkpoint_every=2)
-    ref = linearize(teacher, data, cfg, out=tmp_path / "ref")
-    with monkeypatch.context() as m:
-        _kill_at(m, call)
-        with pytest.raises(KeyboardInterrupt):
-            linearize(teacher, data, cfg, out=tmp_path / "run")
-    got = linearize(teacher, data, cfg, out=tmp_path / "run", resume=True)
-    a, b = ref.model.state_dict(), got.model.state_dict()
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-    assert got.history == ref.history
+    ref, _ = resumes_to_the_uninterrupted_result(teacher, data, cfg, tmp_path, monkeypatch, call)
     again = linearize(teacher, data, cfg, out=tmp_path / "run", resume=True)  # finished: the saved result
     assert (again.model.lm_head.weight - ref.model.lm_head.weight).abs().max() == 0
 

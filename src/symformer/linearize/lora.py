@@ -1,13 +1,14 @@
 """Stage 2 of linearizing: low-rank adapters (LoRA) on the attention projections, trained on the language-model loss,
-through `peft` (the `hf` extra); merged into the weights before the model is saved, so the saved folder is a plain
-symformer model that `hf.from_pretrained` reloads without peft."""
+through `peft` (the `hf` extra), which reaches a HF model's projections and symformer's own CausalLM's alike (its
+MultiHeadAttention's q_proj/k_proj/v_proj/o_proj are nn.Linear); merged into the weights before the model is saved,
+so the saved model reloads without peft."""
 
 from __future__ import annotations
 
 from torch import nn
 
 from symformer._validation import check_int, fail
-from symformer.integrations.hf._common import attention_modules
+from symformer.linearize.transfer import attention_layers, core_parts
 
 __all__ = ["PROJECTIONS", "add_lora", "merge_lora", "require_peft"]
 
@@ -29,7 +30,7 @@ def add_lora(model: nn.Module, rank: int = 8, alpha: float = 16.0, train_cores: 
     and so do the symformer cores and rotary parts where `train_cores` (stage 1's parameters); the rest is frozen.
 
     Args:
-        model: a configured HF model (hf.configure).
+        model: a configured HF model (hf.configure) or a CausalLM with linear cores.
         rank (int): the adapters' rank r.
         alpha (float): LoRA's scaling numerator (the update is alpha / r * B A).
         train_cores (bool): keep training the cores' and rotary parts' parameters beside the adapters.
@@ -42,10 +43,9 @@ def add_lora(model: nn.Module, rank: int = 8, alpha: float = 16.0, train_cores: 
     cfg = peft.LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules=list(PROJECTIONS), bias="none")
     wrapped = peft.get_peft_model(model, cfg)
     if train_cores:
-        for attn in attention_modules(model):
-            for part in (getattr(attn, "symformer_core", None), getattr(attn, "rotary", None)):
-                if part is not None:
-                    part.requires_grad_(True)
+        for attn in attention_layers(model):
+            for part in core_parts(attn):
+                part.requires_grad_(True)
     return wrapped
 
 

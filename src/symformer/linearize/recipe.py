@@ -1,12 +1,14 @@
-"""Linearize a trained softmax Hugging Face model: swap its attention for FAVOR+ or PLASH (optionally STRING in place
-of RoPE), train the new attention to match the old one (stage 1, linearize.transfer), then fine-tune low-rank adapters
-on the language-model loss (stage 2, linearize.lora), and save a model that `hf.from_pretrained` reloads and whose
-`generate()` decodes with constant-size states.
+"""Linearize a trained softmax Hugging Face model (or symformer's own models.CausalLM: linearize.causal): swap its
+attention for FAVOR+ or PLASH (optionally STRING in place of RoPE), train the new attention to match the old one
+(stage 1, linearize.transfer), then fine-tune low-rank adapters on the language-model loss (stage 2, linearize.lora),
+and save a model that `hf.from_pretrained` (a CausalLM: causal.load_lm) reloads and whose `generate()` decodes with
+constant-size states.
 
     from symformer import linearize
     result = linearize.linearize(model, split, linearize.LinearizeConfig(attention="plash", positional="string"),
                                  out="runs/lin")      # checkpoints there; resume=True continues a killed run
     linearize.save(result.model, "runs/lin/model")   # save_pretrained; hf.from_pretrained reloads it
+                                                     # (a CausalLM: causal.save_lm; causal.load_lm reloads it)
 
 A checkpoint (out/checkpoint.pt, written atomically every `checkpoint_every` steps and at each stage's end) holds
 the student's weights, the optimizer, the batch generator and the curve, with the run's fingerprint (the config, the
@@ -32,9 +34,11 @@ from symformer.integrations.hf._common import attention_modules, family_of, text
 from symformer.integrations.hf.attention import configure
 from symformer.integrations.hf.lm import evaluate, lm_loss
 from symformer.integrations.hf.positional import patch_positional
+from symformer.linearize.causal import causal_loss, causal_student, check_causal_lm, save_lm
 from symformer.linearize.learned_favor import LearnedFavorAttention
 from symformer.linearize.lora import add_lora, merge_lora
 from symformer.linearize.transfer import attention_parameters, capture, transfer_loss
+from symformer.models import CausalLM
 from symformer.train.checkpoint import CheckpointError, load
 
 __all__ = ["CORES", "LinearizeConfig", "LinearizeResult", "check_model", "linearize", "save", "student_of"]
@@ -110,11 +114,15 @@ def check_model(model: nn.Module) -> None:
     as `hf.configure`'s attention refuses them at the forward.
 
     Args:
-        model: a Hugging Face causal LM.
+        model: a Hugging Face causal LM, or a CausalLM (linearize.causal.check_causal_lm).
     """
+    if isinstance(model, CausalLM):
+        check_causal_lm(model)
+        return
     if family_of(model) is None:
         model_type = getattr(getattr(model, "config", None), "model_type", None)
-        fail("model", f"{type(model).__name__} (model_type={model_type!r})", "a model of a supported Llama family")
+        expected = "a model of a supported Llama family or a CausalLM"
+        fail("model", f"{type(model).__name__} (model_type={model_type!r})", expected)
     tc = text_config(model)
     if getattr(model.config, "symformer_attention", None):
         kind = model.config.symformer_attention.get("attention")
@@ -143,19 +151,24 @@ def student_of(model: nn.Module, config: LinearizeConfig) -> nn.Module:
     """A copy of `model` with the linear core (and STRING, where asked) in every attention layer: the untrained swap.
 
     Args:
-        model: the softmax model (left untouched).
+        model: the softmax model (left untouched): a HF model, or a CausalLM (rebuilt with the new cores).
         config: attention, positional, core_options and seed.
     """
+    options = {"seed": config.seed, **config.core_options}
+    if isinstance(model, CausalLM):
+        return causal_student(model, CORES[config.attention], config.positional, options)
     student = copy.deepcopy(model)
     if config.positional == "string":
         patch_positional(student, "string", init_scale=0.0)  # P = I: exactly the model's RoPE (T2.7, T3.1)
-    options = {"seed": config.seed, **config.core_options}
     return configure(student, attention=CORES[config.attention], **options)
 
 
 def _fingerprint(model: nn.Module, config: LinearizeConfig, data) -> dict:
-    tc = text_config(model)
-    shape = {k: getattr(tc, k, None) for k in ("model_type", "vocab_size", "hidden_size", "num_hidden_layers")}
+    if isinstance(model, CausalLM):
+        shape = {"model_type": "symformer.CausalLM", "vocab_size": model.vocab_size, **model.cfg.to_dict()}
+    else:
+        tc = text_config(model)
+        shape = {k: getattr(tc, k, None) for k in ("model_type", "vocab_size", "hidden_size", "num_hidden_layers")}
     return {"config": dataclasses.asdict(config), "model": shape, "data": [len(data.train), len(data.val)]}
 
 
@@ -178,8 +191,9 @@ def _load_checkpoint(path: Path, fingerprint: dict) -> dict | None:
 class _Run:
     """One linearize run's loop state: the curve, the checkpoint file and the batches."""
 
-    def __init__(self, config, data, out, fingerprint, ck):
+    def __init__(self, config, data, out, fingerprint, ck, own: bool):
         self.config, self.data, self.fingerprint = config, data, fingerprint
+        self.lm_loss = causal_loss if own else lm_loss  # own: a CausalLM
         self.path = None if out is None else Path(out) / "checkpoint.pt"
         self.ck = ck
         self.history: list[dict] = list(ck["history"]) if ck else []
@@ -192,7 +206,8 @@ class _Run:
         return tokens // per
 
     def point(self, model, stage: int, tokens: int) -> None:
-        val = evaluate(model, self.data.val, batch_size=self.config.batch_size, max_batches=self.config.eval_batches)
+        cfg = self.config
+        val = evaluate(model, self.data.val, cfg.batch_size, max_batches=cfg.eval_batches, loss_fn=self.lm_loss)
         self.history.append({"stage": stage, "tokens": tokens, "val_loss": val})
 
     def save(self, model, opt, gen, stage: int, step: int) -> None:
@@ -265,7 +280,7 @@ def _stage1(run: _Run, teacher: nn.Module, student: nn.Module, gen) -> None:
 
     def loss_fn(x, y):
         with torch.no_grad(), capture(teacher) as records:
-            teacher(input_ids=x, use_cache=False)
+            teacher(x) if isinstance(teacher, CausalLM) else teacher(input_ids=x, use_cache=False)
         return transfer_loss(student, records)
 
     steps = run.steps(run.config.stage1_tokens, "stage1_tokens")
@@ -277,17 +292,17 @@ def _stage2(run: _Run, student: nn.Module, gen) -> nn.Module:
     params = [p for p in wrapped.parameters() if p.requires_grad]
     steps = run.steps(run.config.stage2_tokens, "stage2_tokens")
     offset = run.steps(run.config.stage1_tokens, "stage1_tokens") * run.config.batch_size * run.block
-    _stage(run, 2, wrapped, params, lambda x, y: lm_loss(wrapped, x, y), steps, run.config.lr2, offset, gen)
+    _stage(run, 2, wrapped, params, lambda x, y: run.lm_loss(wrapped, x, y), steps, run.config.lr2, offset, gen)
     return merge_lora(wrapped)
 
 
 def linearize(
     model: nn.Module, data, config: LinearizeConfig | None = None, out=None, resume: bool = False
 ) -> LinearizeResult:
-    """Linearize a softmax HF causal LM (module docstring): returns the student with its adapters merged and the curve.
+    """Linearize a softmax causal LM (module docstring): returns the student with its adapters merged and the curve.
 
     Args:
-        model: the trained softmax model (a Llama-family HF model; left untouched).
+        model: the trained softmax model (a Llama-family HF model, or a models.CausalLM; left untouched).
         data: a symformer.data Split of token windows (train for both stages, val for the curve), in the model's
             vocabulary.
         config: what to swap in and the stages' budgets (LinearizeConfig()).
@@ -307,7 +322,7 @@ def linearize(
     ck = _load_checkpoint(Path(out) / "checkpoint.pt", fingerprint) if resume else None
     seed_torch(config.seed)
     student = student_of(model, config)
-    run = _Run(config, data, out, fingerprint, ck)
+    run = _Run(config, data, out, fingerprint, ck, isinstance(model, CausalLM))
     run.steps(config.stage1_tokens, "stage1_tokens")
     run.steps(config.stage2_tokens, "stage2_tokens")
     gen = seeded_generator(config.seed)
@@ -327,13 +342,16 @@ def linearize(
 
 def save(model: nn.Module, folder) -> Path:
     """save_pretrained(folder) (safetensors): `hf.from_pretrained(cls, folder)` rebuilds the cores and rotary parts
-    (in a process that imported symformer.linearize, for the "favor_learned" cores) and loads their weights.
+    (in a process that imported symformer.linearize, for the "favor_learned" cores) and loads their weights. A
+    CausalLM is written in its own format instead (causal.save_lm: folder/causal_lm.pt; causal.load_lm reloads it).
 
     Args:
         model: a linearized model (LinearizeResult.model).
-        folder: where to write config.json and model.safetensors.
+        folder: where to write config.json and model.safetensors (a CausalLM: causal_lm.pt).
     """
     folder = Path(folder)
+    if isinstance(model, CausalLM):
+        return save_lm(model, folder)  # the file written
     model.save_pretrained(folder, safe_serialization=True)
     return folder
 

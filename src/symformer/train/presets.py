@@ -24,6 +24,7 @@ from symformer.models import (
     ViTClassifier,
 )
 from symformer.models.informer import SMALL_SIZE
+from symformer.train.checkpoint import CheckpointError, check_compatible, load_checkpoint
 from symformer.train.tasks import Classification, Forecasting, LanguageModeling
 from symformer.train.trainer import TrainConfig
 
@@ -289,3 +290,30 @@ def result_metrics(task: str, final: dict[str, float]) -> dict[str, float]:
     if task == "shakespeare":
         return {"val_bpc": final["val_bpc"], "test_bpc": final["test_bpc"]}
     return {"test_mse": final["test_mse"], "test_mae": final["test_mae"], "val_mse": final["val_mse"]}
+
+
+def load_trained(folder: str | Path, data_dir=None, name: str = "--out", task: str | None = None):
+    """(model, split) of a `symformer train` folder: config.json rebuilds the model and its data split, checkpoint.pt
+    gives the weights (weights_only, format marker and parameter shapes checked, as --resume checks them).
+
+    Args:
+        folder: the training folder (config.json and checkpoint.pt).
+        data_dir: the data directory of the model's task (its vocabulary, for a character LM).
+        name (str): the argument that ValueErrors name.
+        task (str | None): the task the model must have been trained on (None: any).
+    """
+    folder = Path(folder)
+    config, ckpt = folder / "config.json", folder / "checkpoint.pt"
+    if not config.is_file() or not ckpt.is_file():
+        fail(name, str(folder), "a folder written by `symformer train` (config.json and checkpoint.pt)")
+    spec = load_config(config)
+    if task is not None and spec.get("task") != task:
+        fail(name, f"a {spec.get('task')!r} model", f"a model of task {task}")
+    model, _, split, _ = build(spec, data_dir=data_dir)
+    try:
+        ck = load_checkpoint(ckpt)
+        check_compatible(ckpt, ck, model, {})
+    except CheckpointError as e:
+        fail(name, str(folder), f"a training folder whose checkpoint loads ({e})")
+    model.load_state_dict(ck["model"])
+    return model.eval(), split

@@ -64,8 +64,9 @@ def lm_loss(model, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def evaluate(model, data, batch_size: int = 32, max_batches: int | None = None) -> float:
-    """Mean validation cross-entropy (nats per character) over the first `max_batches` batches."""
+def evaluate(model, data, batch_size: int = 32, max_batches: int | None = None, loss_fn=None) -> float:
+    """Mean validation cross-entropy (nats per character) over the first `max_batches` batches; loss_fn(model, x, y)
+    in place of lm_loss for a model without HF's call convention (a symformer CausalLM)."""
     was = model.training
     model.eval()
     tot, n = 0.0, 0
@@ -73,7 +74,7 @@ def evaluate(model, data, batch_size: int = 32, max_batches: int | None = None) 
         if max_batches is not None and i >= max_batches:
             break
         x, y = data.x[s : s + batch_size], data.y[s : s + batch_size]
-        tot += float(lm_loss(model, x, y)) * len(x)
+        tot += float((loss_fn or lm_loss)(model, x, y)) * len(x)
         n += len(x)
     model.train(was)
     return tot / max(n, 1)
