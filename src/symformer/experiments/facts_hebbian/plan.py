@@ -33,17 +33,13 @@ class Plan:
         if quick:
             pts = [(16, 64, k) for k in (1.0, 100.0)]
             return cls(pts, pts[:1], 1, ["quick: d = 16, F = 64 only"])
-        # F = 256 at d = 32, 64 and d = 64, F = 1024 at kappa = 1 (F <= d^2 / 4, the paper's beta = 0.25, App.
-        # A.1.1), without the GD baselines: what fits ~40 minutes of a shared core. A later
-        # session adds points here and reruns with --resume: the records are named by their point and method, so
-        # only the new searches run
-        pts = [(d, 256, k) for d in (32, 64) for k in kappas] + [(64, 1024, 1.0)]
-        gd: list[tuple[int, int, float]] = []  # a GD search here takes ~20 minutes of a contended core per protocol
-        missing = [
-            "d = 128 (F = 256, 1024, 4096) for every method",
-            "d = 64, F = 1024 at kappa = 100 and 1e4 (the data-dependent fits that store nothing search to h = 2F)",
-            "the GD baselines (both protocols) at every point: the e/Fig2b-gd rows are inconclusive in this run",
-        ]
+        # the grid: d in {32, 64, 128}, F in {256, 1024, 4096} with F <= d^2 / 4 (the paper's beta = 0.25, App.
+        # A.1.1), three kappas. GD (both protocols, facts.gd_batch) at the points their code's record has (d = 32,
+        # F = 256 at kappa 1 and 100; d = 64, F = 1024 at kappa 1), then d = 128, F = 256; the rest stays in
+        # `missing`: a GD search at F = 1024 trains ~20 MLPs for 10k-20k epochs of a 1024 x 1024 logit matrix
+        pts = [(d, F, k) for d in (32, 64, 128) for F in (256, 1024, 4096) if F <= d * d // 4 for k in kappas]
+        gd: list[tuple[int, int, float]] = []  # STAGE1
+        missing = [f"the GD baselines (both protocols) at {p}" for p in pts if p not in gd]
         return cls(pts, gd, 2, missing)
 
 
