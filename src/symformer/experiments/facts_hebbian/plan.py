@@ -38,7 +38,7 @@ class Plan:
         # F = 256 at kappa 1 and 100; d = 64, F = 1024 at kappa 1), then d = 128, F = 256; the rest stays in
         # `missing`: a GD search at F = 1024 trains ~20 MLPs for 10k-20k epochs of a 1024 x 1024 logit matrix
         pts = [(d, F, k) for d in (32, 64, 128) for F in (256, 1024, 4096) if F <= d * d // 4 for k in kappas]
-        gd: list[tuple[int, int, float]] = []  # STAGE1
+        gd = [(32, 256, 1.0), (32, 256, 100.0), (128, 256, 1.0), (64, 1024, 1.0)]
         missing = [f"the GD baselines (both protocols) at {p}" for p in pts if p not in gd]
         return cls(pts, gd, 2, missing)
 
