@@ -52,13 +52,15 @@ def methods_at(plan: Plan, point: tuple[int, int, float]) -> list[str]:
     return ms + list(GD) if point in plan.gd_points else ms
 
 
-def jobs(plan: Plan, quick: bool, seed: int) -> list[tuple[Job, float]]:
-    """(job, expected cost) per (point, method); the GD searches are the dear ones."""
+def jobs(plan: Plan, quick: bool, seed: int) -> list[tuple[Job, tuple[int, float]]]:
+    """(job, (rank, expected cost)) per (point, method), run in that order: the GD searches first (in the order of
+    gd_points: the issue's GD metric reads them), then the rest cheap first; the GD searches are the dear ones."""
     fn = JobFunction(runs.search_point, "symformer.experiments.facts_hebbian.runs.search_point")
     out = []
     for d, F, kappa in plan.points:
         for m in methods_at(plan, (d, F, kappa)):
             cost = F * d * (100.0 if m in GD else 10.0 if m in ("hebbian-dd", BEST) else 1.0)
             kw = dict(d=d, F=F, kappa=kappa, method=m, n_seeds=plan.seeds, quick=quick, seed=seed)
-            out.append((Job(_key(d, F, kappa, m), fn, kw, checkpoints=True), cost))
+            rank = plan.gd_points.index((d, F, kappa)) if m in GD else len(plan.gd_points)
+            out.append((Job(_key(d, F, kappa, m), fn, kw, checkpoints=True), (rank, cost)))
     return out

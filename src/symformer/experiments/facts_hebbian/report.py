@@ -185,7 +185,7 @@ def summarise(ctx: RunContext, plan: hp.Plan, rows: dict) -> ExperimentResult:
 def run(ctx: RunContext) -> ExperimentResult:
     t0 = time.perf_counter()
     plan, stats = hp.Plan.for_run(ctx.quick), {}
-    js = sorted(hp.jobs(plan, ctx.quick, ctx.seed), key=lambda jc: jc[1])  # cheap first: a kill keeps the most
+    js = sorted(hp.jobs(plan, ctx.quick, ctx.seed), key=lambda jc: jc[1])  # GD first, then cheap first
     got = run_jobs([j for j, _ in js], ctx.out_dir / "runs", ctx.jobs, ctx.resume, stats, ctx.job_log)
     rows: dict[str, dict] = {}
     for j, _ in js:
