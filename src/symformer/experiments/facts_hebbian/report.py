@@ -73,6 +73,31 @@ def side_by_side(rows: dict, plan: hp.Plan, official: dict) -> tuple[list[dict],
     return table, "\n".join(md) + "\n"
 
 
+def which_table(rows: dict, plan: hp.Plan, table: list[dict], official: dict) -> str:
+    """docs/systems/facts.md's "Which construction to use" table: per point, their best (their code / ours
+    reimplemented), Bin+JL, hebbian-als, both NTK and both GD baselines, and the smallest construction."""
+
+    def f(x) -> str:
+        return "—" if x is None else f"{x:,}"
+
+    out = [
+        "| point (d, F, κ) | their best (their code / reimplemented) | Bin+JL | hebbian-als | NTK (ours / theirs) "
+        "| GD (ours / their protocol) | smallest construction |",
+        "|---|" * 7,
+    ]
+    for t in table:
+        got, (d, F, k) = rows[t["point"]], next(p for p in plan.points if pkey(*p) == t["point"])
+        cons = {m: got[m]["params"] for m in (*hp.THEIRS, hp.OURS, hp.BEST) if got[m]["params"]}
+        off = f(t["their_best_official"]) if t["point"] in official else "not run"
+        gd = " / ".join(f(got[m]["params"]) for m in hp.GD) if (d, F, k) in plan.gd_points else "not run"
+        out.append(
+            f"| {d}, {F}, {k:g} | {off} / {f(t['their_best_reimpl'])} | {f(got[hp.OURS]['params'])} | "
+            f"{f(got[hp.BEST]['params'])} | {f(got['ntk']['params'])} / {f(got['ntk-relu1']['params'])} | {gd} | "
+            f"`{min(cons, key=cons.get) if cons else 'none stores'}` |"
+        )
+    return "\n".join(out) + "\n"
+
+
 def baseline_claims(rows: dict, plan: hp.Plan, setting: str) -> list[Claim]:
     """e/Fig2b-gd and e/Fig2b-ntk under our baseline and under theirs, at the claims' operating point: Fig. 2b's
     spherical embeddings, kappa = 1 (GD: where both ran; NTK: every such point; an NTK that stores nothing up to its
@@ -125,6 +150,7 @@ def summarise(ctx: RunContext, plan: hp.Plan, rows: dict) -> ExperimentResult:
     official = read_official(ctx.out_dir / OFFICIAL)
     table, md = side_by_side(rows, plan, official)
     atomic_write_text(ctx.out_dir / "sizes.md", "# facts-hebbian: parameters at the storing threshold\n\n" + md)
+    atomic_write_text(ctx.out_dir / "which.md", which_table(rows, plan, table, official))  # docs/systems/facts.md
     reimpl = {t["point"]: t["reimpl_dd_vs_official"] for t in table if t["reimpl_dd_vs_official"]}
     best = {t["point"]: t["best_vs_their_best"] for t in table if t["best_kind"] != "neither stores"}
     gd = {}
