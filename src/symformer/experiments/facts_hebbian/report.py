@@ -41,7 +41,7 @@ def ratio(a, b):
 
 def side_by_side(rows: dict, plan: hp.Plan, official: dict) -> tuple[list[dict], str]:
     """One row per point: each method's params (ours / their count) and the ratios the metrics read."""
-    table, md = [], ["| point | method | knob | params | their count | bits/param | their code |", "|---|" * 7]
+    table, md = [], ["| point | method | knob | params | their count | bits/param | their code |", "|" + "---|" * 7]
     for d, F, k in plan.points:
         p, got = pkey(d, F, k), rows[pkey(d, F, k)]
         for m in hp.methods_at(plan, (d, F, k)):
@@ -83,7 +83,7 @@ def which_table(rows: dict, plan: hp.Plan, table: list[dict], official: dict) ->
     out = [
         "| point (d, F, κ) | their best (their code / reimplemented) | Bin+JL | hebbian-als | NTK (ours / theirs) "
         "| GD (ours / their protocol) | smallest construction |",
-        "|---|" * 7,
+        "|" + "---|" * 7,
     ]
     for t in table:
         got, (d, F, k) = rows[t["point"]], next(p for p in plan.points if pkey(*p) == t["point"])
