@@ -54,4 +54,7 @@ def test_quick_run_reports_every_method_and_reads_the_official_record(tmp_path):
         "hebbian/best",
     }
     assert (tmp_path / "sizes.md").read_text().count("| d=16_F=64") == 2 * 7 + 2
+    which = (tmp_path / "which.md").read_text().splitlines()  # docs/systems/facts.md's table, one row per point
+    assert len(which) == 2 + len(plan.points) and which[2].startswith("| 16, 64, 1 | ")
+    assert f"| {rows['gd-swiglu']['params']:,} / " in which[2] and "not run" in which[3]  # GD only at the first
     assert hr.read_official(tmp_path / "nothing") == {}

@@ -41,7 +41,7 @@ def ratio(a, b):
 
 def side_by_side(rows: dict, plan: hp.Plan, official: dict) -> tuple[list[dict], str]:
     """One row per point: each method's params (ours / their count) and the ratios the metrics read."""
-    table, md = [], ["| point | method | knob | params | their count | bits/param | their code |", "|---|" * 7]
+    table, md = [], ["| point | method | knob | params | their count | bits/param | their code |", "|" + "---|" * 7]
     for d, F, k in plan.points:
         p, got = pkey(d, F, k), rows[pkey(d, F, k)]
         for m in hp.methods_at(plan, (d, F, k)):
@@ -71,6 +71,31 @@ def side_by_side(rows: dict, plan: hp.Plan, official: dict) -> tuple[list[dict],
             }
         )
     return table, "\n".join(md) + "\n"
+
+
+def which_table(rows: dict, plan: hp.Plan, table: list[dict], official: dict) -> str:
+    """docs/systems/facts.md's "Which construction to use" table: per point, their best (their code / ours
+    reimplemented), Bin+JL, hebbian-als, both NTK and both GD baselines, and the smallest construction."""
+
+    def f(x) -> str:
+        return "—" if x is None else f"{x:,}"
+
+    out = [
+        "| point (d, F, κ) | their best (their code / reimplemented) | Bin+JL | hebbian-als | NTK (ours / theirs) "
+        "| GD (ours / their protocol) | smallest construction |",
+        "|" + "---|" * 7,
+    ]
+    for t in table:
+        got, (d, F, k) = rows[t["point"]], next(p for p in plan.points if pkey(*p) == t["point"])
+        cons = {m: got[m]["params"] for m in (*hp.THEIRS, hp.OURS, hp.BEST) if got[m]["params"]}
+        off = f(t["their_best_official"]) if t["point"] in official else "not run"
+        gd = " / ".join(f(got[m]["params"]) for m in hp.GD) if (d, F, k) in plan.gd_points else "not run"
+        out.append(
+            f"| {d}, {F}, {k:g} | {off} / {f(t['their_best_reimpl'])} | {f(got[hp.OURS]['params'])} | "
+            f"{f(got[hp.BEST]['params'])} | {f(got['ntk']['params'])} / {f(got['ntk-relu1']['params'])} | {gd} | "
+            f"`{min(cons, key=cons.get) if cons else 'none stores'}` |"
+        )
+    return "\n".join(out) + "\n"
 
 
 def baseline_claims(rows: dict, plan: hp.Plan, setting: str) -> list[Claim]:
@@ -125,12 +150,17 @@ def summarise(ctx: RunContext, plan: hp.Plan, rows: dict) -> ExperimentResult:
     official = read_official(ctx.out_dir / OFFICIAL)
     table, md = side_by_side(rows, plan, official)
     atomic_write_text(ctx.out_dir / "sizes.md", "# facts-hebbian: parameters at the storing threshold\n\n" + md)
+    atomic_write_text(ctx.out_dir / "which.md", which_table(rows, plan, table, official))  # docs/systems/facts.md
     reimpl = {t["point"]: t["reimpl_dd_vs_official"] for t in table if t["reimpl_dd_vs_official"]}
     best = {t["point"]: t["best_vs_their_best"] for t in table if t["best_kind"] != "neither stores"}
     gd = {}
     for p, ms in official.items():
         if p in rows and rows[p].get("gd-swiglu") and ms.get("gd-bilinear"):
             gd[p] = ratio(rows[p]["gd-swiglu"]["params"], ms["gd-bilinear"])
+    protocols = {  # ours against their protocol reimplemented (gd-bilinear) at every GD point, where both store
+        pkey(*p): ratio(rows[pkey(*p)]["gd-swiglu"]["params"], rows[pkey(*p)]["gd-bilinear"]["params"])
+        for p in plan.gd_points
+    }
     metrics = {
         "hebbian_reimpl_vs_official_params": reimpl or None,
         "best_construction_vs_official_best_params": max(best.values()) if best and None not in best.values() else None,
@@ -173,11 +203,15 @@ def summarise(ctx: RunContext, plan: hp.Plan, rows: dict) -> ExperimentResult:
         "their NTK).",
         f"Not in this plan: {'; '.join(plan.missing)}.",
         "gd_baseline_vs_official_gd_params: our GD baseline (gd-swiglu, our protocol) against their code's GD "
-        "(bilinear, no biases, 10k epochs) where their code's record has it.",
+        f"(bilinear, no biases, 10k epochs) where their code's record has it: {fmt(gd)}. Against their protocol "
+        f"reimplemented (gd-bilinear) at every GD point: {fmt(protocols)}.",
+        "GD searches: facts.gd_batch.gd_capacity (each round's widths and both fact sets trained together, model by "
+        "model train_mlp's protocol; the threshold verified: a width storing, the one below not).",
     ]
     if not official:
         notes.append(f"No record of the authors' code at {OFFICIAL}: the comparisons with it are inconclusive.")
     cfg = {"rows": rows, "side_by_side": table, "official": official, "gd_ratios": gd}
+    cfg["gd_vs_their_protocol"] = protocols
     return ExperimentResult(metrics=metrics, claims=claims, config=cfg, notes=notes)
 
 
@@ -185,7 +219,7 @@ def summarise(ctx: RunContext, plan: hp.Plan, rows: dict) -> ExperimentResult:
 def run(ctx: RunContext) -> ExperimentResult:
     t0 = time.perf_counter()
     plan, stats = hp.Plan.for_run(ctx.quick), {}
-    js = sorted(hp.jobs(plan, ctx.quick, ctx.seed), key=lambda jc: jc[1])  # cheap first: a kill keeps the most
+    js = sorted(hp.jobs(plan, ctx.quick, ctx.seed), key=lambda jc: jc[1])  # GD first, then cheap first
     got = run_jobs([j for j, _ in js], ctx.out_dir / "runs", ctx.jobs, ctx.resume, stats, ctx.job_log)
     rows: dict[str, dict] = {}
     for j, _ in js:

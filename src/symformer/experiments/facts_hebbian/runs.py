@@ -4,11 +4,13 @@ evaluations it remembered in its work_dir (facts.capacity.method_capacity)."""
 
 from __future__ import annotations
 
+import math
 import time
 
 from symformer._rng import seed_torch
 from symformer.facts.capacity import BuildOptions, method_capacity
 from symformer.facts.embeddings import make_fact_set
+from symformer.facts.gd_batch import gd_capacity
 from symformer.facts.hebbian import official_param_count
 
 # (first knob tried, largest): h for the bilinear, NTK and GD MLPs, m for Bin+JL. Plain "hebbian" is capped at
@@ -34,6 +36,12 @@ def options(quick: bool) -> BuildOptions:
     return BuildOptions()
 
 
+def gd_guess(d: int, F: int) -> int:
+    """The width a GD search's first round is centred on: the F log2 F bits at ~2 bits per parameter of a gated
+    MLP's 3 h d weights (the search then verifies the threshold wherever it is)."""
+    return max(1, math.ceil(F * math.log2(F) / (2 * 3 * d)))
+
+
 def search_point(
     d: int, F: int, kappa: float, method: str, n_seeds: int, quick: bool, seed: int, work_dir: str | None = None
 ) -> dict:
@@ -45,7 +53,11 @@ def search_point(
     if method in ("hebbian-whitened", "hebbian-dd", "hebbian-als"):
         cap = min(cap, 2 * F)  # past h = F the ridge readout fits its targets exactly: wider stores no more
     t = time.perf_counter()
-    r = method_capacity(method, fss, 1, min(hi, cap), max_size=cap, options=options(quick), work_dir=work_dir)
+    if method in ("gd-swiglu", "gd-bilinear"):  # every round's widths and fact sets trained together
+        cap = 64 if quick else cap  # quick: 300 epochs, where the bilinear protocol needs h ~ 10^3 at d = 16
+        r = gd_capacity(method, fss, gd_guess(d, F), cap, options(quick), work_dir)
+    else:
+        r = method_capacity(method, fss, 1, min(hi, cap), max_size=cap, options=options(quick), work_dir=work_dir)
     knob = "m" if "+" in method else "h"
     return {
         "d": d,

@@ -1,0 +1,85 @@
+"""facts.gd_batch: the stacked GD trainer equals train_mlp model by model (float64, both protocols, models that stop
+early among ones that do not), and gd_capacity's threshold is verified and is the one train_mlp's builds give."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from symformer.facts import BuildOptions, baselines, build_fact_mlp, make_fact_set
+from symformer.facts import gd_batch as gb
+from symformer.facts.mlp import count_params, fact_accuracy
+
+SETS = [make_fact_set(32, 8, seed=s) for s in range(2)]
+
+
+def _sequential(fs, h, seed, **kw):
+    mlp = baselines.train_mlp(fs.keys.double(), fs.values.double(), fs.facts, h, seed=seed, **kw)
+    return mlp, fact_accuracy(mlp, fs.keys, fs.values, fs.facts)
+
+
+@pytest.mark.parametrize(
+    "protocol",
+    [
+        dict(activation="silu", bias=True, loss_cutoff=None),  # ours: stops at the first epoch with all stored
+        dict(activation="linear", bias=False, loss_cutoff=0.05),  # theirs: stops after the loss reaches the cutoff
+    ],
+)
+def test_stacked_models_equal_train_mlp_model_by_model(protocol):
+    widths, seeds = [3, 16, 16], [0, 0, 1]
+    sets = [SETS[s] for s in seeds]
+    kw = dict(max_epochs=300, lr=1e-2, dtype=torch.float64, **protocol)
+    got = gb.train_mlps(sets, widths, seeds=seeds, **kw)
+    accs = []
+    for mlp, fs, h, s in zip(got, sets, widths, seeds):
+        ref, acc = _sequential(fs, h, s, **kw)
+        assert mlp.h == h and mlp.accuracy == acc
+        for a, b in zip(mlp.parameters(), ref.parameters()):
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11)
+        accs.append(acc)
+    assert min(accs) < 1.0 == max(accs)  # models that stopped early (the wide ones) beside ones that ran all epochs
+    # a negative control: another seed's model is not within the tolerance
+    other, _ = _sequential(SETS[0], 16, 1, **kw)
+    assert not torch.allclose(got[1].up.weight, other.up.weight, rtol=1e-9, atol=1e-11)
+
+
+def test_gd_capacity_verifies_the_threshold_and_matches_build_fact_mlp(tmp_path):
+    opts = BuildOptions(train_epochs=200, train_lr=1e-2)
+    r = gb.gd_capacity("gd-swiglu", SETS, 4, 64, opts, work_dir=tmp_path)
+    assert r.size is not None and r.evaluations[r.size][0] == 1.0 and r.evaluations[r.size - 1][0] < 1.0
+    for s, fs in enumerate(SETS):  # the threshold as method_capacity's own builds see it (float32: to rounding)
+        at = build_fact_mlp(fs.keys, fs.values, fs.facts, "gd-swiglu", h=r.size, seed=s, strict=False, options=opts)
+        assert at.accuracy == 1.0 and count_params(at) == r.params
+    below = [
+        build_fact_mlp(fs.keys, fs.values, fs.facts, "gd-swiglu", h=r.size - 1, seed=s, strict=False, options=opts)
+        for s, fs in enumerate(SETS)
+    ]
+    assert min(m.accuracy for m in below) < 1.0
+
+
+def test_gd_capacity_resumes_from_its_work_dir_without_training(tmp_path, monkeypatch):
+    opts = BuildOptions(official_gd_epochs=50)
+    first = gb.gd_capacity("gd-bilinear", SETS, 3, 8, opts, work_dir=tmp_path)
+    monkeypatch.setattr(gb, "train_mlps", lambda *a, **k: pytest.fail("trained again"))
+    again = gb.gd_capacity("gd-bilinear", SETS, 3, 8, opts, work_dir=tmp_path)
+    assert (again.size, again.params, again.evaluations) == (first.size, first.params, first.evaluations)
+
+
+def test_next_widths_brackets_then_closes_the_gap():
+    assert gb._next_widths({}, 10, 4096, 4) == [5, 7, 10, 14, 20]
+    assert gb._next_widths({5: (0.5, 1), 10: (0.9, 1)}, 10, 40, 4) == [20]  # none stores: double
+    assert gb._next_widths({20: (0.9, 1)}, 10, 20, 4) == []  # none stores up to the cap
+    assert gb._next_widths({7: (0.9, 1), 14: (1.0, 1)}, 10, 99, 4) == [8, 10, 11, 13]
+    assert gb._next_widths({7: (0.9, 1), 8: (1.0, 1)}, 10, 99, 4) == []  # verified: 8 stores, 7 does not
+    assert gb._next_widths({3: (1.0, 1)}, 10, 99, 4) == [1, 2]  # the smallest tried stores: look below it
+
+
+def test_bad_input_names_the_argument():
+    with pytest.raises(ValueError, match="widths"):
+        gb.train_mlps(SETS, [2])
+    with pytest.raises(ValueError, match="activation"):
+        gb.train_mlps(SETS[:1], [2], activation="relu")
+    with pytest.raises(ValueError, match="method"):
+        gb.gd_capacity("gd-relu", SETS, 4, 8)
+    with pytest.raises(ValueError, match="guess"):
+        gb.gd_capacity("gd-swiglu", SETS, 0, 8)
