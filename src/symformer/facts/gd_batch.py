@@ -2,8 +2,8 @@
 sets, stacked into one batched model.
 
 Why: the GD baselines' capacity search trains one small MLP per (width, fact set) for 10k-20k full-batch epochs,
-and at the grid's small points (d = 32, F = 256, h ~ 10) an epoch is mostly per-op overhead (~2 ms of Python and
-dispatch for ~10 MFLOP). Stacked, the models share that overhead. The protocol is `baselines.train_mlp`'s, model
+and at the grid's small points (d = 32, F = 256, h ~ 10) an epoch is mostly per-op overhead (Python and dispatch
+around ~10 MFLOP of work). Stacked, the models share that overhead. The protocol is `baselines.train_mlp`'s, model
 by model: the same initialisation (each model is built as train_mlp builds it, then copied in, zero-padded to the
 widest), the same loss, Adam (elementwise, so stacking changes nothing but the rounding of the matmuls), the same
 cosine schedule and the same stop per model: a model that stops is frozen where train_mlp would have stopped it
