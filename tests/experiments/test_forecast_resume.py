@@ -29,7 +29,12 @@ def _run(data_dir, method, work_dir=None):
     )
 
 
-@pytest.mark.parametrize("method", ["softmax", "favor", "plash"])
+# softmax in the fast suite (the Trainer's exact resume; tests/train/test_trainer.py has its own); the linear cores'
+# cases (their random features and parameters in the checkpoint) take ~3x as long and run with --runslow
+SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize("method", ["softmax", pytest.param("favor", marks=SLOW), pytest.param("plash", marks=SLOW)])
 def test_killed_and_resumed_forecast_equals_uninterrupted(data_dir, tmp_path, monkeypatch, method):
     plain = _run(data_dir, method)
     monkeypatch.setattr(plash_forecast, "CHECKPOINT_STEPS", 3)  # 5 steps per epoch: checkpoints at steps 3, 5, 6, 9, 10
