@@ -164,12 +164,9 @@ class LearnedFavorAttention(FavorAttention):
             return float32_compute(self, q, k, v, attn_mask, is_causal, scale)
         if self.feature_map == "hedgehog":
             return self._hedgehog(q, k, v, attn_mask, is_causal, scale, state)
-        if state is not None:
-            if not is_causal:
-                fail("is_causal", is_causal, "True with a decoding state")
-            return self.step(q, k, v, state, attn_mask=attn_mask, scale=scale)
-        q, k = self._mapped(q, self.q_map, "q"), self._mapped(k, self.k_map, "k")
-        return super().forward(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale)
+        if state is None:  # with a state FavorAttention.forward calls self.step, which maps q and k itself
+            q, k = self._mapped(q, self.q_map, "q"), self._mapped(k, self.k_map, "k")
+        return super().forward(q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale, state=state)
 
     def step(self, q, k, v, state: FavorState, attn_mask=None, scale=None) -> torch.Tensor:
         """FavorAttention.step on (q A_h, k B_h): the maps apply here, so a caller of `step` and one of
