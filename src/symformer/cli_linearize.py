@@ -31,6 +31,7 @@ FLAGS = {
     "stage1_tokens": "--stage1-tokens",
     "stage2_tokens": "--stage2-tokens",
     "batch_size": "--batch-size",
+    "stage1_loss": "--stage1-loss",
     "resume": "--resume",
     "data": "--data-dir",
     "model": "MODEL",
@@ -77,6 +78,9 @@ def linearize_command(
     stage2_tokens: int = typer.Option(200_000, "--stage2-tokens", help="tokens of LoRA fine-tuning"),
     block: int = typer.Option(128, "--block", help="tokens per training sequence"),
     batch_size: int = typer.Option(16, "--batch-size"),
+    stage1_loss: str = typer.Option(
+        "output_mse", "--stage1-loss", help="output_mse (LoLCATs') | attention_ce (Hedgehog's; favor only)"
+    ),
     core_options: str = typer.Option("", "--core-options", help="e.g. n_features=64 or M=16,causal_block=32"),
     seed: int = typer.Option(0, "--seed"),
     out: Path = typer.Option(Path("out/linearize"), "--out"),
@@ -86,7 +90,14 @@ def linearize_command(
     opts = _options(core_options)
     try:
         cfg = LinearizeConfig(
-            attention, positional, stage1_tokens, stage2_tokens, batch_size, core_options=opts, seed=seed
+            attention,
+            positional,
+            stage1_tokens,
+            stage2_tokens,
+            batch_size,
+            stage1_loss=stage1_loss,
+            core_options=opts,
+            seed=seed,
         )
     except (ValueError, TypeError) as e:
         name, _, rest = str(e).partition(":")

@@ -62,6 +62,8 @@ def test_linearize_writes_a_reloadable_model(capsys, folder, tmp_path):
     [
         (["--attention", "softmax"], "error: --attention: got 'softmax', expected one of "),
         (["--stage1-tokens", "0"], "error: --stage1-tokens: got 0, expected "),
+        (["--stage1-loss", "kl"], "error: --stage1-loss: got 'kl', expected one of "),
+        (["--attention", "plash", "--stage1-loss", "attention_ce"], "error: --stage1-loss: got 'attention_ce', "),
         (["--stage2-tokens", "5"], "error: --stage2-tokens: got 5, expected >= 32 tokens"),
         (["--core-options", "n_features"], "error: --core-options: got 'n_features', expected key=value pairs"),
         (["--core-options", "feature_map=cosine"], "error: feature_map: got 'cosine', expected one of favor, hedgehog"),

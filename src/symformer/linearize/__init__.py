@@ -21,7 +21,7 @@ from symformer.linearize.recipe import (
     save,
     student_of,
 )
-from symformer.linearize.transfer import attention_parameters, capture, transfer_loss
+from symformer.linearize.transfer import attention_parameters, capture, transfer_loss, weights_loss
 
 __all__ = [
     "CORES",
@@ -39,4 +39,5 @@ __all__ = [
     "save_lm",
     "student_of",
     "transfer_loss",
+    "weights_loss",
 ]

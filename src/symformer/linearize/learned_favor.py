@@ -231,6 +231,42 @@ class LearnedFavorAttention(FavorAttention):
         # no kept key yet: numerator and denominator are 0, and 0 / tiny = 0 (favor_state's rule)
         return (o[..., :-1] / o[..., -1:].clamp_min(torch.finfo(acc).tiny)).to(v.dtype)
 
+    def attention_weights(self, q: torch.Tensor, k: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+        """The causal attention weights this core applies, formed explicitly: a_ij = phi(q_i).phi(k_j) /
+        sum_{l<=i} phi(q_i).phi(k_l) for j <= i, else 0, so that a @ v equals forward(q, k, v, is_causal=True).
+        Hedgehog's stage-1 loss (linearize.transfer.weights_loss) needs them; O(N^2) memory, for training only.
+
+        The FAVOR+ map's stabilisers cancel here: a per-query constant in the numerator and the denominator, and
+        one constant per (batch, head) over all keys.
+
+        Args:
+            q (B, H, N, Dh): queries, as the core receives them.
+            k (B, H, N, Dh): keys.
+            scale (float | None): the logit scale (None: 1/sqrt(Dh)).
+
+        Returns:
+            (B, H, N, N): rows summing to 1, in the accumulation dtype (float32 for 16-bit inputs).
+        """
+        if self.kernel_eps or self.denominator_eps:
+            fail("kernel_eps / denominator_eps", (self.kernel_eps, self.denominator_eps), "0 for explicit weights")
+        if q.shape[-2] != k.shape[-2]:
+            fail("k", f"{k.shape[-2]} keys for {q.shape[-2]} queries", "equal lengths (causal weights)")
+        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else check_float("scale", scale, 0.0, low_open=True)
+        if self.feature_map == "hedgehog":
+            qf = self._hedgehog_features(q, self.q_map, scale, "q")
+            kf = self._hedgehog_features(k, self.k_map, scale, "k")
+        else:
+            acc = accumulation_dtype(q.dtype)
+            w = self.features.to(acc)
+            xq = self._mapped(q.to(acc), self.q_map, "q") * math.sqrt(scale)
+            xk = self._mapped(k.to(acc), self.k_map, "k") * math.sqrt(scale)
+            lq = xq @ w.T - 0.5 * xq.pow(2).sum(-1, keepdim=True)  # log phi up to -log sqrt(m)  # T7.1
+            lk = xk @ w.T - 0.5 * xk.pow(2).sum(-1, keepdim=True)
+            qf = torch.exp(lq - lq.amax(-1, keepdim=True).detach())
+            kf = torch.exp(lk - lk.amax((-2, -1), keepdim=True).detach())
+        s = torch.matmul(qf, kf.transpose(-1, -2)).tril()
+        return s / s.sum(-1, keepdim=True).clamp_min(torch.finfo(s.dtype).tiny)
+
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, n_heads={self.n_heads}, learned q/k maps, feature_map={self.feature_map}"
 

@@ -37,7 +37,7 @@ from symformer.integrations.hf.positional import patch_positional
 from symformer.linearize.causal import causal_loss, causal_student, check_causal_lm, save_lm
 from symformer.linearize.learned_favor import LearnedFavorAttention
 from symformer.linearize.lora import add_lora, merge_lora
-from symformer.linearize.transfer import attention_parameters, capture, transfer_loss
+from symformer.linearize.transfer import LOSSES, attention_parameters, capture, transfer_loss, weights_loss
 from symformer.models import CausalLM
 from symformer.train.checkpoint import CheckpointError, load
 
@@ -63,6 +63,8 @@ class LinearizeConfig:
         lr1 (float): stage 1's AdamW learning rate.
         lr2 (float): stage 2's.
         lora_rank (int): the adapters' rank.
+        stage1_loss (str): "output_mse" (LoLCATs') or "attention_ce" (Hedgehog's, for "favor" only):
+            linearize.transfer's docstring.
         core_options (dict): options of the core (n_features, M, causal_block, ...); a seed is added.
         seed (int): the cores' draws, the adapters' init and the batches.
         eval_every (int): steps between validation points of the curve.
@@ -78,6 +80,7 @@ class LinearizeConfig:
     lr1: float = 3e-3
     lr2: float = 1e-3
     lora_rank: int = 8
+    stage1_loss: str = "output_mse"
     core_options: dict = field(default_factory=dict)
     seed: int = 0
     eval_every: int = 50
@@ -87,6 +90,10 @@ class LinearizeConfig:
     def __post_init__(self):
         check_choice("attention", self.attention, tuple(CORES))
         check_choice("positional", self.positional, POSITIONALS)
+        check_choice("stage1_loss", self.stage1_loss, LOSSES)
+        if self.stage1_loss == "attention_ce" and self.attention != "favor":
+            expected = f"'output_mse' for attention={self.attention!r} (its core forms no explicit weights)"
+            fail("stage1_loss", "attention_ce", expected)
         for name in ("stage1_tokens", "stage2_tokens"):
             check_int(name, getattr(self, name), 1)
         for name in ("batch_size", "lora_rank", "eval_every", "eval_batches", "checkpoint_every"):
@@ -278,10 +285,12 @@ def _stage1(run: _Run, teacher: nn.Module, student: nn.Module, gen) -> None:
     _frozen_but(student, params)
     teacher.eval()
 
+    ce = run.config.stage1_loss == "attention_ce"
+
     def loss_fn(x, y):
-        with torch.no_grad(), capture(teacher) as records:
+        with torch.no_grad(), capture(teacher, weights=ce) as records:
             teacher(x) if isinstance(teacher, CausalLM) else teacher(input_ids=x, use_cache=False)
-        return transfer_loss(student, records)
+        return weights_loss(student, records) if ce else transfer_loss(student, records)
 
     steps = run.steps(run.config.stage1_tokens, "stage1_tokens")
     _stage(run, 1, student, params, loss_fn, steps, run.config.lr1, 0, gen)

@@ -1,9 +1,15 @@
 """Stage 1 of linearizing, attention transfer: each layer's linear attention learns to reproduce the frozen softmax
 attention's output on the softmax model's own inputs.
 
-The loss is LoLCATs' attention-transfer loss: the mean squared error between the two attention outputs (after the
-output projection), summed over the layers. Hedgehog's loss (a cross-entropy between the attention weights) needs the
-linear attention's weights, which FAVOR+ and PLASH never form, so the output MSE is the one both cores can use.
+Two losses, summed over the layers:
+- "output_mse" (`transfer_loss`): LoLCATs' attention-transfer loss, the mean squared error between the two attention
+  outputs (after the output projection). Both cores can use it.
+- "attention_ce" (`weights_loss`): Hedgehog's (Zhang et al. 2024, Sec. 4), the cross-entropy of the linear
+  attention's weights against the softmax weights as soft labels, -sum_j a_ij log a^_ij averaged over the query rows.
+  It needs the linear attention's weights, which a core forms only where it can (favor_learned.attention_weights:
+  O(N^2), at training time); PLASH never forms them, so it takes the output MSE only. The teacher's weights are
+  its own: a HF model's eager attention returns them (capture switches it to "eager" for the block), a CausalLM's
+  softmax core's are recomputed from the queries and keys it receives.
 
 The inputs are captured from the softmax model by hooks on its attention modules (`capture`): each layer's
 arguments by name (hidden states after the input norm, the rotary table or positions, the mask) and its output, in
@@ -16,16 +22,29 @@ parallel from one batch of captured inputs.
 from __future__ import annotations
 
 import inspect
+import math
 from contextlib import contextmanager
 
 import torch
 from torch import nn
 
-from symformer.integrations.hf._common import attention_modules
+from symformer._validation import fail
+from symformer.integrations.hf._common import attention_modules, text_config
 from symformer.models import CausalLM
 from symformer.models.layers import MultiHeadAttention
 
-__all__ = ["attention_layers", "attention_parameters", "capture", "core_parts", "transfer_loss"]
+__all__ = [
+    "LOSSES",
+    "attention_layers",
+    "attention_parameters",
+    "capture",
+    "core_parts",
+    "transfer_loss",
+    "weights_loss",
+]
+
+#: stage 1's losses (module docstring)
+LOSSES = ("output_mse", "attention_ce")
 
 
 def attention_layers(model: nn.Module) -> list[nn.Module]:
@@ -63,15 +82,17 @@ def attention_parameters(model: nn.Module) -> list[nn.Parameter]:
 
 
 @contextmanager
-def capture(model: nn.Module):
+def capture(model: nn.Module, weights: bool = False):
     """Hooks on every attention module of `model` for the block: yields a list that each forward fills with one
     (kwargs, output) pair per layer, in layer order (cleared by the caller between batches); positional arguments
-    are kept by their names in the module's forward.
+    are kept by their names in the module's forward. weights=True appends each layer's softmax weights (B, H, N, N)
+    as a third item: the model runs its eager attention for the block (module docstring).
 
     Args:
         model: a Llama-family HF model or a CausalLM (the softmax teacher).
+        weights: record the attention weights too (for weights_loss).
     """
-    records: list[tuple[dict, torch.Tensor]] = []
+    records: list[tuple] = []
     handles = []
     for attn in attention_layers(model):
         slot: dict = {}
@@ -82,15 +103,43 @@ def capture(model: nn.Module):
             slot["kwargs"] = {k: v for k, v in kwargs.items() if k not in ("cache", "past_key_values", "use_cache")}
 
         def post(module, args, kwargs, output, slot=slot):
-            records.append((slot.pop("kwargs"), output[0] if isinstance(output, tuple) else output))
+            out = output[0] if isinstance(output, tuple) else output
+            if not weights:
+                records.append((slot.pop("kwargs"), out))
+                return
+            w = slot.pop("weights", None) if isinstance(model, CausalLM) else output[1]
+            records.append((slot.pop("kwargs"), out, w))
 
         handles.append(attn.register_forward_pre_hook(pre, with_kwargs=True))
         handles.append(attn.register_forward_hook(post, with_kwargs=True))
+        if weights and isinstance(model, CausalLM):
+            handles.append(attn.core.register_forward_pre_hook(_softmax_weights_hook(slot), with_kwargs=True))
+    impl = None if isinstance(model, CausalLM) or not weights else text_config(model)._attn_implementation
+    if impl is not None and impl != "eager":
+        model.set_attn_implementation("eager")  # the one implementation that returns its weights
     try:
         yield records
     finally:
         for h in handles:
             h.remove()
+        if impl is not None and impl != "eager":
+            model.set_attn_implementation(impl)
+
+
+def _softmax_weights_hook(slot: dict):
+    """A pre-hook on a CausalLM's softmax core that puts softmax(scale q k^T) (causal) into slot["weights"]."""
+
+    def hook(module, args, kwargs):
+        q, k = args[0], args[1]
+        if kwargs.get("attn_mask") is not None or not kwargs.get("is_causal", False):
+            fail("teacher", "a forward with a mask or without is_causal", "a plain causal forward (stage 1)")
+        k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)  # grouped-query keys per query head
+        scale = kwargs.get("scale") or 1.0 / math.sqrt(q.shape[-1])
+        logits = scale * torch.matmul(q, k.transpose(-1, -2))
+        causal = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
+        slot["weights"] = torch.softmax(logits.masked_fill(~causal, float("-inf")), dim=-1)
+
+    return hook
 
 
 def transfer_loss(student: nn.Module, records: list[tuple[dict, torch.Tensor]]) -> torch.Tensor:
@@ -109,4 +158,40 @@ def transfer_loss(student: nn.Module, records: list[tuple[dict, torch.Tensor]]) 
         out = attn(**kwargs)
         out = out[0] if isinstance(out, tuple) else out
         loss = loss + torch.nn.functional.mse_loss(out, target)
+    return loss
+
+
+def _core(attn: nn.Module) -> nn.Module:
+    return attn.core if isinstance(attn, MultiHeadAttention) else attn.symformer_core
+
+
+def weights_loss(student: nn.Module, records: list[tuple]) -> torch.Tensor:
+    """Hedgehog's attention-transfer loss: sum over layers of the mean over query rows of -sum_j a_ij log a^_ij, a
+    the teacher's softmax weights on its input x_l, a^ the student core's weights (attention_weights) on the queries
+    and keys its layer forms from x_l (module docstring).
+
+    Args:
+        student: the model with linear cores that form their weights (favor_learned).
+        records: capture(teacher, weights=True)'s (kwargs, output, weights) of one teacher forward.
+    """
+    layers = attention_layers(student)
+    if len(layers) != len(records):
+        raise AssertionError(f"{len(records)} captured layers for {len(layers)} student layers")
+    loss = torch.zeros((), dtype=records[0][1].dtype, device=records[0][1].device)
+    for attn, (kwargs, _, target) in zip(layers, records, strict=True):
+        core = _core(attn)
+        if not hasattr(core, "attention_weights"):
+            expected = f"'output_mse' for a {type(core).__name__} core (it forms no explicit weights)"
+            fail("stage1_loss", "attention_ce", expected)
+        seen: dict = {}
+        handle = core.register_forward_pre_hook(
+            lambda m, a, kw, seen=seen: seen.update(q=a[0], k=a[1], scale=kw.get("scale")), with_kwargs=True
+        )
+        try:
+            attn(**kwargs)
+        finally:
+            handle.remove()
+        a = core.attention_weights(seen["q"], seen["k"], seen["scale"])
+        logs = a.clamp_min(torch.finfo(a.dtype).tiny).log()
+        loss = loss - (target.to(a.dtype) * logs).sum(-1).mean().to(loss.dtype)
     return loss
