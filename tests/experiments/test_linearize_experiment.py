@@ -2,6 +2,7 @@
 made-up records, with a negative control), and `reproduce linearize --quick` runs end to end (CI's quick mode: a tiny
 teacher and a few steps per stage check the plumbing, not the numbers)."""
 
+import dataclasses
 import math
 
 import pytest
@@ -80,3 +81,13 @@ def test_quick_run_reports_the_issue_metrics(tmp_path):
     assert all(v > 0 for v in res.metrics["decode"]["seconds_per_token"].values())  # timed steps, not a difference
     assert [c.id for c in res.claims] == ["lin-ppl", "lin-scratch", "lin-stage1"]
     assert (tmp_path / "linearize_ppl_vs_tokens.png").is_file()
+
+
+def test_budget_scales_both_stages_and_refuses_below_one():
+    plan = LinearizePlan.for_run(False)
+    three = plan.scaled(3)
+    assert (three.stage1_steps, three.stage2_steps) == (3 * plan.stage1_steps, 3 * plan.stage2_steps)
+    assert dataclasses.replace(three, stage1_steps=plan.stage1_steps, stage2_steps=plan.stage2_steps) == plan
+    for bad, error in ((0, ValueError), (1.5, TypeError)):
+        with pytest.raises(error, match="budget"):
+            plan.scaled(bad)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from symformer._validation import check_int
 from symformer.integrations.hf.lm import TinyLlama
 
 ATTENTIONS = ("favor", "plash")
@@ -36,6 +37,11 @@ class LinearizePlan:
     @property
     def tokens_per_step(self) -> int:
         return self.batch_size * self.block
+
+    def scaled(self, budget: int) -> "LinearizePlan":
+        """The plan with budget x its stage-1 and stage-2 steps (the scratch runs get their sum)."""
+        b = check_int("budget", budget, 1)
+        return dataclasses.replace(self, stage1_steps=b * self.stage1_steps, stage2_steps=b * self.stage2_steps)
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -184,10 +184,17 @@ def _figure(ctx: RunContext, got: dict) -> str | None:
     "linearize a trained softmax Llama to FAVOR+ / PLASH (attention transfer, then LoRA) against scratch training",
     data_files=("tinyshakespeare.txt",),
     requires={"transformers": "hf", "peft": "hf"},
+    options={
+        "budget": (
+            1,
+            "multiplier of the stage-1 and stage-2 steps and of the scratch runs' (1: the plan's budget); the teacher "
+            "is the same",
+        )
+    },
 )
 def run(ctx: RunContext) -> ExperimentResult:
     t0 = time.perf_counter()
-    plan = LinearizePlan.for_run(ctx.quick)
+    plan = LinearizePlan.for_run(ctx.quick).scaled(ctx.options["budget"])
     got, note = run_all(ctx, plan)
     m = arm_metrics(got)
     res = ExperimentResult(metrics=m, claims=claims(m, plan), config={"plan": plan.as_dict(), "runs": got})
