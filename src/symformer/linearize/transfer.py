@@ -4,12 +4,12 @@ attention's output on the softmax model's own inputs.
 Two losses, summed over the layers:
 - "output_mse" (`transfer_loss`): LoLCATs' attention-transfer loss, the mean squared error between the two attention
   outputs (after the output projection). Both cores can use it.
-- "attention_ce" (`weights_loss`): Hedgehog's (Zhang et al. 2024, Sec. 4), the cross-entropy of the linear
-  attention's weights against the softmax weights as soft labels, -sum_j a_ij log a^_ij averaged over the query rows.
-  It needs the linear attention's weights, which a core forms only where it can (favor_learned.attention_weights:
-  O(N^2), at training time); PLASH never forms them, so it takes the output MSE only. The teacher's weights are
-  its own: a HF model's eager attention returns them (capture switches it to "eager" for the block), a CausalLM's
-  softmax core's are recomputed from the queries and keys it receives.
+- "attention_ce" (`weights_loss`): Hedgehog's (Zhang et al. 2024, "The Hedgehog & the Porcupine"), the
+  cross-entropy of the linear attention's weights against the softmax weights as soft labels, -sum_j a_ij log a^_ij
+  averaged over the query rows. It needs the linear attention's weights, which a core forms only where it can
+  (favor_learned.attention_weights: O(N^2), at training time); PLASH never forms them, so it takes the output MSE
+  only. The teacher's weights are its own: a HF model's eager attention returns them (capture switches it to
+  "eager" for the block), a CausalLM's softmax core's are recomputed from the queries and keys it receives.
 
 The inputs are captured from the softmax model by hooks on its attention modules (`capture`): each layer's
 arguments by name (hidden states after the input norm, the rotary table or positions, the mask) and its output, in
