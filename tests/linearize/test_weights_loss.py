@@ -138,3 +138,7 @@ def test_bad_input_names_the_argument():
         teacher(input_ids=data.train.x[:2], use_cache=False)
         with pytest.raises(ValueError, match="stage1_loss"):
             weights_loss(plash, rec)
+    with torch.no_grad(), capture(teacher) as plain:  # without weights=True
+        teacher(input_ids=data.train.x[:2], use_cache=False)
+        with pytest.raises(ValueError, match="records"):
+            weights_loss(student_of(teacher, _config()), plain)

@@ -177,6 +177,10 @@ def weights_loss(student: nn.Module, records: list[tuple]) -> torch.Tensor:
     layers = attention_layers(student)
     if len(layers) != len(records):
         raise AssertionError(f"{len(records)} captured layers for {len(layers)} student layers")
+    if any(len(r) != 3 or r[2] is None for r in records):
+        fail(
+            "records", "records without attention weights", "capture(teacher, weights=True)'s (kwargs, output, weights)"
+        )
     loss = torch.zeros((), dtype=records[0][1].dtype, device=records[0][1].device)
     for attn, (kwargs, _, target) in zip(layers, records, strict=True):
         core = _core(attn)
