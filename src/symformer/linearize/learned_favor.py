@@ -42,7 +42,7 @@ from torch import nn
 
 from symformer._validation import check_choice, check_float, check_int, fail
 from symformer.attention.favor import FavorAttention
-from symformer.attention.favor_ops import favor_causal, favor_noncausal
+from symformer.attention.favor_ops import _key_features, _query_features, _with_ones, favor_causal, favor_noncausal
 from symformer.attention.favor_state import (
     FavorState,
     accumulation_dtype,
@@ -77,6 +77,11 @@ def hedgehog_features(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """
     p = torch.matmul(x, w.transpose(-1, -2))
     return torch.cat((torch.softmax(p, dim=-1), torch.softmax(-p, dim=-1)), dim=-1)
+
+
+def _scale(q: torch.Tensor, scale: float | None) -> float:
+    """The logit scale: 1/sqrt(Dh) for None, else a positive float (ValueError naming scale)."""
+    return 1.0 / math.sqrt(q.shape[-1]) if scale is None else check_float("scale", scale, 0.0, low_open=True)
 
 
 class LearnedFavorAttention(FavorAttention):
@@ -188,7 +193,7 @@ class LearnedFavorAttention(FavorAttention):
             fail("q", f"head dim {q.shape[-1]}", f"the head_dim {self.head_dim} the features were drawn for")
         if is_causal and q.shape[-2] != k.shape[-2]:
             fail("is_causal", f"True with {q.shape[-2]} queries and {k.shape[-2]} keys", "equal query and key lengths")
-        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else check_float("scale", scale, 0.0, low_open=True)
+        scale = _scale(q, scale)
         qf = self._hedgehog_features(q, self.q_map, scale, "q")
         kf = self._hedgehog_features(k, self.k_map, scale, "k")
         keep = self._key_keep(attn_mask, k)
@@ -218,7 +223,7 @@ class LearnedFavorAttention(FavorAttention):
             state.c = qf.new_zeros(*qf.shape[:2], 1, 1)
         if state.length is None:
             state.length = torch.zeros((), dtype=torch.long, device=qf.device)
-        vv = torch.nn.functional.pad(v.to(acc), (0, 1), value=1.0)  # [v, 1]: numerator and denominator together
+        vv = _with_ones(v.to(acc))  # [v, 1]: numerator and denominator together
         grad = torch.is_grad_enabled() and any(t.requires_grad for t in (qf, kf, v, state.kvs))
         out = []
         for s in range(0, qf.shape[-2], self.chunk_size):
@@ -251,19 +256,15 @@ class LearnedFavorAttention(FavorAttention):
             fail("kernel_eps / denominator_eps", (self.kernel_eps, self.denominator_eps), "0 for explicit weights")
         if q.shape[-2] != k.shape[-2]:
             fail("k", f"{k.shape[-2]} keys for {q.shape[-2]} queries", "equal lengths (causal weights)")
-        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else check_float("scale", scale, 0.0, low_open=True)
+        scale = _scale(q, scale)
         if self.feature_map == "hedgehog":
             qf = self._hedgehog_features(q, self.q_map, scale, "q")
             kf = self._hedgehog_features(k, self.k_map, scale, "k")
-        else:
+        else:  # the forward's own stabilised features (T7.2), in the accumulation dtype
             acc = accumulation_dtype(q.dtype)
             w = self.features.to(acc)
-            xq = self._mapped(q.to(acc), self.q_map, "q") * math.sqrt(scale)
-            xk = self._mapped(k.to(acc), self.k_map, "k") * math.sqrt(scale)
-            lq = xq @ w.T - 0.5 * xq.pow(2).sum(-1, keepdim=True)  # log phi up to -log sqrt(m)  # T7.1
-            lk = xk @ w.T - 0.5 * xk.pow(2).sum(-1, keepdim=True)
-            qf = torch.exp(lq - lq.amax(-1, keepdim=True).detach())
-            kf = torch.exp(lk - lk.amax((-2, -1), keepdim=True).detach())
+            qf = _query_features(self._mapped(q.to(acc), self.q_map, "q"), w, scale, 0.0)
+            kf = _key_features(self._mapped(k.to(acc), self.k_map, "k"), w, scale, 0.0)
         s = torch.matmul(qf, kf.transpose(-1, -2)).tril()
         return s / s.sum(-1, keepdim=True).clamp_min(torch.finfo(s.dtype).tiny)
 
