@@ -227,6 +227,15 @@ def naive_attention(q, k, v, attn_mask=None, is_causal=False, scale=None):
         >>> torch.allclose(naive_attention(q, k, v, attn_mask=mask), out)
         True
     """
+    return naive_weights(q, k, attn_mask, is_causal, scale) @ v
+
+
+def naive_weights(q, k, attn_mask=None, is_causal=False, scale=None):
+    """softmax(q k^T * scale + mask), the attention weights naive_attention applies (arguments as there).
+
+    Returns:
+        weights (..., Nq, Nk): rows summing to 1.
+    """
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     s = (q @ k.transpose(-1, -2)) * scale  # (..., Nq, Nk)
     if is_causal:
@@ -235,7 +244,7 @@ def naive_attention(q, k, v, attn_mask=None, is_causal=False, scale=None):
         s = s.masked_fill(~keep, float("-inf"))
     if attn_mask is not None:
         s = s.masked_fill(~attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else s + attn_mask
-    return torch.softmax(s, dim=-1) @ v
+    return torch.softmax(s, dim=-1)
 
 
 class NaiveAttention(AttentionCore):

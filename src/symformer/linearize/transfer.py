@@ -22,13 +22,13 @@ parallel from one batch of captured inputs.
 from __future__ import annotations
 
 import inspect
-import math
 from contextlib import contextmanager
 
 import torch
 from torch import nn
 
 from symformer._validation import fail
+from symformer.attention.softmax import naive_weights
 from symformer.integrations.hf._common import attention_modules, text_config
 from symformer.models import CausalLM
 from symformer.models.layers import MultiHeadAttention
@@ -59,6 +59,12 @@ def attention_layers(model: nn.Module) -> list[nn.Module]:
     return attention_modules(model)
 
 
+def _core(attn: nn.Module) -> nn.Module | None:
+    """An attention module's symformer core: a MultiHeadAttention's `core`, a HF module's `symformer_core` (None
+    before configure)."""
+    return attn.core if isinstance(attn, MultiHeadAttention) else getattr(attn, "symformer_core", None)
+
+
 def core_parts(attn: nn.Module) -> list[nn.Module]:
     """The parts of one attention module that stage 1 trains: its symformer core (a HF module's `symformer_core`, a
     MultiHeadAttention's `core`) and its rotary part, where present.
@@ -66,8 +72,7 @@ def core_parts(attn: nn.Module) -> list[nn.Module]:
     Args:
         attn: one of attention_layers()'s modules.
     """
-    core = attn.core if isinstance(attn, MultiHeadAttention) else getattr(attn, "symformer_core", None)
-    return [p for p in (core, getattr(attn, "rotary", None)) if p is not None]
+    return [p for p in (_core(attn), getattr(attn, "rotary", None)) if p is not None]
 
 
 def attention_parameters(model: nn.Module) -> list[nn.Parameter]:
@@ -134,10 +139,7 @@ def _softmax_weights_hook(slot: dict):
         if kwargs.get("attn_mask") is not None or not kwargs.get("is_causal", False):
             fail("teacher", "a forward with a mask or without is_causal", "a plain causal forward (stage 1)")
         k = k.repeat_interleave(q.shape[1] // k.shape[1], dim=1)  # grouped-query keys per query head
-        scale = kwargs.get("scale") or 1.0 / math.sqrt(q.shape[-1])
-        logits = scale * torch.matmul(q, k.transpose(-1, -2))
-        causal = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool, device=q.device).tril()
-        slot["weights"] = torch.softmax(logits.masked_fill(~causal, float("-inf")), dim=-1)
+        slot["weights"] = naive_weights(q, k, is_causal=True, scale=kwargs.get("scale"))
 
     return hook
 
@@ -159,10 +161,6 @@ def transfer_loss(student: nn.Module, records: list[tuple[dict, torch.Tensor]]) 
         out = out[0] if isinstance(out, tuple) else out
         loss = loss + torch.nn.functional.mse_loss(out, target)
     return loss
-
-
-def _core(attn: nn.Module) -> nn.Module:
-    return attn.core if isinstance(attn, MultiHeadAttention) else attn.symformer_core
 
 
 def weights_loss(student: nn.Module, records: list[tuple]) -> torch.Tensor:
