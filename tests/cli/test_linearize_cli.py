@@ -88,8 +88,20 @@ def test_bad_model_and_resume_are_one_line(capsys, folder, tmp_path):
     assert code == 2 and err.startswith("error: --resume: got ") and "another run (config differs)" in err, err
 
 
+def _linearized_lm(capsys, source, data, out, attention: str, core_options: str):
+    """`symformer linearize SOURCE` of a CausalLM source into out, which must succeed: (stdout, the saved model)."""
+    from symformer.linearize import load_lm
+
+    code, stdout, err = run(
+        capsys, "linearize", str(source), "--data-dir", str(data), "--attention", attention,
+        "--core-options", core_options, "--out", str(out), *FAST,
+    )  # fmt: skip
+    assert code == 0, err
+    return stdout, load_lm(out / "model")
+
+
 def test_linearize_takes_a_causal_lm_file(capsys, folder, tmp_path):
-    from symformer.linearize import load_lm, save_lm
+    from symformer.linearize import save_lm
     from symformer.models import CausalLM, TransformerConfig
 
     _, data = folder
@@ -97,13 +109,8 @@ def test_linearize_takes_a_causal_lm_file(capsys, folder, tmp_path):
     torch.manual_seed(0)
     softmax = save_lm(CausalLM(TransformerConfig(d_model=16, n_heads=2, n_layers=1), vocab), tmp_path / "lm.pt")
     out = tmp_path / "lin"
-    code, stdout, err = run(
-        capsys, "linearize", str(softmax), "--data-dir", str(data), "--attention", "favor",
-        "--core-options", "n_features=8", "--out", str(out), *FAST,
-    )  # fmt: skip
-    assert code == 0, err
+    stdout, model = _linearized_lm(capsys, softmax, data, out, "favor", "n_features=8")
     assert set(json.loads(stdout.strip().splitlines()[-1])) == {"stage0_val_loss", "stage1_val_loss", "stage2_val_loss"}
-    model = load_lm(out / "model")
     assert model.cfg.attention == "favor_learned"
     assert model.generate(torch.zeros(1, 3, dtype=torch.long), 4).shape == (1, 7)
     code, _, err = run(capsys, "linearize", str(out / "checkpoint.pt"), "--data-dir", str(data), *FAST)  # not a model
@@ -112,8 +119,6 @@ def test_linearize_takes_a_causal_lm_file(capsys, folder, tmp_path):
 
 
 def test_linearize_takes_a_symformer_train_folder(capsys, tmp_path):
-    from symformer.linearize import load_lm
-
     (tmp_path / "data").mkdir()
     text = "".join(f"ROMEO: line {i} of the play, with all its words.\n" for i in range(60))
     (tmp_path / "data" / "tinyshakespeare.txt").write_text(text)
@@ -122,12 +127,7 @@ def test_linearize_takes_a_symformer_train_folder(capsys, tmp_path):
     argv = ["train", "--preset", "shakespeare-char", "--data-dir", str(data), "--out", str(trained)]
     assert cli.main(argv + [a for s in sets for a in ("--set", s)]) == 0
     out = tmp_path / "lin"
-    code, _, err = run(
-        capsys, "linearize", str(trained), "--data-dir", str(data), "--attention", "plash",
-        "--core-options", "M=2,D_k=8,causal_block=8,mixer_heads=2", "--out", str(out), *FAST,
-    )  # fmt: skip
-    assert code == 0, err
-    model = load_lm(out / "model")
+    _, model = _linearized_lm(capsys, trained, data, out, "plash", "M=2,D_k=8,causal_block=8,mixer_heads=2")
     assert model.cfg.attention == "plash" and model.cfg.d_model == 16
     (trained / "checkpoint.pt").write_bytes(b"garbage\n")
     code, _, err = run(capsys, "linearize", str(trained), "--data-dir", str(data), "--out", str(out), *FAST)
