@@ -83,3 +83,67 @@ def test_bad_input_names_the_argument():
         gb.gd_capacity("gd-relu", SETS, 4, 8)
     with pytest.raises(ValueError, match="guess"):
         gb.gd_capacity("gd-swiglu", SETS, 0, 8)
+
+
+@pytest.mark.parametrize("protocol", [dict(activation="silu", bias=True), dict(activation="linear", bias=False)])
+def test_train_mlps_killed_and_resumed_from_its_checkpoint_is_exact(tmp_path, monkeypatch, protocol):
+    """Killed in epoch 256 (after models have left the batch at epoch 200), resumed from epoch 250's save: the
+    same bits as the uninterrupted training, and only the epochs after the save run again."""
+    widths, seeds = [3, 16, 16], [0, 0, 1]
+    sets = [SETS[s] for s in seeds]
+    kw = dict(seeds=seeds, max_epochs=400, lr=1e-2, **protocol)
+    plain = gb.train_mlps(sets, widths, **kw)
+    real, calls = gb._grads, {"n": 0}
+
+    def dies_in_epoch_256(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 257:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(gb, "_grads", dies_in_epoch_256)
+    ck = tmp_path / "round.pt"
+    with pytest.raises(KeyboardInterrupt):
+        gb.train_mlps(sets, widths, checkpoint=ck, checkpoint_every=50, **kw)
+    calls["n"] = 0
+    resumed = gb.train_mlps(sets, widths, checkpoint=ck, checkpoint_every=50, **kw)
+    assert calls["n"] == 400 - 250
+    for a, b in zip(plain, resumed):
+        assert a.accuracy == b.accuracy
+        for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
+            assert torch.equal(x, y), name
+
+
+def test_train_mlps_rejects_a_checkpoint_of_other_models(tmp_path):
+    from symformer.data.files import DataFileError
+
+    ck = tmp_path / "round.pt"
+    gb.train_mlps(SETS, [3, 4], max_epochs=120, checkpoint=ck, checkpoint_every=100)
+    with pytest.raises(DataFileError, match="round.pt is not a batched GD training checkpoint of these 3 models"):
+        gb.train_mlps([*SETS, SETS[0]], [3, 4, 4], max_epochs=120, checkpoint=ck)
+    ck.write_bytes(b"junk")
+    with pytest.raises(DataFileError, match="round.pt is not a batched GD training checkpoint"):
+        gb.train_mlps(SETS, [3, 4], max_epochs=120, checkpoint=ck)
+
+
+def test_gd_capacity_resumes_a_round_killed_midway(tmp_path, monkeypatch):
+    """A round killed midway goes on from its checkpoint in work_dir (not from epoch 0) and gives the uninterrupted
+    search's result; once the round is remembered its checkpoint is gone."""
+    opts = BuildOptions(official_gd_epochs=1200)
+    plain = gb.gd_capacity("gd-bilinear", SETS, 3, 8, opts)
+    real, calls = gb._grads, {"n": 0}
+
+    def dies_in_epoch_700(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 701:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(gb, "_grads", dies_in_epoch_700)
+    with pytest.raises(KeyboardInterrupt):
+        gb.gd_capacity("gd-bilinear", SETS, 3, 8, opts, work_dir=tmp_path)
+    assert len(list(tmp_path.glob("*_round_*.pt"))) == 1
+    monkeypatch.setattr(gb, "_grads", real)
+    again = gb.gd_capacity("gd-bilinear", SETS, 3, 8, opts, work_dir=tmp_path)
+    assert (again.size, again.params, again.evaluations) == (plain.size, plain.params, plain.evaluations)
+    assert not list(tmp_path.glob("*.pt"))

@@ -86,6 +86,7 @@ def test_crafted_pickle_runs_no_code_via_cli(tmp_path, capsys, zipped, reason):
     "content, reason",
     [
         (b"garbage\n", "not a torch file"),
+        (b"junk", "not a torch file"),  # the weights-only unpickler's struct.error
         (b"", "the file is empty"),
         ("truncated", "truncated or not a torch file"),
         ("foreign", "without the 'symformer-checkpoint' marker"),

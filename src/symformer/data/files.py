@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import pickle
 import re
+import struct
 import warnings
 import zipfile
 from pathlib import Path
@@ -110,6 +111,7 @@ def torch_load(path: str | Path, what: str) -> Any:
         KeyError,
         IndexError,
         OSError,
+        struct.error,  # a file starting with a pickle GET opcode and too short for its operand, e.g. b"junk"
     ) as e:
         raise DataFileError(f"{path} is not {what} ({_torch_reason(e)})") from None
 
@@ -128,7 +130,11 @@ def _torch_reason(e: BaseException) -> str:
             return f"not a torch file: its bytes are not a torch pickle ({detail})"
         return f"it holds objects other than tensors and plain containers ({detail})"
     first = (text.strip().splitlines() or [type(e).__name__])[0].split(". ")[0].rstrip(".")
-    if isinstance(e, (EOFError, OSError, zipfile.BadZipFile)) or "zip archive" in first or "central directory" in first:
+    if (
+        isinstance(e, (EOFError, OSError, zipfile.BadZipFile, struct.error))
+        or "zip archive" in first
+        or "central directory" in first
+    ):
         return f"truncated or not a torch file: {first}"
     return f"{type(e).__name__}: {first}"
 

@@ -12,6 +12,7 @@ batched models equal train_mlp's to rounding."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -19,8 +20,10 @@ from collections.abc import Sequence
 
 import torch
 
+from symformer._io import save_atomic
 from symformer._rng import seed_torch
 from symformer._validation import check_choice, check_int, fail
+from symformer.data.files import DataFileError, torch_load
 from symformer.facts.capacity import BuildOptions, CapacityResult, _Remembered
 from symformer.facts.embeddings import FactSet, validate_fact_set
 from symformer.facts.mlp import FactMLP, activate, count_params, fact_accuracy, silu_prime
@@ -56,6 +59,8 @@ def train_mlps(
     dtype: torch.dtype = torch.float32,
     bias: bool = True,
     loss_cutoff: float | None = None,
+    checkpoint: str | os.PathLike | None = None,
+    checkpoint_every: int = 500,
 ) -> list[FactMLP]:
     """`baselines.train_mlp` (gated: activation "silu" or "linear") for every pair (fact_sets[i], widths[i]),
     trained together. Model i is train_mlp(keys, values, facts, widths[i], activation, max_epochs, lr, final_lr,
@@ -73,6 +78,10 @@ def train_mlps(
         bias (bool): biases on gate, up and output.
         loss_cutoff (float | None): None: a model stops at the first epoch that starts with every fact stored;
             else it stops after the epoch whose loss (before its step) is at or below the cutoff.
+        checkpoint (str | os.PathLike | None): a file where the training state is saved atomically every
+            `checkpoint_every` epochs; a later call with the same arguments continues from it, to the same bits
+            (a round at d = 64, F = 1024 trains for about an hour on one core).
+        checkpoint_every (int): epochs between saves.
 
     Returns:
         mlps (list[FactMLP]): the trained models with `.accuracy` (fact_accuracy on their fact set).
@@ -85,6 +94,7 @@ def train_mlps(
     """
     check_choice("activation", activation, ("silu", "linear"))
     check_int("max_epochs", max_epochs, 1)
+    check_int("checkpoint_every", checkpoint_every, 1)
     if len(fact_sets) != len(widths) or not widths:
         fail("widths", f"{len(widths)} widths", f"one per fact set ({len(fact_sets)}), at least one")
     seeds = [0] * len(widths) if seeds is None else list(seeds)
@@ -101,7 +111,8 @@ def train_mlps(
     K = torch.stack([fs.keys.double().to(dtype) for fs in fact_sets])  # build_fact_mlp trains on keys.double()
     V = torch.stack([fs.values.double().to(dtype) for fs in fact_sets])
     T = torch.stack([fs.facts for fs in fact_sets])
-    ps = _fit(ps, K, V, T, activation, max_epochs, lr, final_lr, loss_cutoff)
+    saving = None if checkpoint is None else (checkpoint, checkpoint_every)
+    ps = _fit(ps, K, V, T, activation, max_epochs, lr, final_lr, loss_cutoff, saving)
     for i, m in enumerate(models):
         _unstack(m, ps, i)
         fs = fact_sets[i]
@@ -151,16 +162,19 @@ def _adam(ps, grads, m, v, step: int, lr: float, betas=(0.9, 0.999), eps: float 
         p.addcdiv_(m_, (v_.sqrt() / bc2**0.5).add_(eps), value=-lr / bc1)
 
 
-def _fit(ps, K, V, T, activation, max_epochs, lr, final_lr, loss_cutoff) -> list[torch.Tensor]:
+def _fit(ps, K, V, T, activation, max_epochs, lr, final_lr, loss_cutoff, saving=None) -> list[torch.Tensor]:
     """Adam + cosine over the stacked parameters, each model frozen where train_mlp stops it; models that have
-    stopped leave the batch every STOP_CHECK_EVERY epochs. Returns the final parameters in the input order."""
+    stopped leave the batch every STOP_CHECK_EVERY epochs. saving: (file, every) to checkpoint to and resume
+    from. Returns the final parameters in the input order."""
     n = T.shape[1]
-    final = [p.clone() for p in ps]
-    idx = torch.arange(T.shape[0])  # original index of each row still in the batch
-    m, v = [torch.zeros_like(p) for p in ps], [torch.zeros_like(p) for p in ps]
+    st = {"epoch": 0, "final": [p.clone() for p in ps], "idx": torch.arange(T.shape[0]), "ps": ps}
+    st |= {"m": [torch.zeros_like(p) for p in ps], "v": [torch.zeros_like(p) for p in ps]}
+    st["active"] = torch.ones(T.shape[0], dtype=torch.bool)  # per row still in the batch
+    start = 0 if saving is None else _load_fit(saving[0], st)
+    final, idx, ps, m, v, active = (st[k] for k in ("final", "idx", "ps", "m", "v", "active"))
+    K, V, T = K[idx], V[idx], T[idx]
     lrs = _cosine_lrs(lr, final_lr, max_epochs)
-    active = torch.ones(len(idx), dtype=torch.bool)
-    for epoch in range(max_epochs):
+    for epoch in range(start, max_epochs):
         if epoch % STOP_CHECK_EVERY == 0 and epoch:
             keep = active.nonzero()[:, 0]
             if len(keep) < len(idx):
@@ -170,6 +184,9 @@ def _fit(ps, K, V, T, activation, max_epochs, lr, final_lr, loss_cutoff) -> list
                     return final
                 ps, m, v = ([t[keep] for t in ts] for ts in (ps, m, v))
                 K, V, T, idx, active = K[keep], V[keep], T[keep], idx[keep], active[keep]
+        if saving is not None and epoch > start and epoch % saving[1] == 0:
+            state = {"epoch": epoch, "final": final, "idx": idx, "ps": ps, "m": m, "v": v, "active": active}
+            save_atomic(state, saving[0])
         grads, loss, stored = _grads(ps, K, V, T, activation)
         if loss_cutoff is None:  # ours: stop before the step of the first epoch starting with all stored
             active &= stored < n
@@ -182,6 +199,22 @@ def _fit(ps, K, V, T, activation, max_epochs, lr, final_lr, loss_cutoff) -> list
     for f, p in zip(final, ps):
         f[idx] = p
     return final
+
+
+def _load_fit(path: str | os.PathLike, st: dict) -> int:
+    """The epoch to start from: 0, or the one saved in `path` after loading its state into `st` (a file _fit
+    wrote, for models of the same shapes; loaded with weights_only=True; anything else is a one-line
+    DataFileError naming it)."""
+    if not os.path.exists(path):
+        return 0
+    what = "a batched GD training checkpoint"
+    got = torch_load(path, what)
+    shapes = [p.shape for p in st["final"]]
+    ok = isinstance(got, dict) and set(got) == set(st) and [f.shape for f in got.get("final", [])] == shapes
+    if not ok or got["ps"][0].shape[1:] != shapes[0][1:] or got["idx"].shape != got["active"].shape:
+        raise DataFileError(f"{path} is not {what} of these {len(st['idx'])} models (delete it to train afresh)")
+    st.update(got)
+    return int(got["epoch"])
 
 
 def _cosine_lrs(lr: float, final_lr: float, epochs: int) -> list[float]:
@@ -214,6 +247,11 @@ def _protocol(method: str, opts: BuildOptions) -> dict:
     if method == "gd-bilinear":
         return dict(activation="linear", max_epochs=opts.official_gd_epochs, bias=False, loss_cutoff=1e-7)
     return dict(activation="silu", max_epochs=opts.train_epochs, lr=opts.train_lr, bias=True)
+
+
+def _digest(new: list[tuple[int, int]]) -> str:
+    """A round's checkpoint name: its (width, fact set) pairs, hashed."""
+    return hashlib.sha256(json.dumps(new).encode()).hexdigest()[:12]
 
 
 def _next_widths(seen: dict, guess: int, max_size: int, per_round: int) -> list[int]:
@@ -256,7 +294,8 @@ def gd_capacity(
         guess (int): the width the first round is centred on.
         max_size (int): the widest h tried.
         options (BuildOptions | None): train_epochs / train_lr (ours), official_gd_epochs (theirs).
-        work_dir (str | os.PathLike | None): folder remembering each round's evaluations (None: none).
+        work_dir (str | os.PathLike | None): folder remembering each round's evaluations, and the training
+            checkpoint of the round under way (None: none).
         per_round (int): widths per round after the first.
 
     Returns:
@@ -281,10 +320,12 @@ def gd_capacity(
         new = [(w, s) for w in widths for s in range(len(fact_sets)) if f"size={w}_seed={s}" not in evals]
         if new:
             sets, hs, seeds = [fact_sets[s] for _, s in new], [w for w, _ in new], [s for _, s in new]
-            for (w, s), mlp in zip(new, train_mlps(sets, hs, seeds=seeds, **_protocol(method, opts))):
+            ck = None if memo is None else memo.dir / f"{memo.name}_round_{_digest(new)}.pt"
+            for (w, s), mlp in zip(new, train_mlps(sets, hs, seeds=seeds, checkpoint=ck, **_protocol(method, opts))):
                 evals[f"size={w}_seed={s}"] = [mlp.accuracy, count_params(mlp)]
             if memo is not None:
                 atomic_write_text(memo.path, json.dumps(evals))
+                ck.unlink(missing_ok=True)  # remembered: the round's checkpoint is no longer needed
         for w in widths:
             runs = [evals[f"size={w}_seed={s}"] for s in range(len(fact_sets))]
             seen[w] = (min(a for a, _ in runs), runs[0][1])
