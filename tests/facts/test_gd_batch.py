@@ -85,6 +85,21 @@ def test_bad_input_names_the_argument():
         gb.gd_capacity("gd-swiglu", SETS, 0, 8)
 
 
+def _grads_dying_in_epoch(monkeypatch, epoch: int) -> dict:
+    """gb._grads counting its calls, raising KeyboardInterrupt (a kill) in the given epoch (0-based) of a
+    training; returns the counter."""
+    real, calls = gb._grads, {"n": 0}
+
+    def dying(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == epoch + 1:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(gb, "_grads", dying)
+    return calls
+
+
 @pytest.mark.parametrize("protocol", [dict(activation="silu", bias=True), dict(activation="linear", bias=False)])
 def test_train_mlps_killed_and_resumed_from_its_checkpoint_is_exact(tmp_path, monkeypatch, protocol):
     """Killed in epoch 256 (after models have left the batch at epoch 200), resumed from epoch 250's save: the
@@ -93,15 +108,7 @@ def test_train_mlps_killed_and_resumed_from_its_checkpoint_is_exact(tmp_path, mo
     sets = [SETS[s] for s in seeds]
     kw = dict(seeds=seeds, max_epochs=400, lr=1e-2, **protocol)
     plain = gb.train_mlps(sets, widths, **kw)
-    real, calls = gb._grads, {"n": 0}
-
-    def dies_in_epoch_256(*a, **k):
-        calls["n"] += 1
-        if calls["n"] == 257:
-            raise KeyboardInterrupt
-        return real(*a, **k)
-
-    monkeypatch.setattr(gb, "_grads", dies_in_epoch_256)
+    calls = _grads_dying_in_epoch(monkeypatch, 256)
     ck = tmp_path / "round.pt"
     with pytest.raises(KeyboardInterrupt):
         gb.train_mlps(sets, widths, checkpoint=ck, checkpoint_every=50, **kw)
@@ -131,15 +138,8 @@ def test_gd_capacity_resumes_a_round_killed_midway(tmp_path, monkeypatch):
     search's result; once the round is remembered its checkpoint is gone."""
     opts = BuildOptions(official_gd_epochs=1200)
     plain = gb.gd_capacity("gd-bilinear", SETS, 3, 8, opts)
-    real, calls = gb._grads, {"n": 0}
-
-    def dies_in_epoch_700(*a, **k):
-        calls["n"] += 1
-        if calls["n"] == 701:
-            raise KeyboardInterrupt
-        return real(*a, **k)
-
-    monkeypatch.setattr(gb, "_grads", dies_in_epoch_700)
+    real = gb._grads
+    _grads_dying_in_epoch(monkeypatch, 700)
     with pytest.raises(KeyboardInterrupt):
         gb.gd_capacity("gd-bilinear", SETS, 3, 8, opts, work_dir=tmp_path)
     assert len(list(tmp_path.glob("*_round_*.pt"))) == 1
