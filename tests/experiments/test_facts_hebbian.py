@@ -58,3 +58,15 @@ def test_quick_run_reports_every_method_and_reads_the_official_record(tmp_path):
     assert len(which) == 2 + len(plan.points) and which[2].startswith("| 16, 64, 1 | ")
     assert f"| {rows['gd-swiglu']['params']:,} / " in which[2] and "not run" in which[3]  # GD only at the first
     assert hr.read_official(tmp_path / "nothing") == {}
+
+
+def test_the_full_plan_covers_the_issues_grid_or_names_what_it_leaves_out():
+    """d in {32, 64, 128}, F in {256, 1024, 4096} with F <= d^2 / 4, kappa in {1, 100, 1e4}: each point is searched
+    or named in `missing`, and so is each point's GD search."""
+    plan = hp.Plan.for_run(False)
+    said = " ".join(plan.missing)
+    grid = [(d, F, k) for d in (32, 64, 128) for F in (256, 1024, 4096) if 4 * F <= d * d for k in (1.0, 100.0, 1e4)]
+    assert len(grid) == 18 and set(plan.points) <= set(grid) and set(plan.gd_points) <= set(plan.points)
+    for p in grid:
+        assert p in plan.points or str(p) in said, p
+        assert p in plan.gd_points or str(p) in said, p
