@@ -70,3 +70,28 @@ def test_the_full_plan_covers_the_issues_grid_or_names_what_it_leaves_out():
     for p in grid:
         assert p in plan.points or str(p) in said, p
         assert p in plan.gd_points or str(p) in said, p
+
+
+def _row(size, params, largest, knob="h"):
+    return {
+        "size": size,
+        "params": params,
+        "params_official_count": params,
+        "bits_per_param": None,
+        "knob": knob,
+        "largest_tried": largest,
+    }
+
+
+def test_where_theirs_store_nothing_the_bound_is_over_the_smallest_of_their_largest_widths():
+    """Their best needs more units than every one of their searches tried; a valid upper bound on ours / theirs
+    divides by the smallest of their largest widths (here hebbian-dd's 512), not by plain hebbian's 8192."""
+    plan = hp.Plan([(32, 256, 100.0)], [], 2, [])
+    got = {m: _row(None, None, 8192 if m == "hebbian" else 512) for m in hp.THEIRS}
+    got |= {hp.OURS: _row(None, None, 4096, "m"), hp.BEST: _row(137, 13152, 256)}
+    got |= {m: _row(None, None, 65536) for m in hp.NTK}
+    table, _ = hr.side_by_side({"d=32_F=256_kappa=100": got}, plan, {})
+    assert table[0]["best_kind"] == "upper bound"
+    assert table[0]["best_vs_their_best"] == pytest.approx(13152 / (3 * 32 * 512))
+    got[hp.BEST] = _row(None, None, 512)
+    assert hr.side_by_side({"d=32_F=256_kappa=100": got}, plan, {})[0][0]["best_kind"] == "neither stores"

@@ -56,7 +56,9 @@ def side_by_side(rows: dict, plan: hp.Plan, official: dict) -> tuple[list[dict],
         ours = min([got[m]["params"] for m in (hp.OURS, hp.BEST) if got[m]["params"]], default=None)
         best, kind = ratio(ours, off_best or min(theirs, default=None)), "exact"
         if best is None and ours and not off_best and not theirs:  # theirs store nothing up to their caps
-            best, kind = ours / (3 * d * max(got[m]["largest_tried"] for m in hp.THEIRS)), "upper bound"
+            # each of theirs needs more units than the largest it tried, so their best more than the smallest of
+            # those (storing being monotone in h, as the searches take it)
+            best, kind = ours / (3 * d * min(got[m]["largest_tried"] for m in hp.THEIRS)), "upper bound"
         elif best is None:
             kind = "neither stores" if not ours else "ours stores nothing"
         table.append(
@@ -190,7 +192,8 @@ def summarise(ctx: RunContext, plan: hp.Plan, rows: dict) -> ExperimentResult:
             fmt(best),
             verdict(ok_best),
             "their best: their code's record where there is one, else our reimplementation of their three; where "
-            "theirs store nothing up to their caps, ours over their largest size tried (an upper bound); points where "
+            "theirs store nothing up to their caps, ours over 3 d h with h the smallest of their three largest widths "
+            "tried (an upper bound: each needs more); points where "
             f"neither stores: {[t['point'] for t in table if t['best_kind'] == 'neither stores']}",
             setting,
         ),
