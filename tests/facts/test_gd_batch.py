@@ -128,6 +128,13 @@ def test_train_mlps_rejects_a_checkpoint_of_other_models(tmp_path):
     gb.train_mlps(SETS, [3, 4], max_epochs=120, checkpoint=ck, checkpoint_every=100)
     with pytest.raises(DataFileError, match="round.pt is not a batched GD training checkpoint of these 3 models"):
         gb.train_mlps([*SETS, SETS[0]], [3, 4, 4], max_epochs=120, checkpoint=ck)
+    other = "is a batched GD training checkpoint of other fact sets or settings"
+    for kw in (dict(lr=2e-3), dict(max_epochs=121), dict(seeds=[0, 1]), dict(activation="linear")):
+        with pytest.raises(DataFileError, match=other):
+            gb.train_mlps(SETS, [3, 4], **{"max_epochs": 120, "checkpoint": ck, **kw})
+    with pytest.raises(DataFileError, match=other):
+        gb.train_mlps(SETS[::-1], [3, 4], max_epochs=120, checkpoint=ck)
+    gb.train_mlps(SETS, [3, 4], max_epochs=120, checkpoint=ck)  # the same arguments: it goes on
     ck.write_bytes(b"junk")
     with pytest.raises(DataFileError, match="round.pt is not a batched GD training checkpoint"):
         gb.train_mlps(SETS, [3, 4], max_epochs=120, checkpoint=ck)

@@ -111,7 +111,9 @@ def train_mlps(
     K = torch.stack([fs.keys.double().to(dtype) for fs in fact_sets])  # build_fact_mlp trains on keys.double()
     V = torch.stack([fs.values.double().to(dtype) for fs in fact_sets])
     T = torch.stack([fs.facts for fs in fact_sets])
-    saving = None if checkpoint is None else (checkpoint, checkpoint_every)
+    settings = dict(widths=list(widths), seeds=seeds, activation=activation, max_epochs=max_epochs, lr=lr)
+    settings |= dict(final_lr=final_lr, dtype=str(dtype), bias=bias, loss_cutoff=loss_cutoff)
+    saving = None if checkpoint is None else (checkpoint, checkpoint_every, _tag(settings, K, V, T))
     ps = _fit(ps, K, V, T, activation, max_epochs, lr, final_lr, loss_cutoff, saving)
     for i, m in enumerate(models):
         _unstack(m, ps, i)
@@ -170,6 +172,7 @@ def _fit(ps, K, V, T, activation, max_epochs, lr, final_lr, loss_cutoff, saving=
     st = {"epoch": 0, "final": [p.clone() for p in ps], "idx": torch.arange(T.shape[0]), "ps": ps}
     st |= {"m": [torch.zeros_like(p) for p in ps], "v": [torch.zeros_like(p) for p in ps]}
     st["active"] = torch.ones(T.shape[0], dtype=torch.bool)  # per row still in the batch
+    st["tag"] = None if saving is None else saving[2]
     start = 0 if saving is None else _load_fit(saving[0], st)
     final, idx, ps, m, v, active = (st[k] for k in ("final", "idx", "ps", "m", "v", "active"))
     K, V, T = K[idx], V[idx], T[idx]
@@ -186,7 +189,7 @@ def _fit(ps, K, V, T, activation, max_epochs, lr, final_lr, loss_cutoff, saving=
                 K, V, T, idx, active = K[keep], V[keep], T[keep], idx[keep], active[keep]
         if saving is not None and epoch > start and epoch % saving[1] == 0:
             state = {"epoch": epoch, "final": final, "idx": idx, "ps": ps, "m": m, "v": v, "active": active}
-            save_atomic(state, saving[0])
+            save_atomic({**state, "tag": saving[2]}, saving[0])
         grads, loss, stored = _grads(ps, K, V, T, activation)
         if loss_cutoff is None:  # ours: stop before the step of the first epoch starting with all stored
             active &= stored < n
@@ -213,8 +216,18 @@ def _load_fit(path: str | os.PathLike, st: dict) -> int:
     ok = isinstance(got, dict) and set(got) == set(st) and [f.shape for f in got.get("final", [])] == shapes
     if not ok or got["ps"][0].shape[1:] != shapes[0][1:] or got["idx"].shape != got["active"].shape:
         raise DataFileError(f"{path} is not {what} of these {len(st['idx'])} models (delete it to train afresh)")
+    if got["tag"] != st["tag"]:
+        raise DataFileError(f"{path} is {what} of other fact sets or settings (delete it to train afresh)")
     st.update(got)
     return int(got["epoch"])
+
+
+def _tag(settings: dict, *tensors: torch.Tensor) -> str:
+    """What a checkpoint was trained on and with: the settings and the fact sets' bytes, hashed."""
+    h = hashlib.sha256(json.dumps(settings, sort_keys=True).encode())
+    for t in tensors:
+        h.update(t.contiguous().numpy().tobytes())
+    return h.hexdigest()
 
 
 def _cosine_lrs(lr: float, final_lr: float, epochs: int) -> list[float]:
